@@ -1,0 +1,31 @@
+# Every third-party dependency is a Debian 12 package (scripts/install-deps.sh installs them).
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(Eigen3 3.3 REQUIRED NO_MODULE)
+find_package(OpenMP REQUIRED)
+find_package(MPI REQUIRED COMPONENTS CXX)
+find_package(CLI11 REQUIRED)
+
+# OpenBLAS: called through cblas directly (see docs/kernels.md for the measured choice).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+add_library(BLAS::openblas ALIAS PkgConfig::OPENBLAS)
+
+# CUDA toolkit: optional. AUTO builds the backend when the toolkit is found.
+set(WF_HAVE_CUDA OFF)
+if(NOT WF_CUDA STREQUAL "OFF")
+  if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS "/usr/local/cuda")
+    set(CUDAToolkit_ROOT "/usr/local/cuda")
+  endif()
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    set(WF_HAVE_CUDA ON)
+    message(STATUS "wallfacer: CUDA toolkit ${CUDAToolkit_VERSION} (${CUDAToolkit_BIN_DIR})")
+  elseif(WF_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "WF_CUDA=ON but no CUDA toolkit was found: set CUDAToolkit_ROOT or use -DWF_CUDA=AUTO")
+  else()
+    message(STATUS "wallfacer: no CUDA toolkit found, building the CPU backend only")
+  endif()
+endif()

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs wallfacer's build and test dependencies from Debian 12 packages.
+# Idempotent and non-interactive: packages already present are left alone.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libopenmpi-dev openmpi-bin
+  libeigen3-dev libopenblas-dev
+  libyaml-cpp-dev libspdlog-dev libfmt-dev
+  catch2 nlohmann-json3-dev libcli11-dev
+  bible-kjv
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,2 @@
+#include "wallfacer/wallfacer.h"
+int main() { return 0; }

@@ -1,0 +1,13 @@
+#include "wallfacer/core/error.h"
+
+#include <cstring>
+
+namespace wf::detail {
+
+void throw_error(const char* file, int line, const std::string& message) {
+  // Keep only the file name: full build paths make messages noisy and machine-specific.
+  const char* base = std::strrchr(file, '/');
+  throw Error(fmt::format("{} ({}:{})", message, base ? base + 1 : file, line));
+}
+
+}  // namespace wf::detail
