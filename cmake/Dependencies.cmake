@@ -8,7 +8,7 @@ find_package(OpenMP REQUIRED)
 find_package(MPI REQUIRED COMPONENTS CXX)
 find_package(CLI11 REQUIRED)
 
-# OpenBLAS: called through cblas directly (see docs/kernels.md for the measured choice).
+# OpenBLAS: called through cblas directly (see docs/kernels-gemm.md for the measured choice).
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 add_library(BLAS::openblas ALIAS PkgConfig::OPENBLAS)

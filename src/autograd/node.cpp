@@ -37,6 +37,13 @@ Edge gradient_edge(const Tensor& t) {
 void accumulate_into(Tensor& dst, const Tensor& src) {
   WF_CHECK(dst.shape() == src.shape(), "accumulate_into: shapes {} and {} differ", shape_str(dst.shape()),
            shape_str(src.shape()));
+  if (dst.dtype() != DType::f32 && dst.dtype() != DType::f64) {
+    // 16-bit storage: add in f32, round once on store.
+    Tensor wide = dst.to(DType::f32);
+    accumulate_into(wide, src);
+    dst.copy_(wide);
+    return;
+  }
   const Tensor s = src.to(dst.dtype());
   const std::int64_t n = dst.numel();
   dispatch_float(dst.dtype(), "gradient accumulation", [&](auto tag) {

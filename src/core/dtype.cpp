@@ -41,6 +41,28 @@ DType parse_dtype(std::string_view name) {
   WF_FAIL("unknown dtype '{}': expected one of f32, f64, bf16, f16, i32, i64, u8", name);
 }
 
+float double_to_float_round_odd(double v) {
+  float f = static_cast<float>(v);
+  if (!std::isfinite(f) || static_cast<double>(f) == v) return f;
+  if (std::abs(static_cast<double>(f)) > std::abs(v)) f = std::nextafter(f, 0.0f);  // truncate
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  u |= 1u;  // sticky: the value was inexact
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+int significand_bits(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 24;
+    case DType::f64: return 53;
+    case DType::bf16: return 8;
+    case DType::f16: return 11;
+    default: break;
+  }
+  WF_FAIL("significand_bits: {} is not a floating dtype", dtype_name(dtype));
+}
+
 // IEEE half precision, round to nearest-even, with subnormals, infinities and NaN.
 float f16_to_float(f16 v) {
   const std::uint32_t sign = (v.bits & 0x8000u) << 16;

@@ -83,7 +83,10 @@ Tensor Tensor::randn_at(const Shape& shape, std::uint64_t seed, std::uint64_t fi
   return generate(shape, dtype, [&](std::uint64_t i) { return normal_at(seed, first_index + i); });
 }
 Tensor Tensor::rand_at(const Shape& shape, std::uint64_t seed, std::uint64_t first_index, DType dtype) {
-  return generate(shape, dtype, [&](std::uint64_t i) { return uniform_at(seed, first_index + i); });
+  // Quantise to the dtype's precision first, so rounding can never produce exactly 1.
+  const double steps = is_floating(dtype) ? std::ldexp(1.0, significand_bits(dtype)) : 0x1.0p53;
+  return generate(shape, dtype,
+                  [&](std::uint64_t i) { return std::floor(uniform_at(seed, first_index + i) * steps) / steps; });
 }
 Tensor Tensor::randn(const Shape& shape, DType dtype, Generator* gen) {
   Generator& g = gen ? *gen : default_generator();
@@ -158,6 +161,7 @@ double Tensor::item() const {
   return at(0);
 }
 void Tensor::set(std::int64_t flat_index, double value) {
+  WF_CHECK(device().is_cpu(), "element access needs a cpu tensor, got {}", device().str());
   WF_CHECK(flat_index >= 0 && flat_index < numel(), "flat index {} out of range for shape {}", flat_index,
            shape_str(shape()));
   dispatch_all(dtype(), [&](auto tag) {
@@ -220,8 +224,9 @@ Tensor Tensor::to(DType target) const {
 Tensor Tensor::to(Device target) const {
   check_defined("to");
   if (target == device()) return *this;
-  WF_FAIL("cannot move a tensor from {} to {}: this build has no {} backend", device().str(), target.str(),
-          target.is_cuda() ? "CUDA" : target.str());
+  WF_FAIL("cannot move a tensor from {} to {}: device tensors are not implemented yet (CPU only); keep tensors on "
+          "cpu",
+          device().str(), target.str());
 }
 
 void Tensor::copy_(const Tensor& src) {

@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 #include <string>
 #include <string_view>
 
@@ -89,11 +91,28 @@ inline double to_double(T v) {
   else if constexpr (std::is_same_v<T, f16>) return f16_to_float(v);
   else return static_cast<double>(v);
 }
+// double → float rounded to odd: truncate, then set the last bit if anything was dropped.
+// Rounding that result to a narrower format (bf16, f16) gives the correctly rounded value of
+// the double — rounding twice through a round-to-nearest f32 would not.
+float double_to_float_round_odd(double v);
+
+// Conversions from double saturate for integer types (NaN → 0), so out-of-range values never
+// hit undefined behaviour.
 template <typename T>
 inline T from_double(double v) {
-  if constexpr (std::is_same_v<T, bf16>) return float_to_bf16(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, f16>) return float_to_f16(static_cast<float>(v));
-  else return static_cast<T>(v);
+  if constexpr (std::is_same_v<T, bf16>) return float_to_bf16(double_to_float_round_odd(v));
+  else if constexpr (std::is_same_v<T, f16>) return float_to_f16(double_to_float_round_odd(v));
+  else if constexpr (std::is_floating_point_v<T>) return static_cast<T>(v);
+  else {
+    if (v != v) return T{0};
+    if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+    if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+    return static_cast<T>(v);
+  }
 }
+
+// Significand bits (with the implicit one) of a floating dtype: 24 for f32, 53 for f64, 8 for
+// bf16, 11 for f16. Uniform draws are quantised to this many bits so they stay below 1.
+int significand_bits(DType dtype);
 
 }  // namespace wf

@@ -1,0 +1,20 @@
+#pragma once
+// What the CUDA runtime can see on this machine. Safe to call in every build and on machines
+// without a GPU or driver: the answers are then empty and `error` says why. Kept out of the
+// CUDA headers so that callers (the CLI, test skips) never include them.
+#include <string>
+#include <vector>
+
+namespace wf {
+
+// One line per visible device, e.g. "cuda:0 NVIDIA H200 (sm_90, 139.8 GiB)". Empty when the
+// build has no CUDA backend or the runtime finds no device; `error` (when given) then receives
+// the reason ("this build has no CUDA backend", or the runtime's error string).
+std::vector<std::string> cuda_devices(std::string* error = nullptr);
+
+// Versions as "major.minor" ("13.0"); empty when the build has no CUDA backend or, for the
+// driver, when no driver is installed.
+std::string cuda_runtime_version();
+std::string cuda_driver_version();
+
+}  // namespace wf

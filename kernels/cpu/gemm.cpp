@@ -1,0 +1,270 @@
+// Eigen must not start its own OpenMP team: wallfacer splits large products into panels itself
+// and calls Eigen on each panel, exactly as it does with single-threaded OpenBLAS.
+#define EIGEN_DONT_PARALLELIZE
+
+#include "kernels/cpu/gemm.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <type_traits>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/threading.h"
+
+namespace wf::kernels::cpu {
+namespace {
+
+// Below this many multiply-adds a product is not worth waking OpenMP threads for (~50 µs of
+// single-core work), and panels thinner than this many rows/columns pack poorly.
+constexpr std::int64_t kParallelMacs = std::int64_t{1} << 21;
+constexpr std::int64_t kMinPanel = 32;
+
+// One product's geometry, validated once and then handed to the backends unchanged.
+template <class T>
+struct GemmArgs {
+  bool trans_a, trans_b;
+  std::int64_t M, N, K;
+  T alpha;
+  const T* A;
+  std::int64_t lda;
+  const T* B;
+  std::int64_t ldb;
+  T beta;
+  T* C;
+  std::int64_t ldc;
+};
+
+template <class T>
+void check_gemm_args(const char* who, const GemmArgs<T>& g, bool check_pointers = true) {
+  WF_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0, "{}: sizes must be non-negative, got M={} N={} K={}",
+           who, g.M, g.N, g.K);
+  // Row-major storage: a matrix stored [rows, cols] needs ld >= cols. (An empty matrix may pass
+  // ld = 0; such products never reach a backend, so BLAS's ld >= 1 rule does not apply.)
+  const std::int64_t a_cols = g.trans_a ? g.M : g.K;
+  const std::int64_t b_cols = g.trans_b ? g.K : g.N;
+  WF_CHECK(g.lda >= a_cols,
+           "{}: lda={} is smaller than the {} columns of A as stored (trans_a={}, M={}, K={}); "
+           "pass lda >= {}",
+           who, g.lda, a_cols, g.trans_a, g.M, g.K, a_cols);
+  WF_CHECK(g.ldb >= b_cols,
+           "{}: ldb={} is smaller than the {} columns of B as stored (trans_b={}, K={}, N={}); "
+           "pass ldb >= {}",
+           who, g.ldb, b_cols, g.trans_b, g.K, g.N, b_cols);
+  WF_CHECK(g.ldc >= g.N, "{}: ldc={} is smaller than the N={} columns of C; pass ldc >= {}", who,
+           g.ldc, g.N, g.N);
+  if (!check_pointers) return;
+  const bool reads_ab = g.M > 0 && g.N > 0 && g.K > 0;
+  WF_CHECK(!reads_ab || (g.A != nullptr && g.B != nullptr),
+           "{}: A or B is null for a non-empty product (M={} N={} K={})", who, g.M, g.N, g.K);
+  WF_CHECK(g.M == 0 || g.N == 0 || g.C != nullptr, "{}: C is null for a non-empty [{}, {}] result",
+           who, g.M, g.N);
+}
+
+// C = beta·C, with BLAS semantics: beta == 0 overwrites (never 0·NaN).
+template <class T>
+void scale_c(const GemmArgs<T>& g) {
+  if (g.beta == T(1)) return;
+  for (std::int64_t i = 0; i < g.M; ++i) {
+    T* row = g.C + i * g.ldc;
+    if (g.beta == T(0)) {
+      std::fill(row, row + g.N, T(0));
+    } else {
+      for (std::int64_t j = 0; j < g.N; ++j) row[j] *= g.beta;
+    }
+  }
+}
+
+template <class T>
+void gemm_cblas(const GemmArgs<T>& g) {
+  const CBLAS_TRANSPOSE ta = g.trans_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb = g.trans_b ? CblasTrans : CblasNoTrans;
+  // OpenBLAS takes int (LP64); validate() has made sure nothing overflows.
+  const auto i = [](std::int64_t v) { return static_cast<blasint>(v); };
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta, tb, i(g.M), i(g.N), i(g.K), g.alpha, g.A, i(g.lda), g.B,
+                i(g.ldb), g.beta, g.C, i(g.ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, ta, tb, i(g.M), i(g.N), i(g.K), g.alpha, g.A, i(g.lda), g.B,
+                i(g.ldb), g.beta, g.C, i(g.ldc));
+  }
+}
+
+template <class T>
+void gemm_eigen(const GemmArgs<T>& g) {
+  using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using ConstMap = Eigen::Map<const Matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
+  using MutMap = Eigen::Map<Matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
+  const ConstMap a(g.A, g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, Eigen::OuterStride<>(g.lda));
+  const ConstMap b(g.B, g.trans_b ? g.N : g.K, g.trans_b ? g.K : g.N, Eigen::OuterStride<>(g.ldb));
+  MutMap c(g.C, g.M, g.N, Eigen::OuterStride<>(g.ldc));
+  scale_c(g);
+  const auto accumulate = [&](const auto& op_a, const auto& op_b) { c.noalias() += g.alpha * op_a * op_b; };
+  if (g.trans_a && g.trans_b) accumulate(a.transpose(), b.transpose());
+  else if (g.trans_a) accumulate(a.transpose(), b);
+  else if (g.trans_b) accumulate(a, b.transpose());
+  else accumulate(a, b);
+}
+
+// One product on the calling thread. Degenerate shapes never reach a backend so both agree.
+template <class T>
+void gemm_on_this_thread(const GemmArgs<T>& g, GemmBackend backend) {
+  if (g.M == 0 || g.N == 0) return;
+  if (g.K == 0 || g.alpha == T(0)) return scale_c(g);
+  if (backend == GemmBackend::cblas) {
+    init_blas_threads();
+    gemm_cblas(g);
+  } else {
+    gemm_eigen(g);
+  }
+}
+
+// The sub-product that computes C[rows r0:r1) (or columns, when split_rows is false).
+template <class T>
+GemmArgs<T> panel(const GemmArgs<T>& g, bool split_rows, std::int64_t begin, std::int64_t end) {
+  GemmArgs<T> p = g;
+  if (split_rows) {
+    p.M = end - begin;
+    p.A = g.trans_a ? g.A + begin : g.A + begin * g.lda;  // rows of op(A)
+    p.C = g.C + begin * g.ldc;
+  } else {
+    p.N = end - begin;
+    p.B = g.trans_b ? g.B + begin * g.ldb : g.B + begin;  // columns of op(B)
+    p.C = g.C + begin;
+  }
+  return p;
+}
+
+// Splits C into one panel per thread along its longer side. Each element of C is still
+// computed by exactly one call, on one thread, in a fixed order for a given thread count.
+template <class T>
+void gemm_in_panels(const GemmArgs<T>& g, GemmBackend backend) {
+  const double macs = double(g.M) * double(g.N) * double(g.K);
+  const bool split_rows = g.M >= g.N;
+  const std::int64_t extent = split_rows ? g.M : g.N;
+  const std::int64_t panels =
+      std::min<std::int64_t>(omp_get_max_threads(), (extent + kMinPanel - 1) / kMinPanel);
+  if (macs < double(kParallelMacs) || panels <= 1 || omp_in_parallel()) {
+    return gemm_on_this_thread(g, backend);
+  }
+  if (backend == GemmBackend::cblas) init_blas_threads();  // before threads race to call it
+#pragma omp parallel for schedule(static) num_threads(panels)
+  for (std::int64_t p = 0; p < panels; ++p) {
+    const std::int64_t begin = extent * p / panels;
+    const std::int64_t end = extent * (p + 1) / panels;
+    gemm_on_this_thread(panel(g, split_rows, begin, end), backend);
+  }
+}
+
+// cblas takes 32-bit sizes; refuse anything that would silently wrap.
+void check_fits_blas_int(const char* who, std::int64_t v, const char* name) {
+  WF_CHECK(v <= std::int64_t{2147483647}, "{}: {}={} exceeds the 32-bit range of the BLAS interface",
+           who, name, v);
+}
+
+template <class T>
+void validate(const char* who, const GemmArgs<T>& g, bool check_pointers = true) {
+  check_gemm_args(who, g, check_pointers);
+  check_fits_blas_int(who, g.M, "M");
+  check_fits_blas_int(who, g.N, "N");
+  check_fits_blas_int(who, g.K, "K");
+  check_fits_blas_int(who, g.lda, "lda");
+  check_fits_blas_int(who, g.ldb, "ldb");
+  check_fits_blas_int(who, g.ldc, "ldc");
+}
+
+}  // namespace
+
+const char* gemm_backend_name(GemmBackend backend) {
+  switch (backend) {
+    case GemmBackend::cblas: return "cblas";
+    case GemmBackend::eigen: return "eigen";
+  }
+  return "unknown";
+}
+
+template <class T>
+void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, T alpha,
+          const T* A, std::int64_t lda, const T* B, std::int64_t ldb, T beta, T* C,
+          std::int64_t ldc, GemmBackend backend) {
+  const GemmArgs<T> g{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
+  validate("gemm", g);
+  gemm_in_panels(g, backend);
+}
+
+template <class T>
+void gemm_batched(bool trans_a, bool trans_b, std::int64_t batch, std::int64_t M, std::int64_t N,
+                  std::int64_t K, T alpha, const T* A, std::int64_t lda, std::int64_t stride_a,
+                  const T* B, std::int64_t ldb, std::int64_t stride_b, T beta, T* C,
+                  std::int64_t ldc, std::int64_t stride_c, GemmBackend backend) {
+  WF_CHECK(batch >= 0, "gemm_batched: batch must be non-negative, got {}", batch);
+  const GemmArgs<T> g{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
+  validate("gemm_batched", g, /*check_pointers=*/batch > 0);
+  WF_CHECK(stride_a >= 0 && stride_b >= 0 && stride_c >= 0,
+           "gemm_batched: strides must be non-negative (0 broadcasts), got stride_a={} "
+           "stride_b={} stride_c={}",
+           stride_a, stride_b, stride_c);
+  if (batch == 0 || M == 0 || N == 0) return;
+  // Distinct batches write distinct C matrices; overlapping ones would race.
+  const std::int64_t c_span = (M - 1) * ldc + N;
+  WF_CHECK(batch == 1 || stride_c >= c_span,
+           "gemm_batched: stride_c={} makes the {} C matrices overlap (each spans {} elements "
+           "for M={}, N={}, ldc={}); pass stride_c >= {}",
+           stride_c, batch, c_span, M, N, ldc, c_span);
+
+  const auto item = [&](std::int64_t i) {
+    GemmArgs<T> gi = g;
+    gi.A = A == nullptr ? nullptr : A + i * stride_a;
+    gi.B = B == nullptr ? nullptr : B + i * stride_b;
+    gi.C = C + i * stride_c;
+    return gi;
+  };
+  const double macs = double(batch) * double(M) * double(N) * double(K);
+  // Enough batches to keep every thread busy: one whole product per thread, no panels.
+  if (batch >= omp_get_max_threads() && macs >= double(kParallelMacs) && !omp_in_parallel()) {
+    if (backend == GemmBackend::cblas) init_blas_threads();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < batch; ++i) gemm_on_this_thread(item(i), backend);
+  } else {
+    for (std::int64_t i = 0; i < batch; ++i) gemm_in_panels(item(i), backend);
+  }
+}
+
+template <class T>
+void gemm_reference(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+                    T alpha, const T* A, std::int64_t lda, const T* B, std::int64_t ldb, T beta,
+                    T* C, std::int64_t ldc) {
+  check_gemm_args("gemm_reference", GemmArgs<T>{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
+                                                beta, C, ldc});
+  for (std::int64_t i = 0; i < M; ++i) {
+    for (std::int64_t j = 0; j < N; ++j) {
+      double acc = 0.0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const double a = trans_a ? A[k * lda + i] : A[i * lda + k];
+        const double b = trans_b ? B[j * ldb + k] : B[k * ldb + j];
+        acc += a * b;
+      }
+      T& c = C[i * ldc + j];
+      const double prior = beta == T(0) ? 0.0 : double(beta) * double(c);
+      c = static_cast<T>(double(alpha) * acc + prior);
+    }
+  }
+}
+
+#define WF_INSTANTIATE_GEMM(T)                                                                   \
+  template void gemm<T>(bool, bool, std::int64_t, std::int64_t, std::int64_t, T, const T*,      \
+                        std::int64_t, const T*, std::int64_t, T, T*, std::int64_t, GemmBackend); \
+  template void gemm_batched<T>(bool, bool, std::int64_t, std::int64_t, std::int64_t,           \
+                                std::int64_t, T, const T*, std::int64_t, std::int64_t, const T*, \
+                                std::int64_t, std::int64_t, T, T*, std::int64_t, std::int64_t,  \
+                                GemmBackend);                                                    \
+  template void gemm_reference<T>(bool, bool, std::int64_t, std::int64_t, std::int64_t, T,      \
+                                  const T*, std::int64_t, const T*, std::int64_t, T, T*,        \
+                                  std::int64_t);
+WF_INSTANTIATE_GEMM(float)
+WF_INSTANTIATE_GEMM(double)
+#undef WF_INSTANTIATE_GEMM
+
+}  // namespace wf::kernels::cpu

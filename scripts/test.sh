@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs the whole test suite from a fresh Debian 12 machine:
+#   1. installs the dependencies (scripts/install-deps.sh),
+#   2. builds Release into build/ and runs ctest,
+#   3. builds with AddressSanitizer + UndefinedBehaviorSanitizer into build-asan/ and runs ctest
+#      again (skip with WF_TEST_SANITIZE=0).
+# Ends with one line "N passed, M failed" summed over both runs; exits non-zero on any failure.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+passed=0
+failed=0
+
+# Adds one ctest run's counts to the totals, read from its summary line
+# "NN% tests passed, F tests failed out of T". A run without that line (ctest itself failed)
+# counts as one failure.
+count_results() {
+  local log="$1" summary total fails
+  summary="$(grep -E '[0-9]+ tests failed out of [0-9]+' "$log" | tail -n 1 || true)"
+  if [ -z "$summary" ]; then
+    failed=$((failed + 1))
+    return
+  fi
+  fails="$(sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1/' <<<"$summary")"
+  total="$(sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\2/' <<<"$summary")"
+  passed=$((passed + total - fails))
+  failed=$((failed + fails))
+}
+
+# build_and_test NAME BUILD_DIR: builds (environment decides the flavour) and runs ctest.
+build_and_test() {
+  local name="$1" dir="$2"
+  echo "== test.sh: $name build in $dir/"
+  if ! scripts/build.sh "$dir"; then
+    echo "test.sh: the $name build failed" >&2
+    failed=$((failed + 1))
+    return
+  fi
+  echo "== test.sh: $name tests"
+  local log="$dir/ctest.log"
+  set +e
+  ctest --test-dir "$dir" --output-on-failure 2>&1 | tee "$log"
+  set -e
+  count_results "$log"
+}
+
+scripts/install-deps.sh
+
+WF_SANITIZE="" build_and_test Release build
+
+if [ "${WF_TEST_SANITIZE:-1}" != "0" ]; then
+  # Leak checking stays on for our code. What OpenMPI keeps allocated after MPI_Finalize is
+  # suppressed by library name in scripts/lsan.supp; full unwinding (fast_unwind_on_malloc=0)
+  # lets each leak's stack reach the library that made it, through frames without frame pointers.
+  export ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0"
+  export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  WF_SANITIZE=address,undefined build_and_test "ASan+UBSan" build-asan
+else
+  echo "== test.sh: sanitizer pass skipped (WF_TEST_SANITIZE=0)"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,44 @@
+#pragma once
+// The subcommands of the `wallfacer` executable. Each lives in its own file and registers
+// itself on its parent through one add_*_command function; main.cpp only wires them up.
+//
+// Planned, one file each: add_train_command(app), add_validate_command(app),
+// add_tune_command(app), add_bench_attention_command(bench), add_bench_comm_command(bench).
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string_view>
+
+namespace wf::cli {
+
+// Exit statuses of the executable.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRuntimeError = 1;  // the command ran and failed
+inline constexpr int kExitUsageError = 2;    // the command line was wrong
+
+// What a command does once its arguments have parsed; returns the exit status. Parsing and
+// running are separate steps, so that an exception while parsing is a usage error and one
+// while running is a runtime error.
+using Action = std::function<int()>;
+
+// Makes `action` the one main() runs when `command` is selected on the command line.
+void set_action(CLI::App& command, Action action);
+
+// Prints "wallfacer: error: <message>" as a single line on stderr.
+void print_error(std::string_view message);
+
+// `wallfacer info [--json]`: the build, backends and libraries this binary runs with.
+void add_info_command(CLI::App& app);
+
+// `wallfacer demo --data FILE`: trains a tiny byte-level transformer on this CPU (demo.cpp).
+void add_demo_command(CLI::App& app);
+
+// `wallfacer grid --world N ...`: prints the process grid of a parallel layout (grid.cpp).
+void add_grid_command(CLI::App& app);
+
+// `wallfacer bench`: a group that only holds the bench subcommands; returns it so that each
+// bench subcommand can register itself on it.
+CLI::App& add_bench_group(CLI::App& app);
+void add_bench_kernels_command(CLI::App& bench);
+
+}  // namespace wf::cli

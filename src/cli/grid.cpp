@@ -1,0 +1,56 @@
+// `wallfacer grid`: prints the process grid a parallel configuration gives on a world of N
+// ranks (every group's rank lists, every rank's WallFacer peers) without launching anything,
+// so a layout can be checked before a run. An invalid layout prints the same validation
+// message a distributed run would fail with, and exits 1.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "src/cli/commands.h"
+#include "wallfacer/comm/process_grid.h"
+
+namespace wf::cli {
+
+void add_grid_command(CLI::App& app);  // declared here until commands.h lists it
+
+namespace {
+
+struct GridOptions {
+  int world = 0;
+  comm::ParallelConfig config;
+  std::string placement = "collectives-intra";
+  bool as_json = false;
+};
+
+}  // namespace
+
+void add_grid_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand(
+      "grid", "Print the process grid (groups, WallFacer teams, sub-rings and peers) of a parallel layout");
+  auto options = std::make_shared<GridOptions>();
+  command->add_option("--world", options->world, "Number of ranks the run would launch with")->required();
+  command->add_option("--dp", options->config.dp, "Data-parallel size")->capture_default_str();
+  command->add_option("--tp", options->config.tp, "Tensor-parallel size")->capture_default_str();
+  command->add_option("--pp", options->config.pp, "Pipeline-parallel size")->capture_default_str();
+  command->add_option("--sp", options->config.sp, "Sequence-parallel size (P)")->capture_default_str();
+  command->add_option("-C,--C", options->config.C, "WallFacer team size; C*C must divide sp (1 = ring attention)")
+      ->capture_default_str();
+  command
+      ->add_option("--placement", options->placement,
+                   "collectives-intra (team members adjacent) or p2p-intra (sub-ring members adjacent)")
+      ->capture_default_str();
+  command->add_option("--order", options->config.order, "Rank decomposition, innermost axis first")
+      ->capture_default_str();
+  command->add_flag("--json", options->as_json, "Print the layout as one JSON document");
+  set_action(*command, [options] {
+    comm::ParallelConfig config = options->config;
+    config.placement = comm::parse_placement(options->placement);
+    // Rank 0 is as good as any: the printed layout covers every rank.
+    const comm::ProcessGrid grid(config, options->world, 0);
+    const std::string text = options->as_json ? grid.to_json(2) + "\n" : grid.to_table();
+    std::fputs(text.c_str(), stdout);
+    return kExitOk;
+  });
+}
+
+}  // namespace wf::cli

@@ -1,0 +1,139 @@
+// `wallfacer info`: what this binary was built with and what it finds at run time. The facts
+// are gathered once into a JSON object; the text form is a flat rendering of the same object,
+// so the two outputs can never disagree.
+#define OMPI_SKIP_MPICXX 1  // only the C API is used: skip the deprecated C++ bindings
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "src/cli/commands.h"
+#include "wallfacer/build_info.h"
+#include "wallfacer/core/cuda_info.h"
+#include "wallfacer/core/threading.h"
+
+namespace wf::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::vector<std::string> split_commas(std::string_view text) {
+  std::vector<std::string> parts;
+  while (!text.empty()) {
+    const auto comma = text.find(',');
+    if (comma != 0) parts.emplace_back(text.substr(0, comma));
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return parts;
+}
+
+// MPI_Get_library_version may be called before MPI_Init (MPI-3), so `info` never starts MPI.
+std::string mpi_library_version() {
+  char buffer[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  if (MPI_Get_library_version(buffer, &length) != MPI_SUCCESS) return "unknown (MPI_Get_library_version failed)";
+  std::string version(buffer, static_cast<std::size_t>(std::max(length, 0)));
+  while (!version.empty() && (version.back() == '\n' || version.back() == ' ' || version.back() == '\0')) {
+    version.pop_back();
+  }
+  return version;
+}
+
+Json cuda_facts() {
+  Json cuda;
+  cuda["compiled"] = static_cast<bool>(WF_HAVE_CUDA);
+  if (!WF_HAVE_CUDA) return cuda;
+  cuda["toolkit"] = WF_CUDA_TOOLKIT_VERSION;
+  const std::string runtime = cuda_runtime_version(), driver = cuda_driver_version();
+  cuda["runtime"] = runtime.empty() ? Json() : Json(runtime);
+  cuda["driver"] = driver.empty() ? Json() : Json(driver);
+  std::string error;
+  cuda["devices"] = cuda_devices(&error);
+  if (cuda["devices"].empty()) cuda["error"] = "no CUDA devices found (" + error + ")";
+  return cuda;
+}
+
+Json collect_info() {
+  Json info;
+  info["version"] = WF_VERSION;
+  info["build_type"] = WF_BUILD_TYPE;
+  info["compiler"] = WF_CXX_COMPILER;
+  info["sanitizers"] = split_commas(WF_SANITIZERS);
+  std::vector<std::string> backends{"cpu"};
+  if (WF_HAVE_CUDA) backends.emplace_back("cuda");
+  info["backends"] = backends;
+  info["blas"] = blas_info();
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  info["openblas_coretype"] = coretype ? Json(coretype) : Json();
+  info["openmp_threads"] = num_threads();
+  info["mpi_library"] = mpi_library_version();
+  info["cuda"] = cuda_facts();
+  return info;
+}
+
+std::string scalar_text(const Json& value) {
+  if (value.is_null()) return "(none)";
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump();
+}
+
+// One "key: value" line per leaf; nested objects become dotted keys ("cuda.devices") and
+// arrays a comma-separated list, or one element per line when they are long (device lists).
+void flatten(const Json& object, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& lines) {
+  for (const auto& [key, value] : object.items()) {
+    const std::string name = prefix + key;
+    if (value.is_object()) {
+      flatten(value, name + ".", lines);
+    } else if (value.is_array()) {
+      std::string joined;
+      for (const auto& element : value) joined += (joined.empty() ? "" : ", ") + scalar_text(element);
+      if (value.empty()) {
+        lines.emplace_back(name, "none");
+      } else if (joined.size() <= 60) {
+        lines.emplace_back(name, joined);
+      } else {
+        for (const auto& element : value) lines.emplace_back(name, scalar_text(element));
+      }
+    } else {
+      lines.emplace_back(name, scalar_text(value));
+    }
+  }
+}
+
+void print_text(const Json& info) {
+  std::vector<std::pair<std::string, std::string>> lines;
+  flatten(info, "", lines);
+  std::size_t width = 0;
+  for (const auto& line : lines) width = std::max(width, line.first.size());
+  for (const auto& [key, value] : lines) {
+    std::printf("%-*s  %s\n", static_cast<int>(width + 1), (key + ":").c_str(), value.c_str());
+  }
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app) {
+  CLI::App* command =
+      app.add_subcommand("info", "Show the build, the compute backends and the libraries (BLAS, MPI, CUDA) in use");
+  auto as_json = std::make_shared<bool>(false);
+  command->add_flag("--json", *as_json, "Print the same facts as one JSON object");
+  set_action(*command, [as_json] {
+    const Json info = collect_info();
+    if (*as_json) {
+      std::printf("%s\n", info.dump(2).c_str());
+    } else {
+      print_text(info);
+    }
+    return kExitOk;
+  });
+}
+
+}  // namespace wf::cli

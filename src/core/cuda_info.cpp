@@ -1,0 +1,63 @@
+#include "wallfacer/core/cuda_info.h"
+
+#include <fmt/format.h>
+
+#include "wallfacer/build_info.h"
+
+#if WF_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace wf {
+
+#if WF_HAVE_CUDA
+
+namespace {
+// CUDA encodes versions as 1000 * major + 10 * minor.
+std::string version_string(int encoded) { return fmt::format("{}.{}", encoded / 1000, (encoded % 1000) / 10); }
+}  // namespace
+
+std::vector<std::string> cuda_devices(std::string* error) {
+  std::vector<std::string> devices;
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    if (error) *error = cudaGetErrorString(status);
+    cudaGetLastError();  // the failure is reported here; do not leave it sticky for later calls
+    return devices;
+  }
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
+      devices.push_back(fmt::format("cuda:{} (properties unavailable: {})", i, cudaGetErrorString(cudaGetLastError())));
+      continue;
+    }
+    devices.push_back(fmt::format("cuda:{} {} (sm_{}{}, {:.1f} GiB)", i, prop.name, prop.major, prop.minor,
+                                  static_cast<double>(prop.totalGlobalMem) / (1ull << 30)));
+  }
+  if (devices.empty() && error) *error = "the CUDA runtime reports 0 devices";
+  return devices;
+}
+
+std::string cuda_runtime_version() {
+  int v = 0;
+  return cudaRuntimeGetVersion(&v) == cudaSuccess && v > 0 ? version_string(v) : std::string();
+}
+
+std::string cuda_driver_version() {
+  int v = 0;  // stays 0 when no driver is installed
+  return cudaDriverGetVersion(&v) == cudaSuccess && v > 0 ? version_string(v) : std::string();
+}
+
+#else
+
+std::vector<std::string> cuda_devices(std::string* error) {
+  if (error) *error = "this build has no CUDA backend (configure with -DWF_CUDA=ON and a CUDA toolkit)";
+  return {};
+}
+std::string cuda_runtime_version() { return {}; }
+std::string cuda_driver_version() { return {}; }
+
+#endif
+
+}  // namespace wf
