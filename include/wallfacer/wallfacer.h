@@ -1,6 +1,8 @@
 #pragma once
 // Umbrella header: everything a program that embeds wallfacer needs.
 #include "wallfacer/build_info.h"
+#include "wallfacer/comm/process_grid.h"
+#include "wallfacer/core/cuda_info.h"
 #include "wallfacer/core/device.h"
 #include "wallfacer/core/dtype.h"
 #include "wallfacer/core/error.h"
@@ -16,3 +18,4 @@
 #include "wallfacer/autograd/grad_mode.h"
 #include "wallfacer/autograd/gradcheck.h"
 #include "wallfacer/autograd/node.h"
+#include "wallfacer/ops/ops.h"

@@ -1,14 +1,172 @@
-// `wallfacer bench kernels`: placeholder until the kernel benchmarks land.
+// `wallfacer bench kernels`: GEMM and attention throughput on this CPU, each printed beside
+// OpenBLAS sgemm measured in the same run, so the ratio means something on a noisy machine.
+//
+// FLOP counts: GEMM 2·M·N·K. Attention forward 4·n²·d·h for a full mask, half for causal;
+// backward 2.5× forward (the convention of the FlashAttention papers).
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm.h"
 #include "src/cli/commands.h"
+#include "wallfacer/core/tensor.h"
+#include "wallfacer/core/threading.h"
 
 namespace wf::cli {
+namespace {
+
+struct Options {
+  int threads = 1;
+  int iters = 3;
+  bool quick = false;  // small sizes: a smoke test of the command, not a measurement
+  bool json = false;
+};
+
+// Median wall time of `iters` runs after one warm-up run, in seconds.
+double median_seconds(int iters, const std::function<void()>& fn) {
+  fn();
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct Row {
+  std::string kernel, size;
+  double ms = 0, gflops = 0, reference_gflops = 0, target = 0;  // target: minimum ratio
+};
+
+// OpenBLAS sgemm called directly, single-threaded: the reference every row is compared to.
+double sgemm_gflops(std::int64_t n, int iters) {
+  init_blas_threads();
+  Tensor a = Tensor::randn({n, n}), b = Tensor::randn({n, n}), c = Tensor::zeros({n, n});
+  const int ni = static_cast<int>(n);
+  const double s = median_seconds(iters, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, ni, ni, 1.0f, a.data<float>(), ni, b.data<float>(), ni,
+                0.0f, c.data<float>(), ni);
+  });
+  return 2.0 * n * n * n / s * 1e-9;
+}
+
+Row bench_gemm(std::int64_t n, kernels::cpu::GemmBackend backend, double reference, int iters) {
+  Tensor a = Tensor::randn({n, n}), b = Tensor::randn({n, n}), c = Tensor::zeros({n, n});
+  const double s = median_seconds(iters, [&] {
+    kernels::cpu::gemm<float>(false, false, n, n, n, 1.0f, a.data<float>(), n, b.data<float>(), n, 0.0f,
+                              c.data<float>(), n, backend);
+  });
+  return {fmt::format("gemm f32 ({})", kernels::cpu::gemm_backend_name(backend)), fmt::format("{0}x{0}x{0}", n),
+          s * 1e3, 2.0 * n * n * n / s * 1e-9, reference, 0.9};
+}
+
+std::vector<Row> bench_attention(std::int64_t n, bool causal, double reference, int iters) {
+  kernels::cpu::AttentionShape shape;
+  shape.batch = 1;
+  shape.q_len = shape.kv_len = n;
+  shape.heads = shape.kv_heads = 8;
+  shape.head_dim = 64;
+  shape.causal = causal;
+  const Shape qshape{1, n, 8, 64}, lshape{1, 8, n};
+  Tensor q = Tensor::randn(qshape), k = Tensor::randn(qshape), v = Tensor::randn(qshape), d_o = Tensor::randn(qshape);
+  Tensor o = Tensor::empty(qshape), lse = Tensor::empty(lshape);
+  Tensor dq = Tensor::empty(qshape), dk = Tensor::empty(qshape), dv = Tensor::empty(qshape);
+  auto forward = [&] {
+    kernels::cpu::attention_forward<float>(shape, q.data<float>(), k.data<float>(), v.data<float>(), o.data<float>(),
+                                           lse.data<float>());
+  };
+  auto backward = [&] {
+    kernels::cpu::attention_backward<float>(shape, q.data<float>(), k.data<float>(), v.data<float>(), o.data<float>(),
+                                            lse.data<float>(), d_o.data<float>(), dq.data<float>(), dk.data<float>(),
+                                            dv.data<float>());
+  };
+  const double fwd_s = median_seconds(iters, forward);
+  const double bwd_s = median_seconds(iters, backward);
+  const double fwd_flops = 4.0 * n * n * 64 * 8 * (causal ? 0.5 : 1.0);
+  const double bwd_flops = 2.5 * fwd_flops;
+  const std::string size = fmt::format("B=1 h=8 d=64 n={}", n), mask = causal ? "causal" : "full";
+  return {
+      {"attention fwd (" + mask + ")", size, fwd_s * 1e3, fwd_flops / fwd_s * 1e-9, reference, 0},
+      {"attention bwd (" + mask + ")", size, bwd_s * 1e3, bwd_flops / bwd_s * 1e-9, reference, 0},
+      {"attention fwd+bwd (" + mask + ")", size, (fwd_s + bwd_s) * 1e3, (fwd_flops + bwd_flops) / (fwd_s + bwd_s) * 1e-9,
+       reference, 0.4},
+  };
+}
+
+int run(const Options& options) {
+  set_num_threads(options.threads);
+  const std::vector<std::int64_t> gemm_sizes = options.quick ? std::vector<std::int64_t>{128} : std::vector<std::int64_t>{1024, 2048};
+  const std::int64_t attn_n = options.quick ? 128 : 2048;
+
+  // One reference rate per GEMM size, and the 1024 one for attention (the yardstick).
+  std::vector<Row> rows;
+  double attention_reference = 0;
+  for (auto n : gemm_sizes) {
+    const double ref = sgemm_gflops(n, options.iters);
+    if (attention_reference == 0) attention_reference = ref;
+    rows.push_back({"openblas sgemm (reference)", fmt::format("{0}x{0}x{0}", n), 2.0 * n * n * n / ref * 1e-6, ref, ref, 0});
+    for (auto backend : {kernels::cpu::GemmBackend::cblas, kernels::cpu::GemmBackend::eigen}) {
+      Row row = bench_gemm(n, backend, ref, options.iters);
+      if (backend != kernels::cpu::default_gemm_backend()) row.target = 0;  // only the default has a target
+      rows.push_back(row);
+    }
+  }
+  for (bool causal : {false, true}) {
+    for (auto& row : bench_attention(attn_n, causal, attention_reference, options.iters)) rows.push_back(row);
+  }
+
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  if (options.json) {
+    for (const auto& r : rows) {
+      nlohmann::ordered_json j;
+      j["kernel"] = r.kernel;
+      j["size"] = r.size;
+      j["time_ms"] = r.ms;
+      j["gflops"] = r.gflops;
+      j["reference_sgemm_gflops"] = r.reference_gflops;
+      j["ratio"] = r.gflops / r.reference_gflops;
+      if (r.target > 0) j["target_ratio"] = r.target;
+      j["threads"] = options.threads;
+      j["openblas_coretype"] = coretype ? coretype : "";
+      std::printf("%s\n", j.dump().c_str());
+    }
+    return kExitOk;
+  }
+  std::printf("wallfacer bench kernels: %d thread(s), %s, OPENBLAS_CORETYPE=%s\n", options.threads, blas_info(),
+              coretype ? coretype : "(unset)");
+  std::printf("%-32s %-20s %10s %10s %12s %7s %s\n", "kernel", "size", "time_ms", "GFLOP/s", "sgemm GFLOP/s", "ratio",
+              "target");
+  for (const auto& r : rows) {
+    const double ratio = r.gflops / r.reference_gflops;
+    const std::string target = r.target > 0 ? fmt::format(">= {:.2f} {}", r.target, ratio >= r.target ? "met" : "MISSED") : "";
+    std::printf("%-32s %-20s %10.2f %10.1f %12.1f %7.2f %s\n", r.kernel.c_str(), r.size.c_str(), r.ms, r.gflops,
+                r.reference_gflops, ratio, target.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
 
 void add_bench_kernels_command(CLI::App& bench) {
-  CLI::App* command = bench.add_subcommand("kernels", "Time the CPU kernels against their references");
-  set_action(*command, [] {
-    print_error("bench kernels: not yet implemented");
-    return kExitRuntimeError;
-  });
+  auto options = std::make_shared<Options>();
+  CLI::App* command = bench.add_subcommand(
+      "kernels", "GEMM (1024, 2048 f32) and attention fwd+bwd (B=1 h=8 d=64 n=2048) GFLOP/s beside OpenBLAS sgemm");
+  command->add_option("--threads", options->threads, "CPU threads (the targets are for 1)")->check(CLI::PositiveNumber);
+  command->add_option("--iters", options->iters, "timed runs per kernel (the median is printed)")
+      ->check(CLI::PositiveNumber);
+  command->add_flag("--quick", options->quick, "tiny sizes: checks the command runs, measures nothing useful");
+  command->add_flag("--json", options->json, "one JSON object per line instead of the table");
+  set_action(*command, [options] { return run(*options); });
 }
 
 }  // namespace wf::cli

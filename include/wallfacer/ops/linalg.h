@@ -1,0 +1,13 @@
+#pragma once
+// Differentiable matrix products (GEMM kernels underneath).
+#include "wallfacer/core/tensor.h"
+
+namespace wf {
+
+// a [..., M, K] @ b [..., K, N] → [..., M, N]. Batch dims must match, or b may be 2-D (shared
+// across the batch, e.g. a weight); the optional transposes apply to the last two dims.
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+// x [..., in] · weightᵀ [in, out] + bias [out]: the layout of nn::Linear (weight [out, in]).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+}  // namespace wf

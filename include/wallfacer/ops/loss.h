@@ -1,0 +1,12 @@
+#pragma once
+// Fused softmax cross-entropy over a vocabulary.
+#include "wallfacer/core/tensor.h"
+
+namespace wf {
+
+// logits [..., V] (f32/f64), targets [...] i64. Mean over the targets that are not
+// ignore_index (0 when every target is ignored). The full probability matrix is never kept:
+// backward recomputes softmax from the logits and the saved log-sum-exp.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index = -100);
+
+}  // namespace wf

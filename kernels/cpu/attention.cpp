@@ -1,0 +1,599 @@
+#include "kernels/cpu/attention.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/threading.h"
+
+namespace wf::kernels::cpu {
+namespace {
+
+// Tile sizes, measured single-threaded at head_dim 64 (docs/kernels-attention.md): a forward
+// task owns kForwardRows query rows and streams kForwardKeys keys at a time; a backward task
+// owns kBackwardKeys keys and streams kBackwardRows query rows at a time. Score tiles stay in L2
+// (128 KiB forward, 32 KiB ×2 backward); 64-row backward tiles also hit OpenBLAS's
+// small-matrix path, which skips packing.
+constexpr std::int64_t kForwardRows = 128;
+constexpr std::int64_t kForwardKeys = 256;
+constexpr std::int64_t kBackwardRows = 64;
+constexpr std::int64_t kBackwardKeys = 128;
+// The backward pass may give extra dQ partial buffers to tasks that share query rows (see
+// backward_chunks); this bounds the memory they take.
+constexpr double kMaxPartialBytes = double(std::int64_t{1} << 30);
+
+template <class T>
+constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+
+// ---- BLAS -------------------------------------------------------------------------------
+// Row-major C = alpha·op(A)·op(B) + beta·C on one thread (OpenBLAS is pinned to one thread; the
+// tiles are parallelised with OpenMP). Leading dimensions address one head of [n, h, d].
+void tile_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+               std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m), int(n),
+              int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+void tile_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+               const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c,
+               std::int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m), int(n),
+              int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// ---- float rows: explicit SIMD ------------------------------------------------------------
+// The exponentials are the largest cost after the GEMMs. std::exp does not vectorise without
+// -ffast-math, and GCC will not auto-vectorise a clamped polynomial exp either (under the
+// default -ftrapping-math it keeps float compares as branches), so the float row kernels are
+// written with GCC vector extensions over W lanes. The library is built for baseline x86-64, so
+// the kernels are compiled three times — 4 lanes (SSE2), 8 (AVX2) and 16 (AVX-512) — and the
+// widest the CPU runs is picked once at first use. Lane order is fixed, so the reductions are
+// deterministic on a given machine.
+//
+// The wide-lane helpers take and return vectors by value; they are always inlined into the
+// functions compiled for their ISA, so no such value ever crosses a call and GCC's note about
+// the AVX calling convention does not apply. (GCC reports it at the end of the file, where the
+// templates are emitted, so the suppression cannot be popped.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+// (Explicit specialisations: GCC drops vector_size on a dependent alias template.)
+template <int W>
+struct Lanes;
+template <>
+struct Lanes<4> {
+  typedef float Float __attribute__((vector_size(16)));
+  typedef std::int32_t Int __attribute__((vector_size(16)));
+};
+template <>
+struct Lanes<8> {
+  typedef float Float __attribute__((vector_size(32)));
+  typedef std::int32_t Int __attribute__((vector_size(32)));
+};
+template <>
+struct Lanes<16> {
+  typedef float Float __attribute__((vector_size(64)));
+  typedef std::int32_t Int __attribute__((vector_size(64)));
+};
+template <int W>
+using FloatLanes = typename Lanes<W>::Float;
+template <int W>
+using IntLanes = typename Lanes<W>::Int;
+
+template <int W>
+[[gnu::always_inline]] inline FloatLanes<W> splat(float x) {
+  return FloatLanes<W>{} + x;
+}
+// Lanes [0, n) from p, the others set to `fill`.
+template <int W>
+[[gnu::always_inline]] inline FloatLanes<W> load(const float* p, std::int64_t n = W, float fill = 0) {
+  FloatLanes<W> v = splat<W>(fill);
+  std::memcpy(&v, p, static_cast<std::size_t>(n) * sizeof(float));
+  return v;
+}
+template <int W>
+[[gnu::always_inline]] inline void store(float* p, const FloatLanes<W>& v, std::int64_t n = W) {
+  std::memcpy(p, &v, static_cast<std::size_t>(n) * sizeof(float));
+}
+template <int W>
+[[gnu::always_inline]] inline float horizontal(const FloatLanes<W>& v, float (*op)(float, float)) {
+  float r = v[0];
+  for (int l = 1; l < W; ++l) r = op(r, v[l]);
+  return r;
+}
+
+// eˣ for x <= 88 (attention only exponentiates s − max <= 0 and s − lse <= ~0); 0 below the
+// smallest normal float and for -inf, NaN for NaN; within 1.4 ulp of std::exp. Cody–Waite reduction to
+// |r| <= ln2/2, the Cephes degree-6 polynomial, 2ⁿ built in the exponent bits.
+template <int W>
+[[gnu::always_inline]] inline FloatLanes<W> exp_bounded(const FloatLanes<W>& x) {
+  const FloatLanes<W> lo = splat<W>(-87.33654f);  // ln(FLT_MIN): 2ⁿ stays a normal float
+  const FloatLanes<W> hi = splat<W>(88.0f);
+  // Compares written so that a NaN input falls through every select and comes out NaN.
+  FloatLanes<W> xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  // Round to nearest by the 1.5·2²³ trick (plain adds: no SSE4.1 round needed).
+  const FloatLanes<W> n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const FloatLanes<W> r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;  // ln2 = short high part + rest
+  FloatLanes<W> p = splat<W>(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const auto two_n = reinterpret_cast<FloatLanes<W>>((__builtin_convertvector(n, IntLanes<W>) + 127) << 23);
+  return x < lo ? splat<W>(0.0f) : p * two_n;
+}
+
+template <int W>
+[[gnu::always_inline]] inline float row_max_lanes(const float* x, std::int64_t n) {
+  FloatLanes<W> m = splat<W>(kNegInf<float>);
+  std::int64_t j = 0;
+  for (; j + W <= n; j += W) {
+    const FloatLanes<W> v = load<W>(x + j);
+    m = v > m ? v : m;
+  }
+  const FloatLanes<W> tail = load<W>(x + j, n - j, kNegInf<float>);
+  m = tail > m ? tail : m;
+  return horizontal<W>(m, [](float a, float b) { return std::max(a, b); });
+}
+
+// x[j] ← exp(x[j] − shift) for j < n; returns their sum.
+template <int W>
+[[gnu::always_inline]] inline float exp_shifted_sum_lanes(float* x, std::int64_t n, float shift) {
+  FloatLanes<W> sum = splat<W>(0.0f);
+  std::int64_t j = 0;
+  for (; j + W <= n; j += W) {
+    const FloatLanes<W> e = exp_bounded<W>(load<W>(x + j) - shift);
+    store<W>(x + j, e);
+    sum += e;
+  }
+  if (j < n) {  // padding lanes hold -inf, whose exp is 0
+    const FloatLanes<W> e = exp_bounded<W>(load<W>(x + j, n - j, kNegInf<float>) - shift);
+    store<W>(x + j, e, n - j);
+    sum += e;
+  }
+  return horizontal<W>(sum, [](float a, float b) { return a + b; });
+}
+
+#if defined(__x86_64__)
+struct FloatRowKernels {
+  float (*row_max)(const float*, std::int64_t);
+  float (*exp_shifted_sum)(float*, std::int64_t, float);
+};
+#define WF_FLOAT_ROW_KERNELS(name, lanes, isa)                                                                     \
+  [[gnu::target(isa)]] float row_max_##name(const float* x, std::int64_t n) { return row_max_lanes<lanes>(x, n); } \
+  [[gnu::target(isa)]] float exp_shifted_sum_##name(float* x, std::int64_t n, float shift) {                       \
+    return exp_shifted_sum_lanes<lanes>(x, n, shift);                                                              \
+  }                                                                                                                \
+  constexpr FloatRowKernels kFloatRows_##name{row_max_##name, exp_shifted_sum_##name};
+WF_FLOAT_ROW_KERNELS(sse2, 4, "sse2")
+WF_FLOAT_ROW_KERNELS(avx2, 8, "avx2,fma")
+WF_FLOAT_ROW_KERNELS(avx512, 16, "avx512f")
+#undef WF_FLOAT_ROW_KERNELS
+
+const FloatRowKernels& float_rows() {
+  static const FloatRowKernels kernels = __builtin_cpu_supports("avx512f") ? kFloatRows_avx512
+                                         : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+                                             ? kFloatRows_avx2
+                                             : kFloatRows_sse2;
+  return kernels;
+}
+
+float row_max(const float* x, std::int64_t n) { return float_rows().row_max(x, n); }
+float exp_shifted_sum(float* x, std::int64_t n, float shift) { return float_rows().exp_shifted_sum(x, n, shift); }
+#else  // other CPUs: the 4-lane kernels, which map onto 128-bit SIMD (e.g. NEON)
+float row_max(const float* x, std::int64_t n) { return row_max_lanes<4>(x, n); }
+float exp_shifted_sum(float* x, std::int64_t n, float shift) { return exp_shifted_sum_lanes<4>(x, n, shift); }
+#endif
+float exp_bounded(float x) { return exp_bounded<4>(splat<4>(x))[0]; }
+
+// f64 is the accuracy path (gradient checks), not the speed path: plain loops and the libm exp.
+double exp_bounded(double x) { return std::exp(x); }
+double row_max(const double* x, std::int64_t n) {
+  double m = kNegInf<double>;
+  for (std::int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+double exp_shifted_sum(double* x, std::int64_t n, double shift) {
+  double sum = 0;
+  for (std::int64_t j = 0; j < n; ++j) {
+    x[j] = std::exp(x[j] - shift);
+    sum += x[j];
+  }
+  return sum;
+}
+
+template <class T>
+T dot(const T* x, const T* y, std::int64_t n) {
+  T sum = 0;
+  for (std::int64_t j = 0; j < n; ++j) sum += x[j] * y[j];
+  return sum;
+}
+
+template <class T>
+void scale_row(T* x, std::int64_t n, T alpha) {
+  for (std::int64_t j = 0; j < n; ++j) x[j] *= alpha;
+}
+
+template <class T>
+void zero_row(T* x, std::int64_t n) {
+  std::fill(x, x + n, T(0));
+}
+
+// ---- geometry and operands --------------------------------------------------------------
+// Everything a tile needs: sizes, strides, the mask and the data pointers (null where a pass
+// does not use them).
+template <class T>
+struct Attention {
+  AttentionShape s;
+  std::int64_t group;                // query heads per kv head
+  std::int64_t q_stride, kv_stride;  // elements between consecutive positions
+  T scale;
+  const T *q = nullptr, *k = nullptr, *v = nullptr, *lse = nullptr, *d_o = nullptr;
+
+  explicit Attention(const AttentionShape& shape)
+      : s(shape),
+        group(shape.heads / shape.kv_heads),
+        q_stride(shape.heads * shape.head_dim),
+        kv_stride(shape.kv_heads * shape.head_dim),
+        scale(T(attention_scale(shape))) {}
+
+  std::int64_t q_at(std::int64_t b, std::int64_t i, std::int64_t h) const {
+    return ((b * s.q_len + i) * s.heads + h) * s.head_dim;
+  }
+  std::int64_t kv_at(std::int64_t b, std::int64_t j, std::int64_t hk) const {
+    return ((b * s.kv_len + j) * s.kv_heads + hk) * s.head_dim;
+  }
+  std::int64_t lse_at(std::int64_t b, std::int64_t h, std::int64_t i) const { return (b * s.heads + h) * s.q_len + i; }
+
+  // The keys a query row sees are always a prefix [0, n) of the block: n for row i.
+  std::int64_t visible_keys(std::int64_t i) const {
+    if (!s.causal) return s.kv_len;
+    return std::clamp<std::int64_t>(s.q_offset + i - s.kv_offset + 1, 0, s.kv_len);
+  }
+  // Visible keys of row i inside the key tile [k0, k0 + kn).
+  std::int64_t visible_in_tile(std::int64_t i, std::int64_t k0, std::int64_t kn) const {
+    return std::clamp<std::int64_t>(visible_keys(i) - k0, 0, kn);
+  }
+  // The first query row that sees key j (q_len when none does).
+  std::int64_t first_query(std::int64_t j) const {
+    if (!s.causal) return 0;
+    return std::clamp<std::int64_t>(j + s.kv_offset - s.q_offset, 0, s.q_len);
+  }
+  // Rows [i0, ...) all see the whole key tile ending at k_end: no elementwise mask needed.
+  bool tile_unmasked(std::int64_t i0, std::int64_t k_end) const { return visible_keys(i0) >= k_end; }
+
+  // Turns a rows × kn score tile into probabilities P = exp(s - shift_r), masked entries 0.
+  // shift_r = -inf (a row that saw nothing) gives a zero row.
+  void probabilities(T* tile, std::int64_t rows, std::int64_t kn, std::int64_t i0, std::int64_t k0,
+                     const T* shift) const {
+    const bool unmasked = tile_unmasked(i0, k0 + kn);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* row = tile + r * kn;
+      const T shift_r = shift[r];
+      const std::int64_t nv = shift_r == kNegInf<T> ? 0 : unmasked ? kn : visible_in_tile(i0 + r, k0, kn);
+      exp_shifted_sum(row, nv, shift_r);
+      zero_row(row + nv, kn - nv);
+    }
+  }
+};
+
+// ---- forward ----------------------------------------------------------------------------
+template <class T>
+struct ForwardScratch {
+  std::vector<T> scores, acc, max, sum;
+  explicit ForwardScratch(std::int64_t head_dim)
+      : scores(kForwardRows * kForwardKeys), acc(kForwardRows * head_dim), max(kForwardRows), sum(kForwardRows) {}
+};
+
+// Online softmax over the key tiles for query rows [i0, i0 + rows) of head h.
+template <class T>
+void forward_rows(const Attention<T>& a, T* o, T* lse, std::int64_t b, std::int64_t h, std::int64_t i0,
+                  std::int64_t rows, ForwardScratch<T>& w) {
+  const std::int64_t d = a.s.head_dim;
+  const std::int64_t hk = h / a.group;
+  const T* q = a.q + a.q_at(b, i0, h);
+  T* scores = w.scores.data();
+  T* acc = w.acc.data();
+  T* m = w.max.data();
+  T* l = w.sum.data();
+  std::fill(m, m + rows, kNegInf<T>);
+  std::fill(l, l + rows, T(0));
+  zero_row(acc, rows * d);
+
+  // Key tiles past what the last row sees are fully masked: never computed.
+  const std::int64_t key_end = a.visible_keys(i0 + rows - 1);
+  for (std::int64_t k0 = 0; k0 < key_end; k0 += kForwardKeys) {
+    const std::int64_t kn = std::min(kForwardKeys, key_end - k0);
+    const bool unmasked = a.tile_unmasked(i0, k0 + kn);
+    tile_gemm(false, true, rows, kn, d, a.scale, q, a.q_stride, a.k + a.kv_at(b, k0, hk), a.kv_stride, T(0), scores,
+              kn);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* row = scores + r * kn;
+      const std::int64_t nv = unmasked ? kn : a.visible_in_tile(i0 + r, k0, kn);
+      if (nv == 0) {  // this row's keys all lie in its future: contributes nothing
+        zero_row(row, kn);
+        continue;
+      }
+      const T m_new = std::max(m[r], row_max(row, nv));
+      const T rescale = exp_bounded(m[r] - m_new);  // m[r] = -inf (first visible tile) → 0
+      l[r] = l[r] * rescale + exp_shifted_sum(row, nv, m_new);
+      zero_row(row + nv, kn - nv);
+      m[r] = m_new;
+      if (rescale != T(1)) scale_row(acc + r * d, d, rescale);
+    }
+    tile_gemm(false, false, rows, d, kn, T(1), scores, kn, a.v + a.kv_at(b, k0, hk), a.kv_stride, T(1), acc, d);
+  }
+
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* out = o + a.q_at(b, i0 + r, h);
+    T& out_lse = lse[a.lse_at(b, h, i0 + r)];
+    if (m[r] == kNegInf<T>) {  // no visible key: O = 0, lse = -inf by definition
+      zero_row(out, d);
+      out_lse = kNegInf<T>;
+      continue;
+    }
+    const T inv = T(1) / l[r];
+    const T* in = acc + r * d;
+#pragma omp simd
+    for (std::int64_t c = 0; c < d; ++c) out[c] = in[c] * inv;
+    out_lse = m[r] + std::log(l[r]);
+  }
+}
+
+// ---- backward ---------------------------------------------------------------------------
+template <class T>
+struct BackwardScratch {
+  std::vector<T> p, ds, dk, dv;
+  explicit BackwardScratch(std::int64_t head_dim)
+      : p(kBackwardRows * kBackwardKeys),
+        ds(kBackwardRows * kBackwardKeys),
+        dk(kBackwardKeys * head_dim),
+        dv(kBackwardKeys * head_dim) {}
+};
+
+// All contributions of key tile [k0, k0 + kn) of kv head hk: its dK, dV rows (written, or added
+// when accumulating) and its share of dQ for every query head of the group (added into dq_out,
+// which the caller owns exclusively for these rows and heads).
+template <class T>
+void backward_key_tile(const Attention<T>& a, const T* delta, T* dq_out, T* dk, T* dv, bool accumulate, std::int64_t b,
+                       std::int64_t hk, std::int64_t k0, std::int64_t kn, BackwardScratch<T>& w) {
+  const std::int64_t d = a.s.head_dim;
+  const T* k = a.k + a.kv_at(b, k0, hk);
+  const T* v = a.v + a.kv_at(b, k0, hk);
+  T* p = w.p.data();
+  T* ds = w.ds.data();
+  T* dk_acc = w.dk.data();
+  T* dv_acc = w.dv.data();
+  zero_row(dk_acc, kn * d);
+  zero_row(dv_acc, kn * d);
+
+  // Query rows before first_query(k0) see none of these keys.
+  const std::int64_t i_begin = a.first_query(k0);
+  for (std::int64_t g = 0; g < a.group; ++g) {
+    const std::int64_t h = hk * a.group + g;
+    for (std::int64_t i0 = i_begin; i0 < a.s.q_len; i0 += kBackwardRows) {
+      const std::int64_t rows = std::min(kBackwardRows, a.s.q_len - i0);
+      const T* q = a.q + a.q_at(b, i0, h);
+      const T* d_o = a.d_o + a.q_at(b, i0, h);
+      const T* lse = a.lse + a.lse_at(b, h, i0);
+      const T* delta_rows = delta + a.lse_at(b, h, i0);
+
+      tile_gemm(false, true, rows, kn, d, a.scale, q, a.q_stride, k, a.kv_stride, T(0), p, kn);  // S
+      a.probabilities(p, rows, kn, i0, k0, lse);                                                 // P
+      tile_gemm(true, false, kn, d, rows, T(1), p, kn, d_o, a.q_stride, T(1), dv_acc, d);        // dV += Pᵀ·dO
+      tile_gemm(false, true, rows, kn, d, T(1), d_o, a.q_stride, v, a.kv_stride, T(0), ds, kn);  // dP = dO·Vᵀ
+      for (std::int64_t r = 0; r < rows; ++r) {  // dS = scale·P∘(dP − D); masked P = 0 → dS = 0
+        const T* p_row = p + r * kn;
+        T* ds_row = ds + r * kn;
+        const T delta_r = delta_rows[r];
+#pragma omp simd
+        for (std::int64_t c = 0; c < kn; ++c) ds_row[c] = a.scale * p_row[c] * (ds_row[c] - delta_r);
+      }
+      tile_gemm(true, false, kn, d, rows, T(1), ds, kn, q, a.q_stride, T(1), dk_acc, d);  // dK += dSᵀ·Q
+      tile_gemm(false, false, rows, d, kn, T(1), ds, kn, k, a.kv_stride, T(1), dq_out + a.q_at(b, i0, h),
+                a.q_stride);  // dQ += dS·K
+    }
+  }
+
+  for (std::int64_t j = 0; j < kn; ++j) {
+    T* dk_row = dk + a.kv_at(b, k0 + j, hk);
+    T* dv_row = dv + a.kv_at(b, k0 + j, hk);
+    const T* dk_in = dk_acc + j * d;
+    const T* dv_in = dv_acc + j * d;
+    if (accumulate) {
+      for (std::int64_t c = 0; c < d; ++c) dk_row[c] += dk_in[c];
+      for (std::int64_t c = 0; c < d; ++c) dv_row[c] += dv_in[c];
+    } else {
+      std::copy(dk_in, dk_in + d, dk_row);
+      std::copy(dv_in, dv_in + d, dv_row);
+    }
+  }
+}
+
+// Backward tasks are (batch, kv head, chunk): a task owns every key tile of its chunk, so dK/dV
+// rows have one writer, and it handles all query heads of its kv group. Its dQ contributions
+// land in dQ itself for chunk 0 and in a private zeroed partial buffer for the others, summed
+// in chunk order afterwards, so dQ is race-free and deterministic for a given thread count.
+// Chunks beyond one exist only to keep the threads busy when batch·kv_heads does not divide
+// well among them; each costs a dQ-sized buffer, so use the fewest that keep >= 85 % of the
+// thread-rounds busy, within kMaxPartialBytes.
+std::int64_t backward_chunks(const AttentionShape& s, std::int64_t key_tiles, std::size_t dq_bytes) {
+  const std::int64_t threads = omp_in_parallel() ? 1 : std::int64_t{omp_get_max_threads()};
+  const std::int64_t groups = s.batch * s.kv_heads;
+  const auto affordable = static_cast<std::int64_t>(1 + kMaxPartialBytes / std::max(double(dq_bytes), 1.0));
+  const std::int64_t max_chunks = std::max<std::int64_t>(1, std::min(key_tiles, affordable));
+  for (std::int64_t chunks = 1; chunks < max_chunks; ++chunks) {
+    const std::int64_t tasks = groups * chunks;
+    const std::int64_t rounds = (tasks + threads - 1) / threads;
+    if (double(tasks) >= 0.85 * double(rounds * threads)) return chunks;
+  }
+  return max_chunks;
+}
+
+void check_pointers(const AttentionShape& s, const char* what, std::initializer_list<const void*> q_side,
+                    std::initializer_list<const void*> kv_side) {
+  if (s.q_len > 0)
+    for (const void* ptr : q_side) WF_CHECK(ptr != nullptr, "{}: null Q-side pointer with q_len = {}", what, s.q_len);
+  if (s.kv_len > 0)
+    for (const void* ptr : kv_side)
+      WF_CHECK(ptr != nullptr, "{}: null K/V-side pointer with kv_len = {}", what, s.kv_len);
+}
+
+}  // namespace
+
+// ---- public -----------------------------------------------------------------------------
+void check_attention_shape(const AttentionShape& s, const char* what) {
+  WF_CHECK(s.batch >= 1 && s.heads >= 1 && s.kv_heads >= 1 && s.head_dim >= 1,
+           "{}: batch {}, heads {}, kv_heads {}, head_dim {} must all be >= 1", what, s.batch, s.heads, s.kv_heads,
+           s.head_dim);
+  WF_CHECK(s.q_len >= 0 && s.kv_len >= 0, "{}: q_len {} and kv_len {} must be >= 0", what, s.q_len, s.kv_len);
+  WF_CHECK(s.heads % s.kv_heads == 0,
+           "{}: heads {} is not a multiple of kv_heads {} (grouped-query attention needs heads = kv_heads · group)",
+           what, s.heads, s.kv_heads);
+  WF_CHECK(s.q_offset >= 0 && s.kv_offset >= 0, "{}: q_offset {} and kv_offset {} are positions and must be >= 0", what,
+           s.q_offset, s.kv_offset);
+  WF_CHECK(std::isfinite(s.scale), "{}: scale {} must be finite (0 selects 1/sqrt(head_dim))", what, s.scale);
+  WF_CHECK(s.heads * s.head_dim <= INT_MAX, "{}: heads·head_dim = {} exceeds the BLAS int range", what,
+           s.heads * s.head_dim);
+}
+
+double attention_scale(const AttentionShape& s) { return s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(s.head_dim)); }
+
+template <class T>
+void attention_forward(const AttentionShape& shape, const T* q, const T* k, const T* v, T* o, T* lse) {
+  check_attention_shape(shape, "attention_forward");
+  check_pointers(shape, "attention_forward", {q, o, lse}, {k, v});
+  init_blas_threads();
+  Attention<T> a(shape);
+  a.q = q;
+  a.k = k;
+  a.v = v;
+
+  const std::int64_t q_tiles = (shape.q_len + kForwardRows - 1) / kForwardRows;
+  const std::int64_t heads = shape.batch * shape.heads;
+  const std::int64_t tasks = q_tiles * heads;
+#pragma omp parallel if (tasks > 1)
+  {
+    ForwardScratch<T> scratch(shape.head_dim);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t t = 0; t < tasks; ++t) {
+      // Last query tiles first: under a causal mask they see the most keys, and starting the
+      // longest tasks first balances the dynamic schedule.
+      const std::int64_t tile = q_tiles - 1 - t / heads;
+      const std::int64_t b = (t % heads) / shape.heads, h = t % shape.heads;
+      const std::int64_t i0 = tile * kForwardRows;
+      forward_rows(a, o, lse, b, h, i0, std::min(kForwardRows, shape.q_len - i0), scratch);
+    }
+  }
+}
+
+template <class T>
+void attention_backward(const AttentionShape& shape, const T* q, const T* k, const T* v, const T* o, const T* lse,
+                        const T* d_o, T* dq, T* dk, T* dv, bool accumulate, const T* d_lse) {
+  check_attention_shape(shape, "attention_backward");
+  check_pointers(shape, "attention_backward", {q, o, lse, d_o, dq}, {k, v, dk, dv});
+  init_blas_threads();
+  Attention<T> a(shape);
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.lse = lse;
+  a.d_o = d_o;
+
+  const std::int64_t d = shape.head_dim;
+  const std::int64_t q_rows = shape.batch * shape.q_len * shape.heads;  // rows of d elements
+  const std::int64_t q_elems = q_rows * d;
+  if (!accumulate) {
+#pragma omp parallel for schedule(static) if (q_elems > (1 << 16))
+    for (std::int64_t e = 0; e < q_elems; ++e) dq[e] = T(0);
+  }
+  // D = rowsum(dO∘O) − d_lse, once per query row, laid out like lse: dS = scale·P∘(dP − D)
+  // then carries both the softmax term and lse's own gradient P·d_lse.
+  std::vector<T> delta(static_cast<std::size_t>(q_rows));
+#pragma omp parallel for schedule(static) if (q_rows > (1 << 12))
+  for (std::int64_t r = 0; r < q_rows; ++r) {
+    const std::int64_t h = r % shape.heads, i = (r / shape.heads) % shape.q_len, b = r / (shape.heads * shape.q_len);
+    const std::int64_t at = a.lse_at(b, h, i);
+    delta[at] = dot(d_o + r * d, o + r * d, d) - (d_lse ? d_lse[at] : T(0));
+  }
+
+  const std::int64_t key_tiles = (shape.kv_len + kBackwardKeys - 1) / kBackwardKeys;
+  const std::int64_t chunks = backward_chunks(shape, key_tiles, std::size_t(q_elems) * sizeof(T));
+  std::vector<T> partial_dq(static_cast<std::size_t>((chunks - 1) * q_elems), T(0));
+  const std::int64_t groups = shape.batch * shape.kv_heads;
+  const std::int64_t tasks = groups * chunks;
+#pragma omp parallel if (tasks > 1)
+  {
+    BackwardScratch<T> scratch(d);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t t = 0; t < tasks; ++t) {
+      const std::int64_t chunk = t / groups, b = (t % groups) / shape.kv_heads, hk = t % shape.kv_heads;
+      T* dq_out = chunk == 0 ? dq : partial_dq.data() + (chunk - 1) * q_elems;
+      // Key tiles dealt round-robin: under a causal mask early keys see more queries, so
+      // striding spreads the work evenly over the chunks.
+      for (std::int64_t tile = chunk; tile < key_tiles; tile += chunks) {
+        const std::int64_t k0 = tile * kBackwardKeys;
+        backward_key_tile(a, delta.data(), dq_out, dk, dv, accumulate, b, hk, k0,
+                          std::min(kBackwardKeys, shape.kv_len - k0), scratch);
+      }
+    }
+  }
+  if (chunks > 1) {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t e = 0; e < q_elems; ++e)
+      for (std::int64_t c = 0; c + 1 < chunks; ++c) dq[e] += partial_dq[c * q_elems + e];
+  }
+  // kv_len == 0 leaves no task; dk/dv are then empty. q_len == 0 still runs every key tile,
+  // which writes (or adds) zero gradients.
+}
+
+template <class T>
+void attention_merge(std::int64_t batch, std::int64_t q_len, std::int64_t heads, std::int64_t head_dim, T* o, T* lse,
+                     const T* o_i, const T* lse_i) {
+  WF_CHECK(batch >= 0 && q_len >= 0 && heads >= 1 && head_dim >= 1,
+           "attention_merge: batch {}, q_len {} must be >= 0 and heads {}, head_dim {} >= 1", batch, q_len, heads,
+           head_dim);
+  const std::int64_t rows = batch * q_len * heads;
+  if (rows > 0) WF_CHECK(o && lse && o_i && lse_i, "attention_merge: null pointer for {} rows", rows);
+#pragma omp parallel for schedule(static) if (rows * head_dim > (1 << 16))
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t h = r % heads, i = (r / heads) % q_len, b = r / (heads * q_len);
+    const std::int64_t at = (b * heads + h) * q_len + i;
+    const T mine = lse[at], theirs = lse_i[at];
+    if (theirs == kNegInf<T>) continue;  // the partial saw no key
+    T* out = o + r * head_dim;
+    const T* in = o_i + r * head_dim;
+    if (mine == kNegInf<T>) {
+      std::copy(in, in + head_dim, out);
+      lse[at] = theirs;
+      continue;
+    }
+    // Weights e^mine and e^theirs relative to the larger one: the exponent is <= 0, so nothing
+    // overflows however far apart they are, and log1p keeps the smaller share's precision.
+    const T hi = std::max(mine, theirs);
+    const T ratio = std::exp(std::min(mine, theirs) - hi);
+    const T w_small = ratio / (T(1) + ratio), w_big = T(1) / (T(1) + ratio);
+    const T w_mine = mine >= theirs ? w_big : w_small;
+    const T w_theirs = mine >= theirs ? w_small : w_big;
+    for (std::int64_t c = 0; c < head_dim; ++c) out[c] = w_mine * out[c] + w_theirs * in[c];
+    lse[at] = hi + std::log1p(ratio);
+  }
+}
+
+#define WF_INSTANTIATE_ATTENTION(T)                                                                            \
+  template void attention_forward<T>(const AttentionShape&, const T*, const T*, const T*, T*, T*);             \
+  template void attention_backward<T>(const AttentionShape&, const T*, const T*, const T*, const T*, const T*, \
+                                      const T*, T*, T*, T*, bool, const T*);                                   \
+  template void attention_merge<T>(std::int64_t, std::int64_t, std::int64_t, std::int64_t, T*, T*, const T*, const T*);
+WF_INSTANTIATE_ATTENTION(float)
+WF_INSTANTIATE_ATTENTION(double)
+#undef WF_INSTANTIATE_ATTENTION
+
+}  // namespace wf::kernels::cpu

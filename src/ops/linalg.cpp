@@ -1,0 +1,161 @@
+// Matrix products on the GEMM kernels. Transposes are never materialised: they are GEMM flags.
+// Gradients of a weight shared over a batch (a 2-D b in matmul, W in linear) are summed over
+// the batch by the GEMM itself, as one product with the batch folded into K, whenever the
+// memory layout allows it.
+#include "wallfacer/ops/linalg.h"
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
+#include "src/ops/common.h"
+#include "wallfacer/autograd/function.h"
+#include "wallfacer/ops/reduction.h"
+
+namespace wf {
+namespace {
+
+using autograd::Context;
+using autograd::TensorList;
+
+// Rows and columns of op(t) for the last two dims of t.
+struct OpDims {
+  std::int64_t rows, cols;
+};
+OpDims op_dims(const Tensor& t, bool transposed) {
+  const std::int64_t r = t.size(-2), c = t.size(-1);
+  return transposed ? OpDims{c, r} : OpDims{r, c};
+}
+
+Shape batch_shape_of(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
+
+// op(a)·op(b) for operands of at least 2 dims. Dims before the last two are a batch; a 2-D
+// operand is shared by every item of the other's batch. With sum_batch the per-item products
+// are summed into one [M, N] matrix (the gradient of a shared operand).
+Tensor batched_product(const char* name, const Tensor& a, bool ta, const Tensor& b, bool tb, bool sum_batch) {
+  const OpDims da = op_dims(a, ta), db = op_dims(b, tb);
+  const std::int64_t M = da.rows, K = da.cols, N = db.cols;
+  WF_CHECK(K == db.rows,
+           "{}: inner dimensions differ: a of shape {}{} has {} columns but b of shape {}{} has {} rows", name,
+           shape_str(a.shape()), ta ? " (transposed)" : "", K, shape_str(b.shape()), tb ? " (transposed)" : "",
+           db.rows);
+  const bool a_batched = a.dim() > 2, b_batched = b.dim() > 2;
+  const Shape batch_shape = a_batched ? batch_shape_of(a) : batch_shape_of(b);
+  WF_CHECK(!(a_batched && b_batched) || batch_shape_of(b) == batch_shape,
+           "{}: batch dims of a {} and b {} differ; b must have the same batch dims as a, or be 2-D", name,
+           shape_str(a.shape()), shape_str(b.shape()));
+  const std::int64_t batch = shape_numel(batch_shape);
+
+  return ops::compute_in(name, a.dtype(), {a, b}, [&](auto tag, const TensorList& c) {
+    using T = decltype(tag);
+    const T* A = c[0].template data<T>();
+    const T* B = c[1].template data<T>();
+    const std::int64_t lda = a.size(-1), ldb = b.size(-1);
+    const std::int64_t stride_a = a_batched ? a.size(-2) * lda : 0;
+    const std::int64_t stride_b = b_batched ? b.size(-2) * ldb : 0;
+    if (!sum_batch) {
+      Shape out_shape = batch_shape;
+      out_shape.insert(out_shape.end(), {M, N});
+      Tensor out = Tensor::empty(out_shape, dtype_v<T>);
+      kernels::cpu::gemm_batched<T>(ta, tb, batch, M, N, K, T(1), A, lda, stride_a, B, ldb, stride_b, T(0),
+                                    out.template data<T>(), N, M * N);
+      return out;
+    }
+    Tensor out = Tensor::zeros({M, N}, dtype_v<T>);
+    T* C = out.template data<T>();
+    if (ta && !tb && a_batched && b_batched) {
+      // Σ_i a_iᵀ·b_i = [a_1; …; a_B]ᵀ·[b_1; …; b_B]: stacking the batch along K is a view of the
+      // contiguous storage, so the whole sum is one GEMM with K' = batch·K.
+      kernels::cpu::gemm<T>(true, false, M, N, batch * K, T(1), A, lda, B, ldb, T(0), C, N);
+    } else {
+      for (std::int64_t i = 0; i < batch; ++i) {
+        kernels::cpu::gemm<T>(ta, tb, M, N, K, T(1), A + i * stride_a, lda, B + i * stride_b, ldb, T(1), C, N);
+      }
+    }
+    return out;
+  });
+}
+
+void check_matmul_args(const Tensor& a, const Tensor& b) {
+  ops::check_same_dtype_device("matmul", a, b);
+  ops::check_floating("matmul", a, "a");
+  WF_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: a {} and b {} must both have at least 2 dims", shape_str(a.shape()),
+           shape_str(b.shape()));
+  WF_CHECK(b.dim() == 2 || (b.dim() == a.dim() && batch_shape_of(a) == batch_shape_of(b)),
+           "matmul: batch dims of a {} and b {} differ; b must have the same batch dims as a, or be 2-D",
+           shape_str(a.shape()), shape_str(b.shape()));
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+  check_matmul_args(a, b);
+  const bool ta = transpose_a, tb = transpose_b;
+  const bool b_shared = b.dim() == 2 && a.dim() > 2;
+  return autograd::apply_function(
+      "matmul", {a, b},
+      [=](Context& ctx, const TensorList& in) {
+        ctx.save_for_backward({in[0], in[1]});
+        return TensorList{batched_product("matmul", in[0], ta, in[1], tb, false)};
+      },
+      [=](Context& ctx, const TensorList& grad) {
+        const Tensor &A = ctx.saved()[0], &B = ctx.saved()[1], &g = grad[0];
+        // C = op(A)·op(B): d op(A) = dC·op(B)ᵀ and d op(B) = op(A)ᵀ·dC, each transposed back
+        // when the operand was stored transposed.
+        Tensor dA, dB;
+        if (ctx.needs_input_grad(0)) {
+          dA = ta ? batched_product("matmul backward", B, tb, g, true, false)
+                  : batched_product("matmul backward", g, false, B, !tb, false);
+        }
+        if (ctx.needs_input_grad(1)) {
+          dB = tb ? batched_product("matmul backward", g, true, A, ta, b_shared)
+                  : batched_product("matmul backward", A, !ta, g, false, b_shared);
+        }
+        return TensorList{dA, dB};
+      })[0];
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  constexpr const char* name = "linear";
+  ops::check_same_dtype_device(name, x, weight);
+  ops::check_floating(name, x, "x");
+  WF_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1),
+           "{}: x of shape {} does not fit weight of shape {}; expected x [..., in] and weight [out, in]", name,
+           shape_str(x.shape()), shape_str(weight.shape()));
+  const std::int64_t in_features = weight.size(1), out_features = weight.size(0);
+  if (bias.defined()) {
+    ops::check_same_dtype_device(name, x, bias);
+    WF_CHECK(bias.shape() == Shape{out_features}, "{}: bias of shape {} does not match weight of shape {}; expected [{}]",
+             name, shape_str(bias.shape()), shape_str(weight.shape()), out_features);
+  }
+  const Shape x_shape = x.shape();
+  Shape y_shape = x_shape;
+  y_shape.back() = out_features;
+  const std::int64_t rows = ops::rows_of(x_shape);
+  return autograd::apply_function(
+      name, {x, weight, bias},
+      [=](Context& ctx, const TensorList& in) {
+        ctx.save_for_backward({in[0], in[1]});
+        return TensorList{ops::compute_in(name, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
+          using T = decltype(tag);
+          // y[rows, out] = x[rows, in]·Wᵀ (+ bias per row), all leading dims of x as rows.
+          Tensor y = Tensor::empty(y_shape, dtype_v<T>);
+          T* Y = y.template data<T>();
+          kernels::cpu::gemm<T>(false, true, rows, out_features, in_features, T(1), c[0].template data<T>(),
+                                in_features, c[1].template data<T>(), in_features, T(0), Y, out_features);
+          if (c[2].defined()) kernels::cpu::add_bias<T>(rows, out_features, Y, c[2].template data<T>(), Y);
+          return y;
+        })};
+      },
+      [=](Context& ctx, const TensorList& grad) {
+        const Tensor x2 = ctx.saved()[0].view({rows, in_features});
+        const Tensor& W = ctx.saved()[1];
+        const Tensor g2 = grad[0].view({rows, out_features});
+        Tensor dx, dW, db;
+        if (ctx.needs_input_grad(0)) dx = batched_product(name, g2, false, W, false, false).view(x_shape);
+        // dW = dyᵀ·x over every row of every leading dim at once: one GEMM with K = rows.
+        if (ctx.needs_input_grad(1)) dW = batched_product(name, g2, true, x2, false, false);
+        if (ctx.needs_input_grad(2)) db = sum_to_shape(g2, {out_features});
+        return TensorList{dx, dW, db};
+      })[0];
+}
+
+}  // namespace wf

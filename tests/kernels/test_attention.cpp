@@ -1,0 +1,434 @@
+// Blocked attention (kernels/cpu/attention.h) against the naive double-precision reference
+// (kernels/cpu/attention_reference.h) on fresh random inputs.
+//
+// Tolerances: error = max|fast − reference| / max|reference| over a whole output. f64: 1e-10.
+// f32: 1e-5 (float accumulation over tiles of ≤ 128 terms at these sizes stays near 1e-6).
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_reference.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/threading.h"
+
+using wf::kernels::cpu::AttentionShape;
+namespace cpu = wf::kernels::cpu;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+template <class T>
+double tolerance() {
+  return std::is_same_v<T, double> ? 1e-10 : 1e-5;
+}
+
+std::int64_t q_size(const AttentionShape& s) { return s.batch * s.q_len * s.heads * s.head_dim; }
+std::int64_t kv_size(const AttentionShape& s) { return s.batch * s.kv_len * s.kv_heads * s.head_dim; }
+std::int64_t lse_size(const AttentionShape& s) { return s.batch * s.heads * s.q_len; }
+
+template <class T>
+std::vector<T> randn(std::int64_t n, std::mt19937& gen, double stddev = 1.0, double mean = 0.0) {
+  std::normal_distribution<double> dist(mean, stddev);
+  std::vector<T> x(static_cast<std::size_t>(n));
+  for (T& e : x) e = T(dist(gen));
+  return x;
+}
+
+template <class T>
+struct Inputs {
+  std::vector<T> q, k, v, d_o;
+  std::vector<T> d_lse;  // empty: no gradient on lse
+  const T* d_lse_or_null() const { return d_lse.empty() ? nullptr : d_lse.data(); }
+};
+
+template <class T>
+Inputs<T> random_inputs(const AttentionShape& s, std::uint32_t seed, double qk_stddev = 1.0) {
+  std::mt19937 gen(seed);
+  // (A braced list evaluates left to right, so the draws are in a fixed order.)
+  return {randn<T>(q_size(s), gen, qk_stddev), randn<T>(kv_size(s), gen, qk_stddev), randn<T>(kv_size(s), gen),
+          randn<T>(q_size(s), gen), {}};
+}
+
+template <class T>
+struct Outputs {
+  std::vector<T> o, lse, dq, dk, dv;
+};
+
+// The blocked kernels: forward, then backward from its O and lse.
+template <class T>
+Outputs<T> run_fast(const AttentionShape& s, const Inputs<T>& in) {
+  Outputs<T> out{std::vector<T>(q_size(s)), std::vector<T>(lse_size(s)), std::vector<T>(q_size(s)),
+                 std::vector<T>(kv_size(s)), std::vector<T>(kv_size(s))};
+  cpu::attention_forward(s, in.q.data(), in.k.data(), in.v.data(), out.o.data(), out.lse.data());
+  cpu::attention_backward(s, in.q.data(), in.k.data(), in.v.data(), out.o.data(), out.lse.data(), in.d_o.data(),
+                          out.dq.data(), out.dk.data(), out.dv.data(), /*accumulate=*/false, in.d_lse_or_null());
+  return out;
+}
+
+template <class T>
+Outputs<double> run_reference(const AttentionShape& s, const Inputs<T>& in) {
+  Outputs<double> out{std::vector<double>(q_size(s)), std::vector<double>(lse_size(s)), std::vector<double>(q_size(s)),
+                      std::vector<double>(kv_size(s)), std::vector<double>(kv_size(s))};
+  cpu::attention_forward_reference(s, in.q.data(), in.k.data(), in.v.data(), out.o.data(), out.lse.data());
+  cpu::attention_backward_reference(s, in.q.data(), in.k.data(), in.v.data(), in.d_o.data(), out.dq.data(),
+                                    out.dk.data(), out.dv.data(), in.d_lse_or_null());
+  return out;
+}
+
+template <class T>
+bool all_finite(const std::vector<T>& x) {
+  return std::all_of(x.begin(), x.end(), [](T e) { return std::isfinite(double(e)); });
+}
+
+// max|got − want| / max|want| (absolute when want is all zero). -inf must match -inf exactly,
+// and any NaN is an infinite error.
+template <class T, class U>
+double scaled_error(const std::vector<T>& got, const std::vector<U>& want) {
+  REQUIRE(got.size() == want.size());
+  double scale = 0, err = 0;
+  for (std::size_t e = 0; e < got.size(); ++e) {
+    const double g = double(got[e]), w = double(want[e]);
+    if (std::isnan(g)) return kInf;
+    if (std::isinf(w) || std::isinf(g)) {
+      if (g != w) return kInf;
+      continue;
+    }
+    scale = std::max(scale, std::abs(w));
+    err = std::max(err, std::abs(g - w));
+  }
+  return scale > 0 ? err / scale : err;
+}
+
+template <class T, class U>
+void require_close(const Outputs<T>& got, const Outputs<U>& want, double tol) {
+  CHECK(scaled_error(got.o, want.o) <= tol);
+  CHECK(scaled_error(got.lse, want.lse) <= tol);
+  CHECK(scaled_error(got.dq, want.dq) <= tol);
+  CHECK(scaled_error(got.dk, want.dk) <= tol);
+  CHECK(scaled_error(got.dv, want.dv) <= tol);
+}
+
+template <class T>
+void check_against_reference(const AttentionShape& s, std::uint32_t seed) {
+  INFO("batch " << s.batch << " q_len " << s.q_len << " kv_len " << s.kv_len << " heads " << s.heads << " kv_heads "
+                << s.kv_heads << " head_dim " << s.head_dim << " causal " << s.causal << " q_offset " << s.q_offset
+                << " kv_offset " << s.kv_offset << " dtype " << (sizeof(T) == 8 ? "f64" : "f32"));
+  const Inputs<T> in = random_inputs<T>(s, seed);
+  require_close(run_fast(s, in), run_reference(s, in), tolerance<T>());
+}
+
+AttentionShape shape(std::int64_t batch, std::int64_t q_len, std::int64_t kv_len, std::int64_t heads,
+                     std::int64_t kv_heads, std::int64_t head_dim, bool causal, std::int64_t q_offset = 0,
+                     std::int64_t kv_offset = 0) {
+  AttentionShape s;
+  s.batch = batch;
+  s.q_len = q_len;
+  s.kv_len = kv_len;
+  s.heads = heads;
+  s.kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  s.causal = causal;
+  s.q_offset = q_offset;
+  s.kv_offset = kv_offset;
+  return s;
+}
+
+// Positions [j0, j1) of a [batch, kv_len, kv_heads, head_dim] tensor.
+template <class T>
+std::vector<T> kv_slice(const AttentionShape& s, const std::vector<T>& x, std::int64_t j0, std::int64_t j1) {
+  const std::int64_t row = s.kv_heads * s.head_dim;
+  std::vector<T> out;
+  for (std::int64_t b = 0; b < s.batch; ++b)
+    out.insert(out.end(), x.begin() + (b * s.kv_len + j0) * row, x.begin() + (b * s.kv_len + j1) * row);
+  return out;
+}
+
+// The shape of the key block [j0, j1) of `s`, at its global position.
+AttentionShape kv_block(const AttentionShape& s, std::int64_t j0, std::int64_t j1) {
+  AttentionShape part = s;
+  part.kv_len = j1 - j0;
+  part.kv_offset = s.kv_offset + j0;
+  return part;
+}
+
+}  // namespace
+
+TEST_CASE("attention matches the reference: full or causal; MHA or GQA; batch 1 and 2", "[kernels][attention]") {
+  std::uint32_t seed = 1;
+  for (bool causal : {false, true})
+    for (std::int64_t kv_heads : {4, 2, 1})
+      for (std::int64_t batch : {1, 2}) {
+        const AttentionShape s = shape(batch, 37, 53, 4, kv_heads, 16, causal);
+        check_against_reference<double>(s, seed++);
+        check_against_reference<float>(s, seed++);
+      }
+}
+
+TEST_CASE("attention over several tiles with q_len != kv_len", "[kernels][attention]") {
+  std::uint32_t seed = 100;
+  for (bool causal : {false, true}) {
+    // More rows and keys than one tile (forward 128×256, backward 64×128), and no multiple of one.
+    for (auto [q_len, kv_len] : {std::pair<std::int64_t, std::int64_t>{150, 290}, {290, 150}, {131, 131}}) {
+      const AttentionShape s = shape(1, q_len, kv_len, 2, 1, 8, causal);
+      check_against_reference<double>(s, seed++);
+      check_against_reference<float>(s, seed++);
+    }
+  }
+}
+
+TEST_CASE("attention with head_dim 1 or 16 or 64", "[kernels][attention]") {
+  std::uint32_t seed = 200;
+  for (std::int64_t head_dim : {1, 16, 64})
+    for (bool causal : {false, true}) {
+      const AttentionShape s = shape(1, 45, 70, 2, 2, head_dim, causal);
+      check_against_reference<double>(s, seed++);
+      check_against_reference<float>(s, seed++);
+    }
+}
+
+TEST_CASE("attention causal offsets", "[kernels][attention]") {
+  std::uint32_t seed = 300;
+  SECTION("queries after the whole key block see every key") {
+    const AttentionShape causal = shape(2, 37, 53, 4, 2, 16, true, 64, 0);
+    const AttentionShape full = shape(2, 37, 53, 4, 2, 16, false);
+    check_against_reference<double>(causal, seed);
+    check_against_reference<float>(causal, seed + 1);
+    const Inputs<double> in = random_inputs<double>(causal, seed + 2);
+    require_close(run_fast(causal, in), run_fast(full, in), 0.0);  // same tiles, no mask: bitwise equal
+  }
+  SECTION("partial overlap over several tiles") {
+    check_against_reference<double>(shape(1, 150, 290, 4, 2, 16, true, 100, 60), seed);
+    check_against_reference<float>(shape(1, 150, 290, 4, 2, 16, true, 100, 60), seed + 1);
+    check_against_reference<double>(shape(2, 90, 40, 2, 1, 16, true, 10, 50), seed + 2);
+  }
+  SECTION("keys all in the future of every query: lse = -inf, O = 0, gradients 0") {
+    for (const AttentionShape& s : {shape(2, 37, 53, 4, 2, 16, true, 0, 64), shape(1, 5, 300, 2, 1, 8, true, 10, 20)}) {
+      const Inputs<float> in = random_inputs<float>(s, seed++);
+      const Outputs<float> out = run_fast(s, in);
+      CHECK(std::all_of(out.lse.begin(), out.lse.end(),
+                        [](float e) { return e == -std::numeric_limits<float>::infinity(); }));
+      for (const auto* x : {&out.o, &out.dq, &out.dk, &out.dv})
+        CHECK(std::all_of(x->begin(), x->end(), [](float e) { return e == 0.0f; }));
+      check_against_reference<double>(s, seed++);
+    }
+  }
+}
+
+TEST_CASE("attention with an empty query or key block", "[kernels][attention]") {
+  SECTION("kv_len = 0: every row fully masked, dQ = 0") {
+    const AttentionShape s = shape(2, 7, 0, 2, 1, 4, false);
+    const Inputs<double> in = random_inputs<double>(s, 400);
+    const Outputs<double> out = run_fast(s, in);
+    CHECK(std::all_of(out.lse.begin(), out.lse.end(), [](double e) { return e == -kInf; }));
+    CHECK(std::all_of(out.o.begin(), out.o.end(), [](double e) { return e == 0.0; }));
+    CHECK(std::all_of(out.dq.begin(), out.dq.end(), [](double e) { return e == 0.0; }));
+  }
+  SECTION("q_len = 0: dK = dV = 0") {
+    const AttentionShape s = shape(1, 0, 9, 2, 2, 4, true);
+    const Inputs<double> in = random_inputs<double>(s, 401);
+    const Outputs<double> out = run_fast(s, in);
+    CHECK(std::all_of(out.dk.begin(), out.dk.end(), [](double e) { return e == 0.0; }));
+    CHECK(std::all_of(out.dv.begin(), out.dv.end(), [](double e) { return e == 0.0; }));
+  }
+}
+
+TEST_CASE("attention with large logits does not overflow", "[kernels][attention]") {
+  // q, k with stddev 20 at head_dim 16 and scale 1/4 give |scale·q·k| up to ~1e3.
+  for (bool causal : {false, true}) {
+    const AttentionShape s = shape(1, 40, 150, 2, 1, 16, causal);
+    const Inputs<double> in64 = random_inputs<double>(s, 500, 20.0);
+    const Outputs<double> want = run_reference(s, in64);
+    CHECK(*std::max_element(want.lse.begin(), want.lse.end()) > 500.0);
+    require_close(run_fast(s, in64), want, 1e-10);
+
+    // f32 rounds s = q·k to ~1e3·6e-8 absolute, which exp turns into ~1e-4 relative error of P:
+    // the problem, not the kernel, limits f32 here, so only finiteness and a loose bound.
+    Inputs<float> in32;
+    for (auto [dst, src] :
+         {std::pair{&in32.q, &in64.q}, {&in32.k, &in64.k}, {&in32.v, &in64.v}, {&in32.d_o, &in64.d_o}})
+      dst->assign(src->begin(), src->end());
+    const Outputs<float> got = run_fast(s, in32);
+    for (const auto* x : {&got.o, &got.lse, &got.dq, &got.dk, &got.dv}) CHECK(all_finite(*x));
+    CHECK(scaled_error(got.lse, want.lse) <= 1e-5);
+    CHECK(scaled_error(got.o, want.o) <= 1e-2);
+  }
+}
+
+TEST_CASE("attention_merge of two key halves equals attention over all keys", "[kernels][attention]") {
+  // Merges the halves in both orders and from an empty (O = 0, lse = -inf) start.
+  auto check_merge = [](const AttentionShape& s, const Inputs<double>& in, std::int64_t split) {
+    std::vector<double> o(q_size(s)), lse(lse_size(s));
+    cpu::attention_forward(s, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
+    std::vector<double> part_o[2], part_lse[2];
+    const std::int64_t bounds[3] = {0, split, s.kv_len};
+    for (int p = 0; p < 2; ++p) {
+      const AttentionShape ps = kv_block(s, bounds[p], bounds[p + 1]);
+      const std::vector<double> k = kv_slice(s, in.k, bounds[p], bounds[p + 1]);
+      const std::vector<double> v = kv_slice(s, in.v, bounds[p], bounds[p + 1]);
+      part_o[p].resize(q_size(s));
+      part_lse[p].resize(lse_size(s));
+      cpu::attention_forward(ps, in.q.data(), k.data(), v.data(), part_o[p].data(), part_lse[p].data());
+    }
+    for (int first : {0, 1}) {
+      std::vector<double> mo = part_o[first], ml = part_lse[first];
+      cpu::attention_merge(s.batch, s.q_len, s.heads, s.head_dim, mo.data(), ml.data(), part_o[1 - first].data(),
+                           part_lse[1 - first].data());
+      CHECK(scaled_error(mo, o) <= 1e-12);
+      CHECK(scaled_error(ml, lse) <= 1e-12);
+    }
+    std::vector<double> mo(q_size(s), 0.0), ml(lse_size(s), -kInf);
+    for (int p = 0; p < 2; ++p)
+      cpu::attention_merge(s.batch, s.q_len, s.heads, s.head_dim, mo.data(), ml.data(), part_o[p].data(),
+                           part_lse[p].data());
+    CHECK(scaled_error(mo, o) <= 1e-12);
+    CHECK(scaled_error(ml, lse) <= 1e-12);
+    CHECK(all_finite(mo));
+    return std::pair{part_lse[0], part_lse[1]};
+  };
+
+  SECTION("causal with -inf parts: rows that see no key, or only the first half") {
+    // Query positions 0..69 against keys 10..89: rows 0–9 see nothing (both halves -inf),
+    // rows 10–49 only the first half.
+    const AttentionShape s = shape(2, 70, 80, 4, 2, 16, true, 0, 10);
+    auto [lse_a, lse_b] = check_merge(s, random_inputs<double>(s, 600), 40);
+    CHECK(std::count(lse_a.begin(), lse_a.end(), -kInf) > 0);
+    CHECK(std::count(lse_b.begin(), lse_b.end(), -kInf) > std::count(lse_a.begin(), lse_a.end(), -kInf));
+  }
+  SECTION("lse of the halves more than 100 apart") {
+    // Positive queries and keys shifted by +20 in the second half: its logits are ~150 higher.
+    const AttentionShape s = shape(1, 33, 60, 2, 1, 16, false);
+    Inputs<double> in = random_inputs<double>(s, 601);
+    for (double& e : in.q) e = std::abs(e) + 1.0;
+    for (std::int64_t e = kv_size(s) / 2; e < kv_size(s); ++e) in.k[e] += 20.0;
+    auto [lse_a, lse_b] = check_merge(s, in, 30);
+    double min_gap = kInf;
+    for (std::size_t e = 0; e < lse_a.size(); ++e) min_gap = std::min(min_gap, lse_b[e] - lse_a[e]);
+    CHECK(min_gap > 100.0);
+  }
+}
+
+TEST_CASE("attention_backward accumulate adds into the gradient buffers", "[kernels][attention]") {
+  const AttentionShape s = shape(2, 150, 140, 4, 2, 16, true, 30, 0);
+  const Inputs<double> in = random_inputs<double>(s, 700);
+  const Outputs<double> fresh = run_fast(s, in);
+
+  SECTION("onto existing values") {
+    std::mt19937 gen(701);
+    const std::vector<double> dq0 = randn<double>(q_size(s), gen), dk0 = randn<double>(kv_size(s), gen),
+                              dv0 = randn<double>(kv_size(s), gen);
+    std::vector<double> dq = dq0, dk = dk0, dv = dv0;
+    cpu::attention_backward(s, in.q.data(), in.k.data(), in.v.data(), fresh.o.data(), fresh.lse.data(), in.d_o.data(),
+                            dq.data(), dk.data(), dv.data(), /*accumulate=*/true);
+    auto plus = [](std::vector<double> a, const std::vector<double>& b) {
+      for (std::size_t e = 0; e < a.size(); ++e) a[e] += b[e];
+      return a;
+    };
+    CHECK(scaled_error(dq, plus(dq0, fresh.dq)) <= 1e-12);
+    CHECK(scaled_error(dk, plus(dk0, fresh.dk)) <= 1e-12);
+    CHECK(scaled_error(dv, plus(dv0, fresh.dv)) <= 1e-12);
+  }
+  SECTION("ring style: key blocks with the final O and lse sum to the whole gradient") {
+    std::vector<double> dq(q_size(s), 0.0);
+    const std::int64_t bounds[3] = {0, 70, s.kv_len};
+    for (int p = 0; p < 2; ++p) {
+      const AttentionShape ps = kv_block(s, bounds[p], bounds[p + 1]);
+      const std::vector<double> k = kv_slice(s, in.k, bounds[p], bounds[p + 1]);
+      const std::vector<double> v = kv_slice(s, in.v, bounds[p], bounds[p + 1]);
+      std::vector<double> dk(kv_size(ps), 0.0), dv(kv_size(ps), 0.0);
+      cpu::attention_backward(ps, in.q.data(), k.data(), v.data(), fresh.o.data(), fresh.lse.data(), in.d_o.data(),
+                              dq.data(), dk.data(), dv.data(), /*accumulate=*/true);
+      CHECK(scaled_error(dk, kv_slice(s, fresh.dk, bounds[p], bounds[p + 1])) <= 1e-12);
+      CHECK(scaled_error(dv, kv_slice(s, fresh.dv, bounds[p], bounds[p + 1])) <= 1e-12);
+    }
+    CHECK(scaled_error(dq, fresh.dq) <= 1e-12);
+  }
+}
+
+TEST_CASE("attention_backward with a gradient on lse", "[kernels][attention]") {
+  // Rows 0–9 see no key (lse = -inf): their d_lse must not leak NaN into anything.
+  const AttentionShape s = shape(2, 40, 150, 4, 2, 16, true, 0, 10);
+  std::uint32_t seed = 900;
+  auto with_d_lse = [&](auto tag) {
+    using T = decltype(tag);
+    Inputs<T> in = random_inputs<T>(s, seed++);
+    std::mt19937 gen(seed++);
+    in.d_lse = randn<T>(lse_size(s), gen);
+    return in;
+  };
+  const Inputs<double> in64 = with_d_lse(0.0);
+  require_close(run_fast(s, in64), run_reference(s, in64), tolerance<double>());
+  const Inputs<float> in32 = with_d_lse(0.0f);
+  require_close(run_fast(s, in32), run_reference(s, in32), tolerance<float>());
+}
+
+TEST_CASE("attention reference gradients match finite differences", "[kernels][attention]") {
+  // Checks the oracle itself: L = Σ dO∘O + Σ d_lse∘lse, central differences in f64.
+  const AttentionShape s = shape(1, 5, 7, 2, 1, 4, true, 3, 0);
+  Inputs<double> in = random_inputs<double>(s, 1000);
+  std::mt19937 gen(1001);
+  in.d_lse = randn<double>(lse_size(s), gen);
+  auto loss = [&]() {
+    std::vector<double> o(q_size(s)), lse(lse_size(s));
+    cpu::attention_forward_reference(s, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
+    double l = 0;
+    for (std::size_t e = 0; e < o.size(); ++e) l += in.d_o[e] * o[e];
+    for (std::size_t e = 0; e < lse.size(); ++e) l += in.d_lse[e] * lse[e];
+    return l;
+  };
+  const Outputs<double> grads = run_reference(s, in);
+  for (auto [x, g] : {std::pair{&in.q, &grads.dq}, {&in.k, &grads.dk}, {&in.v, &grads.dv}}) {
+    std::vector<double> numeric(x->size());
+    for (std::size_t e = 0; e < x->size(); ++e) {
+      const double saved = (*x)[e], eps = 1e-6;
+      (*x)[e] = saved + eps;
+      const double up = loss();
+      (*x)[e] = saved - eps;
+      const double down = loss();
+      (*x)[e] = saved;
+      numeric[e] = (up - down) / (2 * eps);
+    }
+    CHECK(scaled_error(numeric, *g) <= 1e-7);
+  }
+}
+
+TEST_CASE("attention is bitwise deterministic and right at any thread count", "[kernels][attention]") {
+  // kv_heads = 1 with several threads splits the key tiles into chunks with private dQ partials.
+  const AttentionShape s = shape(1, 200, 300, 4, 1, 16, true, 40, 0);
+  const Inputs<float> in = random_inputs<float>(s, 800);
+  const Outputs<double> want = run_reference(s, in);
+  const int threads = wf::num_threads();
+  for (int n : {1, 3}) {
+    INFO("threads " << n);
+    wf::set_num_threads(n);
+    const Outputs<float> a = run_fast(s, in), b = run_fast(s, in);
+    require_close(a, want, tolerance<float>());
+    for (auto [x, y] : {std::pair{&a.o, &b.o}, {&a.lse, &b.lse}, {&a.dq, &b.dq}, {&a.dk, &b.dk}, {&a.dv, &b.dv}})
+      CHECK(std::memcmp(x->data(), y->data(), x->size() * sizeof(float)) == 0);
+  }
+  wf::set_num_threads(threads);
+}
+
+TEST_CASE("attention rejects bad shapes with wf::Error", "[kernels][attention]") {
+  std::vector<float> buf(4096, 0.0f);
+  auto forward = [&](const AttentionShape& s) {
+    cpu::attention_forward(s, buf.data(), buf.data(), buf.data(), buf.data(), buf.data());
+  };
+  CHECK_THROWS_AS(forward(shape(1, 4, 4, 3, 2, 8, false)), wf::Error);  // heads % kv_heads
+  CHECK_THROWS_AS(forward(shape(1, 4, 4, 2, 2, 0, false)), wf::Error);  // head_dim 0
+  CHECK_THROWS_AS(forward(shape(0, 4, 4, 2, 2, 8, false)), wf::Error);  // batch 0
+  CHECK_THROWS_AS(forward(shape(1, -1, 4, 2, 2, 8, false)), wf::Error);
+  CHECK_THROWS_AS(forward(shape(1, 4, 4, 2, 2, 8, true, -1, 0)), wf::Error);
+  AttentionShape nan_scale = shape(1, 4, 4, 2, 2, 8, false);
+  nan_scale.scale = std::nan("");
+  CHECK_THROWS_AS(forward(nan_scale), wf::Error);
+  CHECK_THROWS_AS(cpu::attention_forward<float>(shape(1, 4, 4, 2, 2, 8, false), nullptr, buf.data(), buf.data(),
+                                                buf.data(), buf.data()),
+                  wf::Error);
+  CHECK_THROWS_AS(cpu::attention_merge<float>(1, 4, 0, 8, buf.data(), buf.data(), buf.data(), buf.data()), wf::Error);
+}
