@@ -19,3 +19,6 @@
 #include "wallfacer/autograd/gradcheck.h"
 #include "wallfacer/autograd/node.h"
 #include "wallfacer/ops/ops.h"
+#include "wallfacer/nn/nn.h"
+#include "wallfacer/train/lr_schedule.h"
+#include "wallfacer/train/optimizer.h"

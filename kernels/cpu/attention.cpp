@@ -446,6 +446,12 @@ void check_pointers(const AttentionShape& s, const char* what, std::initializer_
       WF_CHECK(ptr != nullptr, "{}: null K/V-side pointer with kv_len = {}", what, s.kv_len);
 }
 
+// Threads cost more than they save on tiny blocks (tests, short ring steps): below about a
+// quarter million multiply-adds of Q·Kᵀ the work stays on the calling thread.
+bool worth_threading(const AttentionShape& s, std::int64_t tasks) {
+  return tasks > 1 && s.batch * s.heads * s.q_len * s.kv_len * s.head_dim > (std::int64_t{1} << 18);
+}
+
 }  // namespace
 
 // ---- public -----------------------------------------------------------------------------
@@ -479,7 +485,7 @@ void attention_forward(const AttentionShape& shape, const T* q, const T* k, cons
   const std::int64_t q_tiles = (shape.q_len + kForwardRows - 1) / kForwardRows;
   const std::int64_t heads = shape.batch * shape.heads;
   const std::int64_t tasks = q_tiles * heads;
-#pragma omp parallel if (tasks > 1)
+#pragma omp parallel if (worth_threading(shape, tasks))
   {
     ForwardScratch<T> scratch(shape.head_dim);
 #pragma omp for schedule(dynamic, 1)
@@ -529,7 +535,7 @@ void attention_backward(const AttentionShape& shape, const T* q, const T* k, con
   std::vector<T> partial_dq(static_cast<std::size_t>((chunks - 1) * q_elems), T(0));
   const std::int64_t groups = shape.batch * shape.kv_heads;
   const std::int64_t tasks = groups * chunks;
-#pragma omp parallel if (tasks > 1)
+#pragma omp parallel if (worth_threading(shape, tasks))
   {
     BackwardScratch<T> scratch(d);
 #pragma omp for schedule(dynamic, 1)
@@ -546,7 +552,7 @@ void attention_backward(const AttentionShape& shape, const T* q, const T* k, con
     }
   }
   if (chunks > 1) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (q_elems > (1 << 16))
     for (std::int64_t e = 0; e < q_elems; ++e)
       for (std::int64_t c = 0; c + 1 < chunks; ++c) dq[e] += partial_dq[c * q_elems + e];
   }

@@ -147,8 +147,10 @@ int run_demo(const DemoOptions& o) {
   models::TinyLM model(models::TinyLMOptions{
       .max_seq_len = o.seq, .n_layer = o.layers, .d_model = o.d_model, .n_head = o.heads, .seed = o.seed});
   train::AdamW optimizer(model.parameters(), train::AdamWOptions{.lr = o.lr});
-  const train::CosineSchedule schedule{
-      .base_lr = o.lr, .min_lr = o.lr / 10, .warmup_steps = std::max<std::int64_t>(1, o.steps / 10), .total_steps = o.steps};
+  const train::CosineSchedule schedule{.base_lr = o.lr,
+                                       .min_lr = o.lr / 10,
+                                       .warmup_steps = std::max<std::int64_t>(1, o.steps / 10),
+                                       .total_steps = o.steps};
   const std::vector<Tensor> params = model.parameters();
 
   fmt::print("demo: TinyLM, {} layers, d_model {}, {} heads, {} parameters; {} threads\n", o.layers, o.d_model,
@@ -196,7 +198,8 @@ int run_demo(const DemoOptions& o) {
   final_loss /= static_cast<double>(tail);
   const double initial_loss = losses.front();
   const double val_loss = validation_loss(model, text, split, n, o);
-  fmt::print("final: train loss {:.4f} (mean of the last {} steps; initial {:.4f}), validation loss {:.4f}, {:.1f} s\n",
+  fmt::print("final: train loss {:.4f} (mean of the last {} steps; initial {:.4f}), validation loss {:.4f}, "
+             "{:.1f} s\n",
              final_loss, tail, initial_loss, val_loss, seconds);
 
   if (o.sample > 0) {
@@ -222,18 +225,27 @@ void add_demo_command(CLI::App& app) {
   CLI::App* command =
       app.add_subcommand("demo", "Train a tiny byte-level transformer on a text file (CPU, about a minute)");
   command->add_option("--data", o->data, "Text file to train on (scripts/demo.sh makes data/kjv.txt)")->required();
-  command->add_option("--steps", o->steps, "Optimizer steps")->check(CLI::Range(std::int64_t{2}, std::int64_t{100000000}))->capture_default_str();
-  command->add_option("--batch", o->batch, "Sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
-  command->add_option("--seq", o->seq, "Tokens (bytes) per sequence")->check(CLI::Range(std::int64_t{2}, std::int64_t{65536}))->capture_default_str();
-  command->add_option("--layers", o->layers, "Transformer blocks")->check(CLI::PositiveNumber)->capture_default_str();
-  command->add_option("--d-model", o->d_model, "Width of the residual stream")->check(CLI::PositiveNumber)->capture_default_str();
-  command->add_option("--heads", o->heads, "Attention heads (must divide --d-model)")->check(CLI::PositiveNumber)->capture_default_str();
-  command->add_option("--lr", o->lr, "Peak learning rate (linear warmup over the first 10% of steps, cosine decay to lr/10)")
+  const auto positive = [&](const char* name, std::int64_t& value, const char* help) {
+    command->add_option(name, value, help)->check(CLI::PositiveNumber)->capture_default_str();
+  };
+  command->add_option("--steps", o->steps, "Optimizer steps")
+      ->check(CLI::Range(std::int64_t{2}, std::int64_t{100000000}))
+      ->capture_default_str();
+  positive("--batch", o->batch, "Sequences per step");
+  command->add_option("--seq", o->seq, "Tokens (bytes) per sequence")
+      ->check(CLI::Range(std::int64_t{2}, std::int64_t{65536}))
+      ->capture_default_str();
+  positive("--layers", o->layers, "Transformer blocks");
+  positive("--d-model", o->d_model, "Width of the residual stream");
+  positive("--heads", o->heads, "Attention heads (must divide --d-model)");
+  command->add_option("--lr", o->lr, "Peak learning rate (warmup over the first 10% of steps, cosine to lr/10)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   command->add_option("--seed", o->seed, "Seed of the weights and of the batch sampling")->capture_default_str();
-  command->add_option("--log-every", o->log_every, "Print the loss every this many steps")->check(CLI::PositiveNumber)->capture_default_str();
-  command->add_option("--sample", o->sample, "Bytes of text to generate at the end (0: none)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  positive("--log-every", o->log_every, "Print the loss every this many steps");
+  command->add_option("--sample", o->sample, "Bytes of text to generate at the end (0: none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   // Checked while parsing, so a bad combination is a usage error like a bad single value.
   command->parse_complete_callback([o] {
     WF_CHECK(o->d_model % o->heads == 0, "demo: --heads {} must divide --d-model {}", o->heads, o->d_model);

@@ -1,0 +1,32 @@
+#pragma once
+// The plug-in point for attention. SelfAttention projects Q/K/V and hands them to a strategy;
+// the strategy decides where and how attention runs: LocalAttention on this device, and later
+// the sequence-parallel strategies (ring, Ulysses, WallFacer multi-ring), which hold a slice
+// of the sequence and communicate K/V. Models never know which strategy runs.
+#include <memory>
+#include <string>
+
+#include "wallfacer/ops/attention.h"
+
+namespace wf::nn {
+
+class AttentionStrategy {
+ public:
+  virtual ~AttentionStrategy();
+  // q [B, n_q, h, d], k and v [B, n_k, h_kv, d] (h_kv divides h), as held by this rank;
+  // options.q_offset/kv_offset give the global position of this rank's first token. Returns
+  // out [B, n_q, h, d] and lse [B, h, n_q], both differentiable.
+  virtual AttentionResult forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const AttentionOptions& options) = 0;
+  virtual std::string name() const = 0;
+};
+
+// Attention over the tokens this process holds, with wf::attention.
+class LocalAttention final : public AttentionStrategy {
+ public:
+  AttentionResult forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionOptions& options) override;
+  std::string name() const override { return "local"; }
+};
+
+}  // namespace wf::nn

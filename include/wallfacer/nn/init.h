@@ -1,0 +1,27 @@
+#pragma once
+// Deterministic, layout-independent parameter initialisation.
+//
+// Every module has a 64-bit seed. A parameter named "weight" of a module with seed s is drawn
+// from the counter-based stream derive_seed(s, "weight"): element k of the full (unsharded)
+// tensor is stream element k, whatever the process, thread count or construction order. A
+// child module's seed is derive_seed(parent seed, child name), so a whole model is a pure
+// function of its root seed and its structure.
+//
+// This is what lets a tensor-parallel rank draw exactly its shard of a matrix: rows
+// [r0, r1) of a [out, in] weight are
+//   Tensor::randn_at({r1 - r0, in}, derive_seed(s, "weight"), r0 * in)   (times the std).
+#include <cstdint>
+#include <string_view>
+
+#include "wallfacer/core/tensor.h"
+
+namespace wf::nn {
+
+// A stable hash of (parent seed, name): FNV-1a over the name, mixed with the parent by
+// SplitMix64. Never changes between releases: checkpoints and golden tests depend on it.
+std::uint64_t derive_seed(std::uint64_t parent_seed, std::string_view name);
+
+// normal(0, std²) in f32, element k = std · normal_at(stream_seed, first_index + k).
+Tensor normal_init(const Shape& shape, std::uint64_t stream_seed, double std, std::uint64_t first_index = 0);
+
+}  // namespace wf::nn

@@ -1,0 +1,64 @@
+#pragma once
+// Normalisation over the last dim: LayerNorm and RMSNorm, behind one interface so that a
+// block can take either (NormType).
+#include <cstdint>
+#include <memory>
+
+#include "wallfacer/nn/module.h"
+
+namespace wf::nn {
+
+// A module mapping [..., dim] to [..., dim].
+class Normalization : public Module {
+ public:
+  using Module::Module;
+  virtual Tensor forward(const Tensor& x) = 0;
+};
+
+struct LayerNormOptions {
+  std::int64_t dim = 0;
+  double eps = 1e-5;
+  bool affine = true;  // learnable weight (ones) and bias (zeros)
+};
+
+class LayerNorm : public Normalization {
+ public:
+  explicit LayerNorm(const LayerNormOptions& options);
+  explicit LayerNorm(std::int64_t dim, double eps = 1e-5, bool affine = true);
+  Tensor forward(const Tensor& x) override;
+
+  const Tensor& weight() const { return weight_; }  // undefined when not affine
+  const Tensor& bias() const { return bias_; }
+  const LayerNormOptions& options() const { return options_; }
+
+ private:
+  LayerNormOptions options_;
+  Tensor weight_;
+  Tensor bias_;
+};
+
+struct RMSNormOptions {
+  std::int64_t dim = 0;
+  double eps = 1e-6;
+};
+
+class RMSNorm : public Normalization {
+ public:
+  explicit RMSNorm(const RMSNormOptions& options);
+  explicit RMSNorm(std::int64_t dim, double eps = 1e-6);
+  Tensor forward(const Tensor& x) override;
+
+  const Tensor& weight() const { return weight_; }
+  const RMSNormOptions& options() const { return options_; }
+
+ private:
+  RMSNormOptions options_;
+  Tensor weight_;
+};
+
+enum class NormType { layer_norm, rms_norm };
+const char* norm_type_name(NormType type);
+// LayerNorm (affine) or RMSNorm over `dim`.
+std::shared_ptr<Normalization> make_norm(NormType type, std::int64_t dim, double eps);
+
+}  // namespace wf::nn

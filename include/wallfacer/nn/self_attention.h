@@ -1,0 +1,59 @@
+#pragma once
+// SelfAttention: one fused QKV projection (weight rows: n_head query heads, then n_kv_head key
+// heads, then n_kv_head value heads, each head_dim wide), attention through a pluggable
+// AttentionStrategy, then the output projection and residual dropout.
+//
+// Grouped-query attention: n_kv_head divides n_head; K/V are never repeated, the strategy
+// maps query head i to key/value head i / (n_head / n_kv_head).
+// Dropout is applied to the output projection only: the blocked attention kernels keep no
+// probability matrix to drop from.
+#include <cstdint>
+#include <memory>
+
+#include "wallfacer/nn/attention_strategy.h"
+#include "wallfacer/nn/dropout.h"
+#include "wallfacer/nn/linear.h"
+
+namespace wf::nn {
+
+struct SelfAttentionOptions {
+  std::int64_t d_model = 0;
+  std::int64_t n_head = 0;
+  std::int64_t n_kv_head = 0;  // 0 → n_head (multi-head attention)
+  bool causal = true;
+  double dropout = 0.0;
+  bool bias = true;
+  double init_std = 0.02;
+  double out_init_std = 0.0;  // output projection (writes to the residual stream); 0 → init_std
+  std::uint64_t seed = 0;
+};
+
+class SelfAttention : public Module {
+ public:
+  explicit SelfAttention(const SelfAttentionOptions& options);
+
+  // x [B, T, d_model] → [B, T, d_model]. position_offset: the global position of x's first
+  // token when x is a block of a longer sequence (sequence parallelism, chunked inference).
+  Tensor forward(const Tensor& x, std::int64_t position_offset = 0);
+
+  // The strategy may be swapped at any time (e.g. after the process grid is set up).
+  void set_strategy(std::shared_ptr<AttentionStrategy> strategy);
+  const std::shared_ptr<AttentionStrategy>& strategy() const { return strategy_; }
+
+  std::int64_t head_dim() const { return options_.d_model / options_.n_head; }
+  Linear& qkv() { return *qkv_; }
+  Linear& proj() { return *proj_; }
+  const SelfAttentionOptions& options() const { return options_; }
+
+ private:
+  SelfAttentionOptions options_;
+  std::shared_ptr<Linear> qkv_;
+  std::shared_ptr<Linear> proj_;
+  std::shared_ptr<Dropout> dropout_;
+  std::shared_ptr<AttentionStrategy> strategy_;
+};
+
+// Sets `strategy` on every SelfAttention inside `root` (root included); returns how many.
+int set_attention_strategy(Module& root, const std::shared_ptr<AttentionStrategy>& strategy);
+
+}  // namespace wf::nn

@@ -1,0 +1,70 @@
+#pragma once
+// AdamW (decoupled weight decay, PyTorch's torch.optim.AdamW update) and gradient-norm
+// clipping, over f32 or f64 parameters.
+//
+// Weight decay: by default it applies to parameters with 2 or more dims (matrices, embeddings)
+// and NOT to 1-D parameters (biases, norm weights), the usual GPT recipe. set_weight_decay
+// overrides it per parameter.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "wallfacer/core/tensor.h"
+#include "wallfacer/nn/state_dict.h"
+
+namespace wf::train {
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+class AdamW {
+ public:
+  // params: leaf tensors (e.g. module.parameters()), updated in place by step().
+  explicit AdamW(std::vector<Tensor> params, AdamWOptions options = {});
+
+  // One update of every parameter whose grad is defined; the others (and their step counts)
+  // are left alone. Runs without recording a graph.
+  void step();
+  void zero_grad();  // grads become undefined
+
+  void set_lr(double lr);
+  double lr() const { return options_.lr; }
+  const AdamWOptions& options() const { return options_; }
+
+  std::size_t num_params() const { return params_.size(); }
+  bool weight_decay_enabled(std::size_t param) const;
+  void set_weight_decay(std::size_t param, bool enabled);
+  // Updates parameter `param` has received (0 before its first).
+  std::int64_t step_count(std::size_t param) const;
+
+  // Per parameter i that has been updated: "state.<i>.step" (i64 scalar), "state.<i>.exp_avg"
+  // and "state.<i>.exp_avg_sq" (the parameter's shape and dtype). Tensors are copies.
+  nn::StateDict state_dict() const;
+  // Replaces the whole state; wf::Error listing every unknown key, missing companion entry and
+  // shape mismatch (nothing changes when a check fails).
+  void load_state_dict(const nn::StateDict& state);
+
+ private:
+  struct ParamState {
+    Tensor exp_avg;     // undefined until the first step
+    Tensor exp_avg_sq;
+    std::int64_t step = 0;
+    bool weight_decay = true;
+  };
+  std::vector<Tensor> params_;
+  std::vector<ParamState> state_;
+  AdamWOptions options_;
+};
+
+// Scales the gradients of `params` (undefined grads are skipped) so that their global L2 norm
+// is at most max_norm: grads *= min(1, max_norm / (norm + 1e-6)), as torch.nn.utils.
+// clip_grad_norm_. Returns the norm before clipping, accumulated in f64 in a fixed order.
+// A non-finite norm makes the grads non-finite too (check the returned norm to skip a step).
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+}  // namespace wf::train

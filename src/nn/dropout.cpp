@@ -1,0 +1,16 @@
+#include "wallfacer/nn/dropout.h"
+
+#include "wallfacer/ops/activation.h"
+
+namespace wf::nn {
+
+Dropout::Dropout(double p) : p_(p) {
+  WF_CHECK(p >= 0.0 && p < 1.0, "Dropout: p must be in [0, 1), got {}", p);
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+  if (!is_training() || p_ == 0.0) return x;
+  return dropout(x, p_, true);
+}
+
+}  // namespace wf::nn

@@ -1,0 +1,65 @@
+#include "wallfacer/nn/self_attention.h"
+
+#include "wallfacer/ops/shape_ops.h"
+
+namespace wf::nn {
+
+SelfAttention::SelfAttention(const SelfAttentionOptions& options)
+    : Module(options.seed), options_(options), strategy_(std::make_shared<LocalAttention>()) {
+  if (options_.n_kv_head == 0) options_.n_kv_head = options_.n_head;
+  const std::int64_t d = options_.d_model, h = options_.n_head, h_kv = options_.n_kv_head;
+  WF_CHECK(d > 0 && h > 0 && h_kv > 0, "SelfAttention: d_model, n_head and n_kv_head must be positive, got {}, {}, {}",
+           d, h, h_kv);
+  WF_CHECK(d % h == 0, "SelfAttention: d_model {} is not divisible by n_head {}", d, h);
+  WF_CHECK(h % h_kv == 0, "SelfAttention: n_kv_head {} must divide n_head {} (grouped-query attention)", h_kv, h);
+  const std::int64_t qkv_width = (h + 2 * h_kv) * head_dim();
+  const double out_std = options.out_init_std > 0 ? options.out_init_std : options.init_std;
+  qkv_ = register_module("qkv", std::make_shared<Linear>(LinearOptions{.in_features = d,
+                                                                       .out_features = qkv_width,
+                                                                       .bias = options.bias,
+                                                                       .init_std = options.init_std,
+                                                                       .seed = child_seed("qkv")}));
+  proj_ = register_module("proj", std::make_shared<Linear>(LinearOptions{.in_features = d,
+                                                                         .out_features = d,
+                                                                         .bias = options.bias,
+                                                                         .init_std = out_std,
+                                                                         .seed = child_seed("proj")}));
+  dropout_ = register_module("dropout", std::make_shared<Dropout>(options.dropout));
+}
+
+Tensor SelfAttention::forward(const Tensor& x, std::int64_t position_offset) {
+  const std::int64_t h = options_.n_head, h_kv = options_.n_kv_head, hd = head_dim();
+  WF_CHECK(x.dim() == 3 && x.size(2) == options_.d_model,
+           "SelfAttention(d_model={}): input must be [batch, tokens, {}], got {}", options_.d_model,
+           options_.d_model, shape_str(x.shape()));
+  WF_CHECK(position_offset >= 0, "SelfAttention: position_offset must be >= 0, got {}", position_offset);
+  const std::int64_t batch = x.size(0), tokens = x.size(1);
+
+  const Tensor qkv = qkv_->forward(x);  // [B, T, (h + 2·h_kv)·hd]
+  const Tensor q = reshape(narrow(qkv, 2, 0, h * hd), {batch, tokens, h, hd});
+  const Tensor k = reshape(narrow(qkv, 2, h * hd, h_kv * hd), {batch, tokens, h_kv, hd});
+  const Tensor v = reshape(narrow(qkv, 2, (h + h_kv) * hd, h_kv * hd), {batch, tokens, h_kv, hd});
+
+  const AttentionOptions attention_options{
+      .causal = options_.causal, .q_offset = position_offset, .kv_offset = position_offset};
+  const Tensor out = strategy_->forward(q, k, v, attention_options).out;  // [B, T, h, hd]
+  return dropout_->forward(proj_->forward(reshape(out, {batch, tokens, h * hd})));
+}
+
+void SelfAttention::set_strategy(std::shared_ptr<AttentionStrategy> strategy) {
+  WF_CHECK(strategy != nullptr, "SelfAttention::set_strategy: the strategy is null");
+  strategy_ = std::move(strategy);
+}
+
+int set_attention_strategy(Module& root, const std::shared_ptr<AttentionStrategy>& strategy) {
+  int count = 0;
+  for (auto& [name, module] : root.named_modules()) {
+    if (auto* attention = dynamic_cast<SelfAttention*>(module)) {
+      attention->set_strategy(strategy);
+      ++count;
+    }
+  }
+  return count;
+}
+
+}  // namespace wf::nn

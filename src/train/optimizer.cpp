@@ -1,0 +1,198 @@
+#include "wallfacer/train/optimizer.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <string>
+#include <string_view>
+
+#include "kernels/cpu/optimizer.h"
+#include "wallfacer/autograd/grad_mode.h"
+
+namespace wf::train {
+namespace {
+
+void check_options(const AdamWOptions& o) {
+  WF_CHECK(o.lr >= 0.0, "AdamW: lr must be >= 0, got {}", o.lr);
+  WF_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0 && o.beta2 >= 0.0 && o.beta2 < 1.0,
+           "AdamW: betas must be in [0, 1), got beta1={} beta2={}", o.beta1, o.beta2);
+  WF_CHECK(o.eps >= 0.0, "AdamW: eps must be >= 0, got {}", o.eps);
+  WF_CHECK(o.weight_decay >= 0.0, "AdamW: weight_decay must be >= 0, got {}", o.weight_decay);
+}
+
+// The gradient of `param` in the parameter's dtype (a copy only when the dtypes differ).
+Tensor grad_like_param(const Tensor& param, std::size_t index) {
+  const Tensor grad = param.grad();
+  WF_CHECK(grad.shape() == param.shape(), "AdamW: parameter {} has shape {} but its grad has shape {}", index,
+           shape_str(param.shape()), shape_str(grad.shape()));
+  return grad.to(param.dtype());
+}
+
+std::string state_key(std::size_t index, std::string_view field) { return fmt::format("state.{}.{}", index, field); }
+
+// "state.<i>.<field>" → (i, field); false for any other key.
+bool parse_state_key(std::string_view key, std::size_t& index, std::string& field) {
+  constexpr std::string_view prefix = "state.";
+  if (!key.starts_with(prefix)) return false;
+  key.remove_prefix(prefix.size());
+  const auto dot = key.find('.');
+  if (dot == std::string_view::npos || dot == 0) return false;
+  const auto [end, error] = std::from_chars(key.data(), key.data() + dot, index);
+  if (error != std::errc() || end != key.data() + dot) return false;
+  field = std::string(key.substr(dot + 1));
+  return field == "step" || field == "exp_avg" || field == "exp_avg_sq";
+}
+
+}  // namespace
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) : params_(std::move(params)), options_(options) {
+  check_options(options_);
+  state_.resize(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    WF_CHECK(p.defined(), "AdamW: parameter {} is undefined", i);
+    WF_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64,
+             "AdamW: parameter {} (shape {}) is {}; AdamW updates f32 or f64 parameters (keep an f32 master copy)",
+             i, shape_str(p.shape()), dtype_name(p.dtype()));
+    WF_CHECK(p.device().is_cpu(), "AdamW: parameter {} is on {}; only CPU parameters are supported", i,
+             p.device().str());
+    for (std::size_t j = 0; j < i; ++j) {
+      WF_CHECK(!params_[j].is_same(p), "AdamW: parameters {} and {} are the same tensor; pass each parameter once",
+               j, i);
+    }
+    state_[i].weight_decay = p.dim() >= 2;
+  }
+}
+
+void AdamW::step() {
+  NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    Tensor& param = params_[i];
+    if (!param.grad().defined()) continue;
+    const Tensor grad = grad_like_param(param, i);
+    ParamState& s = state_[i];
+    if (!s.exp_avg.defined()) {
+      s.exp_avg = Tensor::zeros(param.shape(), param.dtype());
+      s.exp_avg_sq = Tensor::zeros(param.shape(), param.dtype());
+    }
+    ++s.step;
+    const kernels::cpu::AdamWParams hyper{.lr = options_.lr,
+                                          .beta1 = options_.beta1,
+                                          .beta2 = options_.beta2,
+                                          .eps = options_.eps,
+                                          .weight_decay = s.weight_decay ? options_.weight_decay : 0.0,
+                                          .step = s.step};
+    dispatch_float(param.dtype(), "AdamW::step", [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cpu::adamw_step<T>(param.numel(), param.data<T>(), grad.data<T>(), s.exp_avg.data<T>(),
+                                  s.exp_avg_sq.data<T>(), hyper);
+    });
+  }
+}
+
+void AdamW::zero_grad() {
+  for (Tensor& p : params_) p.set_grad(Tensor());
+}
+
+void AdamW::set_lr(double lr) {
+  WF_CHECK(lr >= 0.0 && std::isfinite(lr), "AdamW::set_lr: lr must be finite and >= 0, got {}", lr);
+  options_.lr = lr;
+}
+
+bool AdamW::weight_decay_enabled(std::size_t param) const {
+  WF_CHECK(param < params_.size(), "AdamW: parameter index {} out of range ({} parameters)", param, params_.size());
+  return state_[param].weight_decay;
+}
+
+void AdamW::set_weight_decay(std::size_t param, bool enabled) {
+  WF_CHECK(param < params_.size(), "AdamW: parameter index {} out of range ({} parameters)", param, params_.size());
+  state_[param].weight_decay = enabled;
+}
+
+std::int64_t AdamW::step_count(std::size_t param) const {
+  WF_CHECK(param < params_.size(), "AdamW: parameter index {} out of range ({} parameters)", param, params_.size());
+  return state_[param].step;
+}
+
+nn::StateDict AdamW::state_dict() const {
+  nn::StateDict out;
+  for (std::size_t i = 0; i < state_.size(); ++i) {
+    const ParamState& s = state_[i];
+    if (!s.exp_avg.defined()) continue;
+    out.insert(state_key(i, "step"), Tensor::scalar(static_cast<double>(s.step), DType::i64));
+    out.insert(state_key(i, "exp_avg"), s.exp_avg.clone());
+    out.insert(state_key(i, "exp_avg_sq"), s.exp_avg_sq.clone());
+  }
+  return out;
+}
+
+void AdamW::load_state_dict(const nn::StateDict& state) {
+  std::vector<std::string> problems;
+  std::vector<bool> present(params_.size(), false);
+  for (const auto& [key, tensor] : state) {
+    std::size_t index = 0;
+    std::string field;
+    if (!parse_state_key(key, index, field) || index >= params_.size()) {
+      problems.push_back(fmt::format("unexpected key '{}'", key));
+      continue;
+    }
+    present[index] = true;
+    if (field == "step") {
+      if (tensor.numel() != 1 || is_floating(tensor.dtype()) || tensor.item() < 1) {
+        problems.push_back(fmt::format("'{}' must be one integer >= 1", key));
+      }
+    } else if (tensor.shape() != params_[index].shape()) {
+      problems.push_back(fmt::format("'{}' has shape {} but parameter {} has shape {}", key,
+                                     shape_str(tensor.shape()), index, shape_str(params_[index].shape())));
+    }
+  }
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!present[i]) continue;
+    for (const char* field : {"step", "exp_avg", "exp_avg_sq"}) {
+      if (!state.contains(state_key(i, field))) problems.push_back(fmt::format("missing key '{}'", state_key(i, field)));
+    }
+  }
+  WF_CHECK(problems.empty(), "AdamW::load_state_dict: {} problem(s): {}. Was the state saved for these parameters, "
+           "in this order?", problems.size(), fmt::join(problems, "; "));
+
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    ParamState& s = state_[i];
+    if (!present[i]) {
+      s.exp_avg = s.exp_avg_sq = Tensor();
+      s.step = 0;
+      continue;
+    }
+    s.step = static_cast<std::int64_t>(state.at(state_key(i, "step")).item());
+    s.exp_avg = state.at(state_key(i, "exp_avg")).to(params_[i].dtype()).clone();
+    s.exp_avg_sq = state.at(state_key(i, "exp_avg_sq")).to(params_[i].dtype()).clone();
+  }
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  WF_CHECK(max_norm >= 0.0, "clip_grad_norm: max_norm must be >= 0, got {}", max_norm);
+  double sum_sq = 0.0;
+  for (const Tensor& p : params) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    sum_sq += dispatch_float(g.dtype(), "clip_grad_norm", [&](auto tag) {
+      using T = decltype(tag);
+      return kernels::cpu::sum_of_squares<T>(g.numel(), g.data<T>());
+    });
+  }
+  const double norm = std::sqrt(sum_sq);
+  const double coefficient = kernels::cpu::clip_coefficient(norm, max_norm);
+  if (!(coefficient >= 1.0)) {  // also when NaN, as PyTorch does
+    for (const Tensor& p : params) {
+      Tensor g = p.grad();
+      if (!g.defined()) continue;
+      dispatch_float(g.dtype(), "clip_grad_norm", [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::scale_inplace<T>(g.numel(), g.data<T>(), static_cast<T>(coefficient));
+      });
+    }
+  }
+  return norm;
+}
+
+}  // namespace wf::train
