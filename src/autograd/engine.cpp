@@ -17,7 +17,7 @@ struct NewestFirst {
 std::unordered_map<Node*, int> count_dependencies(const std::vector<Node*>& roots) {
   std::unordered_map<Node*, int> deps;
   std::unordered_set<Node*> seen(roots.begin(), roots.end());
-  std::vector<Node*> stack(roots.begin(), roots.end());
+  std::vector<Node*> stack(seen.begin(), seen.end());  // each root once, even if several roots share a node
   while (!stack.empty()) {
     Node* node = stack.back();
     stack.pop_back();

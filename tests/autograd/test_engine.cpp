@@ -213,3 +213,16 @@ TEST_CASE("checkpoint replays dropout masks in the recompute", "[autograd][check
   for (std::int64_t i = 0; i < out.numel(); ++i) some_dropped = some_dropped || out.at(i) == 0.0;
   CHECK(some_dropped);
 }
+
+// Regression: two roots that are outputs of the same node used to have that node's edges
+// counted twice, so the leaves never became ready and got no gradient.
+TEST_CASE("backward from several outputs of one node reaches the leaves once", "[autograd]") {
+  Tensor x = Tensor::from_vector<double>({1.0, 2.0, 3.0}, {3}).set_requires_grad(true);
+  auto outs = autograd::apply_function(
+      "twice_and_thrice", {x},
+      [](Context&, const autograd::TensorList& in) { return autograd::TensorList{scale(in[0], 2.0), scale(in[0], 3.0)}; },
+      [](Context&, const autograd::TensorList& g) { return autograd::TensorList{add(scale(g[0], 2.0), scale(g[1], 3.0))}; });
+  autograd::backward({outs[0], outs[1]}, {Tensor::ones({3}, DType::f64), Tensor::ones({3}, DType::f64)});
+  REQUIRE(x.grad().defined());
+  for (std::int64_t i = 0; i < 3; ++i) CHECK(x.grad().at(i) == 5.0);
+}

@@ -1,0 +1,125 @@
+// Differentiable attention on the blocked kernels of kernels/cpu/attention.h.
+//
+// Both outputs carry gradients. The one arriving at lse matters to callers that merge
+// partial results (ring attention, WallFacer) or use lse in a loss: since
+// d lse_i / d s_ij = P_ij, it adds dlse_i·P_ij to dS, which is the kernel's usual
+// dS = P∘(dP − D) with D_i replaced by D_i − dlse_i; the kernel takes dlse for that.
+#include "wallfacer/ops/attention.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "kernels/cpu/attention.h"
+#include "src/ops/common.h"
+#include "wallfacer/autograd/function.h"
+
+namespace wf {
+namespace {
+
+using autograd::Context;
+using autograd::TensorList;
+using kernels::cpu::AttentionShape;
+
+constexpr const char* kOp = "attention";
+
+// The kernel shape of q [B, n_q, h, d], k and v [B, n_k, h_kv, d]; wf::Error naming the
+// shapes when they do not fit together.
+AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) {
+  for (const auto& [t, arg] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
+    ops::check_floating(kOp, *t, arg);
+    ops::check_cpu(kOp, *t);
+  }
+  WF_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(),
+           "{}: q, k and v must share a dtype, got q {}, k {}, v {}; convert with cast()", kOp, dtype_name(q.dtype()),
+           dtype_name(k.dtype()), dtype_name(v.dtype()));
+  WF_CHECK(q.dim() == 4, "{}: q must be [batch, q_len, heads, head_dim], got shape {}", kOp, shape_str(q.shape()));
+  WF_CHECK(k.dim() == 4, "{}: k must be [batch, kv_len, kv_heads, head_dim], got shape {}", kOp,
+           shape_str(k.shape()));
+  WF_CHECK(k.shape() == v.shape(), "{}: k of shape {} and v of shape {} must have the same shape [batch, kv_len, "
+           "kv_heads, head_dim]",
+           kOp, shape_str(k.shape()), shape_str(v.shape()));
+  WF_CHECK(q.size(0) == k.size(0), "{}: q of shape {} and k of shape {} have different batch sizes ({} vs {})", kOp,
+           shape_str(q.shape()), shape_str(k.shape()), q.size(0), k.size(0));
+  WF_CHECK(q.size(3) == k.size(3), "{}: q of shape {} and k of shape {} have different head dims ({} vs {})", kOp,
+           shape_str(q.shape()), shape_str(k.shape()), q.size(3), k.size(3));
+  WF_CHECK(k.size(2) >= 1 && q.size(2) % k.size(2) == 0,
+           "{}: q of shape {} has {} heads, which is not a multiple of the {} kv heads of k (shape {}); "
+           "grouped-query attention needs heads = kv_heads · group",
+           kOp, shape_str(q.shape()), q.size(2), k.size(2), shape_str(k.shape()));
+
+  AttentionShape s;
+  s.batch = q.size(0);
+  s.q_len = q.size(1);
+  s.kv_len = k.size(1);
+  s.heads = q.size(2);
+  s.kv_heads = k.size(2);
+  s.head_dim = q.size(3);
+  s.causal = options.causal;
+  s.q_offset = options.q_offset;
+  s.kv_offset = options.kv_offset;
+  s.scale = options.scale;
+  kernels::cpu::check_attention_shape(s, kOp);  // sizes >= 1, offsets >= 0, finite scale
+  return s;
+}
+
+template <class T>
+bool any_nonzero(const Tensor& t) {
+  const T* p = t.data<T>();
+  return std::any_of(p, p + t.numel(), [](T x) { return x != T(0); });
+}
+
+class Attention final : public autograd::Function {
+ public:
+  explicit Attention(const AttentionShape& shape) : shape_(shape) {}
+
+  // inputs: q, k, v; outputs: out [B, n_q, h, d], lse [B, h, n_q]
+  TensorList forward(Context& ctx, const TensorList& in) override {
+    return ops::compute_in(kOp, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
+      using T = decltype(tag);
+      Tensor out = Tensor::empty(c[0].shape(), dtype_v<T>);
+      Tensor lse = Tensor::empty({shape_.batch, shape_.heads, shape_.q_len}, dtype_v<T>);
+      kernels::cpu::attention_forward<T>(shape_, c[0].data<T>(), c[1].data<T>(), c[2].data<T>(), out.data<T>(),
+                                         lse.data<T>());
+      // out and lse in the compute dtype: a bf16 copy would perturb D = rowsum(dO∘O) and P.
+      ctx.save_for_backward({in[0], in[1], in[2], out, lse});
+      return TensorList{out, lse};
+    });
+  }
+
+  TensorList backward(Context& ctx, const TensorList& grad) override {
+    if (!ctx.needs_input_grad(0) && !ctx.needs_input_grad(1) && !ctx.needs_input_grad(2)) return TensorList(3);
+    const TensorList& s = ctx.saved();  // q, k, v, out, lse
+    return ops::compute_in(kOp, s[0].dtype(), {s[0], s[1], s[2], s[3], s[4], grad[0], grad[1]},
+                           [&](auto tag, const TensorList& c) {
+                             using T = decltype(tag);
+                             Tensor dq = Tensor::empty(c[0].shape(), dtype_v<T>);
+                             Tensor dk = Tensor::empty(c[1].shape(), dtype_v<T>);
+                             Tensor dv = Tensor::empty(c[2].shape(), dtype_v<T>);
+                             // The engine hands zeros to an output nobody used; skip the
+                             // extra work for the common case of an unused lse.
+                             const T* d_lse = any_nonzero<T>(c[6]) ? c[6].data<T>() : nullptr;
+                             kernels::cpu::attention_backward<T>(shape_, c[0].data<T>(), c[1].data<T>(),
+                                                                 c[2].data<T>(), c[3].data<T>(), c[4].data<T>(),
+                                                                 c[5].data<T>(), dq.data<T>(), dk.data<T>(),
+                                                                 dv.data<T>(), /*accumulate=*/false, d_lse);
+                             return TensorList{ctx.needs_input_grad(0) ? dq : Tensor(),
+                                               ctx.needs_input_grad(1) ? dk : Tensor(),
+                                               ctx.needs_input_grad(2) ? dv : Tensor()};
+                           });
+  }
+
+  std::string name() const override { return kOp; }
+
+ private:
+  AttentionShape shape_;
+};
+
+}  // namespace
+
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) {
+  const AttentionShape shape = attention_shape(q, k, v, options);
+  TensorList outs = autograd::apply_function(std::make_shared<Attention>(shape), {q, k, v});
+  return {outs[0], outs[1]};
+}
+
+}  // namespace wf
