@@ -22,3 +22,5 @@
 #include "wallfacer/nn/nn.h"
 #include "wallfacer/train/lr_schedule.h"
 #include "wallfacer/train/optimizer.h"
+#include "wallfacer/parallel/sequence_layout.h"
+#include "wallfacer/parallel/traffic_model.h"

@@ -1,0 +1,87 @@
+#pragma once
+// The exact bytes each sequence-parallel attention strategy moves per rank in one attention
+// call, forward or backward: the values the tests compare the comm::TrafficRegistry counters
+// with, and that the benchmarks print beside measured times. Counting follows
+// comm/traffic.h (all-gather of an output S: (C−1)/C·S; reduce-scatter of an input S:
+// (C−1)/C·S; all-to-all of S: (P−1)/P·S; P2P: the message, zero when the peer is the rank
+// itself), with the same integer arithmetic as comm::Group.
+//
+// Each formula is also the CONTRACT the implementation follows (which tensors travel, how
+// often, in which dtype); docs/sequence-layout.md derives them. With n = N/P local tokens:
+//   E = B·n·h·d, E_kv = B·n·h_kv·d elements; R = B·n·h lse (or D) values of one local slice.
+//   a = ElementBytes::activation, s = ::stats, p = ::partial; G = P/C²; self = the rank's
+//   initial dispatch target is itself (then its dispatch source is too).
+//
+// ring attention (C = 1), P2P only:
+//   forward   2·E_kv·a·(P−1)                             K, V to ring next, P−1 times
+//   backward  2·E_kv·a·(P−1) + 2·E_kv·p·P  (0 at P = 1)   K, V as forward; dK, dV (partial
+//             sums) travel with them every step and take one more step home
+// Ulysses, collectives only (four all-to-alls each way):
+//   forward   2·A(E·a) + 2·A(E_kv·a), A(S) = (P−1)·(S/P)   Q, K, V in, O out
+//   backward  the same                                     dO in, dQ, dK, dV out
+// WallFacer, per rank:
+//   forward collectives  (C−1)·(E·a + 2·E_kv·a + C·R·s + E·p)
+//                        all-gather Q, K, V; all-gather the members' lse partials of the team's
+//                        C·n queries (comm has no log-sum-exp all-reduce); reduce-scatter the
+//                        rescaled partial O
+//   forward P2P          2·C·E_kv·a·(G − 1 + [not self])   dispatch + G−1 shifts of team K, V
+//   backward collectives (C−1)·(E·a + R·s) + [redispatch] 2·(C−1)·E_kv·a + (C−1)·(E·p + 2·E_kv·p)
+//                        all-gather dO and the members' D; re-gather K, V; reduce-scatter dQ, dK, dV
+//   backward P2P         [redispatch and not self] 2·C·E_kv·a        re-dispatch of team K, V
+//                        + (G−1)·C·(2·E·a + 2·R·s + E·p)             query bundle Q, dO, lse, D, dQ
+//                        + [G > 1] C·E·p                             dQ home
+//                        + [not self] 2·C·E_kv·p                     dK, dV back to the K/V origin
+// Sent equals received for every rank in every case.
+#include <cstdint>
+
+namespace wf::parallel {
+
+enum class Pass { forward, backward };
+
+struct AttentionDims {
+  std::int64_t batch = 1;     // B
+  std::int64_t seq_len = 0;   // N: tokens of the whole sequence (a multiple of P)
+  std::int64_t heads = 0;     // h
+  std::int64_t kv_heads = 0;  // h_kv, dividing h (GQA: K/V are never repeated before sending)
+  std::int64_t head_dim = 0;  // d
+};
+
+// Bytes per element of each kind of tensor that travels.
+struct ElementBytes {
+  std::int64_t activation = 4;  // Q, K, V, the final O, dO (and Ulysses' dQ, dK, dV)
+  std::int64_t stats = 4;       // lse and D = rowsum(dO ∘ O): fp32 in every kernel
+  std::int64_t partial = 4;     // partial sums that are added across ranks: WallFacer's rescaled
+                                // partial O, and every travelling or reduced dQ, dK, dV partial
+};
+
+// How the WallFacer backward gets back the forward's K/V placement (each rank holds the team
+// K/V it received in the initial dispatch, so dK, dV go back along the inverse dispatch).
+enum class BackwardKv {
+  redispatch,    // all-gather K, V in the team again and redo the dispatch
+  keep_forward,  // the forward keeps its step-0 K/V buffer (2·C·E_kv per rank per layer)
+};
+
+// Bytes one rank sends and receives, split the way comm::TrafficCounters reports them.
+struct SpTraffic {
+  std::int64_t p2p_sent = 0, p2p_received = 0;
+  std::int64_t collective_sent = 0, collective_received = 0;
+  SpTraffic& operator+=(const SpTraffic& other);
+  friend bool operator==(const SpTraffic&, const SpTraffic&) = default;
+};
+
+// Per rank (identical on every rank). Throw wf::Error on dims that do not split over P.
+SpTraffic ring_attention_traffic(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes = {});
+// Needs h and h_kv divisible by P (the all-to-alls scatter heads).
+SpTraffic ulysses_traffic(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes = {});
+// Per rank, named by its logical sp index (comm::WallFacerLayout::logical_index): the self-
+// dispatch cases depend on it. Needs C² dividing P. C = 1 forward equals ring attention's.
+SpTraffic wallfacer_traffic(const AttentionDims& dims, int P, int C, int logical_index, Pass pass,
+                            const ElementBytes& bytes = {}, BackwardKv backward_kv = BackwardKv::redispatch);
+
+// Sums over the P ranks.
+SpTraffic ring_attention_traffic_total(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes = {});
+SpTraffic ulysses_traffic_total(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes = {});
+SpTraffic wallfacer_traffic_total(const AttentionDims& dims, int P, int C, Pass pass, const ElementBytes& bytes = {},
+                                  BackwardKv backward_kv = BackwardKv::redispatch);
+
+}  // namespace wf::parallel

@@ -1,0 +1,322 @@
+#include "wallfacer/parallel/sequence_layout.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "wallfacer/comm/process_grid.h"
+#include "wallfacer/core/error.h"
+
+namespace wf::parallel {
+
+std::string_view sequence_layout_name(SequenceLayout layout) {
+  switch (layout) {
+    case SequenceLayout::contiguous: return "contiguous";
+    case SequenceLayout::zigzag: return "zigzag";
+  }
+  WF_FAIL("unknown sequence layout {}", static_cast<int>(layout));
+}
+
+SequenceLayout parse_sequence_layout(std::string_view name) {
+  if (name == "contiguous") return SequenceLayout::contiguous;
+  if (name == "zigzag") return SequenceLayout::zigzag;
+  WF_FAIL("unknown sequence layout '{}' (valid: contiguous, zigzag)", name);
+}
+
+namespace {
+
+void check_team_split(int P, int C) {
+  WF_CHECK(P >= 1, "sequence layout: the sp group needs at least 1 rank (got P = {})", P);
+  WF_CHECK(C >= 1 && P % C == 0, "sequence layout: team size C = {} must be >= 1 and divide P = {}", C, P);
+}
+
+void check_logical_index(int P, int logical_index) {
+  WF_CHECK(logical_index >= 0 && logical_index < P, "sequence layout: logical sp index {} is outside [0, P = {})",
+           logical_index, P);
+}
+
+// Appends a run, merging it into the previous one when they touch, so runs stay maximal.
+void append_run(std::vector<TokenRun>& runs, TokenRun run) {
+  if (run.length == 0) return;
+  if (!runs.empty() && runs.back().start + runs.back().length == run.start) {
+    runs.back().length += run.length;
+  } else {
+    runs.push_back(run);
+  }
+}
+
+// The sub-range [offset, offset + length) of the tokens `runs` lists, in storage order.
+std::vector<TokenRun> slice_runs(const std::vector<TokenRun>& runs, std::int64_t offset, std::int64_t length) {
+  std::vector<TokenRun> out;
+  std::int64_t skipped = 0;  // storage positions before the current run
+  for (const TokenRun& run : runs) {
+    const std::int64_t begin = std::max(offset, skipped), end = std::min(offset + length, skipped + run.length);
+    if (begin < end) append_run(out, {run.start + (begin - skipped), end - begin});
+    skipped += run.length;
+  }
+  return out;
+}
+
+// Team t's tokens for a layout whose sequence length has already been checked.
+std::vector<TokenRun> team_runs(SequenceLayout layout, std::int64_t N, int P, int C, int team) {
+  const int T = P / C;
+  const std::int64_t team_tokens = N / T;
+  if (layout == SequenceLayout::contiguous) return {{team * team_tokens, team_tokens}};
+  const std::int64_t chunk = N / (2 * static_cast<std::int64_t>(T));
+  std::vector<TokenRun> runs;
+  append_run(runs, {team * chunk, chunk});
+  append_run(runs, {(2 * static_cast<std::int64_t>(T) - 1 - team) * chunk, chunk});
+  return runs;
+}
+
+}  // namespace
+
+std::int64_t sequence_length_multiple(SequenceLayout layout, int P, int C) {
+  check_team_split(P, C);
+  (void)sequence_layout_name(layout);  // rejects values outside the enum
+  if (layout == SequenceLayout::contiguous) return P;
+  return std::lcm(static_cast<std::int64_t>(P), 2 * static_cast<std::int64_t>(P / C));
+}
+
+void check_sequence_length(SequenceLayout layout, std::int64_t N, int P, int C) {
+  const std::int64_t multiple = sequence_length_multiple(layout, P, C);
+  if (N > 0 && N % multiple == 0) return;
+  const std::int64_t below = N > 0 ? N / multiple * multiple : 0, above = N > 0 ? below + multiple : multiple;
+  const std::string nearest =
+      below > 0 ? fmt::format("{} or {}", below, above) : fmt::format("{}", above);
+  const std::string why =
+      layout == SequenceLayout::contiguous
+          ? fmt::format("N divisible by P = {}", P)
+          : fmt::format("N divisible by {} = lcm(P = {} for the member slices, 2·P/C = {} for the chunks)", multiple,
+                        P, 2 * (P / C));
+  WF_FAIL("{} sequence layout: N = {} tokens cannot be split over P = {} ranks in teams of C = {}: it needs {}; "
+          "nearest valid N: {}",
+          sequence_layout_name(layout), N, P, C, why, nearest);
+}
+
+std::vector<TokenRun> team_tokens(SequenceLayout layout, std::int64_t N, int P, int C, int team) {
+  check_sequence_length(layout, N, P, C);
+  WF_CHECK(team >= 0 && team < P / C, "sequence layout: team {} is outside [0, T = P/C = {})", team, P / C);
+  return team_runs(layout, N, P, C, team);
+}
+
+std::vector<TokenRun> rank_tokens(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index) {
+  check_sequence_length(layout, N, P, C);
+  check_logical_index(P, logical_index);
+  const std::int64_t local = N / P;
+  return slice_runs(team_runs(layout, N, P, C, logical_index / C), (logical_index % C) * local, local);
+}
+
+std::vector<std::int64_t> run_positions(const std::vector<TokenRun>& runs) {
+  std::vector<std::int64_t> positions;
+  for (const TokenRun& run : runs) {
+    for (std::int64_t i = 0; i < run.length; ++i) positions.push_back(run.start + i);
+  }
+  return positions;
+}
+
+std::vector<std::int64_t> position_ids(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index) {
+  return run_positions(rank_tokens(layout, N, P, C, logical_index));
+}
+
+// ---- shard / unshard -------------------------------------------------------------------------
+
+namespace {
+
+// Bytes of one token row: the product of the dims after the sequence dim, times the element.
+std::size_t token_row_bytes(const Tensor& t) {
+  std::int64_t elements = 1;
+  for (std::int64_t d = 2; d < t.dim(); ++d) elements *= t.size(d);
+  return static_cast<std::size_t>(elements) * dtype_size(t.dtype());
+}
+
+// Copies a rank's runs between a global [B, N, row] buffer and its local [B, n, row] buffer,
+// in the direction `to_local` says. The one loop both shard and unshard use.
+void copy_runs(const std::vector<TokenRun>& runs, std::int64_t batch, std::int64_t N, std::int64_t n,
+               std::size_t row_bytes, char* global, char* local, bool to_local) {
+  for (std::int64_t b = 0; b < batch; ++b) {
+    std::int64_t local_row = 0;
+    for (const TokenRun& run : runs) {
+      char* g = global + static_cast<std::size_t>(b * N + run.start) * row_bytes;
+      char* l = local + static_cast<std::size_t>(b * n + local_row) * row_bytes;
+      const std::size_t bytes = static_cast<std::size_t>(run.length) * row_bytes;
+      if (to_local) std::memcpy(l, g, bytes);
+      else std::memcpy(g, l, bytes);
+      local_row += run.length;
+    }
+  }
+}
+
+void check_sequence_tensor(const Tensor& t, const char* what) {
+  WF_CHECK(t.defined(), "{}: the tensor is undefined", what);
+  WF_CHECK(t.dim() >= 2, "{}: expected a [B, N, ...] tensor with the sequence at dim 1, got shape {}", what,
+           shape_str(t.shape()));
+  WF_CHECK(t.device().is_cpu(), "{}: only CPU tensors are supported (got {}); copy with .to(Device::cpu())", what,
+           t.device().str());
+}
+
+}  // namespace
+
+Tensor shard_sequence(const Tensor& global, SequenceLayout layout, int P, int C, int logical_index) {
+  check_sequence_tensor(global, "shard_sequence");
+  const std::int64_t N = global.size(1);
+  const std::vector<TokenRun> runs = rank_tokens(layout, N, P, C, logical_index);
+  Shape local_shape = global.shape();
+  local_shape[1] = N / P;
+  Tensor local = Tensor::empty(local_shape, global.dtype());
+  copy_runs(runs, global.size(0), N, N / P, token_row_bytes(global),
+            static_cast<char*>(const_cast<void*>(global.raw_data())), static_cast<char*>(local.raw_data()),
+            /*to_local=*/true);
+  return local;
+}
+
+Tensor unshard_sequence(const std::vector<Tensor>& locals, SequenceLayout layout, int P, int C) {
+  WF_CHECK(P >= 1 && static_cast<int>(locals.size()) == P, "unshard_sequence: {} local tensors for P = {} ranks",
+           locals.size(), P);
+  check_sequence_tensor(locals[0], "unshard_sequence");
+  for (std::size_t l = 1; l < locals.size(); ++l) {
+    check_sequence_tensor(locals[l], "unshard_sequence");
+    WF_CHECK(locals[l].shape() == locals[0].shape() && locals[l].dtype() == locals[0].dtype(),
+             "unshard_sequence: rank {} holds {} {} but rank 0 holds {} {}; every rank must hold the same shape "
+             "and dtype",
+             l, dtype_name(locals[l].dtype()), shape_str(locals[l].shape()), dtype_name(locals[0].dtype()),
+             shape_str(locals[0].shape()));
+  }
+  const std::int64_t n = locals[0].size(1), N = n * P;
+  Shape global_shape = locals[0].shape();
+  global_shape[1] = N;
+  Tensor global = Tensor::empty(global_shape, locals[0].dtype());
+  for (int l = 0; l < P; ++l) {
+    copy_runs(rank_tokens(layout, N, P, C, l), global.size(0), N, n, token_row_bytes(global),
+              static_cast<char*>(global.raw_data()),
+              static_cast<char*>(const_cast<void*>(locals[static_cast<std::size_t>(l)].raw_data())),
+              /*to_local=*/false);
+  }
+  return global;
+}
+
+// ---- block masks and pair counts -------------------------------------------------------------
+
+std::string_view block_mask_name(BlockMask mask) {
+  switch (mask) {
+    case BlockMask::full: return "full";
+    case BlockMask::causal: return "causal";
+    case BlockMask::skip: return "skip";
+  }
+  WF_FAIL("unknown block mask {}", static_cast<int>(mask));
+}
+
+BlockMask block_mask(TokenRun query, TokenRun key, bool causal) {
+  if (query.length <= 0 || key.length <= 0) return BlockMask::skip;
+  if (!causal) return BlockMask::full;
+  const std::int64_t last_query = query.start + query.length - 1, last_key = key.start + key.length - 1;
+  if (last_key <= query.start) return BlockMask::full;
+  if (key.start > last_query) return BlockMask::skip;
+  return BlockMask::causal;
+}
+
+std::int64_t unmasked_pairs(const std::vector<std::int64_t>& query_positions,
+                            const std::vector<std::int64_t>& key_positions, bool causal) {
+  const auto nq = static_cast<std::int64_t>(query_positions.size());
+  const auto nk = static_cast<std::int64_t>(key_positions.size());
+  if (!causal) return nq * nk;
+  std::vector<std::int64_t> keys = key_positions;
+  std::sort(keys.begin(), keys.end());
+  std::int64_t pairs = 0;
+  for (std::int64_t q : query_positions) pairs += std::upper_bound(keys.begin(), keys.end(), q) - keys.begin();
+  return pairs;
+}
+
+namespace {
+
+// Σ_{x = lo}^{hi} clamp(x, 0, M).
+std::int64_t sum_clamped(std::int64_t lo, std::int64_t hi, std::int64_t M) {
+  std::int64_t total = 0;
+  const std::int64_t ramp_lo = std::max<std::int64_t>(lo, 1), ramp_hi = std::min(hi, M);
+  if (ramp_lo <= ramp_hi) total += (ramp_lo + ramp_hi) * (ramp_hi - ramp_lo + 1) / 2;
+  const std::int64_t flat_lo = std::max(lo, M + 1);
+  if (flat_lo <= hi) total += M * (hi - flat_lo + 1);
+  return total;
+}
+
+// Pairs (q, k) with k ≤ q between the runs: query q sees clamp(q − key.start + 1, 0, key.length).
+std::int64_t causal_run_pairs(TokenRun query, TokenRun key) {
+  if (query.length <= 0 || key.length <= 0) return 0;
+  const std::int64_t shift = query.start - key.start + 1;
+  return sum_clamped(shift, shift + query.length - 1, key.length);
+}
+
+std::int64_t total_length(const std::vector<TokenRun>& runs) {
+  std::int64_t total = 0;
+  for (const TokenRun& run : runs) total += run.length;
+  return total;
+}
+
+}  // namespace
+
+std::int64_t unmasked_pairs(const std::vector<TokenRun>& query_runs, const std::vector<TokenRun>& key_runs,
+                            bool causal) {
+  if (!causal) return total_length(query_runs) * total_length(key_runs);
+  std::int64_t pairs = 0;
+  for (const TokenRun& q : query_runs) {
+    for (const TokenRun& k : key_runs) pairs += causal_run_pairs(q, k);
+  }
+  return pairs;
+}
+
+// ---- work balance ------------------------------------------------------------------------------
+
+std::int64_t wallfacer_rank_work_pairs(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index,
+                                       bool causal) {
+  // Logical indices are the sp indices of the collectives-intra placement.
+  const comm::WallFacerLayout grid(P, C, comm::Placement::collectives_intra);
+  const std::vector<TokenRun> queries = team_tokens(layout, N, P, C, grid.team(logical_index));
+  std::int64_t pairs = 0;
+  for (int step = 0; step < grid.ring_size(); ++step) {
+    pairs += unmasked_pairs(queries, team_tokens(layout, N, P, C, grid.kv_team_at_step(logical_index, step)), causal);
+  }
+  return pairs;
+}
+
+std::int64_t ring_rank_work_pairs(SequenceLayout layout, std::int64_t N, int P, int rank, bool causal) {
+  return wallfacer_rank_work_pairs(layout, N, P, /*C=*/1, rank, causal);
+}
+
+std::int64_t causal_half_blocks(const std::vector<int>& query_chunks, const std::vector<int>& key_chunks) {
+  std::int64_t half_blocks = 0;
+  for (int q : query_chunks) {
+    for (int k : key_chunks) half_blocks += q > k ? 2 : q == k ? 1 : 0;
+  }
+  return half_blocks;
+}
+
+std::vector<int> zigzag_team_chunks(int P, int C, int team) {
+  check_team_split(P, C);
+  const int T = P / C;
+  WF_CHECK(team >= 0 && team < T, "zigzag_team_chunks: team {} is outside [0, T = P/C = {})", team, T);
+  return {team, 2 * T - 1 - team};
+}
+
+std::int64_t wallfacer_rank_work_half_blocks(int P, int C, int logical_index,
+                                             const std::vector<std::vector<int>>& team_chunks) {
+  const comm::WallFacerLayout grid(P, C, comm::Placement::collectives_intra);
+  WF_CHECK(static_cast<int>(team_chunks.size()) == grid.num_teams(),
+           "wallfacer_rank_work_half_blocks: {} team chunk lists for T = P/C = {} teams", team_chunks.size(),
+           grid.num_teams());
+  const auto& queries = team_chunks[static_cast<std::size_t>(grid.team(logical_index))];
+  std::int64_t half_blocks = 0;
+  for (int step = 0; step < grid.ring_size(); ++step) {
+    half_blocks +=
+        causal_half_blocks(queries, team_chunks[static_cast<std::size_t>(grid.kv_team_at_step(logical_index, step))]);
+  }
+  return half_blocks;
+}
+
+std::int64_t wallfacer_rank_work_half_blocks(int P, int C, int logical_index) {
+  const comm::WallFacerLayout grid(P, C, comm::Placement::collectives_intra);  // validates P and C first
+  std::vector<std::vector<int>> team_chunks;
+  for (int t = 0; t < grid.num_teams(); ++t) team_chunks.push_back(zigzag_team_chunks(P, C, t));
+  return wallfacer_rank_work_half_blocks(P, C, logical_index, team_chunks);
+}
+
+}  // namespace wf::parallel

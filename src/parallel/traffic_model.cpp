@@ -1,0 +1,127 @@
+#include "wallfacer/parallel/traffic_model.h"
+
+#include "wallfacer/comm/process_grid.h"
+#include "wallfacer/core/error.h"
+
+namespace wf::parallel {
+
+SpTraffic& SpTraffic::operator+=(const SpTraffic& other) {
+  p2p_sent += other.p2p_sent;
+  p2p_received += other.p2p_received;
+  collective_sent += other.collective_sent;
+  collective_received += other.collective_received;
+  return *this;
+}
+
+namespace {
+
+// Element counts of one rank's local slice (n = N/P tokens).
+struct LocalSizes {
+  std::int64_t q;   // E = B·n·h·d: one of Q, O, dO, dQ
+  std::int64_t kv;  // E_kv = B·n·h_kv·d: one of K, V, dK, dV
+  std::int64_t rows;  // R = B·n·h: lse or D
+};
+
+LocalSizes local_sizes(const AttentionDims& dims, int P, const ElementBytes& bytes) {
+  WF_CHECK(P >= 1, "traffic model: the sp group needs at least 1 rank (got P = {})", P);
+  WF_CHECK(dims.batch >= 1 && dims.heads >= 1 && dims.kv_heads >= 1 && dims.head_dim >= 1,
+           "traffic model: batch {}, heads {}, kv_heads {}, head_dim {} must all be >= 1", dims.batch, dims.heads,
+           dims.kv_heads, dims.head_dim);
+  WF_CHECK(dims.heads % dims.kv_heads == 0, "traffic model: kv_heads {} must divide heads {}", dims.kv_heads,
+           dims.heads);
+  WF_CHECK(dims.seq_len > 0 && dims.seq_len % P == 0,
+           "traffic model: N = {} tokens must be a positive multiple of P = {}", dims.seq_len, P);
+  WF_CHECK(bytes.activation >= 1 && bytes.stats >= 1 && bytes.partial >= 1,
+           "traffic model: element sizes (activation {}, stats {}, partial {}) must be >= 1", bytes.activation,
+           bytes.stats, bytes.partial);
+  const std::int64_t rows = dims.batch * (dims.seq_len / P) * dims.heads;
+  return {rows * dims.head_dim, dims.batch * (dims.seq_len / P) * dims.kv_heads * dims.head_dim, rows};
+}
+
+// The counting conventions of comm/traffic.h, with comm::Group's integer arithmetic.
+std::int64_t all_gather_bytes(std::int64_t piece, int group_size) { return (group_size - 1) * piece; }
+std::int64_t reduce_scatter_bytes(std::int64_t input, int group_size) {
+  return (group_size - 1) * (input / group_size);
+}
+std::int64_t all_to_all_bytes(std::int64_t input, int group_size) { return (group_size - 1) * (input / group_size); }
+
+// Every strategy here is symmetric per rank: what a rank sends equals what it receives.
+SpTraffic symmetric(std::int64_t p2p, std::int64_t collective) { return {p2p, p2p, collective, collective}; }
+
+template <typename PerRank>
+SpTraffic sum_over_ranks(int P, PerRank per_rank) {
+  SpTraffic total;
+  for (int l = 0; l < P; ++l) total += per_rank(l);
+  return total;
+}
+
+}  // namespace
+
+SpTraffic ring_attention_traffic(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes) {
+  const LocalSizes e = local_sizes(dims, P, bytes);
+  const std::int64_t kv_ring = 2 * e.kv * bytes.activation * (P - 1);
+  if (pass == Pass::forward) return symmetric(kv_ring, 0);
+  // dK, dV ride along with K, V every step and take the last step home; at P = 1 that step is
+  // a send to self.
+  const std::int64_t dkv_ring = P > 1 ? 2 * e.kv * bytes.partial * P : 0;
+  return symmetric(kv_ring + dkv_ring, 0);
+}
+
+SpTraffic ulysses_traffic(const AttentionDims& dims, int P, Pass /*pass: both directions move the same*/,
+                          const ElementBytes& bytes) {
+  const LocalSizes e = local_sizes(dims, P, bytes);
+  WF_CHECK(dims.heads % P == 0 && dims.kv_heads % P == 0,
+           "traffic model: Ulysses scatters heads over P = {} ranks, so heads {} and kv_heads {} must be multiples "
+           "of P",
+           P, dims.heads, dims.kv_heads);
+  // Forward: Q, K, V sequence → heads, O heads → sequence. Backward: dO in, dQ, dK, dV out.
+  const std::int64_t collective = 2 * all_to_all_bytes(e.q * bytes.activation, P) +
+                                  2 * all_to_all_bytes(e.kv * bytes.activation, P);
+  return symmetric(0, collective);
+}
+
+SpTraffic wallfacer_traffic(const AttentionDims& dims, int P, int C, int logical_index, Pass pass,
+                            const ElementBytes& bytes, BackwardKv backward_kv) {
+  const LocalSizes e = local_sizes(dims, P, bytes);
+  const comm::WallFacerLayout layout(P, C, comm::Placement::collectives_intra);  // logical = sp index
+  const bool dispatches = layout.initial_send(logical_index) != logical_index;
+  const std::int64_t G = layout.ring_size();
+  const std::int64_t team_kv = 2 * C * e.kv;  // elements of the team's K and V (or dK and dV)
+
+  if (pass == Pass::forward) {
+    const std::int64_t collective = all_gather_bytes(e.q * bytes.activation, C) +           // Q
+                                    2 * all_gather_bytes(e.kv * bytes.activation, C) +      // K, V
+                                    all_gather_bytes(C * e.rows * bytes.stats, C) +         // lse partials
+                                    reduce_scatter_bytes(C * e.q * bytes.partial, C);       // O
+    const std::int64_t p2p = team_kv * bytes.activation * (G - 1 + (dispatches ? 1 : 0));
+    return symmetric(p2p, collective);
+  }
+
+  const bool redispatch = backward_kv == BackwardKv::redispatch;
+  std::int64_t collective = all_gather_bytes(e.q * bytes.activation, C) +  // dO
+                            all_gather_bytes(e.rows * bytes.stats, C) +    // D of the member's own rows
+                            reduce_scatter_bytes(C * e.q * bytes.partial, C) +       // dQ
+                            2 * reduce_scatter_bytes(C * e.kv * bytes.partial, C);   // dK, dV
+  if (redispatch) collective += 2 * all_gather_bytes(e.kv * bytes.activation, C);   // K, V again
+  const std::int64_t bundle = C * (2 * e.q * bytes.activation + 2 * e.rows * bytes.stats + e.q * bytes.partial);
+  std::int64_t p2p = (G - 1) * bundle;
+  if (G > 1) p2p += C * e.q * bytes.partial;                         // dQ home from ring prev
+  if (dispatches) p2p += team_kv * bytes.partial;                    // dK, dV to the K/V origin
+  if (dispatches && redispatch) p2p += team_kv * bytes.activation;  // K, V dispatch again
+  return symmetric(p2p, collective);
+}
+
+SpTraffic ring_attention_traffic_total(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes) {
+  return sum_over_ranks(P, [&](int) { return ring_attention_traffic(dims, P, pass, bytes); });
+}
+
+SpTraffic ulysses_traffic_total(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes) {
+  return sum_over_ranks(P, [&](int) { return ulysses_traffic(dims, P, pass, bytes); });
+}
+
+SpTraffic wallfacer_traffic_total(const AttentionDims& dims, int P, int C, Pass pass, const ElementBytes& bytes,
+                                  BackwardKv backward_kv) {
+  return sum_over_ranks(P, [&](int l) { return wallfacer_traffic(dims, P, C, l, pass, bytes, backward_kv); });
+}
+
+}  // namespace wf::parallel

@@ -1,0 +1,276 @@
+// The traffic formulas against an independent count: the message schedule of each strategy
+// simulated step by step with the comm::WallFacerLayout peers (and, for the team collectives,
+// as the pairwise exchanges they amount to), adding bytes whenever the peer is another rank.
+// Then the consequences wallfacer-algorithm.md states.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "wallfacer/comm/process_grid.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/parallel/traffic_model.h"
+
+using Catch::Contains;
+using wf::comm::Placement;
+using wf::comm::WallFacerLayout;
+using wf::parallel::AttentionDims;
+using wf::parallel::BackwardKv;
+using wf::parallel::ElementBytes;
+using wf::parallel::Pass;
+using wf::parallel::SpTraffic;
+
+namespace {
+
+// Distinct sizes, so a tensor counted at the wrong dtype shows up.
+const ElementBytes kBytes{/*activation=*/2, /*stats=*/4, /*partial=*/8};
+
+// Bytes per rank, accumulated message by message. Ranks are physical sp indices.
+struct Ledger {
+  explicit Ledger(int P) : ranks(static_cast<std::size_t>(P)) {}
+  std::vector<SpTraffic> ranks;
+
+  void p2p(int src, int dst, std::int64_t bytes) {
+    if (src == dst) return;
+    ranks[static_cast<std::size_t>(src)].p2p_sent += bytes;
+    ranks[static_cast<std::size_t>(dst)].p2p_received += bytes;
+  }
+  // All-gather, reduce-scatter and all-to-all with equal pieces all come down to every member
+  // sending one piece to every other member.
+  void exchange(const std::vector<int>& members, std::int64_t piece) {
+    for (int a : members) {
+      for (int b : members) {
+        if (a == b) continue;
+        ranks[static_cast<std::size_t>(a)].collective_sent += piece;
+        ranks[static_cast<std::size_t>(b)].collective_received += piece;
+      }
+    }
+  }
+  void all_gather(const std::vector<int>& members, std::int64_t piece) { exchange(members, piece); }
+  void reduce_scatter(const std::vector<int>& members, std::int64_t input) {
+    exchange(members, input / static_cast<std::int64_t>(members.size()));
+  }
+};
+
+struct Elements {
+  std::int64_t q, kv, rows;  // E, E_kv, R of one local slice
+};
+Elements elements(const AttentionDims& d, int P) {
+  const std::int64_t n = d.seq_len / P;
+  return {d.batch * n * d.heads * d.head_dim, d.batch * n * d.kv_heads * d.head_dim, d.batch * n * d.heads};
+}
+
+std::vector<std::vector<int>> teams_of(const WallFacerLayout& layout) {
+  std::vector<std::vector<int>> teams(static_cast<std::size_t>(layout.num_teams()));
+  for (int s = 0; s < layout.ranks(); ++s) teams[static_cast<std::size_t>(layout.team(s))].push_back(s);
+  return teams;
+}
+
+Ledger simulate_wallfacer_forward(const WallFacerLayout& layout, const AttentionDims& dims, const ElementBytes& b) {
+  const int C = layout.team_size();
+  const Elements e = elements(dims, layout.ranks());
+  Ledger ledger(layout.ranks());
+  for (const auto& team : teams_of(layout)) {
+    ledger.all_gather(team, e.q * b.activation);        // Q
+    ledger.all_gather(team, e.kv * b.activation);       // K
+    ledger.all_gather(team, e.kv * b.activation);       // V
+    ledger.all_gather(team, C * e.rows * b.stats);      // each member's lse over the team's queries
+    ledger.reduce_scatter(team, C * e.q * b.partial);   // rescaled partial O
+  }
+  const std::int64_t team_kv = 2 * C * e.kv * b.activation;
+  for (int s = 0; s < layout.ranks(); ++s) ledger.p2p(s, layout.initial_send(s), team_kv);
+  for (int step = 1; step < layout.ring_size(); ++step) {  // no send after the last step
+    for (int s = 0; s < layout.ranks(); ++s) ledger.p2p(s, layout.ring_next(s), team_kv);
+  }
+  return ledger;
+}
+
+Ledger simulate_wallfacer_backward(const WallFacerLayout& layout, const AttentionDims& dims, const ElementBytes& b,
+                                   BackwardKv kv) {
+  const int P = layout.ranks(), C = layout.team_size();
+  const Elements e = elements(dims, P);
+  Ledger ledger(P);
+  const auto teams = teams_of(layout);
+  for (const auto& team : teams) {
+    ledger.all_gather(team, e.q * b.activation);  // dO
+    ledger.all_gather(team, e.rows * b.stats);    // D of each member's own rows
+  }
+  // Where each rank's K/V came from in the dispatch: its dK, dV go back there.
+  std::vector<int> kv_origin(static_cast<std::size_t>(P), -1);
+  for (int s = 0; s < P; ++s) kv_origin[static_cast<std::size_t>(layout.initial_send(s))] = s;
+  if (kv == BackwardKv::redispatch) {
+    for (const auto& team : teams) {
+      ledger.all_gather(team, e.kv * b.activation);
+      ledger.all_gather(team, e.kv * b.activation);
+    }
+    for (int s = 0; s < P; ++s) ledger.p2p(s, layout.initial_send(s), 2 * C * e.kv * b.activation);
+  }
+  // Query bundles start at home and move to ring next after every step but the last.
+  const std::int64_t bundle = C * (e.q * b.activation + e.q * b.activation + e.rows * b.stats + e.rows * b.stats +
+                                   e.q * b.partial);  // Q, dO, lse, D, dQ
+  std::vector<int> where(static_cast<std::size_t>(P));
+  for (int s = 0; s < P; ++s) where[static_cast<std::size_t>(s)] = s;
+  for (int step = 1; step < layout.ring_size(); ++step) {
+    for (int& at : where) {
+      ledger.p2p(at, layout.ring_next(at), bundle);
+      at = layout.ring_next(at);
+    }
+  }
+  for (int home = 0; home < P; ++home) ledger.p2p(where[static_cast<std::size_t>(home)], home, C * e.q * b.partial);
+  for (int s = 0; s < P; ++s) ledger.p2p(s, kv_origin[static_cast<std::size_t>(s)], 2 * C * e.kv * b.partial);
+  for (const auto& team : teams) {
+    ledger.reduce_scatter(team, C * e.q * b.partial);   // dQ
+    ledger.reduce_scatter(team, C * e.kv * b.partial);  // dK
+    ledger.reduce_scatter(team, C * e.kv * b.partial);  // dV
+  }
+  return ledger;
+}
+
+Ledger simulate_ring(int P, const AttentionDims& dims, const ElementBytes& b, Pass pass) {
+  const Elements e = elements(dims, P);
+  Ledger ledger(P);
+  for (int step = 0; step < P; ++step) {
+    for (int r = 0; r < P; ++r) {
+      if (step + 1 < P) ledger.p2p(r, (r + 1) % P, 2 * e.kv * b.activation);  // K, V
+      if (pass == Pass::backward) ledger.p2p(r, (r + 1) % P, 2 * e.kv * b.partial);  // dK, dV, home at step P
+    }
+  }
+  return ledger;
+}
+
+Ledger simulate_ulysses(int P, const AttentionDims& dims, const ElementBytes& b) {
+  const Elements e = elements(dims, P);
+  Ledger ledger(P);
+  std::vector<int> all(static_cast<std::size_t>(P));
+  for (int r = 0; r < P; ++r) all[static_cast<std::size_t>(r)] = r;
+  for (std::int64_t local : {e.q, e.kv, e.kv, e.q}) ledger.exchange(all, local * b.activation / P);
+  return ledger;
+}
+
+SpTraffic sum(const Ledger& ledger) {
+  SpTraffic total;
+  for (const SpTraffic& t : ledger.ranks) total += t;
+  return total;
+}
+
+std::string error_of(const auto& call) {
+  try {
+    call();
+  } catch (const wf::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+constexpr int kWorldSizes[] = {1, 2, 3, 4, 6, 8, 9, 12, 16, 18, 27, 32, 36};
+
+}  // namespace
+
+TEST_CASE("WallFacer traffic equals the simulated schedule, per rank, both placements", "[parallel]") {
+  for (int P : kWorldSizes) {
+    for (int C : wf::comm::valid_team_sizes(P)) {
+      const AttentionDims dims{/*batch=*/2, /*seq_len=*/3 * P, /*heads=*/4, /*kv_heads=*/2, /*head_dim=*/5};
+      for (Placement placement : {Placement::collectives_intra, Placement::p2p_intra}) {
+        const WallFacerLayout layout(P, C, placement);
+        const Ledger forward = simulate_wallfacer_forward(layout, dims, kBytes);
+        for (BackwardKv kv : {BackwardKv::redispatch, BackwardKv::keep_forward}) {
+          const Ledger backward = simulate_wallfacer_backward(layout, dims, kBytes, kv);
+          for (int s = 0; s < P; ++s) {
+            INFO("P = " << P << ", C = " << C << ", placement " << wf::comm::placement_name(placement)
+                        << ", sp index " << s << ", redispatch " << (kv == BackwardKv::redispatch));
+            const int l = layout.logical_index(s);
+            CHECK(wf::parallel::wallfacer_traffic(dims, P, C, l, Pass::forward, kBytes, kv) ==
+                  forward.ranks[static_cast<std::size_t>(s)]);
+            CHECK(wf::parallel::wallfacer_traffic(dims, P, C, l, Pass::backward, kBytes, kv) ==
+                  backward.ranks[static_cast<std::size_t>(s)]);
+          }
+          CHECK(wf::parallel::wallfacer_traffic_total(dims, P, C, Pass::backward, kBytes, kv) == sum(backward));
+        }
+        CHECK(wf::parallel::wallfacer_traffic_total(dims, P, C, Pass::forward, kBytes) == sum(forward));
+      }
+    }
+  }
+}
+
+TEST_CASE("ring attention and Ulysses traffic equal their simulated schedules", "[parallel]") {
+  for (int P : kWorldSizes) {
+    const AttentionDims ring_dims{2, 3 * P, 4, 2, 5};
+    const AttentionDims ulysses_dims{2, 3 * P, 2 * P, P, 5};  // heads scatter over P ranks
+    for (Pass pass : {Pass::forward, Pass::backward}) {
+      INFO("P = " << P << ", backward " << (pass == Pass::backward));
+      const Ledger ring = simulate_ring(P, ring_dims, kBytes, pass);
+      const Ledger ulysses = simulate_ulysses(P, ulysses_dims, kBytes);
+      for (std::size_t r = 0; r < static_cast<std::size_t>(P); ++r) {
+        CHECK(wf::parallel::ring_attention_traffic(ring_dims, P, pass, kBytes) == ring.ranks[r]);
+        CHECK(wf::parallel::ulysses_traffic(ulysses_dims, P, pass, kBytes) == ulysses.ranks[r]);
+      }
+      CHECK(wf::parallel::ring_attention_traffic_total(ring_dims, P, pass, kBytes) == sum(ring));
+      CHECK(wf::parallel::ulysses_traffic_total(ulysses_dims, P, pass, kBytes) == sum(ulysses));
+    }
+  }
+}
+
+TEST_CASE("the doc's closed forms: collectives (C-1)(2E + 2E_kv) + lse, P2P 2·C·E_kv·G or ·(G-1)", "[parallel]") {
+  // P = 8, C = 2 (G = 2): ranks 0 and 7 dispatch to themselves.
+  const AttentionDims dims{2, 32, 4, 2, 8};
+  const ElementBytes same{4, 4, 4};
+  const std::int64_t E = 2 * 4 * 4 * 8, E_kv = 2 * 4 * 2 * 8, R = 2 * 4 * 4;
+  for (int l = 0; l < 8; ++l) {
+    const SpTraffic t = wf::parallel::wallfacer_traffic(dims, 8, 2, l, Pass::forward, same);
+    CHECK(t.collective_sent == ((2 - 1) * (2 * E + 2 * E_kv) + (2 - 1) * 2 * R) * 4);
+    CHECK(t.p2p_sent == 2 * 2 * E_kv * (l == 0 || l == 7 ? 1 : 2) * 4);
+    CHECK(t.p2p_received == t.p2p_sent);
+  }
+  // C = 1 is ring attention in the forward.
+  for (int P : {1, 2, 5, 8}) {
+    const AttentionDims d{1, 4 * P, 2, 1, 3};
+    for (int l = 0; l < P; ++l) {
+      CHECK(wf::parallel::wallfacer_traffic(d, P, 1, l, Pass::forward, kBytes) ==
+            wf::parallel::ring_attention_traffic(d, P, Pass::forward, kBytes));
+    }
+  }
+  // Ulysses: (P-1)/P·(2E + 2E_kv) each way, forward and backward alike.
+  const AttentionDims u{1, 16, 8, 4, 2};
+  const std::int64_t Eu = 1 * 4 * 8 * 2, Eu_kv = 1 * 4 * 4 * 2;
+  CHECK(wf::parallel::ulysses_traffic(u, 4, Pass::forward, same).collective_sent == 3 * (2 * Eu + 2 * Eu_kv) / 4 * 4);
+  CHECK(wf::parallel::ulysses_traffic(u, 4, Pass::backward, same) ==
+        wf::parallel::ulysses_traffic(u, 4, Pass::forward, same));
+  // Nothing moves with one rank.
+  CHECK(wf::parallel::ring_attention_traffic(u, 1, Pass::backward, kBytes) == SpTraffic{});
+  CHECK(wf::parallel::wallfacer_traffic(u, 1, 1, 0, Pass::backward, kBytes) == SpTraffic{});
+}
+
+TEST_CASE("forward P2P summed over ranks: the doc's ratios to ring attention", "[parallel]") {
+  // One element of one byte per rank per tensor: E = E_kv = 1, the doc's units.
+  const auto p2p_total = [](int P, int C) {
+    const AttentionDims unit{1, P, 1, 1, 1};
+    return wf::parallel::wallfacer_traffic_total(unit, P, C, Pass::forward, {1, 1, 1}).p2p_sent;
+  };
+  CHECK(p2p_total(8, 1) == 112);  // ring: 2·(P-1) per rank
+  CHECK(2 * p2p_total(8, 2) == p2p_total(8, 1));
+  CHECK(p2p_total(16, 1) == 480);
+  CHECK(p2p_total(16, 2) == 248);
+  CHECK(p2p_total(16, 4) == 96);  // G = 1: the dispatch only
+  // Tends to 1/C of ring's as P grows.
+  for (int C : {2, 4}) {
+    const double ratio = static_cast<double>(p2p_total(1024, C)) / static_cast<double>(p2p_total(1024, 1));
+    CHECK(ratio == Approx(1.0 / C).epsilon(0.01));
+  }
+  const AttentionDims unit{1, 16, 1, 1, 1};
+  CHECK(wf::parallel::ring_attention_traffic_total(unit, 16, Pass::forward, {1, 1, 1}).p2p_sent == 480);
+}
+
+TEST_CASE("traffic model rejects dims that do not split", "[parallel]") {
+  const AttentionDims dims{1, 30, 4, 2, 8};
+  CHECK_THAT(error_of([&] { wf::parallel::ring_attention_traffic(dims, 8, Pass::forward); }),
+             Contains("N = 30") && Contains("P = 8"));
+  CHECK_THAT(error_of([&] { wf::parallel::ulysses_traffic({1, 32, 4, 2, 8}, 4, Pass::forward); }),
+             Contains("kv_heads 2") && Contains("P = 4"));
+  CHECK_THAT(error_of([&] { wf::parallel::wallfacer_traffic({1, 32, 4, 2, 8}, 8, 4, 0, Pass::forward); }),
+             Contains("C = 4"));
+  CHECK_THAT(error_of([&] { wf::parallel::wallfacer_traffic({1, 32, 4, 3, 8}, 8, 2, 0, Pass::forward); }),
+             Contains("kv_heads 3 must divide heads 4"));
+  CHECK_THAT(error_of([&] { wf::parallel::wallfacer_traffic({1, 32, 4, 2, 8}, 8, 2, 9, Pass::forward); }),
+             Contains("sp index 9"));
+}
