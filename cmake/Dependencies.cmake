@@ -29,3 +29,30 @@ if(NOT WF_CUDA STREQUAL "OFF")
     message(STATUS "wallfacer: no CUDA toolkit found, building the CPU backend only")
   endif()
 endif()
+
+# NCCL: the GPU collectives and P2P (src/comm/nccl_backend.cpp). Looked for next to the CUDA
+# toolkit (the NVIDIA wheels and the CUDA images ship it there) and in the system paths; set
+# NCCL_ROOT to point elsewhere. Without it the CUDA build still works, with no NCCL backend:
+# wf::comm::make_nccl_backend then throws an error that says so.
+set(WF_HAVE_NCCL OFF)
+if(WF_HAVE_CUDA)
+  find_path(NCCL_INCLUDE_DIR nccl.h
+    HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}
+    PATH_SUFFIXES include)
+  find_library(NCCL_LIBRARY nccl
+    HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}
+    PATH_SUFFIXES lib lib64)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    set(WF_HAVE_NCCL ON)
+    # The define travels with the target, so only code that links NCCL sees WF_HAVE_NCCL=1.
+    add_library(NCCL::nccl SHARED IMPORTED)
+    set_target_properties(NCCL::nccl PROPERTIES
+      IMPORTED_LOCATION "${NCCL_LIBRARY}"
+      INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}"
+      INTERFACE_COMPILE_DEFINITIONS "WF_HAVE_NCCL=1"
+      INTERFACE_LINK_LIBRARIES CUDA::cudart)
+    message(STATUS "wallfacer: NCCL ${NCCL_LIBRARY}")
+  else()
+    message(STATUS "wallfacer: CUDA without NCCL (set NCCL_ROOT to enable it): no GPU communication backend")
+  endif()
+endif()

@@ -1,0 +1,66 @@
+#pragma once
+// A communication backend over one group of ranks: MPI for CPU tensors, NCCL for GPU tensors.
+// Backends move bytes; they do not count traffic or pick themselves — Group (group.h) does.
+// Peers and roots are ranks within the group. Buffers are contiguous tensors; collectives
+// concatenate / split along dim 0.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wallfacer/core/tensor.h"
+
+namespace wf::comm {
+
+enum class ReduceOp { sum, max, avg };
+const char* reduce_op_name(ReduceOp op);
+
+// A pending non-blocking operation. wait() blocks until it completes (bounded by the watchdog);
+// test() returns whether it has completed without blocking.
+class RequestImpl {
+ public:
+  virtual ~RequestImpl() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;
+};
+
+class Request {
+ public:
+  Request() = default;
+  explicit Request(std::shared_ptr<RequestImpl> impl) : impl_(std::move(impl)) {}
+  void wait() {
+    if (impl_) impl_->wait();
+  }
+  bool test() { return !impl_ || impl_->test(); }
+  bool valid() const { return impl_ != nullptr; }
+
+ private:
+  std::shared_ptr<RequestImpl> impl_;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "mpi", "nccl"
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  virtual void send(const Tensor& t, int peer, int tag) = 0;
+  virtual void recv(Tensor& t, int peer, int tag) = 0;
+  virtual Request isend(const Tensor& t, int peer, int tag) = 0;
+  virtual Request irecv(Tensor& t, int peer, int tag) = 0;
+  virtual void sendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) = 0;
+
+  virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
+  virtual void all_gather(const Tensor& input, Tensor& output) = 0;
+  // all_gather of pieces with different dim-0 sizes: group rank i contributes rows[i] rows
+  // (any may be 0), concatenated in rank order into output [sum(rows), ...]. The default pads
+  // every piece to the largest and runs all_gather; MPI overrides it with MPI_Iallgatherv.
+  virtual void all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows);
+  virtual void reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) = 0;
+  virtual void all_to_all(const Tensor& input, Tensor& output) = 0;
+  virtual void broadcast(Tensor& t, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+}  // namespace wf::comm

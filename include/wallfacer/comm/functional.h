@@ -1,0 +1,60 @@
+#pragma once
+// Autograd-aware collectives: the communication steps of tensor and sequence parallel models,
+// written as differentiable functions whose backward is the adjoint collective. Each is one
+// wf::autograd::apply_function node; the forward runs the Group primitive (so traffic is
+// counted under the group's name), the backward runs one collective on the gradient.
+//
+// The gradient convention (Megatron-LM's): the loss of the whole job is the SUM of the ranks'
+// local losses, and every rank must backpropagate through the same collective nodes in the same
+// order (their backward passes are collectives too). A tensor that is "replicated" holds the
+// same value on every rank of the group and is counted ONCE in that sum: code downstream of it
+// computes the same thing on every rank.
+//
+//   function        forward                      backward (of the gradient g)
+//   all_gather      all-gather along dim 0       reduce-scatter (sum) along dim 0
+//   reduce_scatter  reduce-scatter (sum), dim 0  all-gather along dim 0
+//   all_reduce      all-reduce (sum)             identity   (Megatron's g; output replicated)
+//   copy_to_group   identity                     all-reduce (Megatron's f; input replicated)
+//   all_to_all      all-to-all along dim 0       the same all-to-all (it is its own inverse)
+//   all_to_all_dims scatter one dim, gather one  all_to_all_dims with the two dims swapped
+//
+// Why each backward is right: a collective is a fixed linear map of the ranks' tensors, and the
+// gradient flows through its adjoint. all-gather and reduce-scatter (sum) are adjoint to each
+// other. An all-to-all with equal splits only permutes blocks between ranks (rank j's output
+// block i is rank i's input block j), so its adjoint is its inverse, which is the same
+// all-to-all. all_reduce and copy_to_group are the two halves of a replicated region:
+// all_reduce's output is replicated, so the loss counts it once and each input's gradient is the
+// (replicated) output gradient; copy_to_group's input is replicated and each rank's use of it
+// contributes to the loss, so its gradient is the sum over ranks.
+//
+// The group is held by reference in the graph: it must outlive the backward pass.
+#include <cstdint>
+
+#include "wallfacer/comm/group.h"
+#include "wallfacer/core/tensor.h"
+
+namespace wf::comm {
+
+// x [n, ...] on every rank → [size·n, ...], rank r's x at rows [r·n, (r+1)·n).
+Tensor all_gather(Group& group, const Tensor& x);
+// x [size·n, ...] → [n, ...]: rows [r·n, (r+1)·n) of the sum over ranks, on rank r.
+Tensor reduce_scatter(Group& group, const Tensor& x);
+// Sum over the group's ranks; the output is replicated (backward: identity).
+Tensor all_reduce(Group& group, const Tensor& x);
+// Identity on a replicated input; backward sums the gradient over the group.
+Tensor copy_to_group(Group& group, const Tensor& x);
+// x [size·n, ...] → [size·n, ...]: block i (rows [i·n, (i+1)·n)) goes to rank i; output block i
+// came from rank i.
+Tensor all_to_all(Group& group, const Tensor& x);
+
+// Re-shards x from `gather_dim` to `scatter_dim`: every rank holds a slice of a global tensor
+// along gather_dim (rank order); afterwards every rank holds the whole of gather_dim and the
+// r-th of `size` equal slices of scatter_dim. For Ulysses sequence parallelism,
+//   all_to_all_dims(group, q, /*scatter_dim=*/2, /*gather_dim=*/1)
+// turns a sequence-sharded q [B, n/P, h, d] into a head-sharded [B, n, h/P, d], and
+//   all_to_all_dims(group, o, /*scatter_dim=*/1, /*gather_dim=*/2)
+// turns it back. Needs x.size(scatter_dim) divisible by the group size and the two dims
+// distinct; negative dims count from the end. Backward: the inverse re-sharding.
+Tensor all_to_all_dims(Group& group, const Tensor& x, std::int64_t scatter_dim, std::int64_t gather_dim);
+
+}  // namespace wf::comm

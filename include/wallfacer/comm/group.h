@@ -1,0 +1,81 @@
+#pragma once
+// wf::comm::Group: a named set of ranks (e.g. "sp.ring") with one communicator interface.
+// Each call picks the backend by the tensor's device (MPI for cpu, NCCL for cuda), checks the
+// arguments, counts traffic (traffic.h) under the group's name and runs under the watchdog.
+// Peers and roots are group ranks. Collectives concatenate / split along dim 0:
+//   all_gather:     input [n, ...] on every rank → output [size·n, ...] (rank order)
+//   reduce_scatter: input [size·n, ...] → output [n, ...], this rank's slice of the reduction
+//   all_to_all:     input [size·n, ...] → output [size·n, ...]; slice i goes to rank i
+//   all_gather_v:   input [n_r, ...] on rank r (n_r may differ, may be 0) → output [Σ n_r, ...]
+// bf16/f16 reductions on the CPU accumulate in f32.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wallfacer/comm/backend.h"
+#include "wallfacer/comm/traffic.h"
+
+namespace wf::comm {
+
+class Group {
+ public:
+  // `world_ranks` lists the members by group rank; `cpu` is the MPI backend of these ranks; a
+  // GPU backend is created on first use of a cuda tensor (or attached with set_gpu_backend).
+  Group(std::string name, std::vector<int> world_ranks, int rank, std::shared_ptr<Backend> cpu);
+
+  const std::string& name() const { return name_; }
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(world_ranks_.size()); }
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+  TrafficCounters& traffic() const { return *traffic_; }
+
+  void send(const Tensor& t, int peer, int tag = 0);
+  void recv(Tensor& t, int peer, int tag = 0);
+  Request isend(const Tensor& t, int peer, int tag = 0);
+  Request irecv(Tensor& t, int peer, int tag = 0);
+  void sendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag = 0);
+
+  void all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum);
+  void all_gather(const Tensor& input, Tensor& output);
+  // rows[r] = dim-0 size of rank r's piece (the same list on every rank); output [Σ rows, ...].
+  void all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows);
+  void reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op = ReduceOp::sum);
+  void all_to_all(const Tensor& input, Tensor& output);
+  void broadcast(Tensor& t, int root);
+  void barrier();
+
+  // Convenience forms that allocate the output.
+  Tensor all_gather(const Tensor& input);
+  Tensor reduce_scatter(const Tensor& input, ReduceOp op = ReduceOp::sum);
+  Tensor all_to_all(const Tensor& input);
+  // Learns every rank's dim-0 size first (a small, uncounted all-gather), then all_gather_v.
+  Tensor all_gather_v(const Tensor& input);
+
+  void set_gpu_backend(std::shared_ptr<Backend> gpu) { gpu_ = std::move(gpu); }
+  // How a group creates its GPU backend on the first cuda tensor (the NCCL backend registers
+  // one). Without a factory or an attached backend, a cuda tensor is a wf::Error.
+  using GpuBackendFactory = std::function<std::shared_ptr<Backend>(const Group&)>;
+  static void set_gpu_backend_factory(GpuBackendFactory factory);
+
+ private:
+  friend Traffic sum_over_ranks(Group& group, const Traffic& traffic);
+  Backend& backend_for(const Tensor& t, const char* primitive);
+  Backend& backend_for(const Tensor& input, const Tensor& output, const char* primitive);
+  // Before each collective: the local shape checks are done; this numbers the call and, when
+  // argument checks are on, compares it with every other rank's.
+  void agree_on_call(const char* primitive, const Tensor* t, std::int64_t detail = -1);
+
+  std::string name_;
+  std::vector<int> world_ranks_;
+  int rank_ = 0;
+  std::shared_ptr<Backend> cpu_, gpu_;
+  TrafficCounters* traffic_;
+  std::int64_t sequence_ = 0;  // collectives called on this group so far, for the argument checks
+};
+
+// `traffic` summed over the ranks of `group` (an uncounted all-reduce: every rank must call it).
+Traffic sum_over_ranks(Group& group, const Traffic& traffic);
+
+}  // namespace wf::comm

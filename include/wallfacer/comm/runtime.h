@@ -1,0 +1,88 @@
+#pragma once
+// The distributed runtime of one process: MPI bootstrap and teardown, where this rank runs
+// (rank, world size, ranks on this node), which device it uses and how many CPU threads, the
+// world group, and the watchdog that turns a hang into an error.
+//
+// A program started without mpirun is a world of size 1 and needs no special handling.
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "wallfacer/comm/group.h"
+#include "wallfacer/comm/process_grid.h"
+#include "wallfacer/core/device.h"
+
+namespace wf::comm {
+
+class Runtime {
+ public:
+  // Initialises MPI with MPI_THREAD_MULTIPLE (once; later calls return the same runtime), reads
+  // rank / world size / local rank / local size, picks the device (cuda:local_rank when GPUs are
+  // present, else cpu), sets CPU threads to cores / local ranks unless OMP_NUM_THREADS is set,
+  // and gives the logger the rank prefix.
+  static Runtime& init(int* argc = nullptr, char*** argv = nullptr);
+  static bool initialized();
+  static Runtime& get();  // wf::Error when init() has not run
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  Device device() const { return device_; }
+  int threads() const { return threads_; }
+  Group& world();
+
+  // A new group from the world, like MPI_Comm_split (collective over the world): ranks passing
+  // the same color form one group, ordered by key (ties by world rank). A negative color joins
+  // no group and gets nullptr. Traffic is counted under `name`.
+  std::shared_ptr<Group> split(std::string name, int color, int key);
+
+  // Ends the whole job from this rank: prints `message` (with the rank) to stderr and calls
+  // MPI_Abort, so no other rank waits forever. Used for uncaught errors and by the watchdog.
+  [[noreturn]] void abort(std::string_view message, int exit_code = 1);
+  // MPI_Finalize (idempotent; also run at exit).
+  void finalize();
+
+ private:
+  Runtime() = default;
+  bool owns_mpi_ = false;  // false when the program had initialised MPI itself
+  bool finalized_ = false;
+  int rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1, threads_ = 1;
+  Device device_;
+  std::shared_ptr<Group> world_;
+};
+
+// The main of a distributed program: initialises the runtime, runs `body` and finalises. An
+// exception escaping `body` ends the whole job: with more than one rank through Runtime::abort
+// (so no rank waits forever for the one that failed), in a world of one by printing
+// "wallfacer: error: <what>" and returning 1. Returns body's exit status otherwise.
+int run_main(int argc, char** argv, const std::function<int()>& body);
+
+// How long a blocking communication call (or Request::wait) may make no progress before the
+// watchdog aborts the job with a message naming the group, the primitive and the rank.
+// Default 300 s; the environment variable WF_COMM_TIMEOUT (seconds) overrides it.
+std::chrono::milliseconds watchdog_timeout();
+void set_watchdog_timeout(std::chrono::milliseconds timeout);
+
+// Cheap argument agreement checks: before each collective the ranks exchange a small header
+// (primitive, dtype, shape, sequence number) and fail with a clear error on a mismatch that MPI
+// would not catch. On in debug builds; WF_COMM_CHECK=1 / 0 forces it on / off.
+bool argument_checks_enabled();
+void set_argument_checks(bool enabled);
+
+// Every named group of a ProcessGrid as a Group, created once (collective over the world).
+class CommGrid {
+ public:
+  explicit CommGrid(const ProcessGrid& grid);
+  const ProcessGrid& grid() const { return grid_; }
+  Group& group(std::string_view name);  // "world", "dp", "tp", "pp", "sp", "sp.team", "sp.ring", "dp_sp"
+
+ private:
+  ProcessGrid grid_;
+  std::map<std::string, std::shared_ptr<Group>, std::less<>> groups_;
+};
+
+}  // namespace wf::comm

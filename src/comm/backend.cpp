@@ -1,0 +1,37 @@
+// What every backend shares: the names of reduction ops and the portable all_gather_v.
+#include "wallfacer/comm/backend.h"
+
+#include <algorithm>
+
+namespace wf::comm {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::max: return "max";
+    case ReduceOp::avg: return "avg";
+  }
+  return "unknown";
+}
+
+// Pads each piece to the largest so a plain all_gather can move them, then drops the padding.
+// Costs (size · max − sum) rows of extra traffic, which is why MPI overrides it.
+void Backend::all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows) {
+  const std::int64_t max_rows = rows.empty() ? 0 : *std::max_element(rows.begin(), rows.end());
+  Shape piece_shape = input.shape();
+  piece_shape[0] = max_rows;
+  Tensor padded = Tensor::zeros(piece_shape, input.dtype(), input.device());
+  if (input.size(0) > 0) padded.slice0(0, input.size(0)).copy_(input);
+  Shape gathered_shape = piece_shape;
+  gathered_shape[0] = max_rows * size();
+  Tensor gathered = Tensor::empty(gathered_shape, input.dtype(), input.device());
+  all_gather(padded, gathered);
+  std::int64_t offset = 0;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const std::int64_t first = static_cast<std::int64_t>(r) * max_rows;
+    if (rows[r] > 0) output.slice0(offset, offset + rows[r]).copy_(gathered.slice0(first, first + rows[r]));
+    offset += rows[r];
+  }
+}
+
+}  // namespace wf::comm

@@ -1,0 +1,36 @@
+// CommGrid: one Group per named group of a ProcessGrid. The grid already knows every rank list,
+// so each kind of group is one MPI_Comm_split over the world: color = which group of that kind
+// (its index among all of them), key = the rank's position inside it.
+#include <algorithm>
+
+#include "wallfacer/comm/runtime.h"
+#include "wallfacer/core/error.h"
+
+namespace wf::comm {
+
+CommGrid::CommGrid(const ProcessGrid& grid) : grid_(grid) {
+  Runtime& runtime = Runtime::get();
+  WF_CHECK(grid_.world_size() == runtime.world_size() && grid_.rank() == runtime.rank(),
+           "CommGrid: the process grid is for rank {} of {}, but this process is rank {} of {}", grid_.rank(),
+           grid_.world_size(), runtime.rank(), runtime.world_size());
+  for (std::string_view kind : ProcessGrid::group_names()) {
+    const std::vector<std::vector<int>> all = grid_.all_groups(kind);
+    const std::vector<int>& mine = grid_.group(kind);
+    const int color = static_cast<int>(std::find(all.begin(), all.end(), mine) - all.begin());
+    std::shared_ptr<Group> group = runtime.split(std::string(kind), color, grid_.group_rank(kind));
+    WF_CHECK(group != nullptr && group->world_ranks() == mine,
+             "CommGrid: MPI built group '{}' with world ranks [{}], but the process grid says [{}]", kind,
+             group ? fmt::format("{}", fmt::join(group->world_ranks(), ", ")) : std::string("none"),
+             fmt::join(mine, ", "));
+    groups_.emplace(std::string(kind), std::move(group));
+  }
+}
+
+Group& CommGrid::group(std::string_view name) {
+  const auto it = groups_.find(name);
+  WF_CHECK(it != groups_.end(), "CommGrid: no group named '{}'; the groups are {}", name,
+           fmt::join(ProcessGrid::group_names(), ", "));
+  return *it->second;
+}
+
+}  // namespace wf::comm

@@ -1,0 +1,289 @@
+#include "src/comm/mpi_backend.h"
+
+#include <climits>
+#include <utility>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/log.h"
+
+namespace wf::comm {
+namespace {
+
+bool reduces_in_f32(DType dtype) { return dtype == DType::bf16 || dtype == DType::f16; }
+
+MPI_Datatype reduction_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    case DType::u8: return MPI_UINT8_T;
+    case DType::bf16:
+    case DType::f16: break;  // reduced in an f32 copy
+  }
+  WF_FAIL("MPI reduction of dtype {}: convert it to f32 first", dtype_name(dtype));
+}
+
+// avg is a sum followed by a division: MPI has no average op.
+MPI_Op reduction_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
+
+void divide_in_place(Tensor& t, int divisor) {
+  dispatch_float(t.dtype(), "all_reduce / reduce_scatter avg", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = t.data<T>();
+    const std::int64_t n = t.numel();
+    for (std::int64_t i = 0; i < n; ++i) p[i] /= static_cast<T>(divisor);
+  });
+}
+
+// The buffer MPI reduces: the tensor itself, or an f32 copy of a bf16/f16 tensor.
+Tensor reduction_buffer(const Tensor& t) { return reduces_in_f32(t.dtype()) ? t.to(DType::f32) : t; }
+
+// MPI forbids overlapping send and receive buffers (other than MPI_IN_PLACE): copy the input
+// when the caller passed, say, a slice of the output.
+Tensor distinct_from(const Tensor& input, const Tensor& output) {
+  return input.shares_storage_with(output) ? input.clone() : input;
+}
+
+// Bytes of one dim-0 row (also for a tensor with no rows).
+std::int64_t bytes_per_row(const Tensor& t) {
+  std::int64_t bytes = static_cast<std::int64_t>(dtype_size(t.dtype()));
+  for (std::size_t d = 1; d < t.shape().size(); ++d) bytes *= t.shape()[d];
+  return bytes;
+}
+
+void* mutable_data(const Tensor& t) { return const_cast<void*>(t.raw_data()); }
+
+// A posted P2P operation. Holds the tensor (so its storage outlives the transfer) and the backend
+// (so the communicator does).
+class MpiRequest final : public RequestImpl {
+ public:
+  MpiRequest(MPI_Request request, Tensor buffer, std::shared_ptr<const MpiBackend> backend, int peer, bool receive,
+             const char* primitive)
+      : request_(request),
+        buffer_(std::move(buffer)),
+        backend_(std::move(backend)),
+        peer_(peer),
+        receive_(receive),
+        primitive_(primitive) {}
+
+  // Dropping a request before it completes would let MPI write into freed memory, so the
+  // destructor completes it (under the watchdog).
+  ~MpiRequest() override {
+    if (done_) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      log::error("{} dropped without wait() and failed: {}", backend_->context(primitive_), e.what());
+    }
+  }
+
+  void wait() override {
+    if (done_) return;
+    MPI_Status status{};
+    wait_all({&request_, 1}, {&status, 1}, backend_->site(primitive_));
+    finish(status);
+  }
+
+  bool test() override {
+    if (done_) return true;
+    MPI_Status status{};
+    int rc = MPI_SUCCESS;
+    if (!test_one(request_, status, rc)) return false;
+    status.MPI_ERROR = rc;
+    finish(status);
+    return true;
+  }
+
+ private:
+  void finish(const MPI_Status& status) {
+    done_ = true;
+    const Tensor buffer = std::exchange(buffer_, Tensor());
+    if (receive_) {
+      backend_->verify_receive(status, buffer, peer_, primitive_);
+    } else {
+      check_mpi(status.MPI_ERROR, fmt::format("{} to rank {}", backend_->context(primitive_), peer_));
+    }
+  }
+
+  MPI_Request request_;
+  Tensor buffer_;
+  std::shared_ptr<const MpiBackend> backend_;
+  int peer_;
+  bool receive_;
+  const char* primitive_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+MpiBackend::MpiBackend(MPI_Comm comm, std::string group_name) : comm_(comm), group_name_(std::move(group_name)) {
+  WF_CHECK(comm_ != MPI_COMM_NULL, "MpiBackend for group '{}': the communicator is MPI_COMM_NULL", group_name_);
+  check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), context("MPI_Comm_set_errhandler"));
+  check_mpi(MPI_Comm_rank(comm_, &rank_), context("MPI_Comm_rank"));
+  check_mpi(MPI_Comm_size(comm_, &size_), context("MPI_Comm_size"));
+  int* upper_bound = nullptr;
+  int found = 0;
+  check_mpi(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &upper_bound, &found), context("MPI_Comm_get_attr(MPI_TAG_UB)"));
+  if (found && upper_bound != nullptr) tag_upper_bound_ = *upper_bound;
+}
+
+MpiBackend::~MpiBackend() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) MPI_Comm_free(&comm_);
+}
+
+std::string MpiBackend::context(const char* primitive) const {
+  return fmt::format("{} on group '{}'", primitive, group_name_);
+}
+
+int MpiBackend::to_count(std::int64_t count, const char* primitive) const {
+  WF_CHECK(count <= INT_MAX, "{}: {} elements or bytes do not fit MPI's int count; move the tensor in pieces of "
+                             "under 2^31",
+           context(primitive), count);
+  return static_cast<int>(count);
+}
+
+void MpiBackend::complete(std::span<MPI_Request> requests, const char* primitive) const {
+  std::vector<MPI_Status> statuses(requests.size());
+  check_mpi(wait_all(requests, statuses, site(primitive)), context(primitive));
+}
+
+void MpiBackend::verify_receive(const MPI_Status& status, const Tensor& buffer, int peer,
+                                const char* primitive) const {
+  const std::string buffer_text =
+      fmt::format("{} {} ({} bytes)", dtype_name(buffer.dtype()), shape_str(buffer.shape()), buffer.nbytes());
+  if (status.MPI_ERROR != MPI_SUCCESS) {
+    int error_class = MPI_SUCCESS;
+    MPI_Error_class(status.MPI_ERROR, &error_class);
+    WF_CHECK(error_class != MPI_ERR_TRUNCATE,
+             "{} (group rank {}): the message from rank {} is larger than the receive buffer {}; sender and receiver "
+             "must agree on shape and dtype",
+             context(primitive), rank_, peer, buffer_text);
+    check_mpi(status.MPI_ERROR, fmt::format("{} from rank {}", context(primitive), peer));
+  }
+  int received = 0;
+  check_mpi(MPI_Get_count(&status, MPI_BYTE, &received), context("MPI_Get_count"));
+  WF_CHECK(static_cast<std::size_t>(received) == buffer.nbytes(),
+           "{} (group rank {}): received {} bytes from rank {}, but the receive buffer is {}; sender and receiver "
+           "must agree on shape and dtype",
+           context(primitive), rank_, received, peer, buffer_text);
+}
+
+void MpiBackend::check_peer_tag(int peer, int tag, const char* primitive) const {
+  WF_CHECK(peer >= 0 && peer < size_, "{}: peer {} is not a rank of this group of {}", context(primitive), peer, size_);
+  WF_CHECK(tag >= 0 && tag <= tag_upper_bound_, "{}: tag {} is outside [0, {}] (MPI_TAG_UB)", context(primitive), tag,
+           tag_upper_bound_);
+}
+
+Request MpiBackend::start_p2p(const Tensor& t, int peer, int tag, bool receive, const char* primitive) {
+  check_peer_tag(peer, tag, primitive);
+  const int bytes = to_count(static_cast<std::int64_t>(t.nbytes()), primitive);
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = receive ? MPI_Irecv(mutable_data(t), bytes, MPI_BYTE, peer, tag, comm_, &request)
+                         : MPI_Isend(t.raw_data(), bytes, MPI_BYTE, peer, tag, comm_, &request);
+  check_mpi(rc, fmt::format("{} {} rank {}", context(primitive), receive ? "from" : "to", peer));
+  return Request(std::make_shared<MpiRequest>(request, t, shared_from_this(), peer, receive, primitive));
+}
+
+void MpiBackend::send(const Tensor& t, int peer, int tag) { start_p2p(t, peer, tag, false, "send").wait(); }
+void MpiBackend::recv(Tensor& t, int peer, int tag) { start_p2p(t, peer, tag, true, "recv").wait(); }
+Request MpiBackend::isend(const Tensor& t, int peer, int tag) { return start_p2p(t, peer, tag, false, "isend"); }
+Request MpiBackend::irecv(Tensor& t, int peer, int tag) { return start_p2p(t, peer, tag, true, "irecv"); }
+
+void MpiBackend::sendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) {
+  check_peer_tag(dst, tag, "sendrecv");
+  check_peer_tag(src, tag, "sendrecv");
+  const Tensor outgoing = distinct_from(send, recv);
+  MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  check_mpi(MPI_Irecv(mutable_data(recv), to_count(static_cast<std::int64_t>(recv.nbytes()), "sendrecv"), MPI_BYTE,
+                      src, tag, comm_, &requests[0]),
+            fmt::format("{} from rank {}", context("sendrecv"), src));
+  check_mpi(MPI_Isend(outgoing.raw_data(), to_count(static_cast<std::int64_t>(outgoing.nbytes()), "sendrecv"),
+                      MPI_BYTE, dst, tag, comm_, &requests[1]),
+            fmt::format("{} to rank {}", context("sendrecv"), dst));
+  MPI_Status statuses[2] = {};
+  wait_all(requests, statuses, site("sendrecv"));
+  check_mpi(statuses[1].MPI_ERROR, fmt::format("{} to rank {}", context("sendrecv"), dst));
+  verify_receive(statuses[0], recv, src, "sendrecv");
+}
+
+void MpiBackend::all_reduce(Tensor& t, ReduceOp op) {
+  Tensor buffer = reduction_buffer(t);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buffer.raw_data(), to_count(buffer.numel(), "all_reduce"),
+                           reduction_type(buffer.dtype()), reduction_op(op), comm_, &request),
+            context("all_reduce"));
+  complete({&request, 1}, "all_reduce");
+  if (op == ReduceOp::avg) divide_in_place(buffer, size_);
+  if (!buffer.is_same(t)) t.copy_(buffer);
+}
+
+void MpiBackend::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
+  const Tensor send = reduces_in_f32(input.dtype()) ? input.to(DType::f32) : distinct_from(input, output);
+  Tensor receive = reduces_in_f32(output.dtype()) ? Tensor::empty(output.shape(), DType::f32) : output;
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ireduce_scatter_block(send.raw_data(), receive.raw_data(), to_count(receive.numel(), "reduce_scatter"),
+                                      reduction_type(send.dtype()), reduction_op(op), comm_, &request),
+            context("reduce_scatter"));
+  complete({&request, 1}, "reduce_scatter");
+  if (op == ReduceOp::avg) divide_in_place(receive, size_);
+  if (!receive.is_same(output)) output.copy_(receive);
+}
+
+void MpiBackend::all_gather(const Tensor& input, Tensor& output) {
+  const Tensor send = distinct_from(input, output);
+  const int bytes = to_count(static_cast<std::int64_t>(send.nbytes()), "all_gather");
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Iallgather(send.raw_data(), bytes, MPI_BYTE, output.raw_data(), bytes, MPI_BYTE, comm_, &request),
+            context("all_gather"));
+  complete({&request, 1}, "all_gather");
+}
+
+void MpiBackend::all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows) {
+  const Tensor send = distinct_from(input, output);
+  const std::int64_t row_bytes = bytes_per_row(input);
+  std::vector<int> counts(rows.size()), displacements(rows.size());
+  std::int64_t offset = 0;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    counts[r] = to_count(rows[r] * row_bytes, "all_gather_v");
+    displacements[r] = to_count(offset, "all_gather_v");
+    offset += rows[r] * row_bytes;
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Iallgatherv(send.raw_data(), counts[static_cast<std::size_t>(rank_)], MPI_BYTE, output.raw_data(),
+                            counts.data(), displacements.data(), MPI_BYTE, comm_, &request),
+            context("all_gather_v"));
+  complete({&request, 1}, "all_gather_v");
+}
+
+void MpiBackend::all_to_all(const Tensor& input, Tensor& output) {
+  const Tensor send = distinct_from(input, output);
+  const int chunk = to_count(static_cast<std::int64_t>(send.nbytes()) / size_, "all_to_all");
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ialltoall(send.raw_data(), chunk, MPI_BYTE, output.raw_data(), chunk, MPI_BYTE, comm_, &request),
+            context("all_to_all"));
+  complete({&request, 1}, "all_to_all");
+}
+
+void MpiBackend::broadcast(Tensor& t, int root) {
+  WF_CHECK(root >= 0 && root < size_, "{}: root {} is not a rank of this group of {}", context("broadcast"), root,
+           size_);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ibcast(t.raw_data(), to_count(static_cast<std::int64_t>(t.nbytes()), "broadcast"), MPI_BYTE, root,
+                       comm_, &request),
+            context("broadcast"));
+  complete({&request, 1}, "broadcast");
+}
+
+void MpiBackend::barrier() {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ibarrier(comm_, &request), context("barrier"));
+  complete({&request, 1}, "barrier");
+}
+
+}  // namespace wf::comm

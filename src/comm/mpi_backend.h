@@ -1,0 +1,66 @@
+#pragma once
+// The MPI backend: moves CPU tensors over one MPI communicator. Every call posts non-blocking
+// MPI operations and completes them through the watchdog's polling wait (watchdog.h), so a
+// hang becomes a job abort with a message. Internal to src/comm: nothing outside sees mpi.h.
+//
+// bf16 and f16 reductions: MPI has no 16-bit float types, so the tensor is converted to an f32
+// buffer, reduced with MPI_FLOAT and rounded back once at the end (one rounding instead of one
+// per rank). Everything that only moves data goes as MPI_BYTE, whatever the dtype.
+#include <memory>
+#include <string>
+
+#include "src/comm/mpi_util.h"
+#include "src/comm/watchdog.h"
+#include "wallfacer/comm/backend.h"
+
+namespace wf::comm {
+
+class MpiBackend final : public Backend, public std::enable_shared_from_this<MpiBackend> {
+ public:
+  // Takes ownership of `comm` (freed by the destructor while MPI is still running) and sets
+  // MPI_ERRORS_RETURN on it. `group_name` is only for messages.
+  MpiBackend(MPI_Comm comm, std::string group_name);
+  ~MpiBackend() override;
+  MpiBackend(const MpiBackend&) = delete;
+  MpiBackend& operator=(const MpiBackend&) = delete;
+
+  std::string name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  MPI_Comm comm() const { return comm_; }
+
+  void send(const Tensor& t, int peer, int tag) override;
+  void recv(Tensor& t, int peer, int tag) override;
+  Request isend(const Tensor& t, int peer, int tag) override;
+  Request irecv(Tensor& t, int peer, int tag) override;
+  void sendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) override;
+
+  void all_reduce(Tensor& t, ReduceOp op) override;
+  void all_gather(const Tensor& input, Tensor& output) override;
+  void all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows) override;
+  void reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;
+  void all_to_all(const Tensor& input, Tensor& output) override;
+  void broadcast(Tensor& t, int root) override;
+  void barrier() override;
+
+  CallSite site(const char* primitive) const { return {group_name_, primitive, rank_, size_}; }
+  // "all_reduce on group 'tp'": the prefix of every message about a call.
+  std::string context(const char* primitive) const;
+  // MPI's `int` counts: wf::Error naming the call when `count` does not fit.
+  int to_count(std::int64_t count, const char* primitive) const;
+  // Waits for the requests under the watchdog; wf::Error with MPI's text when one failed.
+  void complete(std::span<MPI_Request> requests, const char* primitive) const;
+  // Checks a completed receive: the MPI error (truncation named as such) and the byte count.
+  void verify_receive(const MPI_Status& status, const Tensor& buffer, int peer, const char* primitive) const;
+
+ private:
+  Request start_p2p(const Tensor& t, int peer, int tag, bool receive, const char* primitive);
+  void check_peer_tag(int peer, int tag, const char* primitive) const;
+
+  MPI_Comm comm_;
+  std::string group_name_;
+  int rank_ = 0, size_ = 1;
+  int tag_upper_bound_ = 32767;
+};
+
+}  // namespace wf::comm

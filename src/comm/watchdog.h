@@ -1,0 +1,49 @@
+#pragma once
+// The watchdog: every blocking communication call is a non-blocking MPI call followed by
+// wait_all(), which polls with MPI_Test and aborts the whole job when the requests have not
+// completed within watchdog_timeout(). A rank that skips a collective then ends the job with a
+// message naming the group, the call and the rank, instead of hanging until the batch system
+// kills it.
+#include <span>
+#include <string>
+
+#include "src/comm/mpi_util.h"
+
+namespace wf::comm {
+
+// Who is waiting, for the watchdog's message.
+struct CallSite {
+  const std::string& group;
+  const char* primitive;
+  int group_rank;
+  int group_size;
+};
+
+// Completes every request (MPI_REQUEST_NULL entries are skipped), filling statuses[i] for each,
+// with statuses[i].MPI_ERROR set to that request's outcome.
+// Returns MPI_SUCCESS, or the first MPI error code a request completed with (the others are
+// still completed, so no request is left pending). Aborts the job through Runtime::abort when
+// they have not all completed within watchdog_timeout().
+int wait_all(std::span<MPI_Request> requests, std::span<MPI_Status> statuses, const CallSite& site);
+
+// MPI_Test on one request: whether it has completed; `rc` receives its MPI error code.
+bool test_one(MPI_Request& request, MPI_Status& status, int& rc);
+
+// The user-level call a backend call serves, for the watchdog's message: Group labels the
+// header exchange of an all_reduce's argument check "all_reduce (argument check)" so a hang
+// there is not reported as the all_gather that implements it. One label per thread; a nested
+// label restores the outer one when it ends.
+class CallLabel {
+ public:
+  explicit CallLabel(const char* label);
+  ~CallLabel();
+  CallLabel(const CallLabel&) = delete;
+  CallLabel& operator=(const CallLabel&) = delete;
+  // The innermost label on this thread, or `fallback` when there is none.
+  static const char* current_or(const char* fallback);
+
+ private:
+  const char* previous_;
+};
+
+}  // namespace wf::comm

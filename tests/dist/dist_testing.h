@@ -1,0 +1,66 @@
+#pragma once
+// Helpers for the distributed tests. Every rank runs the same test cases in the same order, so
+// every collective is reached by every rank; failures use CHECK (not REQUIRE) wherever a
+// REQUIRE would make one rank leave a test case that the others continue into a collective.
+//
+// Each rank's input is a deterministic function of (seed, rank): any rank computes what every
+// other rank contributed and so the exact expected result, locally.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <initializer_list>
+#include <utility>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wallfacer/comm/runtime.h"
+#include "wallfacer/core/tensor.h"
+
+namespace wf::test {
+
+inline comm::Runtime& runtime() { return comm::Runtime::get(); }
+
+// A new group of the whole world with its own communicator, call sequence and zeroed counters.
+std::shared_ptr<comm::Group> world_group(const std::string& name);
+
+// The dtypes every primitive supports.
+inline constexpr DType kDtypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64};
+
+// Rank `rank`'s input for one call: normal draws (integers: scaled by 1000 and rounded).
+Tensor input_of(int rank, const Shape& shape, DType dtype, std::uint64_t seed);
+
+// Every rank's input of `shape`, concatenated in rank order (what all_gather gives).
+Tensor concat_inputs(int ranks, const Shape& shape, DType dtype, std::uint64_t seed);
+
+// Empty when `actual` has the shape and dtype of `expected` and every element is within
+// tolerance·(1 + |expected|); otherwise a description of the first difference.
+std::string mismatch(const Tensor& actual, const Tensor& expected, double tolerance = 0.0);
+
+// Accumulation tolerance of a reduction in `dtype`: the final rounding of bf16 / f16, a few
+// ulps of f32 / f64 for a different summation order, zero for integers.
+double reduction_tolerance(DType dtype);
+
+// The counters of one call: a message per direction that moved any bytes.
+comm::Traffic one_call(std::int64_t bytes_sent, std::int64_t bytes_received);
+
+// Checks the listed primitives' counters since the last reset, and that nothing else was
+// counted; then resets the counters for the next check.
+void expect_traffic(comm::Group& group, std::initializer_list<std::pair<comm::Primitive, comm::Traffic>> expected);
+inline void expect_traffic(comm::Group& group, comm::Primitive primitive, std::int64_t bytes_sent,
+                           std::int64_t bytes_received) {
+  expect_traffic(group, {{primitive, one_call(bytes_sent, bytes_received)}});
+}
+
+// Runs `body` and returns the wf::Error message it threw ("" when it threw nothing).
+template <typename F>
+std::string error_of(F&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+}  // namespace wf::test

@@ -1,0 +1,22 @@
+# cmake -DEXPECT=<regex> -P expect_failure.cmake -- <command> [args...]
+# Runs the command and passes only when it exits non-zero AND its output matches EXPECT: a
+# distributed failure path must end the job, and with the right message.
+cmake_minimum_required(VERSION 3.25)
+set(command)
+set(after_separator FALSE)
+math(EXPR last "${CMAKE_ARGC} - 1")
+foreach(i RANGE ${last})
+  if(after_separator)
+    list(APPEND command "${CMAKE_ARGV${i}}")
+  elseif("${CMAKE_ARGV${i}}" STREQUAL "--")
+    set(after_separator TRUE)
+  endif()
+endforeach()
+execute_process(COMMAND ${command} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}exit status: ${rc}")
+if("${rc}" STREQUAL "0")
+  message(FATAL_ERROR "expected the job to fail, but it exited with status 0")
+endif()
+if(NOT "${out}${err}" MATCHES "${EXPECT}")
+  message(FATAL_ERROR "expected the output to match '${EXPECT}'")
+endif()
