@@ -1,0 +1,36 @@
+#pragma once
+// Attention between token runs: the building block every sequence-parallel strategy uses.
+// A rank's queries and a K/V block are each held as a list of runs of global positions
+// (sequence_layout.h). Each (query run, key run) pair is classified (block_mask): skipped when
+// fully masked (never computed), computed with a causal mask at its global offsets on the
+// diagonal, without a mask otherwise. Plain tensors, no autograd: the strategies' autograd
+// Functions call these in their forward and backward.
+#include <vector>
+
+#include "wallfacer/core/tensor.h"
+#include "wallfacer/parallel/sequence_layout.h"
+
+namespace wf::parallel {
+
+struct BlockAttentionStats {
+  std::int64_t blocks_computed = 0;  // kernel calls (per batch element)
+  std::int64_t blocks_skipped = 0;
+  std::int64_t unmasked_pairs = 0;   // (query, key) pairs inside the computed blocks that are visible
+};
+
+// Folds the attention of q [B, nq, h, d] (positions q_runs) over k, v [B, nk, h_kv, d]
+// (positions kv_runs) into the running (o [B, nq, h, d], lse [B, h, nq]) with the
+// overflow-safe log-sum-exp merge. Start from o = 0, lse = −inf. f32 or f64.
+BlockAttentionStats block_attention_forward(const Tensor& q, const std::vector<TokenRun>& q_runs, const Tensor& k,
+                                            const Tensor& v, const std::vector<TokenRun>& kv_runs, bool causal,
+                                            double scale, Tensor& o, Tensor& lse);
+
+// Adds this K/V block's share of the gradients: dq += ∂L/∂q through this block, dk, dv +=
+// ∂L/∂k, ∂L/∂v of this block, given the FINAL (merged over all blocks) o and lse, the output
+// gradient d_o and optionally the gradient of lse (undefined = zero).
+BlockAttentionStats block_attention_backward(const Tensor& q, const std::vector<TokenRun>& q_runs, const Tensor& k,
+                                             const Tensor& v, const std::vector<TokenRun>& kv_runs, bool causal,
+                                             double scale, const Tensor& o, const Tensor& lse, const Tensor& d_o,
+                                             const Tensor& d_lse, Tensor& dq, Tensor& dk, Tensor& dv);
+
+}  // namespace wf::parallel

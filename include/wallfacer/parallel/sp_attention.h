@@ -1,0 +1,54 @@
+#pragma once
+// Sequence-parallel attention strategies. Each is an nn::AttentionStrategy: a model calls
+// attention on its local shard — q [B, N/P, h, d], k, v [B, N/P, h_kv, d] in the configured
+// sequence layout — and gets its local shard of the output [B, N/P, h, d] and of lse
+// [B, h, N/P]; the strategy communicates over the sp groups and is an autograd Function, so
+// the backward communicates too. Global positions come from the layout, not from
+// AttentionOptions offsets (which must be 0 here).
+//
+//   ring       pass-K/V ring over the sp group, P − 1 steps (the paper's baseline)
+//   ulysses    all-to-all from sequence- to head-sharded, local attention, all-to-all back;
+//              h and h_kv must be divisible by P
+//   wallfacer  teams of C ranks, C² sub-rings of G = P/C² ranks (wallfacer-algorithm.md);
+//              C = 1 behaves exactly as ring attention
+#include <memory>
+#include <string>
+
+#include "wallfacer/comm/group.h"
+#include "wallfacer/comm/runtime.h"
+#include "wallfacer/nn/attention_strategy.h"
+#include "wallfacer/parallel/sequence_layout.h"
+
+namespace wf::parallel {
+
+enum class SpStrategy { ring, ulysses, wallfacer };
+const char* sp_strategy_name(SpStrategy s);
+SpStrategy parse_sp_strategy(std::string_view name);  // wf::Error listing the valid names
+
+// The team size C and placement of WallFacer come from the grid (ParallelConfig::C), which
+// also built the "sp.team" and "sp.ring" groups; ring and Ulysses ignore them.
+struct SpAttentionConfig {
+  SpStrategy strategy = SpStrategy::wallfacer;
+  SequenceLayout layout = SequenceLayout::zigzag;  // zigzag for causal, contiguous for full
+  std::int64_t seq_len = 0;                        // global N
+  bool keep_forward_kv = true;                     // WallFacer backward: keep the dispatched K/V
+};
+
+// Which tokens this rank holds under a strategy: the arguments the sequence_layout.h functions
+// take (ring and Ulysses lay out with C = 1 over the physical sp index; WallFacer with the
+// grid's C over the rank's logical index). Data loaders and tests shard with this.
+struct SpShard {
+  SequenceLayout layout = SequenceLayout::contiguous;
+  std::int64_t seq_len = 0;
+  int P = 1, C = 1, logical_index = 0;
+  std::vector<TokenRun> runs() const { return rank_tokens(layout, seq_len, P, C, logical_index); }
+  Tensor shard(const Tensor& global) const { return shard_sequence(global, layout, P, C, logical_index); }
+};
+SpShard sp_shard(const SpAttentionConfig& config, const comm::CommGrid& grid);
+
+// Builds the strategy for this rank from the grid's sp groups ("sp", "sp.team", "sp.ring").
+// Validates the configuration (sequence length divisibility, Ulysses head counts) with one
+// message that is the same on every rank.
+std::shared_ptr<nn::AttentionStrategy> make_sp_attention(const SpAttentionConfig& config, comm::CommGrid& grid);
+
+}  // namespace wf::parallel
