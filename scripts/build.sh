@@ -18,6 +18,10 @@ case "$build_dir" in
   *) build_dir="$root/$build_dir" ;;
 esac
 
+# Paths relative to the repository root in ccache's hashes: a fresh clone elsewhere (CI) reuses
+# what an earlier build on this machine compiled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
+
 # WF_SANITIZE is always passed, so a build tree reused without it drops the sanitizers
 # instead of silently keeping the cached value.
 cmake -S "$root" -B "$build_dir" -G Ninja \
