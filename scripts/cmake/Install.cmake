@@ -17,7 +17,7 @@ install(FILES ${PROJECT_BINARY_DIR}/include/wallfacer/build_info.h
 
 set(WF_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/wallfacer)
 install(EXPORT wallfacerTargets NAMESPACE wallfacer:: DESTINATION ${WF_CMAKE_DIR})
-configure_package_config_file(cmake/wallfacerConfig.cmake.in
+configure_package_config_file(scripts/cmake/wallfacerConfig.cmake.in
   ${PROJECT_BINARY_DIR}/wallfacerConfig.cmake INSTALL_DESTINATION ${WF_CMAKE_DIR})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/wallfacerConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
