@@ -4,27 +4,11 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/parallel_for.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::kernels::cpu {
 namespace {
-
-// Below ~32k elements a loop finishes in a few microseconds: waking threads would cost more.
-constexpr std::int64_t kParallelElements = std::int64_t{1} << 15;
-
-// f(i) for i in [0, n), split over threads when n is large. f must only touch element i.
-template <class F>
-void parallel_for_each(std::int64_t n, F f) {
-#pragma omp parallel for schedule(static) if (n > kParallelElements)
-  for (std::int64_t i = 0; i < n; ++i) f(i);
-}
-
-// f(r) for each row r of a [rows, cols] array, split over threads when the array is large.
-template <class F>
-void parallel_for_rows(std::int64_t rows, std::int64_t cols, F f) {
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelElements)
-  for (std::int64_t r = 0; r < rows; ++r) f(r);
-}
 
 void check_size(const char* who, std::int64_t n) {
   WF_CHECK(n >= 0, "{}: element count must be non-negative, got {}", who, n);

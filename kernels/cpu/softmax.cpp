@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/parallel_for.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::kernels::cpu {
@@ -56,22 +57,20 @@ double row_logsumexp(std::int64_t cols, const T* x) {
 template <typename T>
 void softmax_forward(std::int64_t rows, std::int64_t cols, const T* x, T* y) {
   check_sizes("softmax_forward", rows, cols);
-#pragma omp parallel for if (rows * cols > 32768)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  parallel_for_rows(rows, cols, [=](std::int64_t r) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
     const double sum = row_sum_exp(cols, xr, row_max(cols, xr), yr);
     // sum == 0 only for an all -inf row, whose exps are already zeros.
     const T scale = sum > 0.0 ? static_cast<T>(1.0 / sum) : T(0);
     for (std::int64_t j = 0; j < cols; ++j) yr[j] *= scale;
-  }
+  });
 }
 
 template <typename T>
 void softmax_backward(std::int64_t rows, std::int64_t cols, const T* y, const T* dy, T* dx) {
   check_sizes("softmax_backward", rows, cols);
-#pragma omp parallel for if (rows * cols > 32768)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  parallel_for_rows(rows, cols, [=](std::int64_t r) {
     const T* yr = y + r * cols;
     const T* dyr = dy + r * cols;
     T* dxr = dx + r * cols;
@@ -81,23 +80,22 @@ void softmax_backward(std::int64_t rows, std::int64_t cols, const T* y, const T*
     for (std::int64_t j = 0; j < cols; ++j) dot += static_cast<double>(dyr[j]) * yr[j];
     const T t_dot = static_cast<T>(dot);
     for (std::int64_t j = 0; j < cols; ++j) dxr[j] = yr[j] * (dyr[j] - t_dot);
-  }
+  });
 }
 
 template <typename T>
 void log_softmax_forward(std::int64_t rows, std::int64_t cols, const T* x, T* y) {
   check_sizes("log_softmax_forward", rows, cols);
-#pragma omp parallel for if (rows * cols > 32768)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  parallel_for_rows(rows, cols, [=](std::int64_t r) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
     const double lse = row_logsumexp(cols, xr);
     if (lse == kNegInf) {  // all -inf: x - lse would be NaN
       for (std::int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(kNegInf);
-      continue;
+      return;
     }
     for (std::int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(xr[j] - lse);
-  }
+  });
 }
 
 // ---- references ----------------------------------------------------------------------------

@@ -21,29 +21,36 @@ Tensor run_branch(bool checkpointed, std::function<Tensor(const Tensor&)> branch
   return autograd::checkpoint(std::move(replayable), {x})[0];
 }
 
+// The options of a branch (SelfAttentionOptions or MLPOptions) with what both branches take from
+// the block: width, dropout, bias and init (each branch ends in a projection onto the residual
+// stream, which uses out_init_std), plus the branch's own seed. The caller sets the rest.
+template <class BranchOptions>
+BranchOptions branch_options(const TransformerBlockOptions& block, std::uint64_t seed) {
+  BranchOptions branch;
+  branch.d_model = block.d_model;
+  branch.dropout = block.dropout;
+  branch.bias = block.bias;
+  branch.init_std = block.init_std;
+  branch.out_init_std = block.out_init_std;
+  branch.seed = seed;
+  return branch;
+}
+
 }  // namespace
 
 TransformerBlock::TransformerBlock(const TransformerBlockOptions& options) : Module(options.seed), options_(options) {
+  auto attn_options = branch_options<SelfAttentionOptions>(options, child_seed("attn"));
+  attn_options.n_head = options.n_head;
+  attn_options.n_kv_head = options.n_kv_head;
+  attn_options.causal = options.causal;
+  auto mlp_options = branch_options<MLPOptions>(options, child_seed("mlp"));
+  mlp_options.d_ff = options.d_ff;
+  mlp_options.activation = options.activation;
+
   norm1_ = register_module("norm1", make_norm(options.norm, options.d_model, options.norm_eps));
-  attn_ = register_module("attn", std::make_shared<SelfAttention>(SelfAttentionOptions{
-                                      .d_model = options.d_model,
-                                      .n_head = options.n_head,
-                                      .n_kv_head = options.n_kv_head,
-                                      .causal = options.causal,
-                                      .dropout = options.dropout,
-                                      .bias = options.bias,
-                                      .init_std = options.init_std,
-                                      .out_init_std = options.out_init_std,
-                                      .seed = child_seed("attn")}));
+  attn_ = register_module("attn", std::make_shared<SelfAttention>(attn_options));
   norm2_ = register_module("norm2", make_norm(options.norm, options.d_model, options.norm_eps));
-  mlp_ = register_module("mlp", std::make_shared<MLP>(MLPOptions{.d_model = options.d_model,
-                                                                 .d_ff = options.d_ff,
-                                                                 .activation = options.activation,
-                                                                 .dropout = options.dropout,
-                                                                 .bias = options.bias,
-                                                                 .init_std = options.init_std,
-                                                                 .out_init_std = options.out_init_std,
-                                                                 .seed = child_seed("mlp")}));
+  mlp_ = register_module("mlp", std::make_shared<MLP>(mlp_options));
 }
 
 Tensor TransformerBlock::forward(const Tensor& x, std::int64_t position_offset) {

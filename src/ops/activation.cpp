@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/softmax.h"
 #include "src/ops/common.h"
 #include "wallfacer/autograd/function.h"
@@ -18,15 +19,8 @@ namespace {
 using autograd::Context;
 using autograd::TensorList;
 
-// Below ~32k elements a loop takes microseconds: waking threads would cost more.
-constexpr std::int64_t kParallelElements = std::int64_t{1} << 15;
-
-// f(i) for i in [0, n), split over threads when n is large; f must only touch element i.
-template <class F>
-void for_each_index(std::int64_t n, F f) {
-#pragma omp parallel for schedule(static) if (n > kParallelElements)
-  for (std::int64_t i = 0; i < n; ++i) f(i);
-}
+using kernels::cpu::parallel_for_each;
+using kernels::cpu::parallel_for_rows;
 
 // kernel(n, const T* x, T* y) applied to x in its compute dtype; y has x's shape and dtype.
 template <class Kernel>
@@ -73,15 +67,14 @@ Tensor pointwise(const char* name, const Tensor& x, Saves saves, Kernel kernel, 
 // dx = dy − exp(y)·Σ_j dy_j per row, with y = log_softmax(x) (the row sum in double).
 template <class T>
 void log_softmax_backward_rows(std::int64_t rows, std::int64_t cols, const T* y, const T* dy, T* dx) {
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelElements)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  parallel_for_rows(rows, cols, [=](std::int64_t r) {
     const T* yr = y + r * cols;
     const T* dyr = dy + r * cols;
     T* dxr = dx + r * cols;
     double total = 0.0;
     for (std::int64_t j = 0; j < cols; ++j) total += dyr[j];
     for (std::int64_t j = 0; j < cols; ++j) dxr[j] = dyr[j] - std::exp(yr[j]) * static_cast<T>(total);
-  }
+  });
 }
 
 // softmax or log_softmax over `dim`. The kernels work on the last dim, so another dim is moved
@@ -130,7 +123,7 @@ Tensor apply_dropout_mask(const Tensor& t, double p, std::uint64_t seed, std::ui
   return run_unary("dropout", t, [&](std::int64_t n, const auto* src, auto* dst) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(src)>>;
     const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
-    for_each_index(n, [&](std::int64_t k) {
+    parallel_for_each(n, [&](std::int64_t k) {
       const bool keep = uniform_at(seed, first + static_cast<std::uint64_t>(k)) >= p;
       dst[k] = keep ? src[k] * keep_scale : T(0);
     });
@@ -168,17 +161,17 @@ Tensor exp(const Tensor& x) {
 Tensor ln(const Tensor& x) {
   return pointwise(
       "ln", x, Saves::input,
-      [](std::int64_t n, const auto* in, auto* out) { for_each_index(n, [&](std::int64_t i) { out[i] = std::log(in[i]); }); },
+      [](std::int64_t n, const auto* in, auto* out) { parallel_for_each(n, [&](std::int64_t i) { out[i] = std::log(in[i]); }); },
       [](const Tensor& g, const Tensor& saved_x) { return div(g, saved_x); });
 }
 
 Tensor tanh(const Tensor& x) {
   return pointwise(
       "tanh", x, Saves::output,
-      [](std::int64_t n, const auto* in, auto* out) { for_each_index(n, [&](std::int64_t i) { out[i] = std::tanh(in[i]); }); },
+      [](std::int64_t n, const auto* in, auto* out) { parallel_for_each(n, [&](std::int64_t i) { out[i] = std::tanh(in[i]); }); },
       [](const Tensor& g, const Tensor& y) {  // d tanh = 1 − y²
         return run_binary("tanh", g, y, [](std::int64_t n, const auto* dy, const auto* yv, auto* dx) {
-          for_each_index(n, [&](std::int64_t i) { dx[i] = dy[i] * (1 - yv[i] * yv[i]); });
+          parallel_for_each(n, [&](std::int64_t i) { dx[i] = dy[i] * (1 - yv[i] * yv[i]); });
         });
       });
 }

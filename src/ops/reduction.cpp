@@ -16,6 +16,29 @@ namespace {
 using autograd::Context;
 using autograd::TensorList;
 
+// A differentiable sum of x down to `out_shape`, computed by sum_kernel(const T* x, T* out) in
+// the compute dtype T. Its backward is that of any sum: the gradient broadcast back over x (seen
+// as `grad_shape`, whose dims line up with x's), times `grad_scale` when there is one (means).
+template <class SumKernel>
+Tensor differentiable_sum(const char* name, const Tensor& x, const Shape& out_shape, const Shape& grad_shape,
+                          std::optional<double> grad_scale, SumKernel sum_kernel) {
+  const Shape x_shape = x.shape();
+  return autograd::apply_function(
+      name, {x},
+      [=](Context&, const TensorList& in) {
+        return TensorList{ops::compute_in(name, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
+          using T = decltype(tag);
+          Tensor out = Tensor::empty(out_shape, dtype_v<T>);
+          sum_kernel(c[0].data<T>(), out.data<T>());
+          return out;
+        })};
+      },
+      [=](Context&, const TensorList& grad) {
+        Tensor g = ops::broadcast_to(name, grad[0].view(grad_shape), x_shape);
+        return TensorList{grad_scale ? scale(g, *grad_scale) : g};
+      })[0];
+}
+
 // Σ (or mean) over `dim`, or over every element when dim is empty (a 0-dim result).
 Tensor reduce_sum(const char* name, const Tensor& x, std::optional<std::int64_t> dim, bool keepdim, bool mean) {
   ops::check_floating(name, x, "the input");
@@ -32,25 +55,15 @@ Tensor reduce_sum(const char* name, const Tensor& x, std::optional<std::int64_t>
   } else {
     s.extent = x.numel();
   }
-  const Shape x_shape = x.shape();
-  return autograd::apply_function(
-      name, {x},
-      [=](Context&, const TensorList& in) {
-        return TensorList{ops::compute_in(name, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
-          using T = decltype(tag);
-          Tensor out = Tensor::empty(out_shape, dtype_v<T>);
-          if (mean) {
-            kernels::cpu::mean_dim<T>(s.outer, s.extent, s.inner, c[0].data<T>(), out.data<T>());
-          } else {
-            kernels::cpu::sum_dim<T>(s.outer, s.extent, s.inner, c[0].data<T>(), out.data<T>());
-          }
-          return out;
-        })};
-      },
-      [=](Context&, const TensorList& grad) {
-        Tensor g = ops::broadcast_to(name, grad[0].view(kept_shape), x_shape);
-        return TensorList{mean ? scale(g, 1.0 / static_cast<double>(s.extent)) : g};
-      })[0];
+  const std::optional<double> grad_scale =
+      mean ? std::optional<double>(1.0 / static_cast<double>(s.extent)) : std::nullopt;
+  return differentiable_sum(name, x, out_shape, kept_shape, grad_scale, [s, mean](const auto* in, auto* out) {
+    if (mean) {
+      kernels::cpu::mean_dim(s.outer, s.extent, s.inner, in, out);
+    } else {
+      kernels::cpu::sum_dim(s.outer, s.extent, s.inner, in, out);
+    }
+  });
 }
 
 // Values and (first) arg-max indices of x along dim, in x's dtype and i64.
@@ -132,19 +145,11 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
              shape_str(x.shape()), shape_str(shape), shape_str(shape), d, target[d], x.shape()[d]);
   }
   ops::check_cpu(name, x);
-  const Shape x_shape = x.shape();
-  return autograd::apply_function(
-      name, {x},
-      [=](Context&, const TensorList& in) {
-        return TensorList{ops::compute_in(name, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
-          using T = decltype(tag);
-          Tensor out = Tensor::empty(shape, dtype_v<T>);
-          kernels::cpu::reduce_broadcast<T>(c[0].data<T>(), x_shape.data(), out.data<T>(), target.data(),
-                                            static_cast<int>(nd));
-          return out;
-        })};
-      },
-      [=](Context&, const TensorList& grad) { return TensorList{ops::broadcast_to(name, grad[0], x_shape)}; })[0];
+  return differentiable_sum(name, x, shape, shape, std::nullopt,
+                            [x_shape = x.shape(), target, nd](const auto* in, auto* out) {
+                              kernels::cpu::reduce_broadcast(in, x_shape.data(), out, target.data(),
+                                                             static_cast<int>(nd));
+                            });
 }
 
 }  // namespace wf

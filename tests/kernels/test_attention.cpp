@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_reference.h"
+#include "kernels/kernel_testing.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threading.h"
 
@@ -21,24 +22,16 @@ namespace cpu = wf::kernels::cpu;
 
 namespace {
 
+using namespace wf::testing;
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 template <class T>
-double tolerance() {
-  return std::is_same_v<T, double> ? 1e-10 : 1e-5;
-}
+constexpr double kAttentionTolerance = tolerance<T>(1e-5, 1e-10);
 
 std::int64_t q_size(const AttentionShape& s) { return s.batch * s.q_len * s.heads * s.head_dim; }
 std::int64_t kv_size(const AttentionShape& s) { return s.batch * s.kv_len * s.kv_heads * s.head_dim; }
 std::int64_t lse_size(const AttentionShape& s) { return s.batch * s.heads * s.q_len; }
-
-template <class T>
-std::vector<T> randn(std::int64_t n, std::mt19937& gen, double stddev = 1.0, double mean = 0.0) {
-  std::normal_distribution<double> dist(mean, stddev);
-  std::vector<T> x(static_cast<std::size_t>(n));
-  for (T& e : x) e = T(dist(gen));
-  return x;
-}
 
 template <class T>
 struct Inputs {
@@ -81,37 +74,13 @@ Outputs<double> run_reference(const AttentionShape& s, const Inputs<T>& in) {
   return out;
 }
 
-template <class T>
-bool all_finite(const std::vector<T>& x) {
-  return std::all_of(x.begin(), x.end(), [](T e) { return std::isfinite(double(e)); });
-}
-
-// max|got − want| / max|want| (absolute when want is all zero). -inf must match -inf exactly,
-// and any NaN is an infinite error.
-template <class T, class U>
-double scaled_error(const std::vector<T>& got, const std::vector<U>& want) {
-  REQUIRE(got.size() == want.size());
-  double scale = 0, err = 0;
-  for (std::size_t e = 0; e < got.size(); ++e) {
-    const double g = double(got[e]), w = double(want[e]);
-    if (std::isnan(g)) return kInf;
-    if (std::isinf(w) || std::isinf(g)) {
-      if (g != w) return kInf;
-      continue;
-    }
-    scale = std::max(scale, std::abs(w));
-    err = std::max(err, std::abs(g - w));
-  }
-  return scale > 0 ? err / scale : err;
-}
-
 template <class T, class U>
 void require_close(const Outputs<T>& got, const Outputs<U>& want, double tol) {
-  CHECK(scaled_error(got.o, want.o) <= tol);
-  CHECK(scaled_error(got.lse, want.lse) <= tol);
-  CHECK(scaled_error(got.dq, want.dq) <= tol);
-  CHECK(scaled_error(got.dk, want.dk) <= tol);
-  CHECK(scaled_error(got.dv, want.dv) <= tol);
+  CHECK(max_relative_error(got.o, want.o) <= tol);
+  CHECK(max_relative_error(got.lse, want.lse) <= tol);
+  CHECK(max_relative_error(got.dq, want.dq) <= tol);
+  CHECK(max_relative_error(got.dk, want.dk) <= tol);
+  CHECK(max_relative_error(got.dv, want.dv) <= tol);
 }
 
 template <class T>
@@ -120,23 +89,21 @@ void check_against_reference(const AttentionShape& s, std::uint32_t seed) {
                 << s.kv_heads << " head_dim " << s.head_dim << " causal " << s.causal << " q_offset " << s.q_offset
                 << " kv_offset " << s.kv_offset << " dtype " << (sizeof(T) == 8 ? "f64" : "f32"));
   const Inputs<T> in = random_inputs<T>(s, seed);
-  require_close(run_fast(s, in), run_reference(s, in), tolerance<T>());
+  require_close(run_fast(s, in), run_reference(s, in), kAttentionTolerance<T>);
 }
 
 AttentionShape shape(std::int64_t batch, std::int64_t q_len, std::int64_t kv_len, std::int64_t heads,
                      std::int64_t kv_heads, std::int64_t head_dim, bool causal, std::int64_t q_offset = 0,
                      std::int64_t kv_offset = 0) {
-  AttentionShape s;
-  s.batch = batch;
-  s.q_len = q_len;
-  s.kv_len = kv_len;
-  s.heads = heads;
-  s.kv_heads = kv_heads;
-  s.head_dim = head_dim;
-  s.causal = causal;
-  s.q_offset = q_offset;
-  s.kv_offset = kv_offset;
-  return s;
+  return AttentionShape{.batch = batch,
+                        .q_len = q_len,
+                        .kv_len = kv_len,
+                        .heads = heads,
+                        .kv_heads = kv_heads,
+                        .head_dim = head_dim,
+                        .causal = causal,
+                        .q_offset = q_offset,
+                        .kv_offset = kv_offset};
 }
 
 // Positions [j0, j1) of a [batch, kv_len, kv_heads, head_dim] tensor.
@@ -255,8 +222,8 @@ TEST_CASE("attention with large logits does not overflow", "[kernels][attention]
       dst->assign(src->begin(), src->end());
     const Outputs<float> got = run_fast(s, in32);
     for (const auto* x : {&got.o, &got.lse, &got.dq, &got.dk, &got.dv}) CHECK(all_finite(*x));
-    CHECK(scaled_error(got.lse, want.lse) <= 1e-5);
-    CHECK(scaled_error(got.o, want.o) <= 1e-2);
+    CHECK(max_relative_error(got.lse, want.lse) <= 1e-5);
+    CHECK(max_relative_error(got.o, want.o) <= 1e-2);
   }
 }
 
@@ -279,15 +246,15 @@ TEST_CASE("attention_merge of two key halves equals attention over all keys", "[
       std::vector<double> mo = part_o[first], ml = part_lse[first];
       cpu::attention_merge(s.batch, s.q_len, s.heads, s.head_dim, mo.data(), ml.data(), part_o[1 - first].data(),
                            part_lse[1 - first].data());
-      CHECK(scaled_error(mo, o) <= 1e-12);
-      CHECK(scaled_error(ml, lse) <= 1e-12);
+      CHECK(max_relative_error(mo, o) <= 1e-12);
+      CHECK(max_relative_error(ml, lse) <= 1e-12);
     }
     std::vector<double> mo(q_size(s), 0.0), ml(lse_size(s), -kInf);
     for (int p = 0; p < 2; ++p)
       cpu::attention_merge(s.batch, s.q_len, s.heads, s.head_dim, mo.data(), ml.data(), part_o[p].data(),
                            part_lse[p].data());
-    CHECK(scaled_error(mo, o) <= 1e-12);
-    CHECK(scaled_error(ml, lse) <= 1e-12);
+    CHECK(max_relative_error(mo, o) <= 1e-12);
+    CHECK(max_relative_error(ml, lse) <= 1e-12);
     CHECK(all_finite(mo));
     return std::pair{part_lse[0], part_lse[1]};
   };
@@ -329,9 +296,9 @@ TEST_CASE("attention_backward accumulate adds into the gradient buffers", "[kern
       for (std::size_t e = 0; e < a.size(); ++e) a[e] += b[e];
       return a;
     };
-    CHECK(scaled_error(dq, plus(dq0, fresh.dq)) <= 1e-12);
-    CHECK(scaled_error(dk, plus(dk0, fresh.dk)) <= 1e-12);
-    CHECK(scaled_error(dv, plus(dv0, fresh.dv)) <= 1e-12);
+    CHECK(max_relative_error(dq, plus(dq0, fresh.dq)) <= 1e-12);
+    CHECK(max_relative_error(dk, plus(dk0, fresh.dk)) <= 1e-12);
+    CHECK(max_relative_error(dv, plus(dv0, fresh.dv)) <= 1e-12);
   }
   SECTION("ring style: key blocks with the final O and lse sum to the whole gradient") {
     std::vector<double> dq(q_size(s), 0.0);
@@ -343,10 +310,10 @@ TEST_CASE("attention_backward accumulate adds into the gradient buffers", "[kern
       std::vector<double> dk(kv_size(ps), 0.0), dv(kv_size(ps), 0.0);
       cpu::attention_backward(ps, in.q.data(), k.data(), v.data(), fresh.o.data(), fresh.lse.data(), in.d_o.data(),
                               dq.data(), dk.data(), dv.data(), /*accumulate=*/true);
-      CHECK(scaled_error(dk, kv_slice(s, fresh.dk, bounds[p], bounds[p + 1])) <= 1e-12);
-      CHECK(scaled_error(dv, kv_slice(s, fresh.dv, bounds[p], bounds[p + 1])) <= 1e-12);
+      CHECK(max_relative_error(dk, kv_slice(s, fresh.dk, bounds[p], bounds[p + 1])) <= 1e-12);
+      CHECK(max_relative_error(dv, kv_slice(s, fresh.dv, bounds[p], bounds[p + 1])) <= 1e-12);
     }
-    CHECK(scaled_error(dq, fresh.dq) <= 1e-12);
+    CHECK(max_relative_error(dq, fresh.dq) <= 1e-12);
   }
 }
 
@@ -362,9 +329,9 @@ TEST_CASE("attention_backward with a gradient on lse", "[kernels][attention]") {
     return in;
   };
   const Inputs<double> in64 = with_d_lse(0.0);
-  require_close(run_fast(s, in64), run_reference(s, in64), tolerance<double>());
+  require_close(run_fast(s, in64), run_reference(s, in64), kAttentionTolerance<double>);
   const Inputs<float> in32 = with_d_lse(0.0f);
-  require_close(run_fast(s, in32), run_reference(s, in32), tolerance<float>());
+  require_close(run_fast(s, in32), run_reference(s, in32), kAttentionTolerance<float>);
 }
 
 TEST_CASE("attention reference gradients match finite differences", "[kernels][attention]") {
@@ -383,17 +350,7 @@ TEST_CASE("attention reference gradients match finite differences", "[kernels][a
   };
   const Outputs<double> grads = run_reference(s, in);
   for (auto [x, g] : {std::pair{&in.q, &grads.dq}, {&in.k, &grads.dk}, {&in.v, &grads.dv}}) {
-    std::vector<double> numeric(x->size());
-    for (std::size_t e = 0; e < x->size(); ++e) {
-      const double saved = (*x)[e], eps = 1e-6;
-      (*x)[e] = saved + eps;
-      const double up = loss();
-      (*x)[e] = saved - eps;
-      const double down = loss();
-      (*x)[e] = saved;
-      numeric[e] = (up - down) / (2 * eps);
-    }
-    CHECK(scaled_error(numeric, *g) <= 1e-7);
+    CHECK(max_relative_error(central_differences(*x, loss, 1e-6), *g) <= 1e-7);
   }
 }
 
@@ -402,16 +359,15 @@ TEST_CASE("attention is bitwise deterministic and right at any thread count", "[
   const AttentionShape s = shape(1, 200, 300, 4, 1, 16, true, 40, 0);
   const Inputs<float> in = random_inputs<float>(s, 800);
   const Outputs<double> want = run_reference(s, in);
-  const int threads = wf::num_threads();
+  ThreadCountGuard guard;
   for (int n : {1, 3}) {
     INFO("threads " << n);
     wf::set_num_threads(n);
     const Outputs<float> a = run_fast(s, in), b = run_fast(s, in);
-    require_close(a, want, tolerance<float>());
+    require_close(a, want, kAttentionTolerance<float>);
     for (auto [x, y] : {std::pair{&a.o, &b.o}, {&a.lse, &b.lse}, {&a.dq, &b.dq}, {&a.dk, &b.dk}, {&a.dv, &b.dv}})
       CHECK(std::memcmp(x->data(), y->data(), x->size() * sizeof(float)) == 0);
   }
-  wf::set_num_threads(threads);
 }
 
 TEST_CASE("attention rejects bad shapes with wf::Error", "[kernels][attention]") {

@@ -9,31 +9,19 @@
 
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <random>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/cross_entropy.h"
+#include "kernels/kernel_testing.h"
 #include "wallfacer/core/error.h"
 
 namespace {
 
 using namespace wf::kernels::cpu;
-
-template <typename T>
-constexpr double kTolerance = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+using namespace wf::testing;
 
 constexpr std::int64_t kIgnore = -100;  // PyTorch's default ignore_index
-
-template <typename T>
-std::vector<T> randn(std::int64_t n, std::uint32_t seed, double scale = 1.0) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(0.0, scale);
-  std::vector<T> v(static_cast<std::size_t>(n));
-  for (T& x : v) x = static_cast<T>(dist(gen));
-  return v;
-}
 
 // Random targets in [0, vocab), with every `ignore_every`-th row set to ignore_index.
 std::vector<std::int64_t> random_targets(std::int64_t rows, std::int64_t vocab, std::uint32_t seed,
@@ -43,44 +31,6 @@ std::vector<std::int64_t> random_targets(std::int64_t rows, std::int64_t vocab, 
   std::vector<std::int64_t> t(static_cast<std::size_t>(rows));
   for (std::int64_t r = 0; r < rows; ++r) t[r] = r % ignore_every == ignore_every - 1 ? kIgnore : dist(gen);
   return t;
-}
-
-template <typename T>
-void require_close(const std::vector<T>& got, const std::vector<T>& want) {
-  REQUIRE_THAT(got, Catch::Matchers::Approx(want).epsilon(kTolerance<T>).margin(kTolerance<T>));
-}
-
-// Central differences of loss() in every element of x (each restored after use).
-std::vector<double> central_differences(std::vector<double>& x, const std::function<double()>& loss) {
-  const double h = 1e-5;
-  std::vector<double> grad(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + h;
-    const double up = loss();
-    x[i] = saved - h;
-    const double down = loss();
-    x[i] = saved;
-    grad[i] = (up - down) / (2 * h);
-  }
-  return grad;
-}
-
-double max_relative_error(const std::vector<double>& analytic, const std::vector<double>& numeric) {
-  double diff = 0.0, scale = 0.0;
-  for (std::size_t i = 0; i < numeric.size(); ++i) {
-    diff = std::max(diff, std::abs(analytic[i] - numeric[i]));
-    scale = std::max(scale, std::abs(numeric[i]));
-  }
-  return diff / std::max(scale, 1e-300);
-}
-
-template <typename T>
-bool all_finite(const std::vector<T>& v) {
-  for (T x : v) {
-    if (!std::isfinite(x)) return false;
-  }
-  return true;
 }
 
 // Forward + mean + backward of the fast kernels and the references on the same inputs.

@@ -8,11 +8,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <random>
 #include <functional>
+#include <random>
 #include <vector>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/kernel_testing.h"
 #include "wallfacer/core/error.h"
 
 namespace cpu = wf::kernels::cpu;
@@ -21,24 +22,15 @@ using Shape = std::vector<std::int64_t>;
 
 namespace {
 
+using namespace wf::testing;
+
 template <class T>
-std::vector<T> randn(std::size_t n, std::uint64_t seed, double scale = 1.0) {
-  std::vector<T> v(n);
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<double> normal;
-  for (T& x : v) x = static_cast<T>(scale * normal(gen));
-  return v;
-}
+constexpr double kRtol = tolerance<T>(1e-6, 1e-12);
 
 std::int64_t numel(const Shape& s) {
   std::int64_t n = 1;
   for (auto e : s) n *= e;
   return n;
-}
-
-template <class T>
-constexpr double rtol() {
-  return std::is_same_v<T, float> ? 1e-6 : 1e-12;
 }
 
 const BinaryOp kOps[] = {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div};
@@ -48,8 +40,8 @@ template <class T>
 void check_broadcast(const Shape& a_shape, const Shape& b_shape, const Shape& out_shape,
                      std::uint64_t seed) {
   const int nd = int(out_shape.size());
-  const auto a = randn<T>(std::size_t(numel(a_shape)), seed);
-  auto b = randn<T>(std::size_t(numel(b_shape)), seed + 1);
+  const auto a = randn<T, std::mt19937_64>(numel(a_shape), seed);
+  auto b = randn<T, std::mt19937_64>(numel(b_shape), seed + 1);
   for (T& x : b) x += x >= 0 ? T(0.5) : T(-0.5);  // keep divisors away from 0
   for (BinaryOp op : kOps) {
     std::vector<T> out(std::size_t(numel(out_shape)), T(-99)), ref(out.size(), T(-99));
@@ -102,10 +94,10 @@ TEMPLATE_TEST_CASE("linear helpers and fused residuals match plain loops", "[ker
   for (std::int64_t rows : {0, 1, 7, 129}) {
     for (std::int64_t cols : {1, 33, 300}) {
       const std::int64_t n = rows * cols;
-      const auto x = randn<T>(static_cast<std::size_t>(n), 10), r = randn<T>(static_cast<std::size_t>(n), 11);
-      const auto bias = randn<T>(std::size_t(cols), 12);
+      const auto x = randn<T, std::mt19937_64>(n, 10), r = randn<T, std::mt19937_64>(n, 11);
+      const auto bias = randn<T, std::mt19937_64>(cols, 12);
       const T alpha = T(-1.25);
-      std::vector<T> out(static_cast<std::size_t>(n)), y = randn<T>(static_cast<std::size_t>(n), 13), y0 = y;
+      std::vector<T> out(static_cast<std::size_t>(n)), y = randn<T, std::mt19937_64>(n, 13), y0 = y;
       std::vector<T> expect(static_cast<std::size_t>(n));
 
       cpu::scale<T>(n, alpha, x.data(), out.data());
@@ -151,11 +143,11 @@ using Backward = std::function<void(std::int64_t, const double*, const double*, 
 // dx from the kernel vs dy·(f(x+h) - f(x-h)) / 2h from its own forward, elementwise.
 void check_against_finite_differences(const Forward& forward, const Backward& backward) {
   const std::int64_t n = 2001;
-  auto x = randn<double>(static_cast<std::size_t>(n), 21, 2.5);
+  auto x = randn<double, std::mt19937_64>(n, 21, 2.5);
   x[0] = 0.0;
   x[1] = -6.0;
   x[2] = 6.0;
-  const auto dy = randn<double>(static_cast<std::size_t>(n), 22);
+  const auto dy = randn<double, std::mt19937_64>(n, 22);
   std::vector<double> dx(static_cast<std::size_t>(n)), xp(x), xm(x), yp(static_cast<std::size_t>(n)), ym(static_cast<std::size_t>(n));
   const double h = 1e-5;
   for (std::int64_t i = 0; i < n; ++i) {
@@ -178,7 +170,7 @@ void check_against_finite_differences(const Forward& forward, const Backward& ba
 // A kernel in T against the f64 formula f, over inputs in [-8, 8] and the special points.
 template <class T>
 void check_forward(const std::function<void(std::int64_t, const T*, T*)>& kernel, double (*f)(double)) {
-  auto x = randn<T>(40001, 31, 3.0);
+  auto x = randn<T, std::mt19937_64>(40001, 31, 3.0);
   x[0] = T(0);
   x[1] = T(-8);
   x[2] = T(8);
@@ -188,7 +180,7 @@ void check_forward(const std::function<void(std::int64_t, const T*, T*)>& kernel
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double expect = f(double(x[i]));
     // GELU and SiLU cancel in (1 + t) for negative x, so their error scales with |x|·eps.
-    bad += !(std::abs(double(y[i]) - expect) <= rtol<T>() * (std::abs(expect) + std::abs(double(x[i]))));
+    bad += !(std::abs(double(y[i]) - expect) <= kRtol<T> * (std::abs(expect) + std::abs(double(x[i]))));
   }
   CHECK(bad == 0);
 }
@@ -205,7 +197,7 @@ TEMPLATE_TEST_CASE("activation forwards match the f64 formulas", "[kernels][elem
 TEMPLATE_TEST_CASE("activation backwards in T match the f64 backward", "[kernels][elementwise]", float, double) {
   using T = TestType;
   const std::int64_t n = 40001;
-  const auto x = randn<T>(static_cast<std::size_t>(n), 41, 3.0), dy = randn<T>(static_cast<std::size_t>(n), 42);
+  const auto x = randn<T, std::mt19937_64>(n, 41, 3.0), dy = randn<T, std::mt19937_64>(n, 42);
   const std::vector<double> x64(x.begin(), x.end()), dy64(dy.begin(), dy.end());
   const std::pair<Backward, std::function<void(std::int64_t, const T*, const T*, T*)>> pairs[] = {
       {cpu::gelu_backward<double>, cpu::gelu_backward<T>}, {cpu::silu_backward<double>, cpu::silu_backward<T>}};
@@ -217,7 +209,7 @@ TEMPLATE_TEST_CASE("activation backwards in T match the f64 backward", "[kernels
     std::size_t bad = 0;
     for (std::int64_t i = 0; i < n; ++i)
       bad += !(std::abs(double(dx[i]) - dx64[i]) <=
-               10 * rtol<T>() * (std::abs(dx64[i]) + std::abs(dy64[i]) * (1 + std::abs(x64[i]))));
+               10 * kRtol<T> * (std::abs(dx64[i]) + std::abs(dy64[i]) * (1 + std::abs(x64[i]))));
     CHECK(bad == 0);
   }
 }

@@ -11,21 +11,14 @@
 #include <vector>
 
 #include "kernels/cpu/embedding.h"
+#include "kernels/kernel_testing.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threading.h"
 
 namespace {
 
 using namespace wf::kernels::cpu;
-
-template <typename T>
-std::vector<T> randn(std::int64_t n, std::uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(0.0, 1.0);
-  std::vector<T> v(static_cast<std::size_t>(n));
-  for (T& x : v) x = static_cast<T>(dist(gen));
-  return v;
-}
+using namespace wf::testing;
 
 // Ids drawn from a small range so that many tokens repeat (the scatter-add's hard case).
 std::vector<std::int64_t> random_ids(std::int64_t num_tokens, std::int64_t vocab, std::uint32_t seed) {
@@ -35,12 +28,6 @@ std::vector<std::int64_t> random_ids(std::int64_t num_tokens, std::int64_t vocab
   for (auto& id : ids) id = dist(gen);
   return ids;
 }
-
-// Restores the OpenMP thread count when a test that changes it ends.
-struct ThreadCountGuard {
-  int saved = wf::num_threads();
-  ~ThreadCountGuard() { wf::set_num_threads(saved); }
-};
 
 }  // namespace
 

@@ -6,12 +6,13 @@
 
 #include <chrono>
 #include <cmath>
-#include <random>
 #include <cstdio>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/kernel_testing.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threading.h"
 
@@ -20,24 +21,12 @@ using cpu::GemmBackend;
 
 namespace {
 
-template <class T>
-std::vector<T> randn(std::size_t n, std::uint64_t seed) {
-  std::vector<T> v(n);
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<double> normal;
-  for (T& x : v) x = static_cast<T>(normal(gen));
-  return v;
-}
+using namespace wf::testing;
 
 template <class T>
 std::vector<T> abs_of(std::vector<T> v) {
   for (T& x : v) x = std::abs(x);
   return v;
-}
-
-template <class T>
-constexpr double rtol() {
-  return std::is_same_v<T, float> ? 1e-5 : 1e-12;
 }
 
 // One product over padded buffers: A, B, C each live in a larger row-major matrix with `pad`
@@ -56,9 +45,9 @@ void check_case(const Case& c, GemmBackend backend, std::uint64_t seed) {
   const std::int64_t a_rows = c.trans_a ? c.K : c.M, a_cols = c.trans_a ? c.M : c.K;
   const std::int64_t b_rows = c.trans_b ? c.N : c.K, b_cols = c.trans_b ? c.K : c.N;
   const std::int64_t lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.N + c.pad;
-  const auto A = randn<T>(static_cast<std::size_t>(a_rows * lda), seed);
-  const auto B = randn<T>(static_cast<std::size_t>(b_rows * ldb), seed + 1);
-  const auto C0 = randn<T>(static_cast<std::size_t>(c.M * ldc), seed + 2);
+  const auto A = randn<T, std::mt19937_64>(a_rows * lda, seed);
+  const auto B = randn<T, std::mt19937_64>(b_rows * ldb, seed + 1);
+  const auto C0 = randn<T, std::mt19937_64>(c.M * ldc, seed + 2);
   const T alpha = T(c.alpha), beta = T(c.beta);
 
   auto C = C0;
@@ -87,7 +76,7 @@ void check_case(const Case& c, GemmBackend backend, std::uint64_t seed) {
         bad += C[at] != C0[at];  // padding untouched, bit for bit
       } else {
         const double err = std::abs(double(C[at]) - double(ref[at]));
-        bad += !(err <= rtol<T>() * double(bound[at]) + 1e-30);
+        bad += !(err <= kTolerance<T> * double(bound[at]) + 1e-30);
       }
     }
   }
@@ -95,13 +84,6 @@ void check_case(const Case& c, GemmBackend backend, std::uint64_t seed) {
 }
 
 const GemmBackend kBackends[] = {GemmBackend::cblas, GemmBackend::eigen};
-
-// Sets the OpenMP thread count for one scope (the split paths need more than one thread).
-struct ThreadCount {
-  int saved = wf::num_threads();
-  explicit ThreadCount(int n) { wf::set_num_threads(n); }
-  ~ThreadCount() { wf::set_num_threads(saved); }
-};
 
 }  // namespace
 
@@ -133,7 +115,7 @@ TEMPLATE_TEST_CASE("gemm applies alpha and beta", "[kernels][gemm]", float, doub
 
 TEMPLATE_TEST_CASE("gemm split into panels over threads matches the reference", "[kernels][gemm]",
                    float, double) {
-  ThreadCount threads(2);
+  ThreadCountGuard threads(2);
   std::uint64_t seed = 300;
   // Above the parallel threshold (2^21 multiply-adds): row panels when M >= N, else column
   // panels; the transposes check that each panel addresses its slice of op(A) / op(B).
@@ -149,8 +131,8 @@ TEMPLATE_TEST_CASE("gemm addresses a head of a [n, h, d] tensor through leading 
                    "[kernels][gemm]", float, double) {
   // S = Q_h · K_hᵀ for head 1 of q, k with shape [n, h, d]: both are [n, d] with ld = h·d.
   const std::int64_t n = 10, h = 3, d = 4, head = 1;
-  const auto q = randn<TestType>(static_cast<std::size_t>(n * h * d), 1);
-  const auto k = randn<TestType>(static_cast<std::size_t>(n * h * d), 2);
+  const auto q = randn<TestType, std::mt19937_64>(n * h * d, 1);
+  const auto k = randn<TestType, std::mt19937_64>(n * h * d, 2);
   std::vector<TestType> s(static_cast<std::size_t>(n * n)), ref(static_cast<std::size_t>(n * n));
   cpu::gemm<TestType>(false, true, n, n, d, TestType(1), q.data() + head * d, h * d,
                       k.data() + head * d, h * d, TestType(0), s.data(), n);
@@ -160,12 +142,12 @@ TEMPLATE_TEST_CASE("gemm addresses a head of a [n, h, d] tensor through leading 
       for (std::int64_t e = 0; e < d; ++e) acc += double(q[i * h * d + head * d + e]) * k[j * h * d + head * d + e];
       ref[static_cast<std::size_t>(i * n + j)] = TestType(acc);
     }
-  for (std::size_t i = 0; i < s.size(); ++i) CHECK(s[i] == Approx(ref[i]).epsilon(rtol<TestType>() * 10).margin(1e-6));
+  for (std::size_t i = 0; i < s.size(); ++i) CHECK(s[i] == Approx(ref[i]).epsilon(kTolerance<TestType> * 10).margin(1e-6));
 }
 
 TEMPLATE_TEST_CASE("gemm_batched matches a loop of reference products", "[kernels][gemm]", float,
                    double) {
-  ThreadCount threads(2);
+  ThreadCountGuard threads(2);
   struct BatchCase {
     std::int64_t batch, M, N, K;
     bool broadcast_a, broadcast_b, ta, tb;
@@ -182,9 +164,9 @@ TEMPLATE_TEST_CASE("gemm_batched matches a loop of reference products", "[kernel
       const std::int64_t a_size = (c.ta ? c.K : c.M) * lda, b_size = (c.tb ? c.N : c.K) * ldb;
       const std::int64_t c_size = c.M * ldc;
       const std::int64_t stride_a = c.broadcast_a ? 0 : a_size + 5, stride_b = c.broadcast_b ? 0 : b_size;
-      const auto A = randn<TestType>(static_cast<std::size_t>(std::max<std::int64_t>(1, c.batch) * (a_size + 5)), seed++);
-      const auto B = randn<TestType>(static_cast<std::size_t>(std::max<std::int64_t>(1, c.batch) * b_size), seed++);
-      const auto C0 = randn<TestType>(static_cast<std::size_t>(c.batch * c_size), seed++);
+      const auto A = randn<TestType, std::mt19937_64>(std::max<std::int64_t>(1, c.batch) * (a_size + 5), seed++);
+      const auto B = randn<TestType, std::mt19937_64>(std::max<std::int64_t>(1, c.batch) * b_size, seed++);
+      const auto C0 = randn<TestType, std::mt19937_64>(c.batch * c_size, seed++);
       auto C = C0, ref = C0;
       const TestType alpha = TestType(0.75), beta = TestType(-0.5);
       cpu::gemm_batched<TestType>(c.ta, c.tb, c.batch, c.M, c.N, c.K, alpha, A.data(), lda, stride_a,
@@ -199,7 +181,7 @@ TEMPLATE_TEST_CASE("gemm_batched matches a loop of reference products", "[kernel
       for (std::size_t i = 0; i < C.size(); ++i)
         worst = std::max(worst, std::abs(double(C[i]) - double(ref[i])) / (1.0 + std::abs(double(ref[i]))));
       // Values here are O(sqrt(K)) ≤ 10, so this relative-plus-absolute check is the bound above.
-      CHECK(worst <= rtol<TestType>() * 10 * std::sqrt(double(std::max<std::int64_t>(1, c.K))));
+      CHECK(worst <= kTolerance<TestType> * 10 * std::sqrt(double(std::max<std::int64_t>(1, c.K))));
     }
 }
 
@@ -226,7 +208,7 @@ TEST_CASE("gemm rejects impossible arguments with a message", "[kernels][gemm]")
 // The numbers behind default_gemm_backend() are in docs/kernels-gemm.md.
 TEST_CASE("gemm backends benchmark", "[.bench][kernels][gemm]") {
   const auto gflops = [](std::int64_t n, GemmBackend backend, int reps) {
-    const auto A = randn<float>(static_cast<std::size_t>(n * n), 1), B = randn<float>(static_cast<std::size_t>(n * n), 2);
+    const auto A = randn<float, std::mt19937_64>(n * n, 1), B = randn<float, std::mt19937_64>(n * n, 2);
     std::vector<float> C(static_cast<std::size_t>(n * n));
     const auto run = [&] {
       cpu::gemm<float>(false, false, n, n, n, 1.f, A.data(), n, B.data(), n, 0.f, C.data(), n, backend);
@@ -242,7 +224,7 @@ TEST_CASE("gemm backends benchmark", "[.bench][kernels][gemm]") {
   };
   std::printf("BLAS: %s\n", wf::blas_info());
   {
-    ThreadCount threads(1);
+    ThreadCountGuard threads(1);
     for (std::int64_t n : {1024, 2048})
       for (GemmBackend backend : kBackends)
         std::printf("f32 %lld^3, 1 thread, %-5s: %7.1f GFLOP/s\n", static_cast<long long>(n),

@@ -7,80 +7,24 @@
 //   finite differences (f64, h = 1e-5): max|analytic - numeric| / max|numeric| < 1e-7.
 #include <catch2/catch.hpp>
 
-#include <cmath>
 #include <cstdint>
-#include <functional>
-#include <random>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/norm.h"
+#include "kernels/kernel_testing.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threading.h"
 
 namespace {
 
 using namespace wf::kernels::cpu;
-
-template <typename T>
-constexpr double kTolerance = std::is_same_v<T, float> ? 1e-5 : 1e-12;
-
-template <typename T>
-std::vector<T> randn(std::int64_t n, std::uint32_t seed, double scale = 1.0, double offset = 0.0) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(offset, scale);
-  std::vector<T> v(static_cast<std::size_t>(n));
-  for (T& x : v) x = static_cast<T>(dist(gen));
-  return v;
-}
-
-template <typename T>
-void require_close(const std::vector<T>& got, const std::vector<T>& want) {
-  REQUIRE_THAT(got, Catch::Matchers::Approx(want).epsilon(kTolerance<T>).margin(kTolerance<T>));
-}
-
-// Central differences of loss() in every element of x (each restored after use).
-std::vector<double> central_differences(std::vector<double>& x, const std::function<double()>& loss) {
-  const double h = 1e-5;
-  std::vector<double> grad(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + h;
-    const double up = loss();
-    x[i] = saved - h;
-    const double down = loss();
-    x[i] = saved;
-    grad[i] = (up - down) / (2 * h);
-  }
-  return grad;
-}
-
-double max_relative_error(const std::vector<double>& analytic, const std::vector<double>& numeric) {
-  double diff = 0.0, scale = 0.0;
-  for (std::size_t i = 0; i < numeric.size(); ++i) {
-    diff = std::max(diff, std::abs(analytic[i] - numeric[i]));
-    scale = std::max(scale, std::abs(numeric[i]));
-  }
-  return diff / std::max(scale, 1e-300);
-}
-
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
+using namespace wf::testing;
 
 struct Size {
   std::int64_t rows, cols;
 };
 // Odd sizes on purpose: a single element, single column, 0 rows, a prime width.
 const std::vector<Size> kSizes = {{1, 1}, {1, 37}, {4, 1}, {0, 8}, {5, 37}, {17, 64}};
-
-// Restores the OpenMP thread count when a test that changes it ends.
-struct ThreadCountGuard {
-  int saved = wf::num_threads();
-  ~ThreadCountGuard() { wf::set_num_threads(saved); }
-};
 
 }  // namespace
 

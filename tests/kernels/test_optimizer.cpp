@@ -7,36 +7,25 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <random>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "kernels/cpu/optimizer.h"
+#include "kernels/kernel_testing.h"
 #include "wallfacer/core/error.h"
 
 namespace cpu = wf::kernels::cpu;
 
 namespace {
 
-template <class T>
-std::vector<T> randn(std::size_t n, std::uint64_t seed, double scale = 1.0) {
-  std::vector<T> v(n);
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<double> normal;
-  for (T& x : v) x = static_cast<T>(scale * normal(gen));
-  return v;
-}
-
-template <class T>
-constexpr double rtol() {
-  return std::is_same_v<T, float> ? 1e-5 : 1e-12;
-}
+using namespace wf::testing;
 
 template <class T>
 std::size_t count_mismatches(const std::vector<T>& got, const std::vector<T>& want) {
   std::size_t bad = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    bad += !(std::abs(double(got[i]) - double(want[i])) <= rtol<T>() * (std::abs(double(want[i])) + 1.0));
+    bad += !(std::abs(double(got[i]) - double(want[i])) <= kTolerance<T> * (std::abs(double(want[i])) + 1.0));
   }
   return bad;
 }
@@ -59,12 +48,12 @@ TEMPLATE_TEST_CASE("adamw_step matches the reference over several steps", "[kern
   std::uint64_t seed = 1;
   for (const auto& c : cases) {
     for (std::int64_t n : {0, 1, 257, 20000}) {  // 20000 runs over threads
-      auto param = randn<T>(static_cast<std::size_t>(n), seed++);
+      auto param = randn<T, std::mt19937_64>(n, seed++);
       std::vector<T> m(param.size(), T(0)), v(param.size(), T(0));
       auto param_ref = param, m_ref = m, v_ref = v;
       cpu::AdamWParams p = c.params;
       for (int s = 0; s < c.steps; ++s, ++p.step) {
-        const auto grad = randn<T>(param.size(), seed++, s % 2 ? 1.0 : 0.3);
+        const auto grad = randn<T, std::mt19937_64>(param.size(), seed++, s % 2 ? 1.0 : 0.3);
         cpu::adamw_step<T>(n, param.data(), grad.data(), m.data(), v.data(), p);
         cpu::adamw_step_reference<T>(n, param_ref.data(), grad.data(), m_ref.data(), v_ref.data(), p);
       }
@@ -104,7 +93,7 @@ TEST_CASE("adamw_step rejects invalid hyperparameters", "[kernels][optimizer]") 
 TEMPLATE_TEST_CASE("sum_of_squares and scale_inplace match loops", "[kernels][optimizer]", float, double) {
   using T = TestType;
   for (std::int64_t n : {0, 5, 40001}) {
-    auto x = randn<T>(static_cast<std::size_t>(n), 77);
+    auto x = randn<T, std::mt19937_64>(n, 77);
     long double expect = 0;
     for (T v : x) expect += (long double)v * v;
     // Accumulated in double for either T: ~n·1e-16 relative.

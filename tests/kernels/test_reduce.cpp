@@ -6,11 +6,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <random>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "kernels/cpu/reduce.h"
+#include "kernels/kernel_testing.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threading.h"
 
@@ -19,25 +20,10 @@ using Shape = std::vector<std::int64_t>;
 
 namespace {
 
-template <class T>
-std::vector<T> randn(std::size_t n, std::uint64_t seed) {
-  std::vector<T> v(n);
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<double> normal;
-  for (T& x : v) x = static_cast<T>(normal(gen));
-  return v;
-}
+using namespace wf::testing;
 
 template <class T>
-constexpr double rtol() {
-  return std::is_same_v<T, float> ? 1e-6 : 1e-12;
-}
-
-struct ThreadCount {
-  int saved = wf::num_threads();
-  explicit ThreadCount(int n) { wf::set_num_threads(n); }
-  ~ThreadCount() { wf::set_num_threads(saved); }
-};
+constexpr double kRtol = tolerance<T>(1e-6, 1e-12);
 
 struct Dims {
   std::int64_t outer, dim, inner;
@@ -68,7 +54,7 @@ TEMPLATE_TEST_CASE("sum_dim and mean_dim match loops", "[kernels][reduce]", floa
   using T = TestType;
   std::uint64_t seed = 1;
   for (const Dims& s : kDims) {
-    const auto x = randn<T>(static_cast<std::size_t>(s.outer * s.dim * s.inner), seed++);
+    const auto x = randn<T, std::mt19937_64>(s.outer * s.dim * s.inner, seed++);
     std::vector<double> ref, abs_ref;
     sum_dim_by_loops(s, x, ref, abs_ref);
     std::vector<T> sum(ref.size(), T(-7)), mean(ref.size(), T(-7));
@@ -77,11 +63,11 @@ TEMPLATE_TEST_CASE("sum_dim and mean_dim match loops", "[kernels][reduce]", floa
     INFO("outer=" << s.outer << " dim=" << s.dim << " inner=" << s.inner);
     std::size_t bad = 0;
     for (std::size_t i = 0; i < ref.size(); ++i) {
-      bad += !(std::abs(double(sum[i]) - ref[i]) <= rtol<T>() * abs_ref[i]);
+      bad += !(std::abs(double(sum[i]) - ref[i]) <= kRtol<T> * abs_ref[i]);
       if (s.dim == 0) {
         bad += !std::isnan(mean[i]);  // the mean of nothing
       } else {
-        bad += !(std::abs(double(mean[i]) - ref[i] / double(s.dim)) <= rtol<T>() * abs_ref[i] / double(s.dim));
+        bad += !(std::abs(double(mean[i]) - ref[i] / double(s.dim)) <= kRtol<T> * abs_ref[i] / double(s.dim));
       }
     }
     CHECK(bad == 0);
@@ -94,7 +80,7 @@ TEMPLATE_TEST_CASE("max_dim matches loops, keeps the first of ties and propagate
   std::uint64_t seed = 50;
   for (const Dims& s : kDims) {
     if (s.dim == 0) continue;
-    auto x = randn<T>(static_cast<std::size_t>(s.outer * s.dim * s.inner), seed++);
+    auto x = randn<T, std::mt19937_64>(s.outer * s.dim * s.inner, seed++);
     for (T& v : x) v = std::round(v * T(2)) / T(2);  // coarse values: plenty of ties
     std::vector<T> values(static_cast<std::size_t>(s.outer * s.inner));
     std::vector<std::int64_t> args(values.size(), -1);
@@ -133,7 +119,7 @@ TEMPLATE_TEST_CASE("max_dim matches loops, keeps the first of ties and propagate
 TEMPLATE_TEST_CASE("sum_all and sum_of_products are accurate", "[kernels][reduce]", float, double) {
   using T = TestType;
   for (std::int64_t n : {0, 1, 7, 8, 9, 16384, 16385, 100003}) {
-    const auto x = randn<T>(static_cast<std::size_t>(n), 7), y = randn<T>(static_cast<std::size_t>(n), 8);
+    const auto x = randn<T, std::mt19937_64>(n, 7), y = randn<T, std::mt19937_64>(n, 8);
     long double sum = 0, abs_sum = 0, dot = 0, abs_dot = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       sum += x[i];
@@ -150,9 +136,9 @@ TEMPLATE_TEST_CASE("sum_all and sum_of_products are accurate", "[kernels][reduce
 
 TEST_CASE("reductions are bitwise identical for any thread count", "[kernels][reduce]") {
   const std::int64_t outer = 7, dim = 900, inner = 130;
-  const auto x = randn<float>(static_cast<std::size_t>(outer * dim * inner), 99);
+  const auto x = randn<float, std::mt19937_64>(outer * dim * inner, 99);
   const auto run = [&](int threads) {
-    ThreadCount tc(threads);
+    ThreadCountGuard tc(threads);
     std::vector<float> by_dim(static_cast<std::size_t>(outer * inner)), rows(static_cast<std::size_t>(outer * dim));
     cpu::sum_dim<float>(outer, dim, inner, x.data(), by_dim.data());
     cpu::sum_dim<float>(outer * dim, inner, 1, x.data(), rows.data());
@@ -191,7 +177,7 @@ TEMPLATE_TEST_CASE("reduce_broadcast sums a gradient back to the broadcast input
     const int nd = int(c.out.size());
     std::int64_t n_out = 1, n_in = 1;
     for (int d = 0; d < nd; ++d) n_out *= c.out[d], n_in *= c.in[d];
-    const auto grad = randn<T>(static_cast<std::size_t>(n_out), seed++);
+    const auto grad = randn<T, std::mt19937_64>(n_out, seed++);
     // Reference: walk the gradient once, adding each element where its input element is.
     std::vector<double> ref(static_cast<std::size_t>(n_in)), abs_ref(static_cast<std::size_t>(n_in));
     for (std::int64_t flat = 0; flat < n_out; ++flat) {
@@ -209,7 +195,7 @@ TEMPLATE_TEST_CASE("reduce_broadcast sums a gradient back to the broadcast input
     cpu::reduce_broadcast<T>(grad.data(), c.out.data(), result.data(), c.in.data(), nd);
     INFO("out=" << Catch::Detail::stringify(c.out) << " in=" << Catch::Detail::stringify(c.in));
     std::size_t bad = 0;
-    for (std::int64_t i = 0; i < n_in; ++i) bad += !(std::abs(double(result[i]) - ref[i]) <= rtol<T>() * abs_ref[i]);
+    for (std::int64_t i = 0; i < n_in; ++i) bad += !(std::abs(double(result[i]) - ref[i]) <= kRtol<T> * abs_ref[i]);
     CHECK(bad == 0);
   }
 

@@ -9,67 +9,17 @@
 
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <limits>
-#include <random>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/softmax.h"
+#include "kernels/kernel_testing.h"
 #include "wallfacer/core/error.h"
 
 namespace {
 
 using namespace wf::kernels::cpu;
-
-template <typename T>
-constexpr double kTolerance = std::is_same_v<T, float> ? 1e-5 : 1e-12;
-
-template <typename T>
-std::vector<T> randn(std::int64_t n, std::uint32_t seed, double scale = 1.0) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(0.0, scale);
-  std::vector<T> v(static_cast<std::size_t>(n));
-  for (T& x : v) x = static_cast<T>(dist(gen));
-  return v;
-}
-
-template <typename T>
-void require_close(const std::vector<T>& got, const std::vector<T>& want) {
-  REQUIRE_THAT(got, Catch::Matchers::Approx(want).epsilon(kTolerance<T>).margin(kTolerance<T>));
-}
-
-// Central differences of loss() in every element of x (each restored after use).
-std::vector<double> central_differences(std::vector<double>& x, const std::function<double()>& loss) {
-  const double h = 1e-5;
-  std::vector<double> grad(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + h;
-    const double up = loss();
-    x[i] = saved - h;
-    const double down = loss();
-    x[i] = saved;
-    grad[i] = (up - down) / (2 * h);
-  }
-  return grad;
-}
-
-double max_relative_error(const std::vector<double>& analytic, const std::vector<double>& numeric) {
-  double diff = 0.0, scale = 0.0;
-  for (std::size_t i = 0; i < numeric.size(); ++i) {
-    diff = std::max(diff, std::abs(analytic[i] - numeric[i]));
-    scale = std::max(scale, std::abs(numeric[i]));
-  }
-  return diff / std::max(scale, 1e-300);
-}
-
-bool all_finite(const std::vector<float>& v) {
-  for (float x : v) {
-    if (!std::isfinite(x)) return false;
-  }
-  return true;
-}
+using namespace wf::testing;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -108,9 +58,7 @@ TEST_CASE("softmax backward matches finite differences of its forward (f64)", "[
   auto loss = [&] {
     std::vector<double> y(n);
     softmax_forward(rows, cols, x.data(), y.data());
-    double l = 0.0;
-    for (std::int64_t i = 0; i < n; ++i) l += g[i] * y[i];
-    return l;
+    return dot(g, y);
   };
   std::vector<double> y(n), dx(n);
   softmax_forward(rows, cols, x.data(), y.data());
