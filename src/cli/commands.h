@@ -3,7 +3,7 @@
 // itself on its parent through one add_*_command function; main.cpp only wires them up.
 //
 // Planned, one file each: add_train_command(app), add_validate_command(app),
-// add_tune_command(app), add_bench_attention_command(bench), add_bench_comm_command(bench).
+// add_tune_command(app), add_bench_attention_command(bench).
 #include <CLI/CLI.hpp>
 
 #include <functional>
@@ -40,5 +40,7 @@ void add_grid_command(CLI::App& app);
 // bench subcommand can register itself on it.
 CLI::App& add_bench_group(CLI::App& app);
 void add_bench_kernels_command(CLI::App& bench);
+// `wallfacer bench comm`: Group primitives beside raw MPI, and P2P overlap (bench_comm_command.cpp).
+void add_bench_comm_command(CLI::App& bench);
 
 }  // namespace wf::cli

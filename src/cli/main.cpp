@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
   add_grid_command(app);
   CLI::App& bench = add_bench_group(app);
   add_bench_kernels_command(bench);
+  add_bench_comm_command(bench);
 
   try {
     app.parse(argc, argv);

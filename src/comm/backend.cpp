@@ -1,4 +1,5 @@
-// What every backend shares: the names of reduction ops and the portable all_gather_v.
+// What every backend shares: the names of reduction ops and the portable isendrecv and
+// all_gather_v.
 #include "wallfacer/comm/backend.h"
 
 #include <algorithm>
@@ -12,6 +13,35 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::avg: return "avg";
   }
   return "unknown";
+}
+
+namespace {
+
+// Several requests completed as one: the portable isendrecv.
+class JoinedRequest final : public RequestImpl {
+ public:
+  explicit JoinedRequest(std::vector<Request> parts) : parts_(std::move(parts)) {}
+  void wait() override {
+    for (Request& part : parts_) part.wait();
+  }
+  bool test() override {
+    bool all_done = true;
+    for (Request& part : parts_) all_done = part.test() && all_done;  // test every part: each may progress
+    return all_done;
+  }
+
+ private:
+  std::vector<Request> parts_;
+};
+
+}  // namespace
+
+Request Backend::isendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) {
+  std::vector<Request> parts;
+  parts.push_back(irecv(recv, src, tag));
+  // The outgoing data must not be overwritten by the incoming while it is sent.
+  parts.push_back(isend(send.shares_storage_with(recv) ? send.clone() : send, dst, tag));
+  return Request(std::make_shared<JoinedRequest>(std::move(parts)));
 }
 
 // Pads each piece to the largest so a plain all_gather can move them, then drops the padding.

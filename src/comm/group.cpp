@@ -113,13 +113,27 @@ Request Group::irecv(Tensor& t, int peer, int tag) {
   return request;
 }
 
-void Group::sendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) {
-  Backend& backend = backend_for(send, recv, "sendrecv");
-  check_peer(*this, dst, "sendrecv", "destination");
-  check_peer(*this, src, "sendrecv", "source");
-  backend.sendrecv(send, dst, recv, src, tag);
+Backend& Group::exchange_backend(const Tensor& send, int dst, const Tensor& recv, int src, const char* primitive) {
+  Backend& backend = backend_for(send, recv, primitive);
+  check_peer(*this, dst, primitive, "destination");
+  check_peer(*this, src, primitive, "source");
+  return backend;
+}
+
+void Group::count_exchange(const Tensor& send, int dst, const Tensor& recv, int src) {
   traffic_->record(Primitive::send, dst == rank_ ? 0 : bytes_of(send), 0);
   traffic_->record(Primitive::recv, 0, src == rank_ ? 0 : bytes_of(recv));
+}
+
+void Group::sendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) {
+  exchange_backend(send, dst, recv, src, "sendrecv").sendrecv(send, dst, recv, src, tag);
+  count_exchange(send, dst, recv, src);
+}
+
+Request Group::isendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) {
+  Request request = exchange_backend(send, dst, recv, src, "isendrecv").isendrecv(send, dst, recv, src, tag);
+  count_exchange(send, dst, recv, src);
+  return request;
 }
 
 // ---- collectives ------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include <climits>
 #include <utility>
 
+#include "src/comm/progress.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/log.h"
 
@@ -54,18 +55,14 @@ std::int64_t bytes_per_row(const Tensor& t) {
 
 void* mutable_data(const Tensor& t) { return const_cast<void*>(t.raw_data()); }
 
-// A posted P2P operation. Holds the tensor (so its storage outlives the transfer) and the backend
-// (so the communicator does).
+// A posted P2P operation of one or two legs (isendrecv). Its MPI requests live in a
+// PendingOperation that the progress thread (progress.h) may be testing; test() and wait()
+// take its lock. Holds the backend so the communicator outlives the requests.
 class MpiRequest final : public RequestImpl {
  public:
-  MpiRequest(MPI_Request request, Tensor buffer, std::shared_ptr<const MpiBackend> backend, int peer, bool receive,
-             const char* primitive)
-      : request_(request),
-        buffer_(std::move(buffer)),
-        backend_(std::move(backend)),
-        peer_(peer),
-        receive_(receive),
-        primitive_(primitive) {}
+  MpiRequest(std::shared_ptr<PendingOperation> operation, std::vector<P2pLeg> legs,
+             std::shared_ptr<const MpiBackend> backend, const char* primitive)
+      : operation_(std::move(operation)), legs_(std::move(legs)), backend_(std::move(backend)), primitive_(primitive) {}
 
   // Dropping a request before it completes would let MPI write into freed memory, so the
   // destructor completes it (under the watchdog).
@@ -83,37 +80,44 @@ class MpiRequest final : public RequestImpl {
 
   void wait() override {
     if (done_) return;
-    MPI_Status status{};
-    wait_all({&request_, 1}, {&status, 1}, backend_->site(primitive_));
-    finish(status);
+    {
+      std::lock_guard lock(operation_->mutex);
+      if (!operation_->complete.load(std::memory_order_acquire)) {
+        wait_busy_then_back_off(operation_->pending(), operation_->outcomes(), backend_->site(primitive_));
+        operation_->complete.store(true, std::memory_order_release);
+      }
+    }
+    finish();
   }
 
   bool test() override {
     if (done_) return true;
-    MPI_Status status{};
-    int rc = MPI_SUCCESS;
-    if (!test_one(request_, status, rc)) return false;
-    status.MPI_ERROR = rc;
-    finish(status);
+    {
+      std::lock_guard lock(operation_->mutex);
+      if (!operation_->complete.load(std::memory_order_acquire) && !operation_->test_all()) return false;
+    }
+    finish();
     return true;
   }
 
  private:
-  void finish(const MPI_Status& status) {
+  // Reports each leg's outcome (the first failure throws) and releases the buffers.
+  void finish() {
     done_ = true;
-    const Tensor buffer = std::exchange(buffer_, Tensor());
-    if (receive_) {
-      backend_->verify_receive(status, buffer, peer_, primitive_);
-    } else {
-      check_mpi(status.MPI_ERROR, fmt::format("{} to rank {}", backend_->context(primitive_), peer_));
+    const std::vector<P2pLeg> legs = std::exchange(legs_, {});
+    for (std::size_t i = 0; i < legs.size(); ++i) {
+      const MPI_Status& status = operation_->statuses[i];
+      if (legs[i].receive) {
+        backend_->verify_receive(status, legs[i].buffer, legs[i].peer, primitive_);
+      } else {
+        check_mpi(status.MPI_ERROR, fmt::format("{} to rank {}", backend_->context(primitive_), legs[i].peer));
+      }
     }
   }
 
-  MPI_Request request_;
-  Tensor buffer_;
+  std::shared_ptr<PendingOperation> operation_;
+  std::vector<P2pLeg> legs_;  // legs_[i] was posted as operation_->requests[i]
   std::shared_ptr<const MpiBackend> backend_;
-  int peer_;
-  bool receive_;
   const char* primitive_;
   bool done_ = false;
 };
@@ -150,7 +154,7 @@ int MpiBackend::to_count(std::int64_t count, const char* primitive) const {
 
 void MpiBackend::complete(std::span<MPI_Request> requests, const char* primitive) const {
   std::vector<MPI_Status> statuses(requests.size());
-  check_mpi(wait_all(requests, statuses, site(primitive)), context(primitive));
+  check_mpi(wait_busy_then_back_off(requests, statuses, site(primitive)), context(primitive));
 }
 
 void MpiBackend::verify_receive(const MPI_Status& status, const Tensor& buffer, int peer,
@@ -180,36 +184,59 @@ void MpiBackend::check_peer_tag(int peer, int tag, const char* primitive) const 
            tag_upper_bound_);
 }
 
-Request MpiBackend::start_p2p(const Tensor& t, int peer, int tag, bool receive, const char* primitive) {
-  check_peer_tag(peer, tag, primitive);
-  const int bytes = to_count(static_cast<std::int64_t>(t.nbytes()), primitive);
+MPI_Request MpiBackend::post(const P2pLeg& leg, int tag, const char* primitive) {
+  const int bytes = to_count(static_cast<std::int64_t>(leg.buffer.nbytes()), primitive);
   MPI_Request request = MPI_REQUEST_NULL;
-  const int rc = receive ? MPI_Irecv(mutable_data(t), bytes, MPI_BYTE, peer, tag, comm_, &request)
-                         : MPI_Isend(t.raw_data(), bytes, MPI_BYTE, peer, tag, comm_, &request);
-  check_mpi(rc, fmt::format("{} {} rank {}", context(primitive), receive ? "from" : "to", peer));
-  return Request(std::make_shared<MpiRequest>(request, t, shared_from_this(), peer, receive, primitive));
+  const int rc = leg.receive ? MPI_Irecv(mutable_data(leg.buffer), bytes, MPI_BYTE, leg.peer, tag, comm_, &request)
+                             : MPI_Isend(leg.buffer.raw_data(), bytes, MPI_BYTE, leg.peer, tag, comm_, &request);
+  check_mpi(rc, fmt::format("{} {} rank {}", context(primitive), leg.receive ? "from" : "to", leg.peer));
+  return request;
 }
 
-void MpiBackend::send(const Tensor& t, int peer, int tag) { start_p2p(t, peer, tag, false, "send").wait(); }
-void MpiBackend::recv(Tensor& t, int peer, int tag) { start_p2p(t, peer, tag, true, "recv").wait(); }
-Request MpiBackend::isend(const Tensor& t, int peer, int tag) { return start_p2p(t, peer, tag, false, "isend"); }
-Request MpiBackend::irecv(Tensor& t, int peer, int tag) { return start_p2p(t, peer, tag, true, "irecv"); }
+Request MpiBackend::start(std::vector<P2pLeg> legs, int tag, const char* primitive, bool overlapped) {
+  for (const P2pLeg& leg : legs) check_peer_tag(leg.peer, tag, primitive);
+  auto operation = std::make_shared<PendingOperation>();
+  for (const P2pLeg& leg : legs) {
+    try {
+      operation->requests[static_cast<std::size_t>(operation->count)] = post(leg, tag, primitive);
+    } catch (...) {
+      // Nothing may stay posted into a buffer the caller is about to get back.
+      for (MPI_Request& posted : operation->pending()) {
+        MPI_Cancel(&posted);
+        MPI_Request_free(&posted);
+      }
+      throw;
+    }
+    ++operation->count;
+  }
+  // Only requests handed back to the caller are worth a progress thread: a blocking call
+  // waits (and so progresses) right away.
+  if (overlapped) track_for_progress(operation);
+  return Request(std::make_shared<MpiRequest>(std::move(operation), std::move(legs), shared_from_this(), primitive));
+}
+
+Request MpiBackend::start_p2p(const Tensor& t, int peer, int tag, bool receive, const char* primitive,
+                              bool overlapped) {
+  return start({P2pLeg{t, peer, receive}}, tag, primitive, overlapped);
+}
+
+void MpiBackend::send(const Tensor& t, int peer, int tag) { start_p2p(t, peer, tag, false, "send", false).wait(); }
+void MpiBackend::recv(Tensor& t, int peer, int tag) { start_p2p(t, peer, tag, true, "recv", false).wait(); }
+Request MpiBackend::isend(const Tensor& t, int peer, int tag) { return start_p2p(t, peer, tag, false, "isend", true); }
+Request MpiBackend::irecv(Tensor& t, int peer, int tag) { return start_p2p(t, peer, tag, true, "irecv", true); }
+
+// The receive is posted first, so a message from a rank that sends first finds it waiting.
+Request MpiBackend::start_exchange(const Tensor& send, int dst, Tensor& recv, int src, int tag, const char* primitive,
+                                   bool overlapped) {
+  return start({P2pLeg{recv, src, true}, P2pLeg{distinct_from(send, recv), dst, false}}, tag, primitive, overlapped);
+}
 
 void MpiBackend::sendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) {
-  check_peer_tag(dst, tag, "sendrecv");
-  check_peer_tag(src, tag, "sendrecv");
-  const Tensor outgoing = distinct_from(send, recv);
-  MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  check_mpi(MPI_Irecv(mutable_data(recv), to_count(static_cast<std::int64_t>(recv.nbytes()), "sendrecv"), MPI_BYTE,
-                      src, tag, comm_, &requests[0]),
-            fmt::format("{} from rank {}", context("sendrecv"), src));
-  check_mpi(MPI_Isend(outgoing.raw_data(), to_count(static_cast<std::int64_t>(outgoing.nbytes()), "sendrecv"),
-                      MPI_BYTE, dst, tag, comm_, &requests[1]),
-            fmt::format("{} to rank {}", context("sendrecv"), dst));
-  MPI_Status statuses[2] = {};
-  wait_all(requests, statuses, site("sendrecv"));
-  check_mpi(statuses[1].MPI_ERROR, fmt::format("{} to rank {}", context("sendrecv"), dst));
-  verify_receive(statuses[0], recv, src, "sendrecv");
+  start_exchange(send, dst, recv, src, tag, "sendrecv", false).wait();
+}
+
+Request MpiBackend::isendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) {
+  return start_exchange(send, dst, recv, src, tag, "isendrecv", true);
 }
 
 void MpiBackend::all_reduce(Tensor& t, ReduceOp op) {

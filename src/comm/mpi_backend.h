@@ -2,18 +2,29 @@
 // The MPI backend: moves CPU tensors over one MPI communicator. Every call posts non-blocking
 // MPI operations and completes them through the watchdog's polling wait (watchdog.h), so a
 // hang becomes a job abort with a message. Internal to src/comm: nothing outside sees mpi.h.
+// The requests isend / irecv / isendrecv hand back are also watched by the progress thread
+// (progress.h), so they move while the caller computes.
 //
 // bf16 and f16 reductions: MPI has no 16-bit float types, so the tensor is converted to an f32
 // buffer, reduced with MPI_FLOAT and rounded back once at the end (one rounding instead of one
 // per rank). Everything that only moves data goes as MPI_BYTE, whatever the dtype.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "src/comm/mpi_util.h"
 #include "src/comm/watchdog.h"
 #include "wallfacer/comm/backend.h"
 
 namespace wf::comm {
+
+// One side of a posted P2P operation: the tensor (held so its storage outlives the transfer),
+// the peer, and the direction.
+struct P2pLeg {
+  Tensor buffer;
+  int peer = 0;
+  bool receive = false;
+};
 
 class MpiBackend final : public Backend, public std::enable_shared_from_this<MpiBackend> {
  public:
@@ -34,6 +45,8 @@ class MpiBackend final : public Backend, public std::enable_shared_from_this<Mpi
   Request isend(const Tensor& t, int peer, int tag) override;
   Request irecv(Tensor& t, int peer, int tag) override;
   void sendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) override;
+  // One request over an MPI_Irecv and an MPI_Isend, watched by the progress thread.
+  Request isendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) override;
 
   void all_reduce(Tensor& t, ReduceOp op) override;
   void all_gather(const Tensor& input, Tensor& output) override;
@@ -54,7 +67,13 @@ class MpiBackend final : public Backend, public std::enable_shared_from_this<Mpi
   void verify_receive(const MPI_Status& status, const Tensor& buffer, int peer, const char* primitive) const;
 
  private:
-  Request start_p2p(const Tensor& t, int peer, int tag, bool receive, const char* primitive);
+  // Posts every leg (one request each) as one Request. `overlapped`: the caller gets the
+  // request back to compute meanwhile, so the progress thread watches it (progress.h).
+  Request start(std::vector<P2pLeg> legs, int tag, const char* primitive, bool overlapped);
+  MPI_Request post(const P2pLeg& leg, int tag, const char* primitive);
+  Request start_p2p(const Tensor& t, int peer, int tag, bool receive, const char* primitive, bool overlapped);
+  Request start_exchange(const Tensor& send, int dst, Tensor& recv, int src, int tag, const char* primitive,
+                         bool overlapped);
   void check_peer_tag(int peer, int tag, const char* primitive) const;
 
   MPI_Comm comm_;

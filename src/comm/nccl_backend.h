@@ -77,8 +77,12 @@ class NcclBackend final : public Backend {
   Request irecv(Tensor& t, int peer, int tag) override;
   void sendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) override;
   // Sends to dst and receives from src as one NCCL group, without waiting: the overlap-friendly
-  // exchange that cannot deadlock the way an isend / irecv pair can.
+  // exchange that cannot deadlock the way an isend / irecv pair can. The Backend form ignores
+  // the tag, as all NCCL P2P does.
   Request isendrecv(const Tensor& send, int dst, Tensor& recv, int src);
+  Request isendrecv(const Tensor& send, int dst, Tensor& recv, int src, int /*tag*/) override {
+    return isendrecv(send, dst, recv, src);
+  }
 
   void all_reduce(Tensor& t, ReduceOp op) override;
   void all_gather(const Tensor& input, Tensor& output) override;

@@ -50,6 +50,11 @@ class Backend {
   virtual Request isend(const Tensor& t, int peer, int tag) = 0;
   virtual Request irecv(Tensor& t, int peer, int tag) = 0;
   virtual void sendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) = 0;
+  // sendrecv without waiting: one request for both halves, to overlap a ring step with
+  // compute. The default posts irecv then isend and joins the two requests; MPI posts both
+  // into one progress-tracked request, NCCL issues them as one group (which, unlike a separate
+  // isend / irecv pair, cannot deadlock).
+  virtual Request isendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag);
 
   virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
   virtual void all_gather(const Tensor& input, Tensor& output) = 0;

@@ -36,6 +36,11 @@ class Group {
   Request isend(const Tensor& t, int peer, int tag = 0);
   Request irecv(Tensor& t, int peer, int tag = 0);
   void sendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag = 0);
+  // sendrecv without waiting (ring attention's step): send to dst and receive from src as one
+  // Request, counted like sendrecv (one send and one receive, zero to / from this rank). On
+  // the CPU a progress thread moves the data while the caller computes (docs/communication.md);
+  // `send` and `recv` belong to the request until it completes.
+  Request isendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag = 0);
 
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum);
   void all_gather(const Tensor& input, Tensor& output);
@@ -63,6 +68,9 @@ class Group {
   friend Traffic sum_over_ranks(Group& group, const Traffic& traffic);
   Backend& backend_for(const Tensor& t, const char* primitive);
   Backend& backend_for(const Tensor& input, const Tensor& output, const char* primitive);
+  // sendrecv / isendrecv: the backend, after checking both peers; then their traffic.
+  Backend& exchange_backend(const Tensor& send, int dst, const Tensor& recv, int src, const char* primitive);
+  void count_exchange(const Tensor& send, int dst, const Tensor& recv, int src);
   // Before each collective: the local shape checks are done; this numbers the call and, when
   // argument checks are on, compares it with every other rank's.
   void agree_on_call(const char* primitive, const Tensor* t, std::int64_t detail = -1);

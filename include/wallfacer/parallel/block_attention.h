@@ -12,10 +12,19 @@
 
 namespace wf::parallel {
 
+// Counts per (query run, key run) block, independent of the batch size and head count: one
+// computed block is one kernel call covering every batch element and head.
 struct BlockAttentionStats {
   std::int64_t blocks_computed = 0;  // kernel calls (per batch element)
   std::int64_t blocks_skipped = 0;
   std::int64_t unmasked_pairs = 0;   // (query, key) pairs inside the computed blocks that are visible
+  BlockAttentionStats& operator+=(const BlockAttentionStats& o) {
+    blocks_computed += o.blocks_computed;
+    blocks_skipped += o.blocks_skipped;
+    unmasked_pairs += o.unmasked_pairs;
+    return *this;
+  }
+  friend bool operator==(const BlockAttentionStats&, const BlockAttentionStats&) = default;
 };
 
 // Folds the attention of q [B, nq, h, d] (positions q_runs) over k, v [B, nk, h_kv, d]

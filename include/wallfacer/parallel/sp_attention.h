@@ -17,6 +17,7 @@
 #include "wallfacer/comm/group.h"
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/nn/attention_strategy.h"
+#include "wallfacer/parallel/block_attention.h"
 #include "wallfacer/parallel/sequence_layout.h"
 
 namespace wf::parallel {
@@ -50,5 +51,16 @@ SpShard sp_shard(const SpAttentionConfig& config, const comm::CommGrid& grid);
 // Validates the configuration (sequence length divisibility, Ulysses head counts) with one
 // message that is the same on every rank.
 std::shared_ptr<nn::AttentionStrategy> make_sp_attention(const SpAttentionConfig& config, comm::CommGrid& grid);
+
+// The attention work a strategy did on this rank in its most recent forward and backward, in
+// block_attention's units (blocks and visible pairs per batch element and head). Strategies
+// that count their work implement it next to nn::AttentionStrategy (ring and Ulysses do); the
+// tests read it with dynamic_cast to check the work balance of the layouts.
+class SpAttentionWork {
+ public:
+  virtual ~SpAttentionWork() = default;
+  virtual BlockAttentionStats last_forward_work() const = 0;
+  virtual BlockAttentionStats last_backward_work() const = 0;
+};
 
 }  // namespace wf::parallel

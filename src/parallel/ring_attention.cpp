@@ -1,0 +1,172 @@
+// Ring attention: every rank keeps its queries and passes its K/V block around the sp group,
+// P − 1 shifts to ring next, so its queries meet every rank's keys once. The traffic follows
+// docs/sequence-layout.md §5 exactly (traffic_model.h's ring_attention_traffic):
+//
+//   forward   at steps 0 … P−2 send the held K, V (one packed message) to ring next while
+//             computing against them; no send after the last step.
+//   backward  K, V travel as in the forward. The dK, dV accumulator of the held block travels
+//             with it (ring-flash-attention's convention): after computing a step, a rank adds its
+//             share into the accumulator it received and sends it on; after the last step the
+//             accumulator sits one rank behind its owner and a P-th send brings it home. Q, dO,
+//             O and lse never move.
+//
+// Overlap: the next step's K/V is received into a second buffer (non-blocking isend/irecv)
+// while the current block computes. In the backward each step's dK, dV share is computed into
+// a fresh buffer, so the accumulator from ring prev can still be in flight; it is added after
+// the compute (share + received, a fixed order: the result is deterministic), and the sum goes
+// on to ring next while the following step computes.
+#include "src/parallel/ring_attention.h"
+
+#include <limits>
+#include <utility>
+
+#include "src/parallel/sp_strategy_base.h"
+#include "wallfacer/autograd/function.h"
+#include "wallfacer/core/error.h"
+
+namespace wf::parallel {
+namespace {
+
+using autograd::Context;
+using autograd::TensorList;
+using detail::pair_half;
+
+// The K/V ring and the dK/dV ring are both in flight between the same neighbours in the
+// backward; separate tags keep their messages apart.
+constexpr int kTagKv = 0x5201;
+constexpr int kTagDkv = 0x5202;
+
+class RingAttentionFunction final : public autograd::Function {
+ public:
+  RingAttentionFunction(comm::Group& sp, std::vector<std::vector<TokenRun>> runs, bool causal, double scale,
+                        std::shared_ptr<detail::WorkRecord> work)
+      : sp_(sp), runs_(std::move(runs)), causal_(causal), scale_(scale), work_(std::move(work)) {}
+
+  // inputs: q, k, v (this rank's shard); outputs: o, lse
+  TensorList forward(Context& ctx, const TensorList& in) override {
+    const Tensor &q = in[0], &k = in[1], &v = in[2];
+    Tensor o = Tensor::zeros(q.shape(), q.dtype());
+    Tensor lse = Tensor::full({q.size(0), q.size(2), q.size(1)}, -std::numeric_limits<double>::infinity(), q.dtype());
+    BlockAttentionStats work;
+    Tensor held = detail::pack_pair(k, v);
+    Tensor incoming = Tensor::empty(held.shape(), held.dtype());
+    for (int step = 0; step < P(); ++step) {
+      const bool shift = step + 1 < P();
+      comm::Request recv, send;
+      if (shift) {
+        recv = sp_.irecv(incoming, prev(), kTagKv);
+        send = sp_.isend(held, next(), kTagKv);
+      }
+      work += block_attention_forward(q, my_runs(), pair_half(held, 0), pair_half(held, 1), owner_runs(step), causal_,
+                                      scale_, o, lse);
+      if (shift) {
+        recv.wait();
+        send.wait();
+        std::swap(held, incoming);
+      }
+    }
+    work_->forward = work;
+    ctx.save_for_backward({q, k, v, o, lse});
+    return {o, lse};
+  }
+
+  TensorList backward(Context& ctx, const TensorList& grad) override {
+    const TensorList& s = ctx.saved();  // q, k, v, o, lse
+    const Tensor &q = s[0], &o = s[3], &lse = s[4], &d_o = grad[0];
+    const Tensor d_lse = any_nonzero(grad[1]) ? grad[1] : Tensor();  // local only: skipping it is safe
+    Tensor dq = Tensor::zeros(q.shape(), q.dtype());
+    BlockAttentionStats work;
+
+    Tensor held = detail::pack_pair(s[1], s[2]);
+    Tensor incoming = Tensor::empty(held.shape(), held.dtype());
+    // share[step % 2]: this step's dK, dV share, then (plus what came from ring prev) the
+    // accumulator sent on; two buffers because the previous one may still be being sent.
+    Tensor share[2] = {Tensor::empty(held.shape(), held.dtype()), Tensor::empty(held.shape(), held.dtype())};
+    Tensor accumulated = Tensor::empty(held.shape(), held.dtype());  // from ring prev
+    comm::Request acc_recv, acc_send;
+    for (int step = 0; step < P(); ++step) {
+      const bool shift = step + 1 < P();
+      comm::Request recv, send;
+      if (shift) {
+        recv = sp_.irecv(incoming, prev(), kTagKv);
+        send = sp_.isend(held, next(), kTagKv);
+      }
+      Tensor& mine = share[step % 2];
+      mine.zero_();
+      Tensor dk = pair_half(mine, 0), dv = pair_half(mine, 1);
+      work += block_attention_backward(q, my_runs(), pair_half(held, 0), pair_half(held, 1), owner_runs(step),
+                                       causal_, scale_, o, lse, d_o, d_lse, dq, dk, dv);
+      if (step > 0) {  // the accumulator of the block held now, from ring prev
+        acc_recv.wait();
+        acc_send.wait();
+        detail::add_into(mine, accumulated);
+      }
+      if (P() > 1) {  // on to ring next; after the last step that is the block's owner
+        acc_recv = sp_.irecv(accumulated, prev(), kTagDkv);
+        acc_send = sp_.isend(mine, next(), kTagDkv);
+      }
+      if (shift) {
+        recv.wait();
+        send.wait();
+        std::swap(held, incoming);
+      }
+    }
+    work_->backward = work;
+    const Tensor& home = P() > 1 ? accumulated : share[0];
+    if (P() > 1) {
+      acc_recv.wait();
+      acc_send.wait();
+    }
+    return {dq, pair_half(home, 0).clone(), pair_half(home, 1).clone()};
+  }
+
+  std::string name() const override { return "RingAttention"; }
+
+ private:
+  int P() const { return sp_.size(); }
+  int next() const { return (sp_.rank() + 1) % P(); }
+  int prev() const { return (sp_.rank() + P() - 1) % P(); }
+  const std::vector<TokenRun>& my_runs() const { return runs_[static_cast<std::size_t>(sp_.rank())]; }
+  // At step i a rank holds the K/V of ring rank (r − i) mod P.
+  const std::vector<TokenRun>& owner_runs(int step) const {
+    return runs_[static_cast<std::size_t>((sp_.rank() - step % P() + P()) % P())];
+  }
+  static bool any_nonzero(const Tensor& t) {
+    if (!t.defined()) return false;
+    return dispatch_float(t.dtype(), "ring attention", [&](auto tag) {
+      using T = decltype(tag);
+      const T* p = t.data<T>();
+      for (std::int64_t i = 0; i < t.numel(); ++i) {
+        if (p[i] != T(0)) return true;
+      }
+      return false;
+    });
+  }
+
+  comm::Group& sp_;
+  std::vector<std::vector<TokenRun>> runs_;
+  bool causal_;
+  double scale_;
+  std::shared_ptr<detail::WorkRecord> work_;
+};
+
+class RingAttention final : public detail::SpStrategyBase {
+ public:
+  RingAttention(const SpAttentionConfig& config, comm::Group& sp) : SpStrategyBase("ring", config, sp) {}
+
+  AttentionResult forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionOptions& options) override {
+    check_call(q, k, v, options);
+    const TensorList out = autograd::apply_function(
+        std::make_shared<RingAttentionFunction>(sp_, runs_, options.causal, options.scale, work_), {q, k, v});
+    return {out[0], out[1]};
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<nn::AttentionStrategy> make_ring_attention(const SpAttentionConfig& config, comm::Group& sp) {
+  return std::make_shared<RingAttention>(config, sp);
+}
+
+}  // namespace wf::parallel

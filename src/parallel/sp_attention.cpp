@@ -1,0 +1,74 @@
+// The sequence-parallel strategy names, the shard each rank holds, and the factory.
+#include "wallfacer/parallel/sp_attention.h"
+
+#include "src/parallel/ring_attention.h"
+#include "src/parallel/ulysses_attention.h"
+#include "wallfacer/core/error.h"
+
+#if __has_include("src/parallel/wallfacer_attention.h")
+#include "src/parallel/wallfacer_attention.h"
+#define WF_HAVE_WALLFACER_ATTENTION 1
+#endif
+
+namespace wf::parallel {
+namespace {
+
+#ifndef WF_HAVE_WALLFACER_ATTENTION
+// Until src/parallel/wallfacer_attention.h exists: a clear error instead of a link failure.
+std::shared_ptr<nn::AttentionStrategy> make_wallfacer_attention(const SpAttentionConfig&, comm::CommGrid&) {
+  WF_FAIL("sp strategy 'wallfacer' is not built into this library yet; use 'ring' or 'ulysses'");
+}
+#endif
+
+constexpr SpStrategy kStrategies[] = {SpStrategy::ring, SpStrategy::ulysses, SpStrategy::wallfacer};
+
+}  // namespace
+
+const char* sp_strategy_name(SpStrategy s) {
+  switch (s) {
+    case SpStrategy::ring: return "ring";
+    case SpStrategy::ulysses: return "ulysses";
+    case SpStrategy::wallfacer: return "wallfacer";
+  }
+  WF_FAIL("unknown sp strategy {}", static_cast<int>(s));
+}
+
+SpStrategy parse_sp_strategy(std::string_view name) {
+  for (SpStrategy s : kStrategies) {
+    if (name == sp_strategy_name(s)) return s;
+  }
+  WF_FAIL("unknown sequence-parallel strategy '{}'; the strategies are ring, ulysses, wallfacer", name);
+}
+
+SpShard sp_shard(const SpAttentionConfig& config, const comm::CommGrid& grid) {
+  const comm::ProcessGrid& g = grid.grid();
+  SpShard shard;
+  shard.layout = config.layout;
+  shard.seq_len = config.seq_len;
+  shard.P = g.group_size("sp");
+  const int sp_index = g.group_rank("sp");
+  if (config.strategy == SpStrategy::wallfacer) {
+    shard.C = g.config().C;
+    shard.logical_index = g.wallfacer().logical_index(sp_index);
+  } else {
+    shard.logical_index = sp_index;  // ring and Ulysses: C = 1 over the physical sp index
+  }
+  check_sequence_length(shard.layout, shard.seq_len, shard.P, shard.C);
+  return shard;
+}
+
+std::shared_ptr<nn::AttentionStrategy> make_sp_attention(const SpAttentionConfig& config, comm::CommGrid& grid) {
+  comm::Group& sp = grid.group("sp");
+  // A silently smaller group would train without sequence parallelism (Megatron-Bridge #2667).
+  WF_CHECK(sp.size() == grid.grid().config().sp,
+           "sp attention: the 'sp' group has {} ranks but the configuration asks for sp = {}", sp.size(),
+           grid.grid().config().sp);
+  switch (config.strategy) {
+    case SpStrategy::ring: return make_ring_attention(config, sp);
+    case SpStrategy::ulysses: return make_ulysses_attention(config, sp);
+    case SpStrategy::wallfacer: return make_wallfacer_attention(config, grid);
+  }
+  WF_FAIL("unknown sp strategy {}", static_cast<int>(config.strategy));
+}
+
+}  // namespace wf::parallel

@@ -1,0 +1,65 @@
+#include "src/parallel/sp_strategy_base.h"
+
+#include <cstring>
+
+#include "wallfacer/core/error.h"
+
+namespace wf::parallel::detail {
+
+SpStrategyBase::SpStrategyBase(std::string name, const SpAttentionConfig& config, comm::Group& sp)
+    : name_(std::move(name)), config_(config), sp_(sp), P_(sp.size()), rank_(sp.rank()) {
+  check_sequence_length(config_.layout, config_.seq_len, P_, 1);
+  runs_.reserve(static_cast<std::size_t>(P_));
+  for (int r = 0; r < P_; ++r) runs_.push_back(rank_tokens(config_.layout, config_.seq_len, P_, 1, r));
+}
+
+void SpStrategyBase::check_call(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const AttentionOptions& options) const {
+  const char* what = name_.c_str();
+  WF_CHECK(q.defined() && k.defined() && v.defined(), "{} attention: q, k and v must be defined", what);
+  WF_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(),
+           "{} attention: only CPU tensors are supported so far", what);
+  WF_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() && (q.dtype() == DType::f32 || q.dtype() == DType::f64),
+           "{} attention: q, k and v must all be f32 or all f64, got {}, {}, {} (convert with cast())", what,
+           dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()));
+  const std::int64_t n = config_.seq_len / P_;
+  WF_CHECK(q.dim() == 4 && k.dim() == 4 && k.shape() == v.shape() && q.size(1) == n && k.size(1) == n &&
+               q.size(0) == k.size(0) && q.size(3) == k.size(3) && k.size(2) >= 1 && q.size(2) % k.size(2) == 0,
+           "{} attention: this rank's shard must be q [B, N/P, h, d] and k, v [B, N/P, h_kv, d] with h_kv dividing "
+           "h, N/P = {} / {} = {}; got q {}, k {}, v {}",
+           what, config_.seq_len, P_, n, shape_str(q.shape()), shape_str(k.shape()), shape_str(v.shape()));
+  WF_CHECK(options.q_offset == 0 && options.kv_offset == 0,
+           "{} attention: AttentionOptions offsets must be 0 (got q_offset {}, kv_offset {}); the sequence layout "
+           "gives every token's global position",
+           what, options.q_offset, options.kv_offset);
+}
+
+Tensor pack_pair(const Tensor& a, const Tensor& b) {
+  WF_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), "pack_pair: {} {} and {} {} differ", dtype_name(a.dtype()),
+           shape_str(a.shape()), dtype_name(b.dtype()), shape_str(b.shape()));
+  Shape shape = a.shape();
+  shape.insert(shape.begin(), 2);
+  Tensor pair = Tensor::empty(shape, a.dtype());
+  auto* to = static_cast<char*>(pair.raw_data());
+  std::memcpy(to, a.raw_data(), a.nbytes());
+  std::memcpy(to + a.nbytes(), b.raw_data(), b.nbytes());
+  return pair;
+}
+
+Tensor pair_half(const Tensor& pair, int i) {
+  const Shape& shape = pair.shape();
+  return pair.slice0(i, i + 1).view(Shape(shape.begin() + 1, shape.end()));
+}
+
+void add_into(Tensor& acc, const Tensor& x) {
+  WF_CHECK(acc.shape() == x.shape() && acc.dtype() == x.dtype(), "add_into: {} {} and {} {} differ",
+           dtype_name(acc.dtype()), shape_str(acc.shape()), dtype_name(x.dtype()), shape_str(x.shape()));
+  dispatch_float(acc.dtype(), "add_into", [&](auto tag) {
+    using T = decltype(tag);
+    T* a = acc.data<T>();
+    const T* b = x.data<T>();
+    for (std::int64_t i = 0; i < acc.numel(); ++i) a[i] += b[i];
+  });
+}
+
+}  // namespace wf::parallel::detail

@@ -1,0 +1,52 @@
+#pragma once
+// What ring attention and Ulysses share (internal to src/parallel): the sp group, the C = 1
+// sequence layout of every sp rank, the checks of a call's local shard, the work counters the
+// tests read (SpAttentionWork), and small raw-tensor helpers for packing messages.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wallfacer/comm/group.h"
+#include "wallfacer/parallel/block_attention.h"
+#include "wallfacer/parallel/sp_attention.h"
+
+namespace wf::parallel::detail {
+
+// The work counters of the most recent call. Shared with the autograd Functions, because the
+// backward runs after forward() returned (and after the strategy may have been called again).
+struct WorkRecord {
+  BlockAttentionStats forward, backward;
+};
+
+class SpStrategyBase : public nn::AttentionStrategy, public SpAttentionWork {
+ public:
+  std::string name() const override { return name_; }
+  BlockAttentionStats last_forward_work() const override { return work_->forward; }
+  BlockAttentionStats last_backward_work() const override { return work_->backward; }
+
+ protected:
+  // Checks N against the C = 1 layout over the sp group (the same message on every rank).
+  SpStrategyBase(std::string name, const SpAttentionConfig& config, comm::Group& sp);
+
+  // wf::Error unless q [B, N/P, h, d], k = v [B, N/P, h_kv, d] (h_kv | h, f32 or f64, CPU) and
+  // options carry no offsets (global positions come from the layout).
+  void check_call(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) const;
+
+  std::string name_;
+  SpAttentionConfig config_;
+  comm::Group& sp_;
+  int P_ = 1, rank_ = 0;
+  std::vector<std::vector<TokenRun>> runs_;  // runs_[ρ]: the tokens sp rank ρ holds
+  std::shared_ptr<WorkRecord> work_ = std::make_shared<WorkRecord>();
+};
+
+// ---- raw tensor helpers (no autograd) ------------------------------------------------------
+
+// [2, ...]: a and b (same shape and dtype) one after the other, so they travel as one message.
+Tensor pack_pair(const Tensor& a, const Tensor& b);
+// View of half i (0 or 1) of a pack_pair result, with the original shape.
+Tensor pair_half(const Tensor& pair, int i);
+// acc += x elementwise (same shape, f32 or f64).
+void add_into(Tensor& acc, const Tensor& x);
+
+}  // namespace wf::parallel::detail

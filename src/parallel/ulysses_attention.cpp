@@ -1,0 +1,235 @@
+// Ulysses attention: one all-to-all turns the sequence-sharded q, k, v (this rank's N/P tokens,
+// every head) into head-sharded ones (every token, h/P query heads and h_kv/P kv heads), each
+// rank runs attention over the whole sequence for its heads, and one all-to-all brings O back.
+// The backward is the adjoint: dO in, the attention backward, dQ, dK, dV out.
+//
+// Packing: Q, K and V travel in ONE all-to-all (the same bytes as three, one latency), as do
+// O and lse, dO and d_lse, and dQ, dK and dV. While unpacking, the gathered tokens are put in
+// position order, so the local attention is one kernel call with a plain causal mask whatever
+// the sequence layout; the packing for the way back reads them from there.
+//
+// Traffic (per rank, per pass): traffic_model.h's ulysses_traffic, (P−1)/P·(2E + 2E_kv)·a,
+// PLUS (P−1)/P·R·a for lse (forward) and its gradient (backward), R = B·(N/P)·h: the
+// nn::AttentionStrategy contract returns lse on the sequence shard, and the head-sharded lse
+// has to travel to get there. It rides in the O (dO) message, so the message count is that
+// of two all-to-alls per pass.
+#include "src/parallel/ulysses_attention.h"
+
+#include <algorithm>
+
+#include "kernels/cpu/attention.h"
+#include "src/parallel/sp_strategy_base.h"
+#include "wallfacer/autograd/function.h"
+#include "wallfacer/core/error.h"
+
+namespace wf::parallel {
+namespace {
+
+using autograd::Context;
+using autograd::TensorList;
+using Positions = std::vector<std::vector<std::int64_t>>;  // [rank][i]: global position of its i-th token
+
+// One tensor taking part in an exchange, addressed as elements (batch b, token i, head, c) with
+// c < width: q, k, v, o and their gradients are [B, tokens, heads, width]; lse and its gradient
+// are [B, heads, tokens] with width 1.
+struct Field {
+  Tensor t;
+  std::int64_t tokens, heads, width;
+  bool heads_first;
+  std::int64_t at(std::int64_t b, std::int64_t i, std::int64_t head) const {
+    return heads_first ? (b * heads + head) * tokens + i : ((b * tokens + i) * heads + head) * width;
+  }
+};
+Field tokens_major(const Tensor& t) { return {t, t.size(1), t.size(2), t.size(3), false}; }
+Field heads_major(const Tensor& t) { return {t, t.size(2), t.size(1), 1, true}; }
+
+enum class Side { sequence, heads };
+
+// Copies the block a rank exchanges with `peer` for one field to (to_block) or from a buffer and
+// returns the position after it. The block holds (b, i, hh, c) for b < B, i < N/P, hh < the
+// head-sharded field's head count, in that order. On the sequence side that is this rank's
+// token i and global head peer·H/P + hh; on the head side it is the peer's i-th token (at its
+// global position) and local head hh. Sender and receiver walk the same order, so the block a
+// rank packs for a peer is exactly what that peer unpacks from it.
+template <class T>
+T* walk_block(const Field& f, Side side, int peer, std::int64_t heads_per_rank,
+              const std::vector<std::int64_t>& peer_tokens, T* block, bool to_block) {
+  T* base = const_cast<T*>(f.t.data<T>());
+  const auto n = static_cast<std::int64_t>(peer_tokens.size());
+  for (std::int64_t b = 0; b < f.t.size(0); ++b) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t token = side == Side::sequence ? i : peer_tokens[static_cast<std::size_t>(i)];
+      for (std::int64_t hh = 0; hh < heads_per_rank; ++hh) {
+        T* element = base + f.at(b, token, side == Side::sequence ? peer * heads_per_rank + hh : hh);
+        if (to_block) {
+          std::copy_n(element, f.width, block);
+        } else {
+          std::copy_n(block, f.width, element);
+        }
+        block += f.width;
+      }
+    }
+  }
+  return block;
+}
+
+// Moves `from` (held on side `from_side`) into `to` (the other side) with one all-to-all.
+// from[j] and to[j] are the same tensor on the two sides.
+template <class T>
+void exchange(comm::Group& sp, const Positions& positions, Side from_side, const std::vector<Field>& from,
+              const std::vector<Field>& to) {
+  const int P = sp.size();
+  const Side to_side = from_side == Side::sequence ? Side::heads : Side::sequence;
+  const auto heads_per_rank = [&](std::size_t j) { return (from_side == Side::heads ? from[j] : to[j]).heads; };
+  std::int64_t block = 0;
+  for (std::size_t j = 0; j < from.size(); ++j) {
+    block += from[j].t.size(0) * static_cast<std::int64_t>(positions[0].size()) * heads_per_rank(j) * from[j].width;
+  }
+  Tensor send = Tensor::empty({P * block}, dtype_v<T>);
+  T* p = send.data<T>();
+  for (int peer = 0; peer < P; ++peer) {
+    for (std::size_t j = 0; j < from.size(); ++j) {
+      p = walk_block<T>(from[j], from_side, peer, heads_per_rank(j), positions[static_cast<std::size_t>(peer)], p,
+                        /*to_block=*/true);
+    }
+  }
+  Tensor received = send;  // a group of one exchanges with itself
+  if (P > 1) received = sp.all_to_all(send);
+  p = received.data<T>();
+  for (int peer = 0; peer < P; ++peer) {
+    for (std::size_t j = 0; j < to.size(); ++j) {
+      p = walk_block<T>(to[j], to_side, peer, heads_per_rank(j), positions[static_cast<std::size_t>(peer)], p,
+                        /*to_block=*/false);
+    }
+  }
+}
+
+class UlyssesAttentionFunction final : public autograd::Function {
+ public:
+  UlyssesAttentionFunction(comm::Group& sp, Positions positions, bool causal, double scale,
+                           std::shared_ptr<detail::WorkRecord> work)
+      : sp_(sp), positions_(std::move(positions)), causal_(causal), scale_(scale), work_(std::move(work)) {}
+
+  // inputs: q, k, v (this rank's shard); outputs: o, lse. Saved: the head-sharded q, k, v, o, lse.
+  TensorList forward(Context& ctx, const TensorList& in) override {
+    const Tensor &q = in[0], &k = in[1], &v = in[2];
+    const kernels::cpu::AttentionShape s = shape_of(q, k);
+    return dispatch_float(q.dtype(), "ulysses attention", [&](auto tag) {
+      using T = decltype(tag);
+      Tensor qh = Tensor::empty({s.batch, s.q_len, s.heads, s.head_dim}, q.dtype());
+      Tensor kh = Tensor::empty({s.batch, s.kv_len, s.kv_heads, s.head_dim}, q.dtype());
+      Tensor vh = Tensor::empty(kh.shape(), q.dtype());
+      exchange<T>(sp_, positions_, Side::sequence, {tokens_major(q), tokens_major(k), tokens_major(v)},
+                  {tokens_major(qh), tokens_major(kh), tokens_major(vh)});
+      Tensor oh = Tensor::empty(qh.shape(), q.dtype()), lseh = Tensor::empty({s.batch, s.heads, s.q_len}, q.dtype());
+      kernels::cpu::attention_forward<T>(s, qh.data<T>(), kh.data<T>(), vh.data<T>(), oh.data<T>(), lseh.data<T>());
+      Tensor o = Tensor::empty(q.shape(), q.dtype()), lse = Tensor::empty({q.size(0), q.size(2), q.size(1)}, q.dtype());
+      exchange<T>(sp_, positions_, Side::heads, {tokens_major(oh), heads_major(lseh)},
+                  {tokens_major(o), heads_major(lse)});
+      work_->forward = work(s);
+      ctx.save_for_backward({qh, kh, vh, oh, lseh});
+      return TensorList{o, lse};
+    });
+  }
+
+  TensorList backward(Context& ctx, const TensorList& grad) override {
+    const TensorList& saved = ctx.saved();  // head-sharded q, k, v, o, lse
+    const Tensor &qh = saved[0], &kh = saved[1];
+    const kernels::cpu::AttentionShape s = shape_of_sharded(qh, kh);
+    const int P = sp_.size();
+    WF_CHECK(grad[0].dtype() == qh.dtype() && grad[1].dtype() == qh.dtype(),
+             "ulysses attention backward: the gradients of o and lse must be {}, got {} and {}", dtype_name(qh.dtype()),
+             dtype_name(grad[0].dtype()), dtype_name(grad[1].dtype()));
+    return dispatch_float(qh.dtype(), "ulysses attention", [&](auto tag) {
+      using T = decltype(tag);
+      Tensor doh = Tensor::empty(qh.shape(), qh.dtype());
+      Tensor dlseh = Tensor::empty({s.batch, s.heads, s.q_len}, qh.dtype());
+      exchange<T>(sp_, positions_, Side::sequence, {tokens_major(grad[0]), heads_major(grad[1])},
+                  {tokens_major(doh), heads_major(dlseh)});
+      Tensor dqh = Tensor::empty(qh.shape(), qh.dtype()), dkh = Tensor::empty(kh.shape(), qh.dtype()),
+             dvh = Tensor::empty(kh.shape(), qh.dtype());
+      kernels::cpu::attention_backward<T>(s, qh.data<T>(), kh.data<T>(), saved[2].data<T>(), saved[3].data<T>(),
+                                          saved[4].data<T>(), doh.data<T>(), dqh.data<T>(), dkh.data<T>(),
+                                          dvh.data<T>(), /*accumulate=*/false, dlseh.data<T>());
+      const std::int64_t n = s.q_len / P;
+      Tensor dq = Tensor::empty({s.batch, n, s.heads * P, s.head_dim}, qh.dtype());
+      Tensor dk = Tensor::empty({s.batch, n, s.kv_heads * P, s.head_dim}, qh.dtype());
+      Tensor dv = Tensor::empty(dk.shape(), qh.dtype());
+      exchange<T>(sp_, positions_, Side::heads, {tokens_major(dqh), tokens_major(dkh), tokens_major(dvh)},
+                  {tokens_major(dq), tokens_major(dk), tokens_major(dv)});
+      work_->backward = work(s);
+      return TensorList{dq, dk, dv};
+    });
+  }
+
+  std::string name() const override { return "UlyssesAttention"; }
+
+ private:
+  // The local attention's shape from the sequence-sharded q, k.
+  kernels::cpu::AttentionShape shape_of(const Tensor& q, const Tensor& k) const {
+    const int P = sp_.size();
+    kernels::cpu::AttentionShape s;
+    s.batch = q.size(0);
+    s.q_len = s.kv_len = q.size(1) * P;
+    s.heads = q.size(2) / P;
+    s.kv_heads = k.size(2) / P;
+    s.head_dim = q.size(3);
+    s.causal = causal_;
+    s.scale = scale_;
+    return s;
+  }
+  // The same from the head-sharded ones.
+  kernels::cpu::AttentionShape shape_of_sharded(const Tensor& qh, const Tensor& kh) const {
+    kernels::cpu::AttentionShape s;
+    s.batch = qh.size(0);
+    s.q_len = s.kv_len = qh.size(1);
+    s.heads = qh.size(2);
+    s.kv_heads = kh.size(2);
+    s.head_dim = qh.size(3);
+    s.causal = causal_;
+    s.scale = scale_;
+    return s;
+  }
+  // One kernel call over the whole sequence.
+  static BlockAttentionStats work(const kernels::cpu::AttentionShape& s) {
+    const std::int64_t N = s.q_len;
+    return {1, 0, s.causal ? N * (N + 1) / 2 : N * N};
+  }
+
+  comm::Group& sp_;
+  Positions positions_;
+  bool causal_;
+  double scale_;
+  std::shared_ptr<detail::WorkRecord> work_;
+};
+
+class UlyssesAttention final : public detail::SpStrategyBase {
+ public:
+  UlyssesAttention(const SpAttentionConfig& config, comm::Group& sp) : SpStrategyBase("ulysses", config, sp) {
+    for (const auto& runs : runs_) positions_.push_back(run_positions(runs));
+  }
+
+  AttentionResult forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionOptions& options) override {
+    check_call(q, k, v, options);
+    WF_CHECK(q.size(2) % P_ == 0 && k.size(2) % P_ == 0,
+             "ulysses attention: heads h = {} and kv heads h_kv = {} must both be multiples of the sp size P = {} "
+             "(each rank attends with h/P query heads and h_kv/P kv heads); use ring or wallfacer attention, or an sp "
+             "size that divides both",
+             q.size(2), k.size(2), P_);
+    const TensorList out = autograd::apply_function(
+        std::make_shared<UlyssesAttentionFunction>(sp_, positions_, options.causal, options.scale, work_), {q, k, v});
+    return {out[0], out[1]};
+  }
+
+ private:
+  Positions positions_;
+};
+
+}  // namespace
+
+std::shared_ptr<nn::AttentionStrategy> make_ulysses_attention(const SpAttentionConfig& config, comm::Group& sp) {
+  return std::make_shared<UlyssesAttention>(config, sp);
+}
+
+}  // namespace wf::parallel

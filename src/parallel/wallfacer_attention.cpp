@@ -1,0 +1,568 @@
+// WallFacer multi-ring attention: the schedule of shared/design/wallfacer-algorithm.md with the
+// traffic conventions of docs/sequence-layout.md §5. All attention arithmetic is
+// block_attention's; this file only moves tensors and combines the members' partial results.
+//
+// Forward, per rank (team t, member m, sub-ring position j):
+//   1. all-gather q, k, v in the team → the team's C·n tokens (storage = team_tokens(t));
+//   2. dispatch the team's K, V to initial_send, receive from initial_recv (self: no message);
+//   3. G ring steps: attention of the team's queries against the K, V held now, merged into
+//      (o, lse); meanwhile the K, V go to ring next (double buffer; no send after the last step);
+//   4. all-gather the members' partial lse, combine them into lse* in member order (identical on
+//      every member), rescale o by exp(lse_m − lse*), reduce-scatter o to the members' rows.
+// Backward: all-gather dO and the members' D; get back the step-0 K/V (kept or re-dispatched);
+// G steps in which the query bundle (Q, dO, lse*, −D, dQ) travels the sub-ring while K, V stay
+// and dK, dV accumulate in place; dQ goes home, dK, dV go back along the inverse dispatch; a
+// reduce-scatter in the team leaves each member its own rows of dQ, dK, dV.
+//
+// Dtypes: Q, K, V, O and dO travel in the activation dtype (the inputs'); lse, D and the
+// partial sums (o before the reduce-scatter, every dQ, dK, dV) in the compute dtype — f64 for
+// f64 inputs, f32 otherwise — which is what ElementBytes::stats / ::partial count.
+#include "src/parallel/wallfacer_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "src/parallel/sp_strategy_base.h"
+#include "wallfacer/autograd/function.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/parallel/block_attention.h"
+
+namespace wf::parallel {
+namespace {
+
+using autograd::Context;
+using autograd::TensorList;
+
+constexpr const char* kWhat = "wallfacer attention";
+
+// One tag per kind of message; a tensor list uses consecutive tags from its kind's base.
+enum Tag : int {
+  kDispatchTag = 7100,   // team K, V to the initial send target (forward and re-dispatch)
+  kRingKvTag = 7110,     // forward: K, V to ring next
+  kBundleTag = 7120,     // backward: Q, dO, lse*, −D to ring next
+  kBundleDqTag = 7130,   // backward: the bundle's dQ accumulator to ring next
+  kDqHomeTag = 7140,     // backward: the finished dQ to its home (ring next)
+  kDkvOriginTag = 7150,  // backward: dK, dV back to the K/V's origin (initial_recv)
+};
+
+DType compute_dtype_of(DType activation) { return activation == DType::f64 ? DType::f64 : DType::f32; }
+
+std::vector<Tensor> empty_like(const std::vector<Tensor>& tensors) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : tensors) out.push_back(Tensor::empty(t.shape(), t.dtype()));
+  return out;
+}
+
+// ---- where this rank sits ----------------------------------------------------------------
+
+// This rank's groups, peers (as ranks of the group each message uses) and the token runs of
+// every block it computes. Fixed for the strategy's lifetime.
+struct WallFacerRank {
+  comm::Group* sp = nullptr;    // dispatch and its inverse, by sp index
+  comm::Group* team = nullptr;  // all-gathers and reduce-scatters, by member
+  comm::Group* ring = nullptr;  // ring shifts, by sub-ring position
+  SequenceLayout layout = SequenceLayout::zigzag;
+  std::int64_t seq_len = 0;
+  int P = 1, C = 1, G = 1, member = 0;
+  int dispatch_to = 0, dispatch_from = 0;          // sp ranks: initial_send / initial_recv
+  int ring_next = 0, ring_prev = 0;                // sp.ring ranks
+  std::vector<TokenRun> team_runs;                 // the team's queries (this rank's query storage)
+  std::vector<std::vector<TokenRun>> kv_runs;      // forward step i: the K/V held
+  std::vector<std::vector<TokenRun>> bundle_runs;  // backward step i: the visiting queries
+
+  std::int64_t local_tokens() const { return seq_len / P; }
+};
+
+WallFacerRank locate(const SpAttentionConfig& config, comm::CommGrid& grid) {
+  const comm::ProcessGrid& pg = grid.grid();
+  const comm::WallFacerLayout& wl = pg.wallfacer();
+  WallFacerRank r;
+  r.sp = &grid.group("sp");
+  r.team = &grid.group("sp.team");
+  r.ring = &grid.group("sp.ring");
+  r.layout = config.layout;
+  r.seq_len = config.seq_len;
+  r.P = wl.ranks();
+  r.C = wl.team_size();
+  r.G = wl.ring_size();
+  check_sequence_length(r.layout, r.seq_len, r.P, r.C);
+
+  const int me = r.sp->rank();  // the physical sp index
+  const comm::SpPosition pos = wl.position(me);
+  r.member = pos.member;
+  r.dispatch_to = wl.initial_send(me);
+  r.dispatch_from = wl.initial_recv(me);
+  r.ring_next = (pos.ring_pos + 1) % r.G;
+  r.ring_prev = (pos.ring_pos + r.G - 1) % r.G;
+
+  // The groups must be the ones the layout describes: team ranks by member, ring ranks by
+  // position, so that the peers above address the right processes.
+  const comm::WallFacerPeers peers = pg.wallfacer_peers();
+  WF_CHECK(r.sp->size() == r.P && r.team->size() == r.C && r.ring->size() == r.G && r.team->rank() == r.member &&
+               r.ring->rank() == pos.ring_pos && r.sp->world_ranks()[r.dispatch_to] == peers.initial_send &&
+               r.sp->world_ranks()[r.dispatch_from] == peers.initial_recv &&
+               r.ring->world_ranks()[r.ring_next] == peers.ring_next &&
+               r.ring->world_ranks()[r.ring_prev] == peers.ring_prev,
+           "{}: the grid's sp groups (sp {} ranks, sp.team {}, sp.ring {}) do not match its WallFacer layout "
+           "(P = {}, C = {}, G = {})",
+           kWhat, r.sp->size(), r.team->size(), r.ring->size(), r.P, r.C, r.G);
+
+  const int team = wl.team(me);
+  r.team_runs = team_tokens(r.layout, r.seq_len, r.P, r.C, team);
+  for (int i = 0; i < r.G; ++i) {
+    r.kv_runs.push_back(team_tokens(r.layout, r.seq_len, r.P, r.C, wl.kv_team_at_step(me, i)));
+    // The bundle held at step i started i positions back on the sub-ring, in this team group.
+    const int bundle_team = pos.team_group * r.G + (pos.ring_pos - i + r.G) % r.G;
+    r.bundle_runs.push_back(team_tokens(r.layout, r.seq_len, r.P, r.C, bundle_team));
+  }
+  return r;
+}
+
+// ---- team collectives over the sequence dim ------------------------------------------------
+// A member's shard [outer, n, inner] (sequence along `seq_dim`) is slice m of the team tensor
+// [outer, C·n, inner]: member order is team_tokens order. Collectives concatenate and split
+// along dim 0 instead, i.e. member-major [C, outer, n, inner]; these helpers convert, and pack
+// several tensors into one collective.
+
+struct SeqBlocks {
+  std::int64_t outer = 1;        // product of the dims before the sequence dim
+  std::size_t member_bytes = 0;  // one member's n·inner elements for one outer index
+};
+
+SeqBlocks seq_blocks(const Shape& local_shape, std::size_t seq_dim, DType dtype) {
+  SeqBlocks s;
+  std::int64_t inner = 1;
+  for (std::size_t i = 0; i < local_shape.size(); ++i) {
+    if (i < seq_dim)
+      s.outer *= local_shape[i];
+    else
+      inner *= local_shape[i];
+  }
+  s.member_bytes = static_cast<std::size_t>(inner) * dtype_size(dtype);
+  return s;
+}
+
+// Member c's piece [outer, n, inner] into its slice of a team tensor, and back out.
+void member_slice_to_team(const void* piece, void* team, const SeqBlocks& s, int C, int c) {
+  for (std::int64_t o = 0; o < s.outer; ++o) {
+    std::memcpy(static_cast<char*>(team) + static_cast<std::size_t>(o * C + c) * s.member_bytes,
+                static_cast<const char*>(piece) + static_cast<std::size_t>(o) * s.member_bytes, s.member_bytes);
+  }
+}
+void team_to_member_slice(const void* team, void* piece, const SeqBlocks& s, int C, int c) {
+  for (std::int64_t o = 0; o < s.outer; ++o) {
+    std::memcpy(static_cast<char*>(piece) + static_cast<std::size_t>(o) * s.member_bytes,
+                static_cast<const char*>(team) + static_cast<std::size_t>(o * C + c) * s.member_bytes, s.member_bytes);
+  }
+}
+
+void check_one_dtype(const std::vector<Tensor>& tensors, const char* what) {
+  for (const Tensor& t : tensors) {
+    WF_CHECK(t.dtype() == tensors.front().dtype(), "{}: {} packs tensors of one dtype, got {} and {}", kWhat, what,
+             dtype_name(tensors.front().dtype()), dtype_name(t.dtype()));
+  }
+}
+
+// All-gathers the members' shards in one collective; returns each as the team tensor.
+std::vector<Tensor> gather_team(comm::Group& team, const std::vector<Tensor>& locals, std::size_t seq_dim) {
+  const int C = team.size();
+  if (C == 1) return locals;
+  check_one_dtype(locals, "the team all-gather");
+  const DType dtype = locals.front().dtype();
+  std::int64_t total = 0;
+  for (const Tensor& t : locals) total += t.numel();
+  Tensor piece = Tensor::empty({1, total}, dtype);
+  std::size_t at = 0;
+  for (const Tensor& t : locals) {
+    std::memcpy(static_cast<char*>(piece.raw_data()) + at, t.raw_data(), t.nbytes());
+    at += t.nbytes();
+  }
+  Tensor gathered = team.all_gather(piece);  // [C, total]
+  std::vector<Tensor> teams;
+  at = 0;
+  for (const Tensor& t : locals) {
+    Shape shape = t.shape();
+    shape[seq_dim] *= C;
+    Tensor out = Tensor::empty(shape, dtype);
+    const SeqBlocks s = seq_blocks(t.shape(), seq_dim, dtype);
+    for (int c = 0; c < C; ++c) {
+      member_slice_to_team(static_cast<const char*>(gathered.raw_data()) + c * piece.nbytes() + at, out.raw_data(), s,
+                           C, c);
+    }
+    at += t.nbytes();
+    teams.push_back(std::move(out));
+  }
+  return teams;
+}
+
+// Sums team tensors over the members in one reduce-scatter; returns each member's own rows.
+std::vector<Tensor> reduce_scatter_team(comm::Group& team, const std::vector<Tensor>& teams, std::size_t seq_dim) {
+  const int C = team.size();
+  if (C == 1) return teams;
+  check_one_dtype(teams, "the team reduce-scatter");
+  const DType dtype = teams.front().dtype();
+  std::vector<Shape> local_shapes;
+  std::int64_t total = 0;
+  for (const Tensor& t : teams) {
+    Shape shape = t.shape();
+    shape[seq_dim] /= C;
+    total += shape_numel(shape);
+    local_shapes.push_back(std::move(shape));
+  }
+  Tensor packed = Tensor::empty({C, total}, dtype);
+  const std::size_t row_bytes = static_cast<std::size_t>(total) * dtype_size(dtype);
+  std::size_t at = 0;
+  for (std::size_t k = 0; k < teams.size(); ++k) {
+    const SeqBlocks s = seq_blocks(local_shapes[k], seq_dim, dtype);
+    for (int c = 0; c < C; ++c) {
+      team_to_member_slice(teams[k].raw_data(), static_cast<char*>(packed.raw_data()) + c * row_bytes + at, s, C, c);
+    }
+    at += static_cast<std::size_t>(shape_numel(local_shapes[k])) * dtype_size(dtype);
+  }
+  const Tensor mine = team.reduce_scatter(packed);  // [1, total]
+  std::vector<Tensor> locals;
+  at = 0;
+  for (const Shape& shape : local_shapes) {
+    Tensor out = Tensor::empty(shape, dtype);
+    std::memcpy(out.raw_data(), static_cast<const char*>(mine.raw_data()) + at, out.nbytes());
+    at += out.nbytes();
+    locals.push_back(std::move(out));
+  }
+  return locals;
+}
+
+// ---- point to point ------------------------------------------------------------------------
+
+// Tensors travelling together: send[k] goes to dst while recv[k] (same shape and dtype) arrives
+// from src, one isendrecv each (the exchange form that also cannot deadlock on NCCL), all
+// started at once. The tensors are held until wait().
+class Transfer {
+ public:
+  Transfer(comm::Group& group, const std::vector<Tensor>& send, int dst, std::vector<Tensor>& recv, int src, int tag)
+      : sending_(send), receiving_(recv) {
+    for (std::size_t k = 0; k < send.size(); ++k) {
+      requests_.push_back(group.isendrecv(send[k], dst, recv[k], src, tag + static_cast<int>(k)));
+    }
+  }
+  Transfer(const Transfer&) = delete;
+  Transfer& operator=(const Transfer&) = delete;
+  ~Transfer() {
+    try {
+      wait();
+    } catch (...) {  // already failing: the watchdog ends a job that cannot finish
+    }
+  }
+  void wait() {
+    for (comm::Request& r : requests_) r.wait();
+    requests_.clear();
+    sending_.clear();
+    receiving_.clear();
+  }
+
+ private:
+  std::vector<comm::Request> requests_;
+  std::vector<Tensor> sending_, receiving_;
+};
+
+// Sends `send` to dst and returns what src sent in its place (same shapes and dtypes); when
+// both peers are this rank (a self-dispatch) nothing moves and `send` itself is returned.
+std::vector<Tensor> swap_with(comm::Group& group, const std::vector<Tensor>& send, int dst, int src, int tag) {
+  if (dst == group.rank()) {
+    WF_CHECK(src == group.rank(), "{}: rank {} of '{}' sends to itself but receives from {}", kWhat, group.rank(),
+             group.name(), src);
+    return send;
+  }
+  std::vector<Tensor> recv = empty_like(send);
+  Transfer(group, send, dst, recv, src, tag).wait();
+  return recv;
+}
+
+// ---- the team's log-sum-exp combine and the backward's D -------------------------------------
+
+// lse* from every member's partial lse over the team's queries (`all`: [C, rows]), summed in
+// member order so every member gets the same bits, and this member's rescale factor
+// exp(lse_m − lse*): 0 where its partial saw no key (−inf), and no NaN when nobody did.
+template <class T>
+void combine_member_lse(const T* all, int C, std::int64_t rows, int member, T* lse_star, T* weight) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T hi = kNegInf;
+    for (int c = 0; c < C; ++c) hi = std::max(hi, all[c * rows + r]);
+    if (hi == kNegInf) {
+      lse_star[r] = kNegInf;
+      weight[r] = T(0);
+      continue;
+    }
+    T sum = 0;
+    for (int c = 0; c < C; ++c) sum += std::exp(all[c * rows + r] - hi);
+    lse_star[r] = hi + std::log(sum);
+    weight[r] = std::exp(all[member * rows + r] - lse_star[r]);
+  }
+}
+
+// o [B, n, h, d] row (b, i, head) scaled by weight [B, h, n] at (b, head, i).
+template <class T>
+void scale_rows(T* o, const T* weight, std::int64_t B, std::int64_t n, std::int64_t h, std::int64_t d) {
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (std::int64_t head = 0; head < h; ++head) {
+        const T w = weight[(b * h + head) * n + i];
+        T* row = o + ((b * n + i) * h + head) * d;
+        for (std::int64_t e = 0; e < d; ++e) row[e] *= w;
+      }
+    }
+  }
+}
+
+// Combines the members' partial (o, lse) of the team's queries: returns lse* [B, h, C·n] and
+// leaves o rescaled to this member's share of the final output (o_m · exp(lse_m − lse*)).
+Tensor combine_team(comm::Group& team, int member, Tensor& o, const Tensor& lse) {
+  if (team.size() == 1) return lse;
+  const Tensor all = team.all_gather(lse.view({1, lse.numel()}));  // [C, B·h·C·n]
+  Tensor lse_star = Tensor::empty(lse.shape(), lse.dtype());
+  Tensor weight = Tensor::empty(lse.shape(), lse.dtype());
+  dispatch_float(lse.dtype(), kWhat, [&](auto tag) {
+    using T = decltype(tag);
+    combine_member_lse<T>(all.data<T>(), team.size(), lse.numel(), member, lse_star.data<T>(), weight.data<T>());
+    scale_rows<T>(o.data<T>(), weight.data<T>(), o.size(0), o.size(1), o.size(2), o.size(3));
+  });
+  return lse_star;
+}
+
+// Member `member`'s n rows of lse [B, h, C·n] (the sequence is the last dim).
+Tensor member_lse(const Tensor& lse, int C, int member) {
+  if (C == 1) return lse;
+  const std::int64_t n = lse.size(2) / C;
+  Tensor out = Tensor::empty({lse.size(0), lse.size(1), n}, lse.dtype());
+  team_to_member_slice(lse.raw_data(), out.raw_data(), seq_blocks(out.shape(), 2, lse.dtype()), C, member);
+  return out;
+}
+
+// −D = d_lse − rowsum(dO∘O) for this member's rows, [B, h, n]. The kernels' backward derives
+// D = rowsum(dO∘O) − d_lse itself from the o and d_lse it is given; the travelling bundle has
+// no final O (only its home member holds those rows), so the ring hands the kernels o = 0 and
+// d_lse = −D, which yields exactly this D. The gradient arriving at lse is folded in here.
+Tensor minus_delta(const Tensor& d_o, const Tensor& o, const Tensor& d_lse) {
+  const std::int64_t B = o.size(0), n = o.size(1), h = o.size(2), d = o.size(3);
+  Tensor out = Tensor::empty({B, h, n}, o.dtype());
+  dispatch_float(o.dtype(), kWhat, [&](auto tag) {
+    using T = decltype(tag);
+    const T *go = d_o.data<T>(), *po = o.data<T>();
+    const T* gl = d_lse.defined() ? d_lse.data<T>() : nullptr;
+    T* m = out.data<T>();
+    for (std::int64_t b = 0; b < B; ++b) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        for (std::int64_t head = 0; head < h; ++head) {
+          const std::int64_t row = ((b * n + i) * h + head) * d, at = (b * h + head) * n + i;
+          T dot = 0;
+          for (std::int64_t e = 0; e < d; ++e) dot += go[row + e] * po[row + e];
+          m[at] = (gl ? gl[at] : T(0)) - dot;
+        }
+      }
+    }
+  });
+  return out;
+}
+
+// ---- the autograd function -----------------------------------------------------------------
+
+struct CallOptions {
+  bool causal = false;
+  double scale = 0;
+  bool keep_forward_kv = true;
+};
+
+// inputs q [B, n, h, d], k, v [B, n, h_kv, d]; outputs out [B, n, h, d], lse [B, h, n].
+class WallFacerFunction final : public autograd::Function {
+ public:
+  WallFacerFunction(std::shared_ptr<const WallFacerRank> rank, CallOptions options,
+                    std::shared_ptr<detail::WorkRecord> work)
+      : r_(std::move(rank)), options_(options), work_(std::move(work)) {}
+
+  TensorList forward(Context& ctx, const TensorList& in) override {
+    const WallFacerRank& r = *r_;
+    const DType act = in[0].dtype(), cdt = compute_dtype_of(act);
+    const std::vector<Tensor> team_qkv = gather_team(*r.team, {in[0], in[1], in[2]}, 1);
+    const Tensor& q_team = team_qkv[0];
+    const std::vector<Tensor> kv0 = dispatch({team_qkv[1], team_qkv[2]});
+
+    // The ring. With keep_forward_kv the step-0 K/V stays untouched for the backward; otherwise
+    // its buffer receives again from step 1 on — unless it is the caller's own k, v (C = 1 and a
+    // self-dispatch hand back the inputs themselves).
+    const Tensor q = q_team.to(cdt);
+    Tensor o = Tensor::zeros(q.shape(), cdt);
+    Tensor lse = Tensor::full({q.size(0), q.size(2), q.size(1)}, -std::numeric_limits<double>::infinity(), cdt);
+    const bool kv0_reusable = !options_.keep_forward_kv && !kv0[0].shares_storage_with(in[1]);
+    std::vector<Tensor> spare[2];
+    std::vector<Tensor> current = kv0;
+    BlockAttentionStats work;
+    for (int i = 0; i < r.G; ++i) {
+      const bool shift = i + 1 < r.G;
+      std::vector<Tensor> next;
+      std::optional<Transfer> transfer;
+      if (shift) {
+        std::vector<Tensor>& buffer = spare[i % 2];
+        if (buffer.empty()) buffer = (i % 2 == 1 && kv0_reusable) ? kv0 : empty_like(kv0);
+        next = buffer;
+        transfer.emplace(*r.ring, current, r.ring_next, next, r.ring_prev, kRingKvTag);
+      }
+      work += block_attention_forward(q, r.team_runs, current[0].to(cdt), current[1].to(cdt),
+                                      r.kv_runs[static_cast<std::size_t>(i)], options_.causal, options_.scale, o, lse);
+      if (shift) {
+        transfer->wait();
+        current = std::move(next);
+      }
+    }
+    work_->forward = work;
+
+    const Tensor lse_star = combine_team(*r.team, r.member, o, lse);
+    const Tensor out = reduce_scatter_team(*r.team, {o}, 1)[0];
+    const Tensor lse_mine = member_lse(lse_star, r.C, r.member);
+    // Saved: the team's Q (it travels in the backward), this member's final O (for D), lse*
+    // of the team's queries, and the K/V the backward starts from.
+    if (options_.keep_forward_kv)
+      ctx.save_for_backward({q_team, out, lse_star, kv0[0], kv0[1]});
+    else
+      ctx.save_for_backward({q_team, out, lse_star, in[1], in[2]});
+    return {out.to(act), lse_mine.to(act)};
+  }
+
+  TensorList backward(Context& ctx, const TensorList& grad) override {
+    const WallFacerRank& r = *r_;
+    const TensorList& saved = ctx.saved();
+    const Tensor &q_team = saved[0], &out = saved[1], &lse_star = saved[2];
+    const DType act = q_team.dtype(), cdt = compute_dtype_of(act);
+
+    // 1. dO of the team's queries, and D of them (each member has the final O of its own rows).
+    const Tensor d_out = grad[0].defined() ? grad[0] : Tensor::zeros(out.shape(), act);
+    const Tensor d_lse = grad[1].defined() ? grad[1].to(cdt) : Tensor();
+    const Tensor dO_team = gather_team(*r.team, {d_out.to(act)}, 1)[0];
+    const Tensor minus_d = gather_team(*r.team, {minus_delta(d_out.to(cdt), out, d_lse)}, 2)[0];
+
+    // 2. The K/V this rank held at forward step 0, which stays here throughout.
+    const std::vector<Tensor> kv = options_.keep_forward_kv ? std::vector<Tensor>{saved[3], saved[4]}
+                                                            : dispatch(gather_team(*r.team, {saved[3], saved[4]}, 1));
+    const Tensor k = kv[0].to(cdt), v = kv[1].to(cdt);
+    Tensor dk = Tensor::zeros(k.shape(), cdt), dv = Tensor::zeros(v.shape(), cdt);
+
+    // 3. The query bundles travel the sub-ring. Q, dO, lse*, −D are read-only: they go on to
+    // ring next while this step computes. The dQ accumulator can only leave after the step, so
+    // each step computes into a fresh buffer, then adds the accumulator that arrived meanwhile.
+    const Tensor zero_o = Tensor::zeros(q_team.shape(), cdt);  // see minus_delta
+    std::vector<Tensor> bundle = {q_team, dO_team, lse_star, minus_d};
+    std::vector<Tensor> spare[2];
+    Tensor dq;
+    std::vector<Tensor> dq_in;
+    std::optional<Transfer> dq_transfer;
+    BlockAttentionStats work;
+    for (int i = 0; i < r.G; ++i) {
+      const bool shift = i + 1 < r.G;
+      std::vector<Tensor> next;
+      std::optional<Transfer> transfer;
+      if (shift) {
+        std::vector<Tensor>& buffer = spare[i % 2];
+        if (buffer.empty()) buffer = empty_like(bundle);
+        next = buffer;
+        transfer.emplace(*r.ring, bundle, r.ring_next, next, r.ring_prev, kBundleTag);
+      }
+      dq = Tensor::zeros(zero_o.shape(), cdt);
+      work += block_attention_backward(bundle[0].to(cdt), r.bundle_runs[static_cast<std::size_t>(i)], k, v,
+                                       r.kv_runs[0], options_.causal, options_.scale, zero_o, bundle[2],
+                                       bundle[1].to(cdt), bundle[3], dq, dk, dv);
+      if (i > 0) {
+        dq_transfer->wait();
+        detail::add_into(dq, dq_in[0]);
+      }
+      if (shift) {
+        dq_in = empty_like({dq});
+        dq_transfer.emplace(*r.ring, std::vector<Tensor>{dq}, r.ring_next, dq_in, r.ring_prev, kBundleDqTag);
+        transfer->wait();
+        bundle = std::move(next);
+      }
+    }
+
+    work_->backward = work;
+
+    // 4. The last bundle belongs to ring next: its dQ goes home. dK, dV go to the K/V's origin.
+    std::vector<Tensor> dq_home = {dq};
+    if (r.G > 1) {
+      dq_home = empty_like({dq});
+      Transfer(*r.ring, {dq}, r.ring_next, dq_home, r.ring_prev, kDqHomeTag).wait();
+    }
+    const std::vector<Tensor> dkv = swap_with(*r.sp, {dk, dv}, r.dispatch_from, r.dispatch_to, kDkvOriginTag);
+
+    // 5. Sum over the members; each keeps its own rows.
+    const std::vector<Tensor> grads = reduce_scatter_team(*r.team, {dq_home[0], dkv[0], dkv[1]}, 1);
+    return {grads[0].to(act), grads[1].to(act), grads[2].to(act)};
+  }
+
+  std::string name() const override { return "WallFacerAttention"; }
+
+ private:
+  // The initial dispatch of the team's K, V (the rank's own when it dispatches to itself).
+  std::vector<Tensor> dispatch(const std::vector<Tensor>& team_kv) const {
+    return swap_with(*r_->sp, team_kv, r_->dispatch_to, r_->dispatch_from, kDispatchTag);
+  }
+
+  std::shared_ptr<const WallFacerRank> r_;
+  CallOptions options_;
+  std::shared_ptr<detail::WorkRecord> work_;  // the strategy's: the backward runs after forward() returned
+};
+
+// ---- the strategy --------------------------------------------------------------------------
+
+class WallFacerAttention final : public nn::AttentionStrategy, public SpAttentionWork {
+ public:
+  WallFacerAttention(const SpAttentionConfig& config, comm::CommGrid& grid)
+      : rank_(std::make_shared<const WallFacerRank>(locate(config, grid))), keep_forward_kv_(config.keep_forward_kv) {}
+
+  AttentionResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) override {
+    check_inputs(q, k, v, options);
+    const CallOptions call{options.causal, options.scale, keep_forward_kv_};
+    const TensorList outs =
+        autograd::apply_function(std::make_shared<WallFacerFunction>(rank_, call, work_), {q, k, v});
+    return {outs[0], outs[1]};
+  }
+
+  std::string name() const override { return "wallfacer"; }
+  BlockAttentionStats last_forward_work() const override { return work_->forward; }
+  BlockAttentionStats last_backward_work() const override { return work_->backward; }
+
+ private:
+  void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) const {
+    const WallFacerRank& r = *rank_;
+    WF_CHECK(q.defined() && k.defined() && v.defined(), "{}: q, k and v must be defined", kWhat);
+    WF_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(),
+             "{}: only CPU tensors are supported so far (q on {}, k on {}, v on {})", kWhat, q.device().str(),
+             k.device().str(), v.device().str());
+    WF_CHECK(is_floating(q.dtype()) && q.dtype() == k.dtype() && q.dtype() == v.dtype(),
+             "{}: q, k and v must share one floating dtype, got {}, {}, {}", kWhat, dtype_name(q.dtype()),
+             dtype_name(k.dtype()), dtype_name(v.dtype()));
+    const std::int64_t n = r.local_tokens();
+    WF_CHECK(q.dim() == 4 && k.dim() == 4 && k.shape() == v.shape() && q.size(1) == n && k.size(1) == n &&
+                 q.size(0) == k.size(0) && q.size(3) == k.size(3) && k.size(2) >= 1 && q.size(2) % k.size(2) == 0,
+             "{}: expected this rank's shards q [B, N/P = {}, h, d] and k, v [B, {}, h_kv, d] with h_kv dividing h "
+             "(N = {}, P = {}), got q {}, k {}, v {}",
+             kWhat, n, n, r.seq_len, r.P, shape_str(q.shape()), shape_str(k.shape()), shape_str(v.shape()));
+    WF_CHECK(options.q_offset == 0 && options.kv_offset == 0,
+             "{}: positions come from the {} sequence layout, so q_offset and kv_offset must be 0 (got {} and {})",
+             kWhat, sequence_layout_name(r.layout), options.q_offset, options.kv_offset);
+  }
+
+  std::shared_ptr<const WallFacerRank> rank_;
+  bool keep_forward_kv_;
+  std::shared_ptr<detail::WorkRecord> work_ = std::make_shared<detail::WorkRecord>();
+};
+
+}  // namespace
+
+std::shared_ptr<nn::AttentionStrategy> make_wallfacer_attention(const SpAttentionConfig& config, comm::CommGrid& grid) {
+  return std::make_shared<WallFacerAttention>(config, grid);
+}
+
+}  // namespace wf::parallel

@@ -1,0 +1,256 @@
+#include "sp_testing.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "parallel/attention_testing.h"
+#include "wallfacer/autograd/engine.h"
+#include "wallfacer/comm/process_grid.h"
+#include "wallfacer/comm/traffic.h"
+
+namespace wf::test {
+
+using parallel::Pass;
+using parallel::SequenceLayout;
+using parallel::SpStrategy;
+using parallel::SpTraffic;
+
+parallel::SequenceLayout SpCase::layout_or_default() const {
+  return layout.value_or(causal ? SequenceLayout::zigzag : SequenceLayout::contiguous);
+}
+
+parallel::ElementBytes SpCase::bytes_or_default() const {
+  if (bytes) return *bytes;
+  const auto a = static_cast<std::int64_t>(dtype_size(dtype));
+  return {a, a, a};
+}
+
+double SpCaseResult::max_error() const { return std::max({error_o, error_lse, error_dq, error_dk, error_dv}); }
+
+double sp_tolerance(DType dtype) { return dtype == DType::f64 ? 1e-10 : 1e-5; }
+
+comm::CommGrid& sp_grid(int C) {
+  static std::map<int, std::unique_ptr<comm::CommGrid>> grids;
+  std::unique_ptr<comm::CommGrid>& grid = grids[C];
+  if (!grid) {
+    comm::ParallelConfig config;
+    config.sp = runtime().world_size();
+    config.C = C;
+    grid = std::make_unique<comm::CommGrid>(comm::ProcessGrid(config, runtime().world_size(), runtime().rank()));
+  }
+  return *grid;
+}
+
+namespace {
+
+std::string str(const SpTraffic& t) {
+  return fmt::format("{{p2p sent {} received {}, collectives sent {} received {}}}", t.p2p_sent, t.p2p_received,
+                     t.collective_sent, t.collective_received);
+}
+
+std::string describe(const SpCase& c, int P) {
+  return fmt::format("{} P = {} C = {} {} {} B = {} h = {} h_kv = {} d = {} N = {} {}",
+                     parallel::sp_strategy_name(c.strategy), P, c.C, c.causal ? "causal" : "full",
+                     parallel::sequence_layout_name(c.layout_or_default()), c.B, c.h, c.h_kv, c.d, c.N,
+                     dtype_name(c.dtype));
+}
+
+bool is_sp_group(const std::string& name) { return name == "sp" || name.rfind("sp.", 0) == 0; }
+
+// This rank's bytes on the sp groups since the last registry reset.
+SpTraffic sp_traffic_now() {
+  const comm::TrafficRegistry& registry = comm::TrafficRegistry::instance();
+  SpTraffic t;
+  for (const auto& [name, traffic] : registry.snapshot(/*p2p_only=*/true, false)) {
+    if (!is_sp_group(name)) continue;
+    t.p2p_sent += traffic.bytes_sent;
+    t.p2p_received += traffic.bytes_received;
+  }
+  for (const auto& [name, traffic] : registry.snapshot(false, /*collectives_only=*/true)) {
+    if (!is_sp_group(name)) continue;
+    t.collective_sent += traffic.bytes_sent;
+    t.collective_received += traffic.bytes_received;
+  }
+  return t;
+}
+
+SpTraffic sum_traffic(comm::Group& group, const SpTraffic& mine) {
+  const comm::Traffic p2p = comm::sum_over_ranks(group, {0, mine.p2p_sent, 0, mine.p2p_received});
+  const comm::Traffic coll = comm::sum_over_ranks(group, {0, mine.collective_sent, 0, mine.collective_received});
+  return {p2p.bytes_sent, p2p.bytes_received, coll.bytes_sent, coll.bytes_received};
+}
+
+void check_traffic(const char* what, const SpTraffic& got, const SpTraffic& expected) {
+  INFO(what << ": measured " << str(got) << ", traffic model " << str(expected));
+  CHECK(got == expected);
+}
+
+// Unmasked pairs a rank's forward must compute (sequence_layout.h's work functions).
+std::int64_t expected_pairs(const SpCase& c, int P, int logical_index) {
+  switch (c.strategy) {
+    case SpStrategy::ring:
+      return parallel::ring_rank_work_pairs(c.layout_or_default(), c.N, P, logical_index, c.causal);
+    case SpStrategy::ulysses: return c.causal ? c.N * (c.N + 1) / 2 : c.N * c.N;  // every token, h/P heads
+    case SpStrategy::wallfacer:
+      return parallel::wallfacer_rank_work_pairs(c.layout_or_default(), c.N, P, c.C, logical_index, c.causal);
+  }
+  return -1;
+}
+
+// Logical sp index of each physical sp index (the order the layouts are written in).
+std::vector<int> logical_indices(const SpCase& c, const comm::CommGrid& grid) {
+  std::vector<int> logical;
+  for (int r = 0; r < grid.grid().group_size("sp"); ++r) {
+    logical.push_back(c.strategy == SpStrategy::wallfacer ? grid.grid().wallfacer().logical_index(r) : r);
+  }
+  return logical;
+}
+
+}  // namespace
+
+SpTraffic expected_sp_traffic(const SpCase& c, int P, int logical_index, Pass pass) {
+  const parallel::AttentionDims dims{c.B, c.N, c.h, c.h_kv, c.d};
+  const parallel::ElementBytes bytes = c.bytes_or_default();
+  switch (c.strategy) {
+    case SpStrategy::ring: return parallel::ring_attention_traffic(dims, P, pass, bytes);
+    case SpStrategy::ulysses: {
+      // lse (forward) and its gradient (backward) ride with O and dO: an all-to-all of R values.
+      SpTraffic t = parallel::ulysses_traffic(dims, P, pass, bytes);
+      const std::int64_t lse = (P - 1) * (c.B * (c.N / P) * c.h * bytes.stats / P);
+      t.collective_sent += lse;
+      t.collective_received += lse;
+      return t;
+    }
+    case SpStrategy::wallfacer:
+      return parallel::wallfacer_traffic(
+          dims, P, c.C, logical_index, pass, bytes,
+          c.keep_forward_kv ? parallel::BackwardKv::keep_forward : parallel::BackwardKv::redispatch);
+  }
+  return {};
+}
+
+SpTraffic expected_sp_traffic_total(const SpCase& c, int P, Pass pass) {
+  SpTraffic total;
+  for (int l = 0; l < P; ++l) total += expected_sp_traffic(c, P, l, pass);
+  return total;
+}
+
+SpCaseResult run_sp_case(const SpCase& c) {
+  const int P = runtime().world_size();
+  INFO(describe(c, P));
+  comm::CommGrid& grid = sp_grid(c.C);
+  comm::Group& sp = grid.group("sp");
+  const SequenceLayout layout = c.layout_or_default();
+  const parallel::SpAttentionConfig config{c.strategy, layout, c.N, c.keep_forward_kv};
+  const parallel::SpShard shard = parallel::sp_shard(config, grid);
+  const ReferenceAttention ref =
+      reference_attention({c.B, c.N, c.h, c.h_kv, c.d}, c.causal, c.dtype, c.seed, c.lse_grad);
+  const std::vector<std::int64_t> positions = parallel::run_positions(shard.runs());
+
+  const std::shared_ptr<nn::AttentionStrategy> strategy = parallel::make_sp_attention(config, grid);
+  Tensor q = shard.shard(ref.q), k = shard.shard(ref.k), v = shard.shard(ref.v);
+  q.set_requires_grad();
+  k.set_requires_grad();
+  v.set_requires_grad();
+  AttentionOptions options;
+  options.causal = c.causal;
+
+  comm::TrafficRegistry::instance().reset();
+  const AttentionResult out = strategy->forward(q, k, v, options);
+  const SpTraffic forward = sp_traffic_now();
+  comm::TrafficRegistry::instance().reset();
+  autograd::backward({out.out, out.lse}, {shard.shard(ref.d_o), take_positions(ref.d_lse, 2, positions)});
+  const SpTraffic backward = sp_traffic_now();
+
+  SpCaseResult result;
+  check_traffic("forward, this rank", forward, expected_sp_traffic(c, P, shard.logical_index, Pass::forward));
+  check_traffic("backward, this rank", backward, expected_sp_traffic(c, P, shard.logical_index, Pass::backward));
+  result.total_forward = sum_traffic(sp, forward);
+  result.total_backward = sum_traffic(sp, backward);
+  check_traffic("forward, summed over ranks", result.total_forward, expected_sp_traffic_total(c, P, Pass::forward));
+  check_traffic("backward, summed over ranks", result.total_backward,
+                expected_sp_traffic_total(c, P, Pass::backward));
+
+  // Gather every rank's shard of the five results in one all-gather, and put each in place.
+  const std::vector<int> logical = logical_indices(c, grid);
+  const std::vector<Tensor> local{out.out, out.lse, q.grad(), k.grad(), v.grad()};
+  std::int64_t per_rank = 0;
+  for (const Tensor& t : local) {
+    REQUIRE(t.defined());  // every rank fails here alike: the shapes are the same everywhere
+    per_rank += t.numel();
+  }
+  Tensor flat = Tensor::empty({per_rank}, c.dtype);
+  std::int64_t at = 0;
+  for (const Tensor& t : local) {
+    flat.slice0(at, at + t.numel()).copy_(t.view({t.numel()}));
+    at += t.numel();
+  }
+  const Tensor all = sp.all_gather(flat);
+  std::vector<Tensor> global{Tensor::zeros(ref.q.shape(), c.dtype), Tensor::zeros(ref.d_lse.shape(), c.dtype),
+                             Tensor::zeros(ref.q.shape(), c.dtype), Tensor::zeros(ref.k.shape(), c.dtype),
+                             Tensor::zeros(ref.k.shape(), c.dtype)};
+  for (int r = 0; r < P; ++r) {
+    const std::vector<std::int64_t> theirs = parallel::run_positions(
+        parallel::rank_tokens(layout, c.N, P, shard.C, logical[static_cast<std::size_t>(r)]));
+    at = r * per_rank;
+    for (std::size_t j = 0; j < local.size(); ++j) {
+      const Tensor piece = all.slice0(at, at + local[j].numel()).view(local[j].shape());
+      put_positions(global[j], j == 1 ? 2 : 1, theirs, piece);  // lse is [B, h, n]: sequence last
+      at += local[j].numel();
+    }
+  }
+  result.o = global[0];
+  result.lse = global[1];
+  result.dq = global[2];
+  result.dk = global[3];
+  result.dv = global[4];
+  result.error_o = relative_error(result.o, ref.o);
+  result.error_lse = relative_error(result.lse, ref.lse);
+  result.error_dq = relative_error(result.dq, ref.dq);
+  result.error_dk = relative_error(result.dk, ref.dk);
+  result.error_dv = relative_error(result.dv, ref.dv);
+  const double tolerance = sp_tolerance(c.dtype);
+  CHECK(result.error_o <= tolerance);
+  CHECK(result.error_lse <= tolerance);
+  CHECK(result.error_dq <= tolerance);
+  CHECK(result.error_dk <= tolerance);
+  CHECK(result.error_dv <= tolerance);
+
+  // Work: every rank's unmasked pairs against the layout's work functions.
+  if (const auto* work = dynamic_cast<const parallel::SpAttentionWork*>(strategy.get())) {
+    const parallel::BlockAttentionStats fwd = work->last_forward_work(), bwd = work->last_backward_work();
+    if (c.strategy != SpStrategy::wallfacer) CHECK(bwd == fwd);  // the backward revisits the forward's blocks
+    const Tensor mine = Tensor::from_vector(std::vector<std::int64_t>{fwd.unmasked_pairs}, {1});
+    const std::vector<std::int64_t> pairs = sp.all_gather(mine).to_vector<std::int64_t>();
+    result.forward_pairs.assign(static_cast<std::size_t>(P), 0);
+    for (int r = 0; r < P; ++r) {
+      const int l = logical[static_cast<std::size_t>(r)];
+      result.forward_pairs[static_cast<std::size_t>(l)] = pairs[static_cast<std::size_t>(r)];
+      INFO("forward work of logical rank " << l);
+      CHECK(pairs[static_cast<std::size_t>(r)] == expected_pairs(c, P, l));
+    }
+  }
+  return result;
+}
+
+SpCaseResult run_sp_case(SpStrategy strategy, int P, int C, bool causal, std::int64_t B, std::int64_t h,
+                         std::int64_t h_kv, std::int64_t d, std::int64_t N, DType dtype) {
+  REQUIRE(P == runtime().world_size());
+  SpCase c;
+  c.strategy = strategy;
+  c.C = C;
+  c.causal = causal;
+  c.B = B;
+  c.h = h;
+  c.h_kv = h_kv;
+  c.d = d;
+  c.N = N;
+  c.dtype = dtype;
+  return run_sp_case(c);
+}
+
+}  // namespace wf::test

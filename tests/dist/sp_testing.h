@@ -1,0 +1,70 @@
+#pragma once
+// Sequence-parallel attention cases for test_dist, written once for every strategy (ring,
+// Ulysses, WallFacer): run_sp_case shards a global random problem over the world (sp = world
+// size), runs forward and backward through make_sp_attention, and checks on every rank
+//   - output, lse and dQ, dK, dV, gathered over the ranks, against the naive f64 reference on the
+//     whole sequence (relative error; f64 ≤ 1e-10, f32 ≤ 1e-5);
+//   - the traffic counters of the sp groups ("sp", "sp.team", "sp.ring") after the forward and
+//     after the backward against traffic_model.h, per rank and summed over the ranks;
+//   - when the strategy counts its work (SpAttentionWork), the unmasked pairs of every rank
+//     against sequence_layout.h's work functions.
+// Every rank must call it with the same case at the same point (it communicates).
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "dist_testing.h"
+#include "wallfacer/parallel/block_attention.h"
+#include "wallfacer/parallel/sp_attention.h"
+#include "wallfacer/parallel/traffic_model.h"
+
+namespace wf::test {
+
+struct SpCase {
+  parallel::SpStrategy strategy = parallel::SpStrategy::ring;
+  int C = 1;  // WallFacer team size (the grid's C); ring and Ulysses ignore it
+  bool causal = true;
+  std::int64_t B = 1, h = 4, h_kv = 4, d = 4, N = 0;
+  DType dtype = DType::f64;
+  // Default: zigzag for causal masks, contiguous for full ones.
+  std::optional<parallel::SequenceLayout> layout;
+  bool keep_forward_kv = true;
+  bool lse_grad = true;  // a random gradient on lse as well as on O
+  std::uint64_t seed = 1;
+  // Bytes per element the strategy sends; default: the dtype's size for every kind.
+  std::optional<parallel::ElementBytes> bytes;
+
+  parallel::SequenceLayout layout_or_default() const;
+  parallel::ElementBytes bytes_or_default() const;
+};
+
+struct SpCaseResult {
+  // Global results, gathered from every rank: o, dq [B, N, h, d], lse [B, h, N], dk, dv
+  // [B, N, h_kv, d], in the case's dtype. Identical on every rank.
+  Tensor o, lse, dq, dk, dv;
+  // Relative errors against the f64 reference.
+  double error_o = 0, error_lse = 0, error_dq = 0, error_dk = 0, error_dv = 0;
+  double max_error() const;
+  // Summed over the ranks, forward and backward.
+  parallel::SpTraffic total_forward, total_backward;
+  // Unmasked pairs of each rank's forward, by logical sp index (empty: the strategy does not count).
+  std::vector<std::int64_t> forward_pairs;
+};
+
+double sp_tolerance(DType dtype);  // f64 1e-10, f32 1e-5
+
+// The grid of the world with sp = world size and team size C, made on first use and kept (its
+// communicators are collective to create: every rank reaches the first use of each C together).
+comm::CommGrid& sp_grid(int C);
+
+// What traffic_model.h says one rank of a case moves in one pass (Ulysses: plus its lse, see
+// ulysses_attention.cpp), and the sum over ranks.
+parallel::SpTraffic expected_sp_traffic(const SpCase& c, int P, int logical_index, parallel::Pass pass);
+parallel::SpTraffic expected_sp_traffic_total(const SpCase& c, int P, parallel::Pass pass);
+
+SpCaseResult run_sp_case(const SpCase& c);
+// The same for the common parameters; P must be the world size.
+SpCaseResult run_sp_case(parallel::SpStrategy strategy, int P, int C, bool causal, std::int64_t B, std::int64_t h,
+                         std::int64_t h_kv, std::int64_t d, std::int64_t N, DType dtype);
+
+}  // namespace wf::test

@@ -1,0 +1,231 @@
+// Sequence-parallel attention strategies under mpirun (sp = world size): every case goes
+// through run_sp_case (sp_testing.h), which checks results, gradients, traffic and work against
+// the f64 reference and the models. WallFacer cases call the same helper.
+//
+// Sizes stay tiny (N = 5·P or 6·P tokens, d ≤ 8): the whole file runs in about a second per
+// world size. Lengths are never powers of two: contiguous N = 5·P, zigzag N = 6·P (3 tokens
+// per chunk at C = 1).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "parallel/attention_testing.h"
+#include "sp_testing.h"
+#include "wallfacer/comm/process_grid.h"
+
+using wf::DType;
+using wf::parallel::SequenceLayout;
+using wf::parallel::SpStrategy;
+using namespace wf::test;
+
+namespace {
+
+constexpr DType kFloatTypes[] = {DType::f64, DType::f32};
+
+std::int64_t test_length(SequenceLayout layout, int P) {
+  return layout == SequenceLayout::zigzag ? 6 * P : 5 * P;
+}
+
+// (h, h_kv) pairs: MHA, GQA and MQA with h = 4; Ulysses keeps those its sp size divides and
+// adds head counts that P divides, so every world size tests it.
+std::vector<std::pair<std::int64_t, std::int64_t>> head_configs(SpStrategy strategy, int P) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> all{{4, 4}, {4, 2}, {4, 1}};
+  if (strategy != SpStrategy::ulysses) return all;
+  all.push_back({2 * P, P});
+  all.push_back({P, P});
+  std::vector<std::pair<std::int64_t, std::int64_t>> valid;
+  for (const auto& hk : all) {
+    if (hk.first % P == 0 && hk.second % P == 0 && std::find(valid.begin(), valid.end(), hk) == valid.end()) {
+      valid.push_back(hk);
+    }
+  }
+  return valid;
+}
+
+SpCase make_case(SpStrategy strategy, bool causal, std::int64_t B, std::int64_t h, std::int64_t h_kv, DType dtype) {
+  SpCase c;
+  c.strategy = strategy;
+  c.causal = causal;
+  c.B = B;
+  c.h = h;
+  c.h_kv = h_kv;
+  c.d = B == 1 ? 8 : 4;
+  c.dtype = dtype;
+  c.N = test_length(c.layout_or_default(), runtime().world_size());
+  return c;
+}
+
+void print_on_rank0(const std::string& line) {
+  if (runtime().rank() == 0) fmt::print("{}\n", line);
+}
+
+bool bitwise_equal(const SpCaseResult& a, const SpCaseResult& b) {
+  return mismatch(a.o, b.o).empty() && mismatch(a.lse, b.lse).empty() && mismatch(a.dq, b.dq).empty() &&
+         mismatch(a.dk, b.dk).empty() && mismatch(a.dv, b.dv).empty();
+}
+
+}  // namespace
+
+TEST_CASE("ring and ulysses attention equal single-process attention, with the modelled traffic and work",
+          "[dist][sp]") {
+  const int P = runtime().world_size();
+  for (DType dtype : kFloatTypes) {
+    for (SpStrategy strategy : {SpStrategy::ring, SpStrategy::ulysses}) {
+      std::map<std::string, double> worst;  // by output
+      for (bool causal : {true, false}) {
+        for (const auto& [h, h_kv] : head_configs(strategy, P)) {
+          for (std::int64_t B : {1, 2}) {
+            const SpCase c = make_case(strategy, causal, B, h, h_kv, dtype);
+            const SpCaseResult r = run_sp_case(c);
+            worst["out"] = std::max(worst["out"], r.error_o);
+            worst["lse"] = std::max(worst["lse"], r.error_lse);
+            worst["dq"] = std::max(worst["dq"], r.error_dq);
+            worst["dk"] = std::max(worst["dk"], r.error_dk);
+            worst["dv"] = std::max(worst["dv"], r.error_dv);
+            if (causal) {  // zigzag: every rank computes the same number of visible pairs
+              REQUIRE(r.forward_pairs.size() == static_cast<std::size_t>(P));
+              CHECK(std::all_of(r.forward_pairs.begin(), r.forward_pairs.end(),
+                                [&](std::int64_t p) { return p == r.forward_pairs[0]; }));
+            }
+          }
+        }
+      }
+      print_on_rank0(fmt::format("sp {:8} P = {} {}: max relative error out {:.1e} lse {:.1e} dq {:.1e} dk {:.1e} "
+                                 "dv {:.1e}",
+                                 wf::parallel::sp_strategy_name(strategy), P, wf::dtype_name(dtype), worst["out"],
+                                 worst["lse"], worst["dq"], worst["dk"], worst["dv"]));
+    }
+  }
+}
+
+TEST_CASE("ring and ulysses work with either layout under either mask, and on grids with teams", "[dist][sp]") {
+  const int P = runtime().world_size();
+  for (SpStrategy strategy : {SpStrategy::ring, SpStrategy::ulysses}) {
+    for (bool causal : {true, false}) {
+      // The other layout: causal over contiguous (unbalanced), full over zigzag.
+      SpCase c = make_case(strategy, causal, 2, P, P, DType::f64);
+      c.layout = causal ? SequenceLayout::contiguous : SequenceLayout::zigzag;
+      c.N = test_length(*c.layout, P);
+      run_sp_case(c);
+    }
+  }
+  // Ring and Ulysses use the whole sp group whatever team size the grid has.
+  for (int C : wf::comm::valid_team_sizes(P)) {
+    if (C == 1) continue;
+    SpCase c = make_case(SpStrategy::ring, true, 1, 4, 2, DType::f64);
+    c.C = C;
+    run_sp_case(c);
+    c.strategy = SpStrategy::ulysses;
+    c.h = c.h_kv = P;
+    run_sp_case(c);
+  }
+}
+
+TEST_CASE("the same global input gives the same results under every strategy, and reruns are bit-identical",
+          "[dist][sp]") {
+  const int P = runtime().world_size();
+  for (DType dtype : kFloatTypes) {
+    for (bool causal : {true, false}) {
+      const SpCase ring = make_case(SpStrategy::ring, causal, 2, 2 * P, P, dtype);
+      SpCase ulysses = ring;
+      ulysses.strategy = SpStrategy::ulysses;
+      const SpCaseResult a = run_sp_case(ring), b = run_sp_case(ulysses);
+      const double tolerance = sp_tolerance(dtype);
+      CHECK(relative_error(a.o, b.o) <= tolerance);
+      CHECK(relative_error(a.lse, b.lse) <= tolerance);
+      CHECK(relative_error(a.dq, b.dq) <= tolerance);
+      CHECK(relative_error(a.dk, b.dk) <= tolerance);
+      CHECK(relative_error(a.dv, b.dv) <= tolerance);
+      CHECK(bitwise_equal(a, run_sp_case(ring)));
+      CHECK(bitwise_equal(b, run_sp_case(ulysses)));
+      for (int C : wf::comm::valid_team_sizes(P)) {  // WallFacer with every team size the world allows
+        SpCase wallfacer = ring;
+        wallfacer.strategy = SpStrategy::wallfacer;
+        wallfacer.C = C;
+        const SpCaseResult w = run_sp_case(wallfacer);
+        INFO("wallfacer C = " << C);
+        CHECK(relative_error(w.o, a.o) <= tolerance);
+        CHECK(relative_error(w.lse, a.lse) <= tolerance);
+        CHECK(relative_error(w.dq, a.dq) <= tolerance);
+        CHECK(relative_error(w.dk, a.dk) <= tolerance);
+        CHECK(relative_error(w.dv, a.dv) <= tolerance);
+      }
+    }
+  }
+}
+
+TEST_CASE("sp traffic summed over ranks, per strategy (printed)", "[dist][sp]") {
+  const int P = runtime().world_size();
+  SpCase ring = make_case(SpStrategy::ring, true, 1, 2 * P, P, DType::f32);
+  SpCase ulysses = ring;
+  ulysses.strategy = SpStrategy::ulysses;
+  const SpCaseResult r = run_sp_case(ring), u = run_sp_case(ulysses);
+  const auto ratio = [](std::int64_t a, std::int64_t b) { return b == 0 ? 0.0 : double(a) / double(b); };
+  print_on_rank0(fmt::format(
+      "sp traffic P = {} (B = 1, N = {}, h = {}, h_kv = {}, d = {}, f32), bytes sent summed over ranks:\n"
+      "  ring     forward p2p {:7}  backward p2p {:7}\n"
+      "  ulysses  forward collectives {:7}  backward collectives {:7}  (lse share {:.3f})\n"
+      "  ulysses / ring: forward {:.3f}  backward {:.3f}",
+      P, ring.N, ring.h, ring.h_kv, ring.d, r.total_forward.p2p_sent, r.total_backward.p2p_sent,
+      u.total_forward.collective_sent, u.total_backward.collective_sent,
+      ratio(u.total_forward.collective_sent -
+                wf::parallel::ulysses_traffic_total({1, ring.N, ring.h, ring.h_kv, ring.d}, P,
+                                                    wf::parallel::Pass::forward, ring.bytes_or_default())
+                    .collective_sent,
+            u.total_forward.collective_sent),
+      ratio(u.total_forward.collective_sent, r.total_forward.p2p_sent),
+      ratio(u.total_backward.collective_sent, r.total_backward.p2p_sent)));
+}
+
+TEST_CASE("ulysses rejects head counts the sp size does not divide, on every rank alike", "[dist][sp]") {
+  const int P = runtime().world_size();
+  if (P == 1) return;  // every head count divides 1
+  wf::comm::CommGrid& grid = sp_grid(1);
+  const wf::parallel::SpAttentionConfig config{SpStrategy::ulysses, SequenceLayout::zigzag, 6 * P, true};
+  const auto strategy = wf::parallel::make_sp_attention(config, grid);
+  const wf::Tensor q = wf::Tensor::zeros({1, 6, 4, 4}, DType::f64), k = wf::Tensor::zeros({1, 6, 1, 4}, DType::f64);
+  wf::comm::TrafficRegistry::instance().reset();
+  const std::string error = error_of([&] { strategy->forward(q, k, k, {}); });
+  CHECK_THAT(error, Catch::Contains("heads h = 4 and kv heads h_kv = 1") &&
+                        Catch::Contains(fmt::format("multiples of the sp size P = {}", P)) &&
+                        Catch::Contains("use ring or wallfacer attention"));
+  CHECK(grid.group("sp").traffic().total() == wf::comm::Traffic{});  // nothing was sent before the check
+}
+
+TEST_CASE("sp strategies: names, shards and configuration errors", "[dist][sp]") {
+  const int P = runtime().world_size();
+  for (SpStrategy s : {SpStrategy::ring, SpStrategy::ulysses, SpStrategy::wallfacer}) {
+    CHECK(wf::parallel::parse_sp_strategy(wf::parallel::sp_strategy_name(s)) == s);
+  }
+  CHECK_THAT(error_of([] { wf::parallel::parse_sp_strategy("megatron"); }),
+             Catch::Contains("'megatron'") && Catch::Contains("ring, ulysses, wallfacer"));
+
+  wf::comm::CommGrid& grid = sp_grid(1);
+  for (SequenceLayout layout : {SequenceLayout::contiguous, SequenceLayout::zigzag}) {
+    const wf::parallel::SpAttentionConfig config{SpStrategy::ring, layout, 6 * P, true};
+    const wf::parallel::SpShard shard = wf::parallel::sp_shard(config, grid);
+    CHECK(shard.P == P);
+    CHECK(shard.C == 1);
+    CHECK(shard.logical_index == runtime().rank());
+    CHECK(shard.runs() == wf::parallel::rank_tokens(layout, 6 * P, P, 1, runtime().rank()));
+  }
+  for (SpStrategy s : {SpStrategy::ring, SpStrategy::ulysses}) {
+    const wf::parallel::SpAttentionConfig bad{s, SequenceLayout::zigzag, 2 * P + 1, true};
+    CHECK_THAT(error_of([&] { wf::parallel::make_sp_attention(bad, grid); }),
+               Catch::Contains("zigzag sequence layout") && Catch::Contains(fmt::format("N = {}", 2 * P + 1)));
+  }
+  // A shard of the wrong length is named with the expected one.
+  const wf::parallel::SpAttentionConfig config{SpStrategy::ring, SequenceLayout::zigzag, 6 * P, true};
+  const auto ring = wf::parallel::make_sp_attention(config, grid);
+  const wf::Tensor q = wf::Tensor::zeros({1, 5, 4, 4}, DType::f64);
+  CHECK_THAT(error_of([&] { ring->forward(q, q, q, {}); }),
+             Catch::Contains("N/P = ") && Catch::Contains("[1, 5, 4, 4]"));
+  wf::AttentionOptions offset;
+  offset.q_offset = 3;
+  const wf::Tensor ok = wf::Tensor::zeros({1, 6, 4, 4}, DType::f64);
+  CHECK_THAT(error_of([&] { ring->forward(ok, ok, ok, offset); }), Catch::Contains("offsets must be 0"));
+}
