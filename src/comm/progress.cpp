@@ -1,13 +1,11 @@
 #include "src/comm/progress.h"
 
-#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <thread>
 #include <vector>
 
 #include "src/comm/watchdog.h"
-#include "wallfacer/comm/runtime.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/log.h"
 
@@ -155,18 +153,10 @@ bool PendingOperation::test_all() {
   return all_done;
 }
 
-bool may_busy_wait() {
-  if (!Runtime::initialized()) return false;
-  static const bool allowed =
-      Runtime::get().local_size() <= std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  return allowed;
-}
-
 int wait_busy_then_back_off(std::span<MPI_Request> requests, std::span<MPI_Status> statuses, const CallSite& site) {
   const auto start = std::chrono::steady_clock::now();
-  const auto busy_for = may_busy_wait() ? kBusyWait : std::chrono::seconds(0);
   for (int spin = 1; !test_pending(requests, statuses); ++spin) {
-    if (spin % 64 == 0 && std::chrono::steady_clock::now() - start >= busy_for) {
+    if (spin % 64 == 0 && std::chrono::steady_clock::now() - start >= kBusyWait) {
       wait_all(requests, statuses, site);
       break;
     }

@@ -61,18 +61,16 @@ struct PendingOperation {
 bool test_pending(std::span<MPI_Request> requests, std::span<MPI_Status> statuses);
 
 // How MpiBackend waits: like wait_all (watchdog.h), whose deadline and message it keeps, but
-// first — when this node runs no more ranks than it has cores (may_busy_wait) — it keeps MPI
-// busy for up to kBusyWait: MPI_Test and yield, as MPI's own blocking calls do under
-// mpi_yield_when_idle. A large transfer moves only while MPI is called on both ranks, and
-// wait_all's sleeps (growing to 1 ms between tests) made a 16 MiB all_reduce up to ~10x
-// slower than MPI_Allreduce (docs/communication.md). With more ranks than cores the spinning
-// would take the core a peer needs (the 8-rank test suite on 2 cores ran 3x slower), so
-// there wait_all's back-off starts at once. After kBusyWait (a straggler, a hang) wait_all
-// takes over, so its deadline counts from then. Returns the first MPI error any request
-// completed with, or MPI_SUCCESS. Statuses of requests that were already MPI_REQUEST_NULL must
-// hold MPI_ERROR = MPI_SUCCESS (value-initialised).
+// first it keeps MPI busy for up to kBusyWait — MPI_Test and yield, as MPI's own blocking
+// calls do under mpi_yield_when_idle. A large transfer moves only while MPI is called on both
+// ranks, and wait_all's sleeps (growing to 1 ms between tests) made a 16 MiB all_reduce up to
+// 20x slower than MPI_Allreduce (docs/communication.md). The yields leave the core to a peer
+// that shares it: the 8-rank test suite on 2 cores ran no slower. After kBusyWait (a
+// straggler, a hang) wait_all's back-off takes over, so its deadline counts from then.
+// Returns the first MPI error any request completed with, or MPI_SUCCESS. Statuses of
+// requests that were already MPI_REQUEST_NULL must hold MPI_ERROR = MPI_SUCCESS
+// (value-initialised).
 int wait_busy_then_back_off(std::span<MPI_Request> requests, std::span<MPI_Status> statuses, const CallSite& site);
-bool may_busy_wait();  // false until the Runtime is initialised
 inline constexpr auto kBusyWait = std::chrono::seconds(1);
 
 // Hands `operation` to the progress thread (starting it on first use) when the mode is

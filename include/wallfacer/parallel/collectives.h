@@ -33,19 +33,19 @@
 #include "wallfacer/comm/group.h"
 #include "wallfacer/core/tensor.h"
 
-namespace wf::comm {
+namespace wf::parallel {
 
 // x [n, ...] on every rank → [size·n, ...], rank r's x at rows [r·n, (r+1)·n).
-Tensor all_gather(Group& group, const Tensor& x);
+Tensor all_gather(comm::Group& group, const Tensor& x);
 // x [size·n, ...] → [n, ...]: rows [r·n, (r+1)·n) of the sum over ranks, on rank r.
-Tensor reduce_scatter(Group& group, const Tensor& x);
+Tensor reduce_scatter(comm::Group& group, const Tensor& x);
 // Sum over the group's ranks; the output is replicated (backward: identity).
-Tensor all_reduce(Group& group, const Tensor& x);
+Tensor all_reduce(comm::Group& group, const Tensor& x);
 // Identity on a replicated input; backward sums the gradient over the group.
-Tensor copy_to_group(Group& group, const Tensor& x);
+Tensor copy_to_group(comm::Group& group, const Tensor& x);
 // x [size·n, ...] → [size·n, ...]: block i (rows [i·n, (i+1)·n)) goes to rank i; output block i
 // came from rank i.
-Tensor all_to_all(Group& group, const Tensor& x);
+Tensor all_to_all(comm::Group& group, const Tensor& x);
 
 // Re-shards x from `gather_dim` to `scatter_dim`: every rank holds a slice of a global tensor
 // along gather_dim (rank order); afterwards every rank holds the whole of gather_dim and the
@@ -55,6 +55,6 @@ Tensor all_to_all(Group& group, const Tensor& x);
 //   all_to_all_dims(group, o, /*scatter_dim=*/1, /*gather_dim=*/2)
 // turns it back. Needs x.size(scatter_dim) divisible by the group size and the two dims
 // distinct; negative dims count from the end. Backward: the inverse re-sharding.
-Tensor all_to_all_dims(Group& group, const Tensor& x, std::int64_t scatter_dim, std::int64_t gather_dim);
+Tensor all_to_all_dims(comm::Group& group, const Tensor& x, std::int64_t scatter_dim, std::int64_t gather_dim);
 
-}  // namespace wf::comm
+}  // namespace wf::parallel

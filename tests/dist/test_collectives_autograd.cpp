@@ -1,4 +1,4 @@
-// Autograd-aware collectives (wallfacer/comm/functional.h), in f64: each forward against the
+// Autograd-aware collectives (wallfacer/parallel/collectives.h), in f64: each forward against the
 // result computed locally, each backward against the analytic gradient of the job's loss
 // L = Σ_r L_r, L_r = Σ w_r ∘ y_r (w_r deterministic per rank), i.e. what ONE process computing
 // the whole thing would get for this rank's input; then the traffic of that forward + backward.
@@ -6,7 +6,7 @@
 
 #include "dist_testing.h"
 #include "wallfacer/autograd/grad_mode.h"
-#include "wallfacer/comm/functional.h"
+#include "wallfacer/parallel/collectives.h"
 #include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/ops/reduction.h"
 #include "wallfacer/ops/shape_ops.h"
@@ -57,7 +57,7 @@ TEST_CASE("functional all_gather: concatenates; backward reduce-scatters the gra
   const Shape piece{2, 3}, whole{2 * P, 3};
 
   Tensor x = input_leaf(me, piece);
-  Tensor y = wf::comm::all_gather(*group, x);
+  Tensor y = wf::parallel::all_gather(*group, x);
   CHECK(mismatch(y, concat_inputs(P, piece, kF64, kInputSeed)) == "");
 
   backward_weighted_sum(y, weights_of(me, whole));
@@ -77,7 +77,7 @@ TEST_CASE("functional reduce_scatter: sums this rank's block; backward all-gathe
   const Shape whole{2 * P, 3}, piece{2, 3};
 
   Tensor x = input_leaf(me, whole);
-  Tensor y = wf::comm::reduce_scatter(*group, x);
+  Tensor y = wf::parallel::reduce_scatter(*group, x);
   Tensor expected = Tensor::zeros(piece, kF64);
   for (int r = 0; r < P; ++r) expected = wf::add(expected, block(input_of(r, whole, kF64, kInputSeed), me, P));
   CHECK(mismatch(y, expected, reduction_tolerance(kF64)) == "");
@@ -97,7 +97,7 @@ TEST_CASE("functional all_reduce: sums into a replicated output; backward is the
   const Shape shape{P, 4};
 
   Tensor x = input_leaf(me, shape);
-  Tensor y = wf::comm::all_reduce(*group, x);
+  Tensor y = wf::parallel::all_reduce(*group, x);
   Tensor expected = Tensor::zeros(shape, kF64);
   for (int r = 0; r < P; ++r) expected = wf::add(expected, input_of(r, shape, kF64, kInputSeed));
   CHECK(mismatch(y, expected, reduction_tolerance(kF64)) == "");
@@ -120,7 +120,7 @@ TEST_CASE("functional copy_to_group: identity on a replicated input; backward su
   const Shape shape{P, 4};
 
   Tensor x = input_leaf(0, shape);  // replicated: the same on every rank
-  Tensor y = wf::comm::copy_to_group(*group, x);
+  Tensor y = wf::parallel::copy_to_group(*group, x);
   CHECK(mismatch(y, x) == "");
 
   // Each rank uses the one x in its own term: L = Σ_r Σ w_r ∘ x, dL/dx = Σ_r w_r on every rank.
@@ -139,7 +139,7 @@ TEST_CASE("functional all_to_all: exchanges blocks; backward is the same exchang
   const Shape shape{2 * P, 3};
 
   Tensor x = input_leaf(me, shape);
-  Tensor y = wf::comm::all_to_all(*group, x);
+  Tensor y = wf::parallel::all_to_all(*group, x);
   std::vector<Tensor> blocks;  // block i of y is block me of rank i's x
   for (int i = 0; i < P; ++i) blocks.push_back(block(input_of(i, shape, kF64, kInputSeed), me, P));
   CHECK(mismatch(y, wf::cat(blocks, 0)) == "");
@@ -182,11 +182,11 @@ TEST_CASE("functional all_to_all_dims: re-shards between two dims; round trip an
 
     Tensor x = shard(whole, g, me);
     x.set_requires_grad();
-    Tensor y = wf::comm::all_to_all_dims(*group, x, c.scatter_dim, c.gather_dim);
+    Tensor y = wf::parallel::all_to_all_dims(*group, x, c.scatter_dim, c.gather_dim);
     CHECK(mismatch(y, shard(whole, s, me)) == "");
     {
       wf::autograd::NoGradGuard no_grad;
-      CHECK(mismatch(wf::comm::all_to_all_dims(*group, y, c.gather_dim, c.scatter_dim), x) == "");
+      CHECK(mismatch(wf::parallel::all_to_all_dims(*group, y, c.gather_dim, c.scatter_dim), x) == "");
     }
 
     // Together the ranks' y hold every element of `whole` once, so with w_r rank r's shard of
@@ -205,14 +205,14 @@ TEST_CASE("functional all_to_all_dims: bad dims fail on every rank before any co
   auto group = world_group("t.fn.all_to_all_dims.errors");
   const int P = group->size();
   const Tensor x = Tensor::zeros({2, 2 * P, P + 1}, kF64);  // P + 1 rows: indivisible for P > 1
-  CHECK_THAT(error_of([&] { wf::comm::all_to_all_dims(*group, x, 1, -2); }),
+  CHECK_THAT(error_of([&] { wf::parallel::all_to_all_dims(*group, x, 1, -2); }),
              Catch::Contains("are the same dim"));
-  CHECK_THAT(error_of([&] { wf::comm::all_to_all_dims(*group, x, 3, 1); }),
+  CHECK_THAT(error_of([&] { wf::parallel::all_to_all_dims(*group, x, 3, 1); }),
              Catch::Contains(fmt::format("scatter_dim 3 is out of range for shape [2, {}, {}]", 2 * P, P + 1)));
   if (P > 1) {
-    CHECK_THAT(error_of([&] { wf::comm::all_to_all_dims(*group, x, 2, 1); }),
+    CHECK_THAT(error_of([&] { wf::parallel::all_to_all_dims(*group, x, 2, 1); }),
                Catch::Contains("not divisible by the " + std::to_string(P) + " ranks"));
   }
-  CHECK_THAT(error_of([&] { wf::comm::all_gather(*group, Tensor()); }), Catch::Contains("undefined"));
+  CHECK_THAT(error_of([&] { wf::parallel::all_gather(*group, Tensor()); }), Catch::Contains("undefined"));
   expect_traffic(*group, {});
 }

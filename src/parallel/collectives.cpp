@@ -1,7 +1,7 @@
-// Autograd-aware collectives (semantics and the gradient convention in functional.h). Every
+// Autograd-aware collectives (semantics and the gradient convention in collectives.h). Every
 // function is one node whose forward and backward are each a single Group collective; the
 // non-differentiable collectives below are the building blocks of both directions.
-#include "wallfacer/comm/functional.h"
+#include "wallfacer/parallel/collectives.h"
 
 #include <functional>
 #include <numeric>
@@ -11,7 +11,9 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/ops/shape_ops.h"
 
-namespace wf::comm {
+namespace wf::parallel {
+using comm::Group;
+using comm::ReduceOp;
 namespace {
 
 using autograd::Context;
@@ -73,12 +75,12 @@ Tensor reshard(Group& group, const Tensor& x, std::int64_t scatter, std::int64_t
 
 // One autograd node: `forward` on the input, `backward` on the output's gradient.
 Tensor differentiable(const char* name, Group& group, const Tensor& x, Collective forward, Collective backward) {
-  WF_CHECK(x.defined(), "comm::{} on group '{}': the input tensor is undefined", name, group.name());
-  WF_CHECK(x.dim() >= 1, "comm::{} on group '{}': the input must have at least one dimension, got shape {}", name,
+  WF_CHECK(x.defined(), "parallel::{} on group '{}': the input tensor is undefined", name, group.name());
+  WF_CHECK(x.dim() >= 1, "parallel::{} on group '{}': the input must have at least one dimension, got shape {}", name,
            group.name(), shape_str(x.shape()));
   Group* g = &group;
   return autograd::apply_function(
-      fmt::format("comm::{}[{}]", name, group.name()), {x},
+      fmt::format("parallel::{}[{}]", name, group.name()), {x},
       [g, forward = std::move(forward)](Context&, const TensorList& in) { return TensorList{forward(*g, in[0])}; },
       [g, backward = std::move(backward)](Context&, const TensorList& grad) {
         return TensorList{backward(*g, grad[0])};
@@ -108,20 +110,20 @@ Tensor all_to_all(Group& group, const Tensor& x) {
 }
 
 Tensor all_to_all_dims(Group& group, const Tensor& x, std::int64_t scatter_dim, std::int64_t gather_dim) {
-  WF_CHECK(x.defined(), "comm::all_to_all_dims on group '{}': the input tensor is undefined", group.name());
+  WF_CHECK(x.defined(), "parallel::all_to_all_dims on group '{}': the input tensor is undefined", group.name());
   WF_CHECK(x.dim() >= 2,
-           "comm::all_to_all_dims on group '{}': the input needs two distinct dims to re-shard, got shape {}",
+           "parallel::all_to_all_dims on group '{}': the input needs two distinct dims to re-shard, got shape {}",
            group.name(), shape_str(x.shape()));
   const auto checked_dim = [&](const char* role, std::int64_t dim) {
-    WF_CHECK(dim >= -x.dim() && dim < x.dim(), "comm::all_to_all_dims on group '{}': {} {} is out of range for shape {}",
+    WF_CHECK(dim >= -x.dim() && dim < x.dim(), "parallel::all_to_all_dims on group '{}': {} {} is out of range for shape {}",
              group.name(), role, dim, shape_str(x.shape()));
     return normalize_dim(dim, x.dim());
   };
   const std::int64_t s = checked_dim("scatter_dim", scatter_dim), g = checked_dim("gather_dim", gather_dim);
-  WF_CHECK(s != g, "comm::all_to_all_dims on group '{}': scatter_dim {} and gather_dim {} are the same dim of shape {}",
+  WF_CHECK(s != g, "parallel::all_to_all_dims on group '{}': scatter_dim {} and gather_dim {} are the same dim of shape {}",
            group.name(), scatter_dim, gather_dim, shape_str(x.shape()));
   WF_CHECK(x.size(s) % group.size() == 0,
-           "comm::all_to_all_dims on group '{}': scatter dim {} of shape {} has extent {}, not divisible by the {} "
+           "parallel::all_to_all_dims on group '{}': scatter dim {} of shape {} has extent {}, not divisible by the {} "
            "ranks of the group",
            group.name(), scatter_dim, shape_str(x.shape()), x.size(s), group.size());
   // The inverse re-sharding swaps the roles of the two dims; it is also the adjoint, because
@@ -131,4 +133,4 @@ Tensor all_to_all_dims(Group& group, const Tensor& x, std::int64_t scatter_dim, 
       [s, g](Group& grp, const Tensor& t) { return reshard(grp, t, g, s); });
 }
 
-}  // namespace wf::comm
+}  // namespace wf::parallel
