@@ -30,3 +30,7 @@
 #include "wallfacer/comm/group.h"
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/comm/traffic.h"
+#include "wallfacer/config/run_config.h"
+#include "wallfacer/data/gpt2_tokenizer.h"
+#include "wallfacer/data/token_file.h"
+#include "wallfacer/data/tokenizer.h"

@@ -36,11 +36,21 @@ void add_demo_command(CLI::App& app);
 // `wallfacer grid --world N ...`: prints the process grid of a parallel layout (grid.cpp).
 void add_grid_command(CLI::App& app);
 
+// `wallfacer validate CFG.yaml [-n N] [--set k=v]...`: checks a run config (validate_command.cpp).
+void add_validate_command(CLI::App& app);
+
+// `wallfacer prepare-text --input FILE... --output-dir DIR --tokenizer byte|gpt2`: text files to
+// token files train.bin and val.bin (prepare_text_command.cpp, docs/data.md).
+void add_prepare_text_command(CLI::App& app);
+
 // `wallfacer bench`: a group that only holds the bench subcommands; returns it so that each
 // bench subcommand can register itself on it.
 CLI::App& add_bench_group(CLI::App& app);
 void add_bench_kernels_command(CLI::App& bench);
 // `wallfacer bench comm`: Group primitives beside raw MPI, and P2P overlap (bench_comm_command.cpp).
 void add_bench_comm_command(CLI::App& bench);
+// `wallfacer bench attention`: sequence-parallel attention per strategy and C, measured bytes
+// beside the traffic model (bench_attention_command.cpp).
+void add_bench_attention_command(CLI::App& bench);
 
 }  // namespace wf::cli

@@ -82,9 +82,12 @@ int main(int argc, char** argv) {
   add_info_command(app);
   add_demo_command(app);
   add_grid_command(app);
+  add_validate_command(app);
+  add_prepare_text_command(app);
   CLI::App& bench = add_bench_group(app);
   add_bench_kernels_command(bench);
   add_bench_comm_command(bench);
+  add_bench_attention_command(bench);
 
   try {
     app.parse(argc, argv);

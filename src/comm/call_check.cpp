@@ -17,7 +17,19 @@ constexpr std::array<const char*, 7> kCalls = {"all_reduce", "all_gather", "all_
 constexpr int kShownDims = 8;
 
 // One rank's header, as int64 words so one all_gather moves it.
-enum Word { kCall, kDtype, kDetail, kSequence, kNdim, kShapeHash, kRowShapeHash, kDims, kWords = kDims + kShownDims };
+// kErrorBytes: the length of the rank's local error message, 0 when its local checks passed.
+enum Word {
+  kCall,
+  kDtype,
+  kDetail,
+  kSequence,
+  kNdim,
+  kShapeHash,
+  kRowShapeHash,
+  kErrorBytes,
+  kDims,
+  kWords = kDims + kShownDims
+};
 
 int call_code(const char* primitive) {
   for (std::size_t i = 0; i < kCalls.size(); ++i) {
@@ -38,7 +50,9 @@ std::array<std::int64_t, kWords> make_header(std::int64_t sequence, const CallSi
   h[kDetail] = call.detail;
   h[kNdim] = -1;
   h[kDtype] = -1;
-  if (call.shape != nullptr) {
+  if (call.local_error != nullptr) {
+    h[kErrorBytes] = static_cast<std::int64_t>(call.local_error->size());
+  } else if (call.shape != nullptr) {
     const Shape& s = *call.shape;
     h[kDtype] = static_cast<std::int64_t>(call.dtype);
     h[kNdim] = static_cast<std::int64_t>(s.size());
@@ -80,6 +94,25 @@ std::string difference(const std::int64_t* a, const std::int64_t* b) {
   return {};
 }
 
+// When a rank's local checks failed: every rank throws the first such rank's message, which
+// that rank broadcasts (its length is in every header already).
+void fail_if_a_rank_failed(Backend& backend, const std::string& group, const CallSignature& call,
+                           const std::int64_t* table) {
+  std::vector<int> failed;
+  for (int r = 0; r < backend.size(); ++r) {
+    if (table[static_cast<std::ptrdiff_t>(r) * kWords + kErrorBytes] > 0) failed.push_back(r);
+  }
+  if (failed.empty()) return;
+  const int reporter = failed.front();
+  Tensor text = Tensor::empty({table[static_cast<std::ptrdiff_t>(reporter) * kWords + kErrorBytes]}, DType::u8);
+  if (backend.rank() == reporter) std::memcpy(text.raw_data(), call.local_error->data(), call.local_error->size());
+  backend.broadcast(text, reporter);
+  const std::string message(static_cast<const char*>(text.raw_data()), static_cast<std::size_t>(text.numel()));
+  WF_FAIL("{} on group '{}': the arguments failed their checks on group rank(s) [{}] of {}, so no rank runs the "
+          "call (argument checks on); rank {}: {}",
+          call.primitive, group, fmt::join(failed, ", "), backend.size(), reporter, message);
+}
+
 }  // namespace
 
 std::uint64_t hash_values(const std::int64_t* values, std::size_t count) {
@@ -99,6 +132,7 @@ void check_call_agreement(Backend& backend, const std::string& group, std::int64
   Tensor mine = Tensor::from_vector(std::vector<std::int64_t>(header.begin(), header.end()), {kWords});
   Tensor all = Tensor::empty({static_cast<std::int64_t>(backend.size()) * kWords}, DType::i64);
   backend.all_gather(mine, all);
+  fail_if_a_rank_failed(backend, group, call, all.data<std::int64_t>());
   // Everyone compares against rank 0 in rank order, so every rank reports the same pair.
   const std::int64_t* table = all.data<std::int64_t>();
   for (int r = 1; r < backend.size(); ++r) {

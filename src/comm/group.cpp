@@ -63,15 +63,41 @@ Backend& Group::backend_for(const Tensor& input, const Tensor& output, const cha
 }
 
 void Group::agree_on_call(const char* primitive, const Tensor* t, std::int64_t detail) {
+  agree_after_checks(primitive, nullptr, t, detail);
+}
+
+void Group::agree_after_checks(const char* primitive, const std::function<void()>& local_checks, const Tensor* t,
+                               std::int64_t detail) {
+  std::exception_ptr failure;
+  std::string message;
+  try {
+    if (local_checks) local_checks();
+  } catch (const std::exception& e) {
+    failure = std::current_exception();
+    message = *e.what() != '\0' ? e.what() : "(an error without a message)";
+  }
+  const bool agree = size() > 1 && argument_checks_enabled();
+  if (failure && !agree) std::rethrow_exception(failure);  // as before: this rank alone throws
   const std::int64_t sequence = sequence_++;
-  if (size() == 1 || !argument_checks_enabled()) return;
+  if (!agree) return;
   CallSignature call{primitive};
-  if (t != nullptr) {
+  if (failure) {
+    call.local_error = &message;
+  } else if (t != nullptr) {
     call.dtype = t->dtype();
     call.shape = &t->shape();
   }
   call.detail = detail;
   check_call_agreement(*cpu_, name_, sequence, call);
+}
+
+void Group::check_before_allocating(const char* primitive, const std::function<void()>& local_checks) {
+  try {
+    local_checks();
+  } catch (const std::exception&) {
+    // Meets the other ranks in the full form's argument check, which then fails on all of them.
+    agree_after_checks(primitive, [failure = std::current_exception()] { std::rethrow_exception(failure); }, nullptr);
+  }
 }
 
 // ---- point to point ---------------------------------------------------------------------
@@ -174,21 +200,33 @@ void check_divisible_rows(const Group& g, const char* primitive, const Tensor& i
 }
 }  // namespace
 
+// Each collective runs its local checks inside agree_after_checks, so that with argument checks
+// on a failure on some ranks fails every rank at once.
 void Group::all_reduce(Tensor& t, ReduceOp op) {
-  Backend& backend = backend_for(t, "all_reduce");
-  check_reduction(*this, "all_reduce", t.dtype(), op);
-  agree_on_call("all_reduce", &t, static_cast<std::int64_t>(op));
-  backend.all_reduce(t, op);
+  Backend* backend = nullptr;
+  agree_after_checks(
+      "all_reduce",
+      [&] {
+        backend = &backend_for(t, "all_reduce");
+        check_reduction(*this, "all_reduce", t.dtype(), op);
+      },
+      &t, static_cast<std::int64_t>(op));
+  backend->all_reduce(t, op);
   const std::int64_t bytes = 2 * (size() - 1) * bytes_of(t) / size();
   traffic_->record(Primitive::all_reduce, bytes, bytes);
 }
 
 void Group::all_gather(const Tensor& input, Tensor& output) {
-  Backend& backend = backend_for(input, output, "all_gather");
-  check_has_rows(*this, "all_gather", input);
-  check_output(*this, "all_gather", input, output, with_dim0(input.shape(), size() * input.size(0)));
-  agree_on_call("all_gather", &input);
-  backend.all_gather(input, output);
+  Backend* backend = nullptr;
+  agree_after_checks(
+      "all_gather",
+      [&] {
+        backend = &backend_for(input, output, "all_gather");
+        check_has_rows(*this, "all_gather", input);
+        check_output(*this, "all_gather", input, output, with_dim0(input.shape(), size() * input.size(0)));
+      },
+      &input);
+  backend->all_gather(input, output);
   const std::int64_t bytes = (size() - 1) * bytes_of(input);
   traffic_->record(Primitive::all_gather, bytes, bytes);
 }
@@ -196,50 +234,71 @@ void Group::all_gather(const Tensor& input, Tensor& output) {
 // Counted under all_gather: this rank sends its piece to the C−1 others and receives theirs —
 // with equal pieces, the (C−1)/C·S of all_gather both ways.
 void Group::all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows) {
-  Backend& backend = backend_for(input, output, "all_gather_v");
-  check_has_rows(*this, "all_gather_v", input);
-  WF_CHECK(static_cast<int>(rows.size()) == size(), "all_gather_v on group '{}': {} row counts for {} ranks", name_,
-           rows.size(), size());
-  for (std::int64_t r : rows) {
-    WF_CHECK(r >= 0, "all_gather_v on group '{}': negative row count {} in [{}]", name_, r, fmt::join(rows, ", "));
-  }
-  WF_CHECK(rows[static_cast<std::size_t>(rank_)] == input.size(0),
-           "all_gather_v on group '{}': row counts [{}] give this rank ({}) {} rows, but its input {} has {}", name_,
-           fmt::join(rows, ", "), rank_, rows[static_cast<std::size_t>(rank_)], shape_str(input.shape()),
-           input.size(0));
-  const std::int64_t total_rows = std::accumulate(rows.begin(), rows.end(), std::int64_t{0});
-  check_output(*this, "all_gather_v", input, output, with_dim0(input.shape(), total_rows));
-  agree_on_call("all_gather_v", &input, static_cast<std::int64_t>(hash_values(rows.data(), rows.size())));
-  backend.all_gather_v(input, output, rows);
+  Backend* backend = nullptr;
+  agree_after_checks(
+      "all_gather_v",
+      [&] {
+        backend = &backend_for(input, output, "all_gather_v");
+        check_has_rows(*this, "all_gather_v", input);
+        WF_CHECK(static_cast<int>(rows.size()) == size(), "all_gather_v on group '{}': {} row counts for {} ranks",
+                 name_, rows.size(), size());
+        for (std::int64_t r : rows) {
+          WF_CHECK(r >= 0, "all_gather_v on group '{}': negative row count {} in [{}]", name_, r,
+                   fmt::join(rows, ", "));
+        }
+        WF_CHECK(rows[static_cast<std::size_t>(rank_)] == input.size(0),
+                 "all_gather_v on group '{}': row counts [{}] give this rank ({}) {} rows, but its input {} has {}",
+                 name_, fmt::join(rows, ", "), rank_, rows[static_cast<std::size_t>(rank_)], shape_str(input.shape()),
+                 input.size(0));
+        const std::int64_t total_rows = std::accumulate(rows.begin(), rows.end(), std::int64_t{0});
+        check_output(*this, "all_gather_v", input, output, with_dim0(input.shape(), total_rows));
+      },
+      &input, static_cast<std::int64_t>(hash_values(rows.data(), rows.size())));
+  backend->all_gather_v(input, output, rows);
   traffic_->record(Primitive::all_gather, (size() - 1) * bytes_of(input), bytes_of(output) - bytes_of(input));
 }
 
 void Group::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
-  Backend& backend = backend_for(input, output, "reduce_scatter");
-  check_reduction(*this, "reduce_scatter", input.dtype(), op);
-  check_divisible_rows(*this, "reduce_scatter", input);
-  check_output(*this, "reduce_scatter", input, output, with_dim0(input.shape(), input.size(0) / size()));
-  agree_on_call("reduce_scatter", &input, static_cast<std::int64_t>(op));
-  backend.reduce_scatter(input, output, op);
+  Backend* backend = nullptr;
+  agree_after_checks(
+      "reduce_scatter",
+      [&] {
+        backend = &backend_for(input, output, "reduce_scatter");
+        check_reduction(*this, "reduce_scatter", input.dtype(), op);
+        check_divisible_rows(*this, "reduce_scatter", input);
+        check_output(*this, "reduce_scatter", input, output, with_dim0(input.shape(), input.size(0) / size()));
+      },
+      &input, static_cast<std::int64_t>(op));
+  backend->reduce_scatter(input, output, op);
   const std::int64_t bytes = (size() - 1) * bytes_of(output);
   traffic_->record(Primitive::reduce_scatter, bytes, bytes);
 }
 
 void Group::all_to_all(const Tensor& input, Tensor& output) {
-  Backend& backend = backend_for(input, output, "all_to_all");
-  check_divisible_rows(*this, "all_to_all", input);
-  check_output(*this, "all_to_all", input, output, input.shape());
-  agree_on_call("all_to_all", &input);
-  backend.all_to_all(input, output);
+  Backend* backend = nullptr;
+  agree_after_checks(
+      "all_to_all",
+      [&] {
+        backend = &backend_for(input, output, "all_to_all");
+        check_divisible_rows(*this, "all_to_all", input);
+        check_output(*this, "all_to_all", input, output, input.shape());
+      },
+      &input);
+  backend->all_to_all(input, output);
   const std::int64_t bytes = (size() - 1) * (bytes_of(input) / size());
   traffic_->record(Primitive::all_to_all, bytes, bytes);
 }
 
 void Group::broadcast(Tensor& t, int root) {
-  Backend& backend = backend_for(t, "broadcast");
-  check_peer(*this, root, "broadcast", "root");
-  agree_on_call("broadcast", &t, root);
-  backend.broadcast(t, root);
+  Backend* backend = nullptr;
+  agree_after_checks(
+      "broadcast",
+      [&] {
+        backend = &backend_for(t, "broadcast");
+        check_peer(*this, root, "broadcast", "root");
+      },
+      &t, root);
+  backend->broadcast(t, root);
   if (size() > 1) traffic_->record(Primitive::broadcast, rank_ == root ? bytes_of(t) : 0, rank_ == root ? 0 : bytes_of(t));
 }
 
@@ -249,28 +308,30 @@ void Group::barrier() {
 }
 
 Tensor Group::all_gather(const Tensor& input) {
-  check_has_rows(*this, "all_gather", input);
+  check_before_allocating("all_gather", [&] { check_has_rows(*this, "all_gather", input); });
   Tensor output = Tensor::empty(with_dim0(input.shape(), size() * input.size(0)), input.dtype(), input.device());
   all_gather(input, output);
   return output;
 }
 
 Tensor Group::reduce_scatter(const Tensor& input, ReduceOp op) {
-  check_divisible_rows(*this, "reduce_scatter", input);
+  check_before_allocating("reduce_scatter", [&] { check_divisible_rows(*this, "reduce_scatter", input); });
   Tensor output = Tensor::empty(with_dim0(input.shape(), input.size(0) / size()), input.dtype(), input.device());
   reduce_scatter(input, output, op);
   return output;
 }
 
 Tensor Group::all_to_all(const Tensor& input) {
-  check_has_rows(*this, "all_to_all", input);
+  check_before_allocating("all_to_all", [&] { check_has_rows(*this, "all_to_all", input); });
   Tensor output = Tensor::empty(input.shape(), input.dtype(), input.device());
   all_to_all(input, output);
   return output;
 }
 
 Tensor Group::all_gather_v(const Tensor& input) {
-  check_has_rows(*this, "all_gather_v", input);
+  // The row counts are exchanged before the full form runs its checks, so the input is agreed
+  // on first (with argument checks on; without them a bad input throws here, on this rank).
+  agree_after_checks("all_gather_v", [&] { check_has_rows(*this, "all_gather_v", input); }, &input);
   Tensor mine = Tensor::from_vector(std::vector<std::int64_t>{input.size(0)}, {1});
   Tensor all = Tensor::empty({size()}, DType::i64);
   {

@@ -194,6 +194,8 @@ MPI_Request MpiBackend::post(const P2pLeg& leg, int tag, const char* primitive) 
 }
 
 Request MpiBackend::start(std::vector<P2pLeg> legs, int tag, const char* primitive, bool overlapped) {
+  WF_CHECK(legs.size() <= PendingOperation::kMaxRequests, "{}: {} legs in one operation (at most {})",
+           context(primitive), legs.size(), PendingOperation::kMaxRequests);
   for (const P2pLeg& leg : legs) check_peer_tag(leg.peer, tag, primitive);
   auto operation = std::make_shared<PendingOperation>();
   for (const P2pLeg& leg : legs) {

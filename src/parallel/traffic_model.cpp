@@ -74,9 +74,14 @@ SpTraffic ulysses_traffic(const AttentionDims& dims, int P, Pass /*pass: both di
            "traffic model: Ulysses scatters heads over P = {} ranks, so heads {} and kv_heads {} must be multiples "
            "of P",
            P, dims.heads, dims.kv_heads);
-  // Forward: Q, K, V sequence → heads, O heads → sequence. Backward: dO in, dQ, dK, dV out.
+  // Forward: Q, K, V sequence → heads, O and lse heads → sequence. Backward: dO and d_lse in,
+  // dQ, dK, dV out. lse must travel because the AttentionStrategy contract returns it on the
+  // sequence shard; it rides in the O message (its gradient in the dO one). Each piece is a
+  // multiple of P elements (h divides by P), so summing the pieces' all-to-all bytes equals the
+  // bytes of the packed message.
   const std::int64_t collective = 2 * all_to_all_bytes(e.q * bytes.activation, P) +
-                                  2 * all_to_all_bytes(e.kv * bytes.activation, P);
+                                  2 * all_to_all_bytes(e.kv * bytes.activation, P) +
+                                  all_to_all_bytes(e.rows * bytes.stats, P);
   return symmetric(0, collective);
 }
 

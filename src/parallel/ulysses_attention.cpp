@@ -8,11 +8,10 @@
 // position order, so the local attention is one kernel call with a plain causal mask whatever
 // the sequence layout; the packing for the way back reads them from there.
 //
-// Traffic (per rank, per pass): traffic_model.h's ulysses_traffic, (P−1)/P·(2E + 2E_kv)·a,
-// PLUS (P−1)/P·R·a for lse (forward) and its gradient (backward), R = B·(N/P)·h: the
-// nn::AttentionStrategy contract returns lse on the sequence shard, and the head-sharded lse
-// has to travel to get there. It rides in the O (dO) message, so the message count is that
-// of two all-to-alls per pass.
+// Traffic (per rank, per pass): traffic_model.h's ulysses_traffic, (P−1)/P·((2E + 2E_kv)·a + R·s),
+// R = B·(N/P)·h: the R term is lse (forward) and its gradient (backward), which must travel
+// because the nn::AttentionStrategy contract returns lse on the sequence shard. It rides in the
+// O (dO) message, so the message count is that of two all-to-alls per pass.
 #include "src/parallel/ulysses_attention.h"
 
 #include <algorithm>

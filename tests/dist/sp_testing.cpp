@@ -117,14 +117,7 @@ SpTraffic expected_sp_traffic(const SpCase& c, int P, int logical_index, Pass pa
   const parallel::ElementBytes bytes = c.bytes_or_default();
   switch (c.strategy) {
     case SpStrategy::ring: return parallel::ring_attention_traffic(dims, P, pass, bytes);
-    case SpStrategy::ulysses: {
-      // lse (forward) and its gradient (backward) ride with O and dO: an all-to-all of R values.
-      SpTraffic t = parallel::ulysses_traffic(dims, P, pass, bytes);
-      const std::int64_t lse = (P - 1) * (c.B * (c.N / P) * c.h * bytes.stats / P);
-      t.collective_sent += lse;
-      t.collective_received += lse;
-      return t;
-    }
+    case SpStrategy::ulysses: return parallel::ulysses_traffic(dims, P, pass, bytes);
     case SpStrategy::wallfacer:
       return parallel::wallfacer_traffic(
           dims, P, c.C, logical_index, pass, bytes,

@@ -57,8 +57,7 @@ double sp_tolerance(DType dtype);  // f64 1e-10, f32 1e-5
 // communicators are collective to create: every rank reaches the first use of each C together).
 comm::CommGrid& sp_grid(int C);
 
-// What traffic_model.h says one rank of a case moves in one pass (Ulysses: plus its lse, see
-// ulysses_attention.cpp), and the sum over ranks.
+// What traffic_model.h says one rank of a case moves in one pass, and the sum over ranks.
 parallel::SpTraffic expected_sp_traffic(const SpCase& c, int P, int logical_index, parallel::Pass pass);
 parallel::SpTraffic expected_sp_traffic_total(const SpCase& c, int P, parallel::Pass pass);
 

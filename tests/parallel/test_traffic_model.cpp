@@ -145,6 +145,7 @@ Ledger simulate_ulysses(int P, const AttentionDims& dims, const ElementBytes& b)
   std::vector<int> all(static_cast<std::size_t>(P));
   for (int r = 0; r < P; ++r) all[static_cast<std::size_t>(r)] = r;
   for (std::int64_t local : {e.q, e.kv, e.kv, e.q}) ledger.exchange(all, local * b.activation / P);
+  ledger.exchange(all, e.rows * b.stats / P);  // lse (forward) or its gradient (backward)
   return ledger;
 }
 
@@ -230,10 +231,11 @@ TEST_CASE("the doc's closed forms: collectives (C-1)(2E + 2E_kv) + lse, P2P 2·C
             wf::parallel::ring_attention_traffic(d, P, Pass::forward, kBytes));
     }
   }
-  // Ulysses: (P-1)/P·(2E + 2E_kv) each way, forward and backward alike.
+  // Ulysses: (P-1)/P·(2E + 2E_kv + R) each way (R: lse or its gradient), forward and backward alike.
   const AttentionDims u{1, 16, 8, 4, 2};
-  const std::int64_t Eu = 1 * 4 * 8 * 2, Eu_kv = 1 * 4 * 4 * 2;
-  CHECK(wf::parallel::ulysses_traffic(u, 4, Pass::forward, same).collective_sent == 3 * (2 * Eu + 2 * Eu_kv) / 4 * 4);
+  const std::int64_t Eu = 1 * 4 * 8 * 2, Eu_kv = 1 * 4 * 4 * 2, Ru = 1 * 4 * 8;
+  CHECK(wf::parallel::ulysses_traffic(u, 4, Pass::forward, same).collective_sent ==
+        3 * (2 * Eu + 2 * Eu_kv + Ru) / 4 * 4);
   CHECK(wf::parallel::ulysses_traffic(u, 4, Pass::backward, same) ==
         wf::parallel::ulysses_traffic(u, 4, Pass::forward, same));
   // Nothing moves with one rank.

@@ -74,6 +74,14 @@ class Group {
   // Before each collective: the local shape checks are done; this numbers the call and, when
   // argument checks are on, compares it with every other rank's.
   void agree_on_call(const char* primitive, const Tensor* t, std::int64_t detail = -1);
+  // agree_on_call after running the collective's local checks. With argument checks on, a
+  // local failure is shared in the comparison, so every rank throws the same error at once
+  // (instead of the others waiting for the watchdog); with them off it is thrown as is.
+  void agree_after_checks(const char* primitive, const std::function<void()>& local_checks, const Tensor* t,
+                          std::int64_t detail = -1);
+  // The forms that allocate the output check the input first; a failure there joins the full
+  // form's argument check on the other ranks (and throws).
+  void check_before_allocating(const char* primitive, const std::function<void()>& local_checks);
 
   std::string name_;
   std::vector<int> world_ranks_;

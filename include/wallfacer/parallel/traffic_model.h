@@ -16,9 +16,9 @@
 //   forward   2·E_kv·a·(P−1)                             K, V to ring next, P−1 times
 //   backward  2·E_kv·a·(P−1) + 2·E_kv·p·P  (0 at P = 1)   K, V as forward; dK, dV (partial
 //             sums) travel with them every step and take one more step home
-// Ulysses, collectives only (four all-to-alls each way):
-//   forward   2·A(E·a) + 2·A(E_kv·a), A(S) = (P−1)·(S/P)   Q, K, V in, O out
-//   backward  the same                                     dO in, dQ, dK, dV out
+// Ulysses, collectives only (Q‖K‖V in, O‖lse out; dO‖d_lse in, dQ‖dK‖dV out):
+//   forward   2·A(E·a) + 2·A(E_kv·a) + A(R·s), A(S) = (P−1)·(S/P)   Q, K, V in, O and lse out
+//   backward  the same                                              dO and d_lse in, dQ, dK, dV out
 // WallFacer, per rank:
 //   forward collectives  (C−1)·(E·a + 2·E_kv·a + C·R·s + E·p)
 //                        all-gather Q, K, V; all-gather the members' lse partials of the team's

@@ -1,0 +1,134 @@
+#pragma once
+// The run configuration: one YAML file per run with the sections model, parallel, train, data,
+// checkpoint and log (docs/config.md lists every key). load_config reads and type-checks the
+// file and the --set overrides; validate checks the combinations against the world size. Both
+// throw wf::Error with one message that names the key and the rule, and whose text depends only
+// on the inputs, so every rank of a misconfigured run fails with the same message.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wallfacer/comm/process_grid.h"
+#include "wallfacer/core/dtype.h"
+#include "wallfacer/parallel/sp_attention.h"
+
+namespace wf::config {
+
+enum class NormKind { layernorm, rmsnorm };
+enum class PositionKind { learned, rope };
+enum class TokenizerKind { byte, gpt2 };
+
+struct ModelConfig {
+  std::string name = "gpt";
+  std::int64_t n_layer = 4;
+  std::int64_t n_head = 4;
+  std::int64_t n_kv_head = 4;  // = n_head: multi-head; fewer: grouped-query attention
+  std::int64_t d_model = 256;
+  std::int64_t d_ff = 1024;
+  std::int64_t vocab_size = 256;
+  std::int64_t max_seq_len = 1024;  // the longest train.seq_len the positions support
+  NormKind norm = NormKind::layernorm;
+  PositionKind positions = PositionKind::learned;
+  bool tie_embeddings = true;
+  double dropout = 0.0;
+  bool checkpoint_attention = false;  // recompute attention in the backward to save memory
+  friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
+};
+
+struct ParallelSection {
+  int dp = 1, tp = 1, pp = 1, sp = 1;
+  std::string order = "tp-sp-dp-pp";  // innermost first, as comm::ParallelConfig::order
+  int C = 1;                          // WallFacer team size; only sp_strategy wallfacer uses C > 1
+  comm::Placement placement = comm::Placement::collectives_intra;
+  parallel::SpStrategy sp_strategy = parallel::SpStrategy::wallfacer;
+  comm::ParallelConfig grid() const { return {dp, tp, pp, sp, order, C, placement}; }
+  friend bool operator==(const ParallelSection&, const ParallelSection&) = default;
+};
+
+struct TrainConfig {
+  std::int64_t steps = 1000;             // optimizer steps
+  std::int64_t micro_batch_size = 1;     // sequences per dp rank per forward/backward
+  // Sequences (of seq_len tokens) per optimizer step over the whole job; 0 means
+  // dp × micro_batch_size (no gradient accumulation). Must be a multiple of dp × micro_batch_size.
+  std::int64_t global_batch_size = 0;
+  std::int64_t seq_len = 1024;  // tokens per sequence (global, before sequence parallelism)
+  double lr = 3e-4;
+  double min_lr = 3e-5;  // the cosine schedule's floor
+  std::int64_t warmup_steps = 100;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double grad_clip = 1.0;  // global grad-norm clip; 0 disables
+  std::int64_t log_every = 10;
+  std::int64_t eval_every = 0;  // 0: never
+  std::int64_t seed = 1234;
+  DType dtype = DType::f32;  // f32 or bf16
+  friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
+};
+
+struct DataConfig {
+  std::string train_path = "data/kjv/train.bin";  // a token file from `wallfacer prepare-text`
+  std::string val_path;  // empty: no validation set (then train.eval_every must be 0)
+  TokenizerKind tokenizer = TokenizerKind::byte;
+  friend bool operator==(const DataConfig&, const DataConfig&) = default;
+};
+
+struct CheckpointConfig {
+  std::string dir = "checkpoints";
+  std::int64_t every = 0;  // steps between checkpoints; 0: only at the end
+  std::int64_t keep = 3;   // newest checkpoints kept; 0: keep all
+  friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
+};
+
+struct LogConfig {
+  std::string dir = "logs";
+  std::string metrics_file = "metrics.jsonl";  // JSON lines, inside dir
+  friend bool operator==(const LogConfig&, const LogConfig&) = default;
+};
+
+struct RunConfig {
+  ModelConfig model;
+  ParallelSection parallel;
+  TrainConfig train;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  friend bool operator==(const RunConfig&, const RunConfig&) = default;
+};
+
+std::string_view norm_name(NormKind kind);              // "layernorm" / "rmsnorm"
+std::string_view position_name(PositionKind kind);      // "learned" / "rope"
+std::string_view tokenizer_name(TokenizerKind kind);    // "byte" / "gpt2"
+
+// Reads the YAML file at `path`, then applies `overrides` ("section.key=value", the values of
+// --set), then type- and range-checks every value. Throws wf::Error naming the file and line
+// (unreadable file, YAML syntax, wrong type or range), or the key path and the valid keys of
+// its section (unknown key or section, with a "did you mean" for a close spelling).
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same from YAML text; `source` names it in messages (a file name, "<string>").
+RunConfig parse_config(std::string_view yaml, const std::vector<std::string>& overrides = {},
+                       std::string_view source = "<string>");
+// Applies one "section.key=value" override to `config`, with the checks load_config makes.
+void apply_override(RunConfig& config, std::string_view override_text);
+
+// Every key path ("model.n_layer", ...), in file order.
+std::vector<std::string> config_keys();
+
+// Checks the combinations load_config cannot see: the layout against the world size
+// (comm::ProcessGrid::validate), the sequence length against the layout the strategy needs
+// (zigzag: GPT is causal), heads against tp and (Ulysses) sp, the batch against dp, and so on.
+// Throws ONE wf::Error listing every problem as "key: rule"; the text is the same on every rank.
+void validate(const RunConfig& config, int world_size);
+
+// Gradient-accumulation steps: global_batch_size / (dp × micro_batch_size) (1 when 0 = auto).
+std::int64_t grad_accum_steps(const RunConfig& config);
+// Sequences per optimizer step over the whole job (global_batch_size, resolved when 0).
+std::int64_t global_batch_sequences(const RunConfig& config);
+
+// The whole configuration as YAML that parse_config reads back to an equal RunConfig.
+std::string to_yaml(const RunConfig& config);
+// One line: the model, the layout and the batch, e.g. for "config OK: <summary>".
+std::string summary(const RunConfig& config, int world_size);
+
+}  // namespace wf::config

@@ -1,0 +1,660 @@
+// `wallfacer bench attention`: sequence-parallel attention (ring, Ulysses, WallFacer for every
+// valid team size C) on the world of the current mpirun (sp = world size; a world of one works
+// too), forward + backward, one row per (strategy, C):
+//   - time per call: the slowest rank's, median of --iters after a warm-up call;
+//   - bytes: the traffic counters of the sp groups during one forward and one backward (the
+//     warm-up call), per rank and summed over ranks, beside traffic_model.h's formulas;
+//   - compute-only time: the same block_attention calls the strategy makes on this rank (same
+//     query / key runs, same shapes, same schedule) on local data, with no communication; the
+//     overlap efficiency is compute-only / total time (1 = communication fully hidden);
+//   - compute rate: FLOPs of those calls per compute-only second, as a ratio to the rate of one
+//     process running the same kernel on one full N/P × N/P block alone (rank 0, the others
+//     waiting): how much sharing the machine and the block shapes cost;
+//   - peak memory of a rank during the warm-up call above what was live before it: what one
+//     forward + backward needs besides its inputs (buffers, saved tensors, outputs, gradients);
+//   - max relative error of O, dQ, dK, dV against the f64 reference on the gathered result (only
+//     while N·N·h ≤ 2^28: the reference is naive).
+// FLOPs follow bench kernels: forward 4·d per visible (query, key) pair and head, backward 2.5×.
+// With --check the command exits 1 when any measured byte count differs from its formula.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/attention_reference.h"
+#include "src/cli/commands.h"
+#include "wallfacer/autograd/engine.h"
+#include "wallfacer/comm/process_grid.h"
+#include "wallfacer/comm/runtime.h"
+#include "wallfacer/comm/traffic.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/storage.h"
+#include "wallfacer/core/tensor.h"
+#include "wallfacer/parallel/block_attention.h"
+#include "wallfacer/parallel/sp_attention.h"
+#include "wallfacer/parallel/traffic_model.h"
+
+namespace wf::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+using parallel::Pass;
+using parallel::SpStrategy;
+using parallel::SpTraffic;
+using parallel::TokenRun;
+
+constexpr double kMaxReferencePairs = double(1 << 28);  // N·N·h above which the naive reference is skipped
+constexpr std::uint64_t kSeed = 20240601;
+
+struct Options {
+  std::int64_t seq = 4096, batch = 1, heads = 8, kv_heads = 0, head_dim = 64;  // kv_heads 0: = heads
+  std::string mask = "causal";
+  std::vector<std::string> strategies{"ring", "ulysses", "wallfacer"};
+  std::vector<int> team_sizes;  // empty: every valid C
+  int iters = 3;
+  std::string dtype = "f32";
+  std::string placement = "collectives-intra";
+  bool json = false;
+  bool check = false;
+};
+
+struct Problem {
+  std::int64_t B, N, h, h_kv, d;
+  bool causal;
+  DType dtype;
+  parallel::SequenceLayout layout() const {
+    return causal ? parallel::SequenceLayout::zigzag : parallel::SequenceLayout::contiguous;
+  }
+  parallel::AttentionDims dims() const { return {B, N, h, h_kv, d}; }
+  parallel::ElementBytes bytes() const {  // inputs, statistics and partial sums all in the input dtype
+    const auto a = static_cast<std::int64_t>(dtype_size(dtype));
+    return {a, a, a};
+  }
+};
+
+struct Row {
+  std::string strategy;
+  int P = 1, C = 1;
+  SpTraffic forward, backward;                  // measured, summed over ranks
+  SpTraffic formula_forward, formula_backward;  // traffic_model.h, summed over ranks
+  std::vector<std::int64_t> p2p_fwd_per_rank, coll_fwd_per_rank, p2p_bwd_per_rank, coll_bwd_per_rank;  // sent
+  bool traffic_exact = true;  // every rank's measured sent and received equal its formula
+  double time_ms = 0, compute_only_ms = 0, compute_rate_ratio = 0;
+  std::int64_t peak_mem_bytes = 0;
+  std::optional<double> max_rel_error;
+};
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+double max_over_ranks(comm::Group& group, double value) {
+  Tensor t = Tensor::full({1}, value, DType::f64);
+  group.all_reduce(t, comm::ReduceOp::max);
+  return t.to_vector<double>()[0];
+}
+double min_over_ranks(comm::Group& group, double value) { return -max_over_ranks(group, -value); }
+
+// ---- traffic ---------------------------------------------------------------------------
+
+bool is_sp_group(const std::string& name) { return name == "sp" || name.rfind("sp.", 0) == 0; }
+
+// This rank's bytes on the sp groups since the last registry reset.
+SpTraffic sp_traffic_now() {
+  const comm::TrafficRegistry& registry = comm::TrafficRegistry::instance();
+  SpTraffic t;
+  for (const auto& [name, traffic] : registry.snapshot(/*p2p_only=*/true, false)) {
+    if (!is_sp_group(name)) continue;
+    t.p2p_sent += traffic.bytes_sent;
+    t.p2p_received += traffic.bytes_received;
+  }
+  for (const auto& [name, traffic] : registry.snapshot(false, /*collectives_only=*/true)) {
+    if (!is_sp_group(name)) continue;
+    t.collective_sent += traffic.bytes_sent;
+    t.collective_received += traffic.bytes_received;
+  }
+  return t;
+}
+
+SpTraffic sum_traffic(comm::Group& group, const SpTraffic& mine) {
+  const comm::Traffic p2p = comm::sum_over_ranks(group, {0, mine.p2p_sent, 0, mine.p2p_received});
+  const comm::Traffic coll = comm::sum_over_ranks(group, {0, mine.collective_sent, 0, mine.collective_received});
+  return {p2p.bytes_sent, p2p.bytes_received, coll.bytes_sent, coll.bytes_received};
+}
+
+// The formula for one rank (by logical sp index) and the sum over ranks.
+SpTraffic formula_traffic(SpStrategy strategy, const Problem& pr, int P, int C, int logical, Pass pass) {
+  switch (strategy) {
+    case SpStrategy::ring: return parallel::ring_attention_traffic(pr.dims(), P, pass, pr.bytes());
+    case SpStrategy::ulysses: return parallel::ulysses_traffic(pr.dims(), P, pass, pr.bytes());
+    case SpStrategy::wallfacer:
+      return parallel::wallfacer_traffic(pr.dims(), P, C, logical, pass, pr.bytes(), parallel::BackwardKv::keep_forward);
+  }
+  return {};
+}
+SpTraffic formula_total(SpStrategy strategy, const Problem& pr, int P, int C, Pass pass) {
+  SpTraffic total;
+  for (int l = 0; l < P; ++l) total += formula_traffic(strategy, pr, P, C, l, pass);
+  return total;
+}
+
+std::vector<std::int64_t> gather_i64(comm::Group& group, std::int64_t value) {
+  return group.all_gather(Tensor::from_vector(std::vector<std::int64_t>{value}, {1})).to_vector<std::int64_t>();
+}
+
+// ---- the compute-only schedule --------------------------------------------------------
+
+// One block_attention call: queries [B, q_tokens, heads, d] at q_runs against K/V [B, kv_tokens,
+// kv_heads, d] at kv_runs.
+struct Block {
+  std::vector<TokenRun> q_runs, kv_runs;
+};
+struct Schedule {
+  std::int64_t heads = 0, kv_heads = 0;  // per rank (Ulysses: h/P, h_kv/P)
+  std::vector<Block> forward, backward;
+};
+
+std::int64_t tokens(const std::vector<TokenRun>& runs) {
+  std::int64_t n = 0;
+  for (const TokenRun& r : runs) n += r.length;
+  return n;
+}
+
+// The blocks this rank computes, as the strategies compute them (ring_attention.cpp,
+// ulysses_attention.cpp, wallfacer_attention.cpp).
+Schedule compute_schedule(SpStrategy strategy, const Problem& pr, comm::CommGrid& grid) {
+  const int P = grid.grid().group_size("sp");
+  const int me = grid.group("sp").rank();
+  Schedule s{pr.h, pr.h_kv, {}, {}};
+  switch (strategy) {
+    case SpStrategy::ring: {  // my queries meet every rank's K/V once, forward and backward
+      const auto mine = parallel::rank_tokens(pr.layout(), pr.N, P, 1, me);
+      for (int step = 0; step < P; ++step) {
+        s.forward.push_back({mine, parallel::rank_tokens(pr.layout(), pr.N, P, 1, (me - step + P) % P)});
+      }
+      s.backward = s.forward;
+      break;
+    }
+    case SpStrategy::ulysses: {  // every token, h/P heads, one call (tokens in position order)
+      s.heads = pr.h / P;
+      s.kv_heads = pr.h_kv / P;
+      const std::vector<TokenRun> all{{0, pr.N}};
+      s.forward.push_back({all, all});
+      s.backward = s.forward;
+      break;
+    }
+    case SpStrategy::wallfacer: {
+      // Forward: the team's queries meet the K/V of team kv_team_at_step(i), G steps. Backward:
+      // the visiting query bundle of step i meets the K/V kept from step 0.
+      const comm::WallFacerLayout& wl = grid.grid().wallfacer();
+      const int C = wl.team_size(), G = wl.ring_size();
+      const comm::SpPosition pos = wl.position(me);
+      const auto team_runs = [&](int team) { return parallel::team_tokens(pr.layout(), pr.N, P, C, team); };
+      const auto kv0 = team_runs(wl.kv_team_at_step(me, 0));
+      for (int i = 0; i < G; ++i) {
+        s.forward.push_back({team_runs(wl.team(me)), team_runs(wl.kv_team_at_step(me, i))});
+        s.backward.push_back({team_runs(pos.team_group * G + (pos.ring_pos - i + G) % G), kv0});
+      }
+      break;
+    }
+  }
+  return s;
+}
+
+// Local data for every block of the schedule (distinct buffers per block, like the received
+// ones), and the timed calls. Returns the FLOPs of one forward + backward.
+class ComputeOnly {
+ public:
+  ComputeOnly(const Schedule& s, const Problem& pr) : s_(s), pr_(pr) {
+    std::uint64_t at = 0;
+    const auto draw = [&](std::int64_t n, std::int64_t heads) {
+      Tensor t = Tensor::randn_at({pr.B, n, heads, pr.d}, kSeed + 7, at, pr.dtype);
+      at += static_cast<std::uint64_t>(t.numel());
+      return t;
+    };
+    for (const std::vector<Block>* pass : {&s.forward, &s.backward}) {
+      for (const Block& b : *pass) {
+        const std::int64_t nq = tokens(b.q_runs), nk = tokens(b.kv_runs);
+        data_.push_back({draw(nq, s.heads), draw(nk, s.kv_heads), draw(nk, s.kv_heads), draw(nq, s.heads),
+                         Tensor::zeros({pr.B, nq, s.heads, pr.d}, pr.dtype),
+                         // A finite lse for every row, so that the backward's exponentials stay
+                         // finite whatever rows the forward left empty (the time does not depend on it).
+                         Tensor::full({pr.B, s.heads, nq}, std::log(double(std::max<std::int64_t>(nk, 1))), pr.dtype),
+                         Tensor::zeros({pr.B, nq, s.heads, pr.d}, pr.dtype),
+                         Tensor::zeros({pr.B, nk, s.kv_heads, pr.d}, pr.dtype),
+                         Tensor::zeros({pr.B, nk, s.kv_heads, pr.d}, pr.dtype)});
+      }
+    }
+  }
+
+  // One forward + backward; returns its FLOPs.
+  double run() {
+    const double scale = 1.0 / std::sqrt(double(pr_.d));
+    std::int64_t fwd_pairs = 0, bwd_pairs = 0;
+    std::size_t i = 0;
+    if (!s_.forward.empty()) {  // one running (o, lse) per query set: the forward's queries are one set
+      BlockData& first = data_[0];
+      Tensor o = Tensor::zeros(first.q.shape(), pr_.dtype);
+      Tensor lse = Tensor::full({pr_.B, s_.heads, first.q.size(1)}, -INFINITY, pr_.dtype);
+      for (const Block& b : s_.forward) {
+        BlockData& d = data_[i++];
+        fwd_pairs += parallel::block_attention_forward(d.q, b.q_runs, d.k, d.v, b.kv_runs, pr_.causal, scale, o, lse)
+                         .unmasked_pairs;
+      }
+    }
+    for (const Block& b : s_.backward) {
+      BlockData& d = data_[i++];
+      bwd_pairs += parallel::block_attention_backward(d.q, b.q_runs, d.k, d.v, b.kv_runs, pr_.causal, scale, d.o, d.lse,
+                                                      d.d_o, Tensor(), d.dq, d.dk, d.dv)
+                       .unmasked_pairs;
+    }
+    const double per_pair = double(pr_.B * s_.heads * pr_.d) * 4.0;
+    return per_pair * (double(fwd_pairs) + 2.5 * double(bwd_pairs));
+  }
+
+ private:
+  struct BlockData {
+    Tensor q, k, v, d_o, o, lse, dq, dk, dv;
+  };
+  Schedule s_;
+  Problem pr_;
+  std::vector<BlockData> data_;
+};
+
+// Seconds (median of iters after a warm-up) and FLOPs of one call.
+std::pair<double, double> time_compute(ComputeOnly& work, int iters) {
+  const double flops = work.run();
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    const Clock::time_point start = Clock::now();
+    work.run();
+    times.push_back(seconds_since(start));
+  }
+  return {median(times), flops};
+}
+
+// ---- inputs and the reference -------------------------------------------------------------
+
+struct Inputs {
+  Tensor q, k, v, d_o;  // global [B, N, heads, d]
+};
+
+Inputs global_inputs(const Problem& pr) {
+  return {Tensor::randn_at({pr.B, pr.N, pr.h, pr.d}, kSeed, 0, pr.dtype),
+          Tensor::randn_at({pr.B, pr.N, pr.h_kv, pr.d}, kSeed + 1, 0, pr.dtype),
+          Tensor::randn_at({pr.B, pr.N, pr.h_kv, pr.d}, kSeed + 2, 0, pr.dtype),
+          Tensor::randn_at({pr.B, pr.N, pr.h, pr.d}, kSeed + 3, 0, pr.dtype)};
+}
+
+struct Reference {
+  Tensor o, dq, dk, dv;  // f64, global
+};
+
+template <class T>
+Reference reference_of(const Problem& pr, const Inputs& in) {
+  kernels::cpu::AttentionShape shape;
+  shape.batch = pr.B;
+  shape.q_len = shape.kv_len = pr.N;
+  shape.heads = pr.h;
+  shape.kv_heads = pr.h_kv;
+  shape.head_dim = pr.d;
+  shape.causal = pr.causal;
+  Reference r{Tensor::empty(in.q.shape(), DType::f64), Tensor::empty(in.q.shape(), DType::f64),
+              Tensor::empty(in.k.shape(), DType::f64), Tensor::empty(in.k.shape(), DType::f64)};
+  Tensor lse = Tensor::empty({pr.B, pr.h, pr.N}, DType::f64);
+  kernels::cpu::attention_forward_reference<T>(shape, in.q.data<T>(), in.k.data<T>(), in.v.data<T>(),
+                                               r.o.data<double>(), lse.data<double>());
+  kernels::cpu::attention_backward_reference<T>(shape, in.q.data<T>(), in.k.data<T>(), in.v.data<T>(),
+                                                in.d_o.data<T>(), r.dq.data<double>(), r.dk.data<double>(),
+                                                r.dv.data<double>());
+  return r;
+}
+
+// max|a − r| / max|r|.
+double relative_error(const Tensor& actual, const Tensor& reference) {
+  const std::vector<double> a = actual.to_vector<double>(), r = reference.to_vector<double>();
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, std::abs(r[i]));
+    diff = std::max(diff, std::isnan(a[i]) ? INFINITY : std::abs(a[i] - r[i]));
+  }
+  return diff / std::max(scale, 1e-300);
+}
+
+// Every rank's shards of o, dq, dk, dv put together in global order (on every rank).
+std::vector<Tensor> gather_global(comm::Group& sp, const std::vector<Tensor>& local, const Problem& pr,
+                                  const parallel::SpShard& shard, const std::vector<int>& logical_of_rank) {
+  std::int64_t per_rank = 0;
+  for (const Tensor& t : local) per_rank += t.numel();
+  Tensor flat = Tensor::empty({per_rank}, pr.dtype);
+  std::int64_t at = 0;
+  for (const Tensor& t : local) {
+    flat.slice0(at, at + t.numel()).copy_(t.view({t.numel()}));
+    at += t.numel();
+  }
+  const Tensor all = sp.all_gather(flat);
+  std::vector<Tensor> global;
+  at = 0;
+  for (const Tensor& t : local) {
+    std::vector<Tensor> pieces(logical_of_rank.size());
+    for (std::size_t r = 0; r < logical_of_rank.size(); ++r) {
+      const std::int64_t from = static_cast<std::int64_t>(r) * per_rank + at;
+      pieces[static_cast<std::size_t>(logical_of_rank[r])] = all.slice0(from, from + t.numel()).view(t.shape());
+    }
+    global.push_back(parallel::unshard_sequence(pieces, shard.layout, shard.P, shard.C));
+    at += t.numel();
+  }
+  return global;
+}
+
+// ---- one (strategy, C) -----------------------------------------------------------------------
+
+// `reference` is rank 0's (empty elsewhere); with_reference is the same on every rank.
+Row measure(SpStrategy strategy, comm::CommGrid& grid, const Problem& pr, const Inputs& in, bool with_reference,
+            const std::optional<Reference>& reference, int iters, double kernel_rate) {
+  comm::Runtime& runtime = comm::Runtime::get();
+  comm::Group& world = runtime.world();
+  comm::Group& sp = grid.group("sp");
+  const int P = sp.size();
+  const int C = strategy == SpStrategy::wallfacer ? grid.grid().wallfacer().team_size() : 1;
+  const parallel::SpAttentionConfig config{strategy, pr.layout(), pr.N, /*keep_forward_kv=*/true};
+  const parallel::SpShard shard = parallel::sp_shard(config, grid);
+  const std::shared_ptr<nn::AttentionStrategy> attention = parallel::make_sp_attention(config, grid);
+
+  Tensor q = shard.shard(in.q), k = shard.shard(in.k), v = shard.shard(in.v);
+  const Tensor d_o = shard.shard(in.d_o);
+  for (Tensor* t : {&q, &k, &v}) t->set_requires_grad();
+  AttentionOptions options;
+  options.causal = pr.causal;
+  const auto call = [&](SpTraffic* forward, SpTraffic* backward) {
+    for (Tensor* t : {&q, &k, &v}) t->set_grad(Tensor());
+    if (forward != nullptr) comm::TrafficRegistry::instance().reset();
+    AttentionResult out = attention->forward(q, k, v, options);
+    if (forward != nullptr) {
+      *forward = sp_traffic_now();
+      comm::TrafficRegistry::instance().reset();
+    }
+    autograd::backward({out.out}, {d_o});
+    if (backward != nullptr) *backward = sp_traffic_now();
+    return out;
+  };
+
+  Row row;
+  row.strategy = parallel::sp_strategy_name(strategy);
+  row.P = P;
+  row.C = C;
+
+  // Warm-up call: traffic, peak memory and the result.
+  SpTraffic forward, backward;
+  world.barrier();
+  reset_peak_memory();
+  const std::int64_t live_before = memory_stats().live_bytes;  // inputs (and the global copies) excluded
+  const AttentionResult out = call(&forward, &backward);
+  row.peak_mem_bytes =
+      static_cast<std::int64_t>(max_over_ranks(world, double(memory_stats().peak_bytes - live_before)));
+
+  const SpTraffic mine_fwd = formula_traffic(strategy, pr, P, C, shard.logical_index, Pass::forward);
+  const SpTraffic mine_bwd = formula_traffic(strategy, pr, P, C, shard.logical_index, Pass::backward);
+  row.forward = sum_traffic(sp, forward);
+  row.backward = sum_traffic(sp, backward);
+  row.formula_forward = formula_total(strategy, pr, P, C, Pass::forward);
+  row.formula_backward = formula_total(strategy, pr, P, C, Pass::backward);
+  const bool exact_here = forward == mine_fwd && backward == mine_bwd;
+  row.traffic_exact = max_over_ranks(world, exact_here ? 0.0 : 1.0) == 0.0 && row.forward == row.formula_forward &&
+                      row.backward == row.formula_backward;
+  row.p2p_fwd_per_rank = gather_i64(world, forward.p2p_sent);
+  row.coll_fwd_per_rank = gather_i64(world, forward.collective_sent);
+  row.p2p_bwd_per_rank = gather_i64(world, backward.p2p_sent);
+  row.coll_bwd_per_rank = gather_i64(world, backward.collective_sent);
+
+  if (with_reference) {
+    std::vector<int> logical_of_rank(static_cast<std::size_t>(P));
+    for (int r = 0; r < P; ++r) {
+      logical_of_rank[static_cast<std::size_t>(r)] =
+          strategy == SpStrategy::wallfacer ? grid.grid().wallfacer().logical_index(r) : r;
+    }
+    const std::vector<Tensor> global = gather_global(sp, {out.out, q.grad(), k.grad(), v.grad()}, pr, shard, logical_of_rank);
+    if (reference) {
+      row.max_rel_error = std::max({relative_error(global[0], reference->o), relative_error(global[1], reference->dq),
+                                    relative_error(global[2], reference->dk), relative_error(global[3], reference->dv)});
+    }
+  }
+
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    world.barrier();
+    const Clock::time_point start = Clock::now();
+    call(nullptr, nullptr);
+    times.push_back(max_over_ranks(world, seconds_since(start)));
+  }
+  row.time_ms = median(times) * 1e3;
+
+  // Compute only: the same blocks on local data, every rank at once (as in the real run).
+  ComputeOnly work(compute_schedule(strategy, pr, grid), pr);
+  world.barrier();
+  const auto [seconds, flops] = time_compute(work, iters);
+  row.compute_only_ms = max_over_ranks(world, seconds) * 1e3;
+  row.compute_rate_ratio = min_over_ranks(world, flops / seconds) / kernel_rate;
+  return row;
+}
+
+// FLOP/s of one process alone on one full N/P × N/P block, fwd + bwd (the others wait).
+double kernel_rate(const Problem& pr, int P, int iters) {
+  comm::Group& world = comm::Runtime::get().world();
+  double rate = 0;
+  world.barrier();
+  if (world.rank() == 0) {
+    const std::vector<TokenRun> runs{{0, pr.N / P}};
+    Problem full = pr;
+    full.causal = false;
+    ComputeOnly work(Schedule{pr.h, pr.h_kv, {{runs, runs}}, {{runs, runs}}}, full);
+    const auto [seconds, flops] = time_compute(work, iters);
+    rate = flops / seconds;
+  }
+  return max_over_ranks(world, rate);  // only rank 0 has a non-zero value
+}
+
+// ---- output --------------------------------------------------------------------------------
+
+std::string range_text(const std::vector<std::int64_t>& v) {
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return *lo == *hi ? fmt::format("{}", *lo) : fmt::format("{}..{}", *lo, *hi);
+}
+
+std::string error_text(const std::optional<double>& e) { return e ? fmt::format("{:.1e}", *e) : "n/a"; }
+
+void print_json(const Row& r, const Problem& pr) {
+  Json j;
+  j["strategy"] = r.strategy;
+  j["P"] = r.P;
+  j["C"] = r.C;
+  j["seq"] = pr.N;
+  j["batch"] = pr.B;
+  j["heads"] = pr.h;
+  j["kv_heads"] = pr.h_kv;
+  j["head_dim"] = pr.d;
+  j["mask"] = pr.causal ? "causal" : "full";
+  j["dtype"] = dtype_name(pr.dtype);
+  j["p2p_bytes_fwd"] = r.forward.p2p_sent;
+  j["p2p_bytes_bwd"] = r.backward.p2p_sent;
+  j["collective_bytes_fwd"] = r.forward.collective_sent;
+  j["collective_bytes_bwd"] = r.backward.collective_sent;
+  j["formula_p2p_bytes_fwd"] = r.formula_forward.p2p_sent;
+  j["formula_p2p_bytes_bwd"] = r.formula_backward.p2p_sent;
+  j["formula_collective_bytes_fwd"] = r.formula_forward.collective_sent;
+  j["formula_collective_bytes_bwd"] = r.formula_backward.collective_sent;
+  j["p2p_bytes_fwd_per_rank"] = r.p2p_fwd_per_rank;
+  j["p2p_bytes_bwd_per_rank"] = r.p2p_bwd_per_rank;
+  j["collective_bytes_fwd_per_rank"] = r.coll_fwd_per_rank;
+  j["collective_bytes_bwd_per_rank"] = r.coll_bwd_per_rank;
+  j["traffic_exact"] = r.traffic_exact;
+  j["time_ms"] = r.time_ms;
+  j["compute_only_ms"] = r.compute_only_ms;
+  j["overlap_efficiency"] = r.compute_only_ms / r.time_ms;
+  j["compute_rate_ratio"] = r.compute_rate_ratio;
+  j["peak_mem_bytes"] = r.peak_mem_bytes;
+  j["max_rel_error"] = r.max_rel_error ? Json(*r.max_rel_error) : Json(nullptr);
+  std::printf("%s\n", j.dump().c_str());
+}
+
+void print_table_header(const Problem& pr, int P) {
+  std::printf("attention fwd+bwd: P = %d, N = %lld (%lld per rank), B = %lld, h = %lld, h_kv = %lld, d = %lld, %s, %s\n",
+              P, static_cast<long long>(pr.N), static_cast<long long>(pr.N / P), static_cast<long long>(pr.B),
+              static_cast<long long>(pr.h), static_cast<long long>(pr.h_kv), static_cast<long long>(pr.d),
+              pr.causal ? "causal" : "full", dtype_name(pr.dtype));
+  std::printf("bytes: sent, summed over ranks (per-rank range in brackets); formula = traffic_model.h\n");
+  std::printf("%-9s %2s %9s %9s %6s %6s %7s %8s %8s  %-30s %-30s %s\n", "strategy", "C", "time ms", "comp ms",
+              "ovlp", "rate", "mem MiB", "error", "exact", "fwd p2p / coll", "bwd p2p / coll", "formula fwd | bwd");
+}
+
+void print_table_row(const Row& r) {
+  const std::string fwd = fmt::format("{} [{}] / {}", r.forward.p2p_sent, range_text(r.p2p_fwd_per_rank),
+                                      r.forward.collective_sent);
+  const std::string bwd = fmt::format("{} [{}] / {}", r.backward.p2p_sent, range_text(r.p2p_bwd_per_rank),
+                                      r.backward.collective_sent);
+  std::printf("%-9s %2d %9.1f %9.1f %6.2f %6.2f %7.1f %8s %8s  %-30s %-30s %lld/%lld | %lld/%lld\n", r.strategy.c_str(),
+              r.C, r.time_ms, r.compute_only_ms, r.compute_only_ms / r.time_ms, r.compute_rate_ratio,
+              double(r.peak_mem_bytes) / double(1 << 20), error_text(r.max_rel_error).c_str(),
+              r.traffic_exact ? "yes" : "NO", fwd.c_str(), bwd.c_str(),
+              static_cast<long long>(r.formula_forward.p2p_sent),
+              static_cast<long long>(r.formula_forward.collective_sent),
+              static_cast<long long>(r.formula_backward.p2p_sent),
+              static_cast<long long>(r.formula_backward.collective_sent));
+}
+
+// ---- the command -----------------------------------------------------------------------------
+
+// Problems that depend on the world size: one message, the same on every rank ("" when none).
+std::string world_problem(const Options& o, const Problem& pr, int P, const std::vector<int>& team_sizes,
+                          bool wallfacer) {
+  for (int C : team_sizes) {
+    if (C < 1 || P % (C * C) != 0) {
+      return fmt::format("--C {}: WallFacer needs C² to divide P = {} (valid: {})", C, P,
+                         fmt::join(comm::valid_team_sizes(P), ", "));
+    }
+  }
+  try {
+    parallel::check_sequence_length(pr.layout(), pr.N, P, 1);
+    if (wallfacer) {
+      for (int C : team_sizes) parallel::check_sequence_length(pr.layout(), pr.N, P, C);
+    }
+  } catch (const Error& e) {
+    return fmt::format("--seq {}: {}", o.seq, e.what());
+  }
+  return "";
+}
+
+int run(const Options& o) {
+  comm::Runtime& runtime = comm::Runtime::get();
+  const int P = runtime.world_size();
+  const bool root = runtime.rank() == 0;
+  const Problem pr{o.batch, o.seq, o.heads, o.kv_heads > 0 ? o.kv_heads : o.heads, o.head_dim, o.mask == "causal",
+                   o.dtype == "f64" ? DType::f64 : DType::f32};
+  std::vector<SpStrategy> strategies;
+  for (const std::string& name : o.strategies) strategies.push_back(parallel::parse_sp_strategy(name));
+  const bool wallfacer = std::count(strategies.begin(), strategies.end(), SpStrategy::wallfacer) > 0;
+  const std::vector<int> team_sizes = o.team_sizes.empty() ? comm::valid_team_sizes(P) : o.team_sizes;
+  if (const std::string problem = world_problem(o, pr, P, team_sizes, wallfacer); !problem.empty()) {
+    if (root) print_error(problem);
+    return kExitUsageError;
+  }
+  const comm::Placement placement = comm::parse_placement(o.placement);
+
+  const Inputs in = global_inputs(pr);
+  // Every rank gathers the results (a collective); only rank 0 computes the reference and compares.
+  const bool with_reference = double(pr.N) * double(pr.N) * double(pr.h) <= kMaxReferencePairs;
+  std::optional<Reference> reference;
+  if (with_reference && root) {
+    reference = pr.dtype == DType::f64 ? reference_of<double>(pr, in) : reference_of<float>(pr, in);
+  }
+  const double rate = kernel_rate(pr, P, o.iters);
+  if (root && !o.json) print_table_header(pr, P);
+
+  std::vector<Row> rows;
+  for (SpStrategy strategy : strategies) {
+    if (strategy == SpStrategy::ulysses && (pr.h % P != 0 || pr.h_kv % P != 0)) {
+      if (root) {
+        std::printf("ulysses: skipped: it scatters heads over the P = %d ranks, so heads (%lld) and kv-heads (%lld) "
+                    "must be multiples of %d\n",
+                    P, static_cast<long long>(pr.h), static_cast<long long>(pr.h_kv), P);
+      }
+      continue;
+    }
+    const std::vector<int> Cs = strategy == SpStrategy::wallfacer ? team_sizes : std::vector<int>{1};
+    for (int C : Cs) {
+      comm::ParallelConfig config;
+      config.sp = P;
+      config.C = C;
+      config.placement = placement;
+      comm::CommGrid grid(comm::ProcessGrid(config, P, runtime.rank()));
+      rows.push_back(measure(strategy, grid, pr, in, with_reference, reference, o.iters, rate));
+      if (root) {
+        if (o.json) print_json(rows.back(), pr);
+        else print_table_row(rows.back());
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (o.check) {
+    for (const Row& r : rows) {
+      if (r.traffic_exact) continue;
+      if (root) print_error(fmt::format("{} C = {}: measured traffic differs from traffic_model.h", r.strategy, r.C));
+      return kExitRuntimeError;
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_bench_attention_command(CLI::App& bench) {
+  auto options = std::make_shared<Options>();
+  CLI::App* command = bench.add_subcommand(
+      "attention",
+      "sequence-parallel attention fwd+bwd (ring, Ulysses, WallFacer per C): time, compute-only time, measured vs "
+      "formula bytes, peak memory, error; run under mpirun (sp = world size)");
+  command->add_option("--seq", options->seq, "global sequence length N")->check(CLI::PositiveNumber);
+  command->add_option("--batch", options->batch, "batch size B")->check(CLI::PositiveNumber);
+  command->add_option("--heads", options->heads, "query heads h")->check(CLI::PositiveNumber);
+  command->add_option("--kv-heads", options->kv_heads, "K/V heads (must divide --heads; default: --heads)")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--head-dim", options->head_dim, "head dimension d")->check(CLI::PositiveNumber);
+  command->add_option("--mask", options->mask, "causal (zigzag layout) or full (contiguous layout)")
+      ->check(CLI::IsMember({"causal", "full"}));
+  command->add_option("--strategies", options->strategies, "comma-separated: ring, ulysses, wallfacer")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"ring", "ulysses", "wallfacer"}));
+  command->add_option("--C", options->team_sizes, "comma-separated WallFacer team sizes (C² | P; default: all)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  command->add_option("--iters", options->iters, "timed calls (the median is printed)")->check(CLI::PositiveNumber);
+  command->add_option("--dtype", options->dtype, "f32 or f64")->check(CLI::IsMember({"f32", "f64"}));
+  command->add_option("--placement", options->placement, "WallFacer placement: collectives-intra or p2p-intra")
+      ->check(CLI::IsMember({"collectives-intra", "p2p-intra"}));
+  command->add_flag("--json", options->json, "one JSON object per line per (strategy, C)");
+  command->add_flag("--check", options->check, "exit 1 when a measured byte count differs from its formula");
+  set_action(*command, [options] {
+    const Options& o = *options;
+    if (o.kv_heads > 0 && o.heads % o.kv_heads != 0) {
+      print_error(fmt::format("--kv-heads {} must divide --heads {}", o.kv_heads, o.heads));
+      return kExitUsageError;
+    }
+    // run_main: an error on one rank ends every rank (no rank waits forever in a collective).
+    return comm::run_main(0, nullptr, [&] { return run(o); });
+  });
+}
+
+}  // namespace wf::cli

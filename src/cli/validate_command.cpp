@@ -1,0 +1,38 @@
+// `wallfacer validate CFG.yaml [-n N] [--set section.key=value]...`: loads a run config, applies
+// the overrides and checks it against a world of N ranks, exactly as `wallfacer train` would
+// before starting, so a layout can be fixed before a job is queued. Prints "config OK: <summary>"
+// or the one error message, and exits 1.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/cli/commands.h"
+#include "wallfacer/config/run_config.h"
+
+namespace wf::cli {
+namespace {
+struct ValidateOptions {
+  std::string path;
+  int world = 1;
+  std::vector<std::string> overrides;
+};
+}  // namespace
+
+void add_validate_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand("validate", "Check a run config (YAML) against a world of N ranks");
+  auto options = std::make_shared<ValidateOptions>();
+  command->add_option("config", options->path, "The run config, e.g. configs/gpt-tiny.yaml")->required();
+  // CLI11 allows one-letter short names only, so mpirun's "-np" is spelt -n / --np here.
+  command->add_option("-n,--np,--world", options->world, "Number of ranks the run would launch with")
+      ->capture_default_str();
+  command->add_option("--set", options->overrides, "Override one key, e.g. --set train.lr=3e-4 (repeatable)");
+  set_action(*command, [options] {
+    const config::RunConfig config = config::load_config(options->path, options->overrides);
+    config::validate(config, options->world);
+    std::printf("config OK: %s\n", config::summary(config, options->world).c_str());
+    return kExitOk;
+  });
+}
+
+}  // namespace wf::cli

@@ -1,0 +1,134 @@
+// Reading a run config: YAML file -> RunConfig, then the --set overrides. yaml-cpp only parses;
+// every value goes through the key table (schema.h) as text, so a YAML value and the same
+// value given with --set are read, range-checked and reported identically.
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "src/config/schema.h"
+#include "wallfacer/core/error.h"
+
+namespace wf::config {
+namespace {
+
+using detail::Field;
+
+// "file.yaml:12: " — yaml-cpp counts lines from 0.
+std::string where(std::string_view source, const YAML::Node& node) {
+  return fmt::format("{}:{}: ", source, node.Mark().line + 1);
+}
+
+std::string_view node_kind(const YAML::Node& node) {
+  if (node.IsMap()) return "a mapping";
+  if (node.IsSequence()) return "a list";
+  return "no value";
+}
+
+void set_value(RunConfig& config, const Field& field, std::string_view text, const std::string& prefix) {
+  const std::string problem = field.set(config, text);
+  WF_CHECK(problem.empty(), "{}{}", prefix, detail::value_message(field, text, problem));
+}
+
+// Rejects a key given twice in one mapping: yaml-cpp keeps one silently.
+void check_unique(std::set<std::string>& seen, const YAML::Node& key, std::string_view path, std::string_view source) {
+  WF_CHECK(seen.insert(std::string(path)).second, "{}duplicate key '{}': give each key once", where(source, key), path);
+}
+
+void apply_section(RunConfig& config, const std::string& section, const YAML::Node& body, std::string_view source) {
+  if (body.IsNull()) return;  // "train:" with nothing under it: the defaults
+  WF_CHECK(body.IsMap(), "{}section '{}' must be a mapping of keys (key: value), got {}", where(source, body), section,
+           body.IsSequence() ? "a list" : fmt::format("the value '{}'", body.Scalar()));
+  std::set<std::string> seen;
+  for (const auto& entry : body) {
+    const std::string key = entry.first.Scalar();
+    check_unique(seen, entry.first, section + "." + key, source);
+    const Field* field = detail::find_field(section, key);
+    WF_CHECK(field != nullptr, "{}{}", where(source, entry.first), detail::unknown_key_message(section, key));
+    const YAML::Node& value = entry.second;
+    if (value.IsNull() && field->is_text) {
+      set_value(config, *field, "", where(source, entry.first));
+      continue;
+    }
+    WF_CHECK(value.IsScalar(), "{}{}: expected {}, got {}", where(source, entry.first), field->path(), field->expected,
+             node_kind(value));
+    set_value(config, *field, value.Scalar(), where(source, value));
+  }
+}
+
+void apply_document(RunConfig& config, const YAML::Node& root, std::string_view source) {
+  if (root.IsNull()) return;  // an empty file: every default
+  WF_CHECK(root.IsMap(), "{}the top level must be a mapping of sections ({}), got {}", where(source, root),
+           fmt::join(detail::section_names(), ", "), root.IsSequence() ? "a list" : "a single value");
+  std::set<std::string> seen;
+  for (const auto& entry : root) {
+    const std::string section = entry.first.Scalar();
+    check_unique(seen, entry.first, section, source);
+    WF_CHECK(detail::is_section(section), "{}{}", where(source, entry.first), detail::unknown_section_message(section));
+    apply_section(config, section, entry.second, source);
+  }
+}
+
+}  // namespace
+
+void apply_override(RunConfig& config, std::string_view override_text) {
+  const std::string prefix = fmt::format("--set {}: ", override_text);
+  const std::size_t equals = override_text.find('=');
+  const std::string_view path = override_text.substr(0, equals);
+  const std::size_t dot = path.find('.');
+  WF_CHECK(equals != std::string_view::npos && dot != std::string_view::npos,
+           "{}expected section.key=value, e.g. --set train.lr=3e-4", prefix);
+  const std::string_view section = path.substr(0, dot), key = path.substr(dot + 1);
+  WF_CHECK(detail::is_section(section), "{}{}", prefix, detail::unknown_section_message(section));
+  const Field* field = detail::find_field(section, key);
+  WF_CHECK(field != nullptr, "{}{}", prefix, detail::unknown_key_message(section, key));
+  set_value(config, *field, override_text.substr(equals + 1), prefix);
+}
+
+RunConfig parse_config(std::string_view yaml, const std::vector<std::string>& overrides, std::string_view source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    WF_FAIL("{}:{}:{}: YAML syntax error: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg);
+  }
+  RunConfig config;
+  apply_document(config, root, source);
+  for (const std::string& o : overrides) apply_override(config, o);
+  return config;
+}
+
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  WF_CHECK(in.good(), "cannot read config file '{}': {}", path, std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), overrides, path);
+}
+
+std::string to_yaml(const RunConfig& config) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  for (const std::string& section : detail::section_names()) {
+    out << YAML::Key << section << YAML::Value << YAML::BeginMap;
+    for (const Field& f : detail::fields()) {
+      if (f.section != section) continue;
+      out << YAML::Key << f.key << YAML::Value;
+      const std::string value = f.get(config);
+      // Quoted strings stay strings ("", "yes", "123"); the emitter quotes when it must.
+      if (f.is_text) {
+        out << YAML::DoubleQuoted << value;
+      } else {
+        out << value;
+      }
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace wf::config

@@ -1,0 +1,314 @@
+// The key table: one line per config key. The KEY macro spells each key once, as the member
+// of its section struct, so the YAML name and the C++ name cannot drift apart.
+#include "src/config/schema.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <utility>
+
+namespace wf::config {
+
+namespace {
+template <typename E>
+using Choices = std::vector<std::pair<std::string, E>>;
+
+const Choices<NormKind> kNorms = {{"layernorm", NormKind::layernorm}, {"rmsnorm", NormKind::rmsnorm}};
+const Choices<PositionKind> kPositions = {{"learned", PositionKind::learned}, {"rope", PositionKind::rope}};
+const Choices<TokenizerKind> kTokenizers = {{"byte", TokenizerKind::byte}, {"gpt2", TokenizerKind::gpt2}};
+const Choices<DType> kDtypes = {{"f32", DType::f32}, {"bf16", DType::bf16}};
+const Choices<std::string> kModelNames = {{"gpt", "gpt"}};
+
+template <typename E>
+Choices<E> named_choices(std::initializer_list<E> values, auto name_of) {
+  Choices<E> choices;
+  for (E value : values) choices.emplace_back(std::string(name_of(value)), value);
+  return choices;
+}
+// The strategy and placement names come from their own modules, so a renamed one stays in step.
+const Choices<parallel::SpStrategy> kStrategies = named_choices(
+    {parallel::SpStrategy::ring, parallel::SpStrategy::ulysses, parallel::SpStrategy::wallfacer},
+    parallel::sp_strategy_name);
+const Choices<comm::Placement> kPlacements = named_choices(
+    {comm::Placement::collectives_intra, comm::Placement::p2p_intra}, comm::placement_name);
+
+template <typename E>
+std::string_view choice_name(const Choices<E>& choices, E value) {
+  for (const auto& [name, v] : choices) {
+    if (v == value) return name;
+  }
+  return "?";
+}
+}  // namespace
+
+std::string_view norm_name(NormKind kind) { return choice_name(kNorms, kind); }
+std::string_view position_name(PositionKind kind) { return choice_name(kPositions, kind); }
+std::string_view tokenizer_name(TokenizerKind kind) { return choice_name(kTokenizers, kind); }
+
+namespace detail {
+namespace {
+
+#define KEY(sec, name) #sec, #name, &RunConfig::sec, &decltype(RunConfig::sec)::name
+
+template <typename S, typename T>
+using Member = T S::*;
+
+template <typename S, typename T>
+Field make_field(std::string section, std::string key, S RunConfig::*sec, Member<S, T> member, std::string expected,
+                 std::function<std::string(T&, std::string_view)> parse, std::function<std::string(const T&)> print) {
+  Field f;
+  f.section = std::move(section);
+  f.key = std::move(key);
+  f.expected = std::move(expected);
+  f.set = [sec, member, parse](RunConfig& c, std::string_view text) { return parse(c.*sec.*member, text); };
+  f.get = [sec, member, print](const RunConfig& c) { return print(c.*sec.*member); };
+  return f;
+}
+
+template <typename S, typename T>
+Field integer(std::string section, std::string key, S RunConfig::*sec, Member<S, T> member, std::int64_t min) {
+  return make_field<S, T>(
+      std::move(section), std::move(key), sec, member, fmt::format("an integer >= {}", min),
+      [min](T& out, std::string_view text) -> std::string {
+        std::int64_t value = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec == std::errc::result_out_of_range) return "is out of range";
+        if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return "is not an integer";
+        if (value < min || value > std::numeric_limits<T>::max()) return "is out of range";
+        out = static_cast<T>(value);
+        return "";
+      },
+      [](const T& value) { return fmt::format("{}", value); });
+}
+
+// A real number in (lo, hi) with each end open or closed; hi = +inf for none.
+template <typename S>
+Field number(std::string section, std::string key, S RunConfig::*sec, Member<S, double> member, double lo,
+             bool lo_closed, double hi = std::numeric_limits<double>::infinity(), bool hi_closed = false) {
+  std::string expected = fmt::format("a number {} {}", lo_closed ? ">=" : ">", lo);
+  if (std::isfinite(hi)) expected += fmt::format(" and {} {}", hi_closed ? "<=" : "<", hi);
+  return make_field<S, double>(
+      std::move(section), std::move(key), sec, member, std::move(expected),
+      [=](double& out, std::string_view text) -> std::string {
+        double value = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec != std::errc() || end != text.data() + text.size() || text.empty() || !std::isfinite(value)) {
+          return "is not a number";
+        }
+        const bool above = lo_closed ? value >= lo : value > lo;
+        const bool below = hi_closed ? value <= hi : value < hi;
+        if (!above || !below) return "is out of range";
+        out = value;
+        return "";
+      },
+      [](const double& value) { return fmt::format("{}", value); });
+}
+
+template <typename S>
+Field boolean(std::string section, std::string key, S RunConfig::*sec, Member<S, bool> member) {
+  return make_field<S, bool>(
+      std::move(section), std::move(key), sec, member, "true or false",
+      [](bool& out, std::string_view text) -> std::string {
+        // YAML 1.1's spellings, which yaml-cpp also reads as booleans.
+        for (std::string_view yes : {"true", "True", "TRUE", "yes", "Yes", "on", "On"}) {
+          if (text == yes) return out = true, "";
+        }
+        for (std::string_view no : {"false", "False", "FALSE", "no", "No", "off", "Off"}) {
+          if (text == no) return out = false, "";
+        }
+        return "is not a boolean";
+      },
+      [](const bool& value) { return std::string(value ? "true" : "false"); });
+}
+
+template <typename S>
+Field text(std::string section, std::string key, S RunConfig::*sec, Member<S, std::string> member, bool may_be_empty) {
+  Field f = make_field<S, std::string>(
+      std::move(section), std::move(key), sec, member, may_be_empty ? "a string" : "a non-empty string",
+      [may_be_empty](std::string& out, std::string_view value) -> std::string {
+        if (value.empty() && !may_be_empty) return "is empty";
+        out = std::string(value);
+        return "";
+      },
+      [](const std::string& value) { return value; });
+  f.is_text = true;
+  return f;
+}
+
+template <typename S, typename E>
+Field choice(std::string section, std::string key, S RunConfig::*sec, Member<S, E> member, const Choices<E>& choices) {
+  std::vector<std::string> names;
+  for (const auto& entry : choices) names.push_back(entry.first);
+  return make_field<S, E>(
+      std::move(section), std::move(key), sec, member, fmt::format("one of {}", fmt::join(names, ", ")),
+      [&choices](E& out, std::string_view value) -> std::string {
+        for (const auto& [name, v] : choices) {
+          if (value == name) return out = v, "";
+        }
+        return "is not a valid choice";
+      },
+      [&choices](const E& value) { return std::string(choice_name(choices, value)); });
+}
+
+std::vector<Field> make_fields() {
+  const double inf = std::numeric_limits<double>::infinity();
+  return {
+      choice(KEY(model, name), kModelNames),
+      integer(KEY(model, n_layer), 1),
+      integer(KEY(model, n_head), 1),
+      integer(KEY(model, n_kv_head), 1),
+      integer(KEY(model, d_model), 1),
+      integer(KEY(model, d_ff), 1),
+      integer(KEY(model, vocab_size), 1),
+      integer(KEY(model, max_seq_len), 1),
+      choice(KEY(model, norm), kNorms),
+      choice(KEY(model, positions), kPositions),
+      boolean(KEY(model, tie_embeddings)),
+      number(KEY(model, dropout), 0.0, true, 1.0, false),
+      boolean(KEY(model, checkpoint_attention)),
+
+      integer(KEY(parallel, dp), 1),
+      integer(KEY(parallel, tp), 1),
+      integer(KEY(parallel, pp), 1),
+      integer(KEY(parallel, sp), 1),
+      text(KEY(parallel, order), false),
+      integer(KEY(parallel, C), 1),
+      choice(KEY(parallel, placement), kPlacements),
+      choice(KEY(parallel, sp_strategy), kStrategies),
+
+      integer(KEY(train, steps), 1),
+      integer(KEY(train, micro_batch_size), 1),
+      integer(KEY(train, global_batch_size), 0),
+      integer(KEY(train, seq_len), 1),
+      number(KEY(train, lr), 0.0, false),
+      number(KEY(train, min_lr), 0.0, true),
+      integer(KEY(train, warmup_steps), 0),
+      number(KEY(train, weight_decay), 0.0, true),
+      number(KEY(train, beta1), 0.0, true, 1.0, false),
+      number(KEY(train, beta2), 0.0, true, 1.0, false),
+      number(KEY(train, grad_clip), 0.0, true, inf),
+      integer(KEY(train, log_every), 1),
+      integer(KEY(train, eval_every), 0),
+      integer(KEY(train, seed), 0),
+      choice(KEY(train, dtype), kDtypes),
+
+      text(KEY(data, train_path), false),
+      text(KEY(data, val_path), true),
+      choice(KEY(data, tokenizer), kTokenizers),
+
+      text(KEY(checkpoint, dir), false),
+      integer(KEY(checkpoint, every), 0),
+      integer(KEY(checkpoint, keep), 0),
+
+      text(KEY(log, dir), false),
+      text(KEY(log, metrics_file), false),
+  };
+}
+
+#undef KEY
+
+std::vector<std::string> keys_of(std::string_view section) {
+  std::vector<std::string> keys;
+  for (const Field& f : fields()) {
+    if (f.section == section) keys.push_back(f.key);
+  }
+  return keys;
+}
+
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates, std::string_view prefix) {
+  const std::string close = closest_spelling(word, candidates);
+  return close.empty() ? std::string() : fmt::format(" (did you mean '{}{}'?)", prefix, close);
+}
+
+}  // namespace
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> table = make_fields();
+  return table;
+}
+
+const std::vector<std::string>& section_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const Field& f : fields()) {
+      if (std::find(out.begin(), out.end(), f.section) == out.end()) out.push_back(f.section);
+    }
+    return out;
+  }();
+  return names;
+}
+
+bool is_section(std::string_view section) {
+  const auto& names = section_names();
+  return std::find(names.begin(), names.end(), section) != names.end();
+}
+
+const Field* find_field(std::string_view section, std::string_view key) {
+  for (const Field& f : fields()) {
+    if (f.section == section && f.key == key) return &f;
+  }
+  return nullptr;
+}
+
+std::string unknown_section_message(std::string_view section) {
+  return fmt::format("unknown section '{}'{}; the sections are {}", section,
+                     did_you_mean(section, section_names(), ""), fmt::join(section_names(), ", "));
+}
+
+std::string unknown_key_message(std::string_view section, std::string_view key) {
+  const std::vector<std::string> keys = keys_of(section);
+  return fmt::format("unknown key '{}.{}'{}; the keys of section '{}' are {}", section, key,
+                     did_you_mean(key, keys, std::string(section) + "."), section, fmt::join(keys, ", "));
+}
+
+std::string value_message(const Field& field, std::string_view text, std::string_view problem) {
+  return fmt::format("{}: '{}' {}; expected {}", field.path(), text, problem, field.expected);
+}
+
+std::string closest_spelling(std::string_view word, const std::vector<std::string>& candidates) {
+  // Optimal string alignment distance: insertions, deletions, substitutions, adjacent swaps.
+  const auto distance = [](std::string_view a, std::string_view b) {
+    std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+    for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+    for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+      for (std::size_t j = 1; j <= b.size(); ++j) {
+        const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+        d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+    return d[a.size()][b.size()];
+  };
+  std::string best;
+  std::size_t best_distance = 3;
+  for (const std::string& candidate : candidates) {
+    const std::size_t dist = distance(word, candidate);
+    if (dist < best_distance) best = candidate, best_distance = dist;
+  }
+  return best;
+}
+
+std::string without_location(std::string message) {
+  const std::size_t open = message.rfind(" (");
+  if (open != std::string::npos && message.ends_with(')') && message.find(':', open) != std::string::npos &&
+      message.find('.', open) != std::string::npos && message.find(' ', open + 2) == std::string::npos) {
+    message.erase(open);
+  }
+  return message;
+}
+
+}  // namespace detail
+
+std::vector<std::string> config_keys() {
+  std::vector<std::string> keys;
+  for (const detail::Field& f : detail::fields()) keys.push_back(f.path());
+  return keys;
+}
+
+}  // namespace wf::config

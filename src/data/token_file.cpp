@@ -1,0 +1,220 @@
+#include "wallfacer/data/token_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "wallfacer/core/error.h"
+
+namespace wf::data {
+namespace {
+
+// Tokens are read and written with memcpy in host order, which is the file's order only here.
+static_assert(std::endian::native == std::endian::little, "token files assume a little-endian host");
+
+constexpr const char* kHowToFix = "re-run `wallfacer prepare-text` to rewrite it";
+constexpr std::int64_t kWriteChunkTokens = 1 << 16;
+
+std::string errno_text() { return std::strerror(errno); }
+
+template <typename T>
+void put(unsigned char* at, T value) { std::memcpy(at, &value, sizeof(T)); }
+template <typename T>
+T get(const unsigned char* at) {
+  T value;
+  std::memcpy(&value, at, sizeof(T));
+  return value;
+}
+
+void write_all(int fd, const unsigned char* bytes, std::size_t n, const std::string& tmp_path) {
+  while (n > 0) {
+    const ssize_t written = ::write(fd, bytes, n);
+    if (written < 0 && errno == EINTR) continue;
+    WF_CHECK(written > 0, "write_token_file: cannot write '{}': {}", tmp_path, errno_text());
+    bytes += written;
+    n -= static_cast<std::size_t>(written);
+  }
+}
+
+// Narrows tokens[begin, end) to `width` bytes each, checking each id against the vocabulary.
+void encode_chunk(const std::vector<std::uint32_t>& tokens, std::int64_t begin, std::int64_t end, int width,
+                  std::int64_t vocab_size, const std::string& path, std::vector<unsigned char>& out) {
+  out.resize(static_cast<std::size_t>((end - begin) * width));
+  unsigned char* at = out.data();
+  for (std::int64_t i = begin; i < end; ++i, at += width) {
+    const std::uint32_t token = tokens[static_cast<std::size_t>(i)];
+    WF_CHECK(token < vocab_size, "write_token_file: token {} at index {} is outside the vocabulary (size {}) for '{}'",
+             token, i, vocab_size, path);
+    if (width == 2) {
+      put(at, static_cast<std::uint16_t>(token));
+    } else {
+      put(at, token);
+    }
+  }
+}
+
+// The directory entry of a rename is only durable once the directory itself is synced.
+void fsync_directory(const std::filesystem::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // best effort: the data itself is already synced
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+int token_bytes_for_vocab(std::int64_t vocab_size) {
+  WF_CHECK(vocab_size > 0 && vocab_size <= (std::int64_t{1} << 32),
+           "token files hold ids of vocabularies of 1 to 2^32 tokens, not {}", vocab_size);
+  return vocab_size <= 65536 ? 2 : 4;
+}
+
+void write_token_file(const std::string& path, const std::vector<std::uint32_t>& tokens, std::int64_t vocab_size) {
+  namespace fs = std::filesystem;
+  const int width = token_bytes_for_vocab(vocab_size);
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  // fmt, not operator+: g++ 12 warns (-Wrestrict, a false positive) on "." + std::string here.
+  std::string tmp_path = (dir / fmt::format(".{}.tmp.XXXXXX", target.filename().string())).string();
+  const int fd = ::mkstemp(tmp_path.data());
+  WF_CHECK(fd >= 0, "write_token_file: cannot create a temporary file in '{}' for '{}': {}", dir.string(), path,
+           errno_text());
+
+  try {
+    // mkstemp creates the file private (0600); a token file is ordinary data.
+    WF_CHECK(::fchmod(fd, 0644) == 0, "write_token_file: cannot set the permissions of '{}': {}", tmp_path,
+             errno_text());
+    unsigned char header[kTokenFileHeaderBytes];
+    std::memcpy(header, kTokenFileMagic, sizeof(kTokenFileMagic));
+    put(header + 8, kTokenFileVersion);
+    put(header + 12, static_cast<std::uint32_t>(width));
+    put(header + 16, static_cast<std::uint64_t>(tokens.size()));
+    write_all(fd, header, sizeof(header), tmp_path);
+
+    std::vector<unsigned char> chunk;
+    const auto count = static_cast<std::int64_t>(tokens.size());
+    for (std::int64_t begin = 0; begin < count; begin += kWriteChunkTokens) {
+      const std::int64_t end = std::min(count, begin + kWriteChunkTokens);
+      encode_chunk(tokens, begin, end, width, vocab_size, path, chunk);
+      write_all(fd, chunk.data(), chunk.size(), tmp_path);
+    }
+    WF_CHECK(::fsync(fd) == 0, "write_token_file: cannot flush '{}' to disk: {}", tmp_path, errno_text());
+    const int closed = ::close(fd);
+    WF_CHECK(closed == 0, "write_token_file: cannot close '{}': {}", tmp_path, errno_text());
+  } catch (...) {
+    ::close(fd);  // harmless EBADF when the failure came after the close
+    ::unlink(tmp_path.c_str());
+    throw;
+  }
+  if (::rename(tmp_path.c_str(), path.c_str()) != 0) {
+    const std::string reason = errno_text();
+    ::unlink(tmp_path.c_str());
+    WF_FAIL("write_token_file: cannot rename '{}' to '{}': {}", tmp_path, path, reason);
+  }
+  fsync_directory(dir);
+}
+
+TokenFile::TokenFile(const std::string& path) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  WF_CHECK(fd >= 0, "token file '{}': cannot open it: {}; {}", path, errno_text(), kHowToFix);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::string reason = errno_text();
+    ::close(fd);
+    WF_FAIL("token file '{}': cannot stat it: {}", path, reason);
+  }
+  const auto file_bytes = static_cast<std::int64_t>(st.st_size);
+  if (file_bytes < kTokenFileHeaderBytes) {
+    ::close(fd);
+    WF_FAIL("token file '{}' is truncated: {} bytes, shorter than its {}-byte header; {}", path, file_bytes,
+            kTokenFileHeaderBytes, kHowToFix);
+  }
+  void* mapping = ::mmap(nullptr, static_cast<std::size_t>(file_bytes), PROT_READ, MAP_SHARED, fd, 0);
+  const std::string map_error = mapping == MAP_FAILED ? errno_text() : "";
+  ::close(fd);  // the mapping keeps the file open
+  WF_CHECK(mapping != MAP_FAILED, "token file '{}': cannot map it into memory: {}", path, map_error);
+  mapping_ = mapping;
+  mapping_bytes_ = static_cast<std::size_t>(file_bytes);
+
+  try {
+    const auto* bytes = static_cast<const unsigned char*>(mapping_);
+    WF_CHECK(std::memcmp(bytes, kTokenFileMagic, sizeof(kTokenFileMagic)) == 0,
+             "token file '{}' has the wrong magic (expected \"WFTOKENS\"): it is not a wallfacer token file; {}", path,
+             kHowToFix);
+    const auto version = get<std::uint32_t>(bytes + 8);
+    WF_CHECK(version == kTokenFileVersion,
+             "token file '{}' has unknown format version {} (this build reads version {}); {}", path, version,
+             kTokenFileVersion, kHowToFix);
+    const auto width = get<std::uint32_t>(bytes + 12);
+    WF_CHECK(width == 2 || width == 4,
+             "token file '{}' has unsupported token dtype {} (expected 2 for uint16 or 4 for uint32); {}", path, width,
+             kHowToFix);
+    const auto count = get<std::uint64_t>(bytes + 16);
+    const auto payload = static_cast<std::uint64_t>(file_bytes - kTokenFileHeaderBytes);
+    WF_CHECK(count <= payload / width,
+             "token file '{}' is truncated: its header says {} tokens of uint{} but only {} bytes follow the header "
+             "(room for {}); {}",
+             path, count, width * 8, payload, payload / width, kHowToFix);
+    WF_CHECK(count * width == payload,
+             "token file '{}' is damaged: {} bytes follow its {} tokens of uint{} (the header and the file size "
+             "disagree); {}",
+             path, payload - count * width, count, width * 8, kHowToFix);
+    tokens_ = bytes + kTokenFileHeaderBytes;
+    count_ = static_cast<std::int64_t>(count);
+    token_bytes_ = static_cast<int>(width);
+  } catch (...) {
+    unmap();
+    throw;
+  }
+}
+
+TokenFile::~TokenFile() { unmap(); }
+
+TokenFile::TokenFile(TokenFile&& other) noexcept { *this = std::move(other); }
+
+TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
+  if (this != &other) {
+    unmap();
+    path_ = std::move(other.path_);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+    mapping_bytes_ = std::exchange(other.mapping_bytes_, 0);
+    tokens_ = std::exchange(other.tokens_, nullptr);
+    count_ = std::exchange(other.count_, 0);
+    token_bytes_ = std::exchange(other.token_bytes_, 0);
+  }
+  return *this;
+}
+
+void TokenFile::unmap() noexcept {
+  if (mapping_ != nullptr) ::munmap(mapping_, mapping_bytes_);
+  mapping_ = nullptr;
+  mapping_bytes_ = 0;
+  tokens_ = nullptr;
+}
+
+std::uint32_t TokenFile::at(std::int64_t index) const {
+  WF_CHECK(index >= 0 && index < count_, "token file '{}': index {} is out of range [0, {})", path_, index, count_);
+  const unsigned char* p = tokens_ + index * token_bytes_;
+  return token_bytes_ == 2 ? get<std::uint16_t>(p) : get<std::uint32_t>(p);
+}
+
+void TokenFile::copy(std::int64_t start, std::int64_t n, std::int64_t* out) const {
+  WF_CHECK(start >= 0 && n >= 0 && start <= count_ && n <= count_ - start,
+           "token file '{}': tokens [{}, {}) are out of range [0, {})", path_, start, start + n, count_);
+  const unsigned char* p = tokens_ + start * token_bytes_;
+  if (token_bytes_ == 2) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = get<std::uint16_t>(p + 2 * i);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = get<std::uint32_t>(p + 4 * i);
+  }
+}
+
+}  // namespace wf::data

@@ -1,0 +1,162 @@
+// Bad configs: each is written to a file, loaded and validated for its world size, and must fail
+// with one message that names the key and the rule (and, for typos, the likely spelling).
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "config/config_test_util.h"
+#include "wallfacer/config/run_config.h"
+
+namespace wf::config {
+namespace {
+
+using test::error_of;
+using test::TempYaml;
+
+struct BadConfig {
+  std::string name;
+  std::string yaml;
+  int world = 1;
+  std::vector<std::string> overrides;
+  std::vector<std::string> expected;  // substrings of the message
+};
+
+// Loads and validates `yaml` as the file `name`.yaml; returns the error message.
+std::string load_error(const BadConfig& bad) {
+  TempYaml file(bad.name + ".yaml", bad.yaml);
+  return error_of([&] { validate(load_config(file.path(), bad.overrides), bad.world); });
+}
+
+const std::vector<BadConfig>& load_time_cases() {
+  static const std::vector<BadConfig> cases = {
+      {"steps_not_integer", "train:\n  steps: ten\n", 1, {},
+       {"steps_not_integer.yaml:2: ", "train.steps: 'ten' is not an integer; expected an integer >= 1"}},
+      {"steps_negative", "train:\n  steps: -5\n", 1, {}, {"train.steps: '-5' is out of range; expected an integer >= 1"}},
+      {"steps_fraction", "train:\n  steps: 2.5\n", 1, {}, {"train.steps: '2.5' is not an integer"}},
+      {"dp_zero", "parallel:\n  dp: 0\n", 1, {}, {"parallel.dp: '0' is out of range; expected an integer >= 1"}},
+      {"lr_zero", "train:\n  lr: 0\n", 1, {}, {"train.lr: '0' is out of range; expected a number > 0"}},
+      {"lr_text", "train:\n  lr: fast\n", 1, {}, {"train.lr: 'fast' is not a number; expected a number > 0"}},
+      {"dropout_one", "model:\n  dropout: 1.0\n", 1, {}, {"model.dropout: '1.0' is out of range", "a number >= 0 and < 1"}},
+      {"beta2_negative", "train:\n  beta2: -0.1\n", 1, {}, {"train.beta2", "a number >= 0 and < 1"}},
+      {"unknown_section", "trian:\n  steps: 3\n", 1, {},
+       {"unknown_section.yaml:1: ", "unknown section 'trian' (did you mean 'train'?)",
+        "the sections are model, parallel, train, data, checkpoint, log"}},
+      {"unknown_key_typo", "train:\n  stpes: 3\n", 1, {},
+       {"unknown key 'train.stpes' (did you mean 'train.steps'?)", "the keys of section 'train' are steps, "}},
+      {"unknown_key_case", "parallel:\n  c: 2\n", 1, {}, {"unknown key 'parallel.c' (did you mean 'parallel.C'?)"}},
+      {"unknown_key_far", "log:\n  verbosity: 3\n", 1, {},
+       {"unknown key 'log.verbosity'; the keys of section 'log' are dir, metrics_file"}},
+      {"bad_strategy", "parallel:\n  sp_strategy: zigzag\n", 1, {},
+       {"parallel.sp_strategy: 'zigzag' is not a valid choice; expected one of ring, ulysses, wallfacer"}},
+      {"bad_placement", "parallel:\n  placement: intra\n", 1, {},
+       {"parallel.placement", "one of collectives-intra, p2p-intra"}},
+      {"bad_norm", "model:\n  norm: batchnorm\n", 1, {}, {"model.norm: 'batchnorm'", "one of layernorm, rmsnorm"}},
+      {"bad_positions", "model:\n  positions: alibi\n", 1, {}, {"model.positions", "one of learned, rope"}},
+      {"bad_dtype", "train:\n  dtype: f16\n", 1, {}, {"train.dtype: 'f16'", "one of f32, bf16"}},
+      {"bad_tokenizer", "data:\n  tokenizer: bpe\n", 1, {}, {"data.tokenizer", "one of byte, gpt2"}},
+      {"bad_bool", "model:\n  tie_embeddings: maybe\n", 1, {}, {"model.tie_embeddings: 'maybe' is not a boolean; expected true or false"}},
+      {"bad_model_name", "model:\n  name: dit\n", 1, {}, {"model.name: 'dit'", "one of gpt"}},
+      {"empty_train_path", "data:\n  train_path: \"\"\n", 1, {}, {"data.train_path: '' is empty; expected a non-empty string"}},
+      {"null_count", "train:\n  steps:\n", 1, {}, {"train.steps: expected an integer >= 1, got no value"}},
+      {"list_value", "train:\n  steps: [1, 2]\n", 1, {}, {"train.steps: expected an integer >= 1, got a list"}},
+      {"section_scalar", "train: 5\n", 1, {}, {"section 'train' must be a mapping of keys", "the value '5'"}},
+      {"top_level_list", "- model\n- train\n", 1, {}, {"the top level must be a mapping of sections", "got a list"}},
+      {"duplicate_key", "train:\n  steps: 3\n  steps: 4\n", 1, {},
+       {"duplicate_key.yaml:3: duplicate key 'train.steps'"}},
+      {"duplicate_section", "log:\n  dir: a\nlog:\n  dir: b\n", 1, {}, {"duplicate key 'log'"}},
+      {"yaml_syntax", "train:\n  steps: [1\n", 1, {}, {"yaml_syntax.yaml:3:", "YAML syntax error"}},
+      {"yaml_indent", "train:\n  steps: 1\n lr: 2\n", 1, {}, {"yaml_indent.yaml:", "YAML syntax error"}},
+      {"override_unknown_key", "", 1, {"train.lrr=1"},
+       {"--set train.lrr=1: unknown key 'train.lrr' (did you mean 'train.lr'?)"}},
+      {"override_unknown_section", "", 1, {"paralel.sp=2"},
+       {"--set paralel.sp=2: unknown section 'paralel' (did you mean 'parallel'?)"}},
+      {"override_no_equals", "", 1, {"train.steps"}, {"--set train.steps: expected section.key=value"}},
+      {"override_no_dot", "", 1, {"steps=3"}, {"--set steps=3: expected section.key=value"}},
+      {"override_bad_value", "", 1, {"train.steps=ten"},
+       {"--set train.steps=ten: train.steps: 'ten' is not an integer; expected an integer >= 1"}},
+  };
+  return cases;
+}
+
+const std::vector<BadConfig>& layout_cases() {
+  static const std::vector<BadConfig> cases = {
+      {"world_mismatch", "parallel:\n  dp: 2\n  sp: 2\n", 8, {},
+       {"invalid config for a world of 8 ranks", "parallel.dp, parallel.tp, parallel.pp, parallel.sp",
+        "dp 2 x tp 1 x pp 1 x sp 2 = 4 ranks, but the world has 8", "must multiply to the world size"}},
+      {"team_does_not_fit", "parallel:\n  sp: 2\n  C: 2\n", 2, {},
+       {"parallel.C", "C = 2 does not fit sp = 2", "C*C dividing sp", "valid C for sp = 2: 1"}},
+      {"bad_order", "parallel:\n  order: tp-sp-dp\n", 1, {}, {"parallel.order", "tp-sp-dp"}},
+      {"seq_len_zigzag", "parallel:\n  sp: 4\ntrain:\n  seq_len: 100\n", 4, {},
+       {"train.seq_len: sp_strategy wallfacer over parallel.sp = 4 ranks", "zigzag", "N = 100",
+        "nearest valid N: 96 or 104"}},
+      {"seq_len_wallfacer_teams", "parallel:\n  sp: 16\n  C: 2\ntrain:\n  seq_len: 1000\n", 16, {},
+       {"train.seq_len", "in teams of C = 2", "nearest valid N: 992 or 1008"}},
+      {"team_without_wallfacer", "parallel:\n  sp: 4\n  C: 2\n  sp_strategy: ring\n", 4, {},
+       {"parallel.C: C = 2 is the WallFacer team size, but parallel.sp_strategy ring has no teams"}},
+      {"heads_tp", "model:\n  n_head: 6\n  n_kv_head: 6\n  d_model: 384\nparallel:\n  tp: 4\n", 4, {},
+       {"model.n_head: n_head = 6 and n_kv_head = 6 must both be multiples of parallel.tp = 4"}},
+      {"d_ff_tp", "model:\n  d_ff: 1001\nparallel:\n  tp: 2\n", 2, {}, {"model.d_ff: d_ff = 1001 is not a multiple of parallel.tp = 2"}},
+      {"layers_pp", "model:\n  n_layer: 5\nparallel:\n  pp: 2\n", 2, {},
+       {"model.n_layer: n_layer = 5 is not a multiple of parallel.pp = 2"}},
+      {"ulysses_heads", "model:\n  n_head: 4\n  n_kv_head: 2\nparallel:\n  sp: 4\n  sp_strategy: ulysses\n", 4, {},
+       {"model.n_head: sp_strategy ulysses shards heads over parallel.sp = 4", "n_head = 4 and n_kv_head = 2",
+        "use ring or wallfacer"}},
+      {"kv_heads", "model:\n  n_head: 6\n  n_kv_head: 4\n  d_model: 384\n", 1, {},
+       {"model.n_kv_head: n_head = 6 is not a multiple of n_kv_head = 4"}},
+      {"head_dim", "model:\n  n_head: 3\n  n_kv_head: 3\n  d_model: 256\n", 1, {},
+       {"model.d_model: d_model = 256 is not a multiple of n_head = 3"}},
+      {"rope_odd_head_dim", "model:\n  n_head: 4\n  n_kv_head: 4\n  d_model: 36\n  positions: rope\n", 1, {},
+       {"model.positions: rope", "d_model / n_head = 9 is odd"}},
+      {"global_batch", "parallel:\n  dp: 2\ntrain:\n  micro_batch_size: 3\n  global_batch_size: 10\n", 2, {},
+       {"train.global_batch_size: 10 sequences is not a multiple of parallel.dp x train.micro_batch_size = 2 x 3 = 6",
+        "nearest valid values 6 or 12"}},
+      {"seq_over_max", "model:\n  max_seq_len: 512\ntrain:\n  seq_len: 1024\n", 1, {},
+       {"train.seq_len: seq_len = 1024 exceeds model.max_seq_len = 512"}},
+      {"vocab_byte", "model:\n  vocab_size: 100\n", 1, {},
+       {"model.vocab_size: vocab_size = 100 is smaller than the byte tokenizer's 256 tokens"}},
+      {"vocab_gpt2", "data:\n  tokenizer: gpt2\n", 1, {}, {"model.vocab_size", "gpt2 tokenizer's 50257 tokens"}},
+      {"min_lr", "train:\n  lr: 1e-4\n  min_lr: 1e-3\n", 1, {}, {"train.min_lr: min_lr = 0.001 exceeds lr = 0.0001"}},
+      {"eval_without_val", "train:\n  eval_every: 50\n", 1, {},
+       {"train.eval_every: eval_every = 50 but data.val_path is empty"}},
+      {"override_breaks_layout", "parallel:\n  dp: 2\n", 2, {"parallel.dp=3"}, {"but the world has 2"}},
+  };
+  return cases;
+}
+
+void check_cases(const std::vector<BadConfig>& cases) {
+  for (const BadConfig& bad : cases) {
+    DYNAMIC_SECTION(bad.name) {
+      const std::string message = load_error(bad);
+      INFO("message: " << message);
+      REQUIRE_FALSE(message.empty());
+      for (const std::string& part : bad.expected) CHECK_THAT(message, Catch::Contains(part));
+    }
+  }
+}
+
+TEST_CASE("config: bad values, keys and YAML are load errors that name the key", "[config]") {
+  check_cases(load_time_cases());
+}
+
+TEST_CASE("config: impossible combinations are validation errors that name the key and the rule", "[config]") {
+  check_cases(layout_cases());
+}
+
+TEST_CASE("config: a missing file is named", "[config]") {
+  CHECK_THROWS_WITH(load_config("/no/such/dir/run.yaml"),
+                    Catch::Contains("cannot read config file '/no/such/dir/run.yaml'"));
+}
+
+TEST_CASE("config: every problem is listed in one message, the same every time", "[config]") {
+  const BadConfig bad{"many", "model:\n  n_head: 6\n  n_kv_head: 4\n  d_model: 384\ntrain:\n  min_lr: 0.1\n", 1,
+                      {}, {}};
+  const std::string message = load_error(bad);
+  CHECK_THAT(message, Catch::Contains("model.n_kv_head") && Catch::Contains("; train.min_lr"));
+  CHECK(load_error(bad) == message);  // deterministic: every rank prints the same text
+  // The world size itself is checked through the grid.
+  CHECK_THROWS_WITH(validate(RunConfig{}, 0), Catch::Contains("world size 0 must be at least 1"));
+}
+
+}  // namespace
+}  // namespace wf::config

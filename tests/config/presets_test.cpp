@@ -1,0 +1,58 @@
+// Every preset in configs/ loads and validates for the world size its first lines state
+// ("# world: N"), so a preset cannot rot as the rules change.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "wallfacer/config/run_config.h"
+
+namespace wf::config {
+namespace {
+
+namespace fs = std::filesystem;
+
+// tests/config/presets_test.cpp -> the repository root.
+fs::path repository_root() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
+
+// The N of the first "# world: N" line, or 0 when there is none.
+int stated_world_size(const fs::path& file) {
+  std::ifstream in(file);
+  const std::string marker = "# world:";
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(marker)) return std::stoi(line.substr(marker.size()));
+  }
+  return 0;
+}
+
+TEST_CASE("config: every preset in configs/ validates for its stated world size", "[config]") {
+  const fs::path dir = repository_root() / "configs";
+  REQUIRE(fs::is_directory(dir));
+  int presets = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".yaml") continue;
+    ++presets;
+    DYNAMIC_SECTION(entry.path().filename().string()) {
+      const int world = stated_world_size(entry.path());
+      INFO("a preset states its world size in a line '# world: N'");
+      REQUIRE(world > 0);
+      const RunConfig config = load_config(entry.path().string());
+      CHECK_NOTHROW(validate(config, world));
+      // The file spells out a real run, not the defaults.
+      CHECK_FALSE(config == RunConfig{});
+    }
+  }
+  CHECK(presets >= 5);
+}
+
+TEST_CASE("config: gpt-tiny is the 4-rank CPU preset with WallFacer sequence parallelism", "[config]") {
+  const RunConfig c = load_config((repository_root() / "configs" / "gpt-tiny.yaml").string());
+  CHECK(c.parallel.dp * c.parallel.sp == 4);
+  CHECK(c.parallel.sp_strategy == parallel::SpStrategy::wallfacer);
+  CHECK(c.data.tokenizer == TokenizerKind::byte);
+  CHECK(c.train.dtype == DType::f32);
+}
+
+}  // namespace
+}  // namespace wf::config
