@@ -2,8 +2,8 @@
 // The subcommands of the `wallfacer` executable. Each lives in its own file and registers
 // itself on its parent through one add_*_command function; main.cpp only wires them up.
 //
-// Planned, one file each: add_train_command(app), add_validate_command(app),
-// add_tune_command(app), add_bench_attention_command(bench).
+// Planned, one file each: add_train_command(app), add_generate_command(app),
+// add_tune_command(app).
 #include <CLI/CLI.hpp>
 
 #include <functional>

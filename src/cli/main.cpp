@@ -1,6 +1,7 @@
 // The `wallfacer` executable: parses the command line, then runs the selected command.
 // Every failure ends as one line "wallfacer: error: <message>" on stderr and exit status
 // 2 (usage) or 1 (runtime); --help and --version print to stdout and exit 0.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -89,8 +90,16 @@ int main(int argc, char** argv) {
   add_bench_comm_command(bench);
   add_bench_attention_command(bench);
 
+  // `-np N` (mpirun's spelling, used by `wallfacer validate cfg.yaml -np 4`) is read as the
+  // long option --np: CLI11 only knows one-letter short options.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (auto& arg : args) {
+    if (arg == "-np") arg = "--np";
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order
+
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::Success& e) {  // --help, --help-all, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {

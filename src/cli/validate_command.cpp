@@ -23,7 +23,7 @@ void add_validate_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand("validate", "Check a run config (YAML) against a world of N ranks");
   auto options = std::make_shared<ValidateOptions>();
   command->add_option("config", options->path, "The run config, e.g. configs/gpt-tiny.yaml")->required();
-  // CLI11 allows one-letter short names only, so mpirun's "-np" is spelt -n / --np here.
+  // -n / --np / --world; main() reads mpirun's spelling "-np" as --np.
   command->add_option("-n,--np,--world", options->world, "Number of ranks the run would launch with")
       ->capture_default_str();
   command->add_option("--set", options->overrides, "Override one key, e.g. --set train.lr=3e-4 (repeatable)");
