@@ -14,7 +14,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // tests/config/presets_test.cpp -> the repository root.
-fs::path repository_root() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
+fs::path repository_root() { return fs::path(WF_SOURCE_DIR); }
 
 // The N of the first "# world: N" line, or 0 when there is none.
 int stated_world_size(const fs::path& file) {
