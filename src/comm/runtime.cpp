@@ -67,6 +67,11 @@ Runtime& Runtime::init(int* argc, char*** argv) {
 
   std::unique_ptr<Runtime> runtime(new Runtime());
   if (!initialized) {
+    // Every Group collective is non-blocking (the watchdog polls it). Open MPI's default
+    // MPI_Iallreduce algorithm is markedly slower than its blocking all-reduce for large
+    // messages; the ring algorithm matches it at >= 1 MiB (docs/communication.md, bench comm).
+    // Only a default: a value the user set in the environment wins.
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
     int provided = MPI_THREAD_SINGLE;
     check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     runtime->owns_mpi_ = true;
