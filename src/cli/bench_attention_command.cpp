@@ -110,30 +110,6 @@ double min_over_ranks(comm::Group& group, double value) { return -max_over_ranks
 
 // ---- traffic ---------------------------------------------------------------------------
 
-bool is_sp_group(const std::string& name) { return name == "sp" || name.rfind("sp.", 0) == 0; }
-
-// This rank's bytes on the sp groups since the last registry reset.
-SpTraffic sp_traffic_now() {
-  const comm::TrafficRegistry& registry = comm::TrafficRegistry::instance();
-  SpTraffic t;
-  for (const auto& [name, traffic] : registry.snapshot(/*p2p_only=*/true, false)) {
-    if (!is_sp_group(name)) continue;
-    t.p2p_sent += traffic.bytes_sent;
-    t.p2p_received += traffic.bytes_received;
-  }
-  for (const auto& [name, traffic] : registry.snapshot(false, /*collectives_only=*/true)) {
-    if (!is_sp_group(name)) continue;
-    t.collective_sent += traffic.bytes_sent;
-    t.collective_received += traffic.bytes_received;
-  }
-  return t;
-}
-
-SpTraffic sum_traffic(comm::Group& group, const SpTraffic& mine) {
-  const comm::Traffic p2p = comm::sum_over_ranks(group, {0, mine.p2p_sent, 0, mine.p2p_received});
-  const comm::Traffic coll = comm::sum_over_ranks(group, {0, mine.collective_sent, 0, mine.collective_received});
-  return {p2p.bytes_sent, p2p.bytes_received, coll.bytes_sent, coll.bytes_received};
-}
 
 // The formula for one rank (by logical sp index) and the sum over ranks.
 SpTraffic formula_traffic(SpStrategy strategy, const Problem& pr, int P, int C, int logical, Pass pass) {
@@ -384,11 +360,11 @@ Row measure(SpStrategy strategy, comm::CommGrid& grid, const Problem& pr, const 
     if (forward != nullptr) comm::TrafficRegistry::instance().reset();
     AttentionResult out = attention->forward(q, k, v, options);
     if (forward != nullptr) {
-      *forward = sp_traffic_now();
+      *forward = parallel::measured_sp_traffic();
       comm::TrafficRegistry::instance().reset();
     }
     autograd::backward({out.out}, {d_o});
-    if (backward != nullptr) *backward = sp_traffic_now();
+    if (backward != nullptr) *backward = parallel::measured_sp_traffic();
     return out;
   };
 
@@ -408,8 +384,8 @@ Row measure(SpStrategy strategy, comm::CommGrid& grid, const Problem& pr, const 
 
   const SpTraffic mine_fwd = formula_traffic(strategy, pr, P, C, shard.logical_index, Pass::forward);
   const SpTraffic mine_bwd = formula_traffic(strategy, pr, P, C, shard.logical_index, Pass::backward);
-  row.forward = sum_traffic(sp, forward);
-  row.backward = sum_traffic(sp, backward);
+  row.forward = parallel::sum_over_ranks(sp, forward);
+  row.backward = parallel::sum_over_ranks(sp, backward);
   row.formula_forward = formula_total(strategy, pr, P, C, Pass::forward);
   row.formula_backward = formula_total(strategy, pr, P, C, Pass::backward);
   const bool exact_here = forward == mine_fwd && backward == mine_bwd;

@@ -1,5 +1,9 @@
 #include "wallfacer/parallel/traffic_model.h"
 
+#include <string>
+
+#include "wallfacer/comm/traffic.h"
+
 #include "wallfacer/comm/process_grid.h"
 #include "wallfacer/core/error.h"
 
@@ -127,6 +131,32 @@ SpTraffic ulysses_traffic_total(const AttentionDims& dims, int P, Pass pass, con
 SpTraffic wallfacer_traffic_total(const AttentionDims& dims, int P, int C, Pass pass, const ElementBytes& bytes,
                                   BackwardKv backward_kv) {
   return sum_over_ranks(P, [&](int l) { return wallfacer_traffic(dims, P, C, l, pass, bytes, backward_kv); });
+}
+
+namespace {
+bool is_sp_group(const std::string& name) { return name == "sp" || name.rfind("sp.", 0) == 0; }
+}  // namespace
+
+SpTraffic measured_sp_traffic() {
+  const comm::TrafficRegistry& registry = comm::TrafficRegistry::instance();
+  SpTraffic t;
+  for (const auto& [name, traffic] : registry.snapshot(/*p2p_only=*/true, false)) {
+    if (!is_sp_group(name)) continue;
+    t.p2p_sent += traffic.bytes_sent;
+    t.p2p_received += traffic.bytes_received;
+  }
+  for (const auto& [name, traffic] : registry.snapshot(false, /*collectives_only=*/true)) {
+    if (!is_sp_group(name)) continue;
+    t.collective_sent += traffic.bytes_sent;
+    t.collective_received += traffic.bytes_received;
+  }
+  return t;
+}
+
+SpTraffic sum_over_ranks(comm::Group& group, const SpTraffic& mine) {
+  const comm::Traffic p2p = comm::sum_over_ranks(group, {0, mine.p2p_sent, 0, mine.p2p_received});
+  const comm::Traffic coll = comm::sum_over_ranks(group, {0, mine.collective_sent, 0, mine.collective_received});
+  return {p2p.bytes_sent, p2p.bytes_received, coll.bytes_sent, coll.bytes_received};
 }
 
 }  // namespace wf::parallel

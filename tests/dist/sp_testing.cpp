@@ -59,30 +59,6 @@ std::string describe(const SpCase& c, int P) {
                      dtype_name(c.dtype));
 }
 
-bool is_sp_group(const std::string& name) { return name == "sp" || name.rfind("sp.", 0) == 0; }
-
-// This rank's bytes on the sp groups since the last registry reset.
-SpTraffic sp_traffic_now() {
-  const comm::TrafficRegistry& registry = comm::TrafficRegistry::instance();
-  SpTraffic t;
-  for (const auto& [name, traffic] : registry.snapshot(/*p2p_only=*/true, false)) {
-    if (!is_sp_group(name)) continue;
-    t.p2p_sent += traffic.bytes_sent;
-    t.p2p_received += traffic.bytes_received;
-  }
-  for (const auto& [name, traffic] : registry.snapshot(false, /*collectives_only=*/true)) {
-    if (!is_sp_group(name)) continue;
-    t.collective_sent += traffic.bytes_sent;
-    t.collective_received += traffic.bytes_received;
-  }
-  return t;
-}
-
-SpTraffic sum_traffic(comm::Group& group, const SpTraffic& mine) {
-  const comm::Traffic p2p = comm::sum_over_ranks(group, {0, mine.p2p_sent, 0, mine.p2p_received});
-  const comm::Traffic coll = comm::sum_over_ranks(group, {0, mine.collective_sent, 0, mine.collective_received});
-  return {p2p.bytes_sent, p2p.bytes_received, coll.bytes_sent, coll.bytes_received};
-}
 
 void check_traffic(const char* what, const SpTraffic& got, const SpTraffic& expected) {
   INFO(what << ": measured " << str(got) << ", traffic model " << str(expected));
@@ -154,16 +130,16 @@ SpCaseResult run_sp_case(const SpCase& c) {
 
   comm::TrafficRegistry::instance().reset();
   const AttentionResult out = strategy->forward(q, k, v, options);
-  const SpTraffic forward = sp_traffic_now();
+  const SpTraffic forward = parallel::measured_sp_traffic();
   comm::TrafficRegistry::instance().reset();
   autograd::backward({out.out, out.lse}, {shard.shard(ref.d_o), take_positions(ref.d_lse, 2, positions)});
-  const SpTraffic backward = sp_traffic_now();
+  const SpTraffic backward = parallel::measured_sp_traffic();
 
   SpCaseResult result;
   check_traffic("forward, this rank", forward, expected_sp_traffic(c, P, shard.logical_index, Pass::forward));
   check_traffic("backward, this rank", backward, expected_sp_traffic(c, P, shard.logical_index, Pass::backward));
-  result.total_forward = sum_traffic(sp, forward);
-  result.total_backward = sum_traffic(sp, backward);
+  result.total_forward = parallel::sum_over_ranks(sp, forward);
+  result.total_backward = parallel::sum_over_ranks(sp, backward);
   check_traffic("forward, summed over ranks", result.total_forward, expected_sp_traffic_total(c, P, Pass::forward));
   check_traffic("backward, summed over ranks", result.total_backward,
                 expected_sp_traffic_total(c, P, Pass::backward));

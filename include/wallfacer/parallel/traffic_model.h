@@ -34,6 +34,8 @@
 // Sent equals received for every rank in every case.
 #include <cstdint>
 
+#include "wallfacer/comm/group.h"
+
 namespace wf::parallel {
 
 enum class Pass { forward, backward };
@@ -68,6 +70,12 @@ struct SpTraffic {
   SpTraffic& operator+=(const SpTraffic& other);
   friend bool operator==(const SpTraffic&, const SpTraffic&) = default;
 };
+
+// What this rank's counters recorded on the sp groups ("sp", "sp.team", "sp.ring", ...) since
+// the last comm::TrafficRegistry reset, in the same terms: the measured side of the formulas.
+SpTraffic measured_sp_traffic();
+// The element-wise sum over the ranks of `group` (a collective; not itself counted).
+SpTraffic sum_over_ranks(comm::Group& group, const SpTraffic& mine);
 
 // Per rank (identical on every rank). Throw wf::Error on dims that do not split over P.
 SpTraffic ring_attention_traffic(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes = {});
