@@ -21,6 +21,18 @@ namespace wf::test {
 
 inline comm::Runtime& runtime() { return comm::Runtime::get(); }
 
+// Turns the communication argument checks on for one scope, whatever WF_COMM_CHECK says.
+class ArgumentChecksOn {
+ public:
+  ArgumentChecksOn() : saved_(comm::argument_checks_enabled()) { comm::set_argument_checks(true); }
+  ~ArgumentChecksOn() { comm::set_argument_checks(saved_); }
+  ArgumentChecksOn(const ArgumentChecksOn&) = delete;
+  ArgumentChecksOn& operator=(const ArgumentChecksOn&) = delete;
+
+ private:
+  bool saved_;
+};
+
 // A new group of the whole world with its own communicator, call sequence and zeroed counters.
 std::shared_ptr<comm::Group> world_group(const std::string& name);
 

@@ -13,20 +13,6 @@ using wf::Tensor;
 using wf::comm::ReduceOp;
 using namespace wf::test;
 
-namespace {
-
-// Turns the argument checks on for one scope, whatever WF_COMM_CHECK says.
-class ArgumentChecksOn {
- public:
-  ArgumentChecksOn() : saved_(wf::comm::argument_checks_enabled()) { wf::comm::set_argument_checks(true); }
-  ~ArgumentChecksOn() { wf::comm::set_argument_checks(saved_); }
-
- private:
-  bool saved_;
-};
-
-}  // namespace
-
 TEST_CASE("argument checks: ranks disagreeing on a collective all get the same clear error", "[dist][checks]") {
   const ArgumentChecksOn checks;
   auto group = world_group("t.checks");

@@ -16,15 +16,6 @@ using namespace wf::test;
 
 namespace {
 
-class ArgumentChecksOn {
- public:
-  ArgumentChecksOn() : saved_(wf::comm::argument_checks_enabled()) { wf::comm::set_argument_checks(true); }
-  ~ArgumentChecksOn() { wf::comm::set_argument_checks(saved_); }
-
- private:
-  bool saved_;
-};
-
 // The error `call` throws on this rank, after checking that every rank got the very same text
 // (their hashes all-gathered over `group`, uncounted traffic aside).
 std::string same_error_on_every_rank(wf::comm::Group& group, const std::function<void()>& call) {
