@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_reference.h"
+#include "src/cli/bench_stats.h"
 #include "src/cli/commands.h"
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/comm/process_grid.h"
@@ -95,11 +96,6 @@ struct Row {
 };
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 double max_over_ranks(comm::Group& group, double value) {
   Tensor t = Tensor::full({1}, value, DType::f64);

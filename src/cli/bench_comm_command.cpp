@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
+#include "src/cli/bench_stats.h"
 #include "src/cli/commands.h"
 #include "src/comm/mpi_util.h"
 #include "src/comm/progress.h"
@@ -216,11 +217,6 @@ std::vector<std::int64_t> sizes_up_to(std::int64_t max_bytes) {
 }
 
 // ---- overlap of a ring exchange with compute ----------------------------------------------
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 // A GEMM loop that knows nothing about MPI, sized to take about `target_ms` on this rank: the
 // median product time over a calibration window (robust to a shared machine's pauses).

@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
+#include "src/cli/bench_stats.h"
 #include "src/cli/commands.h"
 #include "wallfacer/core/tensor.h"
 #include "wallfacer/core/threading.h"
@@ -29,19 +30,6 @@ struct Options {
   bool quick = false;  // small sizes: a smoke test of the command, not a measurement
   bool json = false;
 };
-
-// Median wall time of `iters` runs after one warm-up run, in seconds.
-double median_seconds(int iters, const std::function<void()>& fn) {
-  fn();
-  std::vector<double> times;
-  for (int i = 0; i < iters; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 struct Row {
   std::string kernel, size;
