@@ -3,8 +3,6 @@
 //
 // FLOP counts: GEMM 2·M·N·K. Attention forward 4·n²·d·h for a full mask, half for causal;
 // backward 2.5× forward (the convention of the FlashAttention papers).
-#include <cblas.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +14,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
+#include "src/cli/bench_sgemm.h"
 #include "src/cli/bench_stats.h"
 #include "src/cli/commands.h"
 #include "wallfacer/core/tensor.h"
@@ -35,18 +34,6 @@ struct Row {
   std::string kernel, size;
   double ms = 0, gflops = 0, reference_gflops = 0, target = 0;  // target: minimum ratio
 };
-
-// OpenBLAS sgemm called directly, single-threaded: the reference every row is compared to.
-double sgemm_gflops(std::int64_t n, int iters) {
-  init_blas_threads();
-  Tensor a = Tensor::randn({n, n}), b = Tensor::randn({n, n}), c = Tensor::zeros({n, n});
-  const int ni = static_cast<int>(n);
-  const double s = median_seconds(iters, [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, ni, ni, 1.0f, a.data<float>(), ni, b.data<float>(), ni,
-                0.0f, c.data<float>(), ni);
-  });
-  return 2.0 * n * n * n / s * 1e-9;
-}
 
 Row bench_gemm(std::int64_t n, kernels::cpu::GemmBackend backend, double reference, int iters) {
   Tensor a = Tensor::randn({n, n}), b = Tensor::randn({n, n}), c = Tensor::zeros({n, n});
@@ -100,7 +87,7 @@ int run(const Options& options) {
   std::vector<Row> rows;
   double attention_reference = 0;
   for (auto n : gemm_sizes) {
-    const double ref = sgemm_gflops(n, options.iters);
+    const double ref = sgemm_gflops(n, n, n, options.iters);
     if (attention_reference == 0) attention_reference = ref;
     rows.push_back({"openblas sgemm (reference)", fmt::format("{0}x{0}x{0}", n), 2.0 * n * n * n / ref * 1e-6, ref, ref, 0});
     for (auto backend : {kernels::cpu::GemmBackend::cblas, kernels::cpu::GemmBackend::eigen}) {

@@ -2,8 +2,7 @@
 // The subcommands of the `wallfacer` executable. Each lives in its own file and registers
 // itself on its parent through one add_*_command function; main.cpp only wires them up.
 //
-// Planned, one file each: add_train_command(app), add_generate_command(app),
-// add_tune_command(app).
+// Planned, one file each: add_tune_command(app).
 #include <CLI/CLI.hpp>
 
 #include <functional>
@@ -43,6 +42,14 @@ void add_validate_command(CLI::App& app);
 // token files train.bin and val.bin (prepare_text_command.cpp, docs/data.md).
 void add_prepare_text_command(CLI::App& app);
 
+// `wallfacer train CFG.yaml [--set k=v]...`: trains under mpirun, resuming from checkpoints
+// (train_command.cpp).
+void add_train_command(CLI::App& app);
+
+// `wallfacer generate --checkpoint DIR --prompt TEXT`: samples text from a trained model
+// (generate_command.cpp).
+void add_generate_command(CLI::App& app);
+
 // `wallfacer bench`: a group that only holds the bench subcommands; returns it so that each
 // bench subcommand can register itself on it.
 CLI::App& add_bench_group(CLI::App& app);
@@ -52,5 +59,7 @@ void add_bench_comm_command(CLI::App& bench);
 // `wallfacer bench attention`: sequence-parallel attention per strategy and C, measured bytes
 // beside the traffic model (bench_attention_command.cpp).
 void add_bench_attention_command(CLI::App& bench);
+// `wallfacer bench gpt`: GPT training-step speed beside OpenBLAS sgemm (bench_gpt_command.cpp).
+void add_bench_gpt_command(CLI::App& bench);
 
 }  // namespace wf::cli

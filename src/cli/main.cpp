@@ -85,10 +85,13 @@ int main(int argc, char** argv) {
   add_grid_command(app);
   add_validate_command(app);
   add_prepare_text_command(app);
+  add_train_command(app);
+  add_generate_command(app);
   CLI::App& bench = add_bench_group(app);
   add_bench_kernels_command(bench);
   add_bench_comm_command(bench);
   add_bench_attention_command(bench);
+  add_bench_gpt_command(bench);
 
   // `-np N` (mpirun's spelling, used by `wallfacer validate cfg.yaml -np 4`) is read as the
   // long option --np: CLI11 only knows one-letter short options.

@@ -10,13 +10,16 @@ namespace wf::comm {
 
 CommGrid::CommGrid(const ProcessGrid& grid) : grid_(grid) {
   Runtime& runtime = Runtime::get();
-  WF_CHECK(grid_.world_size() == runtime.world_size() && grid_.rank() == runtime.rank(),
+  // A grid of one rank in a larger job is process-local: every process gets groups of itself
+  // alone (a test comparing a parallel run with a single-process one in the same job).
+  const bool local = grid_.world_size() == 1;
+  WF_CHECK(local || (grid_.world_size() == runtime.world_size() && grid_.rank() == runtime.rank()),
            "CommGrid: the process grid is for rank {} of {}, but this process is rank {} of {}", grid_.rank(),
            grid_.world_size(), runtime.rank(), runtime.world_size());
   for (std::string_view kind : ProcessGrid::group_names()) {
     const std::vector<std::vector<int>> all = grid_.all_groups(kind);
-    const std::vector<int>& mine = grid_.group(kind);
-    const int color = static_cast<int>(std::find(all.begin(), all.end(), mine) - all.begin());
+    const std::vector<int>& mine = local ? std::vector<int>{runtime.rank()} : grid_.group(kind);
+    const int color = local ? runtime.rank() : static_cast<int>(std::find(all.begin(), all.end(), mine) - all.begin());
     std::shared_ptr<Group> group = runtime.split(std::string(kind), color, grid_.group_rank(kind));
     WF_CHECK(group != nullptr && group->world_ranks() == mine,
              "CommGrid: MPI built group '{}' with world ranks [{}], but the process grid says [{}]", kind,

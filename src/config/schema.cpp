@@ -21,6 +21,7 @@ using Choices = std::vector<std::pair<std::string, E>>;
 const Choices<NormKind> kNorms = {{"layernorm", NormKind::layernorm}, {"rmsnorm", NormKind::rmsnorm}};
 const Choices<PositionKind> kPositions = {{"learned", PositionKind::learned}, {"rope", PositionKind::rope}};
 const Choices<TokenizerKind> kTokenizers = {{"byte", TokenizerKind::byte}, {"gpt2", TokenizerKind::gpt2}};
+const Choices<DataSource> kSources = {{"file", DataSource::file}, {"synthetic", DataSource::synthetic}};
 const Choices<DType> kDtypes = {{"f32", DType::f32}, {"bf16", DType::bf16}};
 const Choices<std::string> kModelNames = {{"gpt", "gpt"}};
 
@@ -49,6 +50,7 @@ std::string_view choice_name(const Choices<E>& choices, E value) {
 std::string_view norm_name(NormKind kind) { return choice_name(kNorms, kind); }
 std::string_view position_name(PositionKind kind) { return choice_name(kPositions, kind); }
 std::string_view tokenizer_name(TokenizerKind kind) { return choice_name(kTokenizers, kind); }
+std::string_view data_source_name(DataSource source) { return choice_name(kSources, source); }
 
 namespace detail {
 namespace {
@@ -194,9 +196,11 @@ std::vector<Field> make_fields() {
       number(KEY(train, grad_clip), 0.0, true, inf),
       integer(KEY(train, log_every), 1),
       integer(KEY(train, eval_every), 0),
+      integer(KEY(train, eval_batches), 1),
       integer(KEY(train, seed), 0),
       choice(KEY(train, dtype), kDtypes),
 
+      choice(KEY(data, source), kSources),
       text(KEY(data, train_path), false),
       text(KEY(data, val_path), true),
       choice(KEY(data, tokenizer), kTokenizers),
@@ -207,6 +211,7 @@ std::vector<Field> make_fields() {
 
       text(KEY(log, dir), false),
       text(KEY(log, metrics_file), false),
+      number(KEY(log, peak_gflops), 0.0, true),
   };
 }
 

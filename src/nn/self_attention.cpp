@@ -1,5 +1,6 @@
 #include "wallfacer/nn/self_attention.h"
 
+#include "wallfacer/ops/rope.h"
 #include "wallfacer/ops/shape_ops.h"
 
 namespace wf::nn {
@@ -12,6 +13,9 @@ SelfAttention::SelfAttention(const SelfAttentionOptions& options)
            d, h, h_kv);
   WF_CHECK(d % h == 0, "SelfAttention: d_model {} is not divisible by n_head {}", d, h);
   WF_CHECK(h % h_kv == 0, "SelfAttention: n_kv_head {} must divide n_head {} (grouped-query attention)", h_kv, h);
+  WF_CHECK(!options_.rope || head_dim() % 2 == 0,
+           "SelfAttention: rope rotates channel pairs, so head_dim = d_model / n_head must be even, got {} / {} = {}", d,
+           h, head_dim());
   const std::int64_t qkv_width = (h + 2 * h_kv) * head_dim();
   const double out_std = options.out_init_std > 0 ? options.out_init_std : options.init_std;
   qkv_ = register_module("qkv", std::make_shared<Linear>(LinearOptions{.in_features = d,
@@ -28,22 +32,61 @@ SelfAttention::SelfAttention(const SelfAttentionOptions& options)
 }
 
 Tensor SelfAttention::forward(const Tensor& x, std::int64_t position_offset) {
-  const std::int64_t h = options_.n_head, h_kv = options_.n_kv_head, hd = head_dim();
-  WF_CHECK(x.dim() == 3 && x.size(2) == options_.d_model,
-           "SelfAttention(d_model={}): input must be [batch, tokens, {}], got {}", options_.d_model,
-           options_.d_model, shape_str(x.shape()));
   WF_CHECK(position_offset >= 0, "SelfAttention: position_offset must be >= 0, got {}", position_offset);
+  const Tensor positions = x.defined() && x.dim() >= 2 ? contiguous_positions(position_offset, x.size(1)) : Tensor();
+  return run(x, positions, attention_options(position_offset));
+}
+
+Tensor SelfAttention::forward(const Tensor& x, const Tensor& positions) {
+  WF_CHECK(positions.defined(), "SelfAttention: positions are undefined; pass [tokens] global positions (i64) or "
+           "use forward(x, position_offset)");
+  return run(x, positions, attention_options(0));
+}
+
+Tensor SelfAttention::run(const Tensor& x, const Tensor& positions, const AttentionOptions& attention_options) {
+  const Heads heads = project(x, positions);
+  return output(strategy_->forward(heads.q, heads.k, heads.v, attention_options).out);
+}
+
+SelfAttention::Heads SelfAttention::project(const Tensor& x, const Tensor& positions) {
+  const std::int64_t h = options_.n_head, h_kv = options_.n_kv_head, hd = head_dim();
+  WF_CHECK(x.defined() && x.dim() == 3 && x.size(2) == options_.d_model,
+           "SelfAttention(d_model={}): input must be [batch, tokens, {}], got {}", options_.d_model,
+           options_.d_model, x.defined() ? shape_str(x.shape()) : "undefined");
   const std::int64_t batch = x.size(0), tokens = x.size(1);
+  if (positions.defined()) {
+    WF_CHECK(positions.dim() == 1 && positions.size(0) == tokens &&
+                 (positions.dtype() == DType::i64 || positions.dtype() == DType::i32),
+             "SelfAttention: positions must be [tokens] = [{}] of i64 or i32 (one global position per token of x {}), got "
+             "{} {}",
+             tokens, shape_str(x.shape()), dtype_name(positions.dtype()), shape_str(positions.shape()));
+  }
+  WF_CHECK(!options_.rope || positions.defined(), "SelfAttention: rope is on but no positions were given");
 
   const Tensor qkv = qkv_->forward(x);  // [B, T, (h + 2·h_kv)·hd]
-  const Tensor q = reshape(narrow(qkv, 2, 0, h * hd), {batch, tokens, h, hd});
-  const Tensor k = reshape(narrow(qkv, 2, h * hd, h_kv * hd), {batch, tokens, h_kv, hd});
-  const Tensor v = reshape(narrow(qkv, 2, (h + h_kv) * hd, h_kv * hd), {batch, tokens, h_kv, hd});
+  Heads heads{reshape(narrow(qkv, 2, 0, h * hd), {batch, tokens, h, hd}),
+              reshape(narrow(qkv, 2, h * hd, h_kv * hd), {batch, tokens, h_kv, hd}),
+              reshape(narrow(qkv, 2, (h + h_kv) * hd, h_kv * hd), {batch, tokens, h_kv, hd})};
+  if (options_.rope) {
+    heads.q = rope(heads.q, positions, options_.rope_theta);
+    heads.k = rope(heads.k, positions, options_.rope_theta);
+  }
+  return heads;
+}
 
-  const AttentionOptions attention_options{
-      .causal = options_.causal, .q_offset = position_offset, .kv_offset = position_offset};
-  const Tensor out = strategy_->forward(q, k, v, attention_options).out;  // [B, T, h, hd]
-  return dropout_->forward(proj_->forward(reshape(out, {batch, tokens, h * hd})));
+Tensor SelfAttention::output(const Tensor& attention_out) {
+  const std::int64_t batch = attention_out.size(0), tokens = attention_out.size(1);
+  return dropout_->forward(proj_->forward(reshape(attention_out, {batch, tokens, options_.d_model})));
+}
+
+AttentionOptions SelfAttention::attention_options(std::int64_t position_offset) const {
+  return {.causal = options_.causal, .q_offset = position_offset, .kv_offset = position_offset};
+}
+
+Tensor SelfAttention::contiguous_positions(std::int64_t position_offset, std::int64_t tokens) const {
+  if (!options_.rope) return Tensor();
+  return Tensor::arange(static_cast<double>(position_offset), static_cast<double>(position_offset + tokens), 1.0,
+                        DType::i64);
 }
 
 void SelfAttention::set_strategy(std::shared_ptr<AttentionStrategy> strategy) {

@@ -68,12 +68,17 @@ bool any_nonzero(const Tensor& t) {
   return std::any_of(p, p + t.numel(), [](T x) { return x != T(0); });
 }
 
+// forward computes out and lse with the kernel; a replay (attention_replay) takes them from an
+// earlier forward instead. Both save the same tensors and share one backward.
 class Attention final : public autograd::Function {
  public:
   explicit Attention(const AttentionShape& shape) : shape_(shape) {}
+  Attention(const AttentionShape& shape, AttentionResult replayed)
+      : shape_(shape), is_replay_(true), replayed_(std::move(replayed)) {}
 
   // inputs: q, k, v; outputs: out [B, n_q, h, d], lse [B, h, n_q]
   TensorList forward(Context& ctx, const TensorList& in) override {
+    if (is_replay_) return replay(ctx, in);
     return ops::compute_in(kOp, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
       using T = decltype(tag);
       Tensor out = Tensor::empty(c[0].shape(), dtype_v<T>);
@@ -108,10 +113,21 @@ class Attention final : public autograd::Function {
                            });
   }
 
-  std::string name() const override { return kOp; }
+  std::string name() const override { return is_replay_ ? "attention_replay" : kOp; }
 
  private:
+  // The outputs of the earlier forward, handed back as they are; the backward widens them to
+  // the compute dtype (a bf16 `out` saved by a caller is used as it is: its rounding shows in D).
+  TensorList replay(Context& ctx, const TensorList& in) {
+    ctx.save_for_backward({in[0], in[1], in[2], replayed_.out, replayed_.lse});
+    TensorList outs{replayed_.out, replayed_.lse};
+    replayed_ = {};  // the node's saved tensors hold them now; don't keep a second reference
+    return outs;
+  }
+
   AttentionShape shape_;
+  bool is_replay_ = false;
+  AttentionResult replayed_;
 };
 
 }  // namespace
@@ -119,6 +135,26 @@ class Attention final : public autograd::Function {
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) {
   const AttentionShape shape = attention_shape(q, k, v, options);
   TensorList outs = autograd::apply_function(std::make_shared<Attention>(shape), {q, k, v});
+  return {outs[0], outs[1]};
+}
+
+AttentionResult attention_replay(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                                 const AttentionResult& saved) {
+  const AttentionShape shape = attention_shape(q, k, v, options);
+  const Shape lse_shape{shape.batch, shape.heads, shape.q_len};
+  WF_CHECK(saved.out.defined() && saved.lse.defined() && saved.out.shape() == q.shape() &&
+               saved.lse.shape() == lse_shape,
+           "attention_replay: the saved result must be out {} and lse {} (what attention(q, k, v) returned for "
+           "q {}), got out {} and lse {}",
+           shape_str(q.shape()), shape_str(lse_shape), shape_str(q.shape()),
+           saved.out.defined() ? shape_str(saved.out.shape()) : "undefined",
+           saved.lse.defined() ? shape_str(saved.lse.shape()) : "undefined");
+  WF_CHECK(saved.out.dtype() == q.dtype() || saved.out.dtype() == ops::compute_dtype(kOp, q.dtype()),
+           "attention_replay: saved out has dtype {} but q has {}; replay the result of attention on these q, k, v",
+           dtype_name(saved.out.dtype()), dtype_name(q.dtype()));
+  // Detached: the replay node must not link back to whatever graph `saved` came from.
+  TensorList outs = autograd::apply_function(
+      std::make_shared<Attention>(shape, AttentionResult{saved.out.detach(), saved.lse.detach()}), {q, k, v});
   return {outs[0], outs[1]};
 }
 

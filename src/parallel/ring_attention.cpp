@@ -15,6 +15,10 @@
 // a fresh buffer, so the accumulator from ring prev can still be in flight; it is added after
 // the compute (share + received, a fixed order: the result is deterministic), and the sum goes
 // on to ring next while the following step computes.
+//
+// Replay (activation checkpointing at the attention output): the Function saves the replayed
+// out and lse in place of the ones its forward would compute; no attention runs and nothing
+// travels until the backward, which is the ordinary one.
 #include "src/parallel/ring_attention.h"
 
 #include <limits>
@@ -39,12 +43,23 @@ constexpr int kTagDkv = 0x5202;
 class RingAttentionFunction final : public autograd::Function {
  public:
   RingAttentionFunction(comm::Group& sp, std::vector<std::vector<TokenRun>> runs, bool causal, double scale,
-                        std::shared_ptr<detail::WorkRecord> work)
-      : sp_(sp), runs_(std::move(runs)), causal_(causal), scale_(scale), work_(std::move(work)) {}
+                        std::shared_ptr<detail::WorkRecord> work, detail::Replayed replayed)
+      : sp_(sp),
+        runs_(std::move(runs)),
+        causal_(causal),
+        scale_(scale),
+        work_(std::move(work)),
+        replayed_(std::move(replayed)) {}
 
-  // inputs: q, k, v (this rank's shard); outputs: o, lse
+  // inputs: q, k, v (this rank's shard); outputs: o, lse (the replayed ones, if any)
   TensorList forward(Context& ctx, const TensorList& in) override {
     const Tensor &q = in[0], &k = in[1], &v = in[2];
+    if (replayed_) {  // the backward needs exactly what the forward below saves
+      const AttentionResult r = std::move(*replayed_);
+      replayed_.reset();
+      ctx.save_for_backward({q, k, v, r.out, r.lse});
+      return {r.out, r.lse};
+    }
     Tensor o = Tensor::zeros(q.shape(), q.dtype());
     Tensor lse = Tensor::full({q.size(0), q.size(2), q.size(1)}, -std::numeric_limits<double>::infinity(), q.dtype());
     BlockAttentionStats work;
@@ -148,17 +163,19 @@ class RingAttentionFunction final : public autograd::Function {
   bool causal_;
   double scale_;
   std::shared_ptr<detail::WorkRecord> work_;
+  detail::Replayed replayed_;
 };
 
 class RingAttention final : public detail::SpStrategyBase {
  public:
   RingAttention(const SpAttentionConfig& config, comm::Group& sp) : SpStrategyBase("ring", config, sp) {}
 
-  AttentionResult forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                          const AttentionOptions& options) override {
-    check_call(q, k, v, options);
+ private:
+  AttentionResult run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                      detail::Replayed replayed) override {
     const TensorList out = autograd::apply_function(
-        std::make_shared<RingAttentionFunction>(sp_, runs_, options.causal, options.scale, work_), {q, k, v});
+        std::make_shared<RingAttentionFunction>(sp_, runs_, options.causal, options.scale, work_, std::move(replayed)),
+        {q, k, v});
     return {out[0], out[1]};
   }
 };

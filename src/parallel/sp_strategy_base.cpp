@@ -34,6 +34,35 @@ void SpStrategyBase::check_call(const Tensor& q, const Tensor& k, const Tensor& 
            what, options.q_offset, options.kv_offset);
 }
 
+AttentionResult SpStrategyBase::forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const AttentionOptions& options) {
+  check_call(q, k, v, options);
+  return run(q, k, v, options, std::nullopt);
+}
+
+AttentionResult SpStrategyBase::replay(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const AttentionOptions& options, const AttentionResult& saved) {
+  check_call(q, k, v, options);
+  AttentionResult replayed = check_replayed((name_ + " attention").c_str(), q, saved);
+  work_->forward = {};
+  return run(q, k, v, options, std::move(replayed));
+}
+
+AttentionResult check_replayed(const char* what, const Tensor& q, const AttentionResult& saved) {
+  WF_CHECK(saved.out.defined() && saved.lse.defined(),
+           "{} replay: the saved result must hold out and lse, as forward returned them", what);
+  const Shape lse_shape{q.size(0), q.size(2), q.size(1)};
+  WF_CHECK(saved.out.shape() == q.shape() && saved.lse.shape() == lse_shape && saved.out.dtype() == q.dtype() &&
+               saved.lse.dtype() == q.dtype() && saved.out.device() == q.device() &&
+               saved.lse.device() == q.device(),
+           "{} replay: the saved result must be what forward returned for these q, k, v: out {} {} and "
+           "lse {} {}, got out {} {} and lse {} {}",
+           what, dtype_name(q.dtype()), shape_str(q.shape()), dtype_name(q.dtype()), shape_str(lse_shape),
+           dtype_name(saved.out.dtype()), shape_str(saved.out.shape()), dtype_name(saved.lse.dtype()),
+           shape_str(saved.lse.shape()));
+  return {saved.out.detach(), saved.lse.detach()};
+}
+
 Tensor pack_pair(const Tensor& a, const Tensor& b) {
   WF_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), "pack_pair: {} {} and {} {} differ", dtype_name(a.dtype()),
            shape_str(a.shape()), dtype_name(b.dtype()), shape_str(b.shape()));

@@ -1,8 +1,11 @@
 #pragma once
 // What ring attention and Ulysses share (internal to src/parallel): the sp group, the C = 1
-// sequence layout of every sp rank, the checks of a call's local shard, the work counters the
-// tests read (SpAttentionWork), and small raw-tensor helpers for packing messages.
+// sequence layout of every sp rank, the checks of a call's local shard, forward() and replay()
+// over one strategy-specific run(), the work counters the tests read (SpAttentionWork), and
+// small raw-tensor helpers for packing messages. WallFacer uses the replay check and the
+// helpers.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,8 +21,23 @@ struct WorkRecord {
   BlockAttentionStats forward, backward;
 };
 
+// A replay's saved result, handed to a strategy's autograd Function: when set, the Function's
+// forward saves what its backward needs from it and returns it, computing no attention.
+using Replayed = std::optional<AttentionResult>;
+
+// wf::Error, prefixed by `what` ("ring attention"), unless `saved` can be what a strategy's
+// forward returned for this rank's q [B, n, h, d]: out of q's shape and dtype, lse [B, h, n] of
+// q's dtype. Returns both detached, so the replay's graph never reaches whatever made them.
+AttentionResult check_replayed(const char* what, const Tensor& q, const AttentionResult& saved);
+
 class SpStrategyBase : public nn::AttentionStrategy, public SpAttentionWork {
  public:
+  // Both check the call, then run(): forward without a saved result, replay with one (it also
+  // zeroes the forward work counters: a replay computes no attention).
+  AttentionResult forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionOptions& options) final;
+  AttentionResult replay(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                         const AttentionResult& saved) final;
   std::string name() const override { return name_; }
   BlockAttentionStats last_forward_work() const override { return work_->forward; }
   BlockAttentionStats last_backward_work() const override { return work_->backward; }
@@ -31,6 +49,11 @@ class SpStrategyBase : public nn::AttentionStrategy, public SpAttentionWork {
   // wf::Error unless q [B, N/P, h, d], k = v [B, N/P, h_kv, d] (h_kv | h, f32 or f64, CPU) and
   // options carry no offsets (global positions come from the layout).
   void check_call(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) const;
+
+  // Applies the strategy's autograd Function to (q, k, v) after check_call, with `replayed`
+  // passed on to it; further checks that must precede any communication go here too.
+  virtual AttentionResult run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                              Replayed replayed) = 0;
 
   std::string name_;
   SpAttentionConfig config_;

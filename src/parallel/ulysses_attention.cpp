@@ -12,9 +12,16 @@
 // R = B·(N/P)·h: the R term is lse (forward) and its gradient (backward), which must travel
 // because the nn::AttentionStrategy contract returns lse on the sequence shard. It rides in the
 // O (dO) message, so the message count is that of two all-to-alls per pass.
+//
+// Replay (activation checkpointing at the attention output): the Function saves the
+// sequence-sharded q, k, v and the replayed out and lse, and moves nothing. Its backward sends
+// them to the head side in the dO all-to-all (the forward's bytes, no extra message), so
+// nothing head-sharded is held between the replay and its backward, and the head-side O and
+// lse are the forward's bit for bit (the all-to-alls only copy).
 #include "src/parallel/ulysses_attention.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "kernels/cpu/attention.h"
 #include "src/parallel/sp_strategy_base.h"
@@ -103,57 +110,90 @@ void exchange(comm::Group& sp, const Positions& positions, Side from_side, const
   }
 }
 
+// The head-sharded side of one call: every token, h/P query heads and h_kv/P kv heads.
+struct HeadSide {
+  Tensor q, k, v, o, lse;
+  HeadSide(const kernels::cpu::AttentionShape& s, DType dtype)
+      : q(Tensor::empty({s.batch, s.q_len, s.heads, s.head_dim}, dtype)),
+        k(Tensor::empty({s.batch, s.kv_len, s.kv_heads, s.head_dim}, dtype)),
+        v(Tensor::empty(k.shape(), dtype)),
+        o(Tensor::empty(q.shape(), dtype)),
+        lse(Tensor::empty({s.batch, s.heads, s.q_len}, dtype)) {}
+};
+
 class UlyssesAttentionFunction final : public autograd::Function {
  public:
   UlyssesAttentionFunction(comm::Group& sp, Positions positions, bool causal, double scale,
-                           std::shared_ptr<detail::WorkRecord> work)
-      : sp_(sp), positions_(std::move(positions)), causal_(causal), scale_(scale), work_(std::move(work)) {}
+                           std::shared_ptr<detail::WorkRecord> work, detail::Replayed replayed)
+      : sp_(sp),
+        positions_(std::move(positions)),
+        causal_(causal),
+        scale_(scale),
+        work_(std::move(work)),
+        replayed_(std::move(replayed)),
+        sequence_side_saved_(replayed_.has_value()) {}
 
-  // inputs: q, k, v (this rank's shard); outputs: o, lse. Saved: the head-sharded q, k, v, o, lse.
+  // inputs: q, k, v (this rank's shard); outputs: o, lse. Saved: the head-sharded q, k, v, o,
+  // lse; in a replay the sequence-sharded ones (q, k, v and the replayed o, lse).
   TensorList forward(Context& ctx, const TensorList& in) override {
     const Tensor &q = in[0], &k = in[1], &v = in[2];
+    if (replayed_) {
+      const AttentionResult r = std::move(*replayed_);
+      replayed_.reset();
+      ctx.save_for_backward({q, k, v, r.out, r.lse});
+      return {r.out, r.lse};
+    }
     const kernels::cpu::AttentionShape s = shape_of(q, k);
     return dispatch_float(q.dtype(), "ulysses attention", [&](auto tag) {
       using T = decltype(tag);
-      Tensor qh = Tensor::empty({s.batch, s.q_len, s.heads, s.head_dim}, q.dtype());
-      Tensor kh = Tensor::empty({s.batch, s.kv_len, s.kv_heads, s.head_dim}, q.dtype());
-      Tensor vh = Tensor::empty(kh.shape(), q.dtype());
+      HeadSide h(s, q.dtype());
       exchange<T>(sp_, positions_, Side::sequence, {tokens_major(q), tokens_major(k), tokens_major(v)},
-                  {tokens_major(qh), tokens_major(kh), tokens_major(vh)});
-      Tensor oh = Tensor::empty(qh.shape(), q.dtype()), lseh = Tensor::empty({s.batch, s.heads, s.q_len}, q.dtype());
-      kernels::cpu::attention_forward<T>(s, qh.data<T>(), kh.data<T>(), vh.data<T>(), oh.data<T>(), lseh.data<T>());
+                  {tokens_major(h.q), tokens_major(h.k), tokens_major(h.v)});
+      kernels::cpu::attention_forward<T>(s, h.q.data<T>(), h.k.data<T>(), h.v.data<T>(), h.o.data<T>(),
+                                         h.lse.data<T>());
       Tensor o = Tensor::empty(q.shape(), q.dtype()), lse = Tensor::empty({q.size(0), q.size(2), q.size(1)}, q.dtype());
-      exchange<T>(sp_, positions_, Side::heads, {tokens_major(oh), heads_major(lseh)},
+      exchange<T>(sp_, positions_, Side::heads, {tokens_major(h.o), heads_major(h.lse)},
                   {tokens_major(o), heads_major(lse)});
       work_->forward = work(s);
-      ctx.save_for_backward({qh, kh, vh, oh, lseh});
+      ctx.save_for_backward({h.q, h.k, h.v, h.o, h.lse});
       return TensorList{o, lse};
     });
   }
 
   TensorList backward(Context& ctx, const TensorList& grad) override {
-    const TensorList& saved = ctx.saved();  // head-sharded q, k, v, o, lse
-    const Tensor &qh = saved[0], &kh = saved[1];
-    const kernels::cpu::AttentionShape s = shape_of_sharded(qh, kh);
+    const TensorList& saved = ctx.saved();  // q, k, v, o, lse: head-sharded, or sequence-sharded (replay)
+    const DType dtype = saved[0].dtype();
+    const kernels::cpu::AttentionShape s =
+        sequence_side_saved_ ? shape_of(saved[0], saved[1]) : shape_of_sharded(saved[0], saved[1]);
     const int P = sp_.size();
-    WF_CHECK(grad[0].dtype() == qh.dtype() && grad[1].dtype() == qh.dtype(),
-             "ulysses attention backward: the gradients of o and lse must be {}, got {} and {}", dtype_name(qh.dtype()),
+    WF_CHECK(grad[0].dtype() == dtype && grad[1].dtype() == dtype,
+             "ulysses attention backward: the gradients of o and lse must be {}, got {} and {}", dtype_name(dtype),
              dtype_name(grad[0].dtype()), dtype_name(grad[1].dtype()));
-    return dispatch_float(qh.dtype(), "ulysses attention", [&](auto tag) {
+    return dispatch_float(dtype, "ulysses attention", [&](auto tag) {
       using T = decltype(tag);
-      Tensor doh = Tensor::empty(qh.shape(), qh.dtype());
-      Tensor dlseh = Tensor::empty({s.batch, s.heads, s.q_len}, qh.dtype());
-      exchange<T>(sp_, positions_, Side::sequence, {tokens_major(grad[0]), heads_major(grad[1])},
-                  {tokens_major(doh), heads_major(dlseh)});
-      Tensor dqh = Tensor::empty(qh.shape(), qh.dtype()), dkh = Tensor::empty(kh.shape(), qh.dtype()),
-             dvh = Tensor::empty(kh.shape(), qh.dtype());
-      kernels::cpu::attention_backward<T>(s, qh.data<T>(), kh.data<T>(), saved[2].data<T>(), saved[3].data<T>(),
-                                          saved[4].data<T>(), doh.data<T>(), dqh.data<T>(), dkh.data<T>(),
-                                          dvh.data<T>(), /*accumulate=*/false, dlseh.data<T>());
+      Tensor doh = Tensor::empty({s.batch, s.q_len, s.heads, s.head_dim}, dtype);
+      Tensor dlseh = Tensor::empty({s.batch, s.heads, s.q_len}, dtype);
+      std::vector<Field> from{tokens_major(grad[0]), heads_major(grad[1])}, to{tokens_major(doh), heads_major(dlseh)};
+      std::optional<HeadSide> h;
+      if (sequence_side_saved_) {  // the replay's inputs and result travel with dO
+        h.emplace(s, dtype);
+        from.insert(from.end(), {tokens_major(saved[0]), tokens_major(saved[1]), tokens_major(saved[2]),
+                                 tokens_major(saved[3]), heads_major(saved[4])});
+        to.insert(to.end(), {tokens_major(h->q), tokens_major(h->k), tokens_major(h->v), tokens_major(h->o),
+                             heads_major(h->lse)});
+      }
+      exchange<T>(sp_, positions_, Side::sequence, from, to);
+      const Tensor &qh = h ? h->q : saved[0], &kh = h ? h->k : saved[1], &vh = h ? h->v : saved[2],
+                   &oh = h ? h->o : saved[3], &lseh = h ? h->lse : saved[4];
+      Tensor dqh = Tensor::empty(qh.shape(), dtype), dkh = Tensor::empty(kh.shape(), dtype),
+             dvh = Tensor::empty(kh.shape(), dtype);
+      kernels::cpu::attention_backward<T>(s, qh.data<T>(), kh.data<T>(), vh.data<T>(), oh.data<T>(), lseh.data<T>(),
+                                          doh.data<T>(), dqh.data<T>(), dkh.data<T>(), dvh.data<T>(),
+                                          /*accumulate=*/false, dlseh.data<T>());
       const std::int64_t n = s.q_len / P;
-      Tensor dq = Tensor::empty({s.batch, n, s.heads * P, s.head_dim}, qh.dtype());
-      Tensor dk = Tensor::empty({s.batch, n, s.kv_heads * P, s.head_dim}, qh.dtype());
-      Tensor dv = Tensor::empty(dk.shape(), qh.dtype());
+      Tensor dq = Tensor::empty({s.batch, n, s.heads * P, s.head_dim}, dtype);
+      Tensor dk = Tensor::empty({s.batch, n, s.kv_heads * P, s.head_dim}, dtype);
+      Tensor dv = Tensor::empty(dk.shape(), dtype);
       exchange<T>(sp_, positions_, Side::heads, {tokens_major(dqh), tokens_major(dkh), tokens_major(dvh)},
                   {tokens_major(dq), tokens_major(dk), tokens_major(dv)});
       work_->backward = work(s);
@@ -200,6 +240,8 @@ class UlyssesAttentionFunction final : public autograd::Function {
   bool causal_;
   double scale_;
   std::shared_ptr<detail::WorkRecord> work_;
+  detail::Replayed replayed_;
+  bool sequence_side_saved_;  // a replay: the backward brings q, k, v, o, lse to the head side
 };
 
 class UlyssesAttention final : public detail::SpStrategyBase {
@@ -208,20 +250,21 @@ class UlyssesAttention final : public detail::SpStrategyBase {
     for (const auto& runs : runs_) positions_.push_back(run_positions(runs));
   }
 
-  AttentionResult forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                          const AttentionOptions& options) override {
-    check_call(q, k, v, options);
+ private:
+  AttentionResult run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                      detail::Replayed replayed) override {
     WF_CHECK(q.size(2) % P_ == 0 && k.size(2) % P_ == 0,
              "ulysses attention: heads h = {} and kv heads h_kv = {} must both be multiples of the sp size P = {} "
              "(each rank attends with h/P query heads and h_kv/P kv heads); use ring or wallfacer attention, or an sp "
              "size that divides both",
              q.size(2), k.size(2), P_);
     const TensorList out = autograd::apply_function(
-        std::make_shared<UlyssesAttentionFunction>(sp_, positions_, options.causal, options.scale, work_), {q, k, v});
+        std::make_shared<UlyssesAttentionFunction>(sp_, positions_, options.causal, options.scale, work_,
+                                                   std::move(replayed)),
+        {q, k, v});
     return {out[0], out[1]};
   }
 
- private:
   Positions positions_;
 };
 

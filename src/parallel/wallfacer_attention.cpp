@@ -13,6 +13,10 @@
 // G steps in which the query bundle (Q, dO, lse*, −D, dQ) travels the sub-ring while K, V stay
 // and dK, dV accumulate in place; dQ goes home, dK, dV go back along the inverse dispatch; a
 // reduce-scatter in the team leaves each member its own rows of dQ, dK, dV.
+// Replay (activation checkpointing at the attention output): no attention and no message. The
+// Function saves this member's q, k, v and the replayed out and lse; the backward all-gathers
+// q with dO and lse with D (the same two collectives, larger), and re-dispatches K/V as with
+// keep_forward_kv = false, so nothing team-sized is held between the replay and its backward.
 //
 // Dtypes: Q, K, V, O and dO travel in the activation dtype (the inputs'); lse, D and the
 // partial sums (o before the reduce-scatter, every dQ, dK, dV) in the compute dtype — f64 for
@@ -380,13 +384,28 @@ struct CallOptions {
 // inputs q [B, n, h, d], k, v [B, n, h_kv, d]; outputs out [B, n, h, d], lse [B, h, n].
 class WallFacerFunction final : public autograd::Function {
  public:
+  // A replay (`replayed` set) never keeps the forward's K/V: it has none.
   WallFacerFunction(std::shared_ptr<const WallFacerRank> rank, CallOptions options,
-                    std::shared_ptr<detail::WorkRecord> work)
-      : r_(std::move(rank)), options_(options), work_(std::move(work)) {}
+                    std::shared_ptr<detail::WorkRecord> work, detail::Replayed replayed)
+      : r_(std::move(rank)),
+        options_(options),
+        work_(std::move(work)),
+        replayed_(std::move(replayed)),
+        team_saved_(!replayed_) {
+    if (replayed_) options_.keep_forward_kv = false;
+  }
 
   TensorList forward(Context& ctx, const TensorList& in) override {
     const WallFacerRank& r = *r_;
     const DType act = in[0].dtype(), cdt = compute_dtype_of(act);
+    if (replayed_) {
+      // The member's rows only; the backward gathers the team's. With bf16 or f16 inputs O and
+      // lse come back rounded, so D (and the gradients) differ from the forward's by that rounding.
+      const AttentionResult rep = std::move(*replayed_);
+      replayed_.reset();
+      ctx.save_for_backward({in[0], rep.out.to(cdt), rep.lse.to(cdt), in[1], in[2]});
+      return {rep.out, rep.lse};
+    }
     const std::vector<Tensor> team_qkv = gather_team(*r.team, {in[0], in[1], in[2]}, 1);
     const Tensor& q_team = team_qkv[0];
     const std::vector<Tensor> kv0 = dispatch({team_qkv[1], team_qkv[2]});
@@ -434,15 +453,25 @@ class WallFacerFunction final : public autograd::Function {
 
   TensorList backward(Context& ctx, const TensorList& grad) override {
     const WallFacerRank& r = *r_;
+    // q, this member's final O, lse, and the K/V to start from. q and lse are the team's
+    // (q_team, lse*) after a forward, the member's own rows after a replay.
     const TensorList& saved = ctx.saved();
-    const Tensor &q_team = saved[0], &out = saved[1], &lse_star = saved[2];
-    const DType act = q_team.dtype(), cdt = compute_dtype_of(act);
+    const Tensor& out = saved[1];
+    const DType act = saved[0].dtype(), cdt = compute_dtype_of(act);
 
     // 1. dO of the team's queries, and D of them (each member has the final O of its own rows).
+    // After a replay q travels with dO and lse with D: the same two all-gathers.
     const Tensor d_out = grad[0].defined() ? grad[0] : Tensor::zeros(out.shape(), act);
     const Tensor d_lse = grad[1].defined() ? grad[1].to(cdt) : Tensor();
-    const Tensor dO_team = gather_team(*r.team, {d_out.to(act)}, 1)[0];
-    const Tensor minus_d = gather_team(*r.team, {minus_delta(d_out.to(cdt), out, d_lse)}, 2)[0];
+    std::vector<Tensor> rows{d_out.to(act)}, stats{minus_delta(d_out.to(cdt), out, d_lse)};
+    if (!team_saved_) {
+      rows.push_back(saved[0]);
+      stats.push_back(saved[2]);
+    }
+    const std::vector<Tensor> team_rows = gather_team(*r.team, rows, 1), team_stats = gather_team(*r.team, stats, 2);
+    const Tensor &dO_team = team_rows[0], &minus_d = team_stats[0];
+    const Tensor& q_team = team_saved_ ? saved[0] : team_rows[1];
+    const Tensor& lse_star = team_saved_ ? saved[2] : team_stats[1];
 
     // 2. The K/V this rank held at forward step 0, which stays here throughout.
     const std::vector<Tensor> kv = options_.keep_forward_kv ? std::vector<Tensor>{saved[3], saved[4]}
@@ -512,6 +541,8 @@ class WallFacerFunction final : public autograd::Function {
   std::shared_ptr<const WallFacerRank> r_;
   CallOptions options_;
   std::shared_ptr<detail::WorkRecord> work_;  // the strategy's: the backward runs after forward() returned
+  detail::Replayed replayed_;
+  bool team_saved_;  // the forward saved the team's Q and lse*; a replay saved the member's rows
 };
 
 // ---- the strategy --------------------------------------------------------------------------
@@ -523,10 +554,16 @@ class WallFacerAttention final : public nn::AttentionStrategy, public SpAttentio
 
   AttentionResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) override {
     check_inputs(q, k, v, options);
-    const CallOptions call{options.causal, options.scale, keep_forward_kv_};
-    const TensorList outs =
-        autograd::apply_function(std::make_shared<WallFacerFunction>(rank_, call, work_), {q, k, v});
-    return {outs[0], outs[1]};
+    return run(q, k, v, options, std::nullopt);
+  }
+
+  // The backward re-dispatches K/V whatever keep_forward_kv says: checkpointing is for memory.
+  AttentionResult replay(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                         const AttentionResult& saved) override {
+    check_inputs(q, k, v, options);
+    AttentionResult replayed = detail::check_replayed(kWhat, q, saved);
+    work_->forward = {};
+    return run(q, k, v, options, std::move(replayed));
   }
 
   std::string name() const override { return "wallfacer"; }
@@ -534,6 +571,14 @@ class WallFacerAttention final : public nn::AttentionStrategy, public SpAttentio
   BlockAttentionStats last_backward_work() const override { return work_->backward; }
 
  private:
+  AttentionResult run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                      detail::Replayed replayed) {
+    const CallOptions call{options.causal, options.scale, keep_forward_kv_};
+    const TensorList outs = autograd::apply_function(
+        std::make_shared<WallFacerFunction>(rank_, call, work_, std::move(replayed)), {q, k, v});
+    return {outs[0], outs[1]};
+  }
+
   void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) const {
     const WallFacerRank& r = *rank_;
     WF_CHECK(q.defined() && k.defined() && v.defined(), "{}: q, k and v must be defined", kWhat);

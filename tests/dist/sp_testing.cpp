@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "parallel/attention_testing.h"
 #include "wallfacer/autograd/engine.h"
@@ -33,16 +34,23 @@ double SpCaseResult::max_error() const { return std::max({error_o, error_lse, er
 
 double sp_tolerance(DType dtype) { return dtype == DType::f64 ? 1e-10 : 1e-5; }
 
-comm::CommGrid& sp_grid(int C) {
-  static std::map<int, std::unique_ptr<comm::CommGrid>> grids;
-  std::unique_ptr<comm::CommGrid>& grid = grids[C];
+comm::CommGrid& sp_grid(int C, comm::Placement placement) {
+  static std::map<std::pair<int, comm::Placement>, std::unique_ptr<comm::CommGrid>> grids;
+  std::unique_ptr<comm::CommGrid>& grid = grids[{C, placement}];
   if (!grid) {
     comm::ParallelConfig config;
     config.sp = runtime().world_size();
     config.C = C;
+    config.placement = placement;
     grid = std::make_unique<comm::CommGrid>(comm::ProcessGrid(config, runtime().world_size(), runtime().rank()));
   }
   return *grid;
+}
+
+std::vector<double> max_over_world(std::vector<double> values) {
+  Tensor t = Tensor::from_vector(values, {static_cast<std::int64_t>(values.size())});
+  runtime().world().all_reduce(t, comm::ReduceOp::max);
+  return t.to_vector<double>();
 }
 
 namespace {

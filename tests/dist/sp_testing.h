@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dist_testing.h"
+#include "wallfacer/comm/process_grid.h"
 #include "wallfacer/parallel/block_attention.h"
 #include "wallfacer/parallel/sp_attention.h"
 #include "wallfacer/parallel/traffic_model.h"
@@ -53,9 +54,13 @@ struct SpCaseResult {
 
 double sp_tolerance(DType dtype);  // f64 1e-10, f32 1e-5
 
-// The grid of the world with sp = world size and team size C, made on first use and kept (its
-// communicators are collective to create: every rank reaches the first use of each C together).
-comm::CommGrid& sp_grid(int C);
+// The grid of the world with sp = world size, team size C and a placement, made on first use and
+// kept (its communicators are collective to create: every rank reaches the first use of each
+// (C, placement) together). run_sp_case uses the default placement, collectives-intra.
+comm::CommGrid& sp_grid(int C, comm::Placement placement = comm::Placement::collectives_intra);
+
+// Each value's maximum over the world's ranks (a collective).
+std::vector<double> max_over_world(std::vector<double> values);
 
 // What traffic_model.h says one rank of a case moves in one pass, and the sum over ranks.
 parallel::SpTraffic expected_sp_traffic(const SpCase& c, int P, int logical_index, parallel::Pass pass);

@@ -64,8 +64,21 @@ TEST_CASE("CommGrid groups match the ProcessGrid's rank lists", "[dist][grid]") 
 }
 
 TEST_CASE("CommGrid refuses a grid for another world", "[dist][grid]") {
-  const ProcessGrid grid(config_of(1, 1, 1, 1, 1), 1, 0);
-  if (runtime().world_size() > 1) {
-    CHECK_THROWS_WITH(CommGrid(grid), Catch::Contains("the process grid is for rank 0 of 1"));
+  if (runtime().world_size() != 2) {
+    const ProcessGrid grid(config_of(1, 1, 1, 2, 1), 2, 0);
+    CHECK_THROWS_WITH(CommGrid(grid), Catch::Contains("the process grid is for rank 0 of 2"));
+  }
+}
+
+TEST_CASE("CommGrid of one rank is process-local in any world", "[dist][grid]") {
+  CommGrid local(ProcessGrid(config_of(1, 1, 1, 1, 1), 1, 0));
+  for (std::string_view name : ProcessGrid::group_names()) {
+    INFO(name);
+    wf::comm::Group& group = local.group(name);
+    CHECK(group.size() == 1);
+    CHECK(group.world_ranks() == std::vector<int>{runtime().rank()});
+    Tensor t = Tensor::from_vector(std::vector<std::int64_t>{runtime().rank() + 1}, {1});
+    group.all_reduce(t);
+    CHECK(t.item() == runtime().rank() + 1);  // nobody else's value arrived
   }
 }

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -90,23 +89,6 @@ struct WorstErrors {
 
 // ---- what run_sp_case does not cover: placement, scale, bf16, backward work ------------------
 
-// One CommGrid per (C, placement), made on first use (collective: every rank asks in the same
-// order, since every rank runs the same cases); the default placement's is run_sp_case's.
-wf::comm::CommGrid& grid_for(int C, Placement placement) {
-  if (placement == Placement::collectives_intra) return sp_grid(C);
-  static std::map<std::pair<int, Placement>, std::unique_ptr<wf::comm::CommGrid>> grids;
-  std::unique_ptr<wf::comm::CommGrid>& grid = grids[{C, placement}];
-  if (!grid) {
-    wf::comm::ParallelConfig config;
-    config.sp = runtime().world_size();
-    config.C = C;
-    config.placement = placement;
-    grid =
-        std::make_unique<wf::comm::CommGrid>(wf::comm::ProcessGrid(config, runtime().world_size(), runtime().rank()));
-  }
-  return *grid;
-}
-
 // The reference of reference_attention, recomputed for the inputs `r` holds now (rounded to
 // another dtype, say) and a softmax scale (0: 1/sqrt(d)).
 void recompute_reference(ReferenceAttention& r, bool causal, double scale) {
@@ -136,12 +118,6 @@ ReferenceAttention reference_for(const SpCase& c, double scale) {
   }
   if (narrow || scale != 0) recompute_reference(r, c.causal, scale);
   return r;
-}
-
-std::vector<double> max_over_world(std::vector<double> values) {
-  Tensor t = Tensor::from_vector(values, {static_cast<std::int64_t>(values.size())});
-  runtime().world().all_reduce(t, wf::comm::ReduceOp::max);
-  return t.to_vector<double>();
 }
 
 constexpr const char* kSpGroups[] = {"sp", "sp.team", "sp.ring"};
@@ -181,7 +157,7 @@ LocalRun run_local(const SpCase& c, Placement placement, double scale, double to
                    const ReferenceAttention& ref) {
   const int P = runtime().world_size();
   INFO(describe(c, placement, scale));
-  wf::comm::CommGrid& grid = grid_for(c.C, placement);
+  wf::comm::CommGrid& grid = sp_grid(c.C, placement);
   const wf::parallel::SpAttentionConfig config{SpStrategy::wallfacer, c.layout_or_default(), c.N, c.keep_forward_kv};
   const wf::parallel::SpShard shard = wf::parallel::sp_shard(config, grid);
   const std::vector<std::int64_t> positions = wf::parallel::run_positions(shard.runs());

@@ -74,6 +74,7 @@ bool argument_checks_enabled();
 void set_argument_checks(bool enabled);
 
 // Every named group of a ProcessGrid as a Group, created once (collective over the world).
+// A grid of world size 1 is process-local in any job: each process's groups hold only itself.
 class CommGrid {
  public:
   explicit CommGrid(const ProcessGrid& grid);

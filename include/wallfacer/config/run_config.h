@@ -18,6 +18,7 @@ namespace wf::config {
 enum class NormKind { layernorm, rmsnorm };
 enum class PositionKind { learned, rope };
 enum class TokenizerKind { byte, gpt2 };
+enum class DataSource { file, synthetic };
 
 struct ModelConfig {
   std::string name = "gpt";
@@ -32,7 +33,9 @@ struct ModelConfig {
   PositionKind positions = PositionKind::learned;
   bool tie_embeddings = true;
   double dropout = 0.0;
-  bool checkpoint_attention = false;  // recompute attention in the backward to save memory
+  // Activation checkpoint at each block's attention output (WallFacer §4.6): a block keeps its
+  // input, attention output and lse, and recomputes the rest in the backward; attention never.
+  bool checkpoint_attention = false;
   friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
@@ -62,12 +65,14 @@ struct TrainConfig {
   double grad_clip = 1.0;  // global grad-norm clip; 0 disables
   std::int64_t log_every = 10;
   std::int64_t eval_every = 0;  // 0: never
+  std::int64_t eval_batches = 4;  // global batches per validation
   std::int64_t seed = 1234;
   DType dtype = DType::f32;  // f32 or bf16
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
 
 struct DataConfig {
+  DataSource source = DataSource::file;  // synthetic: seeded random tokens (benchmarks, any seq_len)
   std::string train_path = "data/kjv/train.bin";  // a token file from `wallfacer prepare-text`
   std::string val_path;  // empty: no validation set (then train.eval_every must be 0)
   TokenizerKind tokenizer = TokenizerKind::byte;
@@ -84,6 +89,7 @@ struct CheckpointConfig {
 struct LogConfig {
   std::string dir = "logs";
   std::string metrics_file = "metrics.jsonl";  // JSON lines, inside dir
+  double peak_gflops = 100.0;  // per-rank peak FLOP/s (in GFLOP/s) that model FLOP utilisation (mfu) is measured against
   friend bool operator==(const LogConfig&, const LogConfig&) = default;
 };
 
@@ -100,6 +106,7 @@ struct RunConfig {
 std::string_view norm_name(NormKind kind);              // "layernorm" / "rmsnorm"
 std::string_view position_name(PositionKind kind);      // "learned" / "rope"
 std::string_view tokenizer_name(TokenizerKind kind);    // "byte" / "gpt2"
+std::string_view data_source_name(DataSource source);   // "file" / "synthetic"
 
 // Reads the YAML file at `path`, then applies `overrides` ("section.key=value", the values of
 // --set), then type- and range-checks every value. Throws wf::Error naming the file and line

@@ -18,6 +18,16 @@ class AttentionStrategy {
   // out [B, n_q, h, d] and lse [B, h, n_q], both differentiable.
   virtual AttentionResult forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const AttentionOptions& options) = 0;
+
+  // Attention's backward without its forward: `saved` is what forward(q, k, v, options)
+  // returned earlier for the same values of q, k and v (taken without recording a graph).
+  // Returns saved.out and saved.lse as outputs of a new graph node on q, k and v whose backward
+  // is this strategy's attention backward, and computes no attention. Activation checkpointing
+  // at the attention output (the paper's placement) replays a block around it, so attention
+  // never runs twice. The default throws wf::Error naming the strategy.
+  virtual AttentionResult replay(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                                 const AttentionResult& saved);
+
   virtual std::string name() const = 0;
 };
 
@@ -26,6 +36,8 @@ class LocalAttention final : public AttentionStrategy {
  public:
   AttentionResult forward(const Tensor& q, const Tensor& k, const Tensor& v,
                           const AttentionOptions& options) override;
+  AttentionResult replay(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                         const AttentionResult& saved) override;  // wf::attention_replay
   std::string name() const override { return "local"; }
 };
 

@@ -7,6 +7,9 @@
 // maps query head i to key/value head i / (n_head / n_kv_head).
 // Dropout is applied to the output projection only: the blocked attention kernels keep no
 // probability matrix to drop from.
+//
+// Rotary position embedding (options.rope): q and k are rotated after the projection
+// (wf::rope, rotate-half convention) by each token's global position.
 #include <cstdint>
 #include <memory>
 
@@ -25,6 +28,8 @@ struct SelfAttentionOptions {
   bool bias = true;
   double init_std = 0.02;
   double out_init_std = 0.0;  // output projection (writes to the residual stream); 0 → init_std
+  bool rope = false;
+  double rope_theta = 10000.0;
   std::uint64_t seed = 0;
 };
 
@@ -33,8 +38,29 @@ class SelfAttention : public Module {
   explicit SelfAttention(const SelfAttentionOptions& options);
 
   // x [B, T, d_model] → [B, T, d_model]. position_offset: the global position of x's first
-  // token when x is a block of a longer sequence (sequence parallelism, chunked inference).
+  // token when x is a contiguous block of a longer sequence (chunked inference); the strategy
+  // gets it as AttentionOptions::q_offset/kv_offset and rope uses positions offset … offset+T−1.
   Tensor forward(const Tensor& x, std::int64_t position_offset = 0);
+  // positions [T] i64 (or i32): the global position of each token of x, in any order (zigzag
+  // and other sequence-parallel layouts). Rope uses them; the strategy gets offsets 0, since a
+  // sequence-parallel strategy knows its layout and masks by it.
+  Tensor forward(const Tensor& x, const Tensor& positions);
+
+  // forward in two halves around the strategy, for callers that run it themselves
+  // (TransformerBlock's checkpointing at the attention output):
+  //   project: x [B, T, d_model] → q [B, T, h, hd], k and v [B, T, h_kv, hd], q and k rotated
+  //            by `positions` when rope is on (undefined positions are allowed when it is off);
+  //   output:  attention out [B, T, h, hd] → proj → dropout → [B, T, d_model].
+  struct Heads {
+    Tensor q, k, v;
+  };
+  Heads project(const Tensor& x, const Tensor& positions);
+  Tensor output(const Tensor& attention_out);
+  // The strategy's options for tokens whose first global position is `position_offset`.
+  AttentionOptions attention_options(std::int64_t position_offset) const;
+  // What forward(x, position_offset) rotates by: offset … offset+tokens−1 (i64) when rope is
+  // on, else undefined (nothing to build).
+  Tensor contiguous_positions(std::int64_t position_offset, std::int64_t tokens) const;
 
   // The strategy may be swapped at any time (e.g. after the process grid is set up).
   void set_strategy(std::shared_ptr<AttentionStrategy> strategy);
@@ -46,6 +72,8 @@ class SelfAttention : public Module {
   const SelfAttentionOptions& options() const { return options_; }
 
  private:
+  Tensor run(const Tensor& x, const Tensor& positions, const AttentionOptions& attention_options);
+
   SelfAttentionOptions options_;
   std::shared_ptr<Linear> qkv_;
   std::shared_ptr<Linear> proj_;

@@ -23,4 +23,12 @@ struct AttentionResult {
 // Both outputs are differentiable (a gradient arriving at lse is handled too).
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
 
+// Attention's backward without its forward (activation checkpointing at the attention output):
+// `saved` is what attention(q, k, v, options) returned earlier for the same values (taken
+// without a graph). Returns saved.out and saved.lse as outputs of a new graph node on q, k and v
+// whose backward is attention's; nothing is computed here. Wrong values in `saved` give wrong
+// gradients silently: only the shapes are checked.
+AttentionResult attention_replay(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                                 const AttentionResult& saved);
+
 }  // namespace wf

@@ -8,4 +8,5 @@
 #include "wallfacer/ops/loss.h"
 #include "wallfacer/ops/norm.h"
 #include "wallfacer/ops/reduction.h"
+#include "wallfacer/ops/rope.h"
 #include "wallfacer/ops/shape_ops.h"

@@ -1,0 +1,37 @@
+#pragma once
+// Safetensors files: the tensor container PyTorch, JAX and Hugging Face read
+// (https://github.com/huggingface/safetensors). Layout:
+//
+//   u64 little-endian N | N bytes of JSON header, space-padded to a multiple of 8 | raw data
+//
+// The header maps each tensor name to {"dtype": "F32", "shape": [...], "data_offsets": [b, e]}
+// (byte offsets into the data section) and may hold "__metadata__": {string: string}. Data is
+// little-endian, row-major, one tensor after the other without gaps. docs/checkpoints.md says why
+// this format and how the checkpoint store uses it.
+//
+// This writer lists tensors in the header in StateDict order, and stores their data by element
+// size, largest first, so that every tensor is aligned for its dtype (PyTorch's readers need it).
+#include <map>
+#include <string>
+
+#include "wallfacer/nn/state_dict.h"
+
+namespace wf::train {
+
+// Writes `tensors` (CPU) and `metadata` to `path` atomically: a temporary
+// file in the same directory, flushed to disk and renamed over the target. On failure (disk
+// full, unwritable directory) a wf::Error names the path and the target is left as it was.
+void save_safetensors(const std::string& path, const nn::StateDict& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+struct SafetensorsContents {
+  nn::StateDict tensors;  // CPU, in the order of the header
+  std::map<std::string, std::string> metadata;
+};
+
+// Reads a safetensors file with dtypes F32, F64, BF16, F16, I32, I64, U8. wf::Error naming the
+// file and the problem: missing, shorter than 8 bytes, header length beyond the file, invalid
+// JSON, unknown dtype, shape inconsistent with the offsets, offsets beyond the file (truncated).
+SafetensorsContents load_safetensors(const std::string& path);
+
+}  // namespace wf::train

@@ -1,0 +1,119 @@
+#pragma once
+// wf::train::Trainer: the training loop of a run configuration over a communicator grid.
+//
+// One optimizer step (train_step):
+//   for each of grad_accum_steps microbatches: this rank's slice of the microbatch (the data
+//     loader shards it for dp and for the attention strategy's sp layout) → loss_sum / tokens
+//     of the whole global batch → backward (sequence-parallel attention communicates here);
+//   all-reduce the gradients of the replicated weights over dp × sp (bucketed);
+//   global grad-norm clipping, warmup + cosine learning rate, AdamW.
+// Dividing each rank's loss SUM by the token count of the whole global batch makes the sum over
+// ranks and microbatches the exact mean over tokens, for any dp, sp and accumulation: the loss
+// is never averaged twice or scaled by the number of ranks (tests/dist/test_train_parity.cpp).
+//
+// fit() adds periodic validation, metrics (metrics.jsonl, progress line with ETA), and
+// checkpoints (every checkpoint.every steps and at the end) that resume() restores exactly:
+// weights, AdamW state, the step (which fixes the data order and the learning rate) and the RNG,
+// so a resumed run reproduces the losses of an uninterrupted one bit for bit.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <optional>
+#include <vector>
+
+#include "wallfacer/comm/runtime.h"
+#include "wallfacer/comm/traffic.h"
+#include "wallfacer/config/run_config.h"
+#include "wallfacer/data/loader.h"
+#include "wallfacer/models/model.h"
+#include "wallfacer/train/lr_schedule.h"
+#include "wallfacer/train/metrics.h"
+#include "wallfacer/train/optimizer.h"
+
+namespace wf::train {
+
+class CheckpointStore;
+
+// This rank's traffic counters by group: everything, point-to-point only, collectives only.
+struct TrafficSnapshot {
+  std::map<std::string, comm::Traffic> all, p2p, collectives;
+  static TrafficSnapshot take();
+};
+
+struct StepResult {
+  std::int64_t step = 0;  // the step just completed (1-based)
+  double loss = 0;        // mean over the global batch's target tokens
+  double grad_norm = 0;   // before clipping
+  double lr = 0;
+  double seconds = 0;
+};
+
+class Trainer {
+ public:
+  // Builds the model from the registry (model.name), the data sources from the data section
+  // (a token file, or seeded random tokens when data.source is synthetic), AdamW and the
+  // schedule. Throws wf::Error (the same on every rank) for what the trainer does not support.
+  Trainer(const config::RunConfig& config, comm::CommGrid& grid);
+  // The same with a given model and sources (tests, embedding programs). `val` may be null.
+  Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::shared_ptr<models::Model> model,
+          std::shared_ptr<data::TokenSource> train, std::shared_ptr<data::TokenSource> val);
+  ~Trainer();
+
+  // Restores the newest valid checkpoint of checkpoint.dir (every rank loads the same one);
+  // false when there is none. Call before fit().
+  bool resume();
+  // Trains from step() to train.steps; with stop_after > 0, returns once that many steps are
+  // done (as if the job had been killed there, without the end-of-run checkpoint).
+  void fit(std::int64_t stop_after = 0);
+  // One optimizer step: compute_gradients() then apply_gradients().
+  StepResult train_step();
+  // The microbatches of step() + 1: forward, backward, gradient all-reduce over dp × sp. Returns
+  // the step's loss; every parameter's grad then holds the full gradient of that mean loss.
+  double compute_gradients();
+  // Clips the gradients, sets the step's learning rate, updates and clears the gradients.
+  StepResult apply_gradients(double loss);
+  // Mean loss over train.eval_batches validation batches (no graph, no update).
+  double evaluate();
+  void save_checkpoint();
+
+  std::int64_t step() const { return step_; }
+  models::Model& model() { return *model_; }
+  AdamW& optimizer() { return *optimizer_; }
+  const config::RunConfig& config() const { return config_; }
+  // The tokens (all ranks) per optimizer step.
+  std::int64_t tokens_per_step() const;
+  // Every completed step of this process, in order.
+  const std::vector<StepResult>& history() const { return history_; }
+
+ private:
+  void check_supported() const;
+  void seed_generator(std::uint64_t offset);
+  // all-reduce (sum) of a few doubles over dp × sp.
+  void sum_over_replicas(std::vector<double>& values);
+  void log_step(const StepResult& result, double val_loss);
+
+  config::RunConfig config_;
+  comm::CommGrid& grid_;
+  comm::Group& replicas_;  // dp × sp: the ranks that hold the same weights
+  std::shared_ptr<models::Model> model_;
+  std::vector<Tensor> params_;
+  std::unique_ptr<AdamW> optimizer_;
+  CosineSchedule schedule_;
+  std::unique_ptr<data::BatchLoader> train_loader_;
+  std::unique_ptr<data::BatchLoader> val_loader_;
+  std::unique_ptr<CheckpointStore> checkpoints_;
+  std::unique_ptr<MetricsLog> metrics_;
+  std::int64_t step_ = 0;
+  std::vector<StepResult> history_;
+
+  // Accumulated over the current logging interval.
+  struct Interval {
+    std::int64_t steps = 0;
+    double seconds = 0;
+    TrafficSnapshot traffic;  // at the interval's start
+  } interval_;
+  double run_seconds_ = 0;
+};
+
+}  // namespace wf::train

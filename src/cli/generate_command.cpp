@@ -1,0 +1,81 @@
+// `wallfacer generate --checkpoint DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K]
+// [--seed S]`: loads a checkpoint written by `wallfacer train` (the newest one of a checkpoint
+// directory, or one step-* directory), rebuilds the model from the config saved in it, and
+// prints the prompt followed by sampled text. One process; no mpirun needed.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "src/cli/commands.h"
+#include "wallfacer/comm/runtime.h"
+#include "wallfacer/config/run_config.h"
+#include "wallfacer/data/tokenizer.h"
+#include "wallfacer/models/generate.h"
+#include "wallfacer/train/checkpoint.h"
+
+namespace wf::cli {
+namespace {
+
+struct GenerateCommandOptions {
+  std::string checkpoint;
+  std::string prompt = "\n";
+  std::string gpt2_dir = "data/gpt2";
+  models::GenerateOptions sampling;
+};
+
+train::Checkpoint load_checkpoint(const std::string& path) {
+  WF_CHECK(std::filesystem::exists(path), "--checkpoint {}: no such file or directory; give checkpoint.dir of a run "
+           "or one of its step-* directories", path);
+  if (std::filesystem::exists(std::filesystem::path(path) / "manifest.json")) {
+    return train::CheckpointStore(std::filesystem::path(path).parent_path().string(), 0).load(path);
+  }
+  std::optional<train::Checkpoint> latest = train::CheckpointStore(path, 0).load_latest();
+  WF_CHECK(latest.has_value(), "--checkpoint {}: holds no complete checkpoint (no step-*/manifest.json); train first "
+           "or point at checkpoint.dir of a run", path);
+  return std::move(*latest);
+}
+
+int generate(const GenerateCommandOptions& o) {
+  const train::Checkpoint checkpoint = load_checkpoint(o.checkpoint);
+  config::RunConfig config = config::parse_config(checkpoint.config_yaml, {}, o.checkpoint + "/manifest.json");
+  // Sampling runs in this one process, whatever layout the model was trained with.
+  config.parallel = config::ParallelSection{};
+  comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), 1, 0));
+  auto model = std::dynamic_pointer_cast<models::Gpt>(models::create(config, grid));
+  WF_CHECK(model != nullptr, "generate: model '{}' is not a GPT; only GPT models can generate text", config.model.name);
+  model->load_state_dict(checkpoint.model);
+
+  const auto tokenizer = data::make_tokenizer(config::tokenizer_name(config.data.tokenizer), o.gpt2_dir);
+  WF_CHECK(tokenizer->vocab_size() <= config.model.vocab_size,
+           "generate: the {} tokenizer has {} tokens but the model only {}", tokenizer->name(),
+           tokenizer->vocab_size(), config.model.vocab_size);
+  const std::vector<std::uint32_t> tokens = models::generate(*model, tokenizer->encode(o.prompt), o.sampling);
+  std::printf("%s\n", tokenizer->decode(tokens).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand("generate", "Sample text from a trained model's checkpoint");
+  auto options = std::make_shared<GenerateCommandOptions>();
+  command->add_option("--checkpoint", options->checkpoint, "checkpoint.dir of a run (newest checkpoint) or a step-* dir")
+      ->required();
+  command->add_option("--prompt", options->prompt, "Text to continue")->capture_default_str();
+  command->add_option("--tokens", options->sampling.max_new_tokens, "Tokens to sample")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command->add_option("--temperature", options->sampling.temperature, "Softmax temperature; 0 = greedy")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command->add_option("--top-k", options->sampling.top_k, "Sample among the k likeliest tokens; 0 = all")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command->add_option("--seed", options->sampling.seed, "Sampling seed")->capture_default_str();
+  command->add_option("--gpt2-dir", options->gpt2_dir, "encoder.json and vocab.bpe, for GPT-2 tokenized models")
+      ->capture_default_str();
+  set_action(*command, [options] { return comm::run_main(0, nullptr, [&] { return generate(*options); }); });
+}
+
+}  // namespace wf::cli

@@ -1,0 +1,62 @@
+// `wallfacer train CFG.yaml [--set section.key=value]... [--no-resume] [--stop-after N]`: trains the
+// configured model under mpirun (`mpirun -np 4 wallfacer train configs/gpt-tiny.yaml`). The
+// config is validated against the world size first, with the same message on every rank; a
+// run resumes from the newest valid checkpoint in checkpoint.dir unless --no-resume.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/cli/commands.h"
+#include "wallfacer/comm/runtime.h"
+#include "wallfacer/config/run_config.h"
+#include "wallfacer/core/log.h"
+#include "wallfacer/train/trainer.h"
+
+namespace wf::cli {
+namespace {
+
+struct TrainOptions {
+  std::string path;
+  std::vector<std::string> overrides;
+  bool no_resume = false;
+  std::int64_t stop_after = 0;
+};
+
+int train(const TrainOptions& o) {
+  comm::Runtime& runtime = comm::Runtime::get();
+  const config::RunConfig config = config::load_config(o.path, o.overrides);
+  config::validate(config, runtime.world_size());
+  log::info("config: {}", config::summary(config, runtime.world_size()));
+  comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), runtime.world_size(), runtime.rank()));
+  train::Trainer trainer(config, grid);
+  if (!o.no_resume && trainer.resume() && trainer.step() >= config.train.steps) {
+    log::info("the checkpoint is at step {} = train.steps: nothing to train (raise train.steps to continue)",
+              trainer.step());
+    return kExitOk;
+  }
+  log::info("model: {} with {} parameters; {} tokens per step", config.model.name, trainer.model().num_parameters(),
+            trainer.tokens_per_step());
+  trainer.fit(o.stop_after);
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  CLI::App* command =
+      app.add_subcommand("train", "Train the model of a run config (YAML); run under mpirun for several ranks");
+  auto options = std::make_shared<TrainOptions>();
+  command->add_option("config", options->path, "The run config, e.g. configs/gpt-tiny.yaml")->required();
+  command->add_option("--set", options->overrides, "Override one key, e.g. --set train.lr=3e-4 (repeatable)");
+  command->add_flag("--no-resume", options->no_resume, "Start from step 0 even when checkpoint.dir has checkpoints");
+  command->add_option("--stop-after", options->stop_after,
+                      "Stop once this many steps are done, as if the job were killed there (tests resume)")
+      ->check(CLI::PositiveNumber);
+  set_action(*command, [options] {
+    // run_main: an error on one rank ends every rank (no rank waits forever in a collective).
+    return comm::run_main(0, nullptr, [&] { return train(*options); });
+  });
+}
+
+}  // namespace wf::cli

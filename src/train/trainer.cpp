@@ -1,0 +1,284 @@
+#include "wallfacer/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "wallfacer/autograd/engine.h"
+#include "wallfacer/autograd/grad_mode.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/log.h"
+#include "wallfacer/core/rng.h"
+#include "wallfacer/ops/arithmetic.h"
+#include "wallfacer/train/checkpoint.h"
+#include "wallfacer/train/grad_sync.h"
+
+namespace wf::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Seeds of the two synthetic streams: the validation tokens never repeat the training tokens.
+constexpr std::uint64_t kSyntheticValSalt = 0x76616c6964617465ULL;  // "validate"
+
+std::shared_ptr<data::TokenSource> open_source(const config::RunConfig& c, bool validation) {
+  if (c.data.source == config::DataSource::synthetic) {
+    // Enough tokens that no sample repeats within the run.
+    const std::int64_t batches = validation ? std::max<std::int64_t>(c.train.eval_batches, 1) : c.train.steps;
+    const std::int64_t tokens = batches * config::global_batch_sequences(c) * c.train.seq_len + 1;
+    const auto seed = static_cast<std::uint64_t>(c.train.seed) ^ (validation ? kSyntheticValSalt : 0);
+    return data::make_synthetic_source(c.model.vocab_size, tokens, seed);
+  }
+  const std::string& path = validation ? c.data.val_path : c.data.train_path;
+  if (path.empty()) return nullptr;
+  return data::open_token_file_source(path);
+}
+
+data::LoaderOptions loader_options(const config::RunConfig& c, const comm::CommGrid& grid, const models::Model& model,
+                                   bool shuffle) {
+  data::LoaderOptions o;
+  o.seq_len = c.train.seq_len;
+  o.micro_batch_size = c.train.micro_batch_size;
+  o.grad_accum_steps = config::grad_accum_steps(c);
+  o.dp_size = c.parallel.dp;
+  o.dp_rank = grid.grid().coord("dp");
+  o.shard = parallel::sp_shard(models::sp_attention_config(c, model.causal()), const_cast<comm::CommGrid&>(grid));
+  o.seed = static_cast<std::uint64_t>(c.train.seed);
+  o.shuffle = shuffle;
+  return o;
+}
+
+// Dropout draws from the default generator. Each rank has its own stream (its tokens differ);
+// the offset advances by the same amount on every rank, so one saved offset restores them all.
+std::uint64_t rank_seed(const config::RunConfig& c, int world_rank) {
+  return static_cast<std::uint64_t>(c.train.seed) * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(world_rank) + 1;
+}
+
+using TrafficMap = std::map<std::string, comm::Traffic>;
+
+double sent_since(const TrafficMap& now, const TrafficMap& before, const std::string& group) {
+  const auto n = now.find(group);
+  const auto b = before.find(group);
+  return static_cast<double>((n == now.end() ? 0 : n->second.bytes_sent) - (b == before.end() ? 0 : b->second.bytes_sent));
+}
+
+double total_sent_since(const TrafficMap& now, const TrafficMap& before) {
+  double total = 0;
+  for (const auto& [group, traffic] : now) total += sent_since(now, before, group);
+  return total;
+}
+
+}  // namespace
+
+TrafficSnapshot TrafficSnapshot::take() {
+  const auto& registry = comm::TrafficRegistry::instance();
+  return {registry.snapshot(), registry.snapshot(/*p2p_only=*/true), registry.snapshot(false, /*collectives_only=*/true)};
+}
+
+Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid)
+    : Trainer(config, grid, models::create(config, grid), open_source(config, false),
+              config.train.eval_every > 0 ? open_source(config, true) : nullptr) {}
+
+Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::shared_ptr<models::Model> model,
+                 std::shared_ptr<data::TokenSource> train, std::shared_ptr<data::TokenSource> val)
+    : config_(config), grid_(grid), replicas_(grid.group("dp_sp")), model_(std::move(model)) {
+  check_supported();
+  WF_CHECK(model_ != nullptr && train != nullptr, "Trainer: a model and a training data source are required");
+  params_ = model_->parameters();
+  const auto& t = config_.train;
+  optimizer_ = std::make_unique<AdamW>(
+      params_, AdamWOptions{.lr = t.lr, .beta1 = t.beta1, .beta2 = t.beta2, .weight_decay = t.weight_decay});
+  schedule_ = CosineSchedule{.base_lr = t.lr, .min_lr = t.min_lr, .warmup_steps = t.warmup_steps, .total_steps = t.steps};
+  train_loader_ = std::make_unique<data::BatchLoader>(std::move(train), loader_options(config_, grid_, *model_, true));
+  if (val) {
+    val_loader_ = std::make_unique<data::BatchLoader>(std::move(val), loader_options(config_, grid_, *model_, false));
+  }
+  checkpoints_ = std::make_unique<CheckpointStore>(config_.checkpoint.dir, config_.checkpoint.keep);
+  seed_generator(0);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::check_supported() const {
+  const auto& p = config_.parallel;
+  WF_CHECK(p.tp == 1 && p.pp == 1,
+           "parallel.tp = {} and parallel.pp = {}: the trainer runs data and sequence parallelism so far; tensor and "
+           "pipeline parallelism are on the roadmap (set both to 1)",
+           p.tp, p.pp);
+  WF_CHECK(config_.train.dtype == DType::f32,
+           "train.dtype: {} training needs the CUDA backend, which is not built into the trainer yet; use f32",
+           dtype_name(config_.train.dtype));
+}
+
+void Trainer::seed_generator(std::uint64_t offset) {
+  default_generator().set_state({rank_seed(config_, grid_.grid().rank()), offset});
+}
+
+std::int64_t Trainer::tokens_per_step() const {
+  return config::global_batch_sequences(config_) * config_.train.seq_len;
+}
+
+void Trainer::sum_over_replicas(std::vector<double>& values) {
+  Tensor t = Tensor::from_vector(values, {static_cast<std::int64_t>(values.size())});
+  if (replicas_.size() > 1) replicas_.all_reduce(t);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = t.data<double>()[i];
+}
+
+double Trainer::compute_gradients() {
+  const std::int64_t accum = config::grad_accum_steps(config_);
+  const double tokens = static_cast<double>(tokens_per_step());
+  model_->train();
+  std::vector<double> loss_sum{0.0};
+  for (std::int64_t micro = 0; micro < accum; ++micro) {
+    const data::Batch batch = train_loader_->get(step_, micro);
+    const Tensor loss = model_->loss_sum(batch.inputs, batch.targets, batch.positions);
+    loss_sum[0] += loss.item();
+    autograd::backward({scale(loss, 1.0 / tokens)});
+  }
+  all_reduce_gradients(replicas_, params_);
+  sum_over_replicas(loss_sum);
+  return loss_sum[0] / tokens;
+}
+
+StepResult Trainer::apply_gradients(double loss) {
+  StepResult result;
+  result.step = step_ + 1;
+  result.loss = loss;
+  // After the all-reduce every replica holds the same full gradient, so the local norm is the
+  // global one (with tensor parallelism it would be summed over the tp group first).
+  const double max_norm = config_.train.grad_clip > 0 ? config_.train.grad_clip : std::numeric_limits<double>::infinity();
+  result.grad_norm = clip_grad_norm(params_, max_norm);
+  result.lr = schedule_.lr_at(result.step);
+  if (std::isfinite(result.grad_norm)) {
+    optimizer_->set_lr(result.lr);
+    optimizer_->step();
+  } else {
+    log::warn("step {}: the gradient norm is {}; skipping the update", result.step, result.grad_norm);
+  }
+  optimizer_->zero_grad();
+  step_ = result.step;
+  return result;
+}
+
+StepResult Trainer::train_step() {
+  const auto start = Clock::now();
+  StepResult result = apply_gradients(compute_gradients());
+  result.seconds = seconds_since(start);
+  history_.push_back(result);
+  return result;
+}
+
+double Trainer::evaluate() {
+  WF_CHECK(val_loader_ != nullptr, "evaluate: no validation data (set data.val_path)");
+  autograd::NoGradGuard no_grad;
+  model_->eval();
+  const std::int64_t accum = config::grad_accum_steps(config_);
+  std::vector<double> loss_sum{0.0};
+  for (std::int64_t batch_index = 0; batch_index < config_.train.eval_batches; ++batch_index) {
+    for (std::int64_t micro = 0; micro < accum; ++micro) {
+      const data::Batch batch = val_loader_->get(batch_index, micro);
+      loss_sum[0] += model_->loss_sum(batch.inputs, batch.targets, batch.positions).item();
+    }
+  }
+  sum_over_replicas(loss_sum);
+  model_->train();
+  return loss_sum[0] / static_cast<double>(tokens_per_step() * config_.train.eval_batches);
+}
+
+void Trainer::save_checkpoint() {
+  // Every rank of dp × sp holds the same weights and optimizer state (tp = pp = 1), so rank 0
+  // writes them; the barrier makes the checkpoint complete before any rank goes on.
+  if (grid_.grid().rank() == 0) {
+    Checkpoint checkpoint;
+    checkpoint.step = step_;
+    checkpoint.model = model_->state_dict();
+    checkpoint.optimizer = optimizer_->state_dict();
+    checkpoint.config_yaml = config::to_yaml(config_);
+    checkpoint.state["rng.offset"] = std::to_string(default_generator().offset());
+    checkpoint.state["world_size"] = std::to_string(grid_.grid().world_size());
+    const std::string where = checkpoints_->save(checkpoint);
+    log::info("checkpoint: step {} saved to {}", step_, where);
+  }
+  grid_.group("world").barrier();
+}
+
+bool Trainer::resume() {
+  std::optional<Checkpoint> checkpoint = checkpoints_->load_latest();
+  // Every rank must restore the same step; a rank that sees another directory fails them all.
+  std::vector<double> seen{checkpoint ? static_cast<double>(checkpoint->step) : -1.0};
+  std::vector<double> negated{-seen[0]};
+  Tensor max_t = Tensor::from_vector(seen, {1}), min_t = Tensor::from_vector(negated, {1});
+  comm::Group& world = grid_.group("world");
+  world.all_reduce(max_t, comm::ReduceOp::max);
+  world.all_reduce(min_t, comm::ReduceOp::max);
+  WF_CHECK(max_t.item() == -min_t.item(),
+           "resume: the ranks found different checkpoints in {} (steps {} to {}); every rank must see the same "
+           "checkpoint directory (a shared filesystem)",
+           config_.checkpoint.dir, -min_t.item(), max_t.item());
+  if (!checkpoint) return false;
+  model_->load_state_dict(checkpoint->model);
+  optimizer_->load_state_dict(checkpoint->optimizer);
+  step_ = checkpoint->step;
+  const auto offset = checkpoint->state.find("rng.offset");
+  seed_generator(offset == checkpoint->state.end() ? 0 : std::stoull(offset->second));
+  log::info("resumed from the step-{} checkpoint in {}", step_, config_.checkpoint.dir);
+  return true;
+}
+
+void Trainer::log_step(const StepResult& result, double val_loss) {
+  const auto& t = config_.train;
+  const bool log_now = result.step % t.log_every == 0 || result.step == t.steps || val_loss >= 0;
+  if (!log_now) return;
+  StepMetrics m;
+  m.step = result.step;
+  m.total_steps = t.steps;
+  m.loss = result.loss;
+  m.val_loss = val_loss;
+  m.lr = result.lr;
+  m.grad_norm = result.grad_norm;
+  const double steps = static_cast<double>(std::max<std::int64_t>(interval_.steps, 1));
+  m.step_seconds = interval_.seconds / steps;
+  m.tokens_per_s = m.step_seconds > 0 ? static_cast<double>(tokens_per_step()) / m.step_seconds : 0.0;
+  m.flops_per_s = m.tokens_per_s * model_->train_flops_per_token(t.seq_len);
+  const double peak = config_.log.peak_gflops * 1e9 * grid_.grid().world_size();
+  m.mfu = peak > 0 ? m.flops_per_s / peak : 0.0;
+  const TrafficSnapshot now = TrafficSnapshot::take();
+  for (const auto& [group, traffic] : now.all) {
+    m.bytes_by_group[group] = static_cast<std::int64_t>(sent_since(now.all, interval_.traffic.all, group) / steps);
+  }
+  m.p2p_bytes = static_cast<std::int64_t>(total_sent_since(now.p2p, interval_.traffic.p2p) / steps);
+  m.collective_bytes = static_cast<std::int64_t>(total_sent_since(now.collectives, interval_.traffic.collectives) / steps);
+  m.peak_mem_bytes = memory_stats().peak_bytes;
+  m.elapsed_seconds = run_seconds_;
+  if (metrics_) metrics_->write(m);
+  log::info("{}", progress_line(m));
+  interval_ = Interval{};
+  interval_.traffic = TrafficSnapshot::take();
+}
+
+void Trainer::fit(std::int64_t stop_after) {
+  const auto& t = config_.train;
+  if (grid_.grid().rank() == 0) {
+    metrics_ = std::make_unique<MetricsLog>(config_.log.dir + "/" + config_.log.metrics_file, step_);
+  }
+  interval_ = Interval{};
+  interval_.traffic = TrafficSnapshot::take();
+  while (step_ < t.steps && (stop_after <= 0 || step_ < stop_after)) {
+    const StepResult result = train_step();
+    interval_.steps += 1;
+    interval_.seconds += result.seconds;
+    run_seconds_ += result.seconds;
+    const bool eval_now = val_loader_ && t.eval_every > 0 && (step_ % t.eval_every == 0 || step_ == t.steps);
+    const double val_loss = eval_now ? evaluate() : -1.0;
+    log_step(result, val_loss);
+    const auto& c = config_.checkpoint;
+    if ((c.every > 0 && step_ % c.every == 0) || step_ == t.steps) save_checkpoint();
+  }
+}
+
+}  // namespace wf::train

@@ -1,0 +1,192 @@
+// The GPT model definition: shapes, names, options, the loss the trainer uses, the FLOP count,
+// the registry and sampling. Cross-process behaviour is in tests/dist/test_train_parity.cpp,
+// and the comparison with PyTorch in tests/reference/.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "wallfacer/autograd/engine.h"
+#include "wallfacer/models/generate.h"
+#include "wallfacer/models/gpt.h"
+#include "wallfacer/ops/ops.h"
+#include "wallfacer/train/optimizer.h"
+
+using Catch::Contains;
+using wf::DType;
+using wf::Tensor;
+using wf::models::Gpt;
+using wf::models::GptOptions;
+
+namespace {
+
+GptOptions tiny(std::uint64_t seed = 7) {
+  return {.vocab_size = 32, .max_seq_len = 16, .n_layer = 2, .n_head = 4, .n_kv_head = 0, .d_model = 16, .seed = seed};
+}
+
+Tensor random_ids(std::int64_t batch, std::int64_t tokens, std::int64_t vocab, std::uint64_t seed) {
+  std::vector<std::int64_t> ids;
+  for (std::int64_t i = 0; i < batch * tokens; ++i) {
+    ids.push_back(static_cast<std::int64_t>(wf::uniform_at(seed, static_cast<std::uint64_t>(i)) * double(vocab)));
+  }
+  return Tensor::from_vector(ids, {batch, tokens});
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
+  return worst;
+}
+
+// Parameter gradients of loss_sum on one batch, by name.
+std::map<std::string, Tensor> gradients(Gpt& model, const Tensor& ids, const Tensor& targets) {
+  model.zero_grad();
+  const Tensor positions = Tensor::arange(0, static_cast<double>(ids.size(1)), 1, DType::i64);
+  wf::autograd::backward({model.loss_sum(ids, targets, positions)});
+  std::map<std::string, Tensor> grads;
+  for (const auto& [name, p] : model.named_parameters()) grads[name] = p.grad().clone();
+  return grads;
+}
+
+}  // namespace
+
+TEST_CASE("gpt: logits shape, parameter names, tied and untied heads", "[models]") {
+  Gpt model(tiny());
+  const Tensor ids = random_ids(2, 5, 32, 1);
+  const Tensor logits = model.forward(ids);
+  CHECK(logits.shape() == wf::Shape{2, 5, 32});
+  CHECK(max_abs_diff(logits, model.forward(ids, Tensor::arange(0, 5, 1, DType::i64))) == 0.0);
+
+  const auto state = model.state_dict();
+  for (const char* name : {"token_embedding.weight", "position_embedding.weight", "blocks.0.norm1.weight",
+                           "blocks.0.attn.qkv.weight", "blocks.0.attn.proj.weight", "blocks.1.mlp.fc.weight",
+                           "final_norm.weight", "final_norm.bias"}) {
+    INFO(name);
+    CHECK(state.contains(name));
+  }
+  CHECK_FALSE(state.contains("lm_head.weight"));
+
+  GptOptions untied = tiny();
+  untied.tie_embeddings = false;
+  Gpt untied_model(untied);
+  CHECK(untied_model.state_dict().contains("lm_head.weight"));
+  CHECK(untied_model.num_parameters() == model.num_parameters() + 32 * 16);
+
+  GptOptions rope = tiny();
+  rope.positions = wf::models::GptPositions::rope;
+  rope.norm = wf::nn::NormType::rms_norm;
+  rope.n_kv_head = 2;
+  Gpt rope_model(rope);
+  CHECK_FALSE(rope_model.state_dict().contains("position_embedding.weight"));
+  CHECK_FALSE(rope_model.state_dict().contains("final_norm.bias"));
+  CHECK(rope_model.forward(ids).shape() == wf::Shape{2, 5, 32});
+}
+
+TEST_CASE("gpt: the same seed gives the same weights; positions beyond max_seq_len are an error", "[models]") {
+  Gpt a(tiny(3)), b(tiny(3)), c(tiny(4));
+  const Tensor ids = random_ids(1, 4, 32, 2);
+  CHECK(max_abs_diff(a.forward(ids), b.forward(ids)) == 0.0);
+  CHECK(max_abs_diff(a.forward(ids), c.forward(ids)) > 0.0);
+  CHECK_THROWS_WITH(a.forward(ids, Tensor::from_vector<std::int64_t>({0, 1, 2, 16}, {4})),
+                    Contains("max_seq_len = 16"));
+  CHECK_THROWS_WITH(a.forward(ids, Tensor::from_vector<std::int64_t>({0, 1, 2}, {3})), Contains("positions"));
+}
+
+TEST_CASE("gpt: loss_sum is the per-token cross-entropy summed, and the model learns", "[models]") {
+  Gpt model(tiny());
+  const Tensor ids = random_ids(2, 8, 32, 5), targets = random_ids(2, 8, 32, 6);
+  const Tensor positions = Tensor::arange(0, 8, 1, DType::i64);
+  const Tensor logits = model.forward(ids);
+  // Reference: −log softmax(logits)[target], summed in f64.
+  const auto l = logits.to_vector<double>();
+  const auto t = targets.to_vector<double>();
+  double expected = 0;
+  for (std::size_t row = 0; row < t.size(); ++row) {
+    double top = -1e300, total = 0;
+    for (int v = 0; v < 32; ++v) top = std::max(top, l[row * 32 + v]);
+    for (int v = 0; v < 32; ++v) total += std::exp(l[row * 32 + v] - top);
+    expected += std::log(total) + top - l[row * 32 + static_cast<std::size_t>(t[row])];
+  }
+  const double got = model.loss_sum(ids, targets, positions).item();
+  CHECK(got == Approx(expected).epsilon(1e-5));
+
+  wf::train::AdamW opt(model.parameters(), {.lr = 1e-2, .weight_decay = 0.0});
+  const double first = got / 16;
+  double last = first;
+  for (int step = 0; step < 30; ++step) {
+    opt.zero_grad();
+    const Tensor loss = wf::scale(model.loss_sum(ids, targets, positions), 1.0 / 16);
+    last = loss.item();
+    wf::autograd::backward({loss});
+    opt.step();
+  }
+  INFO("first " << first << " last " << last);
+  CHECK(last < 0.5 * first);  // memorises one batch: from ~ln 32 = 3.47 to well below half
+}
+
+TEST_CASE("gpt: activation checkpointing at the attention output leaves every gradient unchanged", "[models]") {
+  for (bool rope : {false, true}) {
+    GptOptions plain = tiny(11);
+    plain.n_kv_head = 2;
+    if (rope) plain.positions = wf::models::GptPositions::rope;
+    GptOptions checkpointed = plain;
+    checkpointed.checkpoint_attention_output = true;
+    Gpt a(plain), b(checkpointed);
+    const Tensor ids = random_ids(2, 12, 32, 8), targets = random_ids(2, 12, 32, 9);
+    const auto ga = gradients(a, ids, targets), gb = gradients(b, ids, targets);
+    for (const auto& [name, g] : ga) {
+      INFO((rope ? "rope " : "learned ") << name);
+      CHECK(max_abs_diff(g, gb.at(name)) <= 1e-6 * (1.0 + max_abs_diff(g, Tensor::zeros(g.shape()))));
+    }
+  }
+}
+
+TEST_CASE("gpt: train FLOPs per token follow 6·N + attention", "[models]") {
+  // GPT-2 124M shapes: N_matmul = 12·(4·768² + 2·768·3072) + 768·50257 = 123.5M; attention
+  // 12·d·(T+1)/2 per layer.
+  Gpt model({.vocab_size = 50257, .max_seq_len = 1024, .n_layer = 12, .n_head = 12, .d_model = 768, .seed = 1});
+  const double matmul = 12.0 * (4.0 * 768 * 768 + 2.0 * 768 * 3072) + 768.0 * 50257;
+  const double expected = 6.0 * matmul + 12.0 * 12.0 * 768.0 * (1024.0 + 1.0) / 2.0;
+  CHECK(model.train_flops_per_token(1024) == Approx(expected).epsilon(1e-12));
+}
+
+TEST_CASE("gpt: the registry builds models by name and lists them in errors", "[models]") {
+  wf::comm::Runtime::init();  // a world of one: no mpirun needed
+  wf::config::RunConfig config;
+  config.model.n_layer = 1;
+  config.model.d_model = 16;
+  config.model.d_ff = 32;
+  config.model.vocab_size = 32;
+  config.model.max_seq_len = 16;
+  wf::comm::CommGrid grid(wf::comm::ProcessGrid(config.parallel.grid(), 1, 0));
+  const auto model = wf::models::create(config, grid);
+  CHECK(model->name() == "gpt");
+  CHECK(dynamic_cast<Gpt*>(model.get()) != nullptr);
+  CHECK_THROWS_WITH(wf::models::create("gtp", config, grid), Contains("registered models are") && Contains("gpt"));
+  CHECK_THROWS_WITH(wf::models::register_model("gpt", wf::models::make_gpt), Contains("already registered"));
+  const auto names = wf::models::registered_models();
+  CHECK(std::find(names.begin(), names.end(), "gpt") != names.end());
+}
+
+TEST_CASE("gpt: sampling is greedy at temperature 0, respects top-k and is reproducible", "[models]") {
+  const std::vector<float> logits = {0.1f, 2.0f, -1.0f, 1.9f, 0.0f};
+  CHECK(wf::models::sample_token(logits.data(), 5, 0.0, 0, 0.99) == 1);
+  CHECK(wf::models::sample_token(logits.data(), 5, 1.0, 1, 0.99) == 1);
+  // top-k = 2 keeps ids 1 and 3; their weights are e^2.0 and e^1.9.
+  const double p1 = 1.0 / (1.0 + std::exp(-0.1));
+  CHECK(wf::models::sample_token(logits.data(), 5, 1.0, 2, p1 - 1e-6) == 1);
+  CHECK(wf::models::sample_token(logits.data(), 5, 1.0, 2, p1 + 1e-6) == 3);
+
+  Gpt model(tiny());
+  const std::vector<std::uint32_t> prompt = {1, 2, 3};
+  const auto a = wf::models::generate(model, prompt, {.max_new_tokens = 20, .seed = 5});
+  const auto b = wf::models::generate(model, prompt, {.max_new_tokens = 20, .seed = 5});
+  CHECK(a.size() == 23);
+  CHECK(a == b);
+  CHECK(std::equal(prompt.begin(), prompt.end(), a.begin()));
+  for (auto id : a) CHECK(id < 32u);
+  CHECK_THROWS_WITH(wf::models::generate(model, {40}, {}), Contains("outside the model's vocabulary"));
+}

@@ -1,0 +1,190 @@
+// Our GPT against plain PyTorch (Debian's python3-torch 1.13, tests/reference/gpt_reference.py):
+// the same weights and batch, exported with save_safetensors, give the same logits, mean loss and
+// gradient of every parameter. The reference runs in f64, so what is measured is our f32 error:
+// max |ours − torch| ≤ 1e-5 · max |torch| per tensor (plus 1e-9 absolute, for all-zero gradients
+// such as unused position rows). Skips with a warning where /usr/bin/python3 has no torch.
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wallfacer/autograd/engine.h"
+#include "wallfacer/core/rng.h"
+#include "wallfacer/models/gpt.h"
+#include "wallfacer/ops/ops.h"
+#include "wallfacer/train/safetensors.h"
+
+namespace fs = std::filesystem;
+using wf::DType;
+using wf::Tensor;
+using wf::models::Gpt;
+using wf::models::GptOptions;
+
+namespace {
+
+constexpr double kRelTolerance = 1e-5;
+constexpr double kAbsFloor = 1e-9;
+const char* const kPython = "/usr/bin/python3";
+
+bool python_has_torch() {
+  return std::system((std::string(kPython) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0;
+}
+
+struct Case {
+  std::string label;
+  GptOptions options;
+};
+
+std::vector<Case> cases() {
+  GptOptions base{.vocab_size = 48, .max_seq_len = 24, .n_layer = 2, .n_head = 4, .d_model = 32};
+  // Larger weights than GPT-2's 0.02, so softmax, GELU and the norms work away from their linear range.
+  base.init_std = 0.25;
+  GptOptions learned = base;
+  learned.seed = 11;
+  GptOptions rope = base;
+  rope.positions = wf::models::GptPositions::rope;
+  rope.norm = wf::nn::NormType::rms_norm;
+  rope.n_kv_head = 2;
+  rope.tie_embeddings = false;
+  rope.seed = 12;
+  return {{"learned positions + LayerNorm + MHA + tied head", learned},
+          {"RoPE + RMSNorm + GQA (4 q / 2 kv heads) + untied head", rope}};
+}
+
+std::map<std::string, std::string> metadata(const GptOptions& o) {
+  return {{"vocab_size", std::to_string(o.vocab_size)},
+          {"max_seq_len", std::to_string(o.max_seq_len)},
+          {"n_layer", std::to_string(o.n_layer)},
+          {"n_head", std::to_string(o.n_head)},
+          {"n_kv_head", std::to_string(o.n_kv_head)},
+          {"d_model", std::to_string(o.d_model)},
+          {"d_ff", std::to_string(o.d_ff)},
+          {"norm", wf::nn::norm_type_name(o.norm)},
+          {"positions", o.positions == wf::models::GptPositions::rope ? "rope" : "learned"},
+          {"rope_theta", std::to_string(o.rope_theta)},
+          {"tie_embeddings", o.tie_embeddings ? "true" : "false"},
+          {"bias", o.bias ? "true" : "false"},
+          {"norm_eps", "1e-05"}};
+}
+
+Tensor random_tokens(std::int64_t batch, std::int64_t tokens, std::int64_t vocab, std::uint64_t seed) {
+  std::vector<std::int64_t> ids;
+  for (std::int64_t i = 0; i < batch * tokens; ++i) {
+    ids.push_back(static_cast<std::int64_t>(wf::uniform_at(seed, static_cast<std::uint64_t>(i)) * double(vocab)));
+  }
+  return Tensor::from_vector(ids, {batch, tokens});
+}
+
+// max |a − b| / max |b|: the error relative to the reference tensor's scale.
+struct Error {
+  double max_abs = 0, scale = 0;
+  bool ok() const { return max_abs <= kRelTolerance * scale + kAbsFloor; }
+  double relative() const { return scale > 0 ? max_abs / scale : max_abs; }
+};
+
+Error compare(const Tensor& ours, const Tensor& reference) {
+  REQUIRE(ours.shape() == reference.shape());
+  const auto x = ours.to_vector<double>(), y = reference.to_vector<double>();
+  Error e;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    e.max_abs = std::max(e.max_abs, std::abs(x[i] - y[i]));
+    e.scale = std::max(e.scale, std::abs(y[i]));
+  }
+  return e;
+}
+
+// One model and batch: everything the test needs to write the input file and compare the output.
+struct Run {
+  Case c;
+  std::unique_ptr<Gpt> model;
+  Tensor logits, loss;
+  std::string in, out;
+};
+
+Run run_ours(const Case& c, const fs::path& dir, int index) {
+  Run r{c, std::make_unique<Gpt>(c.options), {}, {}, (dir / fmt::format("in{}.safetensors", index)).string(),
+        (dir / fmt::format("out{}.safetensors", index)).string()};
+  Gpt& model = *r.model;
+  // Norm weights start at 1 and biases at 0: perturb every 1-D parameter so each one matters.
+  std::uint64_t salt = 0;
+  for (auto& [name, p] : model.named_parameters()) {
+    if (p.dim() != 1) continue;
+    const Tensor noise = Tensor::randn_at(p.shape(), c.options.seed + 1000, salt);
+    salt += static_cast<std::uint64_t>(p.numel());
+    float* w = p.data<float>();
+    const float* n = noise.data<float>();
+    for (std::int64_t i = 0; i < p.numel(); ++i) w[i] += 0.2f * n[i];
+  }
+
+  const std::int64_t batch = 3, tokens = 16, offset = 5;  // positions 5..20: not 0-based on purpose
+  const Tensor inputs = random_tokens(batch, tokens, c.options.vocab_size, c.options.seed * 2);
+  const Tensor targets = random_tokens(batch, tokens, c.options.vocab_size, c.options.seed * 2 + 1);
+  const Tensor positions =
+      Tensor::arange(double(offset), double(offset + tokens), 1.0, DType::i64);
+
+  wf::nn::StateDict file = model.state_dict();
+  file.insert("inputs", inputs);
+  file.insert("targets", targets);
+  file.insert("positions", positions);
+  wf::train::save_safetensors(r.in, file, metadata(model.options()));
+
+  model.zero_grad();
+  r.logits = model.forward(inputs, positions);
+  r.loss = wf::scale(model.loss_sum(inputs, targets, positions), 1.0 / static_cast<double>(targets.numel()));
+  wf::autograd::backward({r.loss});
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("gpt: logits, loss and gradients match PyTorch (tests/reference/gpt_reference.py)", "[models][reference]") {
+  if (!python_has_torch()) {
+    WARN("skipped: " << kPython << " cannot import torch (Debian: apt-get install python3-torch)");
+    return;
+  }
+  const fs::path dir = fs::temp_directory_path() / fmt::format("wf_gpt_reference_{}", ::getpid());
+  fs::create_directories(dir);
+
+  std::vector<Run> runs;
+  for (const auto& c : cases()) runs.push_back(run_ours(c, dir, static_cast<int>(runs.size())));
+
+  // One Python start for every case: importing torch takes seconds.
+  std::string command = fmt::format("{} {}/tests/reference/gpt_reference.py", kPython, WF_SOURCE_DIR);
+  for (const auto& r : runs) command += " " + r.in + " " + r.out;
+  REQUIRE(std::system(command.c_str()) == 0);
+
+  for (const auto& r : runs) {
+    INFO(r.c.label);
+    const auto ref = wf::train::load_safetensors(r.out).tensors;
+    double worst = 0;
+    std::string worst_name;
+    auto check = [&](const std::string& name, const Tensor& ours, const Tensor& reference) {
+      const Error e = compare(ours, reference);
+      INFO(name << ": max |ours - torch| = " << e.max_abs << ", max |torch| = " << e.scale);
+      CHECK(e.ok());
+      if (e.relative() > worst) worst = e.relative(), worst_name = name;
+    };
+    check("logits", r.logits, ref.at("logits"));
+    check("loss", r.loss, ref.at("loss"));
+    std::size_t grads = 0;
+    for (const auto& [name, p] : r.model->named_parameters()) {
+      REQUIRE(p.grad().defined());
+      check("grad " + name, p.grad(), ref.at("grad." + name));
+      ++grads;
+    }
+    CHECK(ref.size() == grads + 2);  // nothing in the reference that we lack
+    std::printf("gpt vs PyTorch, %s: loss %.7f, worst relative error %.2e (%s) over logits, loss and %zu gradients "
+                "(limit %.0e)\n",
+                r.c.label.c_str(), r.loss.to_vector<double>()[0], worst, worst_name.c_str(), grads, kRelTolerance);
+  }
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+}
