@@ -37,11 +37,11 @@ PY
 )
 echo "corpus: unigram entropy $unigram nats, bigram entropy $bigram nats"
 
-steps="${WF_LEARNING_STEPS:-300}"
+steps="${WF_LEARNING_STEPS:-400}"
 "$mpiexec" -np 4 "$@" "$exe" train "$root/configs/gpt-tiny.yaml" --no-resume \
   --set model.n_layer=2 --set model.d_model=128 --set model.d_ff=512 \
   --set train.seq_len=128 --set train.micro_batch_size=4 --set train.global_batch_size=8 \
-  --set train.steps="$steps" --set train.warmup_steps=20 --set train.lr=3e-3 --set train.min_lr=3e-4 \
+  --set train.steps="$steps" --set train.warmup_steps=20 --set train.lr="${WF_LEARNING_LR:-2e-3}" --set train.min_lr=2e-4 \
   --set train.log_every=25 --set train.eval_every="$steps" --set train.eval_batches=4 \
   --set data.train_path="$work/kjv/train.bin" --set data.val_path="$work/kjv/val.bin" \
   --set checkpoint.dir="$work/checkpoints" --set log.dir="$work"
