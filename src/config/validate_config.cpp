@@ -117,6 +117,11 @@ void check_train(const RunConfig& c, std::vector<std::string>& problems) {
                                    "min_lr",
                                    t.min_lr, t.lr));
   }
+  if (t.warmup_steps > t.steps) {
+    problems.push_back(fmt::format("train.warmup_steps: {} warmup steps exceed train.steps = {}: the learning rate "
+                                   "would never reach lr; lower warmup_steps or raise steps",
+                                   t.warmup_steps, t.steps));
+  }
   if (t.eval_every > 0 && c.data.val_path.empty() && c.data.source == DataSource::file) {
     problems.push_back(fmt::format("train.eval_every: eval_every = {} but data.val_path is empty: give a validation "
                                    "file or set eval_every to 0",

@@ -117,6 +117,8 @@ const std::vector<BadConfig>& layout_cases() {
        {"model.vocab_size: vocab_size = 100 is smaller than the byte tokenizer's 256 tokens"}},
       {"vocab_gpt2", "data:\n  tokenizer: gpt2\n", 1, {}, {"model.vocab_size", "gpt2 tokenizer's 50257 tokens"}},
       {"min_lr", "train:\n  lr: 1e-4\n  min_lr: 1e-3\n", 1, {}, {"train.min_lr: min_lr = 0.001 exceeds lr = 0.0001"}},
+      {"warmup_beyond_steps", "train:\n  steps: 30\n  warmup_steps: 100\n", 1, {},
+       {"train.warmup_steps: 100 warmup steps exceed train.steps = 30"}},
       {"eval_without_val", "train:\n  eval_every: 50\n", 1, {},
        {"train.eval_every: eval_every = 50 but data.val_path is empty"}},
       {"override_breaks_layout", "parallel:\n  dp: 2\n", 2, {"parallel.dp=3"}, {"but the world has 2"}},

@@ -122,7 +122,7 @@ TEST_CASE("config: to_yaml reads back to the same config", "[config]") {
 
 TEST_CASE("config: --set overrides apply in order, before validation", "[config]") {
   // The file's layout needs 4 ranks; the overrides turn it into a valid 8-rank one.
-  TempYaml file("base.yaml", "parallel:\n  dp: 2\n  sp: 2\ntrain:\n  steps: 10\n");
+  TempYaml file("base.yaml", "parallel:\n  dp: 2\n  sp: 2\ntrain:\n  steps: 10\n  warmup_steps: 5\n");
   const RunConfig c = load_config(file.path(), {"parallel.sp=4", "parallel.C=2", "train.steps=20", "train.steps=30",
                                                 "parallel.sp_strategy=wallfacer", "model.tie_embeddings=false",
                                                 "train.lr=1e-3", "data.val_path=v.bin"});
