@@ -110,6 +110,12 @@ Tensor Gpt::forward(const Tensor& ids) {
   return forward(ids, Tensor::arange(0.0, static_cast<double>(ids.size(1)), 1.0, DType::i64));
 }
 
+Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) {
+  WF_CHECK(targets.shape() == ids.shape(), "Gpt: targets {} must have the shape of ids {}", shape_str(targets.shape()),
+           shape_str(ids.shape()));
+  return cross_entropy(forward(ids), targets);
+}
+
 Tensor Gpt::loss_sum(const Tensor& inputs, const Tensor& targets, const Tensor& positions) {
   WF_CHECK(targets.shape() == inputs.shape(), "Gpt: targets {} must have the shape of inputs {}",
            shape_str(targets.shape()), shape_str(inputs.shape()));

@@ -1,4 +1,4 @@
-// `wallfacer demo --data FILE`: trains a tiny byte-level transformer (models/tiny_lm) on a text
+// `wallfacer demo --data FILE`: trains a tiny byte-level transformer (the GPT of models/gpt) on a text
 // file on this machine's CPU, printing the loss as it goes, then the validation loss and a
 // short sample. It is the first thing a new user runs (scripts/demo.sh), so it doubles as a
 // smoke test: it exits non-zero when training did not lower the loss.
@@ -17,7 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "models/tiny_lm/tiny_lm.h"
+#include "wallfacer/models/generate.h"
+#include "wallfacer/models/gpt.h"
 #include "src/cli/commands.h"
 #include "wallfacer/autograd/grad_mode.h"
 #include "wallfacer/core/error.h"
@@ -90,7 +91,7 @@ Batch sample_batch(const std::vector<std::uint8_t>& text, std::int64_t begin, st
   return b;
 }
 
-double validation_loss(models::TinyLM& model, const std::vector<std::uint8_t>& text, std::int64_t begin,
+double validation_loss(models::Gpt& model, const std::vector<std::uint8_t>& text, std::int64_t begin,
                        std::int64_t end, const DemoOptions& o) {
   NoGradGuard no_grad;
   model.eval();
@@ -104,30 +105,13 @@ double validation_loss(models::TinyLM& model, const std::vector<std::uint8_t>& t
   return total / kValidationBatches;
 }
 
-// Continues `prompt` by `length` bytes, sampling at temperature 0.8.
-std::string generate(models::TinyLM& model, std::string prompt, std::int64_t length, std::int64_t seq,
-                     std::uint64_t seed) {
-  NoGradGuard no_grad;
-  model.eval();
-  std::mt19937_64 gen(seed);
-  constexpr double kTemperature = 0.8;
-  for (std::int64_t i = 0; i < length; ++i) {
-    const std::size_t context = std::min<std::size_t>(prompt.size(), static_cast<std::size_t>(seq));
-    Tensor ids = Tensor::empty({1, static_cast<std::int64_t>(context)}, DType::i64);
-    for (std::size_t t = 0; t < context; ++t) {
-      ids.data<std::int64_t>()[t] = static_cast<unsigned char>(prompt[prompt.size() - context + t]);
-    }
-    const Tensor logits = model.forward(ids);  // [1, context, V]
-    const std::int64_t vocab = logits.size(2);
-    const float* last = logits.data<float>() + (static_cast<std::int64_t>(context) - 1) * vocab;
-    std::vector<double> weights(static_cast<std::size_t>(vocab));
-    const double top = *std::max_element(last, last + vocab);
-    for (std::int64_t v = 0; v < vocab; ++v) weights[v] = std::exp((last[v] - top) / kTemperature);
-    std::discrete_distribution<int> pick(weights.begin(), weights.end());
-    prompt.push_back(static_cast<char>(pick(gen)));
-  }
+// Continues `prompt` by `length` bytes, sampling at temperature 0.8 among all 256 bytes.
+std::string generate(models::Gpt& model, const std::string& prompt, std::int64_t length, std::uint64_t seed) {
+  std::vector<std::uint32_t> bytes(prompt.begin(), prompt.end());
+  for (auto& b : bytes) b &= 0xFF;
+  const auto tokens = models::generate(model, bytes, {.max_new_tokens = length, .temperature = 0.8, .top_k = 0, .seed = seed});
   model.train();
-  return prompt;
+  return std::string(tokens.begin(), tokens.end());
 }
 
 // Bytes a terminal shows as they are; others become '?'.
@@ -144,8 +128,12 @@ int run_demo(const DemoOptions& o) {
   const auto n = static_cast<std::int64_t>(text.size());
   const std::int64_t split = n - n / 10;  // train: [0, split), validation: [split, n)
 
-  models::TinyLM model(models::TinyLMOptions{
-      .max_seq_len = o.seq, .n_layer = o.layers, .d_model = o.d_model, .n_head = o.heads, .seed = o.seed});
+  models::Gpt model(models::GptOptions{.vocab_size = 256,
+                                       .max_seq_len = o.seq,
+                                       .n_layer = o.layers,
+                                       .n_head = o.heads,
+                                       .d_model = o.d_model,
+                                       .seed = o.seed});
   train::AdamW optimizer(model.parameters(), train::AdamWOptions{.lr = o.lr});
   const train::CosineSchedule schedule{.base_lr = o.lr,
                                        .min_lr = o.lr / 10,
@@ -153,7 +141,7 @@ int run_demo(const DemoOptions& o) {
                                        .total_steps = o.steps};
   const std::vector<Tensor> params = model.parameters();
 
-  fmt::print("demo: TinyLM, {} layers, d_model {}, {} heads, {} parameters; {} threads\n", o.layers, o.d_model,
+  fmt::print("demo: GPT, {} layers, d_model {}, {} heads, {} parameters; {} threads\n", o.layers, o.d_model,
              o.heads, model.num_parameters(), num_threads());
   fmt::print("demo: data {}: {} bytes for training, {} for validation; {} steps of {}x{} tokens\n", o.data, split,
              n - split, o.steps, o.batch, o.seq);
@@ -205,7 +193,7 @@ int run_demo(const DemoOptions& o) {
   if (o.sample > 0) {
     const std::string prompt(text.begin() + split, text.begin() + split + std::min<std::int64_t>(16, o.seq));
     fmt::print("sample (prompt: the first {} bytes of the validation text):\n{}\n", prompt.size(),
-               printable(generate(model, prompt, o.sample, o.seq, o.seed)));
+               printable(generate(model, prompt, o.sample, o.seed)));
   }
   std::fflush(stdout);
 

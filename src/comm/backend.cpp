@@ -1,5 +1,5 @@
-// What every backend shares: the names of reduction ops and the portable isendrecv and
-// all_gather_v.
+// What every backend shares: the names of reduction ops and the portable isendrecv,
+// iall_reduce and all_gather_v.
 #include "wallfacer/comm/backend.h"
 
 #include <algorithm>
@@ -35,6 +35,11 @@ class JoinedRequest final : public RequestImpl {
 };
 
 }  // namespace
+
+Request Backend::iall_reduce(Tensor& t, ReduceOp op) {
+  all_reduce(t, op);
+  return {};
+}
 
 Request Backend::isendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) {
   std::vector<Request> parts;

@@ -1,6 +1,7 @@
 #include "src/comm/mpi_backend.h"
 
 #include <climits>
+#include <functional>
 #include <utility>
 
 #include "src/comm/progress.h"
@@ -55,14 +56,21 @@ std::int64_t bytes_per_row(const Tensor& t) {
 
 void* mutable_data(const Tensor& t) { return const_cast<void*>(t.raw_data()); }
 
-// A posted P2P operation of one or two legs (isendrecv). Its MPI requests live in a
-// PendingOperation that the progress thread (progress.h) may be testing; test() and wait()
-// take its lock. Holds the backend so the communicator outlives the requests.
+// A posted operation: one or two P2P legs (isendrecv) or one collective. Its MPI requests live
+// in a PendingOperation that the progress thread (progress.h) may be testing; test() and wait()
+// take its lock. `on_complete` runs once, after the requests completed: it reports their outcome
+// (throwing the first failure) and finishes the operation's work (a reduction's copy back).
+// Holds the backend so the communicator outlives the requests.
 class MpiRequest final : public RequestImpl {
  public:
-  MpiRequest(std::shared_ptr<PendingOperation> operation, std::vector<P2pLeg> legs,
+  using Completion = std::function<void(const PendingOperation&)>;
+
+  MpiRequest(std::shared_ptr<PendingOperation> operation, Completion on_complete,
              std::shared_ptr<const MpiBackend> backend, const char* primitive)
-      : operation_(std::move(operation)), legs_(std::move(legs)), backend_(std::move(backend)), primitive_(primitive) {}
+      : operation_(std::move(operation)),
+        on_complete_(std::move(on_complete)),
+        backend_(std::move(backend)),
+        primitive_(primitive) {}
 
   // Dropping a request before it completes would let MPI write into freed memory, so the
   // destructor completes it (under the watchdog).
@@ -101,22 +109,14 @@ class MpiRequest final : public RequestImpl {
   }
 
  private:
-  // Reports each leg's outcome (the first failure throws) and releases the buffers.
   void finish() {
     done_ = true;
-    const std::vector<P2pLeg> legs = std::exchange(legs_, {});
-    for (std::size_t i = 0; i < legs.size(); ++i) {
-      const MPI_Status& status = operation_->statuses[i];
-      if (legs[i].receive) {
-        backend_->verify_receive(status, legs[i].buffer, legs[i].peer, primitive_);
-      } else {
-        check_mpi(status.MPI_ERROR, fmt::format("{} to rank {}", backend_->context(primitive_), legs[i].peer));
-      }
-    }
+    const Completion on_complete = std::exchange(on_complete_, {});
+    if (on_complete) on_complete(*operation_);
   }
 
   std::shared_ptr<PendingOperation> operation_;
-  std::vector<P2pLeg> legs_;  // legs_[i] was posted as operation_->requests[i]
+  Completion on_complete_;
   std::shared_ptr<const MpiBackend> backend_;
   const char* primitive_;
   bool done_ = false;
@@ -214,7 +214,18 @@ Request MpiBackend::start(std::vector<P2pLeg> legs, int tag, const char* primiti
   // Only requests handed back to the caller are worth a progress thread: a blocking call
   // waits (and so progresses) right away.
   if (overlapped) track_for_progress(operation);
-  return Request(std::make_shared<MpiRequest>(std::move(operation), std::move(legs), shared_from_this(), primitive));
+  // Reports each leg's outcome (the first failure throws); legs[i] was posted as requests[i].
+  auto verify = [this, legs = std::move(legs), primitive](const PendingOperation& done) {
+    for (std::size_t i = 0; i < legs.size(); ++i) {
+      const MPI_Status& status = done.statuses[i];
+      if (legs[i].receive) {
+        verify_receive(status, legs[i].buffer, legs[i].peer, primitive);
+      } else {
+        check_mpi(status.MPI_ERROR, fmt::format("{} to rank {}", context(primitive), legs[i].peer));
+      }
+    }
+  };
+  return Request(std::make_shared<MpiRequest>(std::move(operation), std::move(verify), shared_from_this(), primitive));
 }
 
 Request MpiBackend::start_p2p(const Tensor& t, int peer, int tag, bool receive, const char* primitive,
@@ -241,16 +252,26 @@ Request MpiBackend::isendrecv(const Tensor& send, int dst, Tensor& recv, int src
   return start_exchange(send, dst, recv, src, tag, "isendrecv", true);
 }
 
-void MpiBackend::all_reduce(Tensor& t, ReduceOp op) {
+Request MpiBackend::start_all_reduce(Tensor& t, ReduceOp op, const char* primitive, bool overlapped) {
   Tensor buffer = reduction_buffer(t);
-  MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buffer.raw_data(), to_count(buffer.numel(), "all_reduce"),
-                           reduction_type(buffer.dtype()), reduction_op(op), comm_, &request),
-            context("all_reduce"));
-  complete({&request, 1}, "all_reduce");
-  if (op == ReduceOp::avg) divide_in_place(buffer, size_);
-  if (!buffer.is_same(t)) t.copy_(buffer);
+  auto operation = std::make_shared<PendingOperation>();
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buffer.raw_data(), to_count(buffer.numel(), primitive),
+                           reduction_type(buffer.dtype()), reduction_op(op), comm_, &operation->requests[0]),
+            context(primitive));
+  operation->count = 1;
+  if (overlapped) track_for_progress(operation);
+  auto reduce_done = [this, target = t, buffer, op, primitive](const PendingOperation& done) mutable {
+    check_mpi(done.statuses[0].MPI_ERROR, context(primitive));
+    if (op == ReduceOp::avg) divide_in_place(buffer, size_);
+    if (!buffer.is_same(target)) target.copy_(buffer);
+  };
+  return Request(
+      std::make_shared<MpiRequest>(std::move(operation), std::move(reduce_done), shared_from_this(), primitive));
 }
+
+void MpiBackend::all_reduce(Tensor& t, ReduceOp op) { start_all_reduce(t, op, "all_reduce", false).wait(); }
+
+Request MpiBackend::iall_reduce(Tensor& t, ReduceOp op) { return start_all_reduce(t, op, "iall_reduce", true); }
 
 void MpiBackend::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
   const Tensor send = reduces_in_f32(input.dtype()) ? input.to(DType::f32) : distinct_from(input, output);

@@ -2,7 +2,7 @@
 // The MPI backend: moves CPU tensors over one MPI communicator. Every call posts non-blocking
 // MPI operations and completes them through the watchdog's polling wait (watchdog.h), so a
 // hang becomes a job abort with a message. Internal to src/comm: nothing outside sees mpi.h.
-// The requests isend / irecv / isendrecv hand back are also watched by the progress thread
+// The requests isend / irecv / isendrecv / iall_reduce hand back are also watched by the progress thread
 // (progress.h), so they move while the caller computes.
 //
 // bf16 and f16 reductions: MPI has no 16-bit float types, so the tensor is converted to an f32
@@ -49,6 +49,8 @@ class MpiBackend final : public Backend, public std::enable_shared_from_this<Mpi
   Request isendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) override;
 
   void all_reduce(Tensor& t, ReduceOp op) override;
+  // MPI_Iallreduce as a Request watched by the progress thread; all_reduce is it plus a wait.
+  Request iall_reduce(Tensor& t, ReduceOp op) override;
   void all_gather(const Tensor& input, Tensor& output) override;
   void all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows) override;
   void reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;
@@ -74,6 +76,9 @@ class MpiBackend final : public Backend, public std::enable_shared_from_this<Mpi
   Request start_p2p(const Tensor& t, int peer, int tag, bool receive, const char* primitive, bool overlapped);
   Request start_exchange(const Tensor& send, int dst, Tensor& recv, int src, int tag, const char* primitive,
                          bool overlapped);
+  // Posts MPI_Iallreduce (in place, or in an f32 copy of a 16-bit tensor) as one Request whose
+  // completion divides for avg and copies the result back.
+  Request start_all_reduce(Tensor& t, ReduceOp op, const char* primitive, bool overlapped);
   void check_peer_tag(int peer, int tag, const char* primitive) const;
 
   MPI_Comm comm_;

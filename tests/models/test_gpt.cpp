@@ -85,6 +85,21 @@ TEST_CASE("gpt: logits shape, parameter names, tied and untied heads", "[models]
   CHECK(rope_model.forward(ids).shape() == wf::Shape{2, 5, 32});
 }
 
+TEST_CASE("gpt: the tied embedding receives gradient from both the lookup and the head", "[models]") {
+  GptOptions o = tiny();
+  o.vocab_size = 64;
+  Gpt model(o);
+  const Tensor ids = Tensor::from_vector<std::int64_t>({5, 6, 7, 8, 9, 10}, {2, 3});
+  const Tensor loss = model.loss(ids, ids);
+  CHECK(loss.dim() == 0);
+  CHECK(loss.item() == Approx(std::log(64.0)).epsilon(0.05));  // small init: near-uniform predictions
+  loss.backward();
+  const Tensor grad = model.token_embedding().weight().grad();
+  REQUIRE(grad.defined());
+  CHECK(std::abs(grad.at({0, 0})) > 0.0);  // id 0 never occurs: only the head reaches its row
+  CHECK(std::abs(grad.at({5, 0})) > 0.0);
+}
+
 TEST_CASE("gpt: the same seed gives the same weights; positions beyond max_seq_len are an error", "[models]") {
   Gpt a(tiny(3)), b(tiny(3)), c(tiny(4));
   const Tensor ids = random_ids(1, 4, 32, 2);

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "models/tiny_lm/tiny_lm.h"
+#include "wallfacer/models/gpt.h"
 #include "nn/module_testing.h"
 #include "wallfacer/nn/nn.h"
 
@@ -26,8 +26,8 @@ TransformerBlockOptions small_block(std::uint64_t seed) {
   return {.d_model = 8, .n_head = 2, .d_ff = 16, .seed = seed};
 }
 
-wf::models::TinyLMOptions tiny_lm(std::uint64_t seed) {
-  return {.vocab_size = 16, .max_seq_len = 8, .n_layer = 2, .d_model = 8, .n_head = 2, .seed = seed};
+wf::models::GptOptions small_gpt(std::uint64_t seed) {
+  return {.vocab_size = 16, .max_seq_len = 8, .n_layer = 2, .n_head = 2, .d_model = 8, .seed = seed};
 }
 
 // A module with a buffer and a nested child, to exercise the traversal order.
@@ -60,7 +60,7 @@ TEST_CASE("named_parameters: dotted names in registration order, depth-first", "
   }
   CHECK(block.num_parameters() == 2 * 8 + (8 * 24 + 24) + (8 * 8 + 8) + 2 * 8 + (8 * 16 + 16) + (16 * 8 + 8));
 
-  wf::models::TinyLM model(tiny_lm(1));
+  wf::models::Gpt model(small_gpt(1));
   const auto model_names = names_of(model.named_parameters());
   CHECK(model_names.front() == "token_embedding.weight");
   CHECK(model_names[1] == "position_embedding.weight");
@@ -91,8 +91,8 @@ TEST_CASE("register_* rejects empty, dotted and duplicate names", "[nn]") {
 }
 
 TEST_CASE("state_dict round trip: a model with another seed loads to identical outputs", "[nn]") {
-  wf::models::TinyLM source(tiny_lm(1));
-  wf::models::TinyLM target(tiny_lm(2));
+  wf::models::Gpt source(small_gpt(1));
+  wf::models::Gpt target(small_gpt(2));
   const Tensor ids = Tensor::from_vector<std::int64_t>({1, 5, 7, 2, 9, 3, 0, 15, 4, 4}, {2, 5});
   CHECK(max_abs_diff(source.forward(ids), target.forward(ids)) > 1e-4);
 
@@ -158,8 +158,8 @@ TEST_CASE("initialisation depends only on the seed and the parameter's path", "[
 
   // A child's weights are those of a standalone module built with child_seed(name): no
   // hidden generator state, so construction order cannot matter.
-  wf::models::TinyLM model(tiny_lm(11));
-  wf::models::TinyLM first(tiny_lm(11));  // built after another model: same weights
+  wf::models::Gpt model(small_gpt(11));
+  wf::models::Gpt first(small_gpt(11));  // built after another model: same weights
   CHECK(max_abs_diff(model.block(1).mlp().fc().weight(), first.block(1).mlp().fc().weight()) == 0.0);
   MLP mlp({.d_model = 4, .d_ff = 8, .seed = 5});
   Linear fc({.in_features = 4, .out_features = 8, .seed = mlp.child_seed("fc")});
@@ -175,7 +175,7 @@ TEST_CASE("initialisation depends only on the seed and the parameter's path", "[
 }
 
 TEST_CASE("train/eval propagate to every descendant, also to children registered later", "[nn]") {
-  wf::models::TinyLM model(tiny_lm(1));
+  wf::models::Gpt model(small_gpt(1));
   model.eval();
   for (auto& [name, m] : model.named_modules()) CHECK_FALSE(m->is_training());
   model.train();

@@ -57,6 +57,12 @@ class Backend {
   virtual Request isendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag);
 
   virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
+  // all_reduce without waiting (the gradient all-reduce overlapped with the backward): `t`
+  // belongs to the request until it completes and holds the reduction after wait(). Ranks must
+  // post their non-blocking collectives of one group in the same order. The default runs the
+  // blocking all_reduce and returns a completed request; MPI posts MPI_Iallreduce watched by the
+  // progress thread, NCCL enqueues ncclAllReduce on its stream.
+  virtual Request iall_reduce(Tensor& t, ReduceOp op);
   virtual void all_gather(const Tensor& input, Tensor& output) = 0;
   // all_gather of pieces with different dim-0 sizes: group rank i contributes rows[i] rows
   // (any may be 0), concatenated in rank order into output [sum(rows), ...]. The default pads

@@ -53,6 +53,8 @@ class Gpt : public Model {
   Tensor forward(const Tensor& ids, const Tensor& positions);
   // The same for a whole sequence starting at position 0 (single process, generation).
   Tensor forward(const Tensor& ids);
+  // Mean cross-entropy of forward(ids) against targets [B, n] (i64): a 0-dim tensor.
+  Tensor loss(const Tensor& ids, const Tensor& targets);
 
   std::string name() const override { return "gpt"; }
   Tensor loss_sum(const Tensor& inputs, const Tensor& targets, const Tensor& positions) override;
