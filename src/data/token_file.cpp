@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "src/core/atomic_file.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::data {
@@ -23,8 +24,6 @@ static_assert(std::endian::native == std::endian::little, "token files assume a 
 constexpr const char* kHowToFix = "re-run `wallfacer prepare-text` to rewrite it";
 constexpr std::int64_t kWriteChunkTokens = 1 << 16;
 
-std::string errno_text() { return std::strerror(errno); }
-
 template <typename T>
 void put(unsigned char* at, T value) { std::memcpy(at, &value, sizeof(T)); }
 template <typename T>
@@ -32,16 +31,6 @@ T get(const unsigned char* at) {
   T value;
   std::memcpy(&value, at, sizeof(T));
   return value;
-}
-
-void write_all(int fd, const unsigned char* bytes, std::size_t n, const std::string& tmp_path) {
-  while (n > 0) {
-    const ssize_t written = ::write(fd, bytes, n);
-    if (written < 0 && errno == EINTR) continue;
-    WF_CHECK(written > 0, "write_token_file: cannot write '{}': {}", tmp_path, errno_text());
-    bytes += written;
-    n -= static_cast<std::size_t>(written);
-  }
 }
 
 // Narrows tokens[begin, end) to `width` bytes each, checking each id against the vocabulary.
@@ -61,14 +50,6 @@ void encode_chunk(const std::vector<std::uint32_t>& tokens, std::int64_t begin, 
   }
 }
 
-// The directory entry of a rename is only durable once the directory itself is synced.
-void fsync_directory(const std::filesystem::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;  // best effort: the data itself is already synced
-  ::fsync(fd);
-  ::close(fd);
-}
-
 }  // namespace
 
 int token_bytes_for_vocab(std::int64_t vocab_size) {
@@ -78,56 +59,31 @@ int token_bytes_for_vocab(std::int64_t vocab_size) {
 }
 
 void write_token_file(const std::string& path, const std::vector<std::uint32_t>& tokens, std::int64_t vocab_size) {
-  namespace fs = std::filesystem;
   const int width = token_bytes_for_vocab(vocab_size);
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  // fmt, not operator+: g++ 12 warns (-Wrestrict, a false positive) on "." + std::string here.
-  std::string tmp_path = (dir / fmt::format(".{}.tmp.XXXXXX", target.filename().string())).string();
-  const int fd = ::mkstemp(tmp_path.data());
-  WF_CHECK(fd >= 0, "write_token_file: cannot create a temporary file in '{}' for '{}': {}", dir.string(), path,
-           errno_text());
+  wf::detail::AtomicFile file(path, "write_token_file");
+  unsigned char header[kTokenFileHeaderBytes];
+  std::memcpy(header, kTokenFileMagic, sizeof(kTokenFileMagic));
+  put(header + 8, kTokenFileVersion);
+  put(header + 12, static_cast<std::uint32_t>(width));
+  put(header + 16, static_cast<std::uint64_t>(tokens.size()));
+  file.write(header, sizeof(header));
 
-  try {
-    // mkstemp creates the file private (0600); a token file is ordinary data.
-    WF_CHECK(::fchmod(fd, 0644) == 0, "write_token_file: cannot set the permissions of '{}': {}", tmp_path,
-             errno_text());
-    unsigned char header[kTokenFileHeaderBytes];
-    std::memcpy(header, kTokenFileMagic, sizeof(kTokenFileMagic));
-    put(header + 8, kTokenFileVersion);
-    put(header + 12, static_cast<std::uint32_t>(width));
-    put(header + 16, static_cast<std::uint64_t>(tokens.size()));
-    write_all(fd, header, sizeof(header), tmp_path);
-
-    std::vector<unsigned char> chunk;
-    const auto count = static_cast<std::int64_t>(tokens.size());
-    for (std::int64_t begin = 0; begin < count; begin += kWriteChunkTokens) {
-      const std::int64_t end = std::min(count, begin + kWriteChunkTokens);
-      encode_chunk(tokens, begin, end, width, vocab_size, path, chunk);
-      write_all(fd, chunk.data(), chunk.size(), tmp_path);
-    }
-    WF_CHECK(::fsync(fd) == 0, "write_token_file: cannot flush '{}' to disk: {}", tmp_path, errno_text());
-    const int closed = ::close(fd);
-    WF_CHECK(closed == 0, "write_token_file: cannot close '{}': {}", tmp_path, errno_text());
-  } catch (...) {
-    ::close(fd);  // harmless EBADF when the failure came after the close
-    ::unlink(tmp_path.c_str());
-    throw;
+  std::vector<unsigned char> chunk;
+  const auto count = static_cast<std::int64_t>(tokens.size());
+  for (std::int64_t begin = 0; begin < count; begin += kWriteChunkTokens) {
+    const std::int64_t end = std::min(count, begin + kWriteChunkTokens);
+    encode_chunk(tokens, begin, end, width, vocab_size, path, chunk);
+    file.write(chunk.data(), chunk.size());
   }
-  if (::rename(tmp_path.c_str(), path.c_str()) != 0) {
-    const std::string reason = errno_text();
-    ::unlink(tmp_path.c_str());
-    WF_FAIL("write_token_file: cannot rename '{}' to '{}': {}", tmp_path, path, reason);
-  }
-  fsync_directory(dir);
+  file.commit();
 }
 
 TokenFile::TokenFile(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  WF_CHECK(fd >= 0, "token file '{}': cannot open it: {}; {}", path, errno_text(), kHowToFix);
+  WF_CHECK(fd >= 0, "token file '{}': cannot open it: {}; {}", path, wf::detail::errno_text(), kHowToFix);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
-    const std::string reason = errno_text();
+    const std::string reason = wf::detail::errno_text();
     ::close(fd);
     WF_FAIL("token file '{}': cannot stat it: {}", path, reason);
   }
@@ -138,7 +94,7 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
             kTokenFileHeaderBytes, kHowToFix);
   }
   void* mapping = ::mmap(nullptr, static_cast<std::size_t>(file_bytes), PROT_READ, MAP_SHARED, fd, 0);
-  const std::string map_error = mapping == MAP_FAILED ? errno_text() : "";
+  const std::string map_error = mapping == MAP_FAILED ? wf::detail::errno_text() : "";
   ::close(fd);  // the mapping keeps the file open
   WF_CHECK(mapping != MAP_FAILED, "token file '{}': cannot map it into memory: {}", path, map_error);
   mapping_ = mapping;

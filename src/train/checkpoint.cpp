@@ -11,7 +11,7 @@
 #include <sstream>
 #include <utility>
 
-#include "src/train/atomic_file.h"
+#include "src/core/atomic_file.h"
 #include "src/train/safetensors_encode.h"
 #include "src/train/sha256.h"
 #include "wallfacer/core/error.h"
@@ -74,7 +74,7 @@ WrittenFile write_part(const fs::path& dir, const char* name, const nn::StateDic
   const auto pieces = image.pieces();
   detail::Sha256 hash;
   for (const auto& piece : pieces) hash.update(piece.data, piece.size);
-  detail::write_file_atomically(path, pieces);
+  wf::detail::write_file_atomically(path, pieces, "checkpoint");
   return {name, image.size(), hash.hex_digest()};
 }
 
@@ -111,7 +111,7 @@ const Json& field(const Json& object, const char* key, bool (Json::*is_type)() c
 Json read_manifest(const std::string& manifest, const std::string& checkpoint_dir) {
   std::ifstream in(manifest, std::ios::binary);
   WF_CHECK(in, "checkpoint '{}' is incomplete: cannot read '{}': {}; delete {} to resume from the previous one",
-           checkpoint_dir, manifest, detail::errno_text(), checkpoint_dir);
+           checkpoint_dir, manifest, wf::detail::errno_text(), checkpoint_dir);
   std::stringstream text;
   text << in.rdbuf();
   Json json;
@@ -199,7 +199,7 @@ std::string CheckpointStore::save(const Checkpoint& checkpoint) {
     files.push_back(write_part(tmp_dir, kOptimizerFile, checkpoint.optimizer));
     const std::string manifest_path = (tmp_dir / kManifest).string();
     const std::string manifest = manifest_text(checkpoint, files, manifest_path);
-    detail::write_file_atomically(manifest_path, {{manifest.data(), manifest.size()}});
+    wf::detail::write_file_atomically(manifest_path, {{manifest.data(), manifest.size()}}, "checkpoint");
 
     // Into place. A same-step checkpoint is first moved aside (rename cannot replace a non-empty
     // directory), and moved back when the second rename fails.
@@ -217,7 +217,7 @@ std::string CheckpointStore::save(const Checkpoint& checkpoint) {
       WF_FAIL("cannot save checkpoint '{}': cannot rename '{}' into place: {}", final_dir.string(), tmp_dir.string(),
               reason);
     }
-    detail::fsync_directory(dir_);
+    wf::detail::fsync_directory(dir_);
     if (!replaced.empty()) fs::remove_all(replaced, ec);
   } catch (...) {
     std::error_code ignored;
@@ -231,7 +231,7 @@ std::string CheckpointStore::save(const Checkpoint& checkpoint) {
     std::erase_if(existing, [&](const auto& entry) { return entry.second == final_dir; });
     const auto excess = static_cast<std::int64_t>(existing.size()) + 1 - keep_;
     for (std::int64_t i = 0; i < excess; ++i) remove_checkpoint_dir(existing[static_cast<std::size_t>(i)].second, store);
-    if (excess > 0) detail::fsync_directory(dir_);
+    if (excess > 0) wf::detail::fsync_directory(dir_);
   }
   return final_dir.string();
 }

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <utility>
 
-#include "src/train/atomic_file.h"
+#include "src/core/atomic_file.h"
 #include "src/train/safetensors_encode.h"
 #include "wallfacer/core/error.h"
 
@@ -71,7 +71,7 @@ bool read_at(int fd, void* out, std::size_t size, std::uint64_t offset, const st
   while (size > 0) {
     const ssize_t got = ::pread(fd, bytes, size, static_cast<off_t>(offset));
     if (got < 0 && errno == EINTR) continue;
-    WF_CHECK(got >= 0, "safetensors file '{}': read failed: {}", path, detail::errno_text());
+    WF_CHECK(got >= 0, "safetensors file '{}': read failed: {}", path, wf::detail::errno_text());
     if (got == 0) return false;
     bytes += got;
     size -= static_cast<std::size_t>(got);
@@ -83,7 +83,7 @@ bool read_at(int fd, void* out, std::size_t size, std::uint64_t offset, const st
 class File {
  public:
   explicit File(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
-    WF_CHECK(fd_ >= 0, "cannot open safetensors file '{}': {}", path, detail::errno_text());
+    WF_CHECK(fd_ >= 0, "cannot open safetensors file '{}': {}", path, wf::detail::errno_text());
   }
   ~File() { ::close(fd_); }
   File(const File&) = delete;
@@ -166,8 +166,8 @@ std::map<std::string, std::string> parse_metadata(const Json& metadata, const st
 
 namespace detail {
 
-std::vector<ByteRange> SafetensorsImage::pieces() const {
-  std::vector<ByteRange> out{{prefix.data(), prefix.size()}};
+std::vector<wf::detail::ByteRange> SafetensorsImage::pieces() const {
+  std::vector<wf::detail::ByteRange> out{{prefix.data(), prefix.size()}};
   for (const Tensor& t : tensors) out.push_back({t.raw_data(), t.nbytes()});
   return out;
 }
@@ -227,13 +227,13 @@ SafetensorsImage encode_safetensors(const nn::StateDict& tensors, const std::map
 void save_safetensors(const std::string& path, const nn::StateDict& tensors,
                       const std::map<std::string, std::string>& metadata) {
   const detail::SafetensorsImage image = detail::encode_safetensors(tensors, metadata, path);
-  detail::write_file_atomically(path, image.pieces());
+  wf::detail::write_file_atomically(path, image.pieces(), "save_safetensors");
 }
 
 SafetensorsContents load_safetensors(const std::string& path) {
   const File file(path);
   struct stat st {};
-  WF_CHECK(::fstat(file.fd(), &st) == 0, "cannot stat safetensors file '{}': {}", path, detail::errno_text());
+  WF_CHECK(::fstat(file.fd(), &st) == 0, "cannot stat safetensors file '{}': {}", path, wf::detail::errno_text());
   const auto file_bytes = static_cast<std::uint64_t>(st.st_size);
   WF_CHECK(file_bytes >= 8,
            "safetensors file '{}' is truncated: {} bytes, shorter than the 8-byte header length that starts it", path,

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "src/train/atomic_file.h"
+#include "src/core/atomic_file.h"
 #include "wallfacer/nn/state_dict.h"
 
 namespace wf::train::detail {
@@ -15,7 +15,7 @@ struct SafetensorsImage {
   std::string prefix;            // u64 header length + padded JSON header
   std::vector<Tensor> tensors;   // data, in file order (holds the storage alive)
   // The file as byte ranges: the prefix, then each tensor's data. Valid while *this is unchanged.
-  std::vector<ByteRange> pieces() const;
+  std::vector<wf::detail::ByteRange> pieces() const;
   std::uint64_t size() const;
 };
 
