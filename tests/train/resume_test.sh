@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `wallfacer train` end to end under mpirun: an uninterrupted run against one killed after its
 # step-10 checkpoint and resumed; then a corrupted newest checkpoint, which the next resume must
-# detect and skip; then `wallfacer generate` from the result.
+# detect and skip; a checkpoint resumed under another sp factorisation (same losses within f32
+# summation order); then `wallfacer generate` from the result.
 #
 #   tests/train/resume_test.sh WALLFACER_EXE MPIEXEC [MPIEXEC_FLAGS...]
 #
@@ -46,6 +47,23 @@ printf '\x55' | dd of="$newest" bs=1 seek=200 conv=notrunc status=none
 out="$(EXTRA="--set train.steps=25" train "$work/b" "${flags[@]}" 2>&1)"
 echo "$out" | grep -q "step-00000020" || { echo "FAIL: no warning naming the corrupt checkpoint"; echo "$out"; exit 1; }
 echo "$out" | grep -q "resumed from the step-10 checkpoint" || { echo "FAIL: did not fall back to step 10"; echo "$out"; exit 1; }
+
+echo "== the step-20 checkpoint resumed under another layout (sp 4, WallFacer C = 2) continues the same run"
+for run in c d; do mkdir -p "$work/$run" && cp -r "$work/a/checkpoints" "$work/$run/checkpoints"; done
+EXTRA="--set train.steps=25" train "$work/d" "${flags[@]}" > /dev/null
+EXTRA="--set train.steps=25 --set parallel.dp=1 --set parallel.sp=4 --set parallel.C=2 --set train.micro_batch_size=1" \
+  train "$work/c" "${flags[@]}" > /dev/null
+python3 - "$work/d/metrics.jsonl" "$work/c/metrics.jsonl" <<'PY'
+import json, sys
+same_layout = {j["step"]: j["loss"] for j in map(json.loads, open(sys.argv[1]))}
+other_layout = {j["step"]: j["loss"] for j in map(json.loads, open(sys.argv[2])) if j["step"] > 20}
+assert sorted(other_layout) == [21, 22, 23, 24, 25], sorted(other_layout)
+for step, loss in other_layout.items():
+    # Same data, same weights; only the f32 summation order differs between the layouts.
+    rel = abs(loss - same_layout[step]) / abs(same_layout[step])
+    print(f"step {step}: dp2 x sp2 {same_layout[step]:.7f}, sp4 C2 {loss:.7f}, relative difference {rel:.1e}")
+    assert rel < 1e-4, "the resumed run under another layout diverged"
+PY
 
 echo "== generate from the newest checkpoint"
 text="$("$exe" generate --checkpoint "$work/b/checkpoints" --prompt "In the beginning" --tokens 16 --seed 3)"
