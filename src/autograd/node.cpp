@@ -2,6 +2,8 @@
 
 #include <atomic>
 
+#include "wallfacer/autograd/grad_hooks.h"
+
 namespace wf::autograd {
 namespace {
 std::atomic<std::uint64_t> g_next_sequence_nr{0};
@@ -25,6 +27,7 @@ TensorList AccumulateGrad::apply(TensorList grad_outputs) {
   } else {
     accumulate_into(grad, incoming);
   }
+  run_grad_accumulated_hook(leaf_);
   return {};
 }
 

@@ -202,18 +202,34 @@ void check_divisible_rows(const Group& g, const char* primitive, const Tensor& i
 
 // Each collective runs its local checks inside agree_after_checks, so that with argument checks
 // on a failure on some ranks fails every rank at once.
-void Group::all_reduce(Tensor& t, ReduceOp op) {
+// The argument check compares iall_reduce as all_reduce (the call checks know one reduction).
+Backend& Group::reduction_backend(Tensor& t, ReduceOp op, const char* primitive) {
   Backend* backend = nullptr;
   agree_after_checks(
       "all_reduce",
       [&] {
-        backend = &backend_for(t, "all_reduce");
-        check_reduction(*this, "all_reduce", t.dtype(), op);
+        backend = &backend_for(t, primitive);
+        check_reduction(*this, primitive, t.dtype(), op);
       },
       &t, static_cast<std::int64_t>(op));
-  backend->all_reduce(t, op);
+  return *backend;
+}
+
+void Group::count_all_reduce(const Tensor& t) {
   const std::int64_t bytes = 2 * (size() - 1) * bytes_of(t) / size();
   traffic_->record(Primitive::all_reduce, bytes, bytes);
+}
+
+void Group::all_reduce(Tensor& t, ReduceOp op) {
+  reduction_backend(t, op, "all_reduce").all_reduce(t, op);
+  count_all_reduce(t);
+}
+
+// Counted when posted, like isendrecv: the bytes are committed to the wire from here on.
+Request Group::iall_reduce(Tensor& t, ReduceOp op) {
+  Request request = reduction_backend(t, op, "iall_reduce").iall_reduce(t, op);
+  count_all_reduce(t);
+  return request;
 }
 
 void Group::all_gather(const Tensor& input, Tensor& output) {

@@ -2,8 +2,8 @@
 // The MPI backend: moves CPU tensors over one MPI communicator. Every call posts non-blocking
 // MPI operations and completes them through the watchdog's polling wait (watchdog.h), so a
 // hang becomes a job abort with a message. Internal to src/comm: nothing outside sees mpi.h.
-// The requests isend / irecv / isendrecv / iall_reduce hand back are also watched by the progress thread
-// (progress.h), so they move while the caller computes.
+// The requests isend / irecv / isendrecv / iall_reduce hand back are also watched by the
+// progress thread (progress.h), so they move while the caller computes.
 //
 // bf16 and f16 reductions: MPI has no 16-bit float types, so the tensor is converted to an f32
 // buffer, reduced with MPI_FLOAT and rounded back once at the end (one rounding instead of one

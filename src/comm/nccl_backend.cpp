@@ -316,14 +316,19 @@ void NcclBackend::sendrecv(const Tensor& send, int dst, Tensor& recv, int src, i
 
 // ---- collectives ------------------------------------------------------------------------
 
-void NcclBackend::all_reduce(Tensor& t, ReduceOp op) {
+Request NcclBackend::iall_reduce(Tensor& t, ReduceOp op) {
   void* data = device_data(t, comm_->device, "all_reduce", "input/output");
   const ncclDataType_t dtype = nccl_dtype(t.dtype(), "all_reduce");
   const auto count = static_cast<std::size_t>(t.numel());
-  run("all_reduce", [&](ncclComm_t comm, cudaStream_t stream) {
-    check(ncclAllReduce(data, data, count, dtype, nccl_op(op), comm, stream), "ncclAllReduce");
-  });
+  return enqueue(
+      "all_reduce",
+      [&](ncclComm_t comm, cudaStream_t stream) {
+        check(ncclAllReduce(data, data, count, dtype, nccl_op(op), comm, stream), "ncclAllReduce");
+      },
+      {t});
 }
+
+void NcclBackend::all_reduce(Tensor& t, ReduceOp op) { iall_reduce(t, op).wait(); }
 
 void NcclBackend::all_gather(const Tensor& input, Tensor& output) {
   const void* in = device_data(input, comm_->device, "all_gather", "input");

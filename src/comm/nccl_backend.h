@@ -85,6 +85,8 @@ class NcclBackend final : public Backend {
   }
 
   void all_reduce(Tensor& t, ReduceOp op) override;
+  // ncclAllReduce enqueued on the stream; the Request waits on the event after it.
+  Request iall_reduce(Tensor& t, ReduceOp op) override;
   void all_gather(const Tensor& input, Tensor& output) override;
   // One ncclBroadcast per rank inside a group: no padding to the largest piece.
   void all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows) override;

@@ -5,7 +5,7 @@
 // Open MPI's shared-memory transport moves a large (rendezvous) message only while some MPI
 // call runs on the sending and the receiving rank: an isend / irecv posted before a 50 ms
 // kernel would otherwise sit still until wait(). So every request that MpiBackend hands back
-// to the caller (isend, irecv, isendrecv) is also given to a progress thread, which tests the
+// to the caller (isend, irecv, isendrecv, iall_reduce) is also given to a progress thread, which tests the
 // pending ones every ~50 µs and sleeps on a condition variable while there are none. Kernels
 // need not know about MPI.
 //

@@ -12,6 +12,7 @@
 #include "wallfacer/core/rng.h"
 #include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/train/checkpoint.h"
+#include "wallfacer/train/grad_reducer.h"
 #include "wallfacer/train/grad_sync.h"
 
 namespace wf::train {
@@ -90,6 +91,7 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
   check_supported();
   WF_CHECK(model_ != nullptr && train != nullptr, "Trainer: a model and a training data source are required");
   params_ = model_->parameters();
+  set_grad_overlap(true);
   const auto& t = config_.train;
   optimizer_ = std::make_unique<AdamW>(
       params_, AdamWOptions{.lr = t.lr, .beta1 = t.beta1, .beta2 = t.beta2, .weight_decay = t.weight_decay});
@@ -103,6 +105,12 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::set_grad_overlap(bool overlap, std::int64_t bucket_bytes) {
+  reducer_.reset();  // first: its hooks go before a new reducer sets its own
+  grad_bucket_bytes_ = bucket_bytes;
+  if (overlap && replicas_.size() > 1) reducer_ = std::make_unique<GradReducer>(replicas_, params_, bucket_bytes);
+}
 
 void Trainer::check_supported() const {
   const auto& p = config_.parallel;
@@ -138,9 +146,14 @@ double Trainer::compute_gradients() {
     const data::Batch batch = train_loader_->get(step_, micro);
     const Tensor loss = model_->loss_sum(batch.inputs, batch.targets, batch.positions);
     loss_sum[0] += loss.item();
+    if (reducer_) reducer_->prepare(/*last_microbatch=*/micro + 1 == accum);
     autograd::backward({scale(loss, 1.0 / tokens)});
   }
-  all_reduce_gradients(replicas_, params_);
+  if (reducer_) {
+    reducer_->finish();
+  } else {
+    all_reduce_gradients(replicas_, params_, grad_bucket_bytes_);
+  }
   sum_over_replicas(loss_sum);
   return loss_sum[0] / tokens;
 }

@@ -43,6 +43,11 @@ class Group {
   Request isendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag = 0);
 
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum);
+  // all_reduce without waiting, with the same checks and traffic (counted when posted); `t`
+  // belongs to the request until wait() returns, and then holds the reduction. Every rank must
+  // post the group's non-blocking collectives in the same order. On the CPU the progress thread
+  // moves it while the caller computes; the wait runs under the watchdog.
+  Request iall_reduce(Tensor& t, ReduceOp op = ReduceOp::sum);
   void all_gather(const Tensor& input, Tensor& output);
   // rows[r] = dim-0 size of rank r's piece (the same list on every rank); output [Σ rows, ...].
   void all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows);
@@ -71,6 +76,9 @@ class Group {
   // sendrecv / isendrecv: the backend, after checking both peers; then their traffic.
   Backend& exchange_backend(const Tensor& send, int dst, const Tensor& recv, int src, const char* primitive);
   void count_exchange(const Tensor& send, int dst, const Tensor& recv, int src);
+  // all_reduce / iall_reduce: the backend after the (agreed) argument checks; then the traffic.
+  Backend& reduction_backend(Tensor& t, ReduceOp op, const char* primitive);
+  void count_all_reduce(const Tensor& t);
   // Before each collective: the local shape checks are done; this numbers the call and, when
   // argument checks are on, compares it with every other rank's.
   void agree_on_call(const char* primitive, const Tensor* t, std::int64_t detail = -1);

@@ -7,6 +7,11 @@
 // count of the whole global batch (models/model.h). Gradients are packed into buckets of about
 // `bucket_bytes` so a model with hundreds of parameters makes a few large all-reduces instead of
 // hundreds of small ones.
+//
+// Two ways to run it over the same buckets: all_reduce_gradients below, after the backward
+// (synchronous), and GradReducer (grad_reducer.h), which starts each bucket's all-reduce during
+// the backward as soon as its gradients are final. Both pack the same buckets in the same
+// layout, so MPI reduces the same messages and the results agree bit for bit.
 #include <cstdint>
 #include <vector>
 
@@ -17,9 +22,26 @@ namespace wf::train {
 
 inline constexpr std::int64_t kDefaultBucketBytes = 25 << 20;  // 25 MiB, as PyTorch DDP
 
-// Sums every parameter's gradient over `group` in place. A parameter without a gradient takes
-// part with zeros (and gets a zero gradient), so every rank makes the same calls. Buckets hold
-// parameters of one dtype, in parameter order; a parameter larger than a bucket gets its own.
+// One bucket: parameter indices, packed one after the other in this order; all of one dtype.
+struct GradBucket {
+  std::vector<std::size_t> params;
+  DType dtype = DType::f32;
+  std::int64_t numel = 0;
+};
+
+// Buckets in REVERSE parameter order (the backward produces the last layers' gradients first,
+// so their buckets are complete first), each of one dtype and at most `bucket_bytes`, except
+// that a parameter larger than a bucket gets one of its own.
+std::vector<GradBucket> plan_gradient_buckets(const std::vector<Tensor>& params, std::int64_t bucket_bytes);
+
+// The bucket's gradients packed into a new flat tensor (zeros for a parameter without one).
+Tensor pack_gradients(const GradBucket& bucket, const std::vector<Tensor>& params);
+// Copies `packed` back into the gradients, giving a parameter without one a gradient.
+void unpack_gradients(const GradBucket& bucket, const Tensor& packed, const std::vector<Tensor>& params);
+
+// Sums every parameter's gradient over `group` in place, one blocking all-reduce per bucket of
+// plan_gradient_buckets. A parameter without a gradient takes part with zeros (and gets the
+// sum), so every rank makes the same calls. Nothing to do on a group of one.
 void all_reduce_gradients(comm::Group& group, const std::vector<Tensor>& params,
                           std::int64_t bucket_bytes = kDefaultBucketBytes);
 

@@ -5,7 +5,8 @@
 //   for each of grad_accum_steps microbatches: this rank's slice of the microbatch (the data
 //     loader shards it for dp and for the attention strategy's sp layout) → loss_sum / tokens
 //     of the whole global batch → backward (sequence-parallel attention communicates here);
-//   all-reduce the gradients of the replicated weights over dp × sp (bucketed);
+//   all-reduce the gradients of the replicated weights over dp × sp (bucketed, started during
+//     the last microbatch's backward as the buckets' gradients become final);
 //   global grad-norm clipping, warmup + cosine learning rate, AdamW.
 // Dividing each rank's loss SUM by the token count of the whole global batch makes the sum over
 // ranks and microbatches the exact mean over tokens, for any dp, sp and accumulation: the loss
@@ -27,6 +28,7 @@
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/data/loader.h"
 #include "wallfacer/models/model.h"
+#include "wallfacer/train/grad_sync.h"
 #include "wallfacer/train/lr_schedule.h"
 #include "wallfacer/train/metrics.h"
 #include "wallfacer/train/optimizer.h"
@@ -34,6 +36,7 @@
 namespace wf::train {
 
 class CheckpointStore;
+class GradReducer;
 
 // This rank's traffic counters by group: everything, point-to-point only, collectives only.
 struct TrafficSnapshot {
@@ -71,6 +74,12 @@ class Trainer {
   // The microbatches of step() + 1: forward, backward, gradient all-reduce over dp × sp. Returns
   // the step's loss; every parameter's grad then holds the full gradient of that mean loss.
   double compute_gradients();
+  // How compute_gradients all-reduces: overlapped with the last microbatch's backward (the
+  // default; grad_reducer.h) or after it (synchronous, all_reduce_gradients), in buckets of
+  // `bucket_bytes`. Both give the same gradients bit for bit.
+  void set_grad_overlap(bool overlap, std::int64_t bucket_bytes = kDefaultBucketBytes);
+  // The overlapped reducer (its statistics), or null: synchronous, or a group of one rank.
+  const GradReducer* grad_reducer() const { return reducer_.get(); }
   // Clips the gradients, sets the step's learning rate, updates and clears the gradients.
   StepResult apply_gradients(double loss);
   // Mean loss over train.eval_batches validation batches (no graph, no update).
@@ -98,6 +107,8 @@ class Trainer {
   comm::Group& replicas_;  // dp × sp: the ranks that hold the same weights
   std::shared_ptr<models::Model> model_;
   std::vector<Tensor> params_;
+  std::unique_ptr<GradReducer> reducer_;  // null: synchronous all-reduce
+  std::int64_t grad_bucket_bytes_ = kDefaultBucketBytes;
   std::unique_ptr<AdamW> optimizer_;
   CosineSchedule schedule_;
   std::unique_ptr<data::BatchLoader> train_loader_;
