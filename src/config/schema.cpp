@@ -207,7 +207,7 @@ std::vector<Field> make_fields() {
 
       text(KEY(checkpoint, dir), false),
       integer(KEY(checkpoint, every), 0),
-      integer(KEY(checkpoint, keep), 0),
+      integer(KEY(checkpoint, keep_last), 0),
 
       text(KEY(log, dir), false),
       text(KEY(log, metrics_file), false),

@@ -100,7 +100,7 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
   if (val) {
     val_loader_ = std::make_unique<data::BatchLoader>(std::move(val), loader_options(config_, grid_, *model_, false));
   }
-  checkpoints_ = std::make_unique<CheckpointStore>(config_.checkpoint.dir, config_.checkpoint.keep);
+  checkpoints_ = std::make_unique<CheckpointStore>(config_.checkpoint.dir, config_.checkpoint.keep_last);
   seed_generator(0);
 }
 

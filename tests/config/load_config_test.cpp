@@ -57,7 +57,7 @@ data:
 checkpoint:
   dir: ck
   every: 100
-  keep: 0
+  keep_last: 0
 log:
   dir: out
   metrics_file: m.jsonl
@@ -94,7 +94,7 @@ TEST_CASE("config: every key of a full file is read", "[config]") {
   CHECK(c.train.seed == 7);
   CHECK(c.data.val_path == "data/x/val.bin");
   CHECK(c.data.tokenizer == TokenizerKind::gpt2);
-  CHECK(c.checkpoint.keep == 0);
+  CHECK(c.checkpoint.keep_last == 0);
   CHECK(c.log.metrics_file == "m.jsonl");
   CHECK(grad_accum_steps(c) == 4);  // 16 / (dp 2 x micro 2)
   CHECK_NOTHROW(validate(c, 16));

@@ -22,7 +22,7 @@ train() {
     --set train.seq_len=64 --set train.micro_batch_size=2 --set train.global_batch_size=8 \
     --set train.steps=20 --set train.warmup_steps=5 --set train.log_every=1 --set train.eval_every=5 \
     --set train.eval_batches=1 --set data.source=synthetic \
-    --set checkpoint.dir="$dir/checkpoints" --set checkpoint.every=10 --set checkpoint.keep=2 \
+    --set checkpoint.dir="$dir/checkpoints" --set checkpoint.every=10 --set checkpoint.keep_last=2 \
     --set log.dir="$dir" ${EXTRA:-}
 }
 flags=("$@")

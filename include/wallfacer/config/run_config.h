@@ -82,7 +82,7 @@ struct DataConfig {
 struct CheckpointConfig {
   std::string dir = "checkpoints";
   std::int64_t every = 0;  // steps between checkpoints; 0: only at the end
-  std::int64_t keep = 3;   // newest checkpoints kept; 0: keep all
+  std::int64_t keep_last = 3;  // newest checkpoints kept; 0: keep all
   friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
 };
 
