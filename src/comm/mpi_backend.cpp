@@ -152,9 +152,8 @@ int MpiBackend::to_count(std::int64_t count, const char* primitive) const {
   return static_cast<int>(count);
 }
 
-void MpiBackend::complete(std::span<MPI_Request> requests, const char* primitive) const {
-  std::vector<MPI_Status> statuses(requests.size());
-  check_mpi(wait_busy_then_back_off(requests, statuses, site(primitive)), context(primitive));
+void MpiBackend::blocking(const char* primitive, const std::function<int()>& call) const {
+  check_mpi(run_watched(site(primitive), call), context(primitive));
 }
 
 void MpiBackend::verify_receive(const MPI_Status& status, const Tensor& buffer, int peer,
@@ -269,18 +268,25 @@ Request MpiBackend::start_all_reduce(Tensor& t, ReduceOp op, const char* primiti
       std::make_shared<MpiRequest>(std::move(operation), std::move(reduce_done), shared_from_this(), primitive));
 }
 
-void MpiBackend::all_reduce(Tensor& t, ReduceOp op) { start_all_reduce(t, op, "all_reduce", false).wait(); }
+void MpiBackend::all_reduce(Tensor& t, ReduceOp op) {
+  Tensor buffer = reduction_buffer(t);
+  blocking("all_reduce", [&] {
+    return MPI_Allreduce(MPI_IN_PLACE, buffer.raw_data(), to_count(buffer.numel(), "all_reduce"),
+                         reduction_type(buffer.dtype()), reduction_op(op), comm_);
+  });
+  if (op == ReduceOp::avg) divide_in_place(buffer, size_);
+  if (!buffer.is_same(t)) t.copy_(buffer);
+}
 
 Request MpiBackend::iall_reduce(Tensor& t, ReduceOp op) { return start_all_reduce(t, op, "iall_reduce", true); }
 
 void MpiBackend::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
   const Tensor send = reduces_in_f32(input.dtype()) ? input.to(DType::f32) : distinct_from(input, output);
   Tensor receive = reduces_in_f32(output.dtype()) ? Tensor::empty(output.shape(), DType::f32) : output;
-  MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Ireduce_scatter_block(send.raw_data(), receive.raw_data(), to_count(receive.numel(), "reduce_scatter"),
-                                      reduction_type(send.dtype()), reduction_op(op), comm_, &request),
-            context("reduce_scatter"));
-  complete({&request, 1}, "reduce_scatter");
+  blocking("reduce_scatter", [&] {
+    return MPI_Reduce_scatter_block(send.raw_data(), receive.raw_data(), to_count(receive.numel(), "reduce_scatter"),
+                                    reduction_type(send.dtype()), reduction_op(op), comm_);
+  });
   if (op == ReduceOp::avg) divide_in_place(receive, size_);
   if (!receive.is_same(output)) output.copy_(receive);
 }
@@ -288,10 +294,9 @@ void MpiBackend::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op
 void MpiBackend::all_gather(const Tensor& input, Tensor& output) {
   const Tensor send = distinct_from(input, output);
   const int bytes = to_count(static_cast<std::int64_t>(send.nbytes()), "all_gather");
-  MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Iallgather(send.raw_data(), bytes, MPI_BYTE, output.raw_data(), bytes, MPI_BYTE, comm_, &request),
-            context("all_gather"));
-  complete({&request, 1}, "all_gather");
+  blocking("all_gather", [&] {
+    return MPI_Allgather(send.raw_data(), bytes, MPI_BYTE, output.raw_data(), bytes, MPI_BYTE, comm_);
+  });
 }
 
 void MpiBackend::all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows) {
@@ -304,36 +309,29 @@ void MpiBackend::all_gather_v(const Tensor& input, Tensor& output, const std::ve
     displacements[r] = to_count(offset, "all_gather_v");
     offset += rows[r] * row_bytes;
   }
-  MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Iallgatherv(send.raw_data(), counts[static_cast<std::size_t>(rank_)], MPI_BYTE, output.raw_data(),
-                            counts.data(), displacements.data(), MPI_BYTE, comm_, &request),
-            context("all_gather_v"));
-  complete({&request, 1}, "all_gather_v");
+  blocking("all_gather_v", [&] {
+    return MPI_Allgatherv(send.raw_data(), counts[static_cast<std::size_t>(rank_)], MPI_BYTE, output.raw_data(),
+                          counts.data(), displacements.data(), MPI_BYTE, comm_);
+  });
 }
 
 void MpiBackend::all_to_all(const Tensor& input, Tensor& output) {
   const Tensor send = distinct_from(input, output);
   const int chunk = to_count(static_cast<std::int64_t>(send.nbytes()) / size_, "all_to_all");
-  MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Ialltoall(send.raw_data(), chunk, MPI_BYTE, output.raw_data(), chunk, MPI_BYTE, comm_, &request),
-            context("all_to_all"));
-  complete({&request, 1}, "all_to_all");
+  blocking("all_to_all",
+           [&] { return MPI_Alltoall(send.raw_data(), chunk, MPI_BYTE, output.raw_data(), chunk, MPI_BYTE, comm_); });
 }
 
 void MpiBackend::broadcast(Tensor& t, int root) {
   WF_CHECK(root >= 0 && root < size_, "{}: root {} is not a rank of this group of {}", context("broadcast"), root,
            size_);
-  MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Ibcast(t.raw_data(), to_count(static_cast<std::int64_t>(t.nbytes()), "broadcast"), MPI_BYTE, root,
-                       comm_, &request),
-            context("broadcast"));
-  complete({&request, 1}, "broadcast");
+  blocking("broadcast", [&] {
+    return MPI_Bcast(t.raw_data(), to_count(static_cast<std::int64_t>(t.nbytes()), "broadcast"), MPI_BYTE, root, comm_);
+  });
 }
 
 void MpiBackend::barrier() {
-  MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Ibarrier(comm_, &request), context("barrier"));
-  complete({&request, 1}, "barrier");
+  blocking("barrier", [&] { return MPI_Barrier(comm_); });
 }
 
 }  // namespace wf::comm

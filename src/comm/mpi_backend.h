@@ -1,13 +1,16 @@
 #pragma once
-// The MPI backend: moves CPU tensors over one MPI communicator. Every call posts non-blocking
-// MPI operations and completes them through the watchdog's polling wait (watchdog.h), so a
-// hang becomes a job abort with a message. Internal to src/comm: nothing outside sees mpi.h.
+// The MPI backend: moves CPU tensors over one MPI communicator. Point-to-point calls post
+// non-blocking MPI operations and complete them through the watchdog's polling wait; blocking
+// collectives call MPI's blocking collectives while the watchdog's monitor thread watches the
+// deadline (watchdog.h). Either way a hang becomes a job abort with a message. Internal to
+// src/comm: nothing outside sees mpi.h.
 // The requests isend / irecv / isendrecv / iall_reduce hand back are also watched by the
 // progress thread (progress.h), so they move while the caller computes.
 //
 // bf16 and f16 reductions: MPI has no 16-bit float types, so the tensor is converted to an f32
 // buffer, reduced with MPI_FLOAT and rounded back once at the end (one rounding instead of one
 // per rank). Everything that only moves data goes as MPI_BYTE, whatever the dtype.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,8 +66,11 @@ class MpiBackend final : public Backend, public std::enable_shared_from_this<Mpi
   std::string context(const char* primitive) const;
   // MPI's `int` counts: wf::Error naming the call when `count` does not fit.
   int to_count(std::int64_t count, const char* primitive) const;
-  // Waits for the requests under the watchdog; wf::Error with MPI's text when one failed.
-  void complete(std::span<MPI_Request> requests, const char* primitive) const;
+  // Runs a blocking MPI collective under the watchdog's monitor thread (watchdog.h). Blocking
+  // collectives are Open MPI's tuned algorithms and its own wait loop; the non-blocking forms
+  // (libnbc) plus a test loop were ~30 % slower at 1 MiB, and yielding in that loop lost whole
+  // time slices on a loaded machine (docs/communication.md, "Blocking collectives").
+  void blocking(const char* primitive, const std::function<int()>& call) const;
   // Checks a completed receive: the MPI error (truncation named as such) and the byte count.
   void verify_receive(const MPI_Status& status, const Tensor& buffer, int peer, const char* primitive) const;
 

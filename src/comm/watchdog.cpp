@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -46,19 +49,75 @@ int world_rank() {
   return rank;
 }
 
-[[noreturn]] void expire(const CallSite& site, milliseconds timeout) {
-  const std::string message = fmt::format(
+std::string expiry_message(const CallSite& site, milliseconds timeout) {
+  return fmt::format(
       "watchdog: {} on group '{}' (group rank {} of {}, world rank {}) did not complete within {:g} s; a rank "
       "of the group skipped, reordered or never reached this call, or a peer stopped (WF_COMM_TIMEOUT sets the "
       "limit in seconds)",
       CallLabel::current_or(site.primitive), site.group, site.group_rank, site.group_size, world_rank(),
       static_cast<double>(timeout.count()) / 1000.0);
+}
+
+[[noreturn]] void abort_job(const std::string& message) {
   if (Runtime::initialized()) Runtime::get().abort(message);
   std::fprintf(stderr, "wallfacer: error: %s\n", message.c_str());
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();
 }
+
+[[noreturn]] void expire(const CallSite& site, milliseconds timeout) { abort_job(expiry_message(site, timeout)); }
+
+// The blocking calls in flight (one per calling thread at most) and the thread that watches
+// their deadlines. A call only registers and deregisters under a mutex: it never wakes the
+// thread, which looks every kMonitorPeriod on its own (waking it per call cost a context switch
+// per collective, measurable at 1 MiB on two busy cores).
+class Monitor {
+ public:
+  static Monitor& instance() {
+    static Monitor* monitor = new Monitor();  // never destroyed: the thread may outlive main's statics
+    return *monitor;
+  }
+
+  std::uint64_t enter(std::string message_if_late, Clock::time_point deadline) {
+    std::lock_guard lock(mutex_);
+    const std::uint64_t id = next_id_++;
+    calls_.emplace(id, Call{std::move(message_if_late), deadline});
+    if (!thread_.joinable()) thread_ = std::thread([this] { watch(); });
+    return id;
+  }
+
+  void leave(std::uint64_t id) {
+    std::lock_guard lock(mutex_);
+    calls_.erase(id);
+  }
+
+ private:
+  struct Call {
+    std::string message;
+    Clock::time_point deadline;
+  };
+
+  Monitor() = default;
+
+  static constexpr milliseconds kMonitorPeriod{100};
+
+  void watch() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      for (const auto& [id, call] : calls_) {
+        if (Clock::now() > call.deadline) abort_job(call.message);
+      }
+      wake_.wait_for(lock, kMonitorPeriod);  // nobody notifies: a timed sleep that releases the lock
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::map<std::uint64_t, Call> calls_;
+  std::uint64_t next_id_ = 0;
+  std::thread thread_;
+};
 
 // MPI only progresses inside MPI calls, so the loop must keep testing; but with more ranks than
 // cores a rank that spins steals the core its peer needs to reach the call. So: a short burst of
@@ -122,6 +181,16 @@ int wait_all(std::span<MPI_Request> requests, std::span<MPI_Status> statuses, co
     if (waited > timeout) expire(site, timeout);
     back_off(spin, waited);
   }
+}
+
+int run_watched(const CallSite& site, const std::function<int()>& call) {
+  const milliseconds timeout = watchdog_timeout();
+  // The message is made now: the call label is this thread's, and the site refers to the caller.
+  Monitor& monitor = Monitor::instance();
+  const std::uint64_t id = monitor.enter(expiry_message(site, timeout), Clock::now() + timeout);
+  const int rc = call();
+  monitor.leave(id);
+  return rc;
 }
 
 CallLabel::CallLabel(const char* label) : previous_(t_label) { t_label = label; }

@@ -4,6 +4,7 @@
 // completed within watchdog_timeout(). A rank that skips a collective then ends the job with a
 // message naming the group, the call and the rank, instead of hanging until the batch system
 // kills it.
+#include <functional>
 #include <span>
 #include <string>
 
@@ -25,6 +26,12 @@ struct CallSite {
 // still completed, so no request is left pending). Aborts the job through Runtime::abort when
 // they have not all completed within watchdog_timeout().
 int wait_all(std::span<MPI_Request> requests, std::span<MPI_Status> statuses, const CallSite& site);
+
+// Runs a BLOCKING MPI call under the watchdog: a monitor thread aborts the job, with the
+// message wait_all would give, when `call` has not returned within watchdog_timeout(). For
+// collectives whose blocking form Open MPI runs faster than the non-blocking one (its tuned
+// MPI_Allgather against libnbc's MPI_Iallgather: docs/communication.md). Returns call's code.
+int run_watched(const CallSite& site, const std::function<int()>& call);
 
 // MPI_Test on one request: whether it has completed; `rc` receives its MPI error code.
 bool test_one(MPI_Request& request, MPI_Status& status, int& rc);

@@ -1,6 +1,8 @@
 // Group::iall_reduce, the non-blocking all-reduce (the overlapped gradient all-reduce's
-// primitive): the blocking all_reduce's result bit for bit and its traffic, with several in
-// flight at once and completed out of order, for sum / max / avg and a 16-bit dtype.
+// primitive): the blocking all_reduce's result and its traffic, with several in flight at once
+// and completed out of order, for sum / max / avg and a 16-bit dtype. Bit for bit where the
+// order of the sum cannot differ (integers, max, two ranks); otherwise within a reduction's
+// rounding, since the blocking call is MPI's tuned algorithm and may add in another order.
 #include <fmt/format.h>
 
 #include <cstring>
@@ -14,7 +16,7 @@ using wf::comm::Primitive;
 using wf::comm::ReduceOp;
 using namespace wf::test;
 
-TEST_CASE("iall_reduce: several in flight give the blocking all_reduce's bits and traffic",
+TEST_CASE("iall_reduce: several in flight give the blocking all_reduce's result and traffic",
           "[dist][collectives][iall_reduce]") {
   auto group = world_group("t.iall_reduce");
   const int C = group->size();
@@ -48,7 +50,14 @@ TEST_CASE("iall_reduce: several in flight give the blocking all_reduce's bits an
   for (std::size_t i = requests.size(); i-- > 0;) requests[i].wait();
   for (std::size_t i = 0; i < calls.size(); ++i) {
     INFO(fmt::format("call {}: {} {}", i, wf::dtype_name(calls[i].dtype), wf::comm::reduce_op_name(calls[i].op)));
-    CHECK(std::memcmp(pending[i].raw_data(), expected[i].raw_data(), expected[i].nbytes()) == 0);
+    const bool exact = C <= 2 || !wf::is_floating(calls[i].dtype) || calls[i].op == ReduceOp::max;
+    if (exact) {
+      CHECK(std::memcmp(pending[i].raw_data(), expected[i].raw_data(), expected[i].nbytes()) == 0);
+    } else {
+      const std::string difference = mismatch(pending[i], expected[i], C * reduction_tolerance(calls[i].dtype));
+      INFO(difference);
+      CHECK(difference.empty());
+    }
   }
   const wf::comm::Traffic counted = group->traffic().get(Primitive::all_reduce);
   CHECK(counted.bytes_sent == volume);
