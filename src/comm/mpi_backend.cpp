@@ -41,6 +41,13 @@ void divide_in_place(Tensor& t, int divisor) {
 // The buffer MPI reduces: the tensor itself, or an f32 copy of a bf16/f16 tensor.
 Tensor reduction_buffer(const Tensor& t) { return reduces_in_f32(t.dtype()) ? t.to(DType::f32) : t; }
 
+// After MPI reduced into `reduced`: divides for avg, then copies into `target` when `reduced`
+// was a separate (f32) buffer.
+void finish_reduction(Tensor& reduced, Tensor& target, ReduceOp op, int group_size) {
+  if (op == ReduceOp::avg) divide_in_place(reduced, group_size);
+  if (!reduced.is_same(target)) target.copy_(reduced);
+}
+
 // MPI forbids overlapping send and receive buffers (other than MPI_IN_PLACE): copy the input
 // when the caller passed, say, a slice of the output.
 Tensor distinct_from(const Tensor& input, const Tensor& output) {
@@ -237,12 +244,6 @@ void MpiBackend::recv(Tensor& t, int peer, int tag) { start_p2p(t, peer, tag, tr
 Request MpiBackend::isend(const Tensor& t, int peer, int tag) { return start_p2p(t, peer, tag, false, "isend", true); }
 Request MpiBackend::irecv(Tensor& t, int peer, int tag) { return start_p2p(t, peer, tag, true, "irecv", true); }
 
-// The receive is posted first, so a message from a rank that sends first finds it waiting.
-Request MpiBackend::start_exchange(const Tensor& send, int dst, Tensor& recv, int src, int tag, const char* primitive,
-                                   bool overlapped) {
-  return start({P2pLeg{recv, src, true}, P2pLeg{distinct_from(send, recv), dst, false}}, tag, primitive, overlapped);
-}
-
 // Blocking: MPI_Sendrecv under the watchdog's monitor, like the blocking collectives (posting
 // the two halves and polling them was 14–42 % slower than MPI_Sendrecv at 1–16 MiB).
 void MpiBackend::sendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) {
@@ -260,25 +261,10 @@ void MpiBackend::sendrecv(const Tensor& send, int dst, Tensor& recv, int src, in
   verify_receive(status, recv, src, "sendrecv");
 }
 
+// The receive is posted first, so a message from a rank that sends first finds it waiting.
 Request MpiBackend::isendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) {
-  return start_exchange(send, dst, recv, src, tag, "isendrecv", true);
-}
-
-Request MpiBackend::start_all_reduce(Tensor& t, ReduceOp op, const char* primitive, bool overlapped) {
-  Tensor buffer = reduction_buffer(t);
-  auto operation = std::make_shared<PendingOperation>();
-  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buffer.raw_data(), to_count(buffer.numel(), primitive),
-                           reduction_type(buffer.dtype()), reduction_op(op), comm_, &operation->requests[0]),
-            context(primitive));
-  operation->count = 1;
-  if (overlapped) track_for_progress(operation);
-  auto reduce_done = [this, target = t, buffer, op, primitive](const PendingOperation& done) mutable {
-    check_mpi(done.statuses[0].MPI_ERROR, context(primitive));
-    if (op == ReduceOp::avg) divide_in_place(buffer, size_);
-    if (!buffer.is_same(target)) target.copy_(buffer);
-  };
-  return Request(
-      std::make_shared<MpiRequest>(std::move(operation), std::move(reduce_done), shared_from_this(), primitive));
+  return start({P2pLeg{recv, src, true}, P2pLeg{distinct_from(send, recv), dst, false}}, tag, "isendrecv",
+               /*overlapped=*/true);
 }
 
 void MpiBackend::all_reduce(Tensor& t, ReduceOp op) {
@@ -287,11 +273,26 @@ void MpiBackend::all_reduce(Tensor& t, ReduceOp op) {
     return MPI_Allreduce(MPI_IN_PLACE, buffer.raw_data(), to_count(buffer.numel(), "all_reduce"),
                          reduction_type(buffer.dtype()), reduction_op(op), comm_);
   });
-  if (op == ReduceOp::avg) divide_in_place(buffer, size_);
-  if (!buffer.is_same(t)) t.copy_(buffer);
+  finish_reduction(buffer, t, op, size_);
 }
 
-Request MpiBackend::iall_reduce(Tensor& t, ReduceOp op) { return start_all_reduce(t, op, "iall_reduce", true); }
+// MPI_Iallreduce (libnbc), moved by the progress thread while the caller computes; the
+// Request's completion divides for avg and copies the result back.
+Request MpiBackend::iall_reduce(Tensor& t, ReduceOp op) {
+  Tensor buffer = reduction_buffer(t);
+  auto operation = std::make_shared<PendingOperation>();
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buffer.raw_data(), to_count(buffer.numel(), "iall_reduce"),
+                           reduction_type(buffer.dtype()), reduction_op(op), comm_, &operation->requests[0]),
+            context("iall_reduce"));
+  operation->count = 1;
+  track_for_progress(operation);
+  auto reduce_done = [this, target = t, buffer, op](const PendingOperation& done) mutable {
+    check_mpi(done.statuses[0].MPI_ERROR, context("iall_reduce"));
+    finish_reduction(buffer, target, op, size_);
+  };
+  return Request(
+      std::make_shared<MpiRequest>(std::move(operation), std::move(reduce_done), shared_from_this(), "iall_reduce"));
+}
 
 void MpiBackend::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
   const Tensor send = reduces_in_f32(input.dtype()) ? input.to(DType::f32) : distinct_from(input, output);
@@ -300,8 +301,7 @@ void MpiBackend::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op
     return MPI_Reduce_scatter_block(send.raw_data(), receive.raw_data(), to_count(receive.numel(), "reduce_scatter"),
                                     reduction_type(send.dtype()), reduction_op(op), comm_);
   });
-  if (op == ReduceOp::avg) divide_in_place(receive, size_);
-  if (!receive.is_same(output)) output.copy_(receive);
+  finish_reduction(receive, output, op, size_);
 }
 
 void MpiBackend::all_gather(const Tensor& input, Tensor& output) {

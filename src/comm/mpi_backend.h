@@ -80,11 +80,6 @@ class MpiBackend final : public Backend, public std::enable_shared_from_this<Mpi
   Request start(std::vector<P2pLeg> legs, int tag, const char* primitive, bool overlapped);
   MPI_Request post(const P2pLeg& leg, int tag, const char* primitive);
   Request start_p2p(const Tensor& t, int peer, int tag, bool receive, const char* primitive, bool overlapped);
-  Request start_exchange(const Tensor& send, int dst, Tensor& recv, int src, int tag, const char* primitive,
-                         bool overlapped);
-  // Posts MPI_Iallreduce (in place, or in an f32 copy of a 16-bit tensor) as one Request whose
-  // completion divides for avg and copies the result back.
-  Request start_all_reduce(Tensor& t, ReduceOp op, const char* primitive, bool overlapped);
   void check_peer_tag(int peer, int tag, const char* primitive) const;
 
   MPI_Comm comm_;
