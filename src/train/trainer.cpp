@@ -40,17 +40,17 @@ std::shared_ptr<data::TokenSource> open_source(const config::RunConfig& c, bool 
   return data::open_token_file_source(path);
 }
 
-data::LoaderOptions loader_options(const config::RunConfig& c, const comm::CommGrid& grid, const models::Model& model,
-                                   bool shuffle) {
+// The training loader's options (shuffled); validation uses the same with shuffle off.
+data::LoaderOptions loader_options(const config::RunConfig& c, comm::CommGrid& grid, const models::Model& model) {
   data::LoaderOptions o;
   o.seq_len = c.train.seq_len;
   o.micro_batch_size = c.train.micro_batch_size;
   o.grad_accum_steps = config::grad_accum_steps(c);
   o.dp_size = c.parallel.dp;
   o.dp_rank = grid.grid().coord("dp");
-  o.shard = parallel::sp_shard(models::sp_attention_config(c, model.causal()), const_cast<comm::CommGrid&>(grid));
+  o.shard = parallel::sp_shard(models::sp_attention_config(c, model.causal()), grid);
   o.seed = static_cast<std::uint64_t>(c.train.seed);
-  o.shuffle = shuffle;
+  o.shuffle = true;
   return o;
 }
 
@@ -96,9 +96,11 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
   optimizer_ = std::make_unique<AdamW>(
       params_, AdamWOptions{.lr = t.lr, .beta1 = t.beta1, .beta2 = t.beta2, .weight_decay = t.weight_decay});
   schedule_ = CosineSchedule{.base_lr = t.lr, .min_lr = t.min_lr, .warmup_steps = t.warmup_steps, .total_steps = t.steps};
-  train_loader_ = std::make_unique<data::BatchLoader>(std::move(train), loader_options(config_, grid_, *model_, true));
+  data::LoaderOptions options = loader_options(config_, grid_, *model_);
+  train_loader_ = std::make_unique<data::BatchLoader>(std::move(train), options);
   if (val) {
-    val_loader_ = std::make_unique<data::BatchLoader>(std::move(val), loader_options(config_, grid_, *model_, false));
+    options.shuffle = false;
+    val_loader_ = std::make_unique<data::BatchLoader>(std::move(val), options);
   }
   checkpoints_ = std::make_unique<CheckpointStore>(config_.checkpoint.dir, config_.checkpoint.keep_last);
   seed_generator(0);
@@ -131,21 +133,21 @@ std::int64_t Trainer::tokens_per_step() const {
   return config::global_batch_sequences(config_) * config_.train.seq_len;
 }
 
-void Trainer::sum_over_replicas(std::vector<double>& values) {
-  Tensor t = Tensor::from_vector(values, {static_cast<std::int64_t>(values.size())});
+double Trainer::sum_over_replicas(double value) {
+  Tensor t = Tensor::full({1}, value, DType::f64);
   if (replicas_.size() > 1) replicas_.all_reduce(t);
-  for (std::size_t i = 0; i < values.size(); ++i) values[i] = t.data<double>()[i];
+  return t.item();
 }
 
 double Trainer::compute_gradients() {
   const std::int64_t accum = config::grad_accum_steps(config_);
   const double tokens = static_cast<double>(tokens_per_step());
   model_->train();
-  std::vector<double> loss_sum{0.0};
+  double loss_sum = 0.0;
   for (std::int64_t micro = 0; micro < accum; ++micro) {
     const data::Batch batch = train_loader_->get(step_, micro);
     const Tensor loss = model_->loss_sum(batch.inputs, batch.targets, batch.positions);
-    loss_sum[0] += loss.item();
+    loss_sum += loss.item();
     if (reducer_) reducer_->prepare(/*last_microbatch=*/micro + 1 == accum);
     autograd::backward({scale(loss, 1.0 / tokens)});
   }
@@ -154,8 +156,7 @@ double Trainer::compute_gradients() {
   } else {
     all_reduce_gradients(replicas_, params_, grad_bucket_bytes_);
   }
-  sum_over_replicas(loss_sum);
-  return loss_sum[0] / tokens;
+  return sum_over_replicas(loss_sum) / tokens;
 }
 
 StepResult Trainer::apply_gradients(double loss) {
@@ -191,16 +192,15 @@ double Trainer::evaluate() {
   autograd::NoGradGuard no_grad;
   model_->eval();
   const std::int64_t accum = config::grad_accum_steps(config_);
-  std::vector<double> loss_sum{0.0};
+  double loss_sum = 0.0;
   for (std::int64_t batch_index = 0; batch_index < config_.train.eval_batches; ++batch_index) {
     for (std::int64_t micro = 0; micro < accum; ++micro) {
       const data::Batch batch = val_loader_->get(batch_index, micro);
-      loss_sum[0] += model_->loss_sum(batch.inputs, batch.targets, batch.positions).item();
+      loss_sum += model_->loss_sum(batch.inputs, batch.targets, batch.positions).item();
     }
   }
-  sum_over_replicas(loss_sum);
   model_->train();
-  return loss_sum[0] / static_cast<double>(tokens_per_step() * config_.train.eval_batches);
+  return sum_over_replicas(loss_sum) / static_cast<double>(tokens_per_step() * config_.train.eval_batches);
 }
 
 void Trainer::save_checkpoint() {
@@ -223,16 +223,15 @@ void Trainer::save_checkpoint() {
 bool Trainer::resume() {
   std::optional<Checkpoint> checkpoint = checkpoints_->load_latest();
   // Every rank must restore the same step; a rank that sees another directory fails them all.
-  std::vector<double> seen{checkpoint ? static_cast<double>(checkpoint->step) : -1.0};
-  std::vector<double> negated{-seen[0]};
-  Tensor max_t = Tensor::from_vector(seen, {1}), min_t = Tensor::from_vector(negated, {1});
-  comm::Group& world = grid_.group("world");
-  world.all_reduce(max_t, comm::ReduceOp::max);
-  world.all_reduce(min_t, comm::ReduceOp::max);
-  WF_CHECK(max_t.item() == -min_t.item(),
+  // One max-reduction of (step, −step) gives the largest and the smallest step seen.
+  const double step = checkpoint ? static_cast<double>(checkpoint->step) : -1.0;
+  Tensor seen = Tensor::from_vector(std::vector<double>{step, -step}, {2});
+  grid_.group("world").all_reduce(seen, comm::ReduceOp::max);
+  const double newest = seen.data<double>()[0], oldest = -seen.data<double>()[1];
+  WF_CHECK(newest == oldest,
            "resume: the ranks found different checkpoints in {} (steps {} to {}); every rank must see the same "
            "checkpoint directory (a shared filesystem)",
-           config_.checkpoint.dir, -min_t.item(), max_t.item());
+           config_.checkpoint.dir, oldest, newest);
   if (!checkpoint) return false;
   model_->load_state_dict(checkpoint->model);
   optimizer_->load_state_dict(checkpoint->optimizer);
@@ -270,8 +269,12 @@ void Trainer::log_step(const StepResult& result, double val_loss) {
   m.elapsed_seconds = run_seconds_;
   if (metrics_) metrics_->write(m);
   log::info("{}", progress_line(m));
+  start_interval(now);
+}
+
+void Trainer::start_interval(TrafficSnapshot traffic) {
   interval_ = Interval{};
-  interval_.traffic = TrafficSnapshot::take();
+  interval_.traffic = std::move(traffic);
 }
 
 void Trainer::fit(std::int64_t stop_after) {
@@ -279,8 +282,7 @@ void Trainer::fit(std::int64_t stop_after) {
   if (grid_.grid().rank() == 0) {
     metrics_ = std::make_unique<MetricsLog>(config_.log.dir + "/" + config_.log.metrics_file, step_);
   }
-  interval_ = Interval{};
-  interval_.traffic = TrafficSnapshot::take();
+  start_interval(TrafficSnapshot::take());
   while (step_ < t.steps && (stop_after <= 0 || step_ < stop_after)) {
     const StepResult result = train_step();
     interval_.steps += 1;

@@ -98,9 +98,11 @@ class Trainer {
  private:
   void check_supported() const;
   void seed_generator(std::uint64_t offset);
-  // all-reduce (sum) of a few doubles over dp × sp.
-  void sum_over_replicas(std::vector<double>& values);
+  // The sum of `value` over dp × sp (the ranks' loss sums).
+  double sum_over_replicas(double value);
   void log_step(const StepResult& result, double val_loss);
+  // Begins a logging interval whose traffic counts from `traffic`.
+  void start_interval(TrafficSnapshot traffic);
 
   config::RunConfig config_;
   comm::CommGrid& grid_;
