@@ -9,11 +9,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "dist_testing.h"
+#include "train_testing.h"
 #include "wallfacer/comm/traffic.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/ops/ops.h"
@@ -35,27 +35,11 @@ struct OverlapLayout {
 };
 
 wf::config::RunConfig overlap_config(const OverlapLayout& layout) {
-  wf::config::RunConfig c;
-  c.model.n_layer = 2;
-  c.model.n_head = 4;
-  c.model.n_kv_head = 2;
-  c.model.d_model = 32;
-  c.model.d_ff = 64;
-  c.model.vocab_size = 256;
-  c.model.max_seq_len = 48;
-  c.model.checkpoint_attention = layout.checkpoint_attention;
-  c.parallel.dp = layout.dp;
-  c.parallel.sp = layout.sp;
+  wf::config::RunConfig c = small_gpt_run(layout.dp, layout.sp, layout.checkpoint_attention, "wf-grad-overlap");
   c.train.steps = 2;
-  c.train.seq_len = 48;
-  c.train.micro_batch_size = 1;
   c.train.global_batch_size = layout.dp * layout.accum;
-  c.train.lr = 3e-3;
   c.train.warmup_steps = 1;
   c.train.seed = 91;
-  c.data.source = wf::config::DataSource::synthetic;
-  c.checkpoint.dir = (std::filesystem::temp_directory_path() / "wf-grad-overlap").string();
-  c.log.dir = c.checkpoint.dir;
   return c;
 }
 

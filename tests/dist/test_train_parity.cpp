@@ -9,12 +9,12 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "dist_testing.h"
+#include "train_testing.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/train/trainer.h"
 
@@ -34,32 +34,18 @@ struct Layout {
 };
 
 wf::config::RunConfig parity_config(const Layout& layout, const std::string& tag) {
-  wf::config::RunConfig c;
-  c.model.n_layer = 2;
-  c.model.n_head = 4;
-  // Grouped-query attention, except under Ulysses, which scatters K/V heads over sp ranks.
-  c.model.n_kv_head = layout.strategy == wf::parallel::SpStrategy::ulysses ? 4 : 2;
-  c.model.d_model = 32;
-  c.model.d_ff = 64;
-  c.model.vocab_size = 256;  // the byte tokenizer's (validate checks it)
-  c.model.max_seq_len = 48;
-  c.model.checkpoint_attention = layout.checkpoint_attention;
-  c.parallel.dp = layout.dp;
-  c.parallel.sp = layout.sp;
+  wf::config::RunConfig c =
+      small_gpt_run(layout.dp, layout.sp, layout.checkpoint_attention, fmt::format("wf-parity-{}", tag));
+  // Ulysses scatters K/V heads over the sp ranks: no grouped-query attention there.
+  if (layout.strategy == wf::parallel::SpStrategy::ulysses) c.model.n_kv_head = 4;
   c.parallel.C = layout.C;
   c.parallel.sp_strategy = layout.strategy;
   c.train.steps = 4;
-  c.train.seq_len = 48;  // a multiple of every zigzag layout's unit for P in {2, 3, 4, 8}
-  c.train.micro_batch_size = 1;
   // Gradient accumulation of global / dp steps: 8 at dp 1 down to 1 at dp 8 (6 for a world of 3).
   c.train.global_batch_size = runtime().world_size() % 3 == 0 ? 6 : 8;
-  c.train.lr = 3e-3;
   c.train.min_lr = 3e-4;
   c.train.warmup_steps = 2;
   c.train.seed = 77;
-  c.data.source = wf::config::DataSource::synthetic;
-  c.checkpoint.dir = (std::filesystem::temp_directory_path() / fmt::format("wf-parity-{}", tag)).string();
-  c.log.dir = c.checkpoint.dir;
   return c;
 }
 

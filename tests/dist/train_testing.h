@@ -1,0 +1,35 @@
+#pragma once
+// The small GPT run the distributed training tests share: 2 layers, d_model 32, 4 heads with 2
+// K/V heads, the byte vocabulary, 48-token sequences (a multiple of every zigzag layout's unit
+// for P in {2, 3, 4, 8}) of synthetic tokens, one sequence per microbatch, lr 3e-3. Each test
+// sets its layout, steps, batch, schedule and seed on top.
+#include <filesystem>
+#include <string>
+
+#include "wallfacer/config/run_config.h"
+
+namespace wf::test {
+
+// `dir_name` names the checkpoint and log directory under the system's temporary directory.
+inline config::RunConfig small_gpt_run(int dp, int sp, bool checkpoint_attention, const std::string& dir_name) {
+  config::RunConfig c;
+  c.model.n_layer = 2;
+  c.model.n_head = 4;
+  c.model.n_kv_head = 2;
+  c.model.d_model = 32;
+  c.model.d_ff = 64;
+  c.model.vocab_size = 256;  // the byte tokenizer's (validate checks it)
+  c.model.max_seq_len = 48;
+  c.model.checkpoint_attention = checkpoint_attention;
+  c.parallel.dp = dp;
+  c.parallel.sp = sp;
+  c.train.seq_len = 48;
+  c.train.micro_batch_size = 1;
+  c.train.lr = 3e-3;
+  c.data.source = config::DataSource::synthetic;
+  c.checkpoint.dir = (std::filesystem::temp_directory_path() / dir_name).string();
+  c.log.dir = c.checkpoint.dir;
+  return c;
+}
+
+}  // namespace wf::test
