@@ -52,3 +52,67 @@ TEST_CASE("storage keeps its memory alive while any view holds it", "[core]") {
 TEST_CASE("memory_stats for a device without an allocator is an error", "[core]") {
   REQUIRE_THROWS_WITH(wf::memory_stats(wf::Device::cuda(1)), Contains("cuda:1"));
 }
+
+namespace {
+// Sets the cache limit for one test and restores the process's limit afterwards.
+struct CacheLimit {
+  explicit CacheLimit(std::size_t bytes) : saved(wf::memory_cache_limit()) { wf::set_memory_cache_limit(bytes); }
+  ~CacheLimit() { wf::set_memory_cache_limit(saved); }
+  std::size_t saved;
+};
+constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+}  // namespace
+
+TEST_CASE("a freed large block is reused for the next request of about its size", "[core]") {
+  const CacheLimit limit(std::size_t{64} << 20);
+  wf::empty_cache();
+  const void* first = nullptr;
+  {
+    const Tensor a = Tensor::empty({kMiB / 4}, DType::f32);  // 1 MiB
+    first = a.data<float>();
+    CHECK(reinterpret_cast<std::uintptr_t>(first) % 64 == 0);
+  }
+  const wf::MemoryStats freed = wf::memory_stats();
+  CHECK(freed.cached_bytes == kMiB);
+  {
+    // 1 MiB minus one cache line fits the same block (waste <= 1/8): a hit, the same memory.
+    const Tensor b = Tensor::empty({kMiB / 4 - 16}, DType::f32);
+    CHECK(b.data<float>() == first);
+    const wf::MemoryStats now = wf::memory_stats();
+    CHECK(now.cache_hits == freed.cache_hits + 1);
+    CHECK(now.cached_bytes == 0);
+    CHECK(now.live_bytes == freed.live_bytes + (kMiB - 64));  // live bytes count what was asked for
+  }
+  {
+    // Half the size would waste half the block: a fresh allocation, the cached block stays.
+    const Tensor c = Tensor::empty({kMiB / 8}, DType::f32);
+    CHECK(wf::memory_stats().cache_hits == freed.cache_hits + 1);
+    CHECK(wf::memory_stats().cached_bytes == kMiB);
+  }
+  CHECK(wf::memory_stats().cached_bytes == kMiB + kMiB / 2);
+  wf::empty_cache();
+  CHECK(wf::memory_stats().cached_bytes == 0);
+}
+
+TEST_CASE("the cache never holds more than its limit, and limit 0 turns it off", "[core]") {
+  const CacheLimit limit(std::size_t{3} << 20);
+  wf::empty_cache();
+  {
+    const Tensor a = Tensor::empty({kMiB / 4}, DType::f32), b = Tensor::empty({kMiB / 2}, DType::f32);
+    const Tensor c = Tensor::empty({kMiB / 2}, DType::f32);  // 1 + 2 + 2 MiB
+  }
+  // Releasing c then b then a: b would push the cache to 4 MiB, so the largest (c) is released.
+  CHECK(wf::memory_stats().cached_bytes <= std::int64_t{3} << 20);
+  CHECK(wf::memory_stats().cached_bytes == 3 * kMiB);
+  wf::set_memory_cache_limit(0);
+  CHECK(wf::memory_stats().cached_bytes == 0);
+  { const Tensor d = Tensor::empty({kMiB / 4}, DType::f32); }
+  CHECK(wf::memory_stats().cached_bytes == 0);
+}
+
+TEST_CASE("small tensors bypass the cache", "[core]") {
+  const CacheLimit limit(std::size_t{64} << 20);
+  wf::empty_cache();
+  { const Tensor small = Tensor::empty({1000}, DType::f32); }
+  CHECK(wf::memory_stats().cached_bytes == 0);
+}
