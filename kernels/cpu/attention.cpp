@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/simd.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threading.h"
 
@@ -48,87 +49,14 @@ void tile_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::
 }
 
 // ---- float rows: explicit SIMD ------------------------------------------------------------
-// The exponentials are the largest cost after the GEMMs. std::exp does not vectorise without
-// -ffast-math, and GCC will not auto-vectorise a clamped polynomial exp either (under the
-// default -ftrapping-math it keeps float compares as branches), so the float row kernels are
-// written with GCC vector extensions over W lanes. The library is built for baseline x86-64, so
-// the kernels are compiled three times — 4 lanes (SSE2), 8 (AVX2) and 16 (AVX-512) — and the
-// widest the CPU runs is picked once at first use. Lane order is fixed, so the reductions are
-// deterministic on a given machine.
-//
-// The wide-lane helpers take and return vectors by value; they are always inlined into the
-// functions compiled for their ISA, so no such value ever crosses a call and GCC's note about
-// the AVX calling convention does not apply. (GCC reports it at the end of the file, where the
-// templates are emitted, so the suppression cannot be popped.)
-#pragma GCC diagnostic ignored "-Wpsabi"
-// (Explicit specialisations: GCC drops vector_size on a dependent alias template.)
-template <int W>
-struct Lanes;
-template <>
-struct Lanes<4> {
-  typedef float Float __attribute__((vector_size(16)));
-  typedef std::int32_t Int __attribute__((vector_size(16)));
-};
-template <>
-struct Lanes<8> {
-  typedef float Float __attribute__((vector_size(32)));
-  typedef std::int32_t Int __attribute__((vector_size(32)));
-};
-template <>
-struct Lanes<16> {
-  typedef float Float __attribute__((vector_size(64)));
-  typedef std::int32_t Int __attribute__((vector_size(64)));
-};
-template <int W>
-using FloatLanes = typename Lanes<W>::Float;
-template <int W>
-using IntLanes = typename Lanes<W>::Int;
-
-template <int W>
-[[gnu::always_inline]] inline FloatLanes<W> splat(float x) {
-  return FloatLanes<W>{} + x;
-}
-// Lanes [0, n) from p, the others set to `fill`.
-template <int W>
-[[gnu::always_inline]] inline FloatLanes<W> load(const float* p, std::int64_t n = W, float fill = 0) {
-  FloatLanes<W> v = splat<W>(fill);
-  std::memcpy(&v, p, static_cast<std::size_t>(n) * sizeof(float));
-  return v;
-}
-template <int W>
-[[gnu::always_inline]] inline void store(float* p, const FloatLanes<W>& v, std::int64_t n = W) {
-  std::memcpy(p, &v, static_cast<std::size_t>(n) * sizeof(float));
-}
-template <int W>
-[[gnu::always_inline]] inline float horizontal(const FloatLanes<W>& v, float (*op)(float, float)) {
-  float r = v[0];
-  for (int l = 1; l < W; ++l) r = op(r, v[l]);
-  return r;
-}
-
-// eˣ for x <= 88 (attention only exponentiates s − max <= 0 and s − lse <= ~0); 0 below the
-// smallest normal float and for -inf, NaN for NaN; within 1.4 ulp of std::exp. Cody–Waite reduction to
-// |r| <= ln2/2, the Cephes degree-6 polynomial, 2ⁿ built in the exponent bits.
-template <int W>
-[[gnu::always_inline]] inline FloatLanes<W> exp_bounded(const FloatLanes<W>& x) {
-  const FloatLanes<W> lo = splat<W>(-87.33654f);  // ln(FLT_MIN): 2ⁿ stays a normal float
-  const FloatLanes<W> hi = splat<W>(88.0f);
-  // Compares written so that a NaN input falls through every select and comes out NaN.
-  FloatLanes<W> xc = x < lo ? lo : x;
-  xc = xc > hi ? hi : xc;
-  // Round to nearest by the 1.5·2²³ trick (plain adds: no SSE4.1 round needed).
-  const FloatLanes<W> n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const FloatLanes<W> r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;  // ln2 = short high part + rest
-  FloatLanes<W> p = splat<W>(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const auto two_n = reinterpret_cast<FloatLanes<W>>((__builtin_convertvector(n, IntLanes<W>) + 127) << 23);
-  return x < lo ? splat<W>(0.0f) : p * two_n;
-}
+// The exponentials are the largest cost after the GEMMs; the float row kernels use the lane
+// helpers of kernels/cpu/simd.h, compiled per ISA.
+using simd::exp_bounded;
+using simd::FloatLanes;
+using simd::horizontal;
+using simd::load;
+using simd::splat;
+using simd::store;
 
 template <int W>
 [[gnu::always_inline]] inline float row_max_lanes(const float* x, std::int64_t n) {
@@ -161,36 +89,26 @@ template <int W>
   return horizontal<W>(sum, [](float a, float b) { return a + b; });
 }
 
-#if defined(__x86_64__)
 struct FloatRowKernels {
   float (*row_max)(const float*, std::int64_t);
   float (*exp_shifted_sum)(float*, std::int64_t, float);
 };
-#define WF_FLOAT_ROW_KERNELS(name, lanes, isa)                                                                     \
-  [[gnu::target(isa)]] float row_max_##name(const float* x, std::int64_t n) { return row_max_lanes<lanes>(x, n); } \
-  [[gnu::target(isa)]] float exp_shifted_sum_##name(float* x, std::int64_t n, float shift) {                       \
-    return exp_shifted_sum_lanes<lanes>(x, n, shift);                                                              \
-  }                                                                                                                \
+#define WF_FLOAT_ROW_KERNELS(name, lanes, isa)                                                                \
+  WF_SIMD_TARGET(isa) float row_max_##name(const float* x, std::int64_t n) { return row_max_lanes<lanes>(x, n); } \
+  WF_SIMD_TARGET(isa) float exp_shifted_sum_##name(float* x, std::int64_t n, float shift) {                    \
+    return exp_shifted_sum_lanes<lanes>(x, n, shift);                                                         \
+  }                                                                                                           \
   constexpr FloatRowKernels kFloatRows_##name{row_max_##name, exp_shifted_sum_##name};
-WF_FLOAT_ROW_KERNELS(sse2, 4, "sse2")
-WF_FLOAT_ROW_KERNELS(avx2, 8, "avx2,fma")
-WF_FLOAT_ROW_KERNELS(avx512, 16, "avx512f")
+WF_SIMD_FOR_EACH_ISA(WF_FLOAT_ROW_KERNELS)
 #undef WF_FLOAT_ROW_KERNELS
 
 const FloatRowKernels& float_rows() {
-  static const FloatRowKernels kernels = __builtin_cpu_supports("avx512f") ? kFloatRows_avx512
-                                         : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-                                             ? kFloatRows_avx2
-                                             : kFloatRows_sse2;
+  static const FloatRowKernels kernels = WF_SIMD_PICK(kFloatRows_);
   return kernels;
 }
 
 float row_max(const float* x, std::int64_t n) { return float_rows().row_max(x, n); }
 float exp_shifted_sum(float* x, std::int64_t n, float shift) { return float_rows().exp_shifted_sum(x, n, shift); }
-#else  // other CPUs: the 4-lane kernels, which map onto 128-bit SIMD (e.g. NEON)
-float row_max(const float* x, std::int64_t n) { return row_max_lanes<4>(x, n); }
-float exp_shifted_sum(float* x, std::int64_t n, float shift) { return exp_shifted_sum_lanes<4>(x, n, shift); }
-#endif
 float exp_bounded(float x) { return exp_bounded<4>(splat<4>(x))[0]; }
 
 // f64 is the accuracy path (gradient checks), not the speed path: plain loops and the libm exp.

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/reduce.h"
+#include "kernels/cpu/simd.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::kernels::cpu {
@@ -25,12 +27,68 @@ void check_adamw(const char* who, std::int64_t n, const AdamWParams& p) {
            who, p.step);
 }
 
-// at::lerp's two-sided formula: exact at both ends and what exp_avg.lerp_(grad, w) computes.
 template <class T>
-T lerp(T start, T end, T weight) {
-  return std::abs(weight) < T(0.5) ? start + weight * (end - start)
-                                   : end - (end - start) * (T(1) - weight);
+struct AdamWScalars {
+  T decay, avg_weight, beta2, sq_weight, neg_step_size, bias_correction2_sqrt, eps;
+  // Formed in double and rounded to T once, as PyTorch does.
+  explicit AdamWScalars(const AdamWParams& p)
+      : decay(static_cast<T>(1.0 - p.lr * p.weight_decay)),
+        avg_weight(static_cast<T>(1.0 - p.beta1)),
+        beta2(static_cast<T>(p.beta2)),
+        sq_weight(static_cast<T>(1.0 - p.beta2)),
+        neg_step_size(static_cast<T>(-(p.lr / (1.0 - std::pow(p.beta1, double(p.step)))))),
+        bias_correction2_sqrt(static_cast<T>(std::sqrt(1.0 - std::pow(p.beta2, double(p.step))))),
+        eps(static_cast<T>(p.eps)) {}
+};
+
+// The AdamW update of elements [0, n), PyTorch's order of operations. exp_avg.lerp_(grad, w)
+// is at::lerp's two-sided formula, exact at both ends; w = 1 − β1 is fixed for the whole call,
+// so the side is a template argument and the loop has no branch (it vectorises).
+template <class T, bool kWeightBelowHalf>
+[[gnu::always_inline]] inline void adamw_span(std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
+                                              const AdamWScalars<T>& s) {
+  const T decay = s.decay, w = s.avg_weight, beta2 = s.beta2, sq_weight = s.sq_weight;
+  const T neg_step_size = s.neg_step_size, bias_correction2_sqrt = s.bias_correction2_sqrt, eps = s.eps;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T g = grad[i], a = exp_avg[i];
+    const T m = kWeightBelowHalf ? a + w * (g - a) : g - (g - a) * (T(1) - w);
+    const T v = exp_avg_sq[i] * beta2 + sq_weight * g * g;
+    const T denom = std::sqrt(v) / bias_correction2_sqrt + eps;
+    param[i] = param[i] * decay + neg_step_size * m / denom;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+  }
 }
+template <class T>
+[[gnu::always_inline]] inline void adamw_span(std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
+                                              const AdamWScalars<T>& s) {
+  if (std::abs(s.avg_weight) < T(0.5)) {
+    adamw_span<T, true>(n, param, grad, exp_avg, exp_avg_sq, s);
+  } else {
+    adamw_span<T, false>(n, param, grad, exp_avg, exp_avg_sq, s);
+  }
+}
+
+// f32 AdamW compiled per ISA (kernels/cpu/simd.h): the update is a handful of flops per 28
+// bytes moved, so the wide version runs at memory speed where SSE2's divides and square roots
+// did not.
+using AdamWFloatSpan = void (*)(std::int64_t, float*, const float*, float*, float*, const AdamWScalars<float>&);
+#define WF_ADAMW_KERNEL(name, lanes, isa)                                                                    \
+  WF_SIMD_TARGET(isa) void adamw_float_##name(std::int64_t n, float* param, const float* grad, float* exp_avg, \
+                                              float* exp_avg_sq, const AdamWScalars<float>& s) {              \
+    adamw_span<float>(n, param, grad, exp_avg, exp_avg_sq, s);                                               \
+  }                                                                                                          \
+  constexpr AdamWFloatSpan kAdamW_##name = adamw_float_##name;
+WF_SIMD_FOR_EACH_ISA(WF_ADAMW_KERNEL)
+#undef WF_ADAMW_KERNEL
+
+AdamWFloatSpan adamw_float_span() {
+  static const AdamWFloatSpan picked = WF_SIMD_PICK(kAdamW_);
+  return picked;
+}
+
+// Elements per parallel block: long contiguous runs for the SIMD loop.
+constexpr std::int64_t kAdamWBlock = 8192;
 
 }  // namespace
 
@@ -38,23 +96,16 @@ template <class T>
 void adamw_step(std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
                 const AdamWParams& p) {
   check_adamw("adamw_step", n, p);
-  const double t = double(p.step);
-  const T decay = static_cast<T>(1.0 - p.lr * p.weight_decay);
-  const T avg_weight = static_cast<T>(1.0 - p.beta1);
-  const T beta2 = static_cast<T>(p.beta2);
-  const T sq_weight = static_cast<T>(1.0 - p.beta2);
-  const T neg_step_size = static_cast<T>(-(p.lr / (1.0 - std::pow(p.beta1, t))));
-  const T bias_correction2_sqrt = static_cast<T>(std::sqrt(1.0 - std::pow(p.beta2, t)));
-  const T eps = static_cast<T>(p.eps);
+  const AdamWScalars<T> s(p);
+  const std::int64_t blocks = (n + kAdamWBlock - 1) / kAdamWBlock;
 #pragma omp parallel for schedule(static) if (n > kParallelElements)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const T g = grad[i];
-    const T m = lerp(exp_avg[i], g, avg_weight);
-    const T v = exp_avg_sq[i] * beta2 + sq_weight * g * g;
-    const T denom = std::sqrt(v) / bias_correction2_sqrt + eps;
-    param[i] = param[i] * decay + neg_step_size * m / denom;
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t begin = b * kAdamWBlock, count = std::min(kAdamWBlock, n - begin);
+    if constexpr (std::is_same_v<T, float>) {
+      adamw_float_span()(count, param + begin, grad + begin, exp_avg + begin, exp_avg_sq + begin, s);
+    } else {
+      adamw_span<T>(count, param + begin, grad + begin, exp_avg + begin, exp_avg_sq + begin, s);
+    }
   }
 }
 

@@ -23,4 +23,13 @@ void parallel_for_rows(std::int64_t rows, std::int64_t cols, F f) {
   for (std::int64_t r = 0; r < rows; ++r) f(r);
 }
 
+// f(begin, end) for consecutive blocks of `block` elements covering [0, n) (the last block may
+// be shorter): for SIMD loops, which want long contiguous runs rather than single elements.
+template <class F>
+void parallel_for_blocks(std::int64_t n, std::int64_t block, F f) {
+  const std::int64_t blocks = (n + block - 1) / block;
+#pragma omp parallel for schedule(static) if (n > kParallelElements)
+  for (std::int64_t b = 0; b < blocks; ++b) f(b * block, b + 1 < blocks ? (b + 1) * block : n);
+}
+
 }  // namespace wf::kernels::cpu

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -227,4 +228,26 @@ TEST_CASE("elementwise kernels reject negative sizes", "[kernels][elementwise]")
   CHECK_THROWS_AS(cpu::scale<float>(-1, 1.f, x.data(), x.data()), wf::Error);
   CHECK_THROWS_AS(cpu::add_bias<float>(2, -2, x.data(), x.data(), x.data()), wf::Error);
   CHECK_THROWS_AS(cpu::gelu_forward<float>(-3, x.data(), x.data()), wf::Error);
+}
+
+TEST_CASE("f32 GELU at special values: 0, ±inf, NaN, huge and tiny inputs", "[kernels][elementwise]") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  // 19 values: two whole 8-lane vectors and a partial one, so every lane position is used.
+  std::vector<float> x = {0.f, -0.f, inf, nan, 1e30f, -1e30f, 1e-30f, -1e-30f, 20.f, -20.f,
+                          3.f, -3.f, 0.5f, -0.5f, 1e-4f, -1e-4f, 88.f, -88.f, 1.f};
+  std::vector<float> y(x.size()), dx(x.size()), dy(x.size(), 1.f);
+  cpu::gelu_forward<float>(std::int64_t(x.size()), x.data(), y.data());
+  cpu::gelu_backward<float>(std::int64_t(x.size()), x.data(), dy.data(), dx.data());
+  CHECK(y[0] == 0.f);
+  CHECK(y[2] == inf);
+  CHECK(std::isnan(y[3]));
+  CHECK(std::isnan(dx[3]));
+  CHECK(y[4] == 1e30f);   // x·(1 + 1)/2
+  CHECK(y[5] == -0.f);    // x·(1 − 1)/2
+  CHECK(dx[8] == 1.f);    // gelu' → 1 for large x
+  CHECK(dx[9] == 0.f);    // and → 0 for very negative x
+  for (std::size_t i = 6; i < x.size(); ++i) {
+    const double expect = gelu(double(x[i]));
+    CHECK(std::abs(double(y[i]) - expect) <= 1e-6 * (std::abs(expect) + std::abs(double(x[i]))));
+  }
 }
