@@ -50,20 +50,27 @@ void backward(const TensorList& roots, const TensorList& grads, bool retain_grap
            grads.size());
   NoGradGuard no_grad;  // backward functions compute with plain tensors
 
-  // Gradient buffers, one slot per node output; slots are summed as gradients arrive.
-  std::unordered_map<Node*, TensorList> buffers;
+  // Gradient buffers, one slot per node output; slots are summed as gradients arrive. The first
+  // arrival may alias a tensor someone else owns (an add's backward hands the same gradient to
+  // both inputs), so the second sums into a private copy, which later arrivals add into in place.
+  struct Slot {
+    Tensor grad;
+    bool owned = false;  // grad is the engine's own copy
+  };
+  std::unordered_map<Node*, std::vector<Slot>> buffers;
   std::unordered_map<Node*, std::shared_ptr<Node>> keep_alive;
   auto add_to_buffer = [&](const std::shared_ptr<Node>& node, int slot, const Tensor& g) {
     auto& buf = buffers[node.get()];
     if (buf.empty()) buf.resize(node->outputs().size());
-    Tensor& dst = buf.at(static_cast<std::size_t>(slot));
-    if (!dst.defined()) {
-      dst = g;
+    Slot& dst = buf.at(static_cast<std::size_t>(slot));
+    if (!dst.grad.defined()) {
+      dst.grad = g;
     } else {
-      // The first arrival may alias a tensor someone else owns: sum into a private copy.
-      Tensor sum = dst.clone();
-      accumulate_into(sum, g);
-      dst = std::move(sum);
+      if (!dst.owned) {
+        dst.grad = dst.grad.clone();
+        dst.owned = true;
+      }
+      accumulate_into(dst.grad, g);
     }
     keep_alive.emplace(node.get(), node);
   };
@@ -94,14 +101,14 @@ void backward(const TensorList& roots, const TensorList& grads, bool retain_grap
     TensorList grad_inputs;
     auto buffer = buffers.find(node);
     if (buffer != buffers.end()) {  // a node no gradient reached has nothing to propagate
-      TensorList grad_outputs = std::move(buffer->second);
-      buffers.erase(buffer);
-      for (std::size_t i = 0; i < grad_outputs.size(); ++i) {
-        if (!grad_outputs[i].defined()) {
-          const auto& m = node->outputs()[i];
-          grad_outputs[i] = Tensor::zeros(m.shape, m.dtype, m.device);
-        }
+      TensorList grad_outputs;
+      grad_outputs.reserve(buffer->second.size());
+      for (std::size_t i = 0; i < buffer->second.size(); ++i) {
+        Tensor& g = buffer->second[i].grad;
+        const auto& m = node->outputs()[i];
+        grad_outputs.push_back(g.defined() ? std::move(g) : Tensor::zeros(m.shape, m.dtype, m.device));
       }
+      buffers.erase(buffer);
       grad_inputs = node->apply(std::move(grad_outputs));
     }
     if (!retain_graph) node->release_saved();

@@ -15,15 +15,34 @@ AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::mo
   set_outputs({OutputMeta{leaf_->shape, leaf_->dtype, leaf_->storage->device()}});
 }
 
+namespace {
+
+// True when nothing but `t` can reach its memory: its handle is the only one on its TensorImpl,
+// that impl the only one on its storage, and the storage holds exactly t's elements.
+bool sole_owner_of_whole_storage(const Tensor& t) {
+  const auto& impl = t.impl_ptr();
+  return impl.use_count() == 1 && impl->storage.use_count() == 1 && impl->offset == 0 &&
+         impl->storage->nbytes() == static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype());
+}
+
+}  // namespace
+
 TensorList AccumulateGrad::apply(TensorList grad_outputs) {
   Tensor& grad = leaf_->autograd_meta().grad;
-  const Tensor& incoming = grad_outputs.at(0);
+  Tensor incoming = std::move(grad_outputs.at(0));
+  grad_outputs.clear();
   WF_CHECK(incoming.shape() == leaf_->shape, "gradient of shape {} for a leaf of shape {}",
            shape_str(incoming.shape()), shape_str(leaf_->shape));
   if (!grad.defined()) {
-    // A private copy in the leaf's dtype: the incoming buffer may alias other gradients.
-    grad = Tensor::empty(leaf_->shape, leaf_->dtype, leaf_->storage->device());
-    grad.copy_(incoming);
+    // The incoming buffer may alias other gradients (an add's backward hands one tensor to both
+    // inputs): the leaf adopts it only when nothing else can reach it, else keeps a private copy.
+    // Adopting saves copying every weight's gradient every step (500 MB for GPT-2 124M).
+    if (incoming.dtype() == leaf_->dtype && sole_owner_of_whole_storage(incoming)) {
+      grad = std::move(incoming);
+    } else {
+      grad = Tensor::empty(leaf_->shape, leaf_->dtype, leaf_->storage->device());
+      grad.copy_(incoming);
+    }
   } else {
     accumulate_into(grad, incoming);
   }

@@ -66,6 +66,17 @@ TEST_CASE("one leaf used by many ops gets one summed gradient", "[autograd][engi
   for (std::int64_t i = 0; i < 4; ++i) REQUIRE(x.grad().at(i) == Approx(std::exp(x.at(i)) * (1 + x.at(i))).epsilon(1e-13));
 }
 
+TEST_CASE("a node reached by several gradients, two of them one aliased tensor, sums them all", "[autograd][engine]") {
+  // h feeds four uses: add(h, h) hands the same gradient tensor to both of its inputs, so the
+  // engine must not sum into that tensor in place; the third and fourth arrivals add into the
+  // engine's own copy. d/dh Σ(2h + 3h + h²) = 5 + 2h; h = 2x, so dx = 2·(5 + 4x).
+  Tensor x = random_leaf({5}, 4);
+  const Tensor h = scale(x, 2.0);
+  const Tensor y = add(add(add(h, h), scale(h, 3.0)), mul(h, h));
+  sum(y).backward();
+  require_close(x.grad(), scale(add_scalar(scale(x, 4.0), 5.0), 2.0).detach(), 1e-14, 1e-14);
+}
+
 TEST_CASE("gradients accumulate into a leaf across backward calls", "[autograd][engine]") {
   Tensor x = random_leaf({3}, 3);
   sum(scale(x, 2.0)).backward();
