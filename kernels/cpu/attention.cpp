@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/softmax.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threading.h"
 
@@ -48,68 +49,12 @@ void tile_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::
               int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
-// ---- float rows: explicit SIMD ------------------------------------------------------------
-// The exponentials are the largest cost after the GEMMs; the float row kernels use the lane
-// helpers of kernels/cpu/simd.h, compiled per ISA.
-using simd::exp_bounded;
-using simd::FloatLanes;
-using simd::horizontal;
-using simd::load;
-using simd::splat;
-using simd::store;
-
-template <int W>
-[[gnu::always_inline]] inline float row_max_lanes(const float* x, std::int64_t n) {
-  FloatLanes<W> m = splat<W>(kNegInf<float>);
-  std::int64_t j = 0;
-  for (; j + W <= n; j += W) {
-    const FloatLanes<W> v = load<W>(x + j);
-    m = v > m ? v : m;
-  }
-  const FloatLanes<W> tail = load<W>(x + j, n - j, kNegInf<float>);
-  m = tail > m ? tail : m;
-  return horizontal<W>(m, [](float a, float b) { return std::max(a, b); });
-}
-
-// x[j] ← exp(x[j] − shift) for j < n; returns their sum.
-template <int W>
-[[gnu::always_inline]] inline float exp_shifted_sum_lanes(float* x, std::int64_t n, float shift) {
-  FloatLanes<W> sum = splat<W>(0.0f);
-  std::int64_t j = 0;
-  for (; j + W <= n; j += W) {
-    const FloatLanes<W> e = exp_bounded<W>(load<W>(x + j) - shift);
-    store<W>(x + j, e);
-    sum += e;
-  }
-  if (j < n) {  // padding lanes hold -inf, whose exp is 0
-    const FloatLanes<W> e = exp_bounded<W>(load<W>(x + j, n - j, kNegInf<float>) - shift);
-    store<W>(x + j, e, n - j);
-    sum += e;
-  }
-  return horizontal<W>(sum, [](float a, float b) { return a + b; });
-}
-
-struct FloatRowKernels {
-  float (*row_max)(const float*, std::int64_t);
-  float (*exp_shifted_sum)(float*, std::int64_t, float);
-};
-#define WF_FLOAT_ROW_KERNELS(name, lanes, isa)                                                                \
-  WF_SIMD_TARGET(isa) float row_max_##name(const float* x, std::int64_t n) { return row_max_lanes<lanes>(x, n); } \
-  WF_SIMD_TARGET(isa) float exp_shifted_sum_##name(float* x, std::int64_t n, float shift) {                    \
-    return exp_shifted_sum_lanes<lanes>(x, n, shift);                                                         \
-  }                                                                                                           \
-  constexpr FloatRowKernels kFloatRows_##name{row_max_##name, exp_shifted_sum_##name};
-WF_SIMD_FOR_EACH_ISA(WF_FLOAT_ROW_KERNELS)
-#undef WF_FLOAT_ROW_KERNELS
-
-const FloatRowKernels& float_rows() {
-  static const FloatRowKernels kernels = WF_SIMD_PICK(kFloatRows_);
-  return kernels;
-}
-
-float row_max(const float* x, std::int64_t n) { return float_rows().row_max(x, n); }
-float exp_shifted_sum(float* x, std::int64_t n, float shift) { return float_rows().exp_shifted_sum(x, n, shift); }
-float exp_bounded(float x) { return exp_bounded<4>(splat<4>(x))[0]; }
+// ---- float rows ------------------------------------------------------------------------------
+// The exponentials are the largest cost after the GEMMs: the f32 rows use the SIMD primitives of
+// kernels/cpu/softmax.h (compiled per ISA, kernels/cpu/simd.h).
+float row_max(const float* x, std::int64_t n) { return row_max_f32(x, n); }
+float exp_shifted_sum(float* x, std::int64_t n, float shift) { return exp_shifted_sum_f32(x, n, shift, x); }
+float exp_bounded(float x) { return simd::exp_bounded<4>(simd::splat<4>(x))[0]; }
 
 // f64 is the accuracy path (gradient checks), not the speed path: plain loops and the libm exp.
 double exp_bounded(double x) { return std::exp(x); }

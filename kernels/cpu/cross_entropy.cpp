@@ -1,6 +1,7 @@
 #include "kernels/cpu/cross_entropy.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cpu/softmax.h"
 #include "wallfacer/core/error.h"
@@ -80,10 +81,14 @@ void cross_entropy_backward(std::int64_t rows, std::int64_t vocab, const T* logi
     // overwrite its logit (dlogits may alias logits): when the model is confident, p - 1 is a
     // small difference of numbers near 1 that float would round away.
     const double target_grad = std::expm1(static_cast<double>(xr[t]) - lse[r]) * scale;
-    // Each probability is exp(x - lse) <= 1, so the exponential runs in T (expf for float).
+    // Each probability is exp(x - lse) <= 1, so the exponential runs in T (SIMD for float).
     const T t_lse = lse[r];
     const T t_scale = static_cast<T>(scale);
-    for (std::int64_t j = 0; j < vocab; ++j) dr[j] = std::exp(xr[j] - t_lse) * t_scale;
+    if constexpr (std::is_same_v<T, float>) {
+      exp_shifted_sum_f32(xr, vocab, t_lse, dr, t_scale);
+    } else {
+      for (std::int64_t j = 0; j < vocab; ++j) dr[j] = std::exp(xr[j] - t_lse) * t_scale;
+    }
     dr[t] = static_cast<T>(target_grad);
   }
 }

@@ -111,6 +111,41 @@ template <int W>
   return copysign<W>((1.0f - e) / (1.0f + e), x);
 }
 
+// max_j x[j] over [0, n): -inf for n = 0; NaNs are skipped (as `x > m` comparisons do).
+template <int W>
+[[gnu::always_inline]] inline float row_max(const float* x, std::int64_t n) {
+  constexpr float kNegInf = -__builtin_inff();
+  FloatLanes<W> m = splat<W>(kNegInf);
+  std::int64_t j = 0;
+  for (; j + W <= n; j += W) {
+    const FloatLanes<W> v = load<W>(x + j);
+    m = v > m ? v : m;
+  }
+  const FloatLanes<W> tail = load<W>(x + j, n - j, kNegInf);
+  m = tail > m ? tail : m;
+  return horizontal<W>(m, [](float a, float b) { return a > b ? a : b; });
+}
+
+// out[j] = scale·exp(x[j] − shift) for j < n when out is not null (out may alias x); returns
+// Σ exp(x[j] − shift), summed in W lanes in a fixed order. Needs x[j] − shift <= 88.
+template <int W>
+[[gnu::always_inline]] inline float exp_shifted_sum(const float* x, std::int64_t n, float shift, float* out,
+                                                    float scale) {
+  FloatLanes<W> sum = splat<W>(0.0f);
+  std::int64_t j = 0;
+  for (; j + W <= n; j += W) {
+    const FloatLanes<W> e = exp_bounded<W>(load<W>(x + j) - shift);
+    if (out != nullptr) store<W>(out + j, e * scale);
+    sum += e;
+  }
+  if (j < n) {  // padding lanes hold -inf, whose exp is 0
+    const FloatLanes<W> e = exp_bounded<W>(load<W>(x + j, n - j, -__builtin_inff()) - shift);
+    if (out != nullptr) store<W>(out + j, e * scale, n - j);
+    sum += e;
+  }
+  return horizontal<W>(sum, [](float a, float b) { return a + b; });
+}
+
 }  // namespace wf::kernels::cpu::simd
 
 namespace wf::kernels::cpu::simd {

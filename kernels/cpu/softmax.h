@@ -30,6 +30,14 @@ double row_sum_exp(std::int64_t cols, const T* x, double shift, T* exps);
 template <typename T>
 double row_logsumexp(std::int64_t cols, const T* x);
 
+// The f32 row primitives behind row_max<float> and row_sum_exp<float>, SIMD per ISA
+// (kernels/cpu/simd.h); the attention and cross-entropy kernels call them in their inner loops.
+// row_max_f32: -inf for n = 0. exp_shifted_sum_f32: out[j] = scale·exp(x[j] − shift) when out
+// is not null (out may alias x); returns Σ exp(x[j] − shift) summed in float, for
+// x[j] − shift <= 88 and a finite shift.
+float row_max_f32(const float* x, std::int64_t n);
+float exp_shifted_sum_f32(const float* x, std::int64_t n, float shift, float* out, float scale = 1.0f);
+
 // ---- kernels ------------------------------------------------------------------------------
 
 // y = softmax(x) row by row. y may alias x.
