@@ -4,8 +4,8 @@
 // beside OpenBLAS sgemm measured in the same run at the model's MLP shape. scripts/bench-gpt.sh
 // runs it at GPT-2 124M shapes and at the tiny preset next to PyTorch (scripts/bench_gpt_torch.py).
 //
-// --profile adds a rough split of the step: every matmul shape of the model timed alone with our
-// GEMM (×3: forward, input grad, weight grad), the attention kernel timed alone (forward +
+// --profile adds a rough split of the step: every matmul of the model timed alone with our GEMM
+// (forward, input grad and weight grad of each linear), the attention kernel timed alone (forward +
 // backward), and the rest (norms, GELU, embeddings, loss, AdamW, copies) as the remainder.
 #include <chrono>
 #include <cstdio>
@@ -82,14 +82,15 @@ struct Profile {
   double matmul = 0, attention = 0;  // seconds per step, each timed alone
 };
 
-// y[M, N] = x[M, K]·W[N, K]ᵀ as nn::Linear computes it, timed with our GEMM; its two backward
-// products have the same FLOPs, so a training step costs about 3× this.
+// The three products of one nn::Linear with x[M, K], W[N, K] as our GEMM computes them in a
+// training step: y = x·Wᵀ (forward), dx = dy·W and dW = dyᵀ·x (backward); median of 3 each.
 double linear_seconds(std::int64_t m, std::int64_t n, std::int64_t k) {
   Tensor x = Tensor::randn({m, k}), w = Tensor::randn({n, k}), y = Tensor::empty({m, n});
-  return median_seconds(2, [&] {
-    kernels::cpu::gemm<float>(false, true, m, n, k, 1.0f, x.data<float>(), k, w.data<float>(), k, 0.0f,
-                              y.data<float>(), n);
-  });
+  Tensor dx = Tensor::empty({m, k}), dw = Tensor::empty({n, k});
+  const float *X = x.data<float>(), *W = w.data<float>(), *DY = y.data<float>();
+  return median_seconds(3, [&] { kernels::cpu::gemm<float>(false, true, m, n, k, 1.0f, X, k, W, k, 0.0f, y.data<float>(), n); }) +
+         median_seconds(3, [&] { kernels::cpu::gemm<float>(false, false, m, k, n, 1.0f, DY, n, W, k, 0.0f, dx.data<float>(), k); }) +
+         median_seconds(3, [&] { kernels::cpu::gemm<float>(true, false, n, k, m, 1.0f, DY, n, X, k, 0.0f, dw.data<float>(), k); });
 }
 
 Profile profile(const models::GptOptions& g, const Options& o) {
@@ -97,7 +98,7 @@ Profile profile(const models::GptOptions& g, const Options& o) {
   Profile p;
   const double layer = linear_seconds(tokens, (g.n_head + 2 * g.n_kv_head) * hd, d) + linear_seconds(tokens, d, d) +
                        linear_seconds(tokens, g.d_ff, d) + linear_seconds(tokens, d, g.d_ff);
-  p.matmul = 3.0 * (static_cast<double>(g.n_layer) * layer + linear_seconds(tokens, g.vocab_size, d));
+  p.matmul = static_cast<double>(g.n_layer) * layer + linear_seconds(tokens, g.vocab_size, d);
 
   kernels::cpu::AttentionShape shape;
   shape.batch = o.batch;
@@ -110,7 +111,7 @@ Profile profile(const models::GptOptions& g, const Options& o) {
   Tensor q = Tensor::randn(qs), k = Tensor::randn(ks), v = Tensor::randn(ks), d_o = Tensor::randn(qs);
   Tensor out = Tensor::empty(qs), lse = Tensor::empty({o.batch, g.n_head, o.seq});
   Tensor dq = Tensor::empty(qs), dk = Tensor::empty(ks), dv = Tensor::empty(ks);
-  const double attention = median_seconds(2, [&] {
+  const double attention = median_seconds(3, [&] {
     kernels::cpu::attention_forward<float>(shape, q.data<float>(), k.data<float>(), v.data<float>(),
                                            out.data<float>(), lse.data<float>());
     kernels::cpu::attention_backward<float>(shape, q.data<float>(), k.data<float>(), v.data<float>(),
@@ -189,9 +190,12 @@ int run(const Options& o) {
               static_cast<long long>(tokens), static_cast<long long>(g.d_ff), static_cast<long long>(g.d_model), sgemm,
               threads, sgemm * threads, gflops / (sgemm * threads));
   if (o.profile) {
-    std::printf("rough profile per step: matmuls %.1f ms (each shape timed alone, x3), attention %.1f ms (kernel "
-                "fwd+bwd alone), rest %.1f ms\n",
-                p.matmul * 1e3, p.attention * 1e3, (t.step - p.matmul - p.attention) * 1e3);
+    const double rest = t.step - p.matmul - p.attention;
+    std::printf("rough profile per step: matmuls %.1f ms (every product timed alone: forward, dx, dW), attention "
+                "%.1f ms (kernel fwd+bwd alone), rest %.1f ms%s\n",
+                p.matmul * 1e3, p.attention * 1e3, rest * 1e3,
+                rest < 0 ? " (negative: the parts timed alone took longer than the step; rerun on a quieter machine)"
+                         : "");
   }
   return kExitOk;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The tiny preset learns: `mpirun -np 4 wallfacer train configs/gpt-tiny.yaml` (dp 2 x sp 2,
-# WallFacer zigzag shards) on the KJV text, shortened to fit CI, must reach a validation loss
-# below the corpus's bigram entropy H(next byte | byte), computed here from the training split.
+# WallFacer zigzag shards) on the KJV text, with a schedule short enough for CI, must reach a
+# validation loss below the corpus's bigram entropy H(next byte | byte), computed here from the
+# training split.
 #
 # Why that threshold: the unigram entropy H(byte) (~3.05 nats on the KJV) is what a model that
 # ignores context can reach; the bigram entropy (~2.31 nats) is what the best model seeing ONE
@@ -37,10 +38,10 @@ PY
 )
 echo "corpus: unigram entropy $unigram nats, bigram entropy $bigram nats"
 
-steps="${WF_LEARNING_STEPS:-400}"
+# The preset's model, layout, batch and sequence length as they are; only the schedule is
+# shortened to fit CI: 300 steps (~4.5 min on the 2-core CI machine) at a higher peak lr.
+steps="${WF_LEARNING_STEPS:-300}"
 "$mpiexec" -np 4 "$@" "$exe" train "$root/configs/gpt-tiny.yaml" --no-resume \
-  --set model.n_layer=2 --set model.d_model=128 --set model.d_ff=512 \
-  --set train.seq_len=128 --set train.micro_batch_size=4 --set train.global_batch_size=8 \
   --set train.steps="$steps" --set train.warmup_steps=20 --set train.lr="${WF_LEARNING_LR:-2e-3}" --set train.min_lr=2e-4 \
   --set train.log_every=25 --set train.eval_every="$steps" --set train.eval_batches=4 \
   --set data.train_path="$work/kjv/train.bin" --set data.val_path="$work/kjv/val.bin" \
