@@ -14,9 +14,11 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/cpu/simd.h"
 #include "src/cli/commands.h"
 #include "wallfacer/build_info.h"
 #include "wallfacer/core/cuda_info.h"
+#include "wallfacer/core/storage.h"
 #include "wallfacer/core/threading.h"
 
 namespace wf::cli {
@@ -74,6 +76,9 @@ Json collect_info() {
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   info["openblas_coretype"] = coretype ? Json(coretype) : Json();
   info["openmp_threads"] = num_threads();
+  const int lanes = kernels::cpu::simd::lanes();
+  info["cpu_simd"] = lanes == 16 ? "avx512 (16 f32 lanes)" : lanes == 8 ? "avx2 (8 f32 lanes)" : "128-bit (4 f32 lanes)";
+  info["host_memory_cache_limit_bytes"] = memory_cache_limit();
   info["mpi_library"] = mpi_library_version();
   info["cuda"] = cuda_facts();
   return info;

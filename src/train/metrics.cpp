@@ -37,6 +37,7 @@ std::string to_json(const StepMetrics& m) {
   j["collective_bytes"] = m.collective_bytes;
   j["bytes_by_group"] = m.bytes_by_group;
   j["peak_mem_bytes"] = m.peak_mem_bytes;
+  j["cached_mem_bytes"] = m.cached_mem_bytes;
   j["elapsed_s"] = m.elapsed_seconds;
   return j.dump();
 }

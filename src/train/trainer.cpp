@@ -265,7 +265,9 @@ void Trainer::log_step(const StepResult& result, double val_loss) {
   }
   m.p2p_bytes = static_cast<std::int64_t>(total_sent_since(now.p2p, interval_.traffic.p2p) / steps);
   m.collective_bytes = static_cast<std::int64_t>(total_sent_since(now.collectives, interval_.traffic.collectives) / steps);
-  m.peak_mem_bytes = memory_stats().peak_bytes;
+  const MemoryStats memory = memory_stats();
+  m.peak_mem_bytes = memory.peak_bytes;
+  m.cached_mem_bytes = memory.cached_bytes;
   m.elapsed_seconds = run_seconds_;
   if (metrics_) metrics_->write(m);
   log::info("{}", progress_line(m));

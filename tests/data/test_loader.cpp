@@ -35,16 +35,9 @@ Tokens read_tokens(const TokenSource& source, std::int64_t start, std::int64_t c
 
 LoaderOptions options_of(std::int64_t N, std::int64_t mbs, std::int64_t ga, int dp, int dp_rank,
                          SpShard shard = {}, std::uint64_t seed = 7) {
-  LoaderOptions o;
-  o.seq_len = N;
-  o.micro_batch_size = mbs;
-  o.grad_accum_steps = ga;
-  o.dp_size = dp;
-  o.dp_rank = dp_rank;
-  o.shard = shard;
-  if (o.shard.seq_len == 0) o.shard.seq_len = N;
-  o.seed = seed;
-  return o;
+  if (shard.seq_len == 0) shard.seq_len = N;
+  return {.seq_len = N, .micro_batch_size = mbs, .grad_accum_steps = ga, .dp_size = dp, .dp_rank = dp_rank,
+          .shard = shard, .seed = seed};
 }
 
 // The samples (window indices) a loader's stream holds at [first, first + n).

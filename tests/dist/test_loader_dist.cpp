@@ -36,15 +36,8 @@ ParallelConfig dp_sp(int dp, int sp, int C, wf::comm::Placement placement = wf::
 }
 
 LoaderOptions options_of(std::int64_t N, int dp, int dp_rank, wf::parallel::SpShard shard) {
-  LoaderOptions o;
-  o.seq_len = N;
-  o.micro_batch_size = kMicroBatch;
-  o.grad_accum_steps = kGradAccum;
-  o.dp_size = dp;
-  o.dp_rank = dp_rank;
-  o.shard = shard;
-  o.seed = 2024;
-  return o;
+  return {.seq_len = N, .micro_batch_size = kMicroBatch, .grad_accum_steps = kGradAccum, .dp_size = dp,
+          .dp_rank = dp_rank, .shard = shard, .seed = 2024};
 }
 
 void check_layout(const ParallelConfig& config) {

@@ -41,6 +41,25 @@ if ! diff <(losses "$work/a/metrics.jsonl") <(losses "$work/b/metrics.jsonl"); t
 fi
 echo "resumed losses are bit-identical over $(losses "$work/a/metrics.jsonl" | wc -l) logged steps"
 
+echo "== metrics.jsonl carries the keys other tools read, with plausible values"
+python3 - "$work/a/metrics.jsonl" <<'PY'
+import json, math, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert [j["step"] for j in lines] == list(range(1, 21)), "one line per step (log_every 1)"
+number = (int, float)
+for j in lines:
+    for key in ("loss", "lr", "grad_norm", "tokens_per_s", "flops_per_s", "mfu", "step_s", "elapsed_s"):
+        assert isinstance(j[key], number) and math.isfinite(j[key]) and j[key] >= 0, (j["step"], key, j.get(key))
+    assert j["loss"] > 0 and j["tokens_per_s"] > 0, j
+    # dp 2 x sp 2: the K/V ring sends point to point, the gradient all-reduce is a collective.
+    for key in ("p2p_bytes", "collective_bytes", "peak_mem_bytes"):
+        assert isinstance(j[key], int) and j[key] > 0, (j["step"], key, j.get(key))
+    assert isinstance(j["cached_mem_bytes"], int) and j["cached_mem_bytes"] >= 0, j
+    assert j["bytes_by_group"]["sp.ring"] > 0 and j["bytes_by_group"]["dp_sp"] > 0, j["bytes_by_group"]
+    assert ("val_loss" in j) == (j["step"] % 5 == 0 or j["step"] == 20), (j["step"], "val_loss every 5 steps")
+print(f"metrics: {len(lines)} lines, every required key present")
+PY
+
 echo "== a corrupted newest checkpoint is detected and the previous one is used"
 newest="$work/b/checkpoints/step-00000020/model.safetensors"
 printf '\x55' | dd of="$newest" bs=1 seek=200 conv=notrunc status=none

@@ -22,6 +22,7 @@ struct StepMetrics {
   std::int64_t collective_bytes = 0;  // bytes this rank sent in collectives per step
   std::map<std::string, std::int64_t> bytes_by_group;  // bytes sent per step, by group name
   std::int64_t peak_mem_bytes = 0;    // peak bytes held in tensors on this rank so far
+  std::int64_t cached_mem_bytes = 0;  // freed bytes the caching allocator keeps for reuse, now
   double elapsed_seconds = 0;         // since the run (or the resume) started
   double val_loss = -1;               // < 0: not evaluated at this step
 };
