@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "wallfacer/core/error.h"
 
@@ -131,7 +133,17 @@ CachingAllocator& allocator() {
 
 }  // namespace
 
-HostBlock cpu_allocate(std::size_t nbytes) { return allocator().allocate(nbytes); }
+HostBlock cpu_allocate(std::size_t nbytes) {
+  const HostBlock block = allocator().allocate(nbytes);
+  // Debugging aid: every new block filled with 0xFF bytes (NaN floats, -1 integers), so that code
+  // reading memory it never wrote fails loudly instead of seeing zeros or stale values.
+  static const bool poison = [] {
+    const char* env = std::getenv("WF_CPU_ALLOC_POISON");
+    return env != nullptr && std::string_view(env) == "1";
+  }();
+  if (poison) std::memset(block.data, 0xFF, nbytes);
+  return block;
+}
 void cpu_release(HostBlock block) { allocator().release(block); }
 CpuCacheStats cpu_cache_stats() { return allocator().stats(); }
 void cpu_empty_cache() { allocator().empty(); }

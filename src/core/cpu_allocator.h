@@ -16,7 +16,8 @@
 //
 // Address-sanitizer builds start with the cache off, so that a use after free still touches
 // freed memory and is reported. WF_CPU_CACHE_MB=<n> sets the limit at startup (0 turns the
-// cache off).
+// cache off). WF_CPU_ALLOC_POISON=1 fills every new block with 0xFF bytes (NaN floats): with it,
+// code that reads tensor memory it never wrote fails its tests (tests/CMakeLists.txt runs a pass).
 #include <cstddef>
 #include <cstdint>
 
