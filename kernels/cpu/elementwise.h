@@ -43,8 +43,10 @@ void bias_residual_add(std::int64_t rows, std::int64_t cols, const T* x, const T
 // GELU, tanh approximation as in GPT-2: y = x/2 · (1 + tanh(√(2/π)·(x + 0.044715·x³))).
 template <class T>
 void gelu_forward(std::int64_t n, const T* x, T* y);
+// dx = dy · gelu'(x). In f32, |x| > ~1e19 gives NaN (x² overflows in the derivative's formula),
+// as the scalar formula does.
 template <class T>
-void gelu_backward(std::int64_t n, const T* x, const T* dy, T* dx);  // dx = dy · gelu'(x)
+void gelu_backward(std::int64_t n, const T* x, const T* dy, T* dx);
 
 // SiLU (swish): y = x·σ(x).
 template <class T>

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/simd.h"
 #include "wallfacer/core/error.h"
@@ -12,8 +13,6 @@
 namespace wf::kernels::cpu {
 namespace {
 
-// Optimizer updates touch four arrays per element; below this they are not worth threading.
-constexpr std::int64_t kParallelElements = std::int64_t{1} << 14;
 
 // The same validation as torch.optim.AdamW's constructor, plus the step count.
 void check_adamw(const char* who, std::int64_t n, const AdamWParams& p) {
@@ -97,15 +96,15 @@ void adamw_step(std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_
                 const AdamWParams& p) {
   check_adamw("adamw_step", n, p);
   const AdamWScalars<T> s(p);
-  const std::int64_t blocks = (n + kAdamWBlock - 1) / kAdamWBlock;
-#pragma omp parallel for schedule(static) if (n > kParallelElements)
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::int64_t begin = b * kAdamWBlock, count = std::min(kAdamWBlock, n - begin);
-    if constexpr (std::is_same_v<T, float>) {
-      adamw_float_span()(count, param + begin, grad + begin, exp_avg + begin, exp_avg_sq + begin, s);
-    } else {
-      adamw_span<T>(count, param + begin, grad + begin, exp_avg + begin, exp_avg_sq + begin, s);
-    }
+  if constexpr (std::is_same_v<T, float>) {
+    const AdamWFloatSpan span = adamw_float_span();  // picked outside the parallel region
+    parallel_for_blocks(n, kAdamWBlock, [&](std::int64_t b, std::int64_t e) {
+      span(e - b, param + b, grad + b, exp_avg + b, exp_avg_sq + b, s);
+    });
+  } else {
+    parallel_for_blocks(n, kAdamWBlock, [&](std::int64_t b, std::int64_t e) {
+      adamw_span<T>(e - b, param + b, grad + b, exp_avg + b, exp_avg_sq + b, s);
+    });
   }
 }
 

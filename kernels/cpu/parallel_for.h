@@ -28,7 +28,7 @@ void parallel_for_rows(std::int64_t rows, std::int64_t cols, F f) {
 template <class F>
 void parallel_for_blocks(std::int64_t n, std::int64_t block, F f) {
   const std::int64_t blocks = (n + block - 1) / block;
-#pragma omp parallel for schedule(static) if (n > kParallelElements)
+#pragma omp parallel for schedule(static) if (blocks > 1 && n > kParallelElements)
   for (std::int64_t b = 0; b < blocks; ++b) f(b * block, b + 1 < blocks ? (b + 1) * block : n);
 }
 

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "wallfacer/core/error.h"
+#include "wallfacer/core/log.h"
 
 namespace wf::kernels::cpu::simd {
 namespace {
@@ -17,6 +17,8 @@ int supported_lanes() {
   return 4;
 }
 
+// An unknown value is reported and ignored rather than thrown: the first kernel to ask may run
+// inside an OpenMP region, where an exception would terminate the process.
 int requested_lanes() {
   const char* env = std::getenv("WF_CPU_ISA");
   if (env == nullptr || *env == '\0') return 16;
@@ -24,8 +26,10 @@ int requested_lanes() {
   if (isa == "avx512") return 16;
   if (isa == "avx2") return 8;
   if (isa == "sse2") return 4;
-  WF_FAIL("WF_CPU_ISA='{}' is not an ISA level; use avx512, avx2 or sse2 (or unset it for the widest the CPU runs)",
-           isa);
+  log::warn("ignoring WF_CPU_ISA='{}': not an ISA level; use avx512, avx2 or sse2 (or unset it for the widest the CPU "
+            "runs)",
+            isa);
+  return 16;
 }
 
 }  // namespace

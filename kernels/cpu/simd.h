@@ -121,8 +121,10 @@ template <int W>
     const FloatLanes<W> v = load<W>(x + j);
     m = v > m ? v : m;
   }
-  const FloatLanes<W> tail = load<W>(x + j, n - j, kNegInf);
-  m = tail > m ? tail : m;
+  if (j < n) {  // padding lanes hold -inf
+    const FloatLanes<W> tail = load<W>(x + j, n - j, kNegInf);
+    m = tail > m ? tail : m;
+  }
   return horizontal<W>(m, [](float a, float b) { return a > b ? a : b; });
 }
 
@@ -151,7 +153,7 @@ template <int W>
 namespace wf::kernels::cpu::simd {
 // Lanes of the widest kernels to run: 16 (AVX-512F), 8 (AVX2 + FMA) or 4, as the CPU supports,
 // capped by the environment variable WF_CPU_ISA=avx512|avx2|sse2 (read once; tests use it to run
-// every variant on one machine). An unknown WF_CPU_ISA value is an error.
+// every variant on one machine). An unknown WF_CPU_ISA value is reported with a warning and ignored.
 int lanes();
 }  // namespace wf::kernels::cpu::simd
 

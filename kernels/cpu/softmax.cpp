@@ -37,12 +37,12 @@ WF_SIMD_FOR_EACH_ISA(WF_FLOAT_ROW_KERNELS)
 #undef WF_FLOAT_ROW_KERNELS
 
 const FloatRowKernels& float_rows() {
-  static const FloatRowKernels kernels = WF_SIMD_PICK(kFloatRows_);
+  static const FloatRowKernels kernels = WF_SIMD_PICK(kFloatRows_);  // lanes() never throws
   return kernels;
 }
 
 // Float exps are summed in float lanes over runs this long, and the runs in double: the sum of
-// a 50k-entry vocabulary row stays within ~1e-7 relative.
+// a 50k-entry vocabulary row stays within ~1e-6 relative (5e-7 measured).
 constexpr std::int64_t kFloatSumRun = 1024;
 }  // namespace
 

@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -28,20 +31,45 @@ bool address_sanitizer_build() {
   return false;
 }
 
-// Half the machine's memory: the cache only ever holds blocks the process had live at once, so
-// the limit matters only when block sizes keep changing (e.g. sampling with a growing context).
+// A positive whole number from a file such as a cgroup's memory.max ("max" and errors: 0).
+std::size_t number_in_file(const char* path) {
+  std::ifstream in(path);
+  unsigned long long value = 0;
+  return (in >> value) ? static_cast<std::size_t>(value) : 0;
+}
+
+// The memory this process may use: the machine's, or its cgroup's limit when lower (containers,
+// Slurm), shared by the ranks on this node when an MPI launcher says how many there are.
+std::size_t memory_share() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  std::size_t total = pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
+                                            : std::size_t{2} << 30;
+  for (const char* limit_file : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    const std::size_t limit = number_in_file(limit_file);
+    if (limit > 0 && limit < total) total = limit;
+  }
+  for (const char* ranks_var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    if (const char* env = std::getenv(ranks_var)) {
+      const long ranks = std::strtol(env, nullptr, 10);
+      if (ranks > 1) return total / static_cast<std::size_t>(ranks);
+    }
+  }
+  return total;
+}
+
+// Half of this process's share of memory, or WF_CPU_CACHE_MB. (The cache is further held to
+// twice the most bytes ever live at once, see release().)
 std::size_t default_limit() {
   if (const char* env = std::getenv("WF_CPU_CACHE_MB")) {
+    constexpr unsigned long long kMaxMb = std::numeric_limits<std::size_t>::max() >> 20;
     char* end = nullptr;
     const unsigned long long mb = std::strtoull(env, &end, 10);
-    WF_CHECK(end != env && *end == '\0', "WF_CPU_CACHE_MB must be a whole number of MiB (0 turns the cache off), got '{}'",
-             env);
+    WF_CHECK(*env >= '0' && *env <= '9' && *end == '\0' && mb <= kMaxMb,
+             "WF_CPU_CACHE_MB must be a whole number of MiB up to {} (0 turns the cache off), got '{}'", kMaxMb, env);
     return static_cast<std::size_t>(mb) << 20;
   }
   if (address_sanitizer_build()) return 0;
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) / 2
-                               : std::size_t{1} << 30;
+  return memory_share() / 2;
 }
 
 class CachingAllocator {
@@ -57,6 +85,7 @@ class CachingAllocator {
         cached_bytes_ -= it->first;
         free_.erase(it);
         ++hits_;
+        count_live(block.size);
         return block;
       }
     }
@@ -66,18 +95,23 @@ class CachingAllocator {
       data = std::aligned_alloc(kTensorAlignment, size);
     }
     WF_CHECK(data != nullptr, "out of memory allocating {} bytes of host memory", nbytes);
+    std::lock_guard lock(mutex_);
+    count_live(size);
     return {data, size};
   }
 
+  // Caches the block unless that would hold more than min(limit, 2 × the most bytes ever live):
+  // a training step's blocks all fit (some are live at different times, hence the 2), while a run
+  // whose sizes keep changing cannot pile up blocks it will never reuse.
   void release(HostBlock block) {
-    if (block.size >= kMinCachedBytes) {
-      std::lock_guard lock(mutex_);
-      if (block.size <= limit_) {
-        while (cached_bytes_ + block.size > limit_) evict_largest();
-        free_.emplace(block.size, block.data);
-        cached_bytes_ += block.size;
-        return;
-      }
+    std::lock_guard lock(mutex_);
+    live_ -= block.size;
+    const std::size_t cap = std::min(limit_, 2 * peak_live_);
+    if (block.size >= kMinCachedBytes && block.size <= cap) {
+      while (cached_bytes_ + block.size > cap) evict_largest();
+      free_.emplace(block.size, block.data);
+      cached_bytes_ += block.size;
+      return;
     }
     std::free(block.data);
   }
@@ -111,6 +145,11 @@ class CachingAllocator {
     return lines >= kMinCachedBytes ? round_up(lines, 4096) : lines;
   }
 
+  void count_live(std::size_t size) {  // mutex_ held
+    live_ += size;
+    peak_live_ = std::max(peak_live_, live_);
+  }
+
   void evict_largest() {  // mutex_ held
     const auto last = std::prev(free_.end());
     std::free(last->second);
@@ -121,6 +160,7 @@ class CachingAllocator {
   std::mutex mutex_;
   std::multimap<std::size_t, void*> free_;  // block size -> block
   std::size_t cached_bytes_ = 0;
+  std::size_t live_ = 0, peak_live_ = 0;  // bytes of blocks handed out now, and at most
   std::int64_t hits_ = 0;
   std::size_t limit_ = default_limit();
 };

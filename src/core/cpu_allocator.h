@@ -10,14 +10,18 @@
 //
 // Blocks of at least kMinCachedBytes are cached; smaller ones go straight to malloc, whose
 // arenas already reuse them. A freed block serves a later request of its size down to 7/8 of
-// it (bounded waste, never a split). The cache holds at most limit() bytes; when a new block
-// would push it over, the largest cached blocks are released first. An allocation that fails
-// releases the whole cache and retries before reporting out-of-memory.
+// it (bounded waste, never a split). The cache holds at most min(limit(), 2 × the most bytes
+// ever handed out at once); when a freed block would push it over, the largest cached blocks
+// are released first. An allocation that fails releases the whole cache and retries before
+// reporting out-of-memory.
 //
-// Address-sanitizer builds start with the cache off, so that a use after free still touches
-// freed memory and is reported. WF_CPU_CACHE_MB=<n> sets the limit at startup (0 turns the
-// cache off). WF_CPU_ALLOC_POISON=1 fills every new block with 0xFF bytes (NaN floats): with it,
-// code that reads tensor memory it never wrote fails its tests (tests/CMakeLists.txt runs a pass).
+// limit() defaults to half of this process's share of memory: the machine's, or its cgroup's
+// limit when lower, divided by the ranks on the node when the MPI launcher says how many
+// (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS). WF_CPU_CACHE_MB=<n> sets it instead (0 turns
+// the cache off). Address-sanitizer builds start with the cache off, so that a use after free
+// still touches freed memory and is reported. WF_CPU_ALLOC_POISON=1 fills every new block with
+// 0xFF bytes (NaN floats): with it, code that reads tensor memory it never wrote fails its tests
+// (tests/CMakeLists.txt runs a pass).
 #include <cstddef>
 #include <cstdint>
 

@@ -244,6 +244,14 @@ void Tensor::copy_(const Tensor& src) {
   WF_CHECK(src.shape() == shape(), "copy_: source shape {} does not match destination shape {}", shape_str(src.shape()),
            shape_str(shape()));
   WF_CHECK(src.device() == device(), "copy_: source on {} but destination on {}", src.device().str(), device().str());
+  // The copy runs in parallel blocks, so partly overlapping views of one storage would race.
+  const auto* dst_begin = static_cast<const char*>(raw_data());
+  const auto* src_begin = static_cast<const char*>(src.raw_data());
+  if (dst_begin == src_begin && dtype() == src.dtype()) return;  // copying a tensor onto itself
+  const std::size_t dst_bytes = static_cast<std::size_t>(numel()) * dtype_size(dtype());
+  const std::size_t src_bytes = static_cast<std::size_t>(numel()) * dtype_size(src.dtype());
+  WF_CHECK(numel() == 0 || dst_begin + dst_bytes <= src_begin || src_begin + src_bytes <= dst_begin,
+           "copy_: source and destination overlap in memory (views of one storage); copy from src.clone() instead");
   convert(src.raw_data(), src.dtype(), raw_data(), dtype(), numel());
 }
 

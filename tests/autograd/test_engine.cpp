@@ -77,6 +77,30 @@ TEST_CASE("a node reached by several gradients, two of them one aliased tensor, 
   require_close(x.grad(), scale(add_scalar(scale(x, 4.0), 5.0), 2.0).detach(), 1e-14, 1e-14);
 }
 
+TEST_CASE("leaves never share gradient memory with each other or with the caller", "[autograd][engine]") {
+  // A leaf adopts its incoming gradient only when nothing else can reach it. add's backward hands
+  // one tensor to both inputs: the two leaves must still end up with separate gradients.
+  Tensor x = random_leaf({6}, 5), y = random_leaf({6}, 6);
+  sum(add(x, y)).backward();
+  REQUIRE(x.grad().data<double>() != y.grad().data<double>());
+  Tensor xg = x.grad();
+  xg.fill_(7.0);
+  CHECK(y.grad().at(0) == 1.0);
+
+  // A gradient passed in by the caller stays the caller's.
+  Tensor z = random_leaf({3}, 7);
+  Tensor g = Tensor::ones({3}, DType::f64);
+  z.backward(g);
+  g.fill_(5.0);
+  CHECK(z.grad().at(1) == 1.0);
+
+  // An adopted gradient keeps accumulating across backward calls: d/dw Σ w² twice = 4w.
+  Tensor w = random_leaf({4}, 8);
+  sum(mul(w, w)).backward();
+  sum(mul(w, w)).backward();
+  require_close(w.grad(), scale(w, 4.0).detach(), 1e-15, 1e-15);
+}
+
 TEST_CASE("gradients accumulate into a leaf across backward calls", "[autograd][engine]") {
   Tensor x = random_leaf({3}, 3);
   sum(scale(x, 2.0)).backward();

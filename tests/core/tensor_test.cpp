@@ -148,6 +148,38 @@ TEST_CASE("clone, copy_ and fill_", "[core]") {
   CHECK(values_of(z) == std::vector<double>(6, 0.0));
 }
 
+TEST_CASE("large fill_, copy_ and dtype conversions are split over threads and cover every element", "[core]") {
+  // Sizes around the 65536-element blocks of the parallel copy: one short, exact, one over, and
+  // several blocks with a partial last one.
+  for (const std::int64_t n : {std::int64_t{65535}, std::int64_t{65536}, std::int64_t{65537}, std::int64_t{3 * 65536 + 7}}) {
+    CAPTURE(n);
+    Tensor a = Tensor::empty({n}, DType::f32);
+    a.fill_(2.5);
+    Tensor ramp = Tensor::arange(0, static_cast<double>(n));  // f32, exact up to 2^24
+    Tensor copied = Tensor::empty({n}, DType::f32);
+    copied.copy_(ramp);
+    const Tensor widened = ramp.to(DType::f64), narrowed = widened.to(DType::f32);
+    bool ok = true;
+    for (std::int64_t i = 0; i < n; ++i) {
+      ok = ok && a.data<float>()[i] == 2.5f && copied.data<float>()[i] == float(i) &&
+           widened.data<double>()[i] == double(i) && narrowed.data<float>()[i] == float(i);
+    }
+    CHECK(ok);
+  }
+}
+
+TEST_CASE("copy_ between partly overlapping views is refused; onto itself it is a no-op", "[core]") {
+  const Tensor base = Tensor::arange(0, 10);
+  Tensor head = base.slice0(0, 6);
+  const Tensor tail = base.slice0(4, 10);
+  REQUIRE_THROWS_WITH(head.copy_(tail), Contains("overlap"));
+  head.copy_(head);
+  CHECK(base.at(5) == 5);
+  Tensor front = base.slice0(0, 4);
+  front.copy_(base.slice0(6, 10));  // disjoint views of one storage are fine
+  CHECK(base.at(0) == 6);
+}
+
 TEST_CASE("element access by flat index and by coordinates", "[core]") {
   Tensor t = Tensor::zeros({2, 3}, DType::i64);
   t.set({1, 2}, 7);
