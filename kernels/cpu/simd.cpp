@@ -1,4 +1,4 @@
-#include "kernels/cpu/simd.h"
+#include "kernels/cpu/simd_dispatch.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/simd_dispatch.h"
+
 namespace wf::kernels::cpu::simd {
 
 // (Explicit specialisations: GCC drops vector_size on a dependent alias template.)
@@ -149,25 +151,3 @@ template <int W>
 }
 
 }  // namespace wf::kernels::cpu::simd
-
-namespace wf::kernels::cpu::simd {
-// Lanes of the widest kernels to run: 16 (AVX-512F), 8 (AVX2 + FMA) or 4, as the CPU supports,
-// capped by the environment variable WF_CPU_ISA=avx512|avx2|sse2 (read once; tests use it to run
-// every variant on one machine). An unknown WF_CPU_ISA value is reported with a warning and ignored.
-int lanes();
-}  // namespace wf::kernels::cpu::simd
-
-// WF_SIMD_FOR_EACH_ISA(M) expands M(name, lanes, target) once per ISA the build can target, with
-// name w4 / w8 / w16; WF_SIMD_TARGET(target) marks a function to compile for that ISA.
-// WF_SIMD_PICK(prefix) chooses prefix##w16, prefix##w8 or prefix##w4 as simd::lanes() says.
-#if defined(__x86_64__)
-#define WF_SIMD_TARGET(isa) [[gnu::target(isa)]]
-#define WF_SIMD_FOR_EACH_ISA(M) M(w4, 4, "sse2") M(w8, 8, "avx2,fma") M(w16, 16, "avx512f")
-#define WF_SIMD_PICK(prefix)                                     \
-  (::wf::kernels::cpu::simd::lanes() == 16  ? prefix##w16        \
-   : ::wf::kernels::cpu::simd::lanes() == 8 ? prefix##w8 : prefix##w4)
-#else
-#define WF_SIMD_TARGET(isa)
-#define WF_SIMD_FOR_EACH_ISA(M) M(w4, 4, "")
-#define WF_SIMD_PICK(prefix) prefix##w4
-#endif

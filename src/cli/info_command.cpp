@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/cpu/simd.h"
+#include "kernels/cpu/simd_dispatch.h"
 #include "src/cli/commands.h"
 #include "wallfacer/build_info.h"
 #include "wallfacer/core/cuda_info.h"
