@@ -5,13 +5,12 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/parallel_for.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::kernels::cpu {
 namespace {
 
-// Below ~32k input elements a reduction takes microseconds: stay on one thread.
-constexpr std::int64_t kParallelElements = std::int64_t{1} << 15;
 // Output columns accumulated together when the innermost dim is kept: long enough to stream
 // whole cache lines of each input row, short enough for the double accumulators to stay in L1.
 constexpr std::int64_t kColumnBlock = 128;

@@ -14,6 +14,9 @@
 
 namespace wf::nn::testing {
 
+// Seeded standard-normal f64 values of the given shape.
+inline Tensor randn64(const Shape& shape, std::uint64_t seed) { return Tensor::randn_at(shape, seed, 0, DType::f64); }
+
 // max |a − b| over all elements (shapes must match).
 inline double max_abs_diff(const Tensor& a, const Tensor& b) {
   REQUIRE(a.shape() == b.shape());

@@ -20,10 +20,9 @@ using wf::Tensor;
 using namespace wf::nn;
 using wf::nn::testing::check_module_gradients;
 using wf::nn::testing::max_abs_diff;
+using wf::nn::testing::randn64;
 
 namespace {
-
-Tensor randn64(const wf::Shape& shape, std::uint64_t seed) { return Tensor::randn_at(shape, seed, 0, DType::f64); }
 
 Tensor positions_of(const std::vector<std::int64_t>& p) {
   return Tensor::from_vector<std::int64_t>(p, {static_cast<std::int64_t>(p.size())});

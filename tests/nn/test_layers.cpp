@@ -15,12 +15,7 @@ using wf::Tensor;
 using namespace wf::nn;
 using wf::nn::testing::check_module_gradients;
 using wf::nn::testing::max_abs_diff;
-
-namespace {
-
-Tensor randn64(const wf::Shape& shape, std::uint64_t seed) { return Tensor::randn_at(shape, seed, 0, DType::f64); }
-
-}  // namespace
+using wf::nn::testing::randn64;
 
 TEST_CASE("Linear: shapes, bias-free variant and gradients", "[nn]") {
   Linear linear(3, 4, true, 1);
