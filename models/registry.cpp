@@ -1,9 +1,13 @@
+// The model registry, and the parts of the Model interface every model shares.
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <map>
 #include <mutex>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/models/model.h"
+#include "wallfacer/nn/self_attention.h"
 
 namespace wf::models {
 namespace {
@@ -21,6 +25,42 @@ std::mutex& registry_mutex() {
 
 }  // namespace
 
+Batch& Batch::set(std::string name, Tensor tensor) {
+  tensors_.insert_or_assign(std::move(name), std::move(tensor));
+  return *this;
+}
+
+const Tensor& Batch::at(std::string_view name) const {
+  const auto it = tensors_.find(name);
+  WF_CHECK(it != tensors_.end(), "batch: the model needs a tensor '{}', but the batch holds only {}", name,
+           tensors_.empty() ? std::string("nothing") : fmt::format("{}", fmt::join(names(), ", ")));
+  return it->second;
+}
+
+std::vector<std::string> Batch::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, tensor] : tensors_) out.push_back(name);
+  return out;
+}
+
+Batch token_batch(Tensor tokens, Tensor targets, Tensor positions) {
+  Batch batch;
+  batch.set("tokens", std::move(tokens)).set("targets", std::move(targets)).set("positions", std::move(positions));
+  return batch;
+}
+
+Batch token_batch(const data::Batch& batch) { return token_batch(batch.inputs, batch.targets, batch.positions); }
+
+Tensor Model::logits(const Tensor& /*ids*/, const Tensor& /*positions*/) {
+  WF_FAIL("model '{}' does not predict tokens (it has no logits), so it cannot generate text; wallfacer generate "
+          "serves language models such as gpt and llama",
+          name());
+}
+
+StageOutput Model::forward_stage(const Batch& batch, const Tensor& /*hidden*/) {
+  return {Tensor(), loss_sum(batch)};
+}
+
 parallel::SpAttentionConfig sp_attention_config(const config::RunConfig& config, bool causal) {
   parallel::SpAttentionConfig sp;
   sp.strategy = config.parallel.sp_strategy;
@@ -29,11 +69,26 @@ parallel::SpAttentionConfig sp_attention_config(const config::RunConfig& config,
   return sp;
 }
 
-void register_model(const std::string& name, ModelFactory factory) {
-  WF_CHECK(!name.empty() && factory != nullptr, "register_model: the name must be non-empty and the factory set");
+parallel::SpAttentionConfig sp_attention_config(const config::RunConfig& config) {
+  return sp_attention_config(config, config::model_facts(config).causal);
+}
+
+void install_sp_attention(Model& model, const config::RunConfig& config, comm::CommGrid& grid) {
+  if (config.parallel.sp <= 1) return;
+  nn::set_attention_strategy(model, parallel::make_sp_attention(sp_attention_config(config, model.causal()), grid));
+}
+
+void register_model(config::ModelSchema schema, ModelFactory factory) {
+  WF_CHECK(factory != nullptr, "register_model: model '{}' needs a factory", schema.name);
+  const std::string name = schema.name;
+  {
+    std::lock_guard lock(registry_mutex());
+    WF_CHECK(!registry().contains(name), "register_model: a model named '{}' is already registered; pick another name",
+             name);
+  }
+  config::register_model_schema(std::move(schema));  // checks the schema before the factory is kept
   std::lock_guard lock(registry_mutex());
-  WF_CHECK(registry().emplace(name, std::move(factory)).second,
-           "register_model: a model named '{}' is already registered; pick another name", name);
+  registry().emplace(name, std::move(factory));
 }
 
 std::vector<std::string> registered_models() {
@@ -43,22 +98,19 @@ std::vector<std::string> registered_models() {
   return names;  // std::map: sorted
 }
 
-std::shared_ptr<Model> create(const std::string& name, const config::RunConfig& config, comm::CommGrid& grid) {
+std::shared_ptr<Model> create(const config::RunConfig& config, comm::CommGrid& grid) {
+  const std::string& name = config.model.name;
   ModelFactory factory;
   {
     std::lock_guard lock(registry_mutex());
     const auto it = registry().find(name);
     if (it != registry().end()) factory = it->second;
   }
-  WF_CHECK(factory != nullptr, "model.name: no model named '{}' is registered; the registered models are {}", name,
-           fmt::join(registered_models(), ", "));
+  if (factory == nullptr) config::model_schema(name);  // throws: names the registered models
+  WF_CHECK(factory != nullptr, "model.name: model '{}' has a config schema but no factory", name);
   std::shared_ptr<Model> model = factory(config, grid);
   WF_CHECK(model != nullptr, "the factory of model '{}' returned no model", name);
   return model;
-}
-
-std::shared_ptr<Model> create(const config::RunConfig& config, comm::CommGrid& grid) {
-  return create(config.model.name, config, grid);
 }
 
 }  // namespace wf::models

@@ -52,14 +52,27 @@ std::int64_t cross_entropy_forward(std::int64_t rows, std::int64_t vocab, const 
   return count;
 }
 
+namespace {
+template <typename T>
+double sum_in_double(std::int64_t rows, const T* losses) {
+  double sum = 0.0;
+  for (std::int64_t r = 0; r < rows; ++r) sum += losses[r];
+  return sum;
+}
+}  // namespace
+
 template <typename T>
 T cross_entropy_mean(std::int64_t rows, const T* losses, std::int64_t count) {
   WF_CHECK(rows >= 0 && count >= 0 && count <= rows,
            "cross_entropy_mean: need 0 <= count <= rows, got count={} rows={}", count, rows);
   if (count == 0) return T(0);
-  double sum = 0.0;
-  for (std::int64_t r = 0; r < rows; ++r) sum += losses[r];
-  return static_cast<T>(sum / static_cast<double>(count));
+  return static_cast<T>(sum_in_double(rows, losses) / static_cast<double>(count));
+}
+
+template <typename T>
+T cross_entropy_sum(std::int64_t rows, const T* losses) {
+  WF_CHECK(rows >= 0, "cross_entropy_sum: need rows >= 0, got {}", rows);
+  return static_cast<T>(sum_in_double(rows, losses));
 }
 
 template <typename T>
@@ -130,6 +143,7 @@ void cross_entropy_backward_reference(std::int64_t rows, std::int64_t vocab, con
   template std::int64_t cross_entropy_forward<T>(std::int64_t, std::int64_t, const T*, const std::int64_t*,          \
                                                  std::int64_t, T*, T*);                                              \
   template T cross_entropy_mean<T>(std::int64_t, const T*, std::int64_t);                                            \
+  template T cross_entropy_sum<T>(std::int64_t, const T*);                                            \
   template void cross_entropy_backward<T>(std::int64_t, std::int64_t, const T*, const std::int64_t*, std::int64_t,  \
                                           const T*, double, T*, const T*);                                           \
   template std::int64_t cross_entropy_forward_reference<T>(std::int64_t, std::int64_t, const T*,                     \

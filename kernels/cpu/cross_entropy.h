@@ -29,6 +29,9 @@ std::int64_t cross_entropy_forward(std::int64_t rows, std::int64_t vocab, const 
 // contributes, and 0 matches the all-zero gradient such a batch gets (PyTorch returns NaN).
 template <typename T>
 T cross_entropy_mean(std::int64_t rows, const T* losses, std::int64_t count);
+// sum(losses) over every row (ignored rows hold 0), in double in row order.
+template <typename T>
+T cross_entropy_sum(std::int64_t rows, const T* losses);
 
 // dlogits_r = (softmax(logits_r) - onehot(target_r)) * grad_scale * row_grad[r], where
 // grad_scale is dLoss/dloss_r (1/count for the mean, 1 for the sum) and row_grad, when not

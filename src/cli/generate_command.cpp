@@ -41,15 +41,21 @@ int generate(const GenerateCommandOptions& o) {
   config::RunConfig config = config::parse_config(checkpoint.config_yaml, {}, o.checkpoint + "/manifest.json");
   // Sampling runs in this one process, whatever layout the model was trained with.
   config.parallel = config::ParallelSection{};
+  try {
+    config::validate(config, 1, config::ValidateScope::any_machine);
+  } catch (const Error& e) {
+    WF_FAIL("--checkpoint {}: the run config saved in the checkpoint is not valid here: {}", o.checkpoint, e.what());
+  }
   comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), 1, 0));
-  auto model = std::dynamic_pointer_cast<models::Gpt>(models::create(config, grid));
-  WF_CHECK(model != nullptr, "generate: model '{}' is not a GPT; only GPT models can generate text", config.model.name);
+  const std::shared_ptr<models::Model> model = models::create(config, grid);
+  WF_CHECK(model->has_logits(), "generate: model '{}' does not predict tokens (it has no logits), so it cannot "
+           "generate text; wallfacer generate serves language models such as gpt and llama", config.model.name);
   model->load_state_dict(checkpoint.model);
 
   const auto tokenizer = data::make_tokenizer(config::tokenizer_name(config.data.tokenizer), o.gpt2_dir);
-  WF_CHECK(tokenizer->vocab_size() <= config.model.vocab_size,
+  WF_CHECK(tokenizer->vocab_size() <= model->vocab_size(),
            "generate: the {} tokenizer has {} tokens but the model only {}", tokenizer->name(),
-           tokenizer->vocab_size(), config.model.vocab_size);
+           tokenizer->vocab_size(), model->vocab_size());
   const std::vector<std::uint32_t> tokens = models::generate(*model, tokenizer->encode(o.prompt), o.sampling);
   std::printf("%s\n", tokenizer->decode(tokens).c_str());
   return kExitOk;

@@ -16,6 +16,7 @@ struct ValidateOptions {
   std::string path;
   int world = 1;
   std::vector<std::string> overrides;
+  bool any_machine = false;
 };
 }  // namespace
 
@@ -27,10 +28,15 @@ void add_validate_command(CLI::App& app) {
   command->add_option("-n,--np,--world", options->world, "Number of ranks the run would launch with")
       ->capture_default_str();
   command->add_option("--set", options->overrides, "Override one key, e.g. --set train.lr=3e-4 (repeatable)");
+  command->add_flag("--any-machine", options->any_machine,
+                    "Check the config alone, not whether this build and this machine can train it (e.g. a GPU preset "
+                    "on a laptop: bf16, tensor/pipeline parallelism, memory per rank)");
   set_action(*command, [options] {
     const config::RunConfig config = config::load_config(options->path, options->overrides);
-    config::validate(config, options->world);
+    config::validate(config, options->world,
+                     options->any_machine ? config::ValidateScope::any_machine : config::ValidateScope::this_machine);
     std::printf("config OK: %s\n", config::summary(config, options->world).c_str());
+    for (const std::string& note : config::notes(config)) std::printf("note: %s\n", note.c_str());
     return kExitOk;
   });
 }

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "src/config/schema.h"
+#include "wallfacer/config/model_schema.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::config {
@@ -59,6 +60,39 @@ void apply_section(RunConfig& config, const std::string& section, const YAML::No
   }
 }
 
+// The model section goes through the schema of its model: `name` first (default gpt), then every
+// other key is one that model declares, checked by it.
+void apply_model_section(RunConfig& config, const YAML::Node& body, std::string_view source) {
+  if (body.IsNull()) return;
+  WF_CHECK(body.IsMap(), "{}section 'model' must be a mapping of keys (key: value), got {}", where(source, body),
+           body.IsSequence() ? "a list" : fmt::format("the value '{}'", body.Scalar()));
+  const auto rethrow_at = [&](const YAML::Node& node, auto&& action) {
+    try {
+      action();
+    } catch (const Error& e) {
+      WF_FAIL("{}{}", where(source, node), detail::without_location(e.what()));
+    }
+  };
+  std::set<std::string> seen;
+  for (const auto& entry : body) {
+    const std::string key = entry.first.Scalar();
+    check_unique(seen, entry.first, "model." + key, source);
+    if (key != "name") continue;
+    WF_CHECK(entry.second.IsScalar(), "{}model.name: expected the name of a registered model, got {}",
+             where(source, entry.first), node_kind(entry.second));
+    rethrow_at(entry.second, [&] { config.model.set_name(entry.second.Scalar()); });
+  }
+  for (const auto& entry : body) {
+    const std::string key = entry.first.Scalar();
+    if (key == "name") continue;
+    const YAML::Node& value = entry.second;
+    rethrow_at(entry.first, [&] { config.model.get(key); });  // an unknown key, with did-you-mean
+    WF_CHECK(value.IsScalar(), "{}model.{}: expected {}, got {}", where(source, entry.first), key,
+             model_schema(config.model.name).find(key)->expected, node_kind(value));
+    rethrow_at(value, [&] { config.model.set(key, value.Scalar()); });
+  }
+}
+
 void apply_document(RunConfig& config, const YAML::Node& root, std::string_view source) {
   if (root.IsNull()) return;  // an empty file: every default
   WF_CHECK(root.IsMap(), "{}the top level must be a mapping of sections ({}), got {}", where(source, root),
@@ -68,7 +102,11 @@ void apply_document(RunConfig& config, const YAML::Node& root, std::string_view 
     const std::string section = entry.first.Scalar();
     check_unique(seen, entry.first, section, source);
     WF_CHECK(detail::is_section(section), "{}{}", where(source, entry.first), detail::unknown_section_message(section));
-    apply_section(config, section, entry.second, source);
+    if (section == "model") {
+      apply_model_section(config, entry.second, source);
+    } else {
+      apply_section(config, section, entry.second, source);
+    }
   }
 }
 
@@ -83,6 +121,14 @@ void apply_override(RunConfig& config, std::string_view override_text) {
            "{}expected section.key=value, e.g. --set train.lr=3e-4", prefix);
   const std::string_view section = path.substr(0, dot), key = path.substr(dot + 1);
   WF_CHECK(detail::is_section(section), "{}{}", prefix, detail::unknown_section_message(section));
+  if (section == "model") {
+    try {
+      config.model.set(key, override_text.substr(equals + 1));
+    } catch (const Error& e) {
+      WF_FAIL("{}{}", prefix, detail::without_location(e.what()));
+    }
+    return;
+  }
   const Field* field = detail::find_field(section, key);
   WF_CHECK(field != nullptr, "{}{}", prefix, detail::unknown_key_message(section, key));
   set_value(config, *field, override_text.substr(equals + 1), prefix);
@@ -112,7 +158,20 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
 std::string to_yaml(const RunConfig& config) {
   YAML::Emitter out;
   out << YAML::BeginMap;
+  // The model section: its name, then every key of its schema (given or default).
+  out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << YAML::DoubleQuoted << config.model.name;
+  for (const ModelKey& k : model_schema(config.model.name).keys) {
+    out << YAML::Key << k.key << YAML::Value;
+    if (k.is_text) {
+      out << YAML::DoubleQuoted << config.model.get(k.key);
+    } else {
+      out << config.model.get(k.key);
+    }
+  }
+  out << YAML::EndMap;
   for (const std::string& section : detail::section_names()) {
+    if (section == "model") continue;
     out << YAML::Key << section << YAML::Value << YAML::BeginMap;
     for (const Field& f : detail::fields()) {
       if (f.section != section) continue;

@@ -2,6 +2,8 @@
 // of its section struct, so the YAML name and the C++ name cannot drift apart.
 #include "src/config/schema.h"
 
+#include "wallfacer/config/model_schema.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -15,15 +17,9 @@
 namespace wf::config {
 
 namespace {
-template <typename E>
-using Choices = std::vector<std::pair<std::string, E>>;
-
-const Choices<NormKind> kNorms = {{"layernorm", NormKind::layernorm}, {"rmsnorm", NormKind::rmsnorm}};
-const Choices<PositionKind> kPositions = {{"learned", PositionKind::learned}, {"rope", PositionKind::rope}};
 const Choices<TokenizerKind> kTokenizers = {{"byte", TokenizerKind::byte}, {"gpt2", TokenizerKind::gpt2}};
 const Choices<DataSource> kSources = {{"file", DataSource::file}, {"synthetic", DataSource::synthetic}};
 const Choices<DType> kDtypes = {{"f32", DType::f32}, {"bf16", DType::bf16}};
-const Choices<std::string> kModelNames = {{"gpt", "gpt"}};
 
 template <typename E>
 Choices<E> named_choices(std::initializer_list<E> values, auto name_of) {
@@ -38,6 +34,7 @@ const Choices<parallel::SpStrategy> kStrategies = named_choices(
 const Choices<comm::Placement> kPlacements = named_choices(
     {comm::Placement::collectives_intra, comm::Placement::p2p_intra}, comm::placement_name);
 
+// Stable storage for the names these return as string_views.
 template <typename E>
 std::string_view choice_name(const Choices<E>& choices, E value) {
   for (const auto& [name, v] : choices) {
@@ -47,8 +44,6 @@ std::string_view choice_name(const Choices<E>& choices, E value) {
 }
 }  // namespace
 
-std::string_view norm_name(NormKind kind) { return choice_name(kNorms, kind); }
-std::string_view position_name(PositionKind kind) { return choice_name(kPositions, kind); }
 std::string_view tokenizer_name(TokenizerKind kind) { return choice_name(kTokenizers, kind); }
 std::string_view data_source_name(DataSource source) { return choice_name(kSources, source); }
 
@@ -74,16 +69,14 @@ Field make_field(std::string section, std::string key, S RunConfig::*sec, Member
 
 template <typename S, typename T>
 Field integer(std::string section, std::string key, S RunConfig::*sec, Member<S, T> member, std::int64_t min) {
+  const std::int64_t max = std::numeric_limits<T>::max();
   return make_field<S, T>(
-      std::move(section), std::move(key), sec, member, fmt::format("an integer >= {}", min),
-      [min](T& out, std::string_view text) -> std::string {
+      std::move(section), std::move(key), sec, member, integer_expected(min),
+      [min, max](T& out, std::string_view text) -> std::string {
         std::int64_t value = 0;
-        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-        if (ec == std::errc::result_out_of_range) return "is out of range";
-        if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return "is not an integer";
-        if (value < min || value > std::numeric_limits<T>::max()) return "is out of range";
-        out = static_cast<T>(value);
-        return "";
+        std::string problem = parse_integer(text, min, max, value);
+        if (problem.empty()) out = static_cast<T>(value);
+        return problem;
       },
       [](const T& value) { return fmt::format("{}", value); });
 }
@@ -92,39 +85,17 @@ Field integer(std::string section, std::string key, S RunConfig::*sec, Member<S,
 template <typename S>
 Field number(std::string section, std::string key, S RunConfig::*sec, Member<S, double> member, double lo,
              bool lo_closed, double hi = std::numeric_limits<double>::infinity(), bool hi_closed = false) {
-  std::string expected = fmt::format("a number {} {}", lo_closed ? ">=" : ">", lo);
-  if (std::isfinite(hi)) expected += fmt::format(" and {} {}", hi_closed ? "<=" : "<", hi);
   return make_field<S, double>(
-      std::move(section), std::move(key), sec, member, std::move(expected),
-      [=](double& out, std::string_view text) -> std::string {
-        double value = 0;
-        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-        if (ec != std::errc() || end != text.data() + text.size() || text.empty() || !std::isfinite(value)) {
-          return "is not a number";
-        }
-        const bool above = lo_closed ? value >= lo : value > lo;
-        const bool below = hi_closed ? value <= hi : value < hi;
-        if (!above || !below) return "is out of range";
-        out = value;
-        return "";
-      },
-      [](const double& value) { return fmt::format("{}", value); });
+      std::move(section), std::move(key), sec, member, number_expected(lo, lo_closed, hi, hi_closed),
+      [=](double& out, std::string_view text) { return parse_number(text, lo, lo_closed, hi, hi_closed, out); },
+      [](const double& value) { return number_text(value); });
 }
 
 template <typename S>
 Field boolean(std::string section, std::string key, S RunConfig::*sec, Member<S, bool> member) {
   return make_field<S, bool>(
-      std::move(section), std::move(key), sec, member, "true or false",
-      [](bool& out, std::string_view text) -> std::string {
-        // YAML 1.1's spellings, which yaml-cpp also reads as booleans.
-        for (std::string_view yes : {"true", "True", "TRUE", "yes", "Yes", "on", "On"}) {
-          if (text == yes) return out = true, "";
-        }
-        for (std::string_view no : {"false", "False", "FALSE", "no", "No", "off", "Off"}) {
-          if (text == no) return out = false, "";
-        }
-        return "is not a boolean";
-      },
+      std::move(section), std::move(key), sec, member, kBooleanExpected,
+      [](bool& out, std::string_view text) { return parse_boolean(text, out); },
       [](const bool& value) { return std::string(value ? "true" : "false"); });
 }
 
@@ -144,36 +115,16 @@ Field text(std::string section, std::string key, S RunConfig::*sec, Member<S, st
 
 template <typename S, typename E>
 Field choice(std::string section, std::string key, S RunConfig::*sec, Member<S, E> member, const Choices<E>& choices) {
-  std::vector<std::string> names;
-  for (const auto& entry : choices) names.push_back(entry.first);
   return make_field<S, E>(
-      std::move(section), std::move(key), sec, member, fmt::format("one of {}", fmt::join(names, ", ")),
-      [&choices](E& out, std::string_view value) -> std::string {
-        for (const auto& [name, v] : choices) {
-          if (value == name) return out = v, "";
-        }
-        return "is not a valid choice";
-      },
-      [&choices](const E& value) { return std::string(choice_name(choices, value)); });
+      std::move(section), std::move(key), sec, member, choices_expected(choices),
+      [&choices](E& out, std::string_view value) { return parse_choice(value, choices, out); },
+      [&choices](const E& value) { return choice_text(choices, value); });
 }
 
 std::vector<Field> make_fields() {
   const double inf = std::numeric_limits<double>::infinity();
+  // The model section is not here: its keys are the model's own (model_schema.h).
   return {
-      choice(KEY(model, name), kModelNames),
-      integer(KEY(model, n_layer), 1),
-      integer(KEY(model, n_head), 1),
-      integer(KEY(model, n_kv_head), 1),
-      integer(KEY(model, d_model), 1),
-      integer(KEY(model, d_ff), 1),
-      integer(KEY(model, vocab_size), 1),
-      integer(KEY(model, max_seq_len), 1),
-      choice(KEY(model, norm), kNorms),
-      choice(KEY(model, positions), kPositions),
-      boolean(KEY(model, tie_embeddings)),
-      number(KEY(model, dropout), 0.0, true, 1.0, false),
-      boolean(KEY(model, checkpoint_attention)),
-
       integer(KEY(parallel, dp), 1),
       integer(KEY(parallel, tp), 1),
       integer(KEY(parallel, pp), 1),
@@ -239,7 +190,7 @@ const std::vector<Field>& fields() {
 
 const std::vector<std::string>& section_names() {
   static const std::vector<std::string> names = [] {
-    std::vector<std::string> out;
+    std::vector<std::string> out = {"model"};  // the model's own keys (model_schema.h), then the table's
     for (const Field& f : fields()) {
       if (std::find(out.begin(), out.end(), f.section) == out.end()) out.push_back(f.section);
     }
@@ -311,7 +262,8 @@ std::string without_location(std::string message) {
 }  // namespace detail
 
 std::vector<std::string> config_keys() {
-  std::vector<std::string> keys;
+  std::vector<std::string> keys = {"model.name"};
+  for (const std::string& key : model_schema(ModelConfig{}.name).key_names()) keys.push_back("model." + key);
   for (const detail::Field& f : detail::fields()) keys.push_back(f.path());
   return keys;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "wallfacer/config/run_config.h"
+#include "wallfacer/config/value_text.h"
 
 namespace wf::config::detail {
 

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "src/config/schema.h"
+#include "wallfacer/config/model_schema.h"
+#include "wallfacer/core/machine.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/parallel/sequence_layout.h"
 
@@ -16,13 +18,11 @@ namespace {
 
 const char* const kGridKeys = "parallel.dp, parallel.tp, parallel.pp, parallel.sp, parallel.C, parallel.order";
 
-// GPT is causal: every strategy shards with the zigzag layout so ranks get equal work.
-constexpr parallel::SequenceLayout kGptLayout = parallel::SequenceLayout::zigzag;
-
 // The team size the sequence layout is cut with: WallFacer's C; ring and Ulysses have no teams.
 int layout_team_size(const ParallelSection& p) { return p.sp_strategy == parallel::SpStrategy::wallfacer ? p.C : 1; }
 
-void check_layout(const RunConfig& c, int world_size, std::vector<std::string>& problems) {
+// false when the grid itself is invalid: the checks after it divide by its sizes.
+bool check_layout(const RunConfig& c, int world_size, std::vector<std::string>& problems) {
   const ParallelSection& p = c.parallel;
   try {
     comm::ProcessGrid::validate(p.grid(), world_size);
@@ -34,7 +34,7 @@ void check_layout(const RunConfig& c, int world_size, std::vector<std::string>& 
       rule.erase(0, colon + 8);
     }
     problems.push_back(fmt::format("{}: {}", kGridKeys, rule));
-    return;  // the checks below divide by these sizes
+    return false;
   }
   if (p.C > 1 && p.sp_strategy != parallel::SpStrategy::wallfacer) {
     problems.push_back(fmt::format(
@@ -42,8 +42,16 @@ void check_layout(const RunConfig& c, int world_size, std::vector<std::string>& 
         "sp_strategy to wallfacer",
         p.C, parallel::sp_strategy_name(p.sp_strategy)));
   }
+  return true;
+}
+
+// The sequence length against the layout the model's mask needs: zigzag balances causal work.
+void check_sequence_layout(const RunConfig& c, const ModelFacts& facts, std::vector<std::string>& problems) {
+  const ParallelSection& p = c.parallel;
+  const parallel::SequenceLayout layout =
+      facts.causal ? parallel::SequenceLayout::zigzag : parallel::SequenceLayout::contiguous;
   try {
-    parallel::check_sequence_length(kGptLayout, c.train.seq_len, p.sp, layout_team_size(p));
+    parallel::check_sequence_length(layout, c.train.seq_len, p.sp, layout_team_size(p));
   } catch (const Error& e) {
     problems.push_back(fmt::format("train.seq_len: sp_strategy {} over parallel.sp = {} ranks: {}",
                                    parallel::sp_strategy_name(p.sp_strategy), p.sp,
@@ -51,59 +59,61 @@ void check_layout(const RunConfig& c, int world_size, std::vector<std::string>& 
   }
 }
 
-void check_model(const RunConfig& c, std::vector<std::string>& problems) {
-  const ModelConfig& m = c.model;
-  const ParallelSection& p = c.parallel;
+// The rules every model shares, from its facts: the sequence limit, the tokenizer's vocabulary,
+// blocks over pipeline stages. The model's own rules are its schema's (model_schema.h).
+void check_model_facts(const RunConfig& c, const ModelFacts& facts, std::vector<std::string>& problems) {
   const auto require = [&](bool ok, std::string message) {
     if (!ok) problems.push_back(std::move(message));
   };
-  require(m.n_head % m.n_kv_head == 0,
-          fmt::format("model.n_kv_head: n_head = {} is not a multiple of n_kv_head = {}: each kv head must serve "
-                      "the same number of query heads",
-                      m.n_head, m.n_kv_head));
-  require(m.d_model % m.n_head == 0,
-          fmt::format("model.d_model: d_model = {} is not a multiple of n_head = {}: every head needs the same "
-                      "head dimension",
-                      m.d_model, m.n_head));
-  if (m.positions == PositionKind::rope && m.d_model % m.n_head == 0) {
-    require((m.d_model / m.n_head) % 2 == 0,
-            fmt::format("model.positions: rope rotates pairs of channels, but the head dimension d_model / n_head "
-                        "= {} is odd",
-                        m.d_model / m.n_head));
+  if (facts.max_seq_len > 0) {
+    require(c.train.seq_len <= facts.max_seq_len,
+            fmt::format("train.seq_len: seq_len = {} exceeds model.max_seq_len = {}: raise max_seq_len or shorten the "
+                        "sequences",
+                        c.train.seq_len, facts.max_seq_len));
   }
-  require(c.train.seq_len <= m.max_seq_len,
-          fmt::format("train.seq_len: seq_len = {} exceeds model.max_seq_len = {}: raise max_seq_len or shorten the "
-                      "sequences",
-                      c.train.seq_len, m.max_seq_len));
-  const std::int64_t min_vocab = c.data.tokenizer == TokenizerKind::byte ? 256 : 50257;
-  require(m.vocab_size >= min_vocab,
-          fmt::format("model.vocab_size: vocab_size = {} is smaller than the {} tokenizer's {} tokens",
-                      m.vocab_size, tokenizer_name(c.data.tokenizer), min_vocab));
-  if (p.tp < 1 || p.pp < 1 || p.sp < 1) return;  // reported by the layout check
-  require(m.n_head % p.tp == 0 && m.n_kv_head % p.tp == 0,
-          fmt::format("model.n_head: n_head = {} and n_kv_head = {} must both be multiples of parallel.tp = {}: "
-                      "tensor parallelism splits the heads",
-                      m.n_head, m.n_kv_head, p.tp));
-  require(m.d_ff % p.tp == 0,
-          fmt::format("model.d_ff: d_ff = {} is not a multiple of parallel.tp = {}: tensor parallelism splits the "
-                      "MLP",
-                      m.d_ff, p.tp));
-  require(m.n_layer % p.pp == 0,
-          fmt::format("model.n_layer: n_layer = {} is not a multiple of parallel.pp = {}: every pipeline stage "
-                      "holds the same number of layers",
-                      m.n_layer, p.pp));
-  if (p.sp_strategy == parallel::SpStrategy::ulysses && m.n_head % p.tp == 0 && m.n_kv_head % p.tp == 0) {
-    require((m.n_head / p.tp) % p.sp == 0 && (m.n_kv_head / p.tp) % p.sp == 0,
-            fmt::format("model.n_head: sp_strategy ulysses shards heads over parallel.sp = {}, but the heads per "
-                        "tp rank, n_head = {} and n_kv_head = {}, are not both multiples of it: use ring or "
-                        "wallfacer, or an sp that divides both",
-                        p.sp, m.n_head / p.tp, m.n_kv_head / p.tp));
+  if (facts.vocab_size > 0 && c.data.source == DataSource::file) {  // synthetic tokens fit any vocabulary
+    const std::int64_t min_vocab = c.data.tokenizer == TokenizerKind::byte ? 256 : 50257;
+    require(facts.vocab_size >= min_vocab,
+            fmt::format("model.vocab_size: vocab_size = {} is smaller than the {} tokenizer's {} tokens",
+                        facts.vocab_size, tokenizer_name(c.data.tokenizer), min_vocab));
   }
+  if (facts.n_layer > 0) {
+    require(facts.n_layer % c.parallel.pp == 0,
+            fmt::format("model.n_layer: n_layer = {} is not a multiple of parallel.pp = {}: every pipeline stage "
+                        "holds the same number of layers",
+                        facts.n_layer, c.parallel.pp));
+  }
+}
+
+std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / double(1ULL << 30)); }
+
+// No machine has this much memory per rank (1 PiB): beyond it a config is absurd anywhere.
+constexpr double kAbsurdBytes = double(1ULL << 50);
+
+// The estimated memory of one rank against what this machine has (any machine: the absurd bound).
+void check_memory(const RunConfig& c, ValidateScope scope, std::vector<std::string>& problems) {
+  const MemoryEstimate need = memory_per_rank(c);
+  const double have = scope == ValidateScope::this_machine ? static_cast<double>(machine_memory_bytes()) : kAbsurdBytes;
+  if (need.total() <= have) return;
+  problems.push_back(fmt::format(
+      "model: a rank would need about {} ({} for weights, gradients and AdamW state, {} for the activations of one "
+      "micro batch), but {}: shrink the model (model.n_layer, d_model, d_ff, vocab_size, "
+      "max_seq_len) or train.micro_batch_size / train.seq_len, or spread it over more ranks",
+      gib(need.total()), gib(need.parameter_bytes), gib(need.activation_bytes),
+      scope == ValidateScope::this_machine ? fmt::format("this machine has {}", gib(have)) : fmt::format("no machine has more than {}", gib(have))));
 }
 
 void check_train(const RunConfig& c, std::vector<std::string>& problems) {
   const TrainConfig& t = c.train;
-  const std::int64_t per_step = static_cast<std::int64_t>(c.parallel.dp) * t.micro_batch_size;
+  std::int64_t per_step = 0;
+  if (__builtin_mul_overflow(static_cast<std::int64_t>(c.parallel.dp), t.micro_batch_size, &per_step) ||
+      __builtin_mul_overflow(per_step, t.seq_len, &per_step)) {
+    problems.push_back(fmt::format("train.micro_batch_size: parallel.dp x train.micro_batch_size x train.seq_len = "
+                                   "{} x {} x {} tokens per micro step does not fit in 64 bits: lower them",
+                                   c.parallel.dp, t.micro_batch_size, t.seq_len));
+    return;
+  }
+  per_step = static_cast<std::int64_t>(c.parallel.dp) * t.micro_batch_size;
   if (t.global_batch_size != 0 && c.parallel.dp >= 1 && t.global_batch_size % per_step != 0) {
     problems.push_back(fmt::format(
         "train.global_batch_size: {} sequences is not a multiple of parallel.dp x train.micro_batch_size = {} x {} = "
@@ -131,12 +141,68 @@ void check_train(const RunConfig& c, std::vector<std::string>& problems) {
 
 }  // namespace
 
-void validate(const RunConfig& config, int world_size) {
+std::vector<std::string> unsupported_by_trainer(const RunConfig& c) {
   std::vector<std::string> problems;
-  check_layout(config, world_size, problems);
-  check_model(config, problems);
+  const ParallelSection& p = c.parallel;
+  if (p.tp != 1) {
+    problems.push_back(fmt::format("parallel.tp: tp = {}: the trainer runs data and sequence parallelism so far; "
+                                   "tensor parallelism is on the roadmap (set parallel.tp to 1)",
+                                   p.tp));
+  }
+  if (p.pp != 1) {
+    problems.push_back(fmt::format("parallel.pp: pp = {}: the trainer runs data and sequence parallelism so far; "
+                                   "pipeline parallelism is on the roadmap (set parallel.pp to 1)",
+                                   p.pp));
+  }
+  if (c.train.dtype != DType::f32) {
+    problems.push_back(fmt::format("train.dtype: {} training needs the CUDA backend, which is not built into the "
+                                   "trainer yet; use f32",
+                                   dtype_name(c.train.dtype)));
+  }
+  return problems;
+}
+
+MemoryEstimate memory_per_rank(const RunConfig& c) {
+  const ModelFacts facts = model_facts(c);
+  const ParallelSection& p = c.parallel;
+  MemoryEstimate m;
+  // f32 weight, gradient and AdamW's two moments.
+  m.parameter_bytes = facts.parameters * 16.0 / (static_cast<double>(p.tp) * p.pp);
+  const double tokens = static_cast<double>(c.train.micro_batch_size) * static_cast<double>(c.train.seq_len) / p.sp;
+  m.activation_bytes = facts.activation_bytes_per_token * tokens / (static_cast<double>(p.tp) * p.pp);
+  return m;
+}
+
+void validate(const RunConfig& config, int world_size, ValidateScope scope) {
+  std::vector<std::string> problems;
+  const bool layout_ok = check_layout(config, world_size, problems);
+  if (layout_ok) {
+    const std::size_t before_model = problems.size();
+    if (const auto& rules = model_schema(config.model.name).validate) rules(config, problems);
+    if (problems.size() == before_model) {
+      const ModelFacts facts = model_facts(config);
+      check_sequence_layout(config, facts, problems);
+      check_model_facts(config, facts, problems);
+    }
+  }
   check_train(config, problems);
+  if (scope == ValidateScope::this_machine) {
+    for (std::string& p : unsupported_by_trainer(config)) problems.push_back(std::move(p));
+  }
+  if (problems.empty()) check_memory(config, scope, problems);
   WF_CHECK(problems.empty(), "invalid config for a world of {} ranks: {}", world_size, fmt::join(problems, "; "));
+}
+
+std::vector<std::string> notes(const RunConfig& c) {
+  std::vector<std::string> out;
+  const ParallelSection& p = c.parallel;
+  if (p.sp_strategy == parallel::SpStrategy::wallfacer && p.C > 1 && p.sp == p.C * p.C) {
+    out.push_back(fmt::format(
+        "parallel.placement: with sp = {} = C x C the sub-rings are single ranks (no ring steps), so "
+        "collectives-intra and p2p-intra place the ranks identically; the placement cannot matter",
+        p.sp));
+  }
+  return out;
 }
 
 std::int64_t global_batch_sequences(const RunConfig& config) {
@@ -149,22 +215,9 @@ std::int64_t grad_accum_steps(const RunConfig& config) {
 }
 
 namespace {
-// Weights of the GPT the config describes: embeddings, attention (q and o full width, k and v
-// n_kv_head wide), MLP, two norms per layer and a final one, plus an untied output head.
-std::int64_t parameter_count(const ModelConfig& m) {
-  const std::int64_t head_dim = m.d_model / m.n_head, kv_width = m.n_kv_head * head_dim;
-  const std::int64_t norm = m.norm == NormKind::layernorm ? 2 * m.d_model : m.d_model;
-  const std::int64_t attention = 2 * m.d_model * m.d_model + 2 * m.d_model * kv_width;
-  const std::int64_t mlp = 2 * m.d_model * m.d_ff;
-  std::int64_t total = m.vocab_size * m.d_model + m.n_layer * (attention + mlp + 2 * norm) + norm;
-  if (m.positions == PositionKind::learned) total += m.max_seq_len * m.d_model;
-  if (!m.tie_embeddings) total += m.vocab_size * m.d_model;
-  return total;
-}
-
-std::string human_count(std::int64_t n) {
-  if (n >= 1'000'000'000) return fmt::format("{:.2f}B", n / 1e9);
-  if (n >= 1'000'000) return fmt::format("{:.1f}M", n / 1e6);
+std::string human_count(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.1f}M", n / 1e6);
   return fmt::format("{:.1f}K", n / 1e3);
 }
 }  // namespace
@@ -175,14 +228,15 @@ std::string summary(const RunConfig& c, int world_size) {
   if (p.sp_strategy == parallel::SpStrategy::wallfacer) {
     strategy += fmt::format(" C {} ({})", p.C, comm::placement_name(p.placement));
   }
+  const ModelFacts facts = model_facts(c);
   return fmt::format(
-      "{} {} layers, d_model {}, {} heads ({} kv), {} parameters; world {} = dp {} x tp {} x pp {} x sp {}, "
-      "order {}, sp_strategy {}; seq_len {} ({} tokens per sp rank, zigzag); {} sequences per step = dp {} x "
-      "micro_batch {} x accumulation {}; {}",
-      c.model.name, c.model.n_layer, c.model.d_model, c.model.n_head, c.model.n_kv_head,
-      human_count(parameter_count(c.model)), world_size, p.dp, p.tp, p.pp, p.sp, p.order, strategy, c.train.seq_len,
-      c.train.seq_len / p.sp, global_batch_sequences(c), p.dp, c.train.micro_batch_size, grad_accum_steps(c),
-      dtype_name(c.train.dtype));
+      "{} {}, {} parameters; world {} = dp {} x tp {} x pp {} x sp {}, order {}, sp_strategy {}; seq_len {} ({} "
+      "tokens per sp rank, {}); {} sequences per step = dp {} x micro_batch {} x accumulation {}; {}; about {} per "
+      "rank",
+      c.model.name, facts.description, human_count(facts.parameters), world_size, p.dp, p.tp, p.pp, p.sp, p.order,
+      strategy, c.train.seq_len, c.train.seq_len / p.sp, facts.causal ? "zigzag" : "contiguous",
+      global_batch_sequences(c), p.dp, c.train.micro_batch_size, grad_accum_steps(c), dtype_name(c.train.dtype),
+      gib(memory_per_rank(c).total()));
 }
 
 }  // namespace wf::config

@@ -1,5 +1,7 @@
 #include "src/core/cpu_allocator.h"
 
+#include "wallfacer/core/machine.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,23 +33,10 @@ bool address_sanitizer_build() {
   return false;
 }
 
-// A positive whole number from a file such as a cgroup's memory.max ("max" and errors: 0).
-std::size_t number_in_file(const char* path) {
-  std::ifstream in(path);
-  unsigned long long value = 0;
-  return (in >> value) ? static_cast<std::size_t>(value) : 0;
-}
-
-// The memory this process may use: the machine's, or its cgroup's limit when lower (containers,
-// Slurm), shared by the ranks on this node when an MPI launcher says how many there are.
+// The memory this process may use (machine_memory_bytes), shared by the ranks on this node when
+// an MPI launcher says how many there are.
 std::size_t memory_share() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  std::size_t total = pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
-                                            : std::size_t{2} << 30;
-  for (const char* limit_file : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
-    const std::size_t limit = number_in_file(limit_file);
-    if (limit > 0 && limit < total) total = limit;
-  }
+  const std::size_t total = machine_memory_bytes();
   for (const char* ranks_var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
     if (const char* env = std::getenv(ranks_var)) {
       const long ranks = std::strtol(env, nullptr, 10);

@@ -1,8 +1,33 @@
 #include "wallfacer/nn/mlp.h"
 
 #include "wallfacer/ops/activation.h"
+#include "wallfacer/ops/arithmetic.h"
 
 namespace wf::nn {
+namespace {
+
+// d_ff resolved (0 → 4·d_model) after checking the sizes; `who` names the layer in messages.
+MLPOptions resolved(MLPOptions options, const char* who) {
+  WF_CHECK(options.d_model > 0 && options.d_ff >= 0, "{}: d_model must be positive and d_ff >= 0, got {} and {}", who,
+           options.d_model, options.d_ff);
+  if (options.d_ff == 0) options.d_ff = 4 * options.d_model;
+  return options;
+}
+
+// One projection of a feed-forward: `in` → `out` features, built by the options' factory with
+// its tensor-parallel role, seeded from the parent's stream under `name`.
+std::shared_ptr<Linear> projection(Module& parent, const MLPOptions& o, const char* name, std::int64_t in,
+                                   std::int64_t out, double std, LinearRole role) {
+  return parent.register_module(
+      name, layers_or_default(o.layers).linear(
+                LinearOptions{.in_features = in, .out_features = out, .bias = o.bias, .init_std = std,
+                              .seed = parent.child_seed(name)},
+                role));
+}
+
+double out_std(const MLPOptions& o) { return o.out_init_std > 0 ? o.out_init_std : o.init_std; }
+
+}  // namespace
 
 const char* activation_name(Activation activation) {
   switch (activation) {
@@ -20,26 +45,27 @@ Tensor activate(Activation activation, const Tensor& x) {
   WF_FAIL("activate: unknown activation {}", static_cast<int>(activation));
 }
 
-MLP::MLP(const MLPOptions& options) : Module(options.seed), options_(options) {
-  WF_CHECK(options.d_model > 0 && options.d_ff >= 0, "MLP: d_model must be positive and d_ff >= 0, got {} and {}",
-           options.d_model, options.d_ff);
-  if (options_.d_ff == 0) options_.d_ff = 4 * options_.d_model;
-  const double out_std = options.out_init_std > 0 ? options.out_init_std : options.init_std;
-  fc_ = register_module("fc", std::make_shared<Linear>(LinearOptions{.in_features = options_.d_model,
-                                                                     .out_features = options_.d_ff,
-                                                                     .bias = options.bias,
-                                                                     .init_std = options.init_std,
-                                                                     .seed = child_seed("fc")}));
-  proj_ = register_module("proj", std::make_shared<Linear>(LinearOptions{.in_features = options_.d_ff,
-                                                                         .out_features = options_.d_model,
-                                                                         .bias = options.bias,
-                                                                         .init_std = out_std,
-                                                                         .seed = child_seed("proj")}));
-  dropout_ = register_module("dropout", std::make_shared<Dropout>(options.dropout));
+MLP::MLP(const MLPOptions& options) : FeedForward(options.seed), options_(resolved(options, "MLP")) {
+  const auto& o = options_;
+  fc_ = projection(*this, o, "fc", o.d_model, o.d_ff, o.init_std, LinearRole::column);
+  proj_ = projection(*this, o, "proj", o.d_ff, o.d_model, out_std(o), LinearRole::row);
+  dropout_ = register_module("dropout", std::make_shared<Dropout>(o.dropout));
 }
 
 Tensor MLP::forward(const Tensor& x) {
   return dropout_->forward(proj_->forward(activate(options_.activation, fc_->forward(x))));
+}
+
+SwiGLU::SwiGLU(const MLPOptions& options) : FeedForward(options.seed), options_(resolved(options, "SwiGLU")) {
+  const auto& o = options_;
+  gate_ = projection(*this, o, "gate", o.d_model, o.d_ff, o.init_std, LinearRole::column);
+  up_ = projection(*this, o, "up", o.d_model, o.d_ff, o.init_std, LinearRole::column);
+  down_ = projection(*this, o, "down", o.d_ff, o.d_model, out_std(o), LinearRole::row);
+  dropout_ = register_module("dropout", std::make_shared<Dropout>(o.dropout));
+}
+
+Tensor SwiGLU::forward(const Tensor& x) {
+  return dropout_->forward(down_->forward(mul(silu(gate_->forward(x)), up_->forward(x))));
 }
 
 }  // namespace wf::nn

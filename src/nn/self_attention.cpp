@@ -18,16 +18,19 @@ SelfAttention::SelfAttention(const SelfAttentionOptions& options)
            h, head_dim());
   const std::int64_t qkv_width = (h + 2 * h_kv) * head_dim();
   const double out_std = options.out_init_std > 0 ? options.out_init_std : options.init_std;
-  qkv_ = register_module("qkv", std::make_shared<Linear>(LinearOptions{.in_features = d,
-                                                                       .out_features = qkv_width,
-                                                                       .bias = options.bias,
-                                                                       .init_std = options.init_std,
-                                                                       .seed = child_seed("qkv")}));
-  proj_ = register_module("proj", std::make_shared<Linear>(LinearOptions{.in_features = d,
-                                                                         .out_features = d,
-                                                                         .bias = options.bias,
-                                                                         .init_std = out_std,
-                                                                         .seed = child_seed("proj")}));
+  const LayerFactory& layers = layers_or_default(options.layers);
+  qkv_ = register_module("qkv", layers.linear(LinearOptions{.in_features = d,
+                                                            .out_features = qkv_width,
+                                                            .bias = options.bias,
+                                                            .init_std = options.init_std,
+                                                            .seed = child_seed("qkv")},
+                                              LinearRole::column));
+  proj_ = register_module("proj", layers.linear(LinearOptions{.in_features = d,
+                                                              .out_features = d,
+                                                              .bias = options.bias,
+                                                              .init_std = out_std,
+                                                              .seed = child_seed("proj")},
+                                                LinearRole::row));
   dropout_ = register_module("dropout", std::make_shared<Dropout>(options.dropout));
 }
 

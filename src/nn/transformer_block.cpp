@@ -3,10 +3,8 @@
 #include <functional>
 
 #include "wallfacer/autograd/checkpoint.h"
-#include "wallfacer/autograd/engine.h"
-#include "wallfacer/autograd/function.h"
 #include "wallfacer/autograd/grad_mode.h"
-#include "wallfacer/core/rng.h"
+#include "wallfacer/nn/attention_checkpoint.h"
 #include "wallfacer/ops/arithmetic.h"
 
 namespace wf::nn {
@@ -26,7 +24,8 @@ Tensor run_branch(bool checkpointed, std::function<Tensor(const Tensor&)> branch
 
 // The options of a branch (SelfAttentionOptions or MLPOptions) with what both branches take from
 // the block: width, dropout, bias and init (each branch ends in a projection onto the residual
-// stream, which uses out_init_std), plus the branch's own seed. The caller sets the rest.
+// stream, which uses out_init_std), the layer factory, plus the branch's own seed. The caller
+// sets the rest.
 template <class BranchOptions>
 BranchOptions branch_options(const TransformerBlockOptions& block, std::uint64_t seed) {
   BranchOptions branch;
@@ -36,10 +35,41 @@ BranchOptions branch_options(const TransformerBlockOptions& block, std::uint64_t
   branch.init_std = block.init_std;
   branch.out_init_std = block.out_init_std;
   branch.seed = seed;
+  branch.layers = block.layers;
   return branch;
 }
 
+std::shared_ptr<FeedForward> make_feed_forward(const TransformerBlockOptions& o, const MLPOptions& mlp) {
+  if (o.make_feed_forward) {
+    auto module = o.make_feed_forward(mlp);
+    WF_CHECK(module != nullptr, "TransformerBlock: make_feed_forward returned no module");
+    return module;
+  }
+  switch (o.feed_forward) {
+    case FeedForwardKind::mlp: return std::make_shared<MLP>(mlp);
+    case FeedForwardKind::swiglu: return std::make_shared<SwiGLU>(mlp);
+  }
+  WF_FAIL("TransformerBlock: unknown feed-forward kind {}", static_cast<int>(o.feed_forward));
+}
+
+std::shared_ptr<Normalization> make_block_norm(const TransformerBlockOptions& o) {
+  if (o.make_norm) {
+    auto module = o.make_norm(o.d_model, o.norm_eps);
+    WF_CHECK(module != nullptr, "TransformerBlock: make_norm returned no module");
+    return module;
+  }
+  return layers_or_default(o.layers).norm(o.norm, o.d_model, o.norm_eps);
+}
+
 }  // namespace
+
+const char* feed_forward_name(FeedForwardKind kind) {
+  switch (kind) {
+    case FeedForwardKind::mlp: return "mlp";
+    case FeedForwardKind::swiglu: return "swiglu";
+  }
+  return "unknown";
+}
 
 TransformerBlock::TransformerBlock(const TransformerBlockOptions& options) : Module(options.seed), options_(options) {
   auto attn_options = branch_options<SelfAttentionOptions>(options, child_seed("attn"));
@@ -52,89 +82,17 @@ TransformerBlock::TransformerBlock(const TransformerBlockOptions& options) : Mod
   mlp_options.d_ff = options.d_ff;
   mlp_options.activation = options.activation;
 
-  norm1_ = register_module("norm1", make_norm(options.norm, options.d_model, options.norm_eps));
+  norm1_ = register_module("norm1", make_block_norm(options));
   attn_ = register_module("attn", std::make_shared<SelfAttention>(attn_options));
-  norm2_ = register_module("norm2", make_norm(options.norm, options.d_model, options.norm_eps));
-  mlp_ = register_module("mlp", std::make_shared<MLP>(mlp_options));
+  norm2_ = register_module("norm2", make_block_norm(options));
+  mlp_ = register_module("mlp", make_feed_forward(options, mlp_options));
 }
 
-// The block as one graph node that keeps x, the attention output and its lse (see the header).
-// forward runs with grad mode off, so nothing inside it is kept; backward recomputes the two
-// parts around attention, each from fresh leaves, and chains them through the strategy's replay.
-class TransformerBlock::AttentionOutputCheckpoint final : public autograd::Function {
- public:
-  AttentionOutputCheckpoint(TransformerBlock& block, Tensor positions, const AttentionOptions& options)
-      : block_(block), strategy_(block.attn_->strategy()), positions_(std::move(positions)), options_(options) {}
-
-  // inputs: x; outputs: the block's output
-  autograd::TensorList forward(autograd::Context& ctx, const autograd::TensorList& in) override {
-    const Tensor& x = in[0];
-    const SelfAttention::Heads heads = block_.attn_->project(block_.norm1_->forward(x), positions_);
-    const AttentionResult attention = strategy_->forward(heads.q, heads.k, heads.v, options_);
-    rng_state_ = default_generator().state();  // the dropout masks after attention are replayed
-    Tensor y = block_.after_attention(x, attention.out, /*checkpoint_mlp=*/false);
-    ctx.save_for_backward({x, attention.out, attention.lse});
-    return {y};
-  }
-
-  autograd::TensorList backward(autograd::Context& ctx, const autograd::TensorList& grad) override {
-    const Tensor& x = ctx.saved()[0];
-    const AttentionResult saved{ctx.saved()[1], ctx.saved()[2]};
-
-    // After attention: dy → d_out, the residual's share of dx, and proj/norm2/MLP weight grads.
-    const Tensor x_after = leaf(x), out = leaf(saved.out);
-    Tensor y;
-    {
-      const ReplayRng rng(rng_state_);
-      autograd::EnableGradGuard record;
-      y = block_.after_attention(x_after, out, /*checkpoint_mlp=*/false);
-    }
-    autograd::backward({y}, {grad[0]});
-
-    // Before attention, with attention replayed (not run): d_out → the rest of dx and the
-    // norm1/qkv weight grads. lse gets no gradient (the engine hands the replay zeros).
-    const Tensor x_before = leaf(x);
-    AttentionResult replayed;
-    {
-      autograd::EnableGradGuard record;
-      const SelfAttention::Heads heads = block_.attn_->project(block_.norm1_->forward(x_before), positions_);
-      replayed = strategy_->replay(heads.q, heads.k, heads.v, options_, saved);
-    }
-    autograd::backward({replayed.out}, {out.grad()});
-    return {add(x_after.grad(), x_before.grad())};
-  }
-
-  std::string name() const override { return "TransformerBlockAttentionOutputCheckpoint"; }
-
- private:
-  // A fresh leaf on t's storage, so a recompute's backward stops there and leaves its gradient.
-  static Tensor leaf(const Tensor& t) {
-    Tensor l = t.detach();
-    l.set_requires_grad(true);
-    return l;
-  }
-
-  // Sets the default generator to `state` for a scope and restores where it was, also when
-  // the recompute throws: the rest of training must not see the replayed draws.
-  class ReplayRng {
-   public:
-    explicit ReplayRng(Generator::State state) : resume_(default_generator().state()) {
-      default_generator().set_state(state);
-    }
-    ~ReplayRng() { default_generator().set_state(resume_); }
-    ReplayRng(const ReplayRng&) = delete;
-    ReplayRng& operator=(const ReplayRng&) = delete;
-
-   private:
-    Generator::State resume_;
-  };
-
-  TransformerBlock& block_;
-  std::shared_ptr<AttentionStrategy> strategy_;  // the one that ran forward replays it
-  Tensor positions_;
-  AttentionOptions options_;
-  Generator::State rng_state_;
-};
+MLP& TransformerBlock::mlp() {
+  auto* mlp = dynamic_cast<MLP*>(mlp_.get());
+  WF_CHECK(mlp != nullptr, "TransformerBlock: the feed-forward is not the GELU MLP (use feed_forward())");
+  return *mlp;
+}
 
 Tensor TransformerBlock::forward(const Tensor& x, std::int64_t position_offset) {
   WF_CHECK(x.defined() && x.dim() == 3, "TransformerBlock: input must be [batch, tokens, d_model], got {}",
@@ -151,13 +109,19 @@ Tensor TransformerBlock::forward(const Tensor& x, const Tensor& positions) {
 }
 
 Tensor TransformerBlock::run(const Tensor& x, const Tensor& positions, const AttentionOptions& attention_options) {
-  if (options_.checkpoint_attention_output && autograd::grad_enabled() && x.requires_grad()) {
-    return autograd::apply_function(std::make_shared<AttentionOutputCheckpoint>(*this, positions, attention_options),
-                                    {x})[0];
-  }
-  const SelfAttention::Heads heads = attn_->project(norm1_->forward(x), positions);
-  const Tensor out = attn_->strategy()->forward(heads.q, heads.k, heads.v, attention_options).out;
-  return after_attention(x, out, options_.checkpoint_mlp);
+  const bool checkpoint_output = options_.checkpoint_attention_output;
+  AttentionSplit split;
+  // Captured by value where the checkpoint's backward runs them after this call has returned.
+  split.before = [this, positions](const autograd::TensorList& in) {
+    return attn_->project(norm1_->forward(in[0]), positions);
+  };
+  split.after = [this, checkpoint_output](const autograd::TensorList& in, const Tensor& out) {
+    // Inside the checkpoint the MLP is recomputed anyway: no second checkpoint around it.
+    return autograd::TensorList{after_attention(in[0], out, options_.checkpoint_mlp && !checkpoint_output)};
+  };
+  split.strategy = attn_->strategy();
+  split.options = attention_options;
+  return run_attention_block(std::move(split), {x}, checkpoint_output)[0];
 }
 
 Tensor TransformerBlock::after_attention(const Tensor& x, const Tensor& attention_out, bool checkpoint_mlp) {

@@ -19,7 +19,7 @@ constexpr const char* kOp = "cross_entropy";
 // how many rows were not ignored (the mean's denominator).
 class CrossEntropy final : public autograd::Function {
  public:
-  explicit CrossEntropy(std::int64_t ignore_index) : ignore_index_(ignore_index) {}
+  CrossEntropy(std::int64_t ignore_index, bool sum) : ignore_index_(ignore_index), sum_(sum) {}
 
   // inputs: logits [rows, vocab] (any leading shape), targets i64 [rows]
   TensorList forward(Context& ctx, const TensorList& in) override {
@@ -31,7 +31,9 @@ class CrossEntropy final : public autograd::Function {
       count_ = kernels::cpu::cross_entropy_forward<T>(rows, vocab, c[0].data<T>(), targets.data<std::int64_t>(),
                                                        ignore_index_, losses.data<T>(), lse.data<T>());
       ctx.save_for_backward({in[0], targets, lse});  // lse in the compute dtype
-      return Tensor::scalar(double(kernels::cpu::cross_entropy_mean<T>(rows, losses.data<T>(), count_)), dtype_v<T>);
+      const T loss = sum_ ? kernels::cpu::cross_entropy_sum<T>(rows, losses.data<T>())
+                          : kernels::cpu::cross_entropy_mean<T>(rows, losses.data<T>(), count_);
+      return Tensor::scalar(double(loss), dtype_v<T>);
     })};
   }
 
@@ -40,9 +42,9 @@ class CrossEntropy final : public autograd::Function {
     const TensorList& s = ctx.saved();  // logits, targets, lse
     const Tensor& targets = s[1];
     const std::int64_t rows = ops::rows_of(s[0].shape()), vocab = s[0].size(-1);
-    // d(mean)/d(loss_r) = 1/count, times the upstream gradient of the scalar loss. With every
-    // row ignored the loss is the constant 0 and every gradient is 0.
-    const double grad_scale = count_ > 0 ? grad[0].item() / double(count_) : 0.0;
+    // d(mean)/d(loss_r) = 1/count (d(sum)/d(loss_r) = 1), times the upstream gradient of the
+    // scalar loss. With every row ignored the loss is the constant 0 and every gradient is 0.
+    const double grad_scale = sum_ ? grad[0].item() : count_ > 0 ? grad[0].item() / double(count_) : 0.0;
     Tensor dlogits = ops::compute_in(kOp, s[0].dtype(), {s[0], s[2]}, [&](auto tag, const TensorList& c) {
       using T = decltype(tag);
       Tensor d = Tensor::empty(c[0].shape(), dtype_v<T>);
@@ -57,12 +59,11 @@ class CrossEntropy final : public autograd::Function {
 
  private:
   std::int64_t ignore_index_;
+  bool sum_;
   std::int64_t count_ = 0;
 };
 
-}  // namespace
-
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index) {
+Tensor apply_cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index, bool sum) {
   ops::check_floating(kOp, logits, "logits");
   ops::check_cpu(kOp, logits);
   ops::check_min_dim(kOp, logits, 1, "logits");
@@ -76,7 +77,26 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t i
            "{}: targets of shape {} do not match logits of shape {}; targets must have the logits' shape without "
            "the last (vocabulary) dim, i.e. {}",
            kOp, shape_str(targets.shape()), shape_str(logits.shape()), shape_str(expected));
-  return autograd::apply_function(std::make_shared<CrossEntropy>(ignore_index), {logits, targets.to(DType::i64)})[0];
+  return autograd::apply_function(std::make_shared<CrossEntropy>(ignore_index, sum), {logits, targets.to(DType::i64)})[0];
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index) {
+  return apply_cross_entropy(logits, targets, ignore_index, /*sum=*/false);
+}
+
+Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index) {
+  return apply_cross_entropy(logits, targets, ignore_index, /*sum=*/true);
+}
+
+std::int64_t count_targets(const Tensor& targets, std::int64_t ignore_index) {
+  WF_CHECK(targets.defined(), "count_targets: the targets are undefined");
+  const Tensor t = targets.to(DType::i64);
+  const std::int64_t* p = t.data<std::int64_t>();
+  std::int64_t count = 0;
+  for (std::int64_t i = 0; i < t.numel(); ++i) count += p[i] != ignore_index;
+  return count;
 }
 
 }  // namespace wf

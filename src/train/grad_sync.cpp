@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/train/optimizer.h"
 
 namespace wf::train {
 
@@ -69,6 +70,15 @@ void all_reduce_gradients(comm::Group& group, const std::vector<Tensor>& params,
     group.iall_reduce(packed).wait();
     unpack_gradients(bucket, packed, params);
   }
+}
+
+double normalise_gradients(comm::Group& group, const std::vector<Tensor>& params, double loss_sum, double count) {
+  Tensor totals = Tensor::from_vector(std::vector<double>{loss_sum, count}, {2});
+  if (group.size() > 1) group.all_reduce(totals);
+  const double global_sum = totals.data<double>()[0], global_count = totals.data<double>()[1];
+  const double normaliser = global_count > 0 ? 1.0 / global_count : 0.0;
+  scale_gradients(params, normaliser);
+  return global_sum * normaliser;
 }
 
 }  // namespace wf::train

@@ -182,17 +182,19 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   }
   const double norm = std::sqrt(sum_sq);
   const double coefficient = kernels::cpu::clip_coefficient(norm, max_norm);
-  if (!(coefficient >= 1.0)) {  // also when NaN, as PyTorch does
-    for (const Tensor& p : params) {
-      Tensor g = p.grad();
-      if (!g.defined()) continue;
-      dispatch_float(g.dtype(), "clip_grad_norm", [&](auto tag) {
-        using T = decltype(tag);
-        kernels::cpu::scale_inplace<T>(g.numel(), g.data<T>(), static_cast<T>(coefficient));
-      });
-    }
-  }
+  if (!(coefficient >= 1.0)) scale_gradients(params, coefficient);  // also when NaN, as PyTorch does
   return norm;
+}
+
+void scale_gradients(const std::vector<Tensor>& params, double factor) {
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    dispatch_float(g.dtype(), "scale_gradients", [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cpu::scale_inplace<T>(g.numel(), g.data<T>(), static_cast<T>(factor));
+    });
+  }
 }
 
 }  // namespace wf::train

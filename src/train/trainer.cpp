@@ -33,7 +33,7 @@ std::shared_ptr<data::TokenSource> open_source(const config::RunConfig& c, bool 
     const std::int64_t batches = validation ? std::max<std::int64_t>(c.train.eval_batches, 1) : c.train.steps;
     const std::int64_t tokens = batches * config::global_batch_sequences(c) * c.train.seq_len + 1;
     const auto seed = static_cast<std::uint64_t>(c.train.seed) ^ (validation ? kSyntheticValSalt : 0);
-    return data::make_synthetic_source(c.model.vocab_size, tokens, seed);
+    return data::make_synthetic_source(config::model_facts(c).vocab_size, tokens, seed);
   }
   const std::string& path = validation ? c.data.val_path : c.data.train_path;
   if (path.empty()) return nullptr;
@@ -115,14 +115,9 @@ void Trainer::set_grad_overlap(bool overlap, std::int64_t bucket_bytes) {
 }
 
 void Trainer::check_supported() const {
-  const auto& p = config_.parallel;
-  WF_CHECK(p.tp == 1 && p.pp == 1,
-           "parallel.tp = {} and parallel.pp = {}: the trainer runs data and sequence parallelism so far; tensor and "
-           "pipeline parallelism are on the roadmap (set both to 1)",
-           p.tp, p.pp);
-  WF_CHECK(config_.train.dtype == DType::f32,
-           "train.dtype: {} training needs the CUDA backend, which is not built into the trainer yet; use f32",
-           dtype_name(config_.train.dtype));
+  // The same rules `wallfacer validate` applies (config::validate, this_machine).
+  const std::vector<std::string> problems = config::unsupported_by_trainer(config_);
+  WF_CHECK(problems.empty(), "the trainer cannot run this config: {}", fmt::join(problems, "; "));
 }
 
 void Trainer::seed_generator(std::uint64_t offset) {
@@ -133,30 +128,30 @@ std::int64_t Trainer::tokens_per_step() const {
   return config::global_batch_sequences(config_) * config_.train.seq_len;
 }
 
-double Trainer::sum_over_replicas(double value) {
-  Tensor t = Tensor::full({1}, value, DType::f64);
+Trainer::LossTotals Trainer::sum_over_replicas(LossTotals local) {
+  Tensor t = Tensor::from_vector(std::vector<double>{local.sum, local.count}, {2});
   if (replicas_.size() > 1) replicas_.all_reduce(t);
-  return t.item();
+  return {t.data<double>()[0], t.data<double>()[1]};
 }
 
 double Trainer::compute_gradients() {
   const std::int64_t accum = config::grad_accum_steps(config_);
-  const double tokens = static_cast<double>(tokens_per_step());
   model_->train();
-  double loss_sum = 0.0;
+  LossTotals local;
   for (std::int64_t micro = 0; micro < accum; ++micro) {
-    const data::Batch batch = train_loader_->get(step_, micro);
-    const Tensor loss = model_->loss_sum(batch.inputs, batch.targets, batch.positions);
-    loss_sum += loss.item();
+    const models::LossSum loss = model_->loss_sum(models::token_batch(train_loader_->get(step_, micro)));
+    local.sum += loss.sum.item();
+    local.count += static_cast<double>(loss.count);
     if (reducer_) reducer_->prepare(/*last_microbatch=*/micro + 1 == accum);
-    autograd::backward({scale(loss, 1.0 / tokens)});
+    // The gradient of the loss SUM: normalised below, once, by the global count.
+    autograd::backward({loss.sum});
   }
   if (reducer_) {
     reducer_->finish();
   } else {
     all_reduce_gradients(replicas_, params_, grad_bucket_bytes_);
   }
-  return sum_over_replicas(loss_sum) / tokens;
+  return normalise_gradients(replicas_, params_, local.sum, local.count);
 }
 
 StepResult Trainer::apply_gradients(double loss) {
@@ -192,15 +187,17 @@ double Trainer::evaluate() {
   autograd::NoGradGuard no_grad;
   model_->eval();
   const std::int64_t accum = config::grad_accum_steps(config_);
-  double loss_sum = 0.0;
+  LossTotals local;
   for (std::int64_t batch_index = 0; batch_index < config_.train.eval_batches; ++batch_index) {
     for (std::int64_t micro = 0; micro < accum; ++micro) {
-      const data::Batch batch = val_loader_->get(batch_index, micro);
-      loss_sum += model_->loss_sum(batch.inputs, batch.targets, batch.positions).item();
+      const models::LossSum loss = model_->loss_sum(models::token_batch(val_loader_->get(batch_index, micro)));
+      local.sum += loss.sum.item();
+      local.count += static_cast<double>(loss.count);
     }
   }
   model_->train();
-  return sum_over_replicas(loss_sum) / static_cast<double>(tokens_per_step() * config_.train.eval_batches);
+  const LossTotals total = sum_over_replicas(local);
+  return total.count > 0 ? total.sum / total.count : 0.0;
 }
 
 void Trainer::save_checkpoint() {

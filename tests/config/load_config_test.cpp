@@ -74,13 +74,13 @@ TEST_CASE("config: an empty file and empty sections give the defaults", "[config
 TEST_CASE("config: every key of a full file is read", "[config]") {
   TempYaml file("full.yaml", kFullConfig);
   const RunConfig c = load_config(file.path());
-  CHECK(c.model.n_layer == 6);
-  CHECK(c.model.n_kv_head == 2);
-  CHECK(c.model.norm == NormKind::rmsnorm);
-  CHECK(c.model.positions == PositionKind::rope);
-  CHECK_FALSE(c.model.tie_embeddings);
-  CHECK(c.model.dropout == 0.1);
-  CHECK(c.model.checkpoint_attention);
+  CHECK(c.model.get("n_layer") == "6");
+  CHECK(c.model.get("n_kv_head") == "2");
+  CHECK(c.model.get("norm") == "rmsnorm");
+  CHECK(c.model.get("positions") == "rope");
+  CHECK(c.model.get("tie_embeddings") == "false");
+  CHECK(c.model.get("dropout") == "0.1");
+  CHECK(c.model.get("checkpoint_attention") == "true");
   CHECK(c.parallel.grid().dp == 2);
   CHECK(c.parallel.grid().tp == 2);
   CHECK(c.parallel.grid().sp == 4);
@@ -97,7 +97,8 @@ TEST_CASE("config: every key of a full file is read", "[config]") {
   CHECK(c.checkpoint.keep_last == 0);
   CHECK(c.log.metrics_file == "m.jsonl");
   CHECK(grad_accum_steps(c) == 4);  // 16 / (dp 2 x micro 2)
-  CHECK_NOTHROW(validate(c, 16));
+  CHECK_NOTHROW(validate(c, 16, ValidateScope::any_machine));  // tp 2 and bf16: a GPU layout
+  CHECK_THROWS_WITH(validate(c, 16), Catch::Contains("parallel.tp: tp = 2") && Catch::Contains("train.dtype: bf16"));
   CHECK_THAT(summary(c, 16), Catch::Contains("world 16 = dp 2 x tp 2 x pp 1 x sp 4") &&
                                  Catch::Contains("wallfacer C 2 (p2p-intra)"));
 }
@@ -129,7 +130,7 @@ TEST_CASE("config: --set overrides apply in order, before validation", "[config]
   CHECK(c.parallel.sp == 4);
   CHECK(c.parallel.C == 2);
   CHECK(c.train.steps == 30);
-  CHECK_FALSE(c.model.tie_embeddings);
+  CHECK(c.model.get("tie_embeddings") == "false");
   CHECK(c.train.lr == 1e-3);
   CHECK(c.data.val_path == "v.bin");
   CHECK_NOTHROW(validate(c, 8));

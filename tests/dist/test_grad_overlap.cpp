@@ -137,12 +137,12 @@ TEST_CASE("benchmark: compute_gradients with synchronous vs overlapped all-reduc
   const int world = runtime().world_size();
   OverlapLayout layout{.dp = world};
   wf::config::RunConfig config = overlap_config(layout);
-  config.model.n_layer = 4;
-  config.model.d_model = 256;
-  config.model.n_head = 4;
-  config.model.n_kv_head = 4;
-  config.model.d_ff = 1024;
-  config.model.max_seq_len = 128;
+  config.model.set("n_layer", 4);
+  config.model.set("d_model", 256);
+  config.model.set("n_head", 4);
+  config.model.set("n_kv_head", 4);
+  config.model.set("d_ff", 1024);
+  config.model.set("max_seq_len", 128);
   config.train.seq_len = 128;
   config.train.steps = 100;
   wf::config::validate(config, world);

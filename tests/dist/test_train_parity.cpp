@@ -27,17 +27,18 @@ struct Layout {
   int dp = 1, sp = 1, C = 1;
   wf::parallel::SpStrategy strategy = wf::parallel::SpStrategy::wallfacer;
   bool checkpoint_attention = false;
+  std::string model = "gpt";
   std::string name() const {
-    return fmt::format("dp{} x sp{} {} C={}{}", dp, sp, wf::parallel::sp_strategy_name(strategy), C,
+    return fmt::format("{}: dp{} x sp{} {} C={}{}", model, dp, sp, wf::parallel::sp_strategy_name(strategy), C,
                        checkpoint_attention ? " + checkpoint at attention output" : "");
   }
 };
 
 wf::config::RunConfig parity_config(const Layout& layout, const std::string& tag) {
   wf::config::RunConfig c =
-      small_gpt_run(layout.dp, layout.sp, layout.checkpoint_attention, fmt::format("wf-parity-{}", tag));
+      small_gpt_run(layout.dp, layout.sp, layout.checkpoint_attention, fmt::format("wf-parity-{}", tag), layout.model);
   // Ulysses scatters K/V heads over the sp ranks: no grouped-query attention there.
-  if (layout.strategy == wf::parallel::SpStrategy::ulysses) c.model.n_kv_head = 4;
+  if (layout.strategy == wf::parallel::SpStrategy::ulysses) c.model.set("n_kv_head", 4);
   c.parallel.C = layout.C;
   c.parallel.sp_strategy = layout.strategy;
   c.train.steps = 4;
@@ -60,6 +61,11 @@ std::vector<Layout> layouts_for(int world) {
     out.push_back({.sp = world, .C = 2});
     out.push_back({.sp = world, .C = 2, .checkpoint_attention = true});
     out.push_back({.dp = 2, .sp = world / 2});
+  }
+  // LLaMA (SwiGLU, RMSNorm, RoPE, GQA, untied): sp 4 WallFacer C 2, and dp 2 x sp 2.
+  if (world == 4) {
+    out.push_back({.sp = 4, .C = 2, .model = "llama"});
+    out.push_back({.dp = 2, .sp = 2, .checkpoint_attention = true, .model = "llama"});
   }
   // Ulysses scatters the model's 4 heads over the sp ranks.
   if (4 % world == 0) out.push_back({.sp = world, .strategy = SpStrategy::ulysses});

@@ -11,16 +11,19 @@
 namespace wf::test {
 
 // `dir_name` names the checkpoint and log directory under the system's temporary directory.
-inline config::RunConfig small_gpt_run(int dp, int sp, bool checkpoint_attention, const std::string& dir_name) {
+// `model`: "gpt" or "llama" (the same sizes; LLaMA's SwiGLU, RMSNorm, RoPE and untied head).
+inline config::RunConfig small_gpt_run(int dp, int sp, bool checkpoint_attention, const std::string& dir_name,
+                                       const std::string& model = "gpt") {
   config::RunConfig c;
-  c.model.n_layer = 2;
-  c.model.n_head = 4;
-  c.model.n_kv_head = 2;
-  c.model.d_model = 32;
-  c.model.d_ff = 64;
-  c.model.vocab_size = 256;  // the byte tokenizer's (validate checks it)
-  c.model.max_seq_len = 48;
-  c.model.checkpoint_attention = checkpoint_attention;
+  c.model.set_name(model);
+  c.model.set("n_layer", 2);
+  c.model.set("n_head", 4);
+  c.model.set("n_kv_head", 2);
+  c.model.set("d_model", 32);
+  c.model.set("d_ff", 64);
+  c.model.set("vocab_size", 256);  // the byte tokenizer's (validate checks it)
+  c.model.set("max_seq_len", 48);
+  c.model.set("checkpoint_attention", checkpoint_attention);
   c.parallel.dp = dp;
   c.parallel.sp = sp;
   c.train.seq_len = 48;

@@ -1,4 +1,4 @@
-# cmake -P script: install → configure consumer → build → run. Fails on the first error.
+# cmake -P script: install → configure consumer → build → run under mpirun. Fails on the first error.
 function(run)
   execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
@@ -12,4 +12,4 @@ run(${CMAKE_COMMAND} --install ${WF_BUILD_DIR} --prefix ${WF_SCRATCH}/prefix)
 run(${CMAKE_COMMAND} -S ${WF_CONSUMER_SRC} -B ${WF_SCRATCH}/build -G ${WF_GENERATOR}
     -DCMAKE_PREFIX_PATH=${WF_SCRATCH}/prefix -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${WF_SCRATCH}/build)
-run(${WF_SCRATCH}/build/consumer)
+run(${WF_MPIEXEC} ${WF_SCRATCH}/build/consumer ${WF_CONSUMER_SRC}/consumer.yaml)

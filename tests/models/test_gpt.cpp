@@ -45,7 +45,7 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
 std::map<std::string, Tensor> gradients(Gpt& model, const Tensor& ids, const Tensor& targets) {
   model.zero_grad();
   const Tensor positions = Tensor::arange(0, static_cast<double>(ids.size(1)), 1, DType::i64);
-  wf::autograd::backward({model.loss_sum(ids, targets, positions)});
+  wf::autograd::backward({model.loss_sum(wf::models::token_batch(ids, targets, positions)).sum});
   std::map<std::string, Tensor> grads;
   for (const auto& [name, p] : model.named_parameters()) grads[name] = p.grad().clone();
   return grads;
@@ -125,7 +125,9 @@ TEST_CASE("gpt: loss_sum is the per-token cross-entropy summed, and the model le
     for (int v = 0; v < 32; ++v) total += std::exp(l[row * 32 + v] - top);
     expected += std::log(total) + top - l[row * 32 + static_cast<std::size_t>(t[row])];
   }
-  const double got = model.loss_sum(ids, targets, positions).item();
+  const wf::models::LossSum sum = model.loss_sum(wf::models::token_batch(ids, targets, positions));
+  CHECK(sum.count == 16);
+  const double got = sum.sum.item();
   CHECK(got == Approx(expected).epsilon(1e-5));
 
   wf::train::AdamW opt(model.parameters(), {.lr = 1e-2, .weight_decay = 0.0});
@@ -133,7 +135,7 @@ TEST_CASE("gpt: loss_sum is the per-token cross-entropy summed, and the model le
   double last = first;
   for (int step = 0; step < 30; ++step) {
     opt.zero_grad();
-    const Tensor loss = wf::scale(model.loss_sum(ids, targets, positions), 1.0 / 16);
+    const Tensor loss = wf::scale(model.loss_sum(wf::models::token_batch(ids, targets, positions)).sum, 1.0 / 16);
     last = loss.item();
     wf::autograd::backward({loss});
     opt.step();
@@ -171,17 +173,22 @@ TEST_CASE("gpt: train FLOPs per token follow 6·N + attention", "[models]") {
 TEST_CASE("gpt: the registry builds models by name and lists them in errors", "[models]") {
   wf::comm::Runtime::init();  // a world of one: no mpirun needed
   wf::config::RunConfig config;
-  config.model.n_layer = 1;
-  config.model.d_model = 16;
-  config.model.d_ff = 32;
-  config.model.vocab_size = 32;
-  config.model.max_seq_len = 16;
+  config.model.set("n_layer", 1);
+  config.model.set("d_model", 16);
+  config.model.set("d_ff", 32);
+  config.model.set("vocab_size", 32);
+  config.model.set("max_seq_len", 16);
   wf::comm::CommGrid grid(wf::comm::ProcessGrid(config.parallel.grid(), 1, 0));
   const auto model = wf::models::create(config, grid);
   CHECK(model->name() == "gpt");
   CHECK(dynamic_cast<Gpt*>(model.get()) != nullptr);
-  CHECK_THROWS_WITH(wf::models::create("gtp", config, grid), Contains("registered models are") && Contains("gpt"));
-  CHECK_THROWS_WITH(wf::models::register_model("gpt", wf::models::make_gpt), Contains("already registered"));
+  wf::config::RunConfig misspelt = config;
+  misspelt.model.name = "gtp";
+  CHECK_THROWS_WITH(wf::models::create(misspelt, grid),
+                    Contains("registered models are") && Contains("gpt") && Contains("did you mean 'gpt'"));
+  CHECK_THROWS_WITH(wf::models::register_model(wf::models::decoder_schema("gpt", {}, wf::models::gpt_options),
+                                               wf::models::make_gpt),
+                    Contains("already registered"));
   const auto names = wf::models::registered_models();
   CHECK(std::find(names.begin(), names.end(), "gpt") != names.end());
 }

@@ -119,15 +119,34 @@ TEST_CASE("SelfAttention with rope: positions overload, offsets and gradients", 
   CHECK_THROWS_WITH(SelfAttention(odd), Contains("head_dim = d_model / n_head must be even"));
 }
 
+// A user's feed-forward, as an embedding program would write one: SwiGLU with a learned gain.
+class ScaledSwiGLU final : public FeedForward {
+ public:
+  explicit ScaledSwiGLU(const MLPOptions& options) : FeedForward(options.seed) {
+    inner_ = register_module("inner", std::make_shared<SwiGLU>(options));
+    gain_ = register_parameter("gain", init_normal("gain", {options.d_model}, 1.0));
+  }
+  Tensor forward(const Tensor& x) override { return wf::mul(inner_->forward(x), gain_); }
+
+ private:
+  std::shared_ptr<SwiGLU> inner_;
+  Tensor gain_;
+};
+
 TEST_CASE("checkpointing at the attention output: gradients equal the plain block's (f64)", "[nn][checkpoint]") {
   struct Variant {
     const char* name;
     std::int64_t n_kv_head;
     bool rope;
     bool by_positions;
+    FeedForwardKind feed_forward = FeedForwardKind::mlp;
+    bool user_parts = false;  // a user's feed-forward and norm through the block's options
   };
-  for (const Variant variant : {Variant{"MHA", 0, false, false}, Variant{"MHA rope", 0, true, false},
-                                Variant{"GQA", 1, false, true}, Variant{"GQA rope, zigzag positions", 2, true, true}}) {
+  for (const Variant variant :
+       {Variant{"MHA", 0, false, false}, Variant{"MHA rope", 0, true, false}, Variant{"GQA", 1, false, true},
+        Variant{"GQA rope, zigzag positions", 2, true, true},
+        Variant{"SwiGLU + RMSNorm (LLaMA's block)", 2, true, true, FeedForwardKind::swiglu},
+        Variant{"a user's feed-forward and norm", 1, false, false, FeedForwardKind::mlp, true}}) {
     INFO(variant.name);
     TransformerBlockOptions options{.d_model = 16,
                                     .n_head = 4,
@@ -137,6 +156,12 @@ TEST_CASE("checkpointing at the attention output: gradients equal the plain bloc
                                     .init_std = 0.3,
                                     .seed = 5};
     options.rope = variant.rope;
+    options.feed_forward = variant.feed_forward;
+    if (variant.feed_forward == FeedForwardKind::swiglu) options.norm = NormType::rms_norm;
+    if (variant.user_parts) {
+      options.make_feed_forward = [](const MLPOptions& o) { return std::make_shared<ScaledSwiGLU>(o); };
+      options.make_norm = [](std::int64_t dim, double eps) { return std::make_shared<RMSNorm>(dim, eps); };
+    }
     TransformerBlock plain(options);
     options.checkpoint_attention_output = true;
     TransformerBlock checkpointed(options);
@@ -234,4 +259,51 @@ TEST_CASE("checkpointing at the attention output: memory held after the forward 
   // the block's rope positions (128 i64). Measured: exactly that, 544768 bytes; plain 4231168.
   CHECK(checkpointed <= 4 * (256 * 528 + 128 * 8));
   CHECK(static_cast<double>(checkpointed) / static_cast<double>(plain) < 0.2);
+}
+
+TEST_CASE("run_attention_block: a block with two inputs (DiT-style conditioning) checkpoints exactly", "[nn][checkpoint]") {
+  // before(x, c) = heads of attn.project(norm(x) ⊙ (1 + c)); after(x, c, out) = x + attn.output(out) ⊙ c:
+  // the conditioning reaches both halves, so its gradient is the sum of two recomputes.
+  SelfAttention attn(SelfAttentionOptions{.d_model = 8, .n_head = 2, .n_kv_head = 1, .init_std = 0.4, .seed = 4});
+  RMSNorm norm(8);
+  attn.to(DType::f64);
+  norm.to(DType::f64);
+  const Tensor positions = positions_of({0, 1, 2, 3, 4});
+  const auto run = [&](bool checkpoint, const Tensor& x, const Tensor& c) {
+    AttentionSplit split;
+    split.before = [&](const wf::autograd::TensorList& in) {
+      return attn.project(wf::mul(norm.forward(in[0]), wf::add(in[1], Tensor::ones({8}, DType::f64))), positions);
+    };
+    split.after = [&](const wf::autograd::TensorList& in, const Tensor& out) {
+      return wf::autograd::TensorList{wf::add(in[0], wf::mul(attn.output(out), in[1]))};
+    };
+    split.strategy = attn.strategy();
+    split.options = attn.attention_options(0);
+    return run_attention_block(std::move(split), {x, c}, checkpoint)[0];
+  };
+  struct Grads {
+    Tensor out, dx, dc;
+    std::vector<Tensor> params;
+  };
+  const auto grads = [&](bool checkpoint) {
+    Tensor x = randn64({2, 5, 8}, 7), c = randn64({8}, 8);
+    x.set_requires_grad(true);
+    c.set_requires_grad(true);
+    attn.zero_grad();
+    norm.zero_grad();
+    Grads g;
+    g.out = run(checkpoint, x, c);
+    wf::sum(wf::mul(g.out, randn64({2, 5, 8}, 9))).backward();
+    g.dx = x.grad();
+    g.dc = c.grad();
+    for (const Tensor& p : attn.parameters()) g.params.push_back(p.grad().clone());
+    for (const Tensor& p : norm.parameters()) g.params.push_back(p.grad().clone());
+    return g;
+  };
+  const Grads plain = grads(false), checkpointed = grads(true);
+  CHECK(max_abs_diff(plain.out, checkpointed.out) <= 1e-12);
+  CHECK(max_abs_diff(plain.dx, checkpointed.dx) <= 1e-12);
+  CHECK(max_abs_diff(plain.dc, checkpointed.dc) <= 1e-12);
+  REQUIRE(plain.params.size() == checkpointed.params.size());
+  for (std::size_t i = 0; i < plain.params.size(); ++i) CHECK(max_abs_diff(plain.params[i], checkpointed.params[i]) <= 1e-12);
 }

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""The GPT of models/gpt/gpt.cpp in plain PyTorch (1.13, Debian's python3-torch), for checking ours.
+"""The decoder of models/decoder/decoder.cpp (GPT, LLaMA) in plain PyTorch (1.13, Debian's python3-torch).
 
     gpt_reference.py IN.safetensors OUT.safetensors [IN2 OUT2 ...] [--dtype float64|float32]
 
 IN holds the model's parameters under our names ("blocks.0.attn.qkv.weight", ...), the batch
 ("inputs" [B, T] i64, "targets" [B, T] i64, "positions" [T] i64) and in "__metadata__" the model
-options (GptOptions field names: vocab_size, n_layer, n_head, n_kv_head, d_model, d_ff, norm,
-positions, rope_theta, tie_embeddings, norm_eps). OUT receives "logits" [B, T, V], "loss" (0-dim,
-mean cross-entropy over the targets) and "grad.<name>" for every parameter, in --dtype (default
+options (DecoderOptions field names: vocab_size, n_layer, n_head, n_kv_head, d_model, d_ff, norm,
+positions, rope_theta, tie_embeddings, bias, norm_eps, feed_forward). OUT receives "logits"
+[B, T, V], "loss" (0-dim, mean cross-entropy over the targets that are not -100) and
+"grad.<name>" for every parameter, in --dtype (default
 float64: the reference is then exact to f32's rounding, so the comparison measures our error).
 Several IN OUT pairs share one start of Python (importing torch takes seconds).
 tests/models/test_gpt_reference.cpp writes IN and compares OUT; scripts/bench_gpt_torch.py
@@ -23,6 +24,7 @@ Semantics, each confirmed against our sources:
         the token index (positions only feed RoPE/embeddings), scale 1/sqrt(hd); query head j
         reads kv head j // (h / h_kv); then proj Linear(d, d)             (nn/self_attention.cpp)
   mlp: proj(gelu_tanh(fc(x)))                              (nn/mlp.cpp, kernels/cpu/elementwise.cpp)
+       or SwiGLU (LLaMA): down(silu(gate(x)) * up(x))                                 (nn/mlp.cpp)
   logits = final_norm(x) @ token_embedding.weight.T when tied, else lm_head (no bias)
 Dropout is not modelled: the comparison runs with dropout 0.
 """
@@ -62,6 +64,8 @@ class Options:
         self.tie_embeddings = m.get("tie_embeddings", "true").lower() in ("1", "true")
         self.bias = m.get("bias", "true").lower() in ("1", "true")
         self.norm_eps = float(m.get("norm_eps", 1e-5))
+        self.feed_forward = m.get("feed_forward", "mlp")
+        assert self.feed_forward in ("mlp", "swiglu"), self.feed_forward
         assert self.norm in ("layer_norm", "rms_norm"), self.norm
         assert self.positions in ("learned", "rope"), self.positions
 
@@ -125,10 +129,22 @@ class MLP(torch.nn.Module):
         return self.proj(F.gelu(self.fc(x), approximate="tanh"))
 
 
+class SwiGLU(torch.nn.Module):
+    def __init__(self, o):
+        super().__init__()
+        self.gate = torch.nn.Linear(o.d_model, o.d_ff, bias=o.bias)
+        self.up = torch.nn.Linear(o.d_model, o.d_ff, bias=o.bias)
+        self.down = torch.nn.Linear(o.d_ff, o.d_model, bias=o.bias)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
 class Block(torch.nn.Module):
     def __init__(self, o):
         super().__init__()
-        self.norm1, self.attn, self.norm2, self.mlp = Norm(o), Attention(o), Norm(o), MLP(o)
+        feed_forward = SwiGLU(o) if o.feed_forward == "swiglu" else MLP(o)
+        self.norm1, self.attn, self.norm2, self.mlp = Norm(o), Attention(o), Norm(o), feed_forward
 
     def forward(self, x, positions):
         h = x + self.attn(self.norm1(x), positions)

@@ -10,34 +10,14 @@
 #include <vector>
 
 #include "wallfacer/comm/process_grid.h"
+#include "wallfacer/config/model_config.h"
 #include "wallfacer/core/dtype.h"
 #include "wallfacer/parallel/sp_attention.h"
 
 namespace wf::config {
 
-enum class NormKind { layernorm, rmsnorm };
-enum class PositionKind { learned, rope };
 enum class TokenizerKind { byte, gpt2 };
 enum class DataSource { file, synthetic };
-
-struct ModelConfig {
-  std::string name = "gpt";
-  std::int64_t n_layer = 4;
-  std::int64_t n_head = 4;
-  std::int64_t n_kv_head = 4;  // = n_head: multi-head; fewer: grouped-query attention
-  std::int64_t d_model = 256;
-  std::int64_t d_ff = 1024;
-  std::int64_t vocab_size = 256;
-  std::int64_t max_seq_len = 1024;  // the longest train.seq_len the positions support
-  NormKind norm = NormKind::layernorm;
-  PositionKind positions = PositionKind::learned;
-  bool tie_embeddings = true;
-  double dropout = 0.0;
-  // Activation checkpoint at each block's attention output (WallFacer §4.6): a block keeps its
-  // input, attention output and lse, and recomputes the rest in the backward; attention never.
-  bool checkpoint_attention = false;
-  friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
-};
 
 struct ParallelSection {
   int dp = 1, tp = 1, pp = 1, sp = 1;
@@ -103,8 +83,6 @@ struct RunConfig {
   friend bool operator==(const RunConfig&, const RunConfig&) = default;
 };
 
-std::string_view norm_name(NormKind kind);              // "layernorm" / "rmsnorm"
-std::string_view position_name(PositionKind kind);      // "learned" / "rope"
 std::string_view tokenizer_name(TokenizerKind kind);    // "byte" / "gpt2"
 std::string_view data_source_name(DataSource source);   // "file" / "synthetic"
 
@@ -119,14 +97,42 @@ RunConfig parse_config(std::string_view yaml, const std::vector<std::string>& ov
 // Applies one "section.key=value" override to `config`, with the checks load_config makes.
 void apply_override(RunConfig& config, std::string_view override_text);
 
-// Every key path ("model.n_layer", ...), in file order.
+// Every key path in file order: model.name and the keys of the default model (GPT), then the
+// other sections'. Another model's keys: model_schema(name).keys.
 std::vector<std::string> config_keys();
 
+// What validate checks besides the config itself.
+enum class ValidateScope {
+  // Also whether this build's trainer and this machine can run it (tensor and pipeline
+  // parallelism, bf16, the memory a rank needs): exactly what `wallfacer train` would refuse.
+  this_machine,
+  // The config alone (a GPU preset checked on a laptop: `wallfacer validate --any-machine`).
+  any_machine,
+};
+
 // Checks the combinations load_config cannot see: the layout against the world size
-// (comm::ProcessGrid::validate), the sequence length against the layout the strategy needs
-// (zigzag: GPT is causal), heads against tp and (Ulysses) sp, the batch against dp, and so on.
-// Throws ONE wf::Error listing every problem as "key: rule"; the text is the same on every rank.
-void validate(const RunConfig& config, int world_size);
+// (comm::ProcessGrid::validate), the sequence length against the layout the model's attention
+// mask needs (zigzag for causal), the model's own rules (its schema: heads against tp and the
+// Ulysses degree, ...), the batch against dp, and with this_machine what the trainer supports and
+// the estimated memory per rank against this machine's. Throws ONE wf::Error listing every
+// problem as "key: rule"; the text is the same on every rank.
+void validate(const RunConfig& config, int world_size, ValidateScope scope = ValidateScope::this_machine);
+// The rules of the trainer in this build ("parallel.tp: ..."), empty when it can train the
+// config; validate (this_machine) and the Trainer both apply them.
+std::vector<std::string> unsupported_by_trainer(const RunConfig& config);
+
+// A rough per-rank memory need: weights, gradients and AdamW state (16 bytes a parameter, split
+// by tp × pp) plus the activations of one micro batch (the model's bytes per token times the
+// tokens a rank holds). Doubles: absurd configs must not wrap.
+struct MemoryEstimate {
+  double parameter_bytes = 0, activation_bytes = 0;
+  double total() const { return parameter_bytes + activation_bytes; }
+};
+MemoryEstimate memory_per_rank(const RunConfig& config);
+
+// Remarks on a valid config that are not errors (a setting that cannot matter for this layout),
+// which `validate`, `grid` and `train` print.
+std::vector<std::string> notes(const RunConfig& config);
 
 // Gradient-accumulation steps: global_batch_size / (dp × micro_batch_size) (1 when 0 = auto).
 std::int64_t grad_accum_steps(const RunConfig& config);

@@ -1,10 +1,12 @@
 #pragma once
-// Autoregressive sampling from a GPT (single process): the whole context is run again for every
-// new token (no KV cache yet), cropped to the model's last max_seq_len tokens.
+// Autoregressive sampling from any model with logits (Model::has_logits; single process): the
+// whole context is run again for every new token (no KV cache yet), cropped to the model's last
+// max_context() tokens.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
-#include "wallfacer/models/gpt.h"
+#include "wallfacer/models/model.h"
 
 namespace wf::models {
 
@@ -15,8 +17,11 @@ struct GenerateOptions {
   std::uint64_t seed = 0;    // the same seed and prompt give the same text
 };
 
-// The prompt followed by up to max_new_tokens sampled tokens.
-std::vector<std::uint32_t> generate(Gpt& model, const std::vector<std::uint32_t>& prompt, const GenerateOptions& options);
+// The prompt followed by up to max_new_tokens sampled tokens; `on_token`, when set, is called
+// with each new token as soon as it is drawn (to stream the text). wf::Error naming the model
+// when it has no logits.
+std::vector<std::uint32_t> generate(Model& model, const std::vector<std::uint32_t>& prompt, const GenerateOptions& options,
+                                    const std::function<void(std::uint32_t)>& on_token = {});
 
 // Index of the token drawn from logits[0, vocab) with temperature and top-k, using uniform `u`
 // in [0, 1). Deterministic; exposed for tests.

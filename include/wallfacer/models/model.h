@@ -1,47 +1,115 @@
 #pragma once
-// wf::models::Model: what the trainer needs from any model definition, and the registry that
-// builds one by name from a run configuration (`model.name` in the YAML file).
+// wf::models::Model: what the trainer, `wallfacer generate` and the pipeline schedules need from
+// any model definition, and the registry that builds one by name from a run configuration
+// (`model.name` in the YAML file) and declares its `model:` keys (config/model_schema.h).
 //
-// A model computes a loss on this rank's part of a batch. Under data and sequence parallelism a
-// rank holds micro_batch_size sequences (its dp slice) and of each sequence only its n_local
-// tokens (its sp slice, in the layout the attention strategy needs); `positions` gives every
-// local token's true position in its sequence. The model returns the SUM of its per-token losses
-// (not the mean): the trainer divides by the token count of the whole global batch, so the loss
-// is averaged over tokens exactly once across dp × sp × microbatches, whatever the layout.
+// A model trains on a named batch (Batch: GPT and LLaMA read "tokens", "targets", "positions";
+// DiT will read images, labels and diffusion draws) and returns the SUM of its per-element
+// losses and how many elements it counted (LossSum). Under data and sequence parallelism a rank
+// holds micro_batch_size sequences (its dp slice) and of each only its tokens (its sp slice, in
+// the layout the attention strategy needs); the trainer sums loss and count over ranks and
+// microbatches and normalises once by the global count, so the loss is the exact mean over
+// every counted element whatever the layout, also when targets are ignored (ignore_index).
 //
 // Adding a model: docs/adding-a-model.md.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "wallfacer/comm/runtime.h"
+#include "wallfacer/config/model_schema.h"
 #include "wallfacer/config/run_config.h"
+#include "wallfacer/data/loader.h"
 #include "wallfacer/nn/module.h"
 #include "wallfacer/parallel/sp_attention.h"
 
 namespace wf::models {
+
+// Tensors by name: what one rank trains on in one micro step.
+class Batch {
+ public:
+  Batch& set(std::string name, Tensor tensor);
+  // wf::Error naming the missing tensor and the ones the batch has.
+  const Tensor& at(std::string_view name) const;
+  bool contains(std::string_view name) const { return tensors_.find(name) != tensors_.end(); }
+  std::vector<std::string> names() const;
+
+ private:
+  std::map<std::string, Tensor, std::less<>> tensors_;
+};
+
+// A language-model batch: "tokens" and "targets" [B, n_local] i64, "positions" [n_local] i64.
+Batch token_batch(const data::Batch& batch);
+Batch token_batch(Tensor tokens, Tensor targets, Tensor positions);
+
+// A loss as its sum and the number of elements counted into it (targets equal to ignore_index
+// are not counted).
+struct LossSum {
+  Tensor sum;  // differentiable 0-dim tensor
+  std::int64_t count = 0;
+};
+
+// A contiguous part of a model for pipeline parallelism: the embedding (on the first stage),
+// blocks [first_block, end_block) by their global index, and the head and loss (on the last).
+// Names and seeds come from the global block index, so a stage's weights are bit for bit the
+// matching part of the whole model.
+struct StageRange {
+  std::int64_t first_block = 0;
+  std::int64_t end_block = -1;  // -1: through the last block
+  bool embedding = true;
+  bool head = true;
+  // Whether it is the whole of a model of n_blocks blocks.
+  bool whole(std::int64_t n_blocks) const {
+    return first_block == 0 && (end_block < 0 || end_block == n_blocks) && embedding && head;
+  }
+};
+
+// What one stage hands to the next: hidden states, or on the last stage the loss.
+struct StageOutput {
+  Tensor hidden;  // [B, n_local, d_model]; undefined on the last stage
+  LossSum loss;   // on the last stage
+};
 
 class Model : public nn::Module {
  public:
   using nn::Module::Module;
 
   virtual std::string name() const = 0;
-  // inputs, targets [B, n_local] i64; positions [n_local] i64. Returns the sum over this rank's
-  // targets of the per-token loss, a differentiable 0-dim tensor.
-  virtual Tensor loss_sum(const Tensor& inputs, const Tensor& targets, const Tensor& positions) = 0;
+  // The loss of this rank's part of a batch (see above).
+  virtual LossSum loss_sum(const Batch& batch) = 0;
   // Model FLOPs of one training step (forward + backward) per token of a seq_len sequence, for
   // the FLOP/s and utilisation the trainer reports. Counts the matmuls and attention only.
   virtual double train_flops_per_token(std::int64_t seq_len) const = 0;
   // Whether attention is causal: decides the sequence layout (zigzag for causal).
   virtual bool causal() const = 0;
+
+  // ---- decoding (wallfacer generate) ------------------------------------------------------
+  // Models that predict tokens: logits(ids [B, n], positions [n]) → [B, n, vocab_size].
+  virtual bool has_logits() const { return false; }
+  virtual Tensor logits(const Tensor& ids, const Tensor& positions);  // default: wf::Error naming the model
+  virtual std::int64_t vocab_size() const { return 0; }
+  // The longest context logits accepts (its positions are < this); 0: unbounded.
+  virtual std::int64_t max_context() const { return 0; }
+
+  // ---- stages (pipeline parallelism) ------------------------------------------------------
+  // The part of the model this instance holds; the whole model by default.
+  virtual StageRange stage() const { return {}; }
+  // Runs this stage: the first stage reads the batch's inputs and ignores `hidden`; the others
+  // continue from the previous stage's hidden states; the last returns the loss. The default
+  // runs the whole model (loss_sum): a model that can be built as stages overrides it.
+  virtual StageOutput forward_stage(const Batch& batch, const Tensor& hidden);
 };
 
 // The sequence-parallel attention configuration a run uses: the strategy and sequence length
 // from the config, the layout from the mask (zigzag balances causal work, contiguous otherwise).
 // The data loader shards tokens with the same configuration (parallel::sp_shard).
 parallel::SpAttentionConfig sp_attention_config(const config::RunConfig& config, bool causal);
+// The same with the mask of the model config.model describes (config::model_facts).
+parallel::SpAttentionConfig sp_attention_config(const config::RunConfig& config);
 
 // ---- registry ---------------------------------------------------------------------------
 
@@ -49,17 +117,23 @@ parallel::SpAttentionConfig sp_attention_config(const config::RunConfig& config,
 // that replicates them) and attention wired to the grid's sequence-parallel groups.
 using ModelFactory = std::function<std::shared_ptr<Model>(const config::RunConfig&, comm::CommGrid&)>;
 
-// Registers a factory under `name`; wf::Error when the name is taken.
-void register_model(const std::string& name, ModelFactory factory);
-// Builds the model registered as `name`; wf::Error listing the registered names when unknown.
-std::shared_ptr<Model> create(const std::string& name, const config::RunConfig& config, comm::CommGrid& grid);
-// create(config.model.name, config, grid).
+// Registers a model: its config schema (whose name is the model's name; keys, rules, facts) and
+// its factory. wf::Error when the name is taken. After this `model.name: <name>` works in YAML.
+void register_model(config::ModelSchema schema, ModelFactory factory);
+// Builds the model config.model names; wf::Error listing the registered names when unknown.
 std::shared_ptr<Model> create(const config::RunConfig& config, comm::CommGrid& grid);
 std::vector<std::string> registered_models();  // sorted
 
-// Registers a model at load time: `static const wf::models::ModelRegistration reg("gpt", make_gpt);`
+// Registers a model at load time:
+//   static const wf::models::ModelRegistration reg(llama_schema(), make_llama);
 struct ModelRegistration {
-  ModelRegistration(const std::string& name, ModelFactory factory) { register_model(name, std::move(factory)); }
+  ModelRegistration(config::ModelSchema schema, ModelFactory factory) {
+    register_model(std::move(schema), std::move(factory));
+  }
 };
+
+// With sp > 1, installs the run's sequence-parallel attention strategy on every attention layer
+// of `model` (nn::set_attention_strategy); a no-op for sp = 1. Factories call it.
+void install_sp_attention(Model& model, const config::RunConfig& config, comm::CommGrid& grid);
 
 }  // namespace wf::models

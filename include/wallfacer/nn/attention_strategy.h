@@ -10,6 +10,11 @@
 
 namespace wf::nn {
 
+// The query, key and value heads a block hands to its attention strategy.
+struct AttentionHeads {
+  Tensor q, k, v;
+};
+
 class AttentionStrategy {
  public:
   virtual ~AttentionStrategy();

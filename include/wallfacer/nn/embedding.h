@@ -19,7 +19,8 @@ class Embedding : public Module {
   Embedding(std::int64_t num_embeddings, std::int64_t dim, std::uint64_t seed = 0);
 
   // ids [...] (i64 or i32, each in [0, num_embeddings)) → [..., dim]
-  Tensor forward(const Tensor& ids);
+  // Virtual: a vocab-parallel table (LayerFactory) overrides it.
+  virtual Tensor forward(const Tensor& ids);
 
   const Tensor& weight() const { return weight_; }
   const EmbeddingOptions& options() const { return options_; }

@@ -20,8 +20,8 @@ class Linear : public Module {
   explicit Linear(const LinearOptions& options);
   Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true, std::uint64_t seed = 0);
 
-  // x [..., in] → [..., out]
-  Tensor forward(const Tensor& x);
+  // x [..., in] → [..., out]. Virtual: a tensor-parallel layer (LayerFactory) overrides it.
+  virtual Tensor forward(const Tensor& x);
 
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }  // undefined without bias

@@ -1,10 +1,16 @@
 #pragma once
-// MLP: the transformer feed-forward, fc (d_model → d_ff) → activation → proj (d_ff → d_model)
-// → dropout.
+// The transformer feed-forward, behind one interface so a block takes whichever a model uses:
+//  - MLP:    fc (d_model → d_ff) → activation → proj (d_ff → d_model) → dropout   (GPT-2)
+//  - SwiGLU: down(silu(gate(x)) ⊙ up(x)) → dropout, gate/up d_model → d_ff, down d_ff → d_model
+//            (LLaMA, PaLM; Shazeer 2020)
+//  - a user's FeedForward subclass, through TransformerBlockOptions::make_feed_forward.
+// Every weight comes from the options' LayerFactory with its role (fc, gate, up: column; proj,
+// down: row), so a tensor-parallel factory splits any of them the Megatron way.
 #include <cstdint>
 #include <memory>
 
 #include "wallfacer/nn/dropout.h"
+#include "wallfacer/nn/layer_factory.h"
 #include "wallfacer/nn/linear.h"
 
 namespace wf::nn {
@@ -13,6 +19,13 @@ enum class Activation { gelu, silu };
 const char* activation_name(Activation activation);
 // Applies the activation (differentiable).
 Tensor activate(Activation activation, const Tensor& x);
+
+// A module mapping [..., d_model] to [..., d_model].
+class FeedForward : public Module {
+ public:
+  using Module::Module;
+  virtual Tensor forward(const Tensor& x) = 0;
+};
 
 struct MLPOptions {
   std::int64_t d_model = 0;
@@ -25,13 +38,14 @@ struct MLPOptions {
   // 0.02/√(2·n_layer). 0 → init_std.
   double out_init_std = 0.0;
   std::uint64_t seed = 0;
+  std::shared_ptr<const LayerFactory> layers = nullptr;  // null: the plain layers
 };
 
-class MLP : public Module {
+class MLP : public FeedForward {
  public:
   explicit MLP(const MLPOptions& options);
   // x [..., d_model] → [..., d_model]
-  Tensor forward(const Tensor& x);
+  Tensor forward(const Tensor& x) override;
 
   Linear& fc() { return *fc_; }
   Linear& proj() { return *proj_; }
@@ -41,6 +55,27 @@ class MLP : public Module {
   MLPOptions options_;
   std::shared_ptr<Linear> fc_;
   std::shared_ptr<Linear> proj_;
+  std::shared_ptr<Dropout> dropout_;
+};
+
+// Gated linear unit with SiLU: weights gate, up [d_ff, d_model] and down [d_model, d_ff]. Takes
+// MLPOptions (activation is ignored: always SiLU on the gate; init_std for gate and up,
+// out_init_std for down).
+class SwiGLU : public FeedForward {
+ public:
+  explicit SwiGLU(const MLPOptions& options);
+  Tensor forward(const Tensor& x) override;
+
+  Linear& gate() { return *gate_; }
+  Linear& up() { return *up_; }
+  Linear& down() { return *down_; }
+  const MLPOptions& options() const { return options_; }
+
+ private:
+  MLPOptions options_;
+  std::shared_ptr<Linear> gate_;
+  std::shared_ptr<Linear> up_;
+  std::shared_ptr<Linear> down_;
   std::shared_ptr<Dropout> dropout_;
 };
 

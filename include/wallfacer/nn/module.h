@@ -106,10 +106,19 @@ class ModuleList : public Module {
   explicit ModuleList(std::uint64_t seed = 0) : Module(seed) {}
 
   // The seed the next appended module should be built with (child_seed of its index).
-  std::uint64_t next_seed() const { return child_seed(std::to_string(size())); }
+  std::uint64_t next_seed() const { return seed_at(static_cast<std::int64_t>(size())); }
   template <class M>
   std::shared_ptr<M> append(std::shared_ptr<M> module) {
     return register_module(std::to_string(size()), std::move(module));
+  }
+  // A list that holds part of a longer one (a pipeline stage's blocks [i, j)) places each child
+  // under its index in the whole list: the name ("blocks.7...") and the seed (seed_at(7)) are
+  // those of the whole model's child, so a stage's weights are bit for bit the matching part
+  // of the whole model. Indices must be new; they need not start at 0 or be contiguous.
+  std::uint64_t seed_at(std::int64_t index) const { return child_seed(std::to_string(index)); }
+  template <class M>
+  std::shared_ptr<M> place(std::int64_t index, std::shared_ptr<M> module) {
+    return register_module(std::to_string(index), std::move(module));
   }
   std::size_t size() const { return named_children().size(); }
   Module& operator[](std::size_t i) const;

@@ -1,9 +1,11 @@
 #pragma once
 // All of wf::nn: Module and the transformer layers.
+#include "wallfacer/nn/attention_checkpoint.h"
 #include "wallfacer/nn/attention_strategy.h"
 #include "wallfacer/nn/dropout.h"
 #include "wallfacer/nn/embedding.h"
 #include "wallfacer/nn/init.h"
+#include "wallfacer/nn/layer_factory.h"
 #include "wallfacer/nn/linear.h"
 #include "wallfacer/nn/mlp.h"
 #include "wallfacer/nn/module.h"

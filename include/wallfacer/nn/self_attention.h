@@ -15,6 +15,7 @@
 
 #include "wallfacer/nn/attention_strategy.h"
 #include "wallfacer/nn/dropout.h"
+#include "wallfacer/nn/layer_factory.h"
 #include "wallfacer/nn/linear.h"
 
 namespace wf::nn {
@@ -31,6 +32,9 @@ struct SelfAttentionOptions {
   bool rope = false;
   double rope_theta = 10000.0;
   std::uint64_t seed = 0;
+  // Builds qkv (column role: tensor parallelism splits it by whole kv-head groups) and proj
+  // (row role); null: the plain layers.
+  std::shared_ptr<const LayerFactory> layers = nullptr;
 };
 
 class SelfAttention : public Module {
@@ -51,9 +55,7 @@ class SelfAttention : public Module {
   //   project: x [B, T, d_model] → q [B, T, h, hd], k and v [B, T, h_kv, hd], q and k rotated
   //            by `positions` when rope is on (undefined positions are allowed when it is off);
   //   output:  attention out [B, T, h, hd] → proj → dropout → [B, T, d_model].
-  struct Heads {
-    Tensor q, k, v;
-  };
+  using Heads = AttentionHeads;
   Heads project(const Tensor& x, const Tensor& positions);
   Tensor output(const Tensor& attention_out);
   // The strategy's options for tokens whose first global position is `position_offset`.

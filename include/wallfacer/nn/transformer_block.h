@@ -1,30 +1,38 @@
 #pragma once
-// TransformerBlock, pre-norm (GPT-2):  h = x + attn(norm1(x));  out = h + mlp(norm2(h)).
+// TransformerBlock, pre-norm (GPT-2, LLaMA):  h = x + attn(norm1(x));  out = h + ff(norm2(h)).
+//
+// Its parts are chosen by the options: the norms (LayerNorm or RMSNorm, or a user's through
+// make_norm), the feed-forward (the GELU MLP, SwiGLU, or a user's FeedForward through
+// make_feed_forward), and the LayerFactory every weight-holding layer comes from (plain, or
+// tensor-parallel later). Parameter names: norm1, attn.{qkv,proj}, norm2, mlp.{fc,proj} or
+// mlp.{gate,up,down}.
 //
 // Activation checkpointing (applies only while a graph is being recorded, and x requires grad):
-//  - checkpoint_attention_output, the placement of the WallFacer paper (§4.6, after
-//    DistFlashAttn): the whole block becomes one graph node that keeps only its input x, the
-//    attention output and its log-sum-exp. Backward recomputes everything around attention
-//    (norm1 → qkv → rope before it; proj → dropout → residual → norm2 → MLP → residual after it,
-//    with the same dropout masks) and replays attention from the saved out and lse through
-//    AttentionStrategy::replay: attention (the costly, communicating part) runs once per step.
-//  - checkpoint_mlp: only the norm2 + MLP branch keeps just its input and is recomputed. It has
-//    no effect when checkpoint_attention_output is on (the MLP is recomputed anyway).
+//  - checkpoint_attention_output (attention_checkpoint.h, the WallFacer paper's §4.6): the block
+//    keeps only x, the attention output and its lse; the rest is recomputed in backward and
+//    attention is replayed, never run twice.
+//  - checkpoint_mlp: only the norm2 + feed-forward branch keeps just its input and is
+//    recomputed. No effect when checkpoint_attention_output is on (it is recomputed anyway).
 #include <cstdint>
+#include <functional>
 #include <memory>
 
+#include "wallfacer/nn/layer_factory.h"
 #include "wallfacer/nn/mlp.h"
 #include "wallfacer/nn/norm.h"
 #include "wallfacer/nn/self_attention.h"
 
 namespace wf::nn {
 
+enum class FeedForwardKind { mlp, swiglu };
+const char* feed_forward_name(FeedForwardKind kind);
+
 struct TransformerBlockOptions {
   std::int64_t d_model = 0;
   std::int64_t n_head = 0;
   std::int64_t n_kv_head = 0;  // 0 → n_head
   std::int64_t d_ff = 0;       // 0 → 4·d_model
-  Activation activation = Activation::gelu;
+  Activation activation = Activation::gelu;  // the MLP's (SwiGLU always gates with SiLU)
   NormType norm = NormType::layer_norm;
   double norm_eps = 1e-5;
   bool causal = true;
@@ -37,6 +45,13 @@ struct TransformerBlockOptions {
   bool checkpoint_attention_output = false;
   bool checkpoint_mlp = false;
   std::uint64_t seed = 0;
+  FeedForwardKind feed_forward = FeedForwardKind::mlp;
+  // A user's feed-forward instead of `feed_forward`: called with the MLP options the block
+  // would use (width, dropout, init, seed "mlp", layer factory).
+  std::function<std::shared_ptr<FeedForward>(const MLPOptions&)> make_feed_forward = nullptr;
+  // A user's normalisation instead of `norm`: called with (d_model, norm_eps).
+  std::function<std::shared_ptr<Normalization>(std::int64_t dim, double eps)> make_norm = nullptr;
+  std::shared_ptr<const LayerFactory> layers = nullptr;  // null: the plain layers
 };
 
 class TransformerBlock : public Module {
@@ -49,21 +64,22 @@ class TransformerBlock : public Module {
   Tensor forward(const Tensor& x, const Tensor& positions);
 
   SelfAttention& attention() { return *attn_; }
-  MLP& mlp() { return *mlp_; }
+  FeedForward& feed_forward() { return *mlp_; }
+  // The feed-forward as the GELU MLP; wf::Error when the block uses another.
+  MLP& mlp();
   void set_checkpointing(bool attention_output, bool mlp);
   const TransformerBlockOptions& options() const { return options_; }
 
  private:
-  class AttentionOutputCheckpoint;
   Tensor run(const Tensor& x, const Tensor& positions, const AttentionOptions& attention_options);
-  // The part of the block after attention: x + attn.output(out) → h; h + mlp(norm2(h)).
+  // The part of the block after attention: x + attn.output(out) → h; h + ff(norm2(h)).
   Tensor after_attention(const Tensor& x, const Tensor& attention_out, bool checkpoint_mlp);
 
   TransformerBlockOptions options_;
   std::shared_ptr<Normalization> norm1_;
   std::shared_ptr<SelfAttention> attn_;
   std::shared_ptr<Normalization> norm2_;
-  std::shared_ptr<MLP> mlp_;
+  std::shared_ptr<FeedForward> mlp_;
 };
 
 }  // namespace wf::nn

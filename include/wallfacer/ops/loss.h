@@ -8,5 +8,10 @@ namespace wf {
 // ignore_index (0 when every target is ignored). The full probability matrix is never kept:
 // backward recomputes softmax from the logits and the saved log-sum-exp.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index = -100);
+// The SUM over the targets that are not ignore_index (0 when all are): what a rank contributes to
+// a loss the trainer normalises once by the global count (models::LossSum).
+Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index = -100);
+// How many targets are not ignore_index: the count that goes with cross_entropy_sum.
+std::int64_t count_targets(const Tensor& targets, std::int64_t ignore_index = -100);
 
 }  // namespace wf

@@ -3,8 +3,8 @@
 //
 // Under data and sequence parallelism every rank holds the same weights and computes their
 // gradient from its own tokens only; the full gradient is the SUM over the ranks that replicate
-// them (the dp × sp group, "dp_sp"), because each rank's loss is already divided by the token
-// count of the whole global batch (models/model.h). Gradients are packed into buckets of about
+// them (the dp × sp group, "dp_sp"); each rank's loss is a sum, and normalise_gradients divides by
+// the element count of the whole global batch once (models/model.h). Gradients are packed into buckets of about
 // `bucket_bytes` so a model with hundreds of parameters makes a few large all-reduces instead of
 // hundreds of small ones.
 //
@@ -44,5 +44,11 @@ void unpack_gradients(const GradBucket& bucket, const Tensor& packed, const std:
 // sum), so every rank makes the same calls. Nothing to do on a group of one.
 void all_reduce_gradients(comm::Group& group, const std::vector<Tensor>& params,
                           std::int64_t bucket_bytes = kDefaultBucketBytes);
+
+// After the gradients of loss SUMS were summed over `group`: sums this rank's loss sum and
+// element count over `group` (one all-reduce), divides every gradient by the global count
+// (Megatron's per-token loss normalisation) and returns the global mean loss. With a global
+// count of 0 (every target ignored) the loss and the gradients are 0.
+double normalise_gradients(comm::Group& group, const std::vector<Tensor>& params, double loss_sum, double count);
 
 }  // namespace wf::train

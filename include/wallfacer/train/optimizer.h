@@ -66,5 +66,8 @@ class AdamW {
 // clip_grad_norm_. Returns the norm before clipping, accumulated in f64 in a fixed order.
 // A non-finite norm makes the grads non-finite too (check the returned norm to skip a step).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// grads *= factor in place (undefined grads are skipped): the trainer's 1 / (global count)
+// normalisation of summed losses, and clipping.
+void scale_gradients(const std::vector<Tensor>& params, double factor);
 
 }  // namespace wf::train

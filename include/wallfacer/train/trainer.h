@@ -3,14 +3,16 @@
 //
 // One optimizer step (train_step):
 //   for each of grad_accum_steps microbatches: this rank's slice of the microbatch (the data
-//     loader shards it for dp and for the attention strategy's sp layout) → loss_sum / tokens
-//     of the whole global batch → backward (sequence-parallel attention communicates here);
+//     loader shards it for dp and for the attention strategy's sp layout) → the model's loss
+//     SUM and element count (models::LossSum) → backward of the sum (sequence-parallel
+//     attention communicates here);
 //   all-reduce the gradients of the replicated weights over dp × sp (bucketed, started during
-//     the last microbatch's backward as the buckets' gradients become final);
+//     the last microbatch's backward as the buckets' gradients become final), and the loss sums
+//     and counts; scale the gradients by 1 / (global count) (Megatron's per-token loss);
 //   global grad-norm clipping, warmup + cosine learning rate, AdamW.
-// Dividing each rank's loss SUM by the token count of the whole global batch makes the sum over
-// ranks and microbatches the exact mean over tokens, for any dp, sp and accumulation: the loss
-// is never averaged twice or scaled by the number of ranks (tests/dist/test_train_parity.cpp).
+// Normalising once by the count of the whole global batch makes the result the exact mean over
+// counted elements (ignored targets excluded), for any dp, sp and accumulation: the loss is
+// never averaged twice or scaled by the number of ranks (tests/dist/test_train_parity.cpp).
 //
 // fit() adds periodic validation, metrics (metrics.jsonl, progress line with ETA), and
 // checkpoints (every checkpoint.every steps and at the end) that resume() restores exactly:
@@ -98,8 +100,12 @@ class Trainer {
  private:
   void check_supported() const;
   void seed_generator(std::uint64_t offset);
-  // The sum of `value` over dp × sp (the ranks' loss sums).
-  double sum_over_replicas(double value);
+  // A loss sum and its element count, summed over ranks and microbatches.
+  struct LossTotals {
+    double sum = 0, count = 0;
+  };
+  // The totals over dp × sp (one all-reduce of both).
+  LossTotals sum_over_replicas(LossTotals local);
   void log_step(const StepResult& result, double val_loss);
   // Begins a logging interval whose traffic counts from `traffic`.
   void start_interval(TrafficSnapshot traffic);

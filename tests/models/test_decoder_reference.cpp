@@ -1,6 +1,6 @@
-// Our GPT against plain PyTorch (Debian's python3-torch 1.13, tests/reference/gpt_reference.py):
-// the same weights and batch, exported with save_safetensors, give the same logits, mean loss and
-// gradient of every parameter. The reference runs in f64, so what is measured is our f32 error:
+// Our decoders (GPT and LLaMA) against plain PyTorch (Debian's python3-torch 1.13,
+// tests/reference/gpt_reference.py): the same weights and batch, exported with save_safetensors,
+// give the same logits, mean loss (ignored targets included) and gradient of every parameter. The reference runs in f64, so what is measured is our f32 error:
 // max |ours − torch| ≤ 1e-5 · max |torch| per tensor (plus 1e-9 absolute, for all-zero gradients
 // such as unused position rows). Skips with a warning where /usr/bin/python3 has no torch.
 #include <catch2/catch.hpp>
@@ -19,13 +19,15 @@
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/models/gpt.h"
+#include "wallfacer/models/llama.h"
 #include "wallfacer/ops/ops.h"
 #include "wallfacer/train/safetensors.h"
 
 namespace fs = std::filesystem;
 using wf::DType;
 using wf::Tensor;
-using wf::models::Gpt;
+using wf::models::DecoderLM;
+using wf::models::DecoderOptions;
 using wf::models::GptOptions;
 
 namespace {
@@ -40,7 +42,9 @@ bool python_has_torch() {
 
 struct Case {
   std::string label;
-  GptOptions options;
+  std::string model;  // "gpt" or "llama"
+  DecoderOptions options;
+  bool ignore_some_targets = false;  // targets of -100 (ignore_index) in the batch
 };
 
 std::vector<Case> cases() {
@@ -55,11 +59,17 @@ std::vector<Case> cases() {
   rope.n_kv_head = 2;
   rope.tie_embeddings = false;
   rope.seed = 12;
-  return {{"learned positions + LayerNorm + MHA + tied head", learned},
-          {"RoPE + RMSNorm + GQA (4 q / 2 kv heads) + untied head", rope}};
+  wf::models::LlamaOptions llama{.vocab_size = 48, .max_seq_len = 24, .n_layer = 2, .n_head = 4, .n_kv_head = 2,
+                                  .d_model = 32, .d_ff = 40, .rope_theta = 500.0};
+  llama.init_std = 0.25;
+  llama.seed = 13;
+  return {{"gpt: learned positions + LayerNorm + MHA + tied head", "gpt", learned, false},
+          {"gpt: RoPE + RMSNorm + GQA (4 q / 2 kv heads) + untied head, ignored targets", "gpt", rope, true},
+          {"llama: RMSNorm + RoPE theta 500 + SwiGLU + GQA + no biases + untied head, ignored targets", "llama",
+           wf::models::llama_decoder_options(llama), true}};
 }
 
-std::map<std::string, std::string> metadata(const GptOptions& o) {
+std::map<std::string, std::string> metadata(const DecoderOptions& o) {
   return {{"vocab_size", std::to_string(o.vocab_size)},
           {"max_seq_len", std::to_string(o.max_seq_len)},
           {"n_layer", std::to_string(o.n_layer)},
@@ -72,7 +82,8 @@ std::map<std::string, std::string> metadata(const GptOptions& o) {
           {"rope_theta", std::to_string(o.rope_theta)},
           {"tie_embeddings", o.tie_embeddings ? "true" : "false"},
           {"bias", o.bias ? "true" : "false"},
-          {"norm_eps", "1e-05"}};
+          {"feed_forward", wf::nn::feed_forward_name(o.feed_forward)},
+          {"norm_eps", fmt::format("{}", o.norm_eps)}};
 }
 
 Tensor random_tokens(std::int64_t batch, std::int64_t tokens, std::int64_t vocab, std::uint64_t seed) {
@@ -104,15 +115,15 @@ Error compare(const Tensor& ours, const Tensor& reference) {
 // One model and batch: everything the test needs to write the input file and compare the output.
 struct Run {
   Case c;
-  std::unique_ptr<Gpt> model;
+  std::unique_ptr<DecoderLM> model;
   Tensor logits, loss;
   std::string in, out;
 };
 
 Run run_ours(const Case& c, const fs::path& dir, int index) {
-  Run r{c, std::make_unique<Gpt>(c.options), {}, {}, (dir / fmt::format("in{}.safetensors", index)).string(),
-        (dir / fmt::format("out{}.safetensors", index)).string()};
-  Gpt& model = *r.model;
+  Run r{c, std::make_unique<DecoderLM>(c.model, c.options), {}, {},
+        (dir / fmt::format("in{}.safetensors", index)).string(), (dir / fmt::format("out{}.safetensors", index)).string()};
+  DecoderLM& model = *r.model;
   // Norm weights start at 1 and biases at 0: perturb every 1-D parameter so each one matters.
   std::uint64_t salt = 0;
   for (auto& [name, p] : model.named_parameters()) {
@@ -126,7 +137,11 @@ Run run_ours(const Case& c, const fs::path& dir, int index) {
 
   const std::int64_t batch = 3, tokens = 16, offset = 5;  // positions 5..20: not 0-based on purpose
   const Tensor inputs = random_tokens(batch, tokens, c.options.vocab_size, c.options.seed * 2);
-  const Tensor targets = random_tokens(batch, tokens, c.options.vocab_size, c.options.seed * 2 + 1);
+  Tensor targets = random_tokens(batch, tokens, c.options.vocab_size, c.options.seed * 2 + 1);
+  if (c.ignore_some_targets) {  // every fifth target is padding: the mean is over the others
+    std::int64_t* t = targets.data<std::int64_t>();
+    for (std::int64_t i = 0; i < targets.numel(); i += 5) t[i] = -100;
+  }
   const Tensor positions =
       Tensor::arange(double(offset), double(offset + tokens), 1.0, DType::i64);
 
@@ -138,14 +153,17 @@ Run run_ours(const Case& c, const fs::path& dir, int index) {
 
   model.zero_grad();
   r.logits = model.forward(inputs, positions);
-  r.loss = wf::scale(model.loss_sum(inputs, targets, positions), 1.0 / static_cast<double>(targets.numel()));
+  const wf::models::LossSum sum = model.loss_sum(wf::models::token_batch(inputs, targets, positions));
+  CHECK(sum.count == wf::count_targets(targets));
+  r.loss = wf::scale(sum.sum, 1.0 / static_cast<double>(sum.count));
   wf::autograd::backward({r.loss});
   return r;
 }
 
 }  // namespace
 
-TEST_CASE("gpt: logits, loss and gradients match PyTorch (tests/reference/gpt_reference.py)", "[models][reference]") {
+TEST_CASE("decoders: GPT and LLaMA logits, loss and gradients match PyTorch (tests/reference/gpt_reference.py)",
+          "[models][reference]") {
   if (!python_has_torch()) {
     WARN("skipped: " << kPython << " cannot import torch (Debian: apt-get install python3-torch)");
     return;
@@ -181,7 +199,7 @@ TEST_CASE("gpt: logits, loss and gradients match PyTorch (tests/reference/gpt_re
       ++grads;
     }
     CHECK(ref.size() == grads + 2);  // nothing in the reference that we lack
-    std::printf("gpt vs PyTorch, %s: loss %.7f, worst relative error %.2e (%s) over logits, loss and %zu gradients "
+    std::printf("vs PyTorch, %s: loss %.7f, worst relative error %.2e (%s) over logits, loss and %zu gradients "
                 "(limit %.0e)\n",
                 r.c.label.c_str(), r.loss.to_vector<double>()[0], worst, worst_name.c_str(), grads, kRelTolerance);
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "wallfacer/autograd/grad_mode.h"
@@ -33,9 +34,12 @@ std::int64_t sample_token(const float* logits, std::int64_t vocab, double temper
   return order[k - 1];
 }
 
-std::vector<std::uint32_t> generate(Gpt& model, const std::vector<std::uint32_t>& prompt, const GenerateOptions& options) {
+std::vector<std::uint32_t> generate(Model& model, const std::vector<std::uint32_t>& prompt, const GenerateOptions& options,
+                                    const std::function<void(std::uint32_t)>& on_token) {
+  if (!model.has_logits()) model.logits(Tensor(), Tensor());  // throws: names the model
   WF_CHECK(!prompt.empty(), "generate: the prompt is empty; give at least one token");
-  const std::int64_t vocab = model.options().vocab_size, window = model.options().max_seq_len;
+  const std::int64_t vocab = model.vocab_size();
+  const std::int64_t window = model.max_context() > 0 ? model.max_context() : std::numeric_limits<std::int64_t>::max();
   for (std::uint32_t id : prompt) {
     WF_CHECK(id < vocab, "generate: prompt token {} is outside the model's vocabulary of {}", id, vocab);
   }
@@ -45,11 +49,13 @@ std::vector<std::uint32_t> generate(Gpt& model, const std::vector<std::uint32_t>
   for (std::int64_t i = 0; i < options.max_new_tokens; ++i) {
     const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(tokens.size()), window);
     std::vector<std::int64_t> context(tokens.end() - n, tokens.end());
-    const Tensor logits = model.forward(Tensor::from_vector(context, {1, n}));  // [1, n, vocab]
+    const Tensor positions = Tensor::arange(0.0, static_cast<double>(n), 1.0, DType::i64);
+    const Tensor logits = model.logits(Tensor::from_vector(context, {1, n}), positions);  // [1, n, vocab]
     WF_CHECK(logits.dtype() == DType::f32, "generate: expects an f32 model, got {} logits", dtype_name(logits.dtype()));
     const float* last = logits.data<float>() + (n - 1) * vocab;
     const double u = uniform_at(options.seed, static_cast<std::uint64_t>(i));
     tokens.push_back(static_cast<std::uint32_t>(sample_token(last, vocab, options.temperature, options.top_k, u)));
+    if (on_token) on_token(tokens.back());
   }
   return tokens;
 }

@@ -1,0 +1,125 @@
+#pragma once
+// DecoderLM: the decoder-only language model that GPT and LLaMA (and a user's family built from
+// the same blocks) are configurations of:
+//
+//   token embedding (+ learned position embedding, unless positions are RoPE)
+//   → n_layer pre-norm nn::TransformerBlocks (causal self-attention, MHA or GQA, through the
+//     model's attention strategy; GELU MLP or SwiGLU; LayerNorm or RMSNorm)
+//   → final norm → LM head (tied to the token embedding unless tie_embeddings is false)
+//
+// Parameter names are nn::Module's dotted paths ("blocks.0.attn.qkv.weight"), which the
+// safetensors checkpoints and the PyTorch references (tests/reference/) use too. A stage
+// (options.stage) holds a contiguous part of the model under the whole model's names and seeds.
+// Every weight-holding layer comes from options.layers (nn::LayerFactory).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wallfacer/models/model.h"
+#include "wallfacer/nn/nn.h"
+
+namespace wf::models {
+
+enum class DecoderPositions { learned, rope };
+
+struct DecoderOptions {
+  std::int64_t vocab_size = 256;
+  std::int64_t max_seq_len = 1024;
+  std::int64_t n_layer = 4;
+  std::int64_t n_head = 4;
+  std::int64_t n_kv_head = 0;  // 0 → n_head
+  std::int64_t d_model = 256;
+  std::int64_t d_ff = 0;  // 0 → 4·d_model
+  nn::NormType norm = nn::NormType::layer_norm;
+  DecoderPositions positions = DecoderPositions::learned;
+  double rope_theta = 10000.0;
+  bool tie_embeddings = true;
+  double dropout = 0.0;
+  bool bias = true;
+  // Activation checkpoint at every block's attention output (WallFacer §4.6): a block keeps its
+  // input, attention output and lse; the rest is recomputed in the backward, attention never.
+  bool checkpoint_attention_output = false;
+  double init_std = 0.02;
+  std::uint64_t seed = 0;
+  double norm_eps = 1e-5;
+  nn::FeedForwardKind feed_forward = nn::FeedForwardKind::mlp;
+  // GPT-2 scales the init of each block's two residual projections by 1/√(2·n_layer) so the
+  // residual stream's variance does not grow with depth; LLaMA does not.
+  bool scale_residual_init = true;
+  StageRange stage = {};
+  std::shared_ptr<const nn::LayerFactory> layers = nullptr;  // null: the plain layers
+};
+
+// n_kv_head and d_ff with their 0 defaults resolved, end_block of the stage too.
+DecoderOptions resolved(DecoderOptions options);
+
+// Counts of a decoder without building it, from the same options: the config summary,
+// `validate`'s memory estimate and the FLOP/s the trainer reports all use these.
+double decoder_parameter_count(const DecoderOptions& options);  // whole model (exact below 2^53)
+double decoder_train_flops_per_token(const DecoderOptions& options, std::int64_t seq_len);
+double decoder_activation_bytes_per_token(const DecoderOptions& options);
+std::string decoder_description(const DecoderOptions& options);  // "4 layers, d_model 256, 4 heads (2 kv)"
+
+// The rules a decoder's options must satisfy, against the layout too (heads over tp and the
+// Ulysses degree, d_ff over tp, rope's even head dimension), as "model.key: rule" lines.
+void check_decoder(const DecoderOptions& options, const config::RunConfig& config, std::vector<std::string>& problems);
+
+// The config schema of a model that is a DecoderLM: `keys`, check_decoder as its rules and the
+// decoder_* counts as its facts, on the DecoderOptions `options_of` reads from a run config.
+config::ModelSchema decoder_schema(std::string name, std::vector<config::ModelKey> keys,
+                                   std::function<DecoderOptions(const config::RunConfig&)> options_of);
+
+// A DecoderLM factory's common part: with sp > 1 the run's sequence-parallel attention strategy.
+std::shared_ptr<Model> with_sp_attention(std::shared_ptr<Model> model, const config::RunConfig& config,
+                                         comm::CommGrid& grid);
+
+class DecoderLM : public Model {
+ public:
+  DecoderLM(std::string name, const DecoderOptions& options);
+
+  // ids [B, n] (i64) with positions [n] (i64, each < max_seq_len: the true position of every
+  // token, which under sequence parallelism is not 0..n−1) → logits [B, n, vocab_size].
+  Tensor forward(const Tensor& ids, const Tensor& positions);
+  // The same for a whole sequence starting at position 0 (single process, generation).
+  Tensor forward(const Tensor& ids);
+  // Mean cross-entropy of forward(ids) against targets [B, n] (i64): a 0-dim tensor.
+  Tensor loss(const Tensor& ids, const Tensor& targets);
+
+  std::string name() const override { return name_; }
+  LossSum loss_sum(const Batch& batch) override;
+  double train_flops_per_token(std::int64_t seq_len) const override;
+  bool causal() const override { return true; }
+  bool has_logits() const override { return options_.stage.whole(options_.n_layer); }
+  // A stage without the whole model has none (Model::logits says so).
+  Tensor logits(const Tensor& ids, const Tensor& positions) override {
+    return has_logits() ? forward(ids, positions) : Model::logits(ids, positions);
+  }
+  std::int64_t vocab_size() const override { return options_.vocab_size; }
+  std::int64_t max_context() const override { return options_.max_seq_len; }
+  StageRange stage() const override { return options_.stage; }
+  StageOutput forward_stage(const Batch& batch, const Tensor& hidden) override;
+
+  const DecoderOptions& options() const { return options_; }
+  // Blocks this instance holds, in order (a stage's: its range).
+  std::size_t num_blocks() const { return blocks_.size(); }
+  nn::TransformerBlock& block(std::size_t i);
+  nn::Embedding& token_embedding();
+
+ private:
+  Tensor embed(const Tensor& ids, const Tensor& positions);
+  Tensor run_blocks(Tensor x, const Tensor& positions);
+  Tensor head(const Tensor& x);
+  void check_inputs(const Tensor& ids, const Tensor& positions) const;
+
+  std::string name_;
+  DecoderOptions options_;
+  std::shared_ptr<nn::Embedding> token_embedding_;     // on the first stage, and on the last when tied
+  std::shared_ptr<nn::Embedding> position_embedding_;  // first stage, learned positions only
+  std::vector<std::shared_ptr<nn::TransformerBlock>> blocks_;
+  std::shared_ptr<nn::Normalization> final_norm_;  // last stage
+  std::shared_ptr<nn::Linear> lm_head_;            // last stage, untied only
+};
+
+}  // namespace wf::models

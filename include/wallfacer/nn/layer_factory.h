@@ -1,0 +1,43 @@
+#pragma once
+// LayerFactory: the one place blocks and models get their weight-holding layers from (linear,
+// embedding, normalisation). The default factory builds the plain single-process layers. A
+// tensor-parallel build swaps in a factory whose linear() returns column- or row-parallel
+// layers by role and whose embedding() is vocab-parallel, and every model built from the nn
+// blocks (GPT, LLaMA, a user's) gets them without parallel code in the model file — the role
+// each call site passes is the sharding knowledge (Megatron's ColumnParallelLinear /
+// RowParallelLinear choice), stated once where the layer is built.
+#include <cstdint>
+#include <memory>
+
+#include "wallfacer/nn/embedding.h"
+#include "wallfacer/nn/linear.h"
+#include "wallfacer/nn/norm.h"
+
+namespace wf::nn {
+
+// How a linear layer sits in a block, which is what tensor parallelism needs to split it:
+//  - column: its output features may be split (qkv, the MLP's fc, SwiGLU's gate and up); the
+//    input is the full residual stream, the output stays split for the next layer;
+//  - row: its input features may be split (the attention's and the MLP's output projection);
+//    its partial outputs are summed into the residual stream;
+//  - replicated: never split (small layers, heads outside the parallel regions).
+enum class LinearRole { column, row, replicated };
+const char* linear_role_name(LinearRole role);
+
+// Whether an embedding is the token vocabulary (tp splits its rows) or another table.
+enum class EmbeddingRole { vocabulary, replicated };
+
+class LayerFactory {
+ public:
+  virtual ~LayerFactory();
+  virtual std::shared_ptr<Linear> linear(const LinearOptions& options, LinearRole role) const;
+  virtual std::shared_ptr<Embedding> embedding(const EmbeddingOptions& options, EmbeddingRole role) const;
+  virtual std::shared_ptr<Normalization> norm(NormType type, std::int64_t dim, double eps) const;
+};
+
+// The plain layers (every weight whole on this rank).
+const std::shared_ptr<const LayerFactory>& default_layer_factory();
+// `factory`, or the default one when it is null: option structs hold a possibly-null factory.
+const LayerFactory& layers_or_default(const std::shared_ptr<const LayerFactory>& factory);
+
+}  // namespace wf::nn

@@ -1,0 +1,302 @@
+#include "wallfacer/models/decoder.h"
+
+#include <cmath>
+
+#include "wallfacer/ops/ops.h"
+
+namespace wf::models {
+namespace {
+
+// Elements of a [rows, cols] matmul weight: 2·rows·cols FLOPs per token forward, 3× that with
+// the backward (input and weight gradients).
+double matmul_train_flops(double rows, double cols) { return 6.0 * rows * cols; }
+
+// The feed-forward's weight matrices of d_model × d_ff each: 2 for the MLP, 3 for SwiGLU.
+double feed_forward_matrices(const DecoderOptions& o) { return o.feed_forward == nn::FeedForwardKind::swiglu ? 3 : 2; }
+
+}  // namespace
+
+DecoderOptions resolved(DecoderOptions o) {
+  if (o.n_kv_head == 0) o.n_kv_head = o.n_head;
+  if (o.d_ff == 0) o.d_ff = 4 * o.d_model;
+  if (o.stage.end_block < 0) o.stage.end_block = o.n_layer;
+  return o;
+}
+
+double decoder_parameter_count(const DecoderOptions& options) {
+  const DecoderOptions o = resolved(options);
+  // Doubles: absurd configs reach validate, which must not see a wrapped count.
+  const double d = static_cast<double>(o.d_model), head_dim = d / static_cast<double>(o.n_head);
+  const double kv_width = static_cast<double>(o.n_kv_head) * head_dim, ff = static_cast<double>(o.d_ff);
+  const double norm = o.norm == nn::NormType::layer_norm ? 2 * d : d;  // weight (and bias)
+  const double bias = o.bias ? 1.0 : 0.0;
+  const double attention = d * (d + 2 * kv_width) + bias * (d + 2 * kv_width)  // qkv
+                           + d * d + bias * d;                                 // proj
+  const double ff_bias = o.feed_forward == nn::FeedForwardKind::swiglu ? 2 * ff + d : ff + d;
+  const double feed_forward = feed_forward_matrices(o) * d * ff + bias * ff_bias;
+  double total = static_cast<double>(o.vocab_size) * d +
+                 static_cast<double>(o.n_layer) * (attention + feed_forward + 2 * norm) + norm;
+  if (o.positions == DecoderPositions::learned) total += static_cast<double>(o.max_seq_len) * d;
+  if (!o.tie_embeddings) total += static_cast<double>(o.vocab_size) * d;
+  return total;
+}
+
+double decoder_train_flops_per_token(const DecoderOptions& options, std::int64_t seq_len) {
+  const DecoderOptions o = resolved(options);
+  const double d = static_cast<double>(o.d_model), head_dim = d / static_cast<double>(o.n_head);
+  const double per_layer = matmul_train_flops(d, static_cast<double>(o.n_head + 2 * o.n_kv_head) * head_dim) +  // qkv
+                           matmul_train_flops(d, d) +                                                          // proj
+                           feed_forward_matrices(o) * matmul_train_flops(d, static_cast<double>(o.d_ff));
+  // Attention: QKᵀ and PV cost 2·2·d per (query, key) pair forward, 3× with the backward; a
+  // causal query sees (seq_len + 1) / 2 keys on average.
+  const double keys_per_query = static_cast<double>(seq_len + 1) / 2.0;
+  const double attention = 12.0 * d * keys_per_query;
+  const double head = matmul_train_flops(d, static_cast<double>(o.vocab_size));
+  return static_cast<double>(o.n_layer) * (per_layer + attention) + head;
+}
+
+double decoder_activation_bytes_per_token(const DecoderOptions& options) {
+  const DecoderOptions o = resolved(options);
+  const double d = static_cast<double>(o.d_model), ff = static_cast<double>(o.d_ff);
+  const double qkv = static_cast<double>(o.n_head + 2 * o.n_kv_head) * (d / static_cast<double>(o.n_head));
+  // f32 values a block keeps for its backward: with the checkpoint at the attention output its
+  // input, attention output and lse; otherwise the norms' inputs and outputs, q/k/v, the
+  // attention output, the projection, and the feed-forward's hidden activations.
+  const double per_layer = o.checkpoint_attention_output
+                               ? 2 * d + static_cast<double>(o.n_head)
+                               : 6 * d + qkv + (feed_forward_matrices(o) + 1) * ff;
+  // The logits and their gradient (the fused loss keeps no probabilities, the graph the logits).
+  const double head = 2 * static_cast<double>(o.vocab_size);
+  return 4.0 * (static_cast<double>(o.n_layer) * per_layer + head + 2 * d);
+}
+
+std::string decoder_description(const DecoderOptions& options) {
+  const DecoderOptions o = resolved(options);
+  return fmt::format("{} layers, d_model {}, {} heads ({} kv), d_ff {} {}", o.n_layer, o.d_model, o.n_head,
+                     o.n_kv_head, o.d_ff, nn::feed_forward_name(o.feed_forward));
+}
+
+void check_decoder(const DecoderOptions& options, const config::RunConfig& c, std::vector<std::string>& problems) {
+  const DecoderOptions m = resolved(options);
+  const config::ParallelSection& p = c.parallel;
+  const auto require = [&](bool ok, std::string message) {
+    if (!ok) problems.push_back(std::move(message));
+  };
+  require(m.n_kv_head <= m.n_head && m.n_head % m.n_kv_head == 0,
+          fmt::format("model.n_kv_head: n_head = {} is not a multiple of n_kv_head = {}: each kv head must serve "
+                      "the same number of query heads",
+                      m.n_head, m.n_kv_head));
+  require(m.d_model % m.n_head == 0,
+          fmt::format("model.d_model: d_model = {} is not a multiple of n_head = {}: every head needs the same "
+                      "head dimension",
+                      m.d_model, m.n_head));
+  if (m.positions == DecoderPositions::rope && m.d_model % m.n_head == 0) {
+    require((m.d_model / m.n_head) % 2 == 0,
+            fmt::format("model.positions: rope rotates pairs of channels, but the head dimension d_model / n_head "
+                        "= {} is odd",
+                        m.d_model / m.n_head));
+  }
+  require(m.n_head % p.tp == 0 && m.n_kv_head % p.tp == 0,
+          fmt::format("model.n_head: n_head = {} and n_kv_head = {} must both be multiples of parallel.tp = {}: "
+                      "tensor parallelism splits the heads",
+                      m.n_head, m.n_kv_head, p.tp));
+  require(m.d_ff % p.tp == 0,
+          fmt::format("model.d_ff: d_ff = {} is not a multiple of parallel.tp = {}: tensor parallelism splits the "
+                      "feed-forward",
+                      m.d_ff, p.tp));
+  if (p.sp_strategy == parallel::SpStrategy::ulysses && m.n_head % p.tp == 0 && m.n_kv_head % p.tp == 0) {
+    // Ulysses scatters the query heads over sp; kv heads too, or, when there are fewer kv heads
+    // than ranks, each kv head is replicated over the sp / n_kv_head ranks whose query heads use it.
+    const std::int64_t h = m.n_head / p.tp, h_kv = m.n_kv_head / p.tp;
+    const bool kv_ok = h_kv % p.sp == 0 || (h_kv < p.sp && p.sp % h_kv == 0);
+    require(h % p.sp == 0 && kv_ok,
+            fmt::format("model.n_head: sp_strategy ulysses shards heads over parallel.sp = {}, but the heads per "
+                        "tp rank, n_head = {} and n_kv_head = {}, do not fit: n_head must be a multiple of sp, and "
+                        "n_kv_head a multiple of sp or a divisor of it; use ring or wallfacer, or another sp",
+                        p.sp, h, h_kv));
+  }
+}
+
+config::ModelSchema decoder_schema(std::string name, std::vector<config::ModelKey> keys,
+                                   std::function<DecoderOptions(const config::RunConfig&)> options_of) {
+  config::ModelSchema schema;
+  schema.name = std::move(name);
+  schema.keys = std::move(keys);
+  schema.validate = [options_of](const config::RunConfig& c, std::vector<std::string>& problems) {
+    check_decoder(options_of(c), c, problems);
+  };
+  schema.facts = [options_of](const config::RunConfig& c) {
+    const DecoderOptions o = resolved(options_of(c));
+    config::ModelFacts facts;
+    facts.description = decoder_description(o);
+    facts.parameters = decoder_parameter_count(o);
+    facts.train_flops_per_token = decoder_train_flops_per_token(o, c.train.seq_len);
+    facts.causal = true;
+    facts.vocab_size = o.vocab_size;
+    facts.max_seq_len = o.max_seq_len;
+    facts.n_layer = o.n_layer;
+    facts.activation_bytes_per_token = decoder_activation_bytes_per_token(o);
+    return facts;
+  };
+  return schema;
+}
+
+std::shared_ptr<Model> with_sp_attention(std::shared_ptr<Model> model, const config::RunConfig& config,
+                                         comm::CommGrid& grid) {
+  install_sp_attention(*model, config, grid);
+  return model;
+}
+
+DecoderLM::DecoderLM(std::string name, const DecoderOptions& options)
+    : Model(options.seed), name_(std::move(name)), options_(resolved(options)) {
+  const auto& o = options_;
+  WF_CHECK(o.vocab_size > 0 && o.max_seq_len > 0 && o.n_layer > 0 && o.d_model > 0 && o.n_head > 0,
+           "{}: vocab_size, max_seq_len, n_layer, d_model and n_head must be positive, got {}, {}, {}, {}, {}", name_,
+           o.vocab_size, o.max_seq_len, o.n_layer, o.d_model, o.n_head);
+  const StageRange& s = o.stage;
+  WF_CHECK(0 <= s.first_block && s.first_block <= s.end_block && s.end_block <= o.n_layer,
+           "{}: the stage's blocks [{}, {}) are not inside the model's {} blocks", name_, s.first_block, s.end_block,
+           o.n_layer);
+  const nn::LayerFactory& layers = nn::layers_or_default(o.layers);
+  // The tied head reads the token embedding: a last stage without the embedding holds its own
+  // copy, under the same name and seed (pipeline parallelism keeps the two in step).
+  if (s.embedding || (s.head && o.tie_embeddings)) {
+    token_embedding_ = register_module(
+        "token_embedding",
+        layers.embedding(nn::EmbeddingOptions{.num_embeddings = o.vocab_size, .dim = o.d_model,
+                                              .init_std = o.init_std, .seed = child_seed("token_embedding")},
+                         nn::EmbeddingRole::vocabulary));
+  }
+  if (s.embedding && o.positions == DecoderPositions::learned) {
+    position_embedding_ = register_module(
+        "position_embedding",
+        layers.embedding(nn::EmbeddingOptions{.num_embeddings = o.max_seq_len, .dim = o.d_model,
+                                              .init_std = o.init_std, .seed = child_seed("position_embedding")},
+                         nn::EmbeddingRole::replicated));
+  }
+  auto blocks = register_module("blocks", std::make_shared<nn::ModuleList>(child_seed("blocks")));
+  const double out_std = o.scale_residual_init ? o.init_std / std::sqrt(2.0 * static_cast<double>(o.n_layer)) : 0.0;
+  for (std::int64_t i = s.first_block; i < s.end_block; ++i) {
+    blocks_.push_back(blocks->place(i, std::make_shared<nn::TransformerBlock>(nn::TransformerBlockOptions{
+        .d_model = o.d_model,
+        .n_head = o.n_head,
+        .n_kv_head = o.n_kv_head,
+        .d_ff = o.d_ff,
+        .activation = nn::Activation::gelu,
+        .norm = o.norm,
+        .norm_eps = o.norm_eps,
+        .causal = true,
+        .dropout = o.dropout,
+        .bias = o.bias,
+        .init_std = o.init_std,
+        .out_init_std = out_std,
+        .rope = o.positions == DecoderPositions::rope,
+        .rope_theta = o.rope_theta,
+        .checkpoint_attention_output = o.checkpoint_attention_output,
+        .seed = blocks->seed_at(i),
+        .feed_forward = o.feed_forward,
+        .layers = o.layers})));
+  }
+  if (s.head) {
+    final_norm_ = register_module("final_norm", layers.norm(o.norm, o.d_model, o.norm_eps));
+    if (!o.tie_embeddings) {
+      lm_head_ = register_module(
+          "lm_head", layers.linear(nn::LinearOptions{.in_features = o.d_model, .out_features = o.vocab_size,
+                                                     .bias = false, .init_std = o.init_std, .seed = child_seed("lm_head")},
+                                   nn::LinearRole::column));
+    }
+  }
+}
+
+void DecoderLM::check_inputs(const Tensor& ids, const Tensor& positions) const {
+  WF_CHECK(ids.dim() == 2 && (ids.dtype() == DType::i64 || ids.dtype() == DType::i32),
+           "{}: ids must be [batch, tokens] of i64 or i32, got {} {}", name_, dtype_name(ids.dtype()),
+           shape_str(ids.shape()));
+  WF_CHECK(positions.dim() == 1 && positions.dtype() == DType::i64 && positions.size(0) == ids.size(1),
+           "{}: positions must be [tokens] i64 with tokens = {} (the ids' second dim), got {} {}", name_, ids.size(1),
+           dtype_name(positions.dtype()), shape_str(positions.shape()));
+  const std::int64_t* p = positions.data<std::int64_t>();
+  for (std::int64_t i = 0; i < positions.numel(); ++i) {
+    WF_CHECK(p[i] >= 0 && p[i] < options_.max_seq_len,
+             "{}: position {} is outside [0, max_seq_len = {}); raise model.max_seq_len or shorten train.seq_len",
+             name_, p[i], options_.max_seq_len);
+  }
+}
+
+Tensor DecoderLM::embed(const Tensor& ids, const Tensor& positions) {
+  check_inputs(ids, positions);
+  Tensor x = token_embedding_->forward(ids);  // [B, n, d]
+  // [B, n, d] + [n, d], broadcast over the batch.
+  if (position_embedding_) x = add(x, position_embedding_->forward(positions));
+  return x;
+}
+
+Tensor DecoderLM::run_blocks(Tensor x, const Tensor& positions) {
+  for (auto& block : blocks_) x = block->forward(x, positions);
+  return x;
+}
+
+Tensor DecoderLM::head(const Tensor& x) {
+  const Tensor h = final_norm_->forward(x);
+  return lm_head_ ? lm_head_->forward(h) : linear(h, token_embedding_->weight());
+}
+
+Tensor DecoderLM::forward(const Tensor& ids, const Tensor& positions) {
+  WF_CHECK(options_.stage.whole(options_.n_layer), "{}: forward needs the whole model; this instance is a stage (use forward_stage)",
+           name_);
+  return head(run_blocks(embed(ids, positions), positions));
+}
+
+Tensor DecoderLM::forward(const Tensor& ids) {
+  WF_CHECK(ids.dim() == 2, "{}: ids must be [batch, tokens], got {}", name_, shape_str(ids.shape()));
+  return forward(ids, Tensor::arange(0.0, static_cast<double>(ids.size(1)), 1.0, DType::i64));
+}
+
+Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets) {
+  WF_CHECK(targets.shape() == ids.shape(), "{}: targets {} must have the shape of ids {}", name_,
+           shape_str(targets.shape()), shape_str(ids.shape()));
+  return cross_entropy(forward(ids), targets);
+}
+
+StageOutput DecoderLM::forward_stage(const Batch& batch, const Tensor& hidden) {
+  const Tensor& positions = batch.at("positions");
+  Tensor x;
+  if (options_.stage.embedding) {
+    x = embed(batch.at("tokens"), positions);
+  } else {
+    WF_CHECK(hidden.defined() && hidden.dim() == 3 && hidden.size(2) == options_.d_model,
+             "{}: stage [{}, {}) continues from hidden states [batch, tokens, {}], got {}", name_,
+             options_.stage.first_block, options_.stage.end_block, options_.d_model,
+             hidden.defined() ? shape_str(hidden.shape()) : "none");
+    x = hidden;
+  }
+  x = run_blocks(std::move(x), positions);
+  if (!options_.stage.head) return {x, {}};
+  const Tensor& targets = batch.at("targets");
+  WF_CHECK(targets.dim() == 2 && targets.size(0) == x.size(0) && targets.size(1) == x.size(1),
+           "{}: targets {} must be [batch, tokens] = [{}, {}]", name_, shape_str(targets.shape()), x.size(0),
+           x.size(1));
+  return {Tensor(), LossSum{cross_entropy_sum(head(x), targets), count_targets(targets)}};
+}
+
+LossSum DecoderLM::loss_sum(const Batch& batch) {
+  WF_CHECK(options_.stage.whole(options_.n_layer), "{}: loss_sum needs the whole model; this instance is a stage (use forward_stage)",
+           name_);
+  return forward_stage(batch, Tensor()).loss;
+}
+
+double DecoderLM::train_flops_per_token(std::int64_t seq_len) const {
+  return decoder_train_flops_per_token(options_, seq_len);
+}
+
+nn::TransformerBlock& DecoderLM::block(std::size_t i) {
+  WF_CHECK(i < blocks_.size(), "{}: block {} out of range ({} blocks)", name_, i, blocks_.size());
+  return *blocks_[i];
+}
+
+nn::Embedding& DecoderLM::token_embedding() {
+  WF_CHECK(token_embedding_ != nullptr, "{}: this stage holds no token embedding", name_);
+  return *token_embedding_;
+}
+
+}  // namespace wf::models

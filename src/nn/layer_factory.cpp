@@ -1,0 +1,37 @@
+#include "wallfacer/nn/layer_factory.h"
+
+namespace wf::nn {
+
+const char* linear_role_name(LinearRole role) {
+  switch (role) {
+    case LinearRole::column: return "column";
+    case LinearRole::row: return "row";
+    case LinearRole::replicated: return "replicated";
+  }
+  return "unknown";
+}
+
+LayerFactory::~LayerFactory() = default;
+
+std::shared_ptr<Linear> LayerFactory::linear(const LinearOptions& options, LinearRole /*role*/) const {
+  return std::make_shared<Linear>(options);
+}
+
+std::shared_ptr<Embedding> LayerFactory::embedding(const EmbeddingOptions& options, EmbeddingRole /*role*/) const {
+  return std::make_shared<Embedding>(options);
+}
+
+std::shared_ptr<Normalization> LayerFactory::norm(NormType type, std::int64_t dim, double eps) const {
+  return make_norm(type, dim, eps);
+}
+
+const std::shared_ptr<const LayerFactory>& default_layer_factory() {
+  static const std::shared_ptr<const LayerFactory> factory = std::make_shared<LayerFactory>();
+  return factory;
+}
+
+const LayerFactory& layers_or_default(const std::shared_ptr<const LayerFactory>& factory) {
+  return factory ? *factory : *default_layer_factory();
+}
+
+}  // namespace wf::nn

@@ -1,0 +1,42 @@
+#include "wallfacer/train/parallel_training.h"
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/parallel/sp_attention.h"
+#include "wallfacer/train/grad_sync.h"
+
+namespace wf::train {
+
+ParallelTraining::ParallelTraining(const config::RunConfig& config) : config_(config) {
+  comm::Runtime& runtime = comm::Runtime::get();
+  // The config alone: a loop of the program's own may train what the Trainer does not yet.
+  config::validate(config_, runtime.world_size(), config::ValidateScope::any_machine);
+  grid_ = std::make_unique<comm::CommGrid>(comm::ProcessGrid(config_.parallel.grid(), runtime.world_size(),
+                                                             runtime.rank()));
+}
+
+ParallelTraining::~ParallelTraining() = default;
+
+void ParallelTraining::install(models::Model& model) { models::install_sp_attention(model, config_, *grid_); }
+
+models::Batch ParallelTraining::shard(const Tensor& tokens, const Tensor& targets) const {
+  const int dp = config_.parallel.dp;
+  WF_CHECK(tokens.dim() == 2 && targets.shape() == tokens.shape() && tokens.size(1) == config_.train.seq_len &&
+               tokens.size(0) % dp == 0,
+           "ParallelTraining::shard: tokens and targets must both be [rows, train.seq_len = {}] with rows a multiple "
+           "of parallel.dp = {}, got {} and {}",
+           config_.train.seq_len, dp, shape_str(tokens.shape()), shape_str(targets.shape()));
+  const std::int64_t rows = tokens.size(0) / dp, first = grid_->grid().coord("dp") * rows;
+  const parallel::SpShard sp = parallel::sp_shard(models::sp_attention_config(config_), *grid_);
+  const std::vector<std::int64_t> positions = parallel::run_positions(sp.runs());
+  return models::token_batch(sp.shard(tokens.to(DType::i64).slice0(first, first + rows)),
+                             sp.shard(targets.to(DType::i64).slice0(first, first + rows)),
+                             Tensor::from_vector(positions, {static_cast<std::int64_t>(positions.size())}));
+}
+
+double ParallelTraining::sync_gradients(const std::vector<Tensor>& params, const models::LossSum& local) {
+  comm::Group& replicas = grid_->group("dp_sp");
+  all_reduce_gradients(replicas, params);
+  return normalise_gradients(replicas, params, local.sum.item(), static_cast<double>(local.count));
+}
+
+}  // namespace wf::train
