@@ -43,6 +43,7 @@
 #include "wallfacer/parallel/block_attention.h"
 #include "wallfacer/parallel/sp_attention.h"
 #include "wallfacer/parallel/traffic_model.h"
+#include "wallfacer/parallel/ulysses_heads.h"
 
 namespace wf::cli {
 namespace {
@@ -135,7 +136,7 @@ struct Block {
   std::vector<TokenRun> q_runs, kv_runs;
 };
 struct Schedule {
-  std::int64_t heads = 0, kv_heads = 0;  // per rank (Ulysses: h/P, h_kv/P)
+  std::int64_t heads = 0, kv_heads = 0;  // per rank (Ulysses: h/P, ulysses_kv_heads_per_rank)
   std::vector<Block> forward, backward;
 };
 
@@ -162,7 +163,7 @@ Schedule compute_schedule(SpStrategy strategy, const Problem& pr, comm::CommGrid
     }
     case SpStrategy::ulysses: {  // every token, h/P heads, one call (tokens in position order)
       s.heads = pr.h / P;
-      s.kv_heads = pr.h_kv / P;
+      s.kv_heads = parallel::ulysses_kv_heads_per_rank(pr.h_kv, P);
       const std::vector<TokenRun> all{{0, pr.N}};
       s.forward.push_back({all, all});
       s.backward = s.forward;
@@ -557,13 +558,12 @@ int run(const Options& o) {
 
   std::vector<Row> rows;
   for (SpStrategy strategy : strategies) {
-    if (strategy == SpStrategy::ulysses && (pr.h % P != 0 || pr.h_kv % P != 0)) {
-      if (root) {
-        std::printf("ulysses: skipped: it scatters heads over the P = %d ranks, so heads (%lld) and kv-heads (%lld) "
-                    "must be multiples of %d\n",
-                    P, static_cast<long long>(pr.h), static_cast<long long>(pr.h_kv), P);
+    if (strategy == SpStrategy::ulysses) {
+      const std::string problem = parallel::ulysses_heads_problem(pr.h, pr.h_kv, P);
+      if (!problem.empty()) {
+        if (root) std::printf("ulysses: skipped: %s\n", problem.c_str());
+        continue;
       }
-      continue;
     }
     const std::vector<int> Cs = strategy == SpStrategy::wallfacer ? team_sizes : std::vector<int>{1};
     for (int C : Cs) {

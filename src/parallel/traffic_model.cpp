@@ -6,6 +6,7 @@
 
 #include "wallfacer/comm/process_grid.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/parallel/ulysses_heads.h"
 
 namespace wf::parallel {
 
@@ -74,17 +75,18 @@ SpTraffic ring_attention_traffic(const AttentionDims& dims, int P, Pass pass, co
 SpTraffic ulysses_traffic(const AttentionDims& dims, int P, Pass /*pass: both directions move the same*/,
                           const ElementBytes& bytes) {
   const LocalSizes e = local_sizes(dims, P, bytes);
-  WF_CHECK(dims.heads % P == 0 && dims.kv_heads % P == 0,
-           "traffic model: Ulysses scatters heads over P = {} ranks, so heads {} and kv_heads {} must be multiples "
-           "of P",
-           P, dims.heads, dims.kv_heads);
+  const std::string problem = ulysses_heads_problem(dims.heads, dims.kv_heads, P);
+  WF_CHECK(problem.empty(), "traffic model: {}", problem);
   // Forward: Q, K, V sequence → heads, O and lse heads → sequence. Backward: dO and d_lse in,
   // dQ, dK, dV out. lse must travel because the AttentionStrategy contract returns it on the
-  // sequence shard; it rides in the O message (its gradient in the dO one). Each piece is a
-  // multiple of P elements (h divides by P), so summing the pieces' all-to-all bytes equals the
-  // bytes of the packed message.
+  // sequence shard; it rides in the O message (its gradient in the dO one). With h_kv < P each
+  // kv head goes to the P/h_kv ranks sharing it (and its gradient comes back from each), so the
+  // K and V pieces are those of max(h_kv, P) heads. Each piece is a multiple of P elements, so
+  // summing the pieces' all-to-all bytes equals the bytes of the packed message.
+  const std::int64_t kv_heads_sent = ulysses_kv_heads_per_rank(dims.kv_heads, P) * P;  // max(h_kv, P)
+  const std::int64_t kv_sent = e.kv / dims.kv_heads * kv_heads_sent;
   const std::int64_t collective = 2 * all_to_all_bytes(e.q * bytes.activation, P) +
-                                  2 * all_to_all_bytes(e.kv * bytes.activation, P) +
+                                  2 * all_to_all_bytes(kv_sent * bytes.activation, P) +
                                   all_to_all_bytes(e.rows * bytes.stats, P);
   return symmetric(0, collective);
 }

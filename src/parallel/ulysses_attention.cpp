@@ -1,17 +1,25 @@
 // Ulysses attention: one all-to-all turns the sequence-sharded q, k, v (this rank's N/P tokens,
-// every head) into head-sharded ones (every token, h/P query heads and h_kv/P kv heads), each
-// rank runs attention over the whole sequence for its heads, and one all-to-all brings O back.
-// The backward is the adjoint: dO in, the attention backward, dQ, dK, dV out.
+// every head) into head-sharded ones (every token, h/P query heads and the kv heads they read),
+// each rank runs attention over the whole sequence for its heads, and one all-to-all brings O
+// back. The backward is the adjoint: dO in, the attention backward, dQ, dK, dV out.
+//
+// Heads (ulysses_heads.h): head-side rank r holds query heads [r·h/P, (r+1)·h/P) and kv heads
+// from r·h_kv/P on: h_kv/P of them when P divides h_kv. When h_kv < P (dividing P) that first
+// head r·h_kv/P = r/(P/h_kv) is the one kv head its query heads read, and the P/h_kv ranks
+// sharing it each get a copy: the sequence side sends the same K/V slice to all of them. The
+// adjoint of that copy is a sum, so on the way back the sequence side adds up the dK, dV the
+// sharers return (in rank order: deterministic).
 //
 // Packing: Q, K and V travel in ONE all-to-all (the same bytes as three, one latency), as do
 // O and lse, dO and d_lse, and dQ, dK and dV. While unpacking, the gathered tokens are put in
 // position order, so the local attention is one kernel call with a plain causal mask whatever
 // the sequence layout; the packing for the way back reads them from there.
 //
-// Traffic (per rank, per pass): traffic_model.h's ulysses_traffic, (P−1)/P·((2E + 2E_kv)·a + R·s),
-// R = B·(N/P)·h: the R term is lse (forward) and its gradient (backward), which must travel
-// because the nn::AttentionStrategy contract returns lse on the sequence shard. It rides in the
-// O (dO) message, so the message count is that of two all-to-alls per pass.
+// Traffic (per rank, per pass): traffic_model.h's ulysses_traffic,
+// (P−1)/P·((2E + 2E_kv·ρ)·a + R·s), ρ = max(1, P/h_kv) copies of each kv head, R = B·(N/P)·h:
+// the R term is lse (forward) and its gradient (backward), which must travel because the
+// nn::AttentionStrategy contract returns lse on the sequence shard. It rides in the O (dO)
+// message, so the message count is that of two all-to-alls per pass.
 //
 // Replay (activation checkpointing at the attention output): the Function saves the
 // sequence-sharded q, k, v and the replayed out and lse, and moves nothing. Its backward sends
@@ -20,13 +28,19 @@
 // lse are the forward's bit for bit (the all-to-alls only copy).
 #include "src/parallel/ulysses_attention.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "kernels/cpu/attention.h"
 #include "src/parallel/sp_strategy_base.h"
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/parallel/ulysses_heads.h"
 
 namespace wf::parallel {
 namespace {
@@ -51,26 +65,35 @@ Field heads_major(const Tensor& t) { return {t, t.size(2), t.size(1), 1, true}; 
 
 enum class Side { sequence, heads };
 
-// Copies the block a rank exchanges with `peer` for one field to (to_block) or from a buffer and
-// returns the position after it. The block holds (b, i, hh, c) for b < B, i < N/P, hh < the
-// head-sharded field's head count, in that order. On the sequence side that is this rank's
-// token i and global head peer·H/P + hh; on the head side it is the peer's i-th token (at its
-// global position) and local head hh. Sender and receiver walk the same order, so the block a
-// rank packs for a peer is exactly what that peer unpacks from it.
+// What walk_block does with each element: pack it into the message, or unpack the message into
+// it, overwriting or adding (the sum over the ranks that shared a replicated kv head).
+enum class Move { pack, unpack, unpack_add };
+
+// Copies the block a rank exchanges with `peer` for one field to or from a buffer and returns
+// the position after it. The block holds (b, i, hh, c) for b < B, i < N/P, hh < the
+// head-sharded field's head count `heads_per_rank`, in that order. On the sequence side that is
+// this rank's token i and global head peer·H/P + hh, H = f.heads, the field's global head count
+// (for a replicated kv head, H < P, it is the kv head the peer's query heads read); on the head
+// side it is the peer's i-th token (at its global position) and local head hh. Sender and
+// receiver walk the same order, so the block a rank packs for a peer is exactly what that peer
+// unpacks from it.
 template <class T>
-T* walk_block(const Field& f, Side side, int peer, std::int64_t heads_per_rank,
-              const std::vector<std::int64_t>& peer_tokens, T* block, bool to_block) {
+T* walk_block(const Field& f, Side side, int peer, int P, std::int64_t heads_per_rank,
+              const std::vector<std::int64_t>& peer_tokens, T* block, Move move) {
   T* base = const_cast<T*>(f.t.data<T>());
   const auto n = static_cast<std::int64_t>(peer_tokens.size());
+  const std::int64_t first_head = side == Side::sequence ? peer * f.heads / P : 0;
   for (std::int64_t b = 0; b < f.t.size(0); ++b) {
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t token = side == Side::sequence ? i : peer_tokens[static_cast<std::size_t>(i)];
       for (std::int64_t hh = 0; hh < heads_per_rank; ++hh) {
-        T* element = base + f.at(b, token, side == Side::sequence ? peer * heads_per_rank + hh : hh);
-        if (to_block) {
-          std::copy_n(element, f.width, block);
-        } else {
-          std::copy_n(block, f.width, element);
+        T* element = base + f.at(b, token, first_head + hh);
+        switch (move) {
+          case Move::pack: std::copy_n(element, f.width, block); break;
+          case Move::unpack: std::copy_n(block, f.width, element); break;
+          case Move::unpack_add:
+            for (std::int64_t c = 0; c < f.width; ++c) element[c] += block[c];
+            break;
         }
         block += f.width;
       }
@@ -80,13 +103,16 @@ T* walk_block(const Field& f, Side side, int peer, std::int64_t heads_per_rank,
 }
 
 // Moves `from` (held on side `from_side`) into `to` (the other side) with one all-to-all.
-// from[j] and to[j] are the same tensor on the two sides.
+// from[j] and to[j] are the same tensor on the two sides. A field with fewer global heads than
+// P (a replicated kv head or its gradient) is copied to every sharer on the way to the head side
+// and summed over them on the way back.
 template <class T>
 void exchange(comm::Group& sp, const Positions& positions, Side from_side, const std::vector<Field>& from,
               const std::vector<Field>& to) {
   const int P = sp.size();
   const Side to_side = from_side == Side::sequence ? Side::heads : Side::sequence;
   const auto heads_per_rank = [&](std::size_t j) { return (from_side == Side::heads ? from[j] : to[j]).heads; };
+  const auto replicated = [&](std::size_t j) { return (from_side == Side::sequence ? from[j] : to[j]).heads < P; };
   std::int64_t block = 0;
   for (std::size_t j = 0; j < from.size(); ++j) {
     block += from[j].t.size(0) * static_cast<std::int64_t>(positions[0].size()) * heads_per_rank(j) * from[j].width;
@@ -95,22 +121,30 @@ void exchange(comm::Group& sp, const Positions& positions, Side from_side, const
   T* p = send.data<T>();
   for (int peer = 0; peer < P; ++peer) {
     for (std::size_t j = 0; j < from.size(); ++j) {
-      p = walk_block<T>(from[j], from_side, peer, heads_per_rank(j), positions[static_cast<std::size_t>(peer)], p,
-                        /*to_block=*/true);
+      p = walk_block<T>(from[j], from_side, peer, P, heads_per_rank(j), positions[static_cast<std::size_t>(peer)], p,
+                        Move::pack);
     }
   }
   Tensor received = send;  // a group of one exchanges with itself
   if (P > 1) received = sp.all_to_all(send);
+  std::vector<Move> unpack(to.size(), Move::unpack);
+  for (std::size_t j = 0; j < to.size(); ++j) {
+    if (to_side == Side::sequence && replicated(j)) {
+      Tensor sum = to[j].t;  // shares the storage
+      sum.zero_();           // the sharers' blocks add up in it
+      unpack[j] = Move::unpack_add;
+    }
+  }
   p = received.data<T>();
   for (int peer = 0; peer < P; ++peer) {
     for (std::size_t j = 0; j < to.size(); ++j) {
-      p = walk_block<T>(to[j], to_side, peer, heads_per_rank(j), positions[static_cast<std::size_t>(peer)], p,
-                        /*to_block=*/false);
+      p = walk_block<T>(to[j], to_side, peer, P, heads_per_rank(j), positions[static_cast<std::size_t>(peer)], p,
+                        unpack[j]);
     }
   }
 }
 
-// The head-sharded side of one call: every token, h/P query heads and h_kv/P kv heads.
+// The head-sharded side of one call: every token, h/P query heads and their kv heads.
 struct HeadSide {
   Tensor q, k, v, o, lse;
   HeadSide(const kernels::cpu::AttentionShape& s, DType dtype)
@@ -123,10 +157,11 @@ struct HeadSide {
 
 class UlyssesAttentionFunction final : public autograd::Function {
  public:
-  UlyssesAttentionFunction(comm::Group& sp, Positions positions, bool causal, double scale,
+  UlyssesAttentionFunction(comm::Group& sp, Positions positions, std::int64_t kv_heads, bool causal, double scale,
                            std::shared_ptr<detail::WorkRecord> work, detail::Replayed replayed)
       : sp_(sp),
         positions_(std::move(positions)),
+        kv_heads_(kv_heads),
         causal_(causal),
         scale_(scale),
         work_(std::move(work)),
@@ -192,7 +227,7 @@ class UlyssesAttentionFunction final : public autograd::Function {
                                           /*accumulate=*/false, dlseh.data<T>());
       const std::int64_t n = s.q_len / P;
       Tensor dq = Tensor::empty({s.batch, n, s.heads * P, s.head_dim}, dtype);
-      Tensor dk = Tensor::empty({s.batch, n, s.kv_heads * P, s.head_dim}, dtype);
+      Tensor dk = Tensor::empty({s.batch, n, kv_heads_, s.head_dim}, dtype);
       Tensor dv = Tensor::empty(dk.shape(), dtype);
       exchange<T>(sp_, positions_, Side::heads, {tokens_major(dqh), tokens_major(dkh), tokens_major(dvh)},
                   {tokens_major(dq), tokens_major(dk), tokens_major(dv)});
@@ -211,7 +246,7 @@ class UlyssesAttentionFunction final : public autograd::Function {
     s.batch = q.size(0);
     s.q_len = s.kv_len = q.size(1) * P;
     s.heads = q.size(2) / P;
-    s.kv_heads = k.size(2) / P;
+    s.kv_heads = ulysses_kv_heads_per_rank(k.size(2), P);
     s.head_dim = q.size(3);
     s.causal = causal_;
     s.scale = scale_;
@@ -237,6 +272,7 @@ class UlyssesAttentionFunction final : public autograd::Function {
 
   comm::Group& sp_;
   Positions positions_;
+  std::int64_t kv_heads_;  // h_kv of the sequence side (the head side may hold copies of fewer)
   bool causal_;
   double scale_;
   std::shared_ptr<detail::WorkRecord> work_;
@@ -253,13 +289,10 @@ class UlyssesAttention final : public detail::SpStrategyBase {
  private:
   AttentionResult run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
                       detail::Replayed replayed) override {
-    WF_CHECK(q.size(2) % P_ == 0 && k.size(2) % P_ == 0,
-             "ulysses attention: heads h = {} and kv heads h_kv = {} must both be multiples of the sp size P = {} "
-             "(each rank attends with h/P query heads and h_kv/P kv heads); use ring or wallfacer attention, or an sp "
-             "size that divides both",
-             q.size(2), k.size(2), P_);
+    const std::string problem = ulysses_heads_problem(q.size(2), k.size(2), P_);
+    WF_CHECK(problem.empty(), "ulysses attention: {}", problem);
     const TensorList out = autograd::apply_function(
-        std::make_shared<UlyssesAttentionFunction>(sp_, positions_, options.causal, options.scale, work_,
+        std::make_shared<UlyssesAttentionFunction>(sp_, positions_, k.size(2), options.causal, options.scale, work_,
                                                    std::move(replayed)),
         {q, k, v});
     return {out[0], out[1]};
@@ -268,7 +301,35 @@ class UlyssesAttention final : public detail::SpStrategyBase {
   Positions positions_;
 };
 
+// "1, 2, 4"; "none" when empty.
+std::string listed(const std::vector<std::int64_t>& values) {
+  return values.empty() ? std::string("none") : fmt::format("{}", fmt::join(values, ", "));
+}
+
 }  // namespace
+
+std::string ulysses_heads_problem(std::int64_t h, std::int64_t h_kv, int P) {
+  const auto works = [](std::int64_t heads, std::int64_t kv_heads, std::int64_t sp) {
+    return sp >= 1 && kv_heads >= 1 && heads % kv_heads == 0 && heads % sp == 0 &&
+           (kv_heads % sp == 0 || sp % kv_heads == 0);
+  };
+  if (h >= 1 && works(h, h_kv, P)) return "";
+  // Every valid P and h_kv divides h, so the divisors of h are the candidates for both.
+  std::vector<std::int64_t> sp_sizes, kv_head_counts;
+  for (std::int64_t x = 1; x <= h; ++x) {
+    if (h % x != 0) continue;
+    if (works(h, h_kv, x)) sp_sizes.push_back(x);
+    if (works(h, x, P)) kv_head_counts.push_back(x);
+  }
+  return fmt::format(
+      "h = {} query heads and h_kv = {} kv heads do not split over the sp size P = {}: Ulysses needs h a multiple "
+      "of P (each rank attends with h/P query heads) and h_kv a multiple of P or a divisor of P (then each kv head "
+      "is replicated on the P/h_kv ranks whose query heads read it), h_kv dividing h. With these heads P can be "
+      "{}; with h = {} at P = {}, h_kv can be {}. Otherwise use ring or wallfacer attention",
+      h, h_kv, P, listed(sp_sizes), h, P, listed(kv_head_counts));
+}
+
+std::int64_t ulysses_kv_heads_per_rank(std::int64_t h_kv, int P) { return h_kv >= P ? h_kv / P : 1; }
 
 std::shared_ptr<nn::AttentionStrategy> make_ulysses_attention(const SpAttentionConfig& config, comm::Group& sp) {
   return std::make_shared<UlyssesAttention>(config, sp);

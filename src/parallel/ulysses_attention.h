@@ -1,8 +1,8 @@
 #pragma once
 // Ulysses attention (internal to src/parallel; models get it through make_sp_attention):
 // all-to-all from sequence- to head-sharded, attention over the whole sequence for h/P heads,
-// all-to-all back. Needs h and h_kv divisible by P (checked at the first call, when the heads
-// are known).
+// all-to-all back. The head counts must follow ulysses_heads.h (checked at the first call, when
+// the heads are known).
 #include <memory>
 
 #include "wallfacer/comm/group.h"

@@ -16,6 +16,7 @@
 #include "parallel/attention_testing.h"
 #include "sp_testing.h"
 #include "wallfacer/comm/process_grid.h"
+#include "wallfacer/parallel/ulysses_heads.h"
 
 using wf::DType;
 using wf::parallel::SequenceLayout;
@@ -30,17 +31,18 @@ std::int64_t test_length(SequenceLayout layout, int P) {
   return layout == SequenceLayout::zigzag ? 6 * P : 5 * P;
 }
 
-// (h, h_kv) pairs: MHA, GQA and MQA with h = 4; Ulysses keeps those its sp size divides and
-// adds head counts that P divides, so every world size tests it.
+// (h, h_kv) pairs: MHA, GQA and MQA with h = 4; Ulysses keeps those its head rule allows at this
+// P and adds head counts that P divides, with kv heads scattered (h_kv = P) and replicated
+// (h_kv = 2 and 1 below P), so every world size tests it.
 std::vector<std::pair<std::int64_t, std::int64_t>> head_configs(SpStrategy strategy, int P) {
   std::vector<std::pair<std::int64_t, std::int64_t>> all{{4, 4}, {4, 2}, {4, 1}};
   if (strategy != SpStrategy::ulysses) return all;
-  all.push_back({2 * P, P});
-  all.push_back({P, P});
+  all.insert(all.end(), {{2 * P, P}, {P, P}, {2 * P, 2}, {2 * P, 1}});
   std::vector<std::pair<std::int64_t, std::int64_t>> valid;
-  for (const auto& hk : all) {
-    if (hk.first % P == 0 && hk.second % P == 0 && std::find(valid.begin(), valid.end(), hk) == valid.end()) {
-      valid.push_back(hk);
+  for (const auto& [h, h_kv] : all) {
+    if (wf::parallel::ulysses_heads_problem(h, h_kv, P).empty() &&
+        std::find(valid.begin(), valid.end(), std::pair{h, h_kv}) == valid.end()) {
+      valid.push_back({h, h_kv});
     }
   }
   return valid;
@@ -111,6 +113,13 @@ TEST_CASE("ring and ulysses work with either layout under either mask, and on gr
       c.layout = causal ? SequenceLayout::contiguous : SequenceLayout::zigzag;
       c.N = test_length(*c.layout, P);
       run_sp_case(c);
+      if (strategy != SpStrategy::ulysses) continue;
+      for (std::int64_t h_kv : {1, 2}) {  // Ulysses with kv heads replicated: h_kv < P, dividing P
+        if (h_kv >= P || P % h_kv != 0) continue;
+        c.h = 2 * P;
+        c.h_kv = h_kv;
+        run_sp_case(c);
+      }
     }
   }
   // Ring and Ulysses use the whole sp group whatever team size the grid has.
@@ -128,31 +137,34 @@ TEST_CASE("ring and ulysses work with either layout under either mask, and on gr
 TEST_CASE("the same global input gives the same results under every strategy, and reruns are bit-identical",
           "[dist][sp]") {
   const int P = runtime().world_size();
-  for (DType dtype : kFloatTypes) {
-    for (bool causal : {true, false}) {
-      const SpCase ring = make_case(SpStrategy::ring, causal, 2, 2 * P, P, dtype);
-      SpCase ulysses = ring;
-      ulysses.strategy = SpStrategy::ulysses;
-      const SpCaseResult a = run_sp_case(ring), b = run_sp_case(ulysses);
-      const double tolerance = sp_tolerance(dtype);
-      CHECK(relative_error(a.o, b.o) <= tolerance);
-      CHECK(relative_error(a.lse, b.lse) <= tolerance);
-      CHECK(relative_error(a.dq, b.dq) <= tolerance);
-      CHECK(relative_error(a.dk, b.dk) <= tolerance);
-      CHECK(relative_error(a.dv, b.dv) <= tolerance);
-      CHECK(bitwise_equal(a, run_sp_case(ring)));
-      CHECK(bitwise_equal(b, run_sp_case(ulysses)));
-      for (int C : wf::comm::valid_team_sizes(P)) {  // WallFacer with every team size the world allows
-        SpCase wallfacer = ring;
-        wallfacer.strategy = SpStrategy::wallfacer;
-        wallfacer.C = C;
-        const SpCaseResult w = run_sp_case(wallfacer);
-        INFO("wallfacer C = " << C);
-        CHECK(relative_error(w.o, a.o) <= tolerance);
-        CHECK(relative_error(w.lse, a.lse) <= tolerance);
-        CHECK(relative_error(w.dq, a.dq) <= tolerance);
-        CHECK(relative_error(w.dk, a.dk) <= tolerance);
-        CHECK(relative_error(w.dv, a.dv) <= tolerance);
+  // h_kv = 1: Ulysses replicates the kv head on every rank and sums its dK, dV over them.
+  for (const std::int64_t h_kv : {std::int64_t{P}, std::int64_t{1}}) {
+    for (DType dtype : kFloatTypes) {
+      for (bool causal : {true, false}) {
+        const SpCase ring = make_case(SpStrategy::ring, causal, 2, 2 * P, h_kv, dtype);
+        SpCase ulysses = ring;
+        ulysses.strategy = SpStrategy::ulysses;
+        const SpCaseResult a = run_sp_case(ring), b = run_sp_case(ulysses);
+        const double tolerance = sp_tolerance(dtype);
+        CHECK(relative_error(a.o, b.o) <= tolerance);
+        CHECK(relative_error(a.lse, b.lse) <= tolerance);
+        CHECK(relative_error(a.dq, b.dq) <= tolerance);
+        CHECK(relative_error(a.dk, b.dk) <= tolerance);
+        CHECK(relative_error(a.dv, b.dv) <= tolerance);
+        CHECK(bitwise_equal(a, run_sp_case(ring)));
+        CHECK(bitwise_equal(b, run_sp_case(ulysses)));
+        for (int C : wf::comm::valid_team_sizes(P)) {  // WallFacer with every team size the world allows
+          SpCase wallfacer = ring;
+          wallfacer.strategy = SpStrategy::wallfacer;
+          wallfacer.C = C;
+          const SpCaseResult w = run_sp_case(wallfacer);
+          INFO("wallfacer C = " << C);
+          CHECK(relative_error(w.o, a.o) <= tolerance);
+          CHECK(relative_error(w.lse, a.lse) <= tolerance);
+          CHECK(relative_error(w.dq, a.dq) <= tolerance);
+          CHECK(relative_error(w.dk, a.dk) <= tolerance);
+          CHECK(relative_error(w.dv, a.dv) <= tolerance);
+        }
       }
     }
   }
@@ -177,21 +189,45 @@ TEST_CASE("sp traffic summed over ranks, per strategy (printed)", "[dist][sp]") 
             u.total_forward.collective_sent),
       ratio(u.total_forward.collective_sent, r.total_forward.p2p_sent),
       ratio(u.total_backward.collective_sent, r.total_backward.p2p_sent)));
+  // MQA: ring's K/V shrink to one head, while Ulysses sends that head to every rank.
+  ring.h_kv = ulysses.h_kv = 1;
+  const SpCaseResult r1 = run_sp_case(ring), u1 = run_sp_case(ulysses);
+  print_on_rank0(fmt::format("  h_kv = 1: ring forward p2p {:7}  backward p2p {:7}; ulysses forward collectives {:7}  "
+                             "backward collectives {:7}; ulysses / ring: forward {:.3f}  backward {:.3f}",
+                             r1.total_forward.p2p_sent, r1.total_backward.p2p_sent, u1.total_forward.collective_sent,
+                             u1.total_backward.collective_sent,
+                             ratio(u1.total_forward.collective_sent, r1.total_forward.p2p_sent),
+                             ratio(u1.total_backward.collective_sent, r1.total_backward.p2p_sent)));
 }
 
-TEST_CASE("ulysses rejects head counts the sp size does not divide, on every rank alike", "[dist][sp]") {
+TEST_CASE("ulysses rejects head counts its rule does not allow, naming the ones that work, on every rank alike",
+          "[dist][sp]") {
   const int P = runtime().world_size();
-  if (P == 1) return;  // every head count divides 1
+  if (P == 1) return;  // every head count splits over 1
   wf::comm::CommGrid& grid = sp_grid(1);
   const wf::parallel::SpAttentionConfig config{SpStrategy::ulysses, SequenceLayout::zigzag, 6 * P, true};
   const auto strategy = wf::parallel::make_sp_attention(config, grid);
-  const wf::Tensor q = wf::Tensor::zeros({1, 6, 4, 4}, DType::f64), k = wf::Tensor::zeros({1, 6, 1, 4}, DType::f64);
-  wf::comm::TrafficRegistry::instance().reset();
-  const std::string error = error_of([&] { strategy->forward(q, k, k, {}); });
-  CHECK_THAT(error, Catch::Contains("heads h = 4 and kv heads h_kv = 1") &&
-                        Catch::Contains(fmt::format("multiples of the sp size P = {}", P)) &&
-                        Catch::Contains("use ring or wallfacer attention"));
-  CHECK(grid.group("sp").traffic().total() == wf::comm::Traffic{});  // nothing was sent before the check
+  struct Bad {
+    std::int64_t h, h_kv;
+    const char* kv_heads_that_work;  // the start of the message's list at this P
+  };
+  std::vector<Bad> bad{{P + 1, 1, "none"}};               // P does not divide h
+  bad.push_back({P * (P + 1), P + 1, "1, "});            // h_kv > P, not a multiple of P
+  if (P >= 3) bad.push_back({P * (P - 1), P - 1, "1, "});  // h_kv < P, not dividing P
+  for (const Bad& b : bad) {
+    INFO("h = " << b.h << ", h_kv = " << b.h_kv);
+    const wf::Tensor q = wf::Tensor::zeros({1, 6, b.h, 4}, DType::f64);
+    const wf::Tensor k = wf::Tensor::zeros({1, 6, b.h_kv, 4}, DType::f64);
+    wf::comm::TrafficRegistry::instance().reset();
+    const std::string error = error_of([&] { strategy->forward(q, k, k, {}); });
+    CHECK_THAT(error, Catch::Contains(fmt::format("ulysses attention: h = {} query heads and h_kv = {} kv heads do not "
+                                                  "split over the sp size P = {}",
+                                                  b.h, b.h_kv, P)) &&
+                          Catch::Contains("h_kv a multiple of P or a divisor of P") &&
+                          Catch::Contains(fmt::format("at P = {}, h_kv can be {}", P, b.kv_heads_that_work)) &&
+                          Catch::Contains("use ring or wallfacer attention"));
+    CHECK(grid.group("sp").traffic().total() == wf::comm::Traffic{});  // nothing was sent before the check
+  }
 }
 
 TEST_CASE("sp strategies: names, shards and configuration errors", "[dist][sp]") {

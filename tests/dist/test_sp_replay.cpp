@@ -5,9 +5,10 @@
 // three replays are built to reproduce the ordinary backward bit for bit (f64 here), and the
 // tests require exactly that; the measured differences are printed.
 //
-// Cases, at every world size the suite runs: ring (any P), Ulysses (P dividing h_kv = 2),
-// WallFacer with C = 1 and C = 2 (C² | P) under both placements; causal zigzag and full
-// contiguous; GQA h = 4, h_kv = 2; a loss of O alone and one with a gradient on lse too.
+// Cases, at every world size the suite runs: ring (any P), Ulysses (h = 4, h_kv = 2 where its
+// head rule allows it, and h = 2P, h_kv = 1: the kv head replicated on every rank), WallFacer
+// with C = 1 and C = 2 (C² | P) under both placements; causal zigzag and full contiguous; GQA
+// h = 4, h_kv = 2; a loss of O alone and one with a gradient on lse too.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/autograd/grad_mode.h"
 #include "wallfacer/comm/traffic.h"
+#include "wallfacer/parallel/ulysses_heads.h"
 
 using wf::AttentionOptions;
 using wf::AttentionResult;
@@ -48,24 +50,25 @@ struct ReplayCase {
 
 std::string describe(const ReplayCase& r) {
   const SpCase& c = r.c;
-  return fmt::format("{} P = {} C = {} {} {} {} lse grad {}", wf::parallel::sp_strategy_name(c.strategy),
-                     runtime().world_size(), c.C, wf::comm::placement_name(r.placement),
-                     c.causal ? "causal zigzag" : "full contiguous", wf::dtype_name(c.dtype), c.lse_grad);
+  return fmt::format("{} P = {} C = {} {} {} h = {} h_kv = {} {} lse grad {}",
+                     wf::parallel::sp_strategy_name(c.strategy), runtime().world_size(), c.C,
+                     wf::comm::placement_name(r.placement),
+                     c.causal ? "causal zigzag" : "full contiguous", c.h, c.h_kv, wf::dtype_name(c.dtype), c.lse_grad);
 }
 
 // Every case the world allows, each with its own seed.
 std::vector<ReplayCase> replay_cases() {
   const int P = runtime().world_size();
   std::vector<ReplayCase> cases;
-  const auto add = [&](SpStrategy strategy, int C, Placement placement) {
+  const auto add = [&](SpStrategy strategy, int C, Placement placement, std::int64_t h = 4, std::int64_t h_kv = 2) {
     for (bool causal : {true, false}) {
       for (bool lse_grad : {false, true}) {
         ReplayCase r;
         r.c.strategy = strategy;
         r.c.C = C;
         r.c.causal = causal;
-        r.c.h = 4;
-        r.c.h_kv = 2;
+        r.c.h = h;
+        r.c.h_kv = h_kv;
         r.c.d = 8;
         r.c.N = causal ? 6 * P : 5 * P;  // zigzag: 2P chunks (2C·P/C for WallFacer); never a power of two
         r.c.lse_grad = lse_grad;
@@ -76,7 +79,8 @@ std::vector<ReplayCase> replay_cases() {
     }
   };
   add(SpStrategy::ring, 1, Placement::collectives_intra);
-  if (2 % P == 0) add(SpStrategy::ulysses, 1, Placement::collectives_intra);  // h_kv = 2 heads over P ranks
+  if (wf::parallel::ulysses_heads_problem(4, 2, P).empty()) add(SpStrategy::ulysses, 1, Placement::collectives_intra);
+  add(SpStrategy::ulysses, 1, Placement::collectives_intra, 2 * P, 1);
   for (int C : wf::comm::valid_team_sizes(P)) {
     if (C > 2) continue;
     for (Placement placement : {Placement::collectives_intra, Placement::p2p_intra}) {
@@ -240,7 +244,8 @@ TEST_CASE("sp attention replay: the saved result, no attention, no message, and 
     for (std::size_t i = 0; i < worst.size(); ++i) worst[i] = std::max(worst[i], d[i]);  // the absolute ones
   }
   if (runtime().rank() == 0) {
-    fmt::print("sp replay P = {}: {} cases (ring, ulysses where P | h_kv, wallfacer C ≤ 2 both placements), "
+    fmt::print("sp replay P = {}: {} cases (ring, ulysses scattered and replicated kv heads, wallfacer C ≤ 2 both "
+               "placements), "
                "max |replay − ordinary| out {:.1e} lse {:.1e} dq {:.1e} dk {:.1e} dv {:.1e}\n",
                runtime().world_size(), cases.size(), worst[0], worst[1], worst[2], worst[3], worst[4]);
   }

@@ -3,14 +3,17 @@
 // as the pairwise exchanges they amount to), adding bytes whenever the peer is another rank.
 // Then the consequences wallfacer-algorithm.md states.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "wallfacer/comm/process_grid.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/parallel/traffic_model.h"
+#include "wallfacer/parallel/ulysses_heads.h"
 
 using Catch::Contains;
 using wf::comm::Placement;
@@ -36,15 +39,17 @@ struct Ledger {
     ranks[static_cast<std::size_t>(src)].p2p_sent += bytes;
     ranks[static_cast<std::size_t>(dst)].p2p_received += bytes;
   }
+  // One member's piece for another inside a collective.
+  void collective(int src, int dst, std::int64_t bytes) {
+    if (src == dst) return;
+    ranks[static_cast<std::size_t>(src)].collective_sent += bytes;
+    ranks[static_cast<std::size_t>(dst)].collective_received += bytes;
+  }
   // All-gather, reduce-scatter and all-to-all with equal pieces all come down to every member
   // sending one piece to every other member.
   void exchange(const std::vector<int>& members, std::int64_t piece) {
     for (int a : members) {
-      for (int b : members) {
-        if (a == b) continue;
-        ranks[static_cast<std::size_t>(a)].collective_sent += piece;
-        ranks[static_cast<std::size_t>(b)].collective_received += piece;
-      }
+      for (int b : members) collective(a, b, piece);
     }
   }
   void all_gather(const std::vector<int>& members, std::int64_t piece) { exchange(members, piece); }
@@ -139,13 +144,23 @@ Ledger simulate_ring(int P, const AttentionDims& dims, const ElementBytes& b, Pa
   return ledger;
 }
 
+// Each rank sends every other rank the slices, over its own tokens, of the heads that rank
+// attends with: its h/P query heads (Q, O or dO, dQ) and every kv head those query heads read
+// under GQA, query head i reading kv head i / (h/h_kv) (K, V or dK, dV), so a kv head shared by
+// several ranks goes to each of them; and the lse (or d_lse) rows of its query heads.
 Ledger simulate_ulysses(int P, const AttentionDims& dims, const ElementBytes& b) {
-  const Elements e = elements(dims, P);
+  const std::int64_t n = dims.seq_len / P, head_slice = dims.batch * n * dims.head_dim, q_heads = dims.heads / P;
   Ledger ledger(P);
-  std::vector<int> all(static_cast<std::size_t>(P));
-  for (int r = 0; r < P; ++r) all[static_cast<std::size_t>(r)] = r;
-  for (std::int64_t local : {e.q, e.kv, e.kv, e.q}) ledger.exchange(all, local * b.activation / P);
-  ledger.exchange(all, e.rows * b.stats / P);  // lse (forward) or its gradient (backward)
+  for (int dst = 0; dst < P; ++dst) {
+    std::set<std::int64_t> kv_heads;
+    for (std::int64_t i = dst * q_heads; i < (dst + 1) * q_heads; ++i) {
+      kv_heads.insert(i / (dims.heads / dims.kv_heads));
+    }
+    const auto kv = static_cast<std::int64_t>(kv_heads.size());
+    const std::int64_t piece = 2 * q_heads * head_slice * b.activation + 2 * kv * head_slice * b.activation +
+                               dims.batch * n * q_heads * b.stats;
+    for (int src = 0; src < P; ++src) ledger.collective(src, dst, piece);
+  }
   return ledger;
 }
 
@@ -197,17 +212,24 @@ TEST_CASE("WallFacer traffic equals the simulated schedule, per rank, both place
 TEST_CASE("ring attention and Ulysses traffic equal their simulated schedules", "[parallel]") {
   for (int P : kWorldSizes) {
     const AttentionDims ring_dims{2, 3 * P, 4, 2, 5};
-    const AttentionDims ulysses_dims{2, 3 * P, 2 * P, P, 5};  // heads scatter over P ranks
     for (Pass pass : {Pass::forward, Pass::backward}) {
       INFO("P = " << P << ", backward " << (pass == Pass::backward));
       const Ledger ring = simulate_ring(P, ring_dims, kBytes, pass);
-      const Ledger ulysses = simulate_ulysses(P, ulysses_dims, kBytes);
       for (std::size_t r = 0; r < static_cast<std::size_t>(P); ++r) {
         CHECK(wf::parallel::ring_attention_traffic(ring_dims, P, pass, kBytes) == ring.ranks[r]);
-        CHECK(wf::parallel::ulysses_traffic(ulysses_dims, P, pass, kBytes) == ulysses.ranks[r]);
       }
       CHECK(wf::parallel::ring_attention_traffic_total(ring_dims, P, pass, kBytes) == sum(ring));
-      CHECK(wf::parallel::ulysses_traffic_total(ulysses_dims, P, pass, kBytes) == sum(ulysses));
+      // Ulysses: kv heads scattered (h_kv = P, 2P) and replicated (every h_kv < P dividing P).
+      for (std::int64_t h_kv = 1; h_kv <= 2 * P; ++h_kv) {
+        if (h_kv % P != 0 && P % h_kv != 0) continue;
+        const AttentionDims ulysses_dims{2, 3 * P, 2 * P, h_kv, 5};
+        INFO("ulysses h = " << 2 * P << ", h_kv = " << h_kv);
+        const Ledger ulysses = simulate_ulysses(P, ulysses_dims, kBytes);
+        for (std::size_t r = 0; r < static_cast<std::size_t>(P); ++r) {
+          CHECK(wf::parallel::ulysses_traffic(ulysses_dims, P, pass, kBytes) == ulysses.ranks[r]);
+        }
+        CHECK(wf::parallel::ulysses_traffic_total(ulysses_dims, P, pass, kBytes) == sum(ulysses));
+      }
     }
   }
 }
@@ -238,6 +260,17 @@ TEST_CASE("the doc's closed forms: collectives (C-1)(2E + 2E_kv) + lse, P2P 2·C
         3 * (2 * Eu + 2 * Eu_kv + Ru) / 4 * 4);
   CHECK(wf::parallel::ulysses_traffic(u, 4, Pass::backward, same) ==
         wf::parallel::ulysses_traffic(u, 4, Pass::forward, same));
+  // h_kv = 2 < P = 4: each kv head goes to P/h_kv = 2 ranks, so K and V count twice:
+  // (P-1)/P·(2E + 2·(P/h_kv)·E_kv + R).
+  const AttentionDims replicated{1, 16, 8, 2, 2};
+  const std::int64_t Er_kv = 1 * 4 * 2 * 2;
+  CHECK(wf::parallel::ulysses_traffic(replicated, 4, Pass::forward, same).collective_sent ==
+        3 * (2 * Eu + 2 * 2 * Er_kv + Ru) / 4 * 4);
+  CHECK(wf::parallel::ulysses_traffic(replicated, 4, Pass::backward, same) ==
+        wf::parallel::ulysses_traffic(replicated, 4, Pass::forward, same));
+  // MQA at P = 8 moves what h_kv = P would: P copies of the one kv head.
+  CHECK(wf::parallel::ulysses_traffic({1, 16, 8, 1, 2}, 8, Pass::forward, kBytes) ==
+        wf::parallel::ulysses_traffic({1, 16, 8, 8, 2}, 8, Pass::forward, kBytes));
   // Nothing moves with one rank.
   CHECK(wf::parallel::ring_attention_traffic(u, 1, Pass::backward, kBytes) == SpTraffic{});
   CHECK(wf::parallel::wallfacer_traffic(u, 1, 1, 0, Pass::backward, kBytes) == SpTraffic{});
@@ -263,12 +296,48 @@ TEST_CASE("forward P2P summed over ranks: the doc's ratios to ring attention", "
   CHECK(wf::parallel::ring_attention_traffic_total(unit, 16, Pass::forward, {1, 1, 1}).p2p_sent == 480);
 }
 
+TEST_CASE("the Ulysses head rule: P | h, and h_kv a multiple or a divisor of P", "[parallel]") {
+  struct Heads {
+    std::int64_t h, h_kv;
+    int P;
+  };
+  // Scattered kv heads, replicated ones (MQA, GQA with h_kv < P), one rank.
+  for (const Heads& ok : {Heads{8, 8, 4}, Heads{8, 4, 4}, Heads{16, 8, 4}, Heads{8, 2, 4}, Heads{8, 1, 4},
+                          Heads{4, 2, 4}, Heads{4, 1, 2}, Heads{16, 2, 8}, Heads{6, 1, 3}, Heads{3, 3, 1}}) {
+    INFO("h = " << ok.h << ", h_kv = " << ok.h_kv << ", P = " << ok.P);
+    CHECK(wf::parallel::ulysses_heads_problem(ok.h, ok.h_kv, ok.P).empty());
+  }
+  CHECK(wf::parallel::ulysses_kv_heads_per_rank(8, 4) == 2);
+  CHECK(wf::parallel::ulysses_kv_heads_per_rank(4, 4) == 1);
+  CHECK(wf::parallel::ulysses_kv_heads_per_rank(2, 4) == 1);  // a copy, shared with one other rank
+  // P ∤ h; h_kv < P not dividing P; h_kv > P not a multiple (rank 0 of 2 would read kv heads 0
+  // and half of 1); h_kv not dividing h.
+  for (const Heads& bad : {Heads{4, 2, 8}, Heads{6, 1, 4}, Heads{12, 3, 4}, Heads{24, 6, 8}, Heads{6, 3, 2},
+                           Heads{12, 6, 4}, Heads{8, 3, 2}}) {
+    INFO("h = " << bad.h << ", h_kv = " << bad.h_kv << ", P = " << bad.P);
+    CHECK_THAT(wf::parallel::ulysses_heads_problem(bad.h, bad.h_kv, bad.P),
+               Contains(fmt::format("do not split over the sp size P = {}", bad.P)) &&
+                   Contains("use ring or wallfacer attention"));
+  }
+  CHECK_THAT(wf::parallel::ulysses_heads_problem(6, 3, 2), Contains("P can be 1, 3, 6;") &&
+                                                               Contains("with h = 6 at P = 2, h_kv can be 1, 2, 6."));
+}
+
 TEST_CASE("traffic model rejects dims that do not split", "[parallel]") {
   const AttentionDims dims{1, 30, 4, 2, 8};
   CHECK_THAT(error_of([&] { wf::parallel::ring_attention_traffic(dims, 8, Pass::forward); }),
              Contains("N = 30") && Contains("P = 8"));
-  CHECK_THAT(error_of([&] { wf::parallel::ulysses_traffic({1, 32, 4, 2, 8}, 4, Pass::forward); }),
-             Contains("kv_heads 2") && Contains("P = 4"));
+  // Ulysses: h not a multiple of P; h_kv < P not dividing P; h_kv > P not a multiple of P. Each
+  // message names the sp sizes that work with the heads and the kv head counts that work at P.
+  CHECK_THAT(error_of([&] { wf::parallel::ulysses_traffic({1, 32, 4, 2, 8}, 8, Pass::forward); }),
+             Contains("traffic model: h = 4 query heads and h_kv = 2 kv heads do not split over the sp size P = 8") &&
+                 Contains("P can be 1, 2, 4;") && Contains("at P = 8, h_kv can be none"));
+  CHECK_THAT(error_of([&] { wf::parallel::ulysses_traffic({1, 24, 12, 3, 8}, 4, Pass::forward); }),
+             Contains("h_kv = 3 kv heads") && Contains("P can be 1, 3, 6, 12;") &&
+                 Contains("with h = 12 at P = 4, h_kv can be 1, 2, 4, 12."));
+  CHECK_THAT(error_of([&] { wf::parallel::ulysses_traffic({1, 16, 12, 6, 8}, 4, Pass::forward); }),
+             Contains("h_kv = 6 kv heads") && Contains("P can be 1, 2, 3, 6, 12;") &&
+                 Contains("h_kv can be 1, 2, 4, 12."));
   CHECK_THAT(error_of([&] { wf::parallel::wallfacer_traffic({1, 32, 4, 2, 8}, 8, 4, 0, Pass::forward); }),
              Contains("C = 4"));
   CHECK_THAT(error_of([&] { wf::parallel::wallfacer_traffic({1, 32, 4, 3, 8}, 8, 2, 0, Pass::forward); }),

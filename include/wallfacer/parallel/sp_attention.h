@@ -8,7 +8,7 @@
 //
 //   ring       pass-K/V ring over the sp group, P − 1 steps (the paper's baseline)
 //   ulysses    all-to-all from sequence- to head-sharded, local attention, all-to-all back;
-//              h and h_kv must be divisible by P
+//              P must divide h, and divide or be divided by h_kv (ulysses_heads.h)
 //   wallfacer  teams of C ranks, C² sub-rings of G = P/C² ranks (wallfacer-algorithm.md);
 //              C = 1 behaves exactly as ring attention
 #include <memory>

@@ -17,8 +17,10 @@
 //   backward  2·E_kv·a·(P−1) + 2·E_kv·p·P  (0 at P = 1)   K, V as forward; dK, dV (partial
 //             sums) travel with them every step and take one more step home
 // Ulysses, collectives only (Q‖K‖V in, O‖lse out; dO‖d_lse in, dQ‖dK‖dV out):
-//   forward   2·A(E·a) + 2·A(E_kv·a) + A(R·s), A(S) = (P−1)·(S/P)   Q, K, V in, O and lse out
-//   backward  the same                                              dO and d_lse in, dQ, dK, dV out
+//   forward   2·A(E·a) + 2·A(ρ·E_kv·a) + A(R·s), A(S) = (P−1)·(S/P)   Q, K, V in, O and lse out
+//   backward  the same                                                dO and d_lse in, dQ, dK, dV out
+//   ρ = max(1, P/h_kv): with h_kv < P each kv head is sent to (and its dK, dV come back from)
+//   the P/h_kv ranks sharing it (ulysses_heads.h)
 // WallFacer, per rank:
 //   forward collectives  (C−1)·(E·a + 2·E_kv·a + C·R·s + E·p)
 //                        all-gather Q, K, V; all-gather the members' lse partials of the team's
@@ -44,7 +46,8 @@ struct AttentionDims {
   std::int64_t batch = 1;     // B
   std::int64_t seq_len = 0;   // N: tokens of the whole sequence (a multiple of P)
   std::int64_t heads = 0;     // h
-  std::int64_t kv_heads = 0;  // h_kv, dividing h (GQA: K/V are never repeated before sending)
+  std::int64_t kv_heads = 0;  // h_kv, dividing h (GQA: K/V are sent unrepeated, except that
+                              // Ulysses with h_kv < P sends each kv head to every rank sharing it)
   std::int64_t head_dim = 0;  // d
 };
 
@@ -79,7 +82,7 @@ SpTraffic sum_over_ranks(comm::Group& group, const SpTraffic& mine);
 
 // Per rank (identical on every rank). Throw wf::Error on dims that do not split over P.
 SpTraffic ring_attention_traffic(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes = {});
-// Needs h and h_kv divisible by P (the all-to-alls scatter heads).
+// Needs the heads to follow ulysses_heads.h (the all-to-alls scatter heads).
 SpTraffic ulysses_traffic(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes = {});
 // Per rank, named by its logical sp index (comm::WallFacerLayout::logical_index): the self-
 // dispatch cases depend on it. Needs C² dividing P. C = 1 forward equals ring attention's.
