@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "wallfacer/ops/ops.h"
+#include "wallfacer/parallel/ulysses_heads.h"
 
 namespace wf::models {
 namespace {
@@ -104,16 +105,13 @@ void check_decoder(const DecoderOptions& options, const config::RunConfig& c, st
           fmt::format("model.d_ff: d_ff = {} is not a multiple of parallel.tp = {}: tensor parallelism splits the "
                       "feed-forward",
                       m.d_ff, p.tp));
-  if (p.sp_strategy == parallel::SpStrategy::ulysses && m.n_head % p.tp == 0 && m.n_kv_head % p.tp == 0) {
-    // Ulysses scatters the query heads over sp; kv heads too, or, when there are fewer kv heads
-    // than ranks, each kv head is replicated over the sp / n_kv_head ranks whose query heads use it.
-    const std::int64_t h = m.n_head / p.tp, h_kv = m.n_kv_head / p.tp;
-    const bool kv_ok = h_kv % p.sp == 0 || (h_kv < p.sp && p.sp % h_kv == 0);
-    require(h % p.sp == 0 && kv_ok,
-            fmt::format("model.n_head: sp_strategy ulysses shards heads over parallel.sp = {}, but the heads per "
-                        "tp rank, n_head = {} and n_kv_head = {}, do not fit: n_head must be a multiple of sp, and "
-                        "n_kv_head a multiple of sp or a divisor of it; use ring or wallfacer, or another sp",
-                        p.sp, h, h_kv));
+  if (p.sp_strategy == parallel::SpStrategy::ulysses && m.n_head % p.tp == 0 && m.n_kv_head % p.tp == 0 &&
+      m.n_head % m.n_kv_head == 0) {
+    // Ulysses scatters each tp rank's heads over sp (kv heads replicated when there are fewer).
+    const std::string problem = parallel::ulysses_heads_problem(m.n_head / p.tp, m.n_kv_head / p.tp, p.sp);
+    require(problem.empty(), fmt::format("model.n_head: sp_strategy ulysses over parallel.sp = {} with the heads per tp "
+                                         "rank: {}",
+                                         p.sp, problem));
   }
 }
 

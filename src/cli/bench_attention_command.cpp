@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_reference.h"
-#include "src/cli/bench_stats.h"
+#include "src/core/timing.h"
 #include "src/cli/commands.h"
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/comm/process_grid.h"

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
-#include "src/cli/bench_stats.h"
+#include "src/core/timing.h"
 #include "src/cli/commands.h"
 #include "src/comm/mpi_util.h"
 #include "src/comm/progress.h"

@@ -17,8 +17,8 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
-#include "src/cli/bench_sgemm.h"
-#include "src/cli/bench_stats.h"
+#include "wallfacer/train/peak_flops.h"
+#include "src/core/timing.h"
 #include "src/cli/commands.h"
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/core/rng.h"
@@ -139,7 +139,7 @@ int run(const Options& o) {
   const double flops = model.train_flops_per_token(o.seq) * static_cast<double>(tokens);
   const double gflops = flops / t.step * 1e-9;
   // The yardstick: one thread of OpenBLAS at the MLP's first product, the model's commonest shape.
-  const double sgemm = sgemm_gflops(tokens, g.d_ff, g.d_model, 3);
+  const double sgemm = train::sgemm_gflops(tokens, g.d_ff, g.d_model, 3);
   const int threads = num_threads();
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   Profile p;

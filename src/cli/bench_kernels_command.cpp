@@ -14,8 +14,8 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
-#include "src/cli/bench_sgemm.h"
-#include "src/cli/bench_stats.h"
+#include "wallfacer/train/peak_flops.h"
+#include "src/core/timing.h"
 #include "src/cli/commands.h"
 #include "wallfacer/core/tensor.h"
 #include "wallfacer/core/threading.h"
@@ -87,7 +87,7 @@ int run(const Options& options) {
   std::vector<Row> rows;
   double attention_reference = 0;
   for (auto n : gemm_sizes) {
-    const double ref = sgemm_gflops(n, n, n, options.iters);
+    const double ref = train::sgemm_gflops(n, n, n, options.iters);
     if (attention_reference == 0) attention_reference = ref;
     rows.push_back({"openblas sgemm (reference)", fmt::format("{0}x{0}x{0}", n), 2.0 * n * n * n / ref * 1e-6, ref, ref, 0});
     for (auto backend : {kernels::cpu::GemmBackend::cblas, kernels::cpu::GemmBackend::eigen}) {

@@ -28,7 +28,7 @@ int train(const TrainOptions& o) {
   const config::RunConfig config = config::load_config(o.path, o.overrides);
   config::validate(config, runtime.world_size());
   log::info("config: {}", config::summary(config, runtime.world_size()));
-  for (const std::string& note : config::notes(config)) log::info("note: {}", note);
+  for (const std::string& note : config::notes(config)) log::warn("{}", note);
   comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), runtime.world_size(), runtime.rank()));
   train::Trainer trainer(config, grid);
   if (!o.no_resume && trainer.resume() && trainer.step() >= config.train.steps) {

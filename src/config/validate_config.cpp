@@ -127,11 +127,6 @@ void check_train(const RunConfig& c, std::vector<std::string>& problems) {
                                    "min_lr",
                                    t.min_lr, t.lr));
   }
-  if (t.warmup_steps > t.steps) {
-    problems.push_back(fmt::format("train.warmup_steps: {} warmup steps exceed train.steps = {}: the learning rate "
-                                   "would never reach lr; lower warmup_steps or raise steps",
-                                   t.warmup_steps, t.steps));
-  }
   if (t.eval_every > 0 && c.data.val_path.empty() && c.data.source == DataSource::file) {
     problems.push_back(fmt::format("train.eval_every: eval_every = {} but data.val_path is empty: give a validation "
                                    "file or set eval_every to 0",
@@ -195,6 +190,12 @@ void validate(const RunConfig& config, int world_size, ValidateScope scope) {
 
 std::vector<std::string> notes(const RunConfig& c) {
   std::vector<std::string> out;
+  if (c.train.warmup_steps > c.train.steps) {
+    out.push_back(fmt::format("train.warmup_steps: {} warmup steps exceed train.steps = {}: the warmup is cut at step "
+                              "{}, so the learning rate never reaches train.lr (a short smoke run; raise steps or "
+                              "lower warmup_steps for a real one)",
+                              c.train.warmup_steps, c.train.steps, c.train.steps));
+  }
   const ParallelSection& p = c.parallel;
   if (p.sp_strategy == parallel::SpStrategy::wallfacer && p.C > 1 && p.sp == p.C * p.C) {
     out.push_back(fmt::format(

@@ -14,6 +14,7 @@
 #include "wallfacer/train/checkpoint.h"
 #include "wallfacer/train/grad_reducer.h"
 #include "wallfacer/train/grad_sync.h"
+#include "wallfacer/train/peak_flops.h"
 
 namespace wf::train {
 namespace {
@@ -95,7 +96,10 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
   const auto& t = config_.train;
   optimizer_ = std::make_unique<AdamW>(
       params_, AdamWOptions{.lr = t.lr, .beta1 = t.beta1, .beta2 = t.beta2, .weight_decay = t.weight_decay});
-  schedule_ = CosineSchedule{.base_lr = t.lr, .min_lr = t.min_lr, .warmup_steps = t.warmup_steps, .total_steps = t.steps};
+  // A run shorter than its warmup (a quick smoke run of a preset) has the warmup cut at its end;
+  // config::notes warns about it.
+  schedule_ = CosineSchedule{
+      .base_lr = t.lr, .min_lr = t.min_lr, .warmup_steps = std::min(t.warmup_steps, t.steps), .total_steps = t.steps};
   data::LoaderOptions options = loader_options(config_, grid_, *model_);
   train_loader_ = std::make_unique<data::BatchLoader>(std::move(train), options);
   if (val) {
@@ -254,7 +258,7 @@ void Trainer::log_step(const StepResult& result, double val_loss) {
   m.step_seconds = interval_.seconds / steps;
   m.tokens_per_s = m.step_seconds > 0 ? static_cast<double>(tokens_per_step()) / m.step_seconds : 0.0;
   m.flops_per_s = m.tokens_per_s * model_->train_flops_per_token(t.seq_len);
-  const double peak = config_.log.peak_gflops * 1e9 * grid_.grid().world_size();
+  const double peak = peak_.gflops_per_rank * 1e9 * grid_.grid().world_size();
   m.mfu = peak > 0 ? m.flops_per_s / peak : 0.0;
   const TrafficSnapshot now = TrafficSnapshot::take();
   for (const auto& [group, traffic] : now.all) {
@@ -280,6 +284,10 @@ void Trainer::fit(std::int64_t stop_after) {
   const auto& t = config_.train;
   if (grid_.grid().rank() == 0) {
     metrics_ = std::make_unique<MetricsLog>(config_.log.dir + "/" + config_.log.metrics_file, step_);
+  }
+  peak_ = peak_flops(config_.log);
+  if (grid_.grid().rank() == 0) {
+    log::info("mfu is measured against {:.1f} GFLOP/s per rank ({})", peak_.gflops_per_rank, peak_.source);
   }
   start_interval(TrafficSnapshot::take());
   while (step_ < t.steps && (stop_after <= 0 || step_ < stop_after)) {

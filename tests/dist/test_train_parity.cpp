@@ -37,8 +37,7 @@ struct Layout {
 wf::config::RunConfig parity_config(const Layout& layout, const std::string& tag) {
   wf::config::RunConfig c =
       small_gpt_run(layout.dp, layout.sp, layout.checkpoint_attention, fmt::format("wf-parity-{}", tag), layout.model);
-  // Ulysses scatters K/V heads over the sp ranks: no grouped-query attention there.
-  if (layout.strategy == wf::parallel::SpStrategy::ulysses) c.model.set("n_kv_head", 4);
+  // Ulysses with 2 kv heads: over sp 4 each kv head is replicated on 2 ranks.
   c.parallel.C = layout.C;
   c.parallel.sp_strategy = layout.strategy;
   c.train.steps = 4;

@@ -69,7 +69,9 @@ struct CheckpointConfig {
 struct LogConfig {
   std::string dir = "logs";
   std::string metrics_file = "metrics.jsonl";  // JSON lines, inside dir
-  double peak_gflops = 100.0;  // per-rank peak FLOP/s (in GFLOP/s) that model FLOP utilisation (mfu) is measured against
+  // Per-rank peak FLOP/s (in GFLOP/s) that model FLOP utilisation (mfu) is measured against;
+  // 0: measured at the start of training (OpenBLAS sgemm x threads, train/peak_flops.h).
+  double peak_gflops = 0.0;
   friend bool operator==(const LogConfig&, const LogConfig&) = default;
 };
 

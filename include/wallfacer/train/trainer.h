@@ -34,6 +34,7 @@
 #include "wallfacer/train/lr_schedule.h"
 #include "wallfacer/train/metrics.h"
 #include "wallfacer/train/optimizer.h"
+#include "wallfacer/train/peak_flops.h"
 
 namespace wf::train {
 
@@ -133,6 +134,7 @@ class Trainer {
     TrafficSnapshot traffic;  // at the interval's start
   } interval_;
   double run_seconds_ = 0;
+  PeakFlops peak_;  // measured (or configured) when fit() starts
 };
 
 }  // namespace wf::train

@@ -1,11 +1,11 @@
 #pragma once
-// Timing statistics shared by the `wallfacer bench` commands.
+// Timing statistics shared by the `wallfacer bench` commands and the measured peak (train/peak_flops.h).
 #include <algorithm>
 #include <chrono>
 #include <functional>
 #include <vector>
 
-namespace wf::cli {
+namespace wf {
 
 // The middle value (upper middle for an even count); `values` must not be empty.
 inline double median(std::vector<double> values) {
@@ -25,4 +25,4 @@ inline double median_seconds(int iters, const std::function<void()>& fn) {
   return median(std::move(times));
 }
 
-}  // namespace wf::cli
+}  // namespace wf

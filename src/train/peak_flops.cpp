@@ -1,12 +1,13 @@
-#include "src/cli/bench_sgemm.h"
+#include "wallfacer/train/peak_flops.h"
 
 #include <cblas.h>
+#include <fmt/format.h>
 
-#include "src/cli/bench_stats.h"
+#include "src/core/timing.h"
 #include "wallfacer/core/tensor.h"
 #include "wallfacer/core/threading.h"
 
-namespace wf::cli {
+namespace wf::train {
 
 double sgemm_gflops(std::int64_t m, std::int64_t n, std::int64_t k, int iters) {
   init_blas_threads();
@@ -19,4 +20,13 @@ double sgemm_gflops(std::int64_t m, std::int64_t n, std::int64_t k, int iters) {
   return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / s * 1e-9;
 }
 
-}  // namespace wf::cli
+PeakFlops peak_flops(const config::LogConfig& log) {
+  if (log.peak_gflops > 0) return {log.peak_gflops, "log.peak_gflops"};
+  // 512³: large enough for the kernel's full rate, small enough to take milliseconds.
+  const double one_thread = sgemm_gflops(512, 512, 512, 5);
+  const int threads = num_threads();
+  return {one_thread * threads, fmt::format("measured: sgemm {:.1f} GFLOP/s x {} thread{}", one_thread, threads,
+                                            threads == 1 ? "" : "s")};
+}
+
+}  // namespace wf::train
