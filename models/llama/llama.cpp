@@ -14,20 +14,12 @@ const ModelRegistration kRegisterLlama(decoder_schema("llama", llama_keys().keys
 }  // namespace
 
 const config::ModelKeys<LlamaOptions>& llama_keys() {
-  static const auto keys = config::ModelKeys<LlamaOptions>()
-                               .integer("n_layer", &LlamaOptions::n_layer, 1)
-                               .integer("n_head", &LlamaOptions::n_head, 1)
-                               .integer("n_kv_head", &LlamaOptions::n_kv_head, 0)  // 0: n_head
-                               .integer("d_model", &LlamaOptions::d_model, 1)
-                               .integer("d_ff", &LlamaOptions::d_ff, 1)
-                               .integer("vocab_size", &LlamaOptions::vocab_size, 1)
-                               .integer("max_seq_len", &LlamaOptions::max_seq_len, 1)
-                               .number("rope_theta", &LlamaOptions::rope_theta, 0.0, false)
-                               .number("norm_eps", &LlamaOptions::norm_eps, 0.0, false)
-                               .boolean("tie_embeddings", &LlamaOptions::tie_embeddings)
-                               .number("dropout", &LlamaOptions::dropout, 0.0, true, 1.0, false)
-                               .boolean("checkpoint_attention", &LlamaOptions::checkpoint_attention_output)
-                               .number("init_std", &LlamaOptions::init_std, 0.0, false);
+  // LLaMA's choices are fixed (llama_decoder_options): only the shared keys are settable.
+  static const auto keys = [] {
+    config::ModelKeys<LlamaOptions> k;
+    add_decoder_keys(k);
+    return k;
+  }();
   return keys;
 }
 
@@ -56,11 +48,7 @@ DecoderOptions llama_decoder_options(const LlamaOptions& l) {
   return o;
 }
 
-LlamaOptions llama_options(const config::RunConfig& config) {
-  LlamaOptions o = llama_keys().read(config.model);
-  o.seed = static_cast<std::uint64_t>(config.train.seed);
-  return o;
-}
+LlamaOptions llama_options(const config::RunConfig& config) { return options_from_config(llama_keys(), config); }
 
 std::shared_ptr<Model> make_llama(const config::RunConfig& config, comm::CommGrid& grid) {
   return with_sp_attention(std::make_shared<Llama>(llama_options(config)), config, grid);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "models/model_testing.h"
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/models/gpt.h"
@@ -29,6 +30,8 @@ using wf::Tensor;
 using wf::models::DecoderLM;
 using wf::models::DecoderOptions;
 using wf::models::GptOptions;
+
+using wf::models::testing::random_ids;
 
 namespace {
 
@@ -86,13 +89,6 @@ std::map<std::string, std::string> metadata(const DecoderOptions& o) {
           {"norm_eps", fmt::format("{}", o.norm_eps)}};
 }
 
-Tensor random_tokens(std::int64_t batch, std::int64_t tokens, std::int64_t vocab, std::uint64_t seed) {
-  std::vector<std::int64_t> ids;
-  for (std::int64_t i = 0; i < batch * tokens; ++i) {
-    ids.push_back(static_cast<std::int64_t>(wf::uniform_at(seed, static_cast<std::uint64_t>(i)) * double(vocab)));
-  }
-  return Tensor::from_vector(ids, {batch, tokens});
-}
 
 // max |a − b| / max |b|: the error relative to the reference tensor's scale.
 struct Error {
@@ -136,8 +132,8 @@ Run run_ours(const Case& c, const fs::path& dir, int index) {
   }
 
   const std::int64_t batch = 3, tokens = 16, offset = 5;  // positions 5..20: not 0-based on purpose
-  const Tensor inputs = random_tokens(batch, tokens, c.options.vocab_size, c.options.seed * 2);
-  Tensor targets = random_tokens(batch, tokens, c.options.vocab_size, c.options.seed * 2 + 1);
+  const Tensor inputs = random_ids(batch, tokens, c.options.vocab_size, c.options.seed * 2);
+  Tensor targets = random_ids(batch, tokens, c.options.vocab_size, c.options.seed * 2 + 1);
   if (c.ignore_some_targets) {  // every fifth target is padding: the mean is over the others
     std::int64_t* t = targets.data<std::int64_t>();
     for (std::int64_t i = 0; i < targets.numel(); i += 5) t[i] = -100;

@@ -7,6 +7,7 @@
 #include <map>
 #include <vector>
 
+#include "models/model_testing.h"
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/models/generate.h"
 #include "wallfacer/models/gpt.h"
@@ -19,19 +20,15 @@ using wf::Tensor;
 using wf::models::Gpt;
 using wf::models::GptOptions;
 
+using wf::models::testing::positions_of;
+using wf::models::testing::random_ids;
+
 namespace {
 
 GptOptions tiny(std::uint64_t seed = 7) {
   return {.vocab_size = 32, .max_seq_len = 16, .n_layer = 2, .n_head = 4, .n_kv_head = 0, .d_model = 16, .seed = seed};
 }
 
-Tensor random_ids(std::int64_t batch, std::int64_t tokens, std::int64_t vocab, std::uint64_t seed) {
-  std::vector<std::int64_t> ids;
-  for (std::int64_t i = 0; i < batch * tokens; ++i) {
-    ids.push_back(static_cast<std::int64_t>(wf::uniform_at(seed, static_cast<std::uint64_t>(i)) * double(vocab)));
-  }
-  return Tensor::from_vector(ids, {batch, tokens});
-}
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   REQUIRE(a.shape() == b.shape());

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nn/module_testing.h"
+#include "models/model_testing.h"
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/models/generate.h"
@@ -27,6 +28,9 @@ using wf::models::LlamaOptions;
 using wf::models::token_batch;
 using wf::nn::testing::max_abs_diff;
 
+using wf::models::testing::positions_of;
+using wf::models::testing::random_ids;
+
 namespace {
 
 LlamaOptions tiny_llama(std::uint64_t seed = 3) {
@@ -34,15 +38,7 @@ LlamaOptions tiny_llama(std::uint64_t seed = 3) {
           .rope_theta = 500.0, .seed = seed};
 }
 
-Tensor random_ids(std::int64_t batch, std::int64_t tokens, std::int64_t vocab, std::uint64_t seed) {
-  std::vector<std::int64_t> ids;
-  for (std::int64_t i = 0; i < batch * tokens; ++i) {
-    ids.push_back(static_cast<std::int64_t>(wf::uniform_at(seed, static_cast<std::uint64_t>(i)) * double(vocab)));
-  }
-  return Tensor::from_vector(ids, {batch, tokens});
-}
 
-Tensor positions_of(std::int64_t tokens) { return Tensor::arange(0, static_cast<double>(tokens), 1, DType::i64); }
 
 std::map<std::string, Tensor> grads_by_name(wf::nn::Module& model) {
   std::map<std::string, Tensor> grads;

@@ -71,6 +71,34 @@ void check_decoder(const DecoderOptions& options, const config::RunConfig& confi
 config::ModelSchema decoder_schema(std::string name, std::vector<config::ModelKey> keys,
                                    std::function<DecoderOptions(const config::RunConfig&)> options_of);
 
+// The `model:` keys every decoder family shares, bound to the members of the same names of its
+// options struct (GptOptions, LlamaOptions, a user's): sizes, rope_theta, norm_eps, the head,
+// dropout, the checkpoint and the init. A family adds its own choices after them.
+template <class Options>
+config::ModelKeys<Options>& add_decoder_keys(config::ModelKeys<Options>& keys) {
+  return keys.integer("n_layer", &Options::n_layer, 1)
+      .integer("n_head", &Options::n_head, 1)
+      .integer("n_kv_head", &Options::n_kv_head, 0)  // 0: n_head
+      .integer("d_model", &Options::d_model, 1)
+      .integer("d_ff", &Options::d_ff, 0)  // 0: 4·d_model
+      .integer("vocab_size", &Options::vocab_size, 1)
+      .integer("max_seq_len", &Options::max_seq_len, 1)
+      .number("rope_theta", &Options::rope_theta, 0.0, false)
+      .number("norm_eps", &Options::norm_eps, 0.0, false)
+      .boolean("tie_embeddings", &Options::tie_embeddings)
+      .number("dropout", &Options::dropout, 0.0, true, 1.0, false)
+      .boolean("checkpoint_attention", &Options::checkpoint_attention_output)
+      .number("init_std", &Options::init_std, 0.0, false);
+}
+
+// A family's options from a run config: its keys read from config.model, seeded with train.seed.
+template <class Options>
+Options options_from_config(const config::ModelKeys<Options>& keys, const config::RunConfig& config) {
+  Options options = keys.read(config.model);
+  options.seed = static_cast<std::uint64_t>(config.train.seed);
+  return options;
+}
+
 // A DecoderLM factory's common part: with sp > 1 the run's sequence-parallel attention strategy.
 std::shared_ptr<Model> with_sp_attention(std::shared_ptr<Model> model, const config::RunConfig& config,
                                          comm::CommGrid& grid);

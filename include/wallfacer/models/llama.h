@@ -22,7 +22,7 @@ struct LlamaOptions {
   std::int64_t n_head = 8;
   std::int64_t n_kv_head = 0;  // 0 → n_head
   std::int64_t d_model = 512;
-  std::int64_t d_ff = 1376;    // SwiGLU hidden width (LLaMA: about 8/3·d_model, rounded up)
+  std::int64_t d_ff = 1376;    // SwiGLU hidden width (LLaMA: about 8/3·d_model, rounded up); 0: 4·d_model
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   bool tie_embeddings = false;
