@@ -3,13 +3,10 @@
 // value given with --set are read, range-checked and reported identically.
 #include <yaml-cpp/yaml.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "src/config/schema.h"
+#include "src/config/yaml_input.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::config {
@@ -30,12 +27,13 @@ std::string_view node_kind(const YAML::Node& node) {
 
 void set_value(RunConfig& config, const Field& field, std::string_view text, const std::string& prefix) {
   const std::string problem = field.set(config, text);
-  WF_CHECK(problem.empty(), "{}{}", prefix, detail::value_message(field, text, problem));
+  WF_USER_CHECK(problem.empty(), "{}{}", prefix, detail::value_message(field, text, problem));
 }
 
 // Rejects a key given twice in one mapping: yaml-cpp keeps one silently.
 void check_unique(std::set<std::string>& seen, const YAML::Node& key, std::string_view path, std::string_view source) {
-  WF_CHECK(seen.insert(std::string(path)).second, "{}duplicate key '{}': give each key once", where(source, key), path);
+  WF_USER_CHECK(seen.insert(std::string(path)).second, "{}duplicate key '{}': give each key once", where(source, key),
+                path);
 }
 
 void apply_section(RunConfig& config, const std::string& section, const YAML::Node& body, std::string_view source) {
@@ -79,22 +77,17 @@ void apply_override(RunConfig& config, std::string_view override_text) {
   const std::size_t equals = override_text.find('=');
   const std::string_view path = override_text.substr(0, equals);
   const std::size_t dot = path.find('.');
-  WF_CHECK(equals != std::string_view::npos && dot != std::string_view::npos,
-           "{}expected section.key=value, e.g. --set train.lr=3e-4", prefix);
+  WF_USER_CHECK(equals != std::string_view::npos && dot != std::string_view::npos,
+                "{}expected section.key=value, e.g. --set train.lr=3e-4", prefix);
   const std::string_view section = path.substr(0, dot), key = path.substr(dot + 1);
-  WF_CHECK(detail::is_section(section), "{}{}", prefix, detail::unknown_section_message(section));
+  WF_USER_CHECK(detail::is_section(section), "{}{}", prefix, detail::unknown_section_message(section));
   const Field* field = detail::find_field(section, key);
-  WF_CHECK(field != nullptr, "{}{}", prefix, detail::unknown_key_message(section, key));
+  WF_USER_CHECK(field != nullptr, "{}{}", prefix, detail::unknown_key_message(section, key));
   set_value(config, *field, override_text.substr(equals + 1), prefix);
 }
 
 RunConfig parse_config(std::string_view yaml, const std::vector<std::string>& overrides, std::string_view source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml));
-  } catch (const YAML::Exception& e) {
-    WF_FAIL("{}:{}:{}: YAML syntax error: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg);
-  }
+  const YAML::Node root = detail::parse_yaml_document(yaml, source);
   RunConfig config;
   apply_document(config, root, source);
   for (const std::string& o : overrides) apply_override(config, o);
@@ -102,11 +95,7 @@ RunConfig parse_config(std::string_view yaml, const std::vector<std::string>& ov
 }
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  WF_CHECK(in.good(), "cannot read config file '{}': {}", path, std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_config(text.str(), overrides, path);
+  return parse_config(detail::read_config_file(path), overrides, path);
 }
 
 std::string to_yaml(const RunConfig& config) {

@@ -136,7 +136,7 @@ void validate(const RunConfig& config, int world_size) {
   check_layout(config, world_size, problems);
   check_model(config, problems);
   check_train(config, problems);
-  WF_CHECK(problems.empty(), "invalid config for a world of {} ranks: {}", world_size, fmt::join(problems, "; "));
+  WF_USER_CHECK(problems.empty(), "invalid config for a world of {} ranks: {}", world_size, fmt::join(problems, "; "));
 }
 
 std::int64_t global_batch_sequences(const RunConfig& config) {
