@@ -11,6 +11,7 @@
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/core/log.h"
+#include "wallfacer/train/output_dirs.h"
 #include "wallfacer/train/trainer.h"
 
 namespace wf::cli {
@@ -28,6 +29,9 @@ int train(const TrainOptions& o) {
   const config::RunConfig config = config::load_config(o.path, o.overrides);
   config::validate(config, runtime.world_size());
   log::info("config: {}", config::summary(config, runtime.world_size()));
+  // Rank 0 writes the checkpoints and the metrics: an unwritable directory fails the job now,
+  // not at the first save.
+  if (runtime.rank() == 0) train::check_output_dirs(config);
   comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), runtime.world_size(), runtime.rank()));
   train::Trainer trainer(config, grid);
   if (!o.no_resume && trainer.resume() && trainer.step() >= config.train.steps) {
