@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "src/cli/commands.h"
+#include "src/cli/option_checks.h"
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/core/log.h"
@@ -56,7 +57,7 @@ void add_train_command(CLI::App& app) {
   command->add_flag("--no-resume", options->no_resume, "Start from step 0 even when checkpoint.dir has checkpoints");
   command->add_option("--stop-after", options->stop_after,
                       "Stop once this many steps are done, as if the job were killed there (tests resume)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   set_action(*command, [options] {
     // run_main: an error on one rank ends every rank (no rank waits forever in a collective).
     return comm::run_main(0, nullptr, [&] { return train(*options); });
