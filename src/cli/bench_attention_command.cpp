@@ -33,6 +33,7 @@
 #include "kernels/cpu/attention_reference.h"
 #include "src/core/timing.h"
 #include "src/cli/commands.h"
+#include "src/cli/option_checks.h"
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/comm/process_grid.h"
 #include "wallfacer/comm/runtime.h"
@@ -598,12 +599,12 @@ void add_bench_attention_command(CLI::App& bench) {
       "attention",
       "sequence-parallel attention fwd+bwd (ring, Ulysses, WallFacer per C): time, compute-only time, measured vs "
       "formula bytes, peak memory, error; run under mpirun (sp = world size)");
-  command->add_option("--seq", options->seq, "global sequence length N")->check(CLI::PositiveNumber);
-  command->add_option("--batch", options->batch, "batch size B")->check(CLI::PositiveNumber);
-  command->add_option("--heads", options->heads, "query heads h")->check(CLI::PositiveNumber);
+  command->add_option("--seq", options->seq, "global sequence length N")->check(positive());
+  command->add_option("--batch", options->batch, "batch size B")->check(positive());
+  command->add_option("--heads", options->heads, "query heads h")->check(positive());
   command->add_option("--kv-heads", options->kv_heads, "K/V heads (must divide --heads; default: --heads)")
-      ->check(CLI::PositiveNumber);
-  command->add_option("--head-dim", options->head_dim, "head dimension d")->check(CLI::PositiveNumber);
+      ->check(positive());
+  command->add_option("--head-dim", options->head_dim, "head dimension d")->check(positive());
   command->add_option("--mask", options->mask, "causal (zigzag layout) or full (contiguous layout)")
       ->check(CLI::IsMember({"causal", "full"}));
   command->add_option("--strategies", options->strategies, "comma-separated: ring, ulysses, wallfacer")
@@ -611,8 +612,8 @@ void add_bench_attention_command(CLI::App& bench) {
       ->check(CLI::IsMember({"ring", "ulysses", "wallfacer"}));
   command->add_option("--C", options->team_sizes, "comma-separated WallFacer team sizes (C² | P; default: all)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  command->add_option("--iters", options->iters, "timed calls (the median is printed)")->check(CLI::PositiveNumber);
+      ->check(positive());
+  command->add_option("--iters", options->iters, "timed calls (the median is printed)")->check(positive());
   command->add_option("--dtype", options->dtype, "f32 or f64")->check(CLI::IsMember({"f32", "f64"}));
   command->add_option("--placement", options->placement, "WallFacer placement: collectives-intra or p2p-intra")
       ->check(CLI::IsMember({"collectives-intra", "p2p-intra"}));

@@ -24,6 +24,7 @@
 #include "kernels/cpu/gemm.h"
 #include "src/core/timing.h"
 #include "src/cli/commands.h"
+#include "src/cli/option_checks.h"
 #include "src/comm/mpi_util.h"
 #include "src/comm/progress.h"
 #include "wallfacer/comm/runtime.h"
@@ -451,19 +452,19 @@ void add_bench_comm_command(CLI::App& bench) {
       "Group primitives (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, sendrecv) from 1 KiB up, "
       "beside raw MPI on the same buffers; run under mpirun for more than one rank");
   command->add_option("--max-bytes", options->max_bytes, "largest size (sizes go 1 KiB, 4 KiB, ... up to it)")
-      ->check(CLI::Range(std::int64_t{1024}, std::int64_t{1} << 30));
+      ->check(in_range(std::int64_t{1024}, std::int64_t{1} << 30));
   command->add_option("--iters", options->iters, "calls per timed round up to 1 MiB (fewer above: about iters MiB a round)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   command->add_option("--rounds", options->rounds, "timed rounds (the best is printed; overlap: the median)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   command->add_flag("--json", options->json, "one JSON object per line instead of the table");
   command->add_flag("--overlap", options->overlap,
                     "also measure how much of a non-blocking ring exchange hides behind compute, progress thread "
                     "off and on");
   command->add_option("--overlap-bytes", options->overlap_bytes, "message size of the overlap measurement")
-      ->check(CLI::Range(std::int64_t{4}, std::int64_t{1} << 30));
+      ->check(in_range(std::int64_t{4}, std::int64_t{1} << 30));
   command->add_option("--compute-ms", options->compute_ms, "compute time of the overlap measurement")
-      ->check(CLI::Range(1.0, 10000.0));
+      ->check(in_range(1.0, 10000.0));
   set_action(*command, [options] {
     // run_main: an error on one rank ends every rank (no rank waits forever in a collective).
     return comm::run_main(0, nullptr, [&] { return run(*options); });

@@ -20,6 +20,7 @@
 #include "wallfacer/train/peak_flops.h"
 #include "src/core/timing.h"
 #include "src/cli/commands.h"
+#include "src/cli/option_checks.h"
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/core/threading.h"
@@ -206,17 +207,17 @@ void add_bench_gpt_command(CLI::App& bench) {
   auto o = std::make_shared<Options>();
   CLI::App* command = bench.add_subcommand(
       "gpt", "GPT training step (forward+backward+AdamW): ms/step, tokens/s, GFLOP/s beside OpenBLAS sgemm");
-  command->add_option("--layers", o->layers, "transformer blocks (default: GPT-2 124M's 12)")->check(CLI::PositiveNumber);
-  command->add_option("--d-model", o->d_model, "model width")->check(CLI::PositiveNumber);
-  command->add_option("--heads", o->heads, "attention heads (must divide --d-model)")->check(CLI::PositiveNumber);
-  command->add_option("--kv-heads", o->kv_heads, "key/value heads for GQA (0: --heads)")->check(CLI::NonNegativeNumber);
-  command->add_option("--vocab", o->vocab, "vocabulary size")->check(CLI::PositiveNumber);
-  command->add_option("--batch", o->batch, "sequences per step")->check(CLI::PositiveNumber);
-  command->add_option("--seq", o->seq, "tokens per sequence")->check(CLI::PositiveNumber);
-  command->add_option("--steps", o->steps, "timed steps (the median is printed)")->check(CLI::PositiveNumber);
-  command->add_option("--warmup", o->warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  command->add_option("--layers", o->layers, "transformer blocks (default: GPT-2 124M's 12)")->check(positive());
+  command->add_option("--d-model", o->d_model, "model width")->check(positive());
+  command->add_option("--heads", o->heads, "attention heads (must divide --d-model)")->check(positive());
+  command->add_option("--kv-heads", o->kv_heads, "key/value heads for GQA (0: --heads)")->check(non_negative());
+  command->add_option("--vocab", o->vocab, "vocabulary size")->check(positive());
+  command->add_option("--batch", o->batch, "sequences per step")->check(positive());
+  command->add_option("--seq", o->seq, "tokens per sequence")->check(positive());
+  command->add_option("--steps", o->steps, "timed steps (the median is printed)")->check(positive());
+  command->add_option("--warmup", o->warmup, "untimed steps first")->check(non_negative());
   command->add_option("--threads", o->threads, "CPU threads (default: OMP_NUM_THREADS or the core count)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   command->add_flag("--profile", o->profile, "add a rough split: matmuls, attention, rest");
   command->add_flag("--json", o->json, "one JSON object instead of the text");
   set_action(*command, [o] { return run(*o); });

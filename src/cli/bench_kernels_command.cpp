@@ -17,6 +17,7 @@
 #include "wallfacer/train/peak_flops.h"
 #include "src/core/timing.h"
 #include "src/cli/commands.h"
+#include "src/cli/option_checks.h"
 #include "wallfacer/core/tensor.h"
 #include "wallfacer/core/threading.h"
 
@@ -136,9 +137,9 @@ void add_bench_kernels_command(CLI::App& bench) {
   auto options = std::make_shared<Options>();
   CLI::App* command = bench.add_subcommand(
       "kernels", "GEMM (1024, 2048 f32) and attention fwd+bwd (B=1 h=8 d=64 n=2048) GFLOP/s beside OpenBLAS sgemm");
-  command->add_option("--threads", options->threads, "CPU threads (the targets are for 1)")->check(CLI::PositiveNumber);
+  command->add_option("--threads", options->threads, "CPU threads (the targets are for 1)")->check(positive());
   command->add_option("--iters", options->iters, "timed runs per kernel (the median is printed)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   command->add_flag("--quick", options->quick, "tiny sizes: checks the command runs, measures nothing useful");
   command->add_flag("--json", options->json, "one JSON object per line instead of the table");
   set_action(*command, [options] { return run(*options); });

@@ -20,6 +20,7 @@
 #include "wallfacer/models/generate.h"
 #include "wallfacer/models/gpt.h"
 #include "src/cli/commands.h"
+#include "src/cli/option_checks.h"
 #include "wallfacer/autograd/grad_mode.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threading.h"
@@ -213,30 +214,30 @@ void add_demo_command(CLI::App& app) {
   CLI::App* command =
       app.add_subcommand("demo", "Train a tiny byte-level transformer on a text file (CPU, about a minute)");
   command->add_option("--data", o->data, "Text file to train on (scripts/demo.sh makes data/kjv.txt)")->required();
-  const auto positive = [&](const char* name, std::int64_t& value, const char* help) {
-    command->add_option(name, value, help)->check(CLI::PositiveNumber)->capture_default_str();
+  const auto add_positive = [&](const char* name, std::int64_t& value, const char* help) {
+    command->add_option(name, value, help)->check(positive())->capture_default_str();
   };
   command->add_option("--steps", o->steps, "Optimizer steps")
-      ->check(CLI::Range(std::int64_t{2}, std::int64_t{100000000}))
+      ->check(in_range(std::int64_t{2}, std::int64_t{100000000}))
       ->capture_default_str();
-  positive("--batch", o->batch, "Sequences per step");
+  add_positive("--batch", o->batch, "Sequences per step");
   command->add_option("--seq", o->seq, "Tokens (bytes) per sequence")
-      ->check(CLI::Range(std::int64_t{2}, std::int64_t{65536}))
+      ->check(in_range(std::int64_t{2}, std::int64_t{65536}))
       ->capture_default_str();
-  positive("--layers", o->layers, "Transformer blocks");
-  positive("--d-model", o->d_model, "Width of the residual stream");
-  positive("--heads", o->heads, "Attention heads (must divide --d-model)");
+  add_positive("--layers", o->layers, "Transformer blocks");
+  add_positive("--d-model", o->d_model, "Width of the residual stream");
+  add_positive("--heads", o->heads, "Attention heads (must divide --d-model)");
   command->add_option("--lr", o->lr, "Peak learning rate (warmup over the first 10% of steps, cosine to lr/10)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   command->add_option("--seed", o->seed, "Seed of the weights and of the batch sampling")->capture_default_str();
-  positive("--log-every", o->log_every, "Print the loss every this many steps");
+  add_positive("--log-every", o->log_every, "Print the loss every this many steps");
   command->add_option("--sample", o->sample, "Bytes of text to generate at the end (0: none)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
   // Checked while parsing, so a bad combination is a usage error like a bad single value.
   command->parse_complete_callback([o] {
-    WF_CHECK(o->d_model % o->heads == 0, "demo: --heads {} must divide --d-model {}", o->heads, o->d_model);
+    WF_USER_CHECK(o->d_model % o->heads == 0, "demo: --heads {} must divide --d-model {}", o->heads, o->d_model);
   });
   set_action(*command, [o] { return run_demo(*o); });
 }

@@ -2,12 +2,13 @@
 // [--seed S]`: loads a checkpoint written by `wallfacer train` (the newest one of a checkpoint
 // directory, or one step-* directory), rebuilds the model from the config saved in it, and
 // prints the prompt followed by sampled text. One process; no mpirun needed.
-#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
 
 #include "src/cli/commands.h"
+#include "src/cli/option_checks.h"
+#include "src/cli/terminal_text.h"
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/data/tokenizer.h"
@@ -17,6 +18,10 @@
 namespace wf::cli {
 namespace {
 
+// Sampling is one token at a time on the CPU: a million tokens takes hours already, so a larger
+// --tokens is a typo, not a plan.
+constexpr std::int64_t kMaxNewTokens = 1'000'000;
+
 struct GenerateCommandOptions {
   std::string checkpoint;
   std::string prompt = "\n";
@@ -25,14 +30,18 @@ struct GenerateCommandOptions {
 };
 
 train::Checkpoint load_checkpoint(const std::string& path) {
-  WF_CHECK(std::filesystem::exists(path), "--checkpoint {}: no such file or directory; give checkpoint.dir of a run "
-           "or one of its step-* directories", path);
+  WF_USER_CHECK(std::filesystem::exists(path),
+                "--checkpoint {}: no such file or directory; give checkpoint.dir of a run or one of its step-* "
+                "directories",
+                path);
   if (std::filesystem::exists(std::filesystem::path(path) / "manifest.json")) {
     return train::CheckpointStore(std::filesystem::path(path).parent_path().string(), 0).load(path);
   }
   std::optional<train::Checkpoint> latest = train::CheckpointStore(path, 0).load_latest();
-  WF_CHECK(latest.has_value(), "--checkpoint {}: holds no complete checkpoint (no step-*/manifest.json); train first "
-           "or point at checkpoint.dir of a run", path);
+  WF_USER_CHECK(latest.has_value(),
+                "--checkpoint {}: holds no complete checkpoint (no step-*/manifest.json); train first or point at "
+                "checkpoint.dir of a run",
+                path);
   return std::move(*latest);
 }
 
@@ -44,11 +53,12 @@ int generate(const GenerateCommandOptions& o) {
   try {
     config::validate(config, 1, config::ValidateScope::any_machine);
   } catch (const Error& e) {
-    WF_FAIL("--checkpoint {}: the run config saved in the checkpoint is not valid here: {}", o.checkpoint, e.what());
+    WF_USER_FAIL("--checkpoint {}: the run config saved in the checkpoint is not valid here: {}", o.checkpoint,
+                 e.what());
   }
   comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), 1, 0));
   const std::shared_ptr<models::Model> model = models::create(config, grid);
-  WF_CHECK(model->has_logits(), "generate: model '{}' does not predict tokens (it has no logits), so it cannot "
+  WF_USER_CHECK(model->has_logits(), "generate: model '{}' does not predict tokens (it has no logits), so it cannot "
            "generate text; wallfacer generate serves language models such as gpt and llama", config.model.name);
   model->load_state_dict(checkpoint.model);
 
@@ -56,8 +66,15 @@ int generate(const GenerateCommandOptions& o) {
   WF_CHECK(tokenizer->vocab_size() <= model->vocab_size(),
            "generate: the {} tokenizer has {} tokens but the model only {}", tokenizer->name(),
            tokenizer->vocab_size(), model->vocab_size());
-  const std::vector<std::uint32_t> tokens = models::generate(*model, tokenizer->encode(o.prompt), o.sampling);
-  std::printf("%s\n", tokenizer->decode(tokens).c_str());
+  // The text streams out as it is sampled: the prompt, then each token as soon as it is drawn
+  // (a character cut between two tokens is held back until it is whole).
+  const std::vector<std::uint32_t> prompt = tokenizer->encode(o.prompt);
+  TextPrinter printer(stdout_is_terminal());
+  printer.print(tokenizer->decode(prompt));
+  models::generate(*model, prompt, o.sampling,
+                   [&](std::uint32_t token) { printer.print(tokenizer->decode(std::vector<std::uint32_t>{token})); });
+  printer.print("\n");
+  printer.finish();
   return kExitOk;
 }
 
@@ -70,13 +87,14 @@ void add_generate_command(CLI::App& app) {
       ->required();
   command->add_option("--prompt", options->prompt, "Text to continue")->capture_default_str();
   command->add_option("--tokens", options->sampling.max_new_tokens, "Tokens to sample")
-      ->check(CLI::NonNegativeNumber)
+      ->check(in_range(std::int64_t{1}, kMaxNewTokens, "a run samples 1 to a million new tokens"))
       ->capture_default_str();
+  // non_negative() also refuses nan and inf, which would make every probability NaN.
   command->add_option("--temperature", options->sampling.temperature, "Softmax temperature; 0 = greedy")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
   command->add_option("--top-k", options->sampling.top_k, "Sample among the k likeliest tokens; 0 = all")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
   command->add_option("--seed", options->sampling.seed, "Sampling seed")->capture_default_str();
   command->add_option("--gpt2-dir", options->gpt2_dir, "encoder.json and vocab.bpe, for GPT-2 tokenized models")

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "src/cli/commands.h"
+#include "src/cli/option_checks.h"
 #include "wallfacer/comm/process_grid.h"
 
 namespace wf::cli {
@@ -14,6 +15,10 @@ namespace wf::cli {
 void add_grid_command(CLI::App& app);  // declared here until commands.h lists it
 
 namespace {
+
+// The grid is built and printed rank by rank, so its size bounds the memory and the output;
+// 2^20 ranks is past the largest machines (ProcessGrid itself takes any int).
+constexpr int kMaxWorld = 1 << 20;
 
 struct GridOptions {
   int world = 0;
@@ -28,7 +33,9 @@ void add_grid_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
       "grid", "Print the process grid (groups, WallFacer teams, sub-rings and peers) of a parallel layout");
   auto options = std::make_shared<GridOptions>();
-  command->add_option("--world", options->world, "Number of ranks the run would launch with")->required();
+  command->add_option("--world", options->world, "Number of ranks the run would launch with")
+      ->required()
+      ->check(in_range(1, kMaxWorld, fmt::format("wallfacer grid lays out at most 2^20 = {} ranks", kMaxWorld)));
   command->add_option("--dp", options->config.dp, "Data-parallel size")->capture_default_str();
   command->add_option("--tp", options->config.tp, "Tensor-parallel size")->capture_default_str();
   command->add_option("--pp", options->config.pp, "Pipeline-parallel size")->capture_default_str();
@@ -49,6 +56,10 @@ void add_grid_command(CLI::App& app) {
     const comm::ProcessGrid grid(config, options->world, 0);
     const std::string text = options->as_json ? grid.to_json(2) + "\n" : grid.to_table();
     std::fputs(text.c_str(), stdout);
+    // On stderr, so that --json output stays one document.
+    if (const std::string note = comm::placement_note(config.sp, config.C); !note.empty()) {
+      std::fprintf(stderr, "note: %s\n", note.c_str());
+    }
     return kExitOk;
   });
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "src/cli/commands.h"
+#include "src/cli/option_checks.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/data/token_file.h"
 #include "wallfacer/data/tokenizer.h"
@@ -93,7 +94,7 @@ void add_prepare_text_command(CLI::App& app) {
   command->add_option("--gpt2-dir", o->gpt2_dir, "encoder.json + vocab.bpe (scripts/fetch-gpt2-bpe.sh fetches them)")
       ->capture_default_str();
   command->add_option("--val-fraction", o->val_fraction, "The last fraction of the tokens, held out as val.bin")
-      ->check(CLI::Range(0.0, 0.99))
+      ->check(in_range(0.0, 0.99))
       ->capture_default_str();
   set_action(*command, [o] { return run(*o); });
 }

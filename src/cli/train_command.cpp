@@ -8,9 +8,11 @@
 #include <vector>
 
 #include "src/cli/commands.h"
+#include "src/cli/option_checks.h"
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/core/log.h"
+#include "wallfacer/train/output_dirs.h"
 #include "wallfacer/train/trainer.h"
 
 namespace wf::cli {
@@ -29,6 +31,9 @@ int train(const TrainOptions& o) {
   config::validate(config, runtime.world_size());
   log::info("config: {}", config::summary(config, runtime.world_size()));
   for (const std::string& note : config::notes(config)) log::warn("{}", note);
+  // Rank 0 writes the checkpoints and the metrics: an unwritable directory fails the job now,
+  // not at the first save.
+  if (runtime.rank() == 0) train::check_output_dirs(config);
   comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), runtime.world_size(), runtime.rank()));
   train::Trainer trainer(config, grid);
   if (!o.no_resume && trainer.resume() && trainer.step() >= config.train.steps) {
@@ -53,7 +58,7 @@ void add_train_command(CLI::App& app) {
   command->add_flag("--no-resume", options->no_resume, "Start from step 0 even when checkpoint.dir has checkpoints");
   command->add_option("--stop-after", options->stop_after,
                       "Stop once this many steps are done, as if the job were killed there (tests resume)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   set_action(*command, [options] {
     // run_main: an error on one rank ends every rank (no rank waits forever in a collective).
     return comm::run_main(0, nullptr, [&] { return train(*options); });

@@ -131,6 +131,13 @@ Placement parse_placement(std::string_view name) {
       name);
 }
 
+std::string placement_note(int sp, int C) {
+  if (C <= 1 || sp != C * C) return "";
+  return fmt::format("parallel.placement: with sp = {} = C x C the sub-rings are single ranks (no ring steps), so "
+                     "collectives-intra and p2p-intra place the ranks identically; the placement cannot matter",
+                     sp);
+}
+
 std::vector<int> valid_team_sizes(int sp) {
   std::vector<int> sizes;
   for (int c = 1; sp >= 1 && static_cast<std::int64_t>(c) * c <= sp; ++c) {

@@ -3,14 +3,11 @@
 // value given with --set are read, range-checked and reported identically.
 #include <yaml-cpp/yaml.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "src/config/schema.h"
 #include "wallfacer/config/model_schema.h"
+#include "src/config/yaml_input.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::config {
@@ -31,30 +28,31 @@ std::string_view node_kind(const YAML::Node& node) {
 
 void set_value(RunConfig& config, const Field& field, std::string_view text, const std::string& prefix) {
   const std::string problem = field.set(config, text);
-  WF_CHECK(problem.empty(), "{}{}", prefix, detail::value_message(field, text, problem));
+  WF_USER_CHECK(problem.empty(), "{}{}", prefix, detail::value_message(field, text, problem));
 }
 
 // Rejects a key given twice in one mapping: yaml-cpp keeps one silently.
 void check_unique(std::set<std::string>& seen, const YAML::Node& key, std::string_view path, std::string_view source) {
-  WF_CHECK(seen.insert(std::string(path)).second, "{}duplicate key '{}': give each key once", where(source, key), path);
+  WF_USER_CHECK(seen.insert(std::string(path)).second, "{}duplicate key '{}': give each key once", where(source, key),
+                path);
 }
 
 void apply_section(RunConfig& config, const std::string& section, const YAML::Node& body, std::string_view source) {
   if (body.IsNull()) return;  // "train:" with nothing under it: the defaults
-  WF_CHECK(body.IsMap(), "{}section '{}' must be a mapping of keys (key: value), got {}", where(source, body), section,
+  WF_USER_CHECK(body.IsMap(), "{}section '{}' must be a mapping of keys (key: value), got {}", where(source, body), section,
            body.IsSequence() ? "a list" : fmt::format("the value '{}'", body.Scalar()));
   std::set<std::string> seen;
   for (const auto& entry : body) {
     const std::string key = entry.first.Scalar();
     check_unique(seen, entry.first, section + "." + key, source);
     const Field* field = detail::find_field(section, key);
-    WF_CHECK(field != nullptr, "{}{}", where(source, entry.first), detail::unknown_key_message(section, key));
+    WF_USER_CHECK(field != nullptr, "{}{}", where(source, entry.first), detail::unknown_key_message(section, key));
     const YAML::Node& value = entry.second;
     if (value.IsNull() && field->is_text) {
       set_value(config, *field, "", where(source, entry.first));
       continue;
     }
-    WF_CHECK(value.IsScalar(), "{}{}: expected {}, got {}", where(source, entry.first), field->path(), field->expected,
+    WF_USER_CHECK(value.IsScalar(), "{}{}: expected {}, got {}", where(source, entry.first), field->path(), field->expected,
              node_kind(value));
     set_value(config, *field, value.Scalar(), where(source, value));
   }
@@ -64,13 +62,13 @@ void apply_section(RunConfig& config, const std::string& section, const YAML::No
 // other key is one that model declares, checked by it.
 void apply_model_section(RunConfig& config, const YAML::Node& body, std::string_view source) {
   if (body.IsNull()) return;
-  WF_CHECK(body.IsMap(), "{}section 'model' must be a mapping of keys (key: value), got {}", where(source, body),
+  WF_USER_CHECK(body.IsMap(), "{}section 'model' must be a mapping of keys (key: value), got {}", where(source, body),
            body.IsSequence() ? "a list" : fmt::format("the value '{}'", body.Scalar()));
   const auto rethrow_at = [&](const YAML::Node& node, auto&& action) {
     try {
       action();
     } catch (const Error& e) {
-      WF_FAIL("{}{}", where(source, node), detail::without_location(e.what()));
+      WF_USER_FAIL("{}{}", where(source, node), detail::without_location(e.what()));
     }
   };
   std::set<std::string> seen;
@@ -78,7 +76,7 @@ void apply_model_section(RunConfig& config, const YAML::Node& body, std::string_
     const std::string key = entry.first.Scalar();
     check_unique(seen, entry.first, "model." + key, source);
     if (key != "name") continue;
-    WF_CHECK(entry.second.IsScalar(), "{}model.name: expected the name of a registered model, got {}",
+    WF_USER_CHECK(entry.second.IsScalar(), "{}model.name: expected the name of a registered model, got {}",
              where(source, entry.first), node_kind(entry.second));
     rethrow_at(entry.second, [&] { config.model.set_name(entry.second.Scalar()); });
   }
@@ -87,7 +85,7 @@ void apply_model_section(RunConfig& config, const YAML::Node& body, std::string_
     if (key == "name") continue;
     const YAML::Node& value = entry.second;
     rethrow_at(entry.first, [&] { config.model.get(key); });  // an unknown key, with did-you-mean
-    WF_CHECK(value.IsScalar(), "{}model.{}: expected {}, got {}", where(source, entry.first), key,
+    WF_USER_CHECK(value.IsScalar(), "{}model.{}: expected {}, got {}", where(source, entry.first), key,
              model_schema(config.model.name).find(key)->expected, node_kind(value));
     rethrow_at(value, [&] { config.model.set(key, value.Scalar()); });
   }
@@ -95,13 +93,13 @@ void apply_model_section(RunConfig& config, const YAML::Node& body, std::string_
 
 void apply_document(RunConfig& config, const YAML::Node& root, std::string_view source) {
   if (root.IsNull()) return;  // an empty file: every default
-  WF_CHECK(root.IsMap(), "{}the top level must be a mapping of sections ({}), got {}", where(source, root),
+  WF_USER_CHECK(root.IsMap(), "{}the top level must be a mapping of sections ({}), got {}", where(source, root),
            fmt::join(detail::section_names(), ", "), root.IsSequence() ? "a list" : "a single value");
   std::set<std::string> seen;
   for (const auto& entry : root) {
     const std::string section = entry.first.Scalar();
     check_unique(seen, entry.first, section, source);
-    WF_CHECK(detail::is_section(section), "{}{}", where(source, entry.first), detail::unknown_section_message(section));
+    WF_USER_CHECK(detail::is_section(section), "{}{}", where(source, entry.first), detail::unknown_section_message(section));
     if (section == "model") {
       apply_model_section(config, entry.second, source);
     } else {
@@ -117,30 +115,25 @@ void apply_override(RunConfig& config, std::string_view override_text) {
   const std::size_t equals = override_text.find('=');
   const std::string_view path = override_text.substr(0, equals);
   const std::size_t dot = path.find('.');
-  WF_CHECK(equals != std::string_view::npos && dot != std::string_view::npos,
-           "{}expected section.key=value, e.g. --set train.lr=3e-4", prefix);
+  WF_USER_CHECK(equals != std::string_view::npos && dot != std::string_view::npos,
+                "{}expected section.key=value, e.g. --set train.lr=3e-4", prefix);
   const std::string_view section = path.substr(0, dot), key = path.substr(dot + 1);
-  WF_CHECK(detail::is_section(section), "{}{}", prefix, detail::unknown_section_message(section));
+  WF_USER_CHECK(detail::is_section(section), "{}{}", prefix, detail::unknown_section_message(section));
   if (section == "model") {
     try {
       config.model.set(key, override_text.substr(equals + 1));
     } catch (const Error& e) {
-      WF_FAIL("{}{}", prefix, detail::without_location(e.what()));
+      WF_USER_FAIL("{}{}", prefix, detail::without_location(e.what()));
     }
     return;
   }
   const Field* field = detail::find_field(section, key);
-  WF_CHECK(field != nullptr, "{}{}", prefix, detail::unknown_key_message(section, key));
+  WF_USER_CHECK(field != nullptr, "{}{}", prefix, detail::unknown_key_message(section, key));
   set_value(config, *field, override_text.substr(equals + 1), prefix);
 }
 
 RunConfig parse_config(std::string_view yaml, const std::vector<std::string>& overrides, std::string_view source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml));
-  } catch (const YAML::Exception& e) {
-    WF_FAIL("{}:{}:{}: YAML syntax error: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg);
-  }
+  const YAML::Node root = detail::parse_yaml_document(yaml, source);
   RunConfig config;
   apply_document(config, root, source);
   for (const std::string& o : overrides) apply_override(config, o);
@@ -148,11 +141,7 @@ RunConfig parse_config(std::string_view yaml, const std::vector<std::string>& ov
 }
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  WF_CHECK(in.good(), "cannot read config file '{}': {}", path, std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_config(text.str(), overrides, path);
+  return parse_config(detail::read_config_file(path), overrides, path);
 }
 
 std::string to_yaml(const RunConfig& config) {

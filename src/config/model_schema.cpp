@@ -69,7 +69,7 @@ const ModelSchema& model_schema(std::string_view name) {
   if (const ModelSchema* schema = find_model_schema(name)) return *schema;
   const std::vector<std::string> names = model_schema_names();
   const std::string close = detail::closest_spelling(name, names);
-  WF_FAIL("model.name: '{}' is not a registered model{}; the registered models are {} (a model of your own must "
+  WF_USER_FAIL("model.name: '{}' is not a registered model{}; the registered models are {} (a model of your own must "
           "be registered before the config is read: docs/adding-a-model.md)",
           name, close.empty() ? "" : fmt::format(" (did you mean '{}'?)", close), fmt::join(names, ", "));
 }
@@ -84,7 +84,7 @@ const ModelKey& key_of(const ModelSchema& schema, std::string_view key) {
   std::vector<std::string> names = schema.key_names();
   names.insert(names.begin(), "name");
   const std::string close = detail::closest_spelling(key, names);
-  WF_FAIL("unknown key 'model.{}'{}; the keys of model '{}' are {}", key,
+  WF_USER_FAIL("unknown key 'model.{}'{}; the keys of model '{}' are {}", key,
           close.empty() ? "" : fmt::format(" (did you mean 'model.{}'?)", close), schema.name, fmt::join(names, ", "));
 }
 
@@ -95,14 +95,14 @@ void ModelConfig::set(std::string_view key, std::string_view text) {
   const ModelKey& k = key_of(model_schema(name), key);
   std::string canonical;
   const std::string problem = k.check(text, canonical);
-  WF_CHECK(problem.empty(), "model.{}: '{}' {}; expected {}", key, text, problem, k.expected);
+  WF_USER_CHECK(problem.empty(), "model.{}: '{}' {}; expected {}", key, text, problem, k.expected);
   values.insert_or_assign(std::string(key), std::move(canonical));
 }
 
 void ModelConfig::set_name(std::string_view model_name) {
   const ModelSchema& schema = model_schema(model_name);
   for (const auto& [key, text] : values) {
-    WF_CHECK(schema.find(key) != nullptr,
+    WF_USER_CHECK(schema.find(key) != nullptr,
              "model.name: model '{}' has no key 'model.{}', which the config gives (for model '{}'); remove it. "
              "The keys of model '{}' are {}",
              model_name, key, name, model_name, fmt::join(schema.key_names(), ", "));

@@ -185,7 +185,7 @@ void validate(const RunConfig& config, int world_size, ValidateScope scope) {
     for (std::string& p : unsupported_by_trainer(config)) problems.push_back(std::move(p));
   }
   if (problems.empty()) check_memory(config, scope, problems);
-  WF_CHECK(problems.empty(), "invalid config for a world of {} ranks: {}", world_size, fmt::join(problems, "; "));
+  WF_USER_CHECK(problems.empty(), "invalid config for a world of {} ranks: {}", world_size, fmt::join(problems, "; "));
 }
 
 std::vector<std::string> notes(const RunConfig& c) {
@@ -197,11 +197,8 @@ std::vector<std::string> notes(const RunConfig& c) {
                               c.train.warmup_steps, c.train.steps, c.train.steps));
   }
   const ParallelSection& p = c.parallel;
-  if (p.sp_strategy == parallel::SpStrategy::wallfacer && p.C > 1 && p.sp == p.C * p.C) {
-    out.push_back(fmt::format(
-        "parallel.placement: with sp = {} = C x C the sub-rings are single ranks (no ring steps), so "
-        "collectives-intra and p2p-intra place the ranks identically; the placement cannot matter",
-        p.sp));
+  if (p.sp_strategy == parallel::SpStrategy::wallfacer) {
+    if (std::string note = comm::placement_note(p.sp, p.C); !note.empty()) out.push_back(std::move(note));
   }
   return out;
 }

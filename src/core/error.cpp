@@ -10,4 +10,6 @@ void throw_error(const char* file, int line, const std::string& message) {
   throw Error(fmt::format("{} ({}:{})", message, base ? base + 1 : file, line));
 }
 
+void throw_user_error(const std::string& message) { throw UserError(message); }
+
 }  // namespace wf::detail

@@ -13,7 +13,7 @@ std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype, Device de
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->dtype = dtype;
-  impl->storage = std::make_shared<Storage>(static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(shape_nbytes(shape, dtype_size(dtype)), device);
   return impl;
 }
 
@@ -184,20 +184,23 @@ void Tensor::set(std::initializer_list<std::int64_t> index, double value) { set(
 Tensor Tensor::view(const Shape& new_shape) const {
   check_defined("view");
   Shape resolved = new_shape;
-  std::int64_t known = 1, infer = -1;
+  std::int64_t infer = -1;
   for (std::size_t i = 0; i < resolved.size(); ++i) {
     if (resolved[i] == -1) {
       WF_CHECK(infer < 0, "view {}: only one extent may be -1", shape_str(new_shape));
       infer = static_cast<std::int64_t>(i);
+      resolved[i] = 1;  // for the product of the known extents below
     } else {
       WF_CHECK(resolved[i] >= 0, "view {}: negative extent", shape_str(new_shape));
-      known *= resolved[i];
     }
   }
+  const std::optional<std::int64_t> known = checked_numel(resolved);
+  WF_CHECK(known.has_value(), "view {}: the product of its extents exceeds 2^63 - 1 elements; this tensor has {}",
+           shape_str(new_shape), numel());
   if (infer >= 0) {
-    WF_CHECK(known > 0 && numel() % known == 0, "view: cannot infer -1 in {} for {} elements", shape_str(new_shape),
+    WF_CHECK(*known > 0 && numel() % *known == 0, "view: cannot infer -1 in {} for {} elements", shape_str(new_shape),
              numel());
-    resolved[infer] = numel() / known;
+    resolved[infer] = numel() / *known;
   }
   WF_CHECK(shape_numel(resolved) == numel(), "view: shape {} ({} elements) does not match {} ({} elements)",
            shape_str(new_shape), shape_numel(resolved), shape_str(shape()), numel());

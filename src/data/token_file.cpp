@@ -79,13 +79,21 @@ void write_token_file(const std::string& path, const std::vector<std::uint32_t>&
 }
 
 TokenFile::TokenFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   WF_CHECK(fd >= 0, "token file '{}': cannot open it: {}; {}", path, wf::detail::errno_text(), kHowToFix);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const std::string reason = wf::detail::errno_text();
     ::close(fd);
     WF_FAIL("token file '{}': cannot stat it: {}", path, reason);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    WF_USER_FAIL("token file '{}' is {}, not a token file: give the train.bin or val.bin file that `wallfacer "
+                 "prepare-text` wrote{}",
+                 path, S_ISDIR(st.st_mode) ? "a directory" : "not a regular file (a device, pipe or socket)",
+                 S_ISDIR(st.st_mode) ? fmt::format(" (e.g. {}/train.bin)", path) : "");
   }
   const auto file_bytes = static_cast<std::int64_t>(st.st_size);
   if (file_bytes < kTokenFileHeaderBytes) {

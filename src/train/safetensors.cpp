@@ -137,8 +137,11 @@ Entry parse_entry(const std::string& name, const Json& info, std::uint64_t data_
   entry.end = json_u64(offsets[1], fmt::format("data_offsets of tensor '{}'", name), path);
   WF_CHECK(entry.begin <= entry.end, "safetensors file '{}': tensor '{}' has data_offsets [{}, {}] that end before "
            "they begin", path, name, entry.begin, entry.end);
+  // Named by the header's own text: after an overflow the product would be a wrong number.
+  WF_CHECK(!overflow, "safetensors file '{}': tensor '{}' has shape {}, more than 2^60 elements: the header is corrupt",
+           path, name, shape.dump());
   const std::uint64_t expected = numel * dtype_size(entry.dtype);
-  WF_CHECK(!overflow && entry.end - entry.begin == expected,
+  WF_CHECK(entry.end - entry.begin == expected,
            "safetensors file '{}': tensor '{}' of shape {} and dtype {} needs {} bytes but its data_offsets [{}, {}] "
            "span {}: the shape and the offsets are inconsistent",
            path, name, shape_str(entry.shape), info["dtype"].get<std::string>(), expected, entry.begin, entry.end,

@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <cstring>
@@ -156,6 +157,14 @@ TEST_CASE("bad token files are errors that name the file, the problem and the fi
   SECTION("a count so large that count * width overflows is truncation too") {
     write_bytes(path, header("WFTOKENS", 1, 4, std::uint64_t{1} << 62) + two_tokens);
     require_bad_file(path, "truncated");
+  }
+  SECTION("a directory (data.train_path pointing at prepare-text's output dir)") {
+    std::filesystem::create_directories(path);
+    require_bad_file(path, "is a directory, not a token file");
+  }
+  SECTION("a FIFO is refused at once, without waiting for a writer") {
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    require_bad_file(path, "not a regular file");
   }
   SECTION("trailing bytes after the counted tokens") {
     write_bytes(path, header("WFTOKENS", 1, 2, 1) + two_tokens);

@@ -22,6 +22,9 @@ enum class Placement {
 std::string_view placement_name(Placement placement);
 // The inverse of placement_name; throws wf::Error naming the valid values.
 Placement parse_placement(std::string_view name);
+// A remark when the placement cannot matter for sp ranks in teams of C: with sp = C·C (C > 1) every
+// sub-ring is one rank, so both placements put the ranks in the same places; "" otherwise.
+std::string placement_note(int sp, int C);
 
 struct ParallelConfig {
   int dp = 1, tp = 1, pp = 1, sp = 1;
