@@ -9,7 +9,7 @@ PACKAGES=(
   libeigen3-dev libopenblas-dev
   libyaml-cpp-dev libspdlog-dev libfmt-dev
   catch2 nlohmann-json3-dev libcli11-dev
-  bible-kjv gnuplot-nox python3-torch
+  bible-kjv gnuplot-nox python3-torch npm
 )
 
 missing=()
