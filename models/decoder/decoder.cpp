@@ -157,7 +157,8 @@ DecoderLM::DecoderLM(std::string name, const DecoderOptions& options)
            o.n_layer);
   const nn::LayerFactory& layers = nn::layers_or_default(o.layers);
   // The tied head reads the token embedding: a last stage without the embedding holds its own
-  // copy, under the same name and seed (pipeline parallelism keeps the two in step).
+  // copy, under the same name and seed. Keeping the two copies' gradients in step (Megatron's
+  // embedding group all-reduce) is the pipeline schedule's job, still to come.
   if (s.embedding || (s.head && o.tie_embeddings)) {
     token_embedding_ = register_module(
         "token_embedding",

@@ -4,17 +4,18 @@
 namespace wf::models {
 namespace {
 
-const config::Choices<nn::NormType> kNorms = {{"layernorm", nn::NormType::layer_norm},
-                                              {"rmsnorm", nn::NormType::rms_norm}};
-const config::Choices<DecoderPositions> kPositions = {{"learned", DecoderPositions::learned},
-                                                      {"rope", DecoderPositions::rope}};
-
 const ModelRegistration kRegisterGpt(decoder_schema("gpt", gpt_keys().keys(), gpt_options), make_gpt);
 
 }  // namespace
 
 const config::ModelKeys<GptOptions>& gpt_keys() {
+  // The choices live here, not at namespace scope: registration runs from static initialisers,
+  // and a namespace-scope vector of another file's initialiser may not be built yet.
   static const auto keys = [] {
+    const config::Choices<nn::NormType> kNorms = {{"layernorm", nn::NormType::layer_norm},
+                                                  {"rmsnorm", nn::NormType::rms_norm}};
+    const config::Choices<DecoderPositions> kPositions = {{"learned", DecoderPositions::learned},
+                                                          {"rope", DecoderPositions::rope}};
     config::ModelKeys<GptOptions> k;
     add_decoder_keys(k)
         .choice("norm", &GptOptions::norm, kNorms)

@@ -10,7 +10,9 @@
 #include "src/cli/commands.h"
 #include "src/cli/option_checks.h"
 #include "wallfacer/comm/runtime.h"
+#include "wallfacer/comm/group.h"
 #include "wallfacer/config/run_config.h"
+#include "wallfacer/core/machine.h"
 #include "wallfacer/core/log.h"
 #include "wallfacer/train/output_dirs.h"
 #include "wallfacer/train/trainer.h"
@@ -28,7 +30,12 @@ struct TrainOptions {
 int train(const TrainOptions& o) {
   comm::Runtime& runtime = comm::Runtime::get();
   const config::RunConfig config = config::load_config(o.path, o.overrides);
-  config::validate(config, runtime.world_size());
+  // The smallest machine of the job decides the memory check, so every rank reaches the same
+  // verdict and message even on nodes of different sizes (the only collective before validate).
+  // (min as the max of the negation: the backends reduce with sum, max and avg.)
+  Tensor machine = Tensor::full({1}, -static_cast<double>(machine_memory_bytes()), DType::f64);
+  runtime.world().all_reduce(machine, comm::ReduceOp::max);
+  config::validate(config, runtime.world_size(), config::ValidateScope::this_machine, -machine.item());
   log::info("config: {}", config::summary(config, runtime.world_size()));
   for (const std::string& note : config::notes(config)) log::warn("{}", note);
   // Rank 0 writes the checkpoints and the metrics: an unwritable directory fails the job now,

@@ -26,6 +26,13 @@ std::string_view node_kind(const YAML::Node& node) {
   return "no value";
 }
 
+// The text of a mapping key. A list or a mapping as a key is refused: yaml-cpp's Scalar() would
+// read it as "" and the message would name a key nobody wrote.
+std::string key_text(const YAML::Node& key, std::string_view source, std::string_view where_in) {
+  WF_USER_CHECK(key.IsScalar(), "{}{}: keys must be plain names, got {}", where(source, key), where_in, node_kind(key));
+  return key.Scalar();
+}
+
 void set_value(RunConfig& config, const Field& field, std::string_view text, const std::string& prefix) {
   const std::string problem = field.set(config, text);
   WF_USER_CHECK(problem.empty(), "{}{}", prefix, detail::value_message(field, text, problem));
@@ -43,7 +50,7 @@ void apply_section(RunConfig& config, const std::string& section, const YAML::No
            body.IsSequence() ? "a list" : fmt::format("the value '{}'", body.Scalar()));
   std::set<std::string> seen;
   for (const auto& entry : body) {
-    const std::string key = entry.first.Scalar();
+    const std::string key = key_text(entry.first, source, "section '" + section + "'");
     check_unique(seen, entry.first, section + "." + key, source);
     const Field* field = detail::find_field(section, key);
     WF_USER_CHECK(field != nullptr, "{}{}", where(source, entry.first), detail::unknown_key_message(section, key));
@@ -73,7 +80,7 @@ void apply_model_section(RunConfig& config, const YAML::Node& body, std::string_
   };
   std::set<std::string> seen;
   for (const auto& entry : body) {
-    const std::string key = entry.first.Scalar();
+    const std::string key = key_text(entry.first, source, "section 'model'");
     check_unique(seen, entry.first, "model." + key, source);
     if (key != "name") continue;
     WF_USER_CHECK(entry.second.IsScalar(), "{}model.name: expected the name of a registered model, got {}",
@@ -85,6 +92,10 @@ void apply_model_section(RunConfig& config, const YAML::Node& body, std::string_
     if (key == "name") continue;
     const YAML::Node& value = entry.second;
     rethrow_at(entry.first, [&] { config.model.get(key); });  // an unknown key, with did-you-mean
+    if (value.IsNull() && model_schema(config.model.name).find(key)->is_text) {
+      rethrow_at(value, [&] { config.model.set(key, ""); });
+      continue;
+    }
     WF_USER_CHECK(value.IsScalar(), "{}model.{}: expected {}, got {}", where(source, entry.first), key,
              model_schema(config.model.name).find(key)->expected, node_kind(value));
     rethrow_at(value, [&] { config.model.set(key, value.Scalar()); });
@@ -97,7 +108,7 @@ void apply_document(RunConfig& config, const YAML::Node& root, std::string_view 
            fmt::join(detail::section_names(), ", "), root.IsSequence() ? "a list" : "a single value");
   std::set<std::string> seen;
   for (const auto& entry : root) {
-    const std::string section = entry.first.Scalar();
+    const std::string section = key_text(entry.first, source, "the top level");
     check_unique(seen, entry.first, section, source);
     WF_USER_CHECK(detail::is_section(section), "{}{}", where(source, entry.first), detail::unknown_section_message(section));
     if (section == "model") {

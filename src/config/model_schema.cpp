@@ -101,13 +101,22 @@ void ModelConfig::set(std::string_view key, std::string_view text) {
 
 void ModelConfig::set_name(std::string_view model_name) {
   const ModelSchema& schema = model_schema(model_name);
+  // Every given value must be a key of the new model and fit its type and range there.
+  std::map<std::string, std::string, std::less<>> checked;
   for (const auto& [key, text] : values) {
-    WF_USER_CHECK(schema.find(key) != nullptr,
-             "model.name: model '{}' has no key 'model.{}', which the config gives (for model '{}'); remove it. "
-             "The keys of model '{}' are {}",
-             model_name, key, name, model_name, fmt::join(schema.key_names(), ", "));
+    const ModelKey* k = schema.find(key);
+    WF_USER_CHECK(k != nullptr,
+                  "model.name: model '{}' has no key 'model.{}', which the config gives (for model '{}'); remove "
+                  "it. The keys of model '{}' are {}",
+                  model_name, key, name, model_name, fmt::join(schema.key_names(), ", "));
+    std::string canonical;
+    const std::string problem = k->check(text, canonical);
+    WF_USER_CHECK(problem.empty(), "model.name: for model '{}', model.{}: '{}' {}; expected {}", model_name, key,
+                  text, problem, k->expected);
+    checked.emplace(key, std::move(canonical));
   }
   name = std::string(model_name);
+  values = std::move(checked);
 }
 
 std::string ModelConfig::get(std::string_view key) const {

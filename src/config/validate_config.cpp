@@ -91,16 +91,17 @@ std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / double(
 constexpr double kAbsurdBytes = double(1ULL << 50);
 
 // The estimated memory of one rank against what this machine has (any machine: the absurd bound).
-void check_memory(const RunConfig& c, ValidateScope scope, std::vector<std::string>& problems) {
+void check_memory(const RunConfig& c, ValidateScope scope, double machine_bytes, std::vector<std::string>& problems) {
   const MemoryEstimate need = memory_per_rank(c);
-  const double have = scope == ValidateScope::this_machine ? static_cast<double>(machine_memory_bytes()) : kAbsurdBytes;
+  const double machine = machine_bytes > 0 ? machine_bytes : static_cast<double>(machine_memory_bytes());
+  const double have = scope == ValidateScope::this_machine ? machine : kAbsurdBytes;
   if (need.total() <= have) return;
   problems.push_back(fmt::format(
       "model: a rank would need about {} ({} for weights, gradients and AdamW state, {} for the activations of one "
-      "micro batch), but {}: shrink the model (model.n_layer, d_model, d_ff, vocab_size, "
-      "max_seq_len) or train.micro_batch_size / train.seq_len, or spread it over more ranks",
+      "micro batch), but {}: shrink the model's sizes (its model.* keys) or train.micro_batch_size / "
+      "train.seq_len, or split it over more ranks",
       gib(need.total()), gib(need.parameter_bytes), gib(need.activation_bytes),
-      scope == ValidateScope::this_machine ? fmt::format("this machine has {}", gib(have)) : fmt::format("no machine has more than {}", gib(have))));
+      scope == ValidateScope::this_machine ? fmt::format("a machine of this job has {}", gib(have)) : fmt::format("no machine has more than {}", gib(have))));
 }
 
 void check_train(const RunConfig& c, std::vector<std::string>& problems) {
@@ -168,7 +169,7 @@ MemoryEstimate memory_per_rank(const RunConfig& c) {
   return m;
 }
 
-void validate(const RunConfig& config, int world_size, ValidateScope scope) {
+void validate(const RunConfig& config, int world_size, ValidateScope scope, double machine_bytes) {
   std::vector<std::string> problems;
   const bool layout_ok = check_layout(config, world_size, problems);
   if (layout_ok) {
@@ -184,7 +185,7 @@ void validate(const RunConfig& config, int world_size, ValidateScope scope) {
   if (scope == ValidateScope::this_machine) {
     for (std::string& p : unsupported_by_trainer(config)) problems.push_back(std::move(p));
   }
-  if (problems.empty()) check_memory(config, scope, problems);
+  if (problems.empty()) check_memory(config, scope, machine_bytes, problems);
   WF_USER_CHECK(problems.empty(), "invalid config for a world of {} ranks: {}", world_size, fmt::join(problems, "; "));
 }
 

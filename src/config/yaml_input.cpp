@@ -137,6 +137,11 @@ std::string read_config_file(const std::string& path) {
                 "config file '{}' is larger than {} bytes, but a run config is a few KiB of YAML: is it the right "
                 "file?",
                 path, kMaxConfigBytes);
+  // A pipe nobody wrote to reads as end of file at once: that is no config, not an empty one
+  // (which would silently train every default).
+  WF_USER_CHECK(!S_ISFIFO(st.st_mode) || !text.empty(),
+                "config file '{}' is a pipe that delivered nothing (no writer yet?): give a YAML file ({})", path,
+                kExample);
   return text;
 }
 

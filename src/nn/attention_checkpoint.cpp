@@ -12,19 +12,36 @@ namespace {
 using autograd::TensorList;
 
 // A fresh leaf on t's storage, so a recompute's backward stops there and leaves its gradient.
-// Undefined and integer inputs (positions, labels) pass through untouched.
 Tensor leaf(const Tensor& t) {
-  if (!t.defined() || !is_floating(t.dtype())) return t;
   Tensor l = t.detach();
   l.set_requires_grad(true);
   return l;
 }
 
-TensorList leaves(const TensorList& inputs) {
+// The inputs for a recompute: a leaf for each input whose gradient the graph needs; the others
+// (a frozen conditioning, integer positions or labels, undefined ones) detached, untouched.
+TensorList leaves(const TensorList& inputs, const autograd::Context& ctx) {
   TensorList out;
   out.reserve(inputs.size());
-  for (const Tensor& t : inputs) out.push_back(leaf(t));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    const bool needed = t.defined() && is_floating(t.dtype()) && ctx.needs_input_grad(i);
+    out.push_back(needed ? leaf(t) : t.defined() ? t.detach() : t);
+  }
   return out;
+}
+
+// Backpropagates `grads` into the outputs that take part in the graph (an output that needs
+// no gradient, e.g. a constant or an integer one, is skipped).
+void backward_through(const TensorList& outputs, const TensorList& grads) {
+  TensorList roots, root_grads;
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].defined() && outputs[i].requires_grad()) {
+      roots.push_back(outputs[i]);
+      root_grads.push_back(grads[i]);
+    }
+  }
+  if (!roots.empty()) autograd::backward(roots, root_grads);
 }
 
 // a + b where either may be undefined (an input that one half of the block does not read).
@@ -75,7 +92,7 @@ class AttentionOutputCheckpoint final : public autograd::Function {
     const AttentionResult saved{saved_all[saved_all.size() - 2], saved_all[saved_all.size() - 1]};
 
     // After attention: d_outputs → d_out, the inputs' share through `after`, its weight grads.
-    const TensorList in_after = leaves(inputs);
+    const TensorList in_after = leaves(inputs, ctx);
     const Tensor out = leaf(saved.out);
     TensorList outputs;
     {
@@ -83,11 +100,11 @@ class AttentionOutputCheckpoint final : public autograd::Function {
       autograd::EnableGradGuard record;
       outputs = split_.after(in_after, out);
     }
-    autograd::backward(outputs, grad);
+    backward_through(outputs, grad);
 
     // Before attention, with attention replayed (not run): d_out → the inputs' share through
     // `before` and its weight grads. lse gets no gradient (the engine hands the replay zeros).
-    const TensorList in_before = leaves(inputs);
+    const TensorList in_before = leaves(inputs, ctx);
     AttentionResult replayed;
     {
       const ReplayRng rng(before_rng_);
@@ -95,11 +112,11 @@ class AttentionOutputCheckpoint final : public autograd::Function {
       const AttentionHeads heads = split_.before(in_before);
       replayed = split_.strategy->replay(heads.q, heads.k, heads.v, split_.options, saved);
     }
-    if (out.grad().defined()) autograd::backward({replayed.out}, {out.grad()});
+    if (out.grad().defined()) backward_through({replayed.out}, {out.grad()});
 
     TensorList input_grads;
     for (std::size_t i = 0; i < inputs.size(); ++i) {
-      const bool differentiable = in_after[i].defined() && in_after[i].requires_grad();
+      const bool differentiable = ctx.needs_input_grad(i) && in_after[i].defined() && in_after[i].requires_grad();
       input_grads.push_back(differentiable ? sum_defined(in_after[i].grad(), in_before[i].grad()) : Tensor());
     }
     return input_grads;

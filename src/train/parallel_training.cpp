@@ -16,7 +16,15 @@ ParallelTraining::ParallelTraining(const config::RunConfig& config) : config_(co
 
 ParallelTraining::~ParallelTraining() = default;
 
-void ParallelTraining::install(models::Model& model) { models::install_sp_attention(model, config_, *grid_); }
+void ParallelTraining::install(models::Model& model) {
+  // shard() lays tokens out by the mask of config.model; the model must attend with the same one.
+  WF_USER_CHECK(model.causal() == config::model_facts(config_).causal,
+                "ParallelTraining::install: model '{}' is {}, but the config's model '{}' is {}: shard() lays the "
+                "tokens out for the config's mask; build the model the config names",
+                model.name(), model.causal() ? "causal" : "not causal", config_.model.name,
+                model.causal() ? "not causal" : "causal");
+  models::install_sp_attention(model, config_, *grid_);
+}
 
 models::Batch ParallelTraining::shard(const Tensor& tokens, const Tensor& targets) const {
   const int dp = config_.parallel.dp;

@@ -11,7 +11,9 @@ namespace wf::train {
 
 double sgemm_gflops(std::int64_t m, std::int64_t n, std::int64_t k, int iters) {
   init_blas_threads();
-  Tensor a = Tensor::randn({m, k}), b = Tensor::randn({k, n}), c = Tensor::zeros({m, n});
+  // Seeded draws, never the default generator: measuring must not move the dropout stream (a
+  // resumed run would draw other masks).
+  Tensor a = Tensor::randn_at({m, k}, 1, 0), b = Tensor::randn_at({k, n}, 2, 0), c = Tensor::zeros({m, n});
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   const double s = median_seconds(iters, [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mi, ni, ki, 1.0f, a.data<float>(), ki, b.data<float>(), ni,

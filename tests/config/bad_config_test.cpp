@@ -119,7 +119,7 @@ const std::vector<BadConfig>& layout_cases() {
       {"bf16_unsupported", "train:\n  dtype: bf16\n", 1, {}, {"train.dtype: bf16 training needs the CUDA backend"}},
       // Absurd sizes: refused with the memory a rank would need, never a wrapped number.
       {"huge_d_ff", "model:\n  d_ff: 4611686018427387904\n", 1, {},
-       {"model: a rank would need about", "GiB for weights, gradients and AdamW state", "this machine has"}},
+       {"model: a rank would need about", "GiB for weights, gradients and AdamW state", "a machine of this job has"}},
       {"huge_layers", "model:\n  n_layer: 1000000000\n", 1, {}, {"model: a rank would need about"}},
       {"huge_vocab", "model:\n  vocab_size: 4611686018427387904\n", 1, {}, {"model: a rank would need about"}},
       {"huge_context", "model:\n  max_seq_len: 4611686018427387904\n", 1, {}, {"model: a rank would need about"}},

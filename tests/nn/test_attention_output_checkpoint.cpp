@@ -285,10 +285,10 @@ TEST_CASE("run_attention_block: a block with two inputs (DiT-style conditioning)
     Tensor out, dx, dc;
     std::vector<Tensor> params;
   };
-  const auto grads = [&](bool checkpoint) {
+  const auto grads = [&](bool checkpoint, bool train_c) {
     Tensor x = randn64({2, 5, 8}, 7), c = randn64({8}, 8);
     x.set_requires_grad(true);
-    c.set_requires_grad(true);
+    c.set_requires_grad(train_c);  // a frozen conditioning gets no gradient, and none is computed
     attn.zero_grad();
     norm.zero_grad();
     Grads g;
@@ -300,10 +300,19 @@ TEST_CASE("run_attention_block: a block with two inputs (DiT-style conditioning)
     for (const Tensor& p : norm.parameters()) g.params.push_back(p.grad().clone());
     return g;
   };
-  const Grads plain = grads(false), checkpointed = grads(true);
-  CHECK(max_abs_diff(plain.out, checkpointed.out) <= 1e-12);
-  CHECK(max_abs_diff(plain.dx, checkpointed.dx) <= 1e-12);
-  CHECK(max_abs_diff(plain.dc, checkpointed.dc) <= 1e-12);
-  REQUIRE(plain.params.size() == checkpointed.params.size());
-  for (std::size_t i = 0; i < plain.params.size(); ++i) CHECK(max_abs_diff(plain.params[i], checkpointed.params[i]) <= 1e-12);
+  for (const bool train_c : {true, false}) {
+    INFO((train_c ? "trained" : "frozen") << " conditioning");
+    const Grads plain = grads(false, train_c), checkpointed = grads(true, train_c);
+    CHECK(max_abs_diff(plain.out, checkpointed.out) <= 1e-12);
+    CHECK(max_abs_diff(plain.dx, checkpointed.dx) <= 1e-12);
+    if (train_c) {
+      CHECK(max_abs_diff(plain.dc, checkpointed.dc) <= 1e-12);
+    } else {
+      CHECK_FALSE(checkpointed.dc.defined());
+    }
+    REQUIRE(plain.params.size() == checkpointed.params.size());
+    for (std::size_t i = 0; i < plain.params.size(); ++i) {
+      CHECK(max_abs_diff(plain.params[i], checkpointed.params[i]) <= 1e-12);
+    }
+  }
 }

@@ -20,12 +20,14 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "wallfacer/config/model_config.h"
+#include "wallfacer/core/error.h"
 #include "wallfacer/config/value_text.h"
 
 namespace wf::config {
@@ -100,6 +102,18 @@ class ModelKeys {
     return add(std::move(key), kBooleanExpected, member, [](std::string_view text, bool& out) { return parse_boolean(text, out); },
                [](bool v) { return std::string(v ? "true" : "false"); });
   }
+  // A string; may_be_empty false refuses "" (a YAML null reads as "").
+  ModelKeys& text(std::string key, std::string Options::*member, bool may_be_empty = true) {
+    add(std::move(key), may_be_empty ? "a string" : "a non-empty string", member,
+        [may_be_empty](std::string_view text, std::string& out) -> std::string {
+          if (text.empty() && !may_be_empty) return "is empty";
+          out = std::string(text);
+          return "";
+        },
+        [](const std::string& v) { return v; });
+    bindings_.back().key.is_text = true;
+    return *this;
+  }
   template <class E>
   ModelKeys& choice(std::string key, E Options::*member, Choices<E> choices) {
     const std::string expected = choices_expected(choices);
@@ -134,7 +148,12 @@ class ModelKeys {
       if (problem.empty()) canonical = print(value);
       return problem;
     };
-    b.apply = [parse, member](Options& options, std::string_view text) { parse(text, options.*member); };
+    b.apply = [parse, member, key = b.key.key](Options& options, std::string_view text) {
+      // Values were checked when they were set (ModelConfig::set); one that no longer parses is
+      // a bug, never a silent default.
+      const std::string problem = parse(text, options.*member);
+      WF_CHECK(problem.empty(), "model.{}: stored value '{}' {}", key, text, problem);
+    };
     bindings_.push_back(std::move(b));
     return *this;
   }

@@ -118,7 +118,10 @@ enum class ValidateScope {
 // Ulysses degree, ...), the batch against dp, and with this_machine what the trainer supports and
 // the estimated memory per rank against this machine's. Throws ONE wf::Error listing every
 // problem as "key: rule"; the text is the same on every rank.
-void validate(const RunConfig& config, int world_size, ValidateScope scope = ValidateScope::this_machine);
+// `machine_bytes`: the memory of the smallest machine of the job (`wallfacer train` all-reduces
+// it so every rank decides alike); 0: this machine's (machine_memory_bytes).
+void validate(const RunConfig& config, int world_size, ValidateScope scope = ValidateScope::this_machine,
+              double machine_bytes = 0);
 // The rules of the trainer in this build ("parallel.tp: ..."), empty when it can train the
 // config; validate (this_machine) and the Trainer both apply them.
 std::vector<std::string> unsupported_by_trainer(const RunConfig& config);

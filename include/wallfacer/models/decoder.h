@@ -76,10 +76,14 @@ config::ModelSchema decoder_schema(std::string name, std::vector<config::ModelKe
 // dropout, the checkpoint and the init. A family adds its own choices after them.
 template <class Options>
 config::ModelKeys<Options>& add_decoder_keys(config::ModelKeys<Options>& keys) {
+  // Sizes are bounded only where arithmetic on them could overflow before validate's memory
+  // estimate (in doubles) refuses them; absurd layer counts, widths and vocabularies get that
+  // estimate instead of a range error.
+  constexpr std::int64_t kMaxHeads = std::int64_t{1} << 20, kMaxWidth = std::int64_t{1} << 50;
   return keys.integer("n_layer", &Options::n_layer, 1)
-      .integer("n_head", &Options::n_head, 1)
-      .integer("n_kv_head", &Options::n_kv_head, 0)  // 0: n_head
-      .integer("d_model", &Options::d_model, 1)
+      .integer("n_head", &Options::n_head, 1, kMaxHeads)
+      .integer("n_kv_head", &Options::n_kv_head, 0, kMaxHeads)  // 0: n_head
+      .integer("d_model", &Options::d_model, 1, kMaxWidth)
       .integer("d_ff", &Options::d_ff, 0)  // 0: 4·d_model
       .integer("vocab_size", &Options::vocab_size, 1)
       .integer("max_seq_len", &Options::max_seq_len, 1)
