@@ -28,6 +28,7 @@
 #include "wallfacer/parallel/collectives.h"
 #include "wallfacer/parallel/block_attention.h"
 #include "wallfacer/parallel/sp_attention.h"
+#include "wallfacer/parallel/tensor_parallel.h"
 #include "wallfacer/comm/group.h"
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/comm/traffic.h"

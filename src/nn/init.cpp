@@ -1,5 +1,7 @@
 #include "wallfacer/nn/init.h"
 
+#include <algorithm>
+
 namespace wf::nn {
 namespace {
 
@@ -33,6 +35,41 @@ Tensor normal_init(const Shape& shape, std::uint64_t stream_seed, double std, st
   const float s = static_cast<float>(std);
   for (std::int64_t i = 0; i < t.numel(); ++i) p[i] *= s;
   return t;
+}
+
+Tensor normal_init_slice(const Shape& global_shape, std::int64_t dim, std::int64_t start, std::int64_t length,
+                         std::uint64_t stream_seed, double std) {
+  const auto ndim = static_cast<std::int64_t>(global_shape.size());
+  WF_CHECK(dim >= -ndim && dim < ndim, "normal_init_slice: dim {} is out of range for shape {}", dim,
+           shape_str(global_shape));
+  const std::int64_t d = normalize_dim(dim, ndim);
+  const std::int64_t extent = global_shape[static_cast<std::size_t>(d)];
+  WF_CHECK(start >= 0 && length >= 0 && start + length <= extent,
+           "normal_init_slice: [{}, {}) is not within dim {} (extent {}) of shape {}", start, start + length, d, extent,
+           shape_str(global_shape));
+  // The whole tensor as [outer, extent, inner]: the slice is `outer` runs of length·inner
+  // elements, run o starting at stream index (o·extent + start)·inner.
+  std::int64_t outer = 1, inner = 1;
+  for (std::int64_t i = 0; i < d; ++i) outer *= global_shape[static_cast<std::size_t>(i)];
+  for (std::int64_t i = d + 1; i < ndim; ++i) inner *= global_shape[static_cast<std::size_t>(i)];
+  Shape local = global_shape;
+  local[static_cast<std::size_t>(d)] = length;
+  if (outer == 1) return normal_init(local, stream_seed, std, static_cast<std::uint64_t>(start * inner));
+
+  Tensor out = Tensor::empty(local, DType::f32);
+  const std::int64_t run = length * inner;
+  float* p = out.data<float>();
+  for (std::int64_t o = 0; o < outer; ++o) {
+    // Each run through normal_init itself, so the values are its values exactly.
+    const Tensor part = normal_init({run}, stream_seed, std, static_cast<std::uint64_t>((o * extent + start) * inner));
+    std::copy_n(part.data<float>(), run, p + o * run);
+  }
+  return out;
+}
+
+Tensor normal_init_shard(const ParameterShard& shard, std::uint64_t stream_seed, double std) {
+  if (!shard.is_sharded()) return normal_init(shard.global_shape, stream_seed, std);
+  return normal_init_slice(shard.global_shape, shard.dim, shard.start(), shard.length(), stream_seed, std);
 }
 
 }  // namespace wf::nn

@@ -1,16 +1,26 @@
 #include "wallfacer/nn/linear.h"
 
+#include "wallfacer/nn/init.h"
 #include "wallfacer/ops/linalg.h"
 
 namespace wf::nn {
 
-Linear::Linear(const LinearOptions& options) : Module(options.seed), options_(options) {
+Linear::Linear(const LinearOptions& options)
+    : Linear(options, ParameterShard::replicated({options.out_features, options.in_features}),
+             ParameterShard::replicated({options.out_features})) {}
+
+Linear::Linear(const LinearOptions& options, const ParameterShard& weight_shard, const ParameterShard& bias_shard)
+    : Module(options.seed), options_(options) {
   WF_CHECK(options.in_features > 0 && options.out_features > 0,
            "Linear: in_features and out_features must be positive, got in={} out={}", options.in_features,
            options.out_features);
-  weight_ = register_parameter("weight",
-                               init_normal("weight", {options.out_features, options.in_features}, options.init_std));
-  if (options.bias) bias_ = register_parameter("bias", Tensor::zeros({options.out_features}));
+  WF_CHECK(weight_shard.global_shape == Shape({options.out_features, options.in_features}) &&
+               bias_shard.global_shape == Shape({options.out_features}),
+           "Linear(in={}, out={}): the weight shard ({}) and bias shard ({}) must describe [out, in] and [out]",
+           options.in_features, options.out_features, shard_str(weight_shard), shard_str(bias_shard));
+  weight_ = register_parameter("weight", normal_init_shard(weight_shard, derive_seed(seed(), "weight"), options.init_std),
+                               weight_shard);
+  if (options.bias) bias_ = register_parameter("bias", Tensor::zeros(bias_shard.local_shape()), bias_shard);
 }
 
 Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool bias, std::uint64_t seed)

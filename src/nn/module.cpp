@@ -45,14 +45,24 @@ void Module::check_new_name(const std::string& name, const char* kind) const {
 }
 
 Tensor Module::register_parameter(std::string name, Tensor value) {
+  WF_CHECK(value.defined(), "register_parameter: '{}' is an undefined tensor", name);
+  ParameterShard whole = ParameterShard::replicated(value.shape());
+  return register_parameter(std::move(name), std::move(value), std::move(whole));
+}
+
+Tensor Module::register_parameter(std::string name, Tensor value, ParameterShard shard) {
   check_new_name(name, "parameter");
   WF_CHECK(value.defined(), "register_parameter: '{}' is an undefined tensor", name);
   WF_CHECK(is_floating(value.dtype()), "register_parameter: '{}' has dtype {}; parameters must be floating point",
            name, dtype_name(value.dtype()));
   // A parameter is a leaf: strip any history the initial value carries.
   Tensor param = value.is_leaf() ? value : value.detach();
+  WF_CHECK(shard.local_shape() == param.shape(),
+           "register_parameter: '{}' has shape {} but its shard ({}) holds {}", name, shape_str(param.shape()),
+           shard_str(shard), shape_str(shard.local_shape()));
   param.set_requires_grad(true);
   parameters_.emplace_back(std::move(name), param);
+  parameter_shards_.push_back(std::move(shard));
   return param;
 }
 
@@ -119,6 +129,37 @@ std::int64_t Module::num_parameters() const {
   std::int64_t total = 0;
   for (const auto& t : parameters()) total += t.numel();
   return total;
+}
+
+void Module::collect_shards(const std::string& prefix, std::vector<NamedShard>& out) const {
+  for (std::size_t i = 0; i < parameters_.size(); ++i)
+    out.emplace_back(join(prefix, parameters_[i].first), parameter_shards_[i]);
+  for (const auto& [name, child] : children_) child->collect_shards(join(prefix, name), out);
+}
+
+std::vector<NamedShard> Module::named_parameter_shards() const {
+  std::vector<NamedShard> out;
+  collect_shards("", out);
+  return out;
+}
+
+const ParameterShard& Module::parameter_shard(std::string_view name) const {
+  // Walk the dotted path down the children; the last component names the parameter.
+  const Module* module = this;
+  std::string_view rest = name;
+  for (std::size_t dot; module != nullptr && (dot = rest.find('.')) != std::string_view::npos;) {
+    const std::string_view child = rest.substr(0, dot);
+    const Module* next = nullptr;
+    for (const auto& [child_name, c] : module->children_)
+      if (child_name == child) next = c.get();
+    module = next;
+    rest = rest.substr(dot + 1);
+  }
+  if (module != nullptr) {
+    for (std::size_t i = 0; i < module->parameters_.size(); ++i)
+      if (module->parameters_[i].first == rest) return module->parameter_shards_[i];
+  }
+  WF_FAIL("parameter_shard: this module has no parameter '{}'", name);
 }
 
 StateDict Module::state_dict() const {

@@ -3,6 +3,7 @@
 // non-differentiable collectives below are the building blocks of both directions.
 #include "wallfacer/parallel/collectives.h"
 
+#include <algorithm>
 #include <functional>
 #include <numeric>
 #include <vector>
@@ -30,6 +31,23 @@ Tensor sum_over_group(Group& group, const Tensor& t) {
   Tensor sum = t.clone();  // the collective works in place; the input must stay untouched
   group.all_reduce(sum, ReduceOp::sum);
   return sum;
+}
+
+// This rank's slice of the last dim (forward of scatter_last_dim, backward of gather_last_dim).
+Tensor own_columns(Group& group, const Tensor& t) {
+  const std::int64_t k = t.size(-1) / group.size();
+  return narrow(t, -1, group.rank() * k, k);
+}
+
+// all-gather along the last dim: gather rows of the [rows, k] view, then move the rank index
+// next to the last dim, [P, rows, k] → [rows, P, k] → [..., P·k].
+Tensor gather_columns(Group& group, const Tensor& t) {
+  const std::int64_t P = group.size(), k = t.size(-1), rows = t.numel() / std::max<std::int64_t>(k, 1);
+  const Tensor gathered = group.all_gather(reshape(t, {rows, k}));
+  Shape out = t.shape();
+  out.back() = P * k;
+  if (P == 1) return reshape(gathered, out);
+  return reshape(permute(reshape(gathered, {P, rows, k}), {1, 0, 2}), out);
 }
 
 // permute that skips the copy when the order is the identity.
@@ -103,6 +121,17 @@ Tensor all_reduce(Group& group, const Tensor& x) {
 
 Tensor copy_to_group(Group& group, const Tensor& x) {
   return differentiable("copy_to_group", group, x, identity, sum_over_group);
+}
+
+Tensor scatter_last_dim(Group& group, const Tensor& x) {
+  WF_CHECK(!x.defined() || x.dim() == 0 || x.size(-1) % group.size() == 0,
+           "parallel::scatter_last_dim on group '{}': the last dim of shape {} does not split into {} equal slices",
+           group.name(), shape_str(x.shape()), group.size());
+  return differentiable("scatter_last_dim", group, x, own_columns, gather_columns);
+}
+
+Tensor gather_last_dim(Group& group, const Tensor& x) {
+  return differentiable("gather_last_dim", group, x, gather_columns, own_columns);
 }
 
 Tensor all_to_all(Group& group, const Tensor& x) {

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "wallfacer/core/tensor.h"
+#include "wallfacer/nn/parameter_shard.h"
 
 namespace wf::nn {
 
@@ -23,5 +24,14 @@ std::uint64_t derive_seed(std::uint64_t parent_seed, std::string_view name);
 
 // normal(0, std²) in f32, element k = std · normal_at(stream_seed, first_index + k).
 Tensor normal_init(const Shape& shape, std::uint64_t stream_seed, double std, std::uint64_t first_index = 0);
+
+// Indices [start, start + length) of dim `dim` of normal_init(global_shape, stream_seed, std),
+// bit for bit, without drawing the rest. Along dim 0 that is one contiguous run of the stream;
+// along a later dim the slice is strided (columns [c0, c1) of a matrix are one run per row), so
+// it is drawn run by run at each run's stream index. Negative dims count from the end.
+Tensor normal_init_slice(const Shape& global_shape, std::int64_t dim, std::int64_t start, std::int64_t length,
+                         std::uint64_t stream_seed, double std);
+// This rank's slice of a parameter described by `shard` (the whole tensor when replicated).
+Tensor normal_init_shard(const ParameterShard& shard, std::uint64_t stream_seed, double std);
 
 }  // namespace wf::nn

@@ -25,7 +25,15 @@ class Linear : public Module {
 
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }  // undefined without bias
+  // The whole layer's options: with tensor parallelism, weight() is this rank's slice of it.
   const LinearOptions& options() const { return options_; }
+
+ protected:
+  // For the tensor-parallel subclasses (parallel/tensor_parallel.h): `options` describe the
+  // whole layer and this rank holds the slices of weight [out, in] and bias [out] that the two
+  // shards say. Each slice is drawn as exactly that slice of the whole layer's initial weight
+  // (normal_init_shard), so a layer split over any number of ranks is the whole layer cut up.
+  Linear(const LinearOptions& options, const ParameterShard& weight_shard, const ParameterShard& bias_shard);
 
  private:
   LinearOptions options_;

@@ -25,11 +25,13 @@
 #include <vector>
 
 #include "wallfacer/core/tensor.h"
+#include "wallfacer/nn/parameter_shard.h"
 #include "wallfacer/nn/state_dict.h"
 
 namespace wf::nn {
 
 using NamedTensor = std::pair<std::string, Tensor>;
+using NamedShard = std::pair<std::string, ParameterShard>;
 
 class Module {
  public:
@@ -43,6 +45,10 @@ class Module {
   // it shares its TensorImpl with the registered entry, so to() and load_state_dict() are seen
   // through it.
   Tensor register_parameter(std::string name, Tensor value);
+  // The same for a parameter of which this rank holds one slice (tensor parallelism): `shard`
+  // says which, and its local_shape() must be value's shape. The form above registers a whole
+  // (replicated) parameter.
+  Tensor register_parameter(std::string name, Tensor value, ParameterShard shard);
   Tensor register_buffer(std::string name, Tensor value);
   template <class M>
   std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
@@ -58,7 +64,11 @@ class Module {
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const { return children_; }
   // This module ("") and every descendant, depth-first; pointers live as long as this module.
   std::vector<std::pair<std::string, Module*>> named_modules();
-  std::int64_t num_parameters() const;  // total elements
+  std::int64_t num_parameters() const;  // total elements (this rank's: shards count their slice)
+  // Where each parameter sits in its whole tensor, in named_parameters() order; and one by its
+  // dotted name (wf::Error naming it when there is no such parameter).
+  std::vector<NamedShard> named_parameter_shards() const;
+  const ParameterShard& parameter_shard(std::string_view name) const;
 
   // ---- state ----------------------------------------------------------------------------
   // Parameters then buffers of each module, depth-first. The tensors share storage with the
@@ -92,10 +102,12 @@ class Module {
   void add_child(std::string name, std::shared_ptr<Module> module);
   void check_new_name(const std::string& name, const char* kind) const;
   void collect(const std::string& prefix, std::vector<NamedTensor>& out, bool params, bool buffers) const;
+  void collect_shards(const std::string& prefix, std::vector<NamedShard>& out) const;  // collect()'s order
 
   std::uint64_t seed_;
   bool training_ = true;
   std::vector<NamedTensor> parameters_;
+  std::vector<ParameterShard> parameter_shards_;  // parameter_shards_[i] describes parameters_[i]
   std::vector<NamedTensor> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };

@@ -10,6 +10,7 @@
 #include "wallfacer/nn/mlp.h"
 #include "wallfacer/nn/module.h"
 #include "wallfacer/nn/norm.h"
+#include "wallfacer/nn/parameter_shard.h"
 #include "wallfacer/nn/self_attention.h"
 #include "wallfacer/nn/state_dict.h"
 #include "wallfacer/nn/transformer_block.h"

@@ -16,13 +16,21 @@
 //   all_reduce      all-reduce (sum)             identity   (Megatron's g; output replicated)
 //   copy_to_group   identity                     all-reduce (Megatron's f; input replicated)
 //   all_to_all      all-to-all along dim 0       the same all-to-all (it is its own inverse)
+//   scatter_last_dim  keep this rank's slice of   all-gather along the last dim
+//                     the last dim (no traffic)
+//   gather_last_dim   all-gather along the last   keep this rank's slice (no traffic)
+//                     dim
 //   all_to_all_dims scatter one dim, gather one  all_to_all_dims with the two dims swapped
 //
 // Why each backward is right: a collective is a fixed linear map of the ranks' tensors, and the
 // gradient flows through its adjoint. all-gather and reduce-scatter (sum) are adjoint to each
 // other. An all-to-all with equal splits only permutes blocks between ranks (rank j's output
 // block i is rank i's input block j), so its adjoint is its inverse, which is the same
-// all-to-all. all_reduce and copy_to_group are the two halves of a replicated region:
+// all-to-all. scatter_last_dim and gather_last_dim are the two directions between a replicated
+// tensor and its equal slices: slicing a replicated input hands each rank's part of the loss to
+// one slice, so the input's gradient is the slices' gradients put back together; a gathered
+// output is replicated and counted once, so each slice's gradient is its part of the output's.
+// all_reduce and copy_to_group are the two halves of a replicated region:
 // all_reduce's output is replicated, so the loss counts it once and each input's gradient is the
 // (replicated) output gradient; copy_to_group's input is replicated and each rank's use of it
 // contributes to the loss, so its gradient is the sum over ranks.
@@ -46,6 +54,11 @@ Tensor copy_to_group(comm::Group& group, const Tensor& x);
 // x [size·n, ...] → [size·n, ...]: block i (rows [i·n, (i+1)·n)) goes to rank i; output block i
 // came from rank i.
 Tensor all_to_all(comm::Group& group, const Tensor& x);
+
+// x [..., size·k] replicated → [..., k], rank r's columns [r·k, (r+1)·k) of the last dim.
+Tensor scatter_last_dim(comm::Group& group, const Tensor& x);
+// x [..., k] on every rank → [..., size·k] replicated, rank r's x at columns [r·k, (r+1)·k).
+Tensor gather_last_dim(comm::Group& group, const Tensor& x);
 
 // Re-shards x from `gather_dim` to `scatter_dim`: every rank holds a slice of a global tensor
 // along gather_dim (rank order); afterwards every rank holds the whole of gather_dim and the

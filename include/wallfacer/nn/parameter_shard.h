@@ -1,0 +1,43 @@
+#pragma once
+// ParameterShard: which part of a parameter this rank holds. Tensor parallelism splits some
+// weights over the ranks of a group (Megatron's column- and row-parallel linears); whoever
+// consumes a state dict (a checkpoint writer, a consolidating loader, a test) needs to know,
+// for every parameter, the shape of the whole tensor and where this rank's slice sits in it.
+//
+// A shard is one of `parts` equal, contiguous slices along one dim: slice `index` covers
+// [index·n, (index+1)·n) of dim `dim`, n = global_shape[dim] / parts, and every other dim is
+// whole. Equal slices are what the TP layers need (out/tp rows, in/tp columns) and they keep
+// the description to a few integers. A replicated parameter (dim = -1, the default) is whole
+// on every rank; its global shape is its own.
+#include <cstdint>
+#include <string>
+
+#include "wallfacer/core/shape.h"
+
+namespace wf::nn {
+
+struct ParameterShard {
+  std::string group;   // the process group the parameter is split over ("" when replicated)
+  int dim = -1;        // the split dim; -1: replicated
+  int parts = 1;       // slices along `dim` (the group's size)
+  int index = 0;       // this rank's slice (its rank in the group)
+  Shape global_shape;  // the whole tensor's shape
+
+  bool is_sharded() const { return dim >= 0; }
+  // The extent of this rank's slice along `dim`, and where it starts (0 / whole when replicated).
+  std::int64_t length() const;
+  std::int64_t start() const { return is_sharded() ? index * length() : 0; }
+  // This rank's shape: the global shape with `dim` divided by `parts`.
+  Shape local_shape() const;
+
+  // A whole parameter of `shape`.
+  static ParameterShard replicated(Shape shape);
+  // Slice `index` of `parts` along `dim` (negative: from the end) of a `global_shape` tensor
+  // split over `group`; wf::Error unless the dim exists and its extent divides into `parts`.
+  static ParameterShard split(std::string group, const Shape& global_shape, int dim, int parts, int index);
+};
+
+// "whole [64, 16]" or e.g. "dim 0 slice 1/4 of [64, 16] over tp", for messages.
+std::string shard_str(const ParameterShard& shard);
+
+}  // namespace wf::nn

@@ -1,0 +1,203 @@
+// Tensor parallelism (wallfacer/parallel/tensor_parallel.h) with the whole world as the tp
+// group: the last-dim mappings forward and backward in f64 against the whole tensors every rank
+// can draw; column- and row-parallel linears initialised as slices of the whole layer; and MLP /
+// SwiGLU built with TensorParallelLayers computing the single-process block's output, input
+// gradient and (each rank its slice of) weight gradients.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+
+#include "dist_testing.h"
+#include "wallfacer/nn/init.h"
+#include "wallfacer/nn/mlp.h"
+#include "wallfacer/ops/arithmetic.h"
+#include "wallfacer/ops/reduction.h"
+#include "wallfacer/ops/shape_ops.h"
+#include "wallfacer/parallel/tensor_parallel.h"
+
+using wf::DType;
+using wf::Shape;
+using wf::Tensor;
+using wf::comm::Primitive;
+using namespace wf::test;
+
+namespace {
+
+constexpr DType kF64 = DType::f64;
+constexpr std::uint64_t kInputSeed = 81, kWeightSeed = 82;
+constexpr std::int64_t kF64Bytes = 8;
+
+// Rank r's slice of the last dim of t split into `parts` equal slices.
+Tensor last_dim_slice(const Tensor& t, int r, int parts) {
+  const std::int64_t k = t.size(-1) / parts;
+  return wf::narrow(t, -1, r * k, k);
+}
+
+// This rank's slice of a whole tensor, as `shard` describes it (the whole tensor if replicated).
+Tensor slice_of(const Tensor& whole, const wf::nn::ParameterShard& shard) {
+  return shard.is_sharded() ? wf::narrow(whole, shard.dim, shard.start(), shard.length()) : whole;
+}
+
+void backward_weighted_sum(const Tensor& y, const Tensor& w) { wf::sum(wf::mul(y, w)).backward(); }
+
+}  // namespace
+
+TEST_CASE("tp scatter_to_tp: keeps this rank's last-dim slice; backward all-gathers", "[dist][tp]") {
+  auto group = world_group("t.tp.scatter");
+  const int P = group->size(), me = group->rank();
+  const Shape whole_shape{2, 3, 4 * P};
+  const Tensor whole = Tensor::randn_at(whole_shape, kInputSeed, 0, kF64);  // replicated: every rank draws it
+  const Tensor global_w = Tensor::randn_at(whole_shape, kWeightSeed, 0, kF64);
+
+  Tensor x = whole.clone();
+  x.set_requires_grad();
+  const Tensor y = wf::parallel::scatter_to_tp(*group, x);
+  CHECK(mismatch(y, last_dim_slice(whole, me, P)) == "");
+
+  // Rank r's term weighs its slice by its slice of W, so together L = Σ W ∘ x: dL/dx = W.
+  backward_weighted_sum(y, last_dim_slice(global_w, me, P));
+  CHECK(mismatch(x.grad(), global_w) == "");
+
+  const std::int64_t volume = (P - 1) * whole.numel() * kF64Bytes / P;  // of the gathered size
+  expect_traffic(*group, Primitive::all_gather, volume, volume);
+}
+
+TEST_CASE("tp gather_from_tp: all-gathers the last dim; backward keeps this rank's slice", "[dist][tp]") {
+  auto group = world_group("t.tp.gather");
+  const int P = group->size(), me = group->rank();
+  const Shape whole_shape{3, 2, 2 * P};
+  const Tensor whole = Tensor::randn_at(whole_shape, kInputSeed, 0, kF64);
+  const Tensor w = Tensor::randn_at(whole_shape, kWeightSeed, 0, kF64);
+
+  Tensor x = last_dim_slice(whole, me, P);
+  x.set_requires_grad();
+  const Tensor y = wf::parallel::gather_from_tp(*group, x);
+  CHECK(mismatch(y, whole) == "");
+
+  // y is replicated and counted once: the same w everywhere, and x_me's gradient is its slice.
+  backward_weighted_sum(y, w);
+  CHECK(mismatch(x.grad(), last_dim_slice(w, me, P)) == "");
+
+  const std::int64_t volume = (P - 1) * whole.numel() * kF64Bytes / P;
+  expect_traffic(*group, Primitive::all_gather, volume, volume);
+}
+
+TEST_CASE("tp copy_to_tp and reduce_from_tp are the replicated region's two ends", "[dist][tp]") {
+  auto group = world_group("t.tp.region");
+  const int P = group->size();
+  const Shape shape{2, 5};
+  Tensor x = Tensor::randn_at(shape, kInputSeed, 0, kF64);
+  x.set_requires_grad();
+  // copy → (each rank: its own scale) → reduce: y = Σ_r (r+1)·x, and dy/dx sums the same.
+  const Tensor y = wf::parallel::reduce_from_tp(
+      *group, wf::scale(wf::parallel::copy_to_tp(*group, x), static_cast<double>(group->rank() + 1)));
+  const double total = P * (P + 1) / 2.0;
+  CHECK(mismatch(y, wf::scale(x.detach(), total), reduction_tolerance(kF64)) == "");
+  const Tensor w = Tensor::randn_at(shape, kWeightSeed, 0, kF64);
+  backward_weighted_sum(y, w);
+  CHECK(mismatch(x.grad(), wf::scale(w, total), reduction_tolerance(kF64)) == "");
+}
+
+TEST_CASE("tp ColumnParallelLinear / RowParallelLinear hold slices of the whole layer's init", "[dist][tp]") {
+  auto group = world_group("t.tp.init");
+  const int P = group->size(), me = group->rank();
+  const wf::nn::LinearOptions options{.in_features = 24, .out_features = 48, .bias = true, .init_std = 0.3, .seed = 5};
+  const wf::nn::Linear whole(options);
+
+  const wf::parallel::ColumnParallelLinear column(options, *group);
+  const auto& column_shard = column.parameter_shard("weight");
+  CHECK(column_shard.dim == 0);
+  CHECK(column_shard.parts == P);
+  CHECK(column_shard.index == me);
+  CHECK(column_shard.group == "t.tp.init");
+  CHECK(column_shard.global_shape == Shape{48, 24});
+  CHECK(column.weight().shape() == Shape{48 / P, 24});
+  CHECK(column.bias().shape() == Shape{48 / P});
+  CHECK(column.weight().to_vector<float>() == whole.weight().slice0(me * 48 / P, (me + 1) * 48 / P).to_vector<float>());
+
+  const wf::parallel::RowParallelLinear row(options, *group);
+  const auto& row_shard = row.parameter_shard("weight");
+  CHECK(row_shard.dim == 1);
+  CHECK(row_shard.index == me);
+  CHECK(row.weight().shape() == Shape{48, 24 / P});
+  CHECK_FALSE(row.parameter_shard("bias").is_sharded());  // added once, after the reduction
+  CHECK(row.weight().to_vector<float>() == last_dim_slice(whole.weight().detach(), me, P).to_vector<float>());
+
+  if (P > 1) {  // the same on every rank: each throws before any collective
+    const wf::nn::LinearOptions odd{.in_features = 24, .out_features = 8 * P + 1, .seed = 5};
+    CHECK_THROWS_WITH(wf::parallel::ColumnParallelLinear(odd, *group),
+                      Catch::Contains(fmt::format("out_features = {} does not split", 8 * P + 1)));
+  }
+}
+
+TEST_CASE("tp ColumnParallelLinear(gather_output) and RowParallelLinear(whole input) equal the whole layer",
+          "[dist][tp]") {
+  auto group = world_group("t.tp.ends");
+  const wf::nn::LinearOptions options{.in_features = 24, .out_features = 24, .bias = true, .init_std = 0.3, .seed = 6};
+  wf::nn::Linear whole(options);
+  whole.to(kF64);
+  const Tensor x = Tensor::randn_at({3, 24}, kInputSeed, 0, kF64);
+  const Tensor expected = whole.forward(x);
+
+  wf::parallel::ColumnParallelLinear column(options, *group, /*gather_output=*/true);
+  column.to(kF64);
+  CHECK(mismatch(column.forward(x), expected, 1e-12) == "");
+  wf::parallel::RowParallelLinear row(options, *group, /*input_is_parallel=*/false);
+  row.to(kF64);
+  CHECK(mismatch(row.forward(x), expected, 1e-12) == "");
+}
+
+TEST_CASE("tp MLP and SwiGLU built with TensorParallelLayers match the single-process block", "[dist][tp]") {
+  auto group = world_group("t.tp.mlp");
+  const auto layers = std::make_shared<wf::parallel::TensorParallelLayers>(*group);
+  using Make = std::function<std::shared_ptr<wf::nn::FeedForward>(const wf::nn::MLPOptions&)>;
+  const std::pair<const char*, Make> blocks[] = {
+      {"MLP", [](const wf::nn::MLPOptions& o) { return std::make_shared<wf::nn::MLP>(o); }},
+      {"SwiGLU", [](const wf::nn::MLPOptions& o) { return std::make_shared<wf::nn::SwiGLU>(o); }},
+  };
+  // f32 to the brief's 1e-5, f64 to rounding (the row layer sums its partial products in
+  // another order than one matmul does).
+  const std::pair<DType, double> precisions[] = {{DType::f32, 1e-5}, {kF64, 1e-12}};
+  for (const auto& [block_name, make] : blocks) {
+    for (const auto& [dtype, tolerance] : precisions) {
+      INFO(fmt::format("{} in {} on {} ranks", block_name, wf::dtype_name(dtype), group->size()));
+      // d_ff = 24 divides over 1, 2, 3, 4 and 8 ranks.
+      wf::nn::MLPOptions options{.d_model = 8, .d_ff = 24, .init_std = 0.2, .out_init_std = 0.1, .seed = 17};
+      const auto reference = make(options);
+      options.layers = layers;
+      const auto parallel = make(options);
+      reference->to(dtype);
+      parallel->to(dtype);
+
+      const Tensor x0 = Tensor::randn_at({2, 3, 8}, kInputSeed, 0, dtype);
+      Tensor x_ref = x0.clone(), x_tp = x0.clone();
+      x_ref.set_requires_grad();
+      x_tp.set_requires_grad();
+      const Tensor y_ref = reference->forward(x_ref);
+      const Tensor y_tp = parallel->forward(x_tp);
+      CHECK(mismatch(y_tp, y_ref, tolerance) == "");
+
+      // The output is replicated: the same loss on every rank, counted once.
+      const Tensor w = Tensor::randn_at(y_ref.shape(), kWeightSeed, 0, dtype);
+      backward_weighted_sum(y_ref, w);
+      backward_weighted_sum(y_tp, w);
+      CHECK(mismatch(x_tp.grad(), x_ref.grad(), tolerance) == "");
+
+      // Every parameter's gradient is this rank's slice of the whole block's, and the shard says
+      // which slice (column layers: rows of weight and bias; row layers: weight columns).
+      const auto ref_params = reference->named_parameters();
+      const auto tp_params = parallel->named_parameters();
+      const auto shards = parallel->named_parameter_shards();
+      CHECK(tp_params.size() == ref_params.size());
+      for (std::size_t i = 0; i < std::min(tp_params.size(), ref_params.size()); ++i) {
+        INFO(tp_params[i].first << ": " << wf::nn::shard_str(shards[i].second));
+        CHECK(tp_params[i].first == ref_params[i].first);
+        CHECK(shards[i].second.global_shape == ref_params[i].second.shape());
+        CHECK(mismatch(tp_params[i].second.grad(), slice_of(ref_params[i].second.grad(), shards[i].second),
+                       tolerance) == "");
+      }
+    }
+  }
+}
