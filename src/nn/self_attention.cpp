@@ -32,6 +32,12 @@ SelfAttention::SelfAttention(const SelfAttentionOptions& options)
                                                               .seed = child_seed("proj")},
                                                 LinearRole::row));
   dropout_ = register_module("dropout", std::make_shared<Dropout>(options.dropout));
+  // A tensor-parallel factory splits a column layer's rows; attention would then need its heads
+  // split too, which it does not do yet: refuse instead of computing with a partial qkv.
+  WF_CHECK(qkv_->weight().size(0) == qkv_width && proj_->weight().size(1) == d,
+           "SelfAttention: the layer factory split qkv or proj ([{}] and [{}]), but splitting attention heads over "
+           "tensor parallelism is not implemented yet; build attention with the plain layers",
+           fmt::join(qkv_->weight().shape(), ", "), fmt::join(proj_->weight().shape(), ", "));
 }
 
 Tensor SelfAttention::forward(const Tensor& x, std::int64_t position_offset) {

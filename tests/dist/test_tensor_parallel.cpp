@@ -12,6 +12,7 @@
 #include "dist_testing.h"
 #include "wallfacer/nn/init.h"
 #include "wallfacer/nn/mlp.h"
+#include "wallfacer/nn/self_attention.h"
 #include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/ops/reduction.h"
 #include "wallfacer/ops/shape_ops.h"
@@ -200,4 +201,14 @@ TEST_CASE("tp MLP and SwiGLU built with TensorParallelLayers match the single-pr
       }
     }
   }
+}
+
+TEST_CASE("tp SelfAttention refuses a factory that splits qkv until heads are split", "[dist][tp]") {
+  auto group = world_group("t.tp.attention");
+  if (group->size() == 1) return;  // one rank: the factory splits nothing
+  const auto layers = std::make_shared<wf::parallel::TensorParallelLayers>(*group);
+  wf::nn::SelfAttentionOptions o{.d_model = 8 * group->size(), .n_head = 2 * group->size(), .seed = 3};
+  o.layers = layers;
+  CHECK_THROWS_WITH(wf::nn::SelfAttention(o), Catch::Contains("splitting attention heads over tensor parallelism is "
+                                                              "not implemented yet"));
 }
