@@ -1,10 +1,13 @@
 #pragma once
 // Helpers the model tests share.
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "wallfacer/core/rng.h"
 #include "wallfacer/core/tensor.h"
+#include "wallfacer/nn/module.h"
 
 namespace wf::models::testing {
 
@@ -20,6 +23,13 @@ inline Tensor random_ids(std::int64_t batch, std::int64_t tokens, std::int64_t v
 // Positions 0 .. tokens−1 (i64).
 inline Tensor positions_of(std::int64_t tokens) {
   return Tensor::arange(0, static_cast<double>(tokens), 1, DType::i64);
+}
+
+// A copy of every parameter's gradient, by name.
+inline std::map<std::string, Tensor> grads_by_name(const nn::Module& model) {
+  std::map<std::string, Tensor> grads;
+  for (const auto& [name, p] : model.named_parameters()) grads[name] = p.grad().clone();
+  return grads;
 }
 
 }  // namespace wf::models::testing

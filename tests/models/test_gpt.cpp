@@ -43,9 +43,7 @@ std::map<std::string, Tensor> gradients(Gpt& model, const Tensor& ids, const Ten
   model.zero_grad();
   const Tensor positions = Tensor::arange(0, static_cast<double>(ids.size(1)), 1, DType::i64);
   wf::autograd::backward({model.loss_sum(wf::models::token_batch(ids, targets, positions)).sum});
-  std::map<std::string, Tensor> grads;
-  for (const auto& [name, p] : model.named_parameters()) grads[name] = p.grad().clone();
-  return grads;
+  return wf::models::testing::grads_by_name(model);
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ using wf::models::LlamaOptions;
 using wf::models::token_batch;
 using wf::nn::testing::max_abs_diff;
 
+using wf::models::testing::grads_by_name;
 using wf::models::testing::positions_of;
 using wf::models::testing::random_ids;
 
@@ -36,14 +37,6 @@ namespace {
 LlamaOptions tiny_llama(std::uint64_t seed = 3) {
   return {.vocab_size = 40, .max_seq_len = 16, .n_layer = 4, .n_head = 4, .n_kv_head = 2, .d_model = 16, .d_ff = 24,
           .rope_theta = 500.0, .seed = seed};
-}
-
-
-
-std::map<std::string, Tensor> grads_by_name(wf::nn::Module& model) {
-  std::map<std::string, Tensor> grads;
-  for (const auto& [name, p] : model.named_parameters()) grads[name] = p.grad().clone();
-  return grads;
 }
 
 }  // namespace
