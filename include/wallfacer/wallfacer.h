@@ -29,6 +29,7 @@
 #include "wallfacer/parallel/block_attention.h"
 #include "wallfacer/parallel/sp_attention.h"
 #include "wallfacer/parallel/tensor_parallel.h"
+#include "wallfacer/parallel/vocab_parallel.h"
 #include "wallfacer/comm/group.h"
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/comm/traffic.h"

@@ -4,6 +4,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/ops/linalg.h"
+#include "wallfacer/parallel/vocab_parallel.h"
 
 namespace wf::parallel {
 namespace {
@@ -69,6 +70,12 @@ std::shared_ptr<nn::Linear> TensorParallelLayers::linear(const nn::LinearOptions
     case nn::LinearRole::replicated: break;
   }
   return std::make_shared<nn::Linear>(options);
+}
+
+std::shared_ptr<nn::Embedding> TensorParallelLayers::embedding(const nn::EmbeddingOptions& options,
+                                                               nn::EmbeddingRole role) const {
+  if (role == nn::EmbeddingRole::vocabulary) return std::make_shared<VocabParallelEmbedding>(options, *tp_);
+  return std::make_shared<nn::Embedding>(options);
 }
 
 }  // namespace wf::parallel

@@ -23,7 +23,16 @@ class Embedding : public Module {
   virtual Tensor forward(const Tensor& ids);
 
   const Tensor& weight() const { return weight_; }
+  // The whole table's options: with vocabulary parallelism, weight() is this rank's rows of it.
   const EmbeddingOptions& options() const { return options_; }
+
+ protected:
+  // For the vocabulary-parallel subclass (parallel/vocab_parallel.h): `options` describe the
+  // whole table and this rank holds the rows of weight that `weight_shard` says. The shard's
+  // global shape may have more rows than num_embeddings (a vocabulary padded to split evenly):
+  // the real rows are drawn as exactly those rows of the whole table's initial weight
+  // (normal_init_shard), the padded ones (index >= num_embeddings) are zeros.
+  Embedding(const EmbeddingOptions& options, const ParameterShard& weight_shard);
 
  private:
   EmbeddingOptions options_;

@@ -71,12 +71,14 @@ class RowParallelLinear : public nn::Linear {
 
 // The layer factory of a tensor-parallel model: linear() gives a ColumnParallelLinear (output
 // left split) for LinearRole::column, a RowParallelLinear taking the split input for
-// LinearRole::row, and the plain Linear for LinearRole::replicated. Embeddings and norms are
-// the plain (replicated) ones: a vocabulary-parallel embedding is not here yet.
+// LinearRole::row, and the plain Linear for LinearRole::replicated. embedding() gives a
+// VocabParallelEmbedding (vocab_parallel.h) for EmbeddingRole::vocabulary and the plain
+// Embedding otherwise (positions); norms are the plain (replicated) ones.
 class TensorParallelLayers : public nn::LayerFactory {
  public:
   explicit TensorParallelLayers(comm::Group& tp) : tp_(&tp) {}
   std::shared_ptr<nn::Linear> linear(const nn::LinearOptions& options, nn::LinearRole role) const override;
+  std::shared_ptr<nn::Embedding> embedding(const nn::EmbeddingOptions& options, nn::EmbeddingRole role) const override;
   comm::Group& group() const { return *tp_; }
 
  private:

@@ -1,0 +1,203 @@
+// Vocabulary-parallel embedding and cross-entropy (vocab_parallel.h).
+#include "wallfacer/parallel/vocab_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "src/ops/common.h"
+#include "wallfacer/autograd/function.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/ops/arithmetic.h"
+#include "wallfacer/ops/embedding.h"
+#include "wallfacer/parallel/tensor_parallel.h"
+
+namespace wf::parallel {
+namespace {
+
+using autograd::Context;
+using autograd::TensorList;
+
+constexpr const char* kLoss = "vocab_parallel_cross_entropy";
+
+nn::ParameterShard vocab_rows(const nn::EmbeddingOptions& options, comm::Group& tp) {
+  WF_CHECK(options.num_embeddings > 0 && options.dim > 0,
+           "VocabParallelEmbedding: num_embeddings and dim must be positive, got {} and {}", options.num_embeddings,
+           options.dim);
+  return nn::ParameterShard::split(tp.name(), {padded_vocab_size(options.num_embeddings, tp.size()), options.dim}, 0,
+                                   tp.size(), tp.rank());
+}
+
+// Validates every target before any collective (the targets are replicated, so every rank
+// throws alike or none does) and counts those that are not ignored.
+std::int64_t checked_count(std::int64_t rows, const std::int64_t* targets, std::int64_t vocab_size,
+                           std::int64_t ignore_index) {
+  std::int64_t count = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t t = targets[r];
+    if (t == ignore_index) continue;
+    WF_CHECK(t >= 0 && t < vocab_size,
+             "{}: target {} of row {} is outside the vocabulary [0, {}) and is not ignore_index ({}); "
+             "fix the labels or mark padding with ignore_index",
+             kLoss, t, r, vocab_size, ignore_index);
+    ++count;
+  }
+  return count;
+}
+
+// The loss is a function of every rank's shard, computed identically (replicated) on each, so
+// by collectives.h's convention it is counted once and each shard's gradient is its own slice
+// of the whole gradient: the backward needs no communication.
+class VocabParallelCrossEntropy final : public autograd::Function {
+ public:
+  VocabParallelCrossEntropy(comm::Group& tp, std::int64_t vocab_size, std::int64_t ignore_index,
+                            LossReduction reduction)
+      : tp_(&tp), vocab_size_(vocab_size), ignore_index_(ignore_index), reduction_(reduction) {}
+
+  // inputs: logits_shard [rows, k] (any leading shape), targets i64 [rows]
+  TensorList forward(Context& ctx, const TensorList& in) override {
+    const Tensor& targets = in[1];
+    const std::int64_t rows = ops::rows_of(in[0].shape()), k = in[0].size(-1);
+    const std::int64_t* tgt = targets.data<std::int64_t>();
+    count_ = checked_count(rows, tgt, vocab_size_, ignore_index_);
+    // Per row, in double: the max, then [sum of exp(x - max) | the target logit].
+    Tensor max = Tensor::empty({rows}, DType::f64), sums = Tensor::zeros({2 * rows}, DType::f64);
+    double* mx = max.data<double>();
+    double* sum_exp = sums.data<double>();
+    double* target_logit = sum_exp + rows;
+    const std::int64_t start = tp_->rank() * k, own = real_columns(k);
+    ops::compute_in(kLoss, in[0].dtype(), {in[0]}, [&](auto tag, const TensorList& c) {
+      using T = decltype(tag);
+      const T* x = c[0].data<T>();
+      for (std::int64_t r = 0; r < rows; ++r) {
+        double m = -std::numeric_limits<double>::infinity();  // a rank holding only padding
+        for (std::int64_t j = 0; j < own; ++j) m = std::max(m, static_cast<double>(x[r * k + j]));
+        mx[r] = m;
+      }
+      tp_->all_reduce(max, comm::ReduceOp::max);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        double s = 0.0;
+        for (std::int64_t j = 0; j < own; ++j) s += std::exp(static_cast<double>(x[r * k + j]) - mx[r]);
+        sum_exp[r] = s;
+        const std::int64_t t = tgt[r] - start;
+        if (tgt[r] != ignore_index_ && t >= 0 && t < k) target_logit[r] = static_cast<double>(x[r * k + t]);
+      }
+      return Tensor();
+    });
+    tp_->all_reduce(sums);
+    Tensor lse = Tensor::empty({rows}, DType::f64);
+    double* l = lse.data<double>();
+    double total = 0.0;  // in row order, as the single-device kernel sums
+    for (std::int64_t r = 0; r < rows; ++r) {
+      l[r] = mx[r] + std::log(sum_exp[r]);
+      if (tgt[r] != ignore_index_) total += l[r] - target_logit[r];
+    }
+    ctx.save_for_backward({in[0], targets, lse});
+    // The mean of no targets is 0, as wf::cross_entropy defines it (and the gradient is 0).
+    const double loss = reduction_ == LossReduction::sum ? total : count_ > 0 ? total / double(count_) : 0.0;
+    return {Tensor::scalar(loss, in[0].dtype())};
+  }
+
+  TensorList backward(Context& ctx, const TensorList& grad) override {
+    if (!ctx.needs_input_grad(0)) return {Tensor(), Tensor()};
+    const TensorList& s = ctx.saved();  // logits_shard, targets, lse
+    const std::int64_t rows = ops::rows_of(s[0].shape()), k = s[0].size(-1);
+    const std::int64_t* tgt = s[1].data<std::int64_t>();
+    const double* lse = s[2].data<double>();
+    const double scale = reduction_ == LossReduction::sum ? grad[0].item()
+                         : count_ > 0                     ? grad[0].item() / double(count_)
+                                                          : 0.0;
+    const std::int64_t start = tp_->rank() * k, own = real_columns(k);
+    Tensor dlogits = ops::compute_in(kLoss, s[0].dtype(), {s[0]}, [&](auto tag, const TensorList& c) {
+      using T = decltype(tag);
+      const T* x = c[0].data<T>();
+      Tensor d = Tensor::zeros(c[0].shape(), dtype_v<T>);  // ignored rows and padded columns stay 0
+      T* dx = d.data<T>();
+      for (std::int64_t r = 0; r < rows; ++r) {
+        if (tgt[r] == ignore_index_) continue;
+        for (std::int64_t j = 0; j < own; ++j) {
+          dx[r * k + j] = static_cast<T>(std::exp(static_cast<double>(x[r * k + j]) - lse[r]) * scale);
+        }
+        // p - 1 as expm1, like the single-device kernel: near 1 the difference would round away.
+        const std::int64_t t = tgt[r] - start;
+        if (t >= 0 && t < k) dx[r * k + t] = static_cast<T>(std::expm1(static_cast<double>(x[r * k + t]) - lse[r]) * scale);
+      }
+      return d;
+    });
+    return {dlogits, Tensor()};
+  }
+
+  std::string name() const override { return kLoss; }
+
+ private:
+  // How many of this rank's k columns are real vocabulary (the rest, at the end, are padding).
+  std::int64_t real_columns(std::int64_t k) const {
+    return std::clamp(vocab_size_ - tp_->rank() * k, std::int64_t{0}, k);
+  }
+
+  comm::Group* tp_;
+  std::int64_t vocab_size_;
+  std::int64_t ignore_index_;
+  LossReduction reduction_;
+  std::int64_t count_ = 0;
+};
+
+}  // namespace
+
+std::int64_t padded_vocab_size(std::int64_t vocab, int parts) {
+  WF_CHECK(vocab > 0 && parts > 0, "padded_vocab_size: need a positive vocabulary and part count, got {} and {}",
+           vocab, parts);
+  return (vocab + parts - 1) / parts * parts;
+}
+
+VocabParallelEmbedding::VocabParallelEmbedding(const nn::EmbeddingOptions& options, comm::Group& tp)
+    : nn::Embedding(options, vocab_rows(options, tp)), tp_(&tp) {}
+
+Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
+  const std::int64_t vocab = options().num_embeddings, start = vocab_start(), rows = weight().size(0);
+  WF_CHECK(ids.defined() && (ids.dtype() == DType::i64 || ids.dtype() == DType::i32),
+           "VocabParallelEmbedding({}, {}): ids must be i64 or i32, got {}", vocab, options().dim,
+           ids.defined() ? dtype_name(ids.dtype()) : "(undefined)");
+  // The ids are replicated: each rank maps those it holds to its local rows and the others to
+  // row 0 with a zero mask, so they add exactly zero to the output and to row 0's gradient.
+  const Tensor global = ids.to(DType::i64);
+  const std::int64_t* g = global.data<std::int64_t>();
+  Shape mask_shape = global.shape();
+  mask_shape.push_back(1);
+  Tensor local = Tensor::empty(global.shape(), DType::i64), mask = Tensor::empty(mask_shape, DType::f64);
+  std::int64_t* li = local.data<std::int64_t>();
+  double* m = mask.data<double>();
+  for (std::int64_t i = 0; i < global.numel(); ++i) {
+    // Checked on every rank before the all-reduce, so all throw alike.
+    WF_CHECK(g[i] >= 0 && g[i] < vocab, "VocabParallelEmbedding({}, {}): id {} at flat index {} is outside [0, {})",
+             vocab, options().dim, g[i], i, vocab);
+    const bool mine = g[i] >= start && g[i] < start + rows;
+    li[i] = mine ? g[i] - start : 0;
+    m[i] = mine ? 1.0 : 0.0;
+  }
+  return reduce_from_tp(*tp_, mul(embedding(local, weight()), mask.to(weight().dtype())));
+}
+
+Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& targets, comm::Group& tp,
+                                    std::int64_t vocab_size, std::int64_t ignore_index, LossReduction reduction) {
+  ops::check_floating(kLoss, logits_shard, "logits_shard");
+  ops::check_cpu(kLoss, logits_shard);
+  ops::check_min_dim(kLoss, logits_shard, 1, "logits_shard");
+  ops::check_defined(kLoss, targets, "targets");
+  ops::check_cpu(kLoss, targets);
+  WF_CHECK(targets.dtype() == DType::i64 || targets.dtype() == DType::i32,
+           "{}: targets have dtype {}, but class indices must be i64 (or i32)", kLoss, dtype_name(targets.dtype()));
+  const std::int64_t padded = padded_vocab_size(vocab_size, tp.size());
+  WF_CHECK(logits_shard.size(-1) * tp.size() == padded,
+           "{}: logits_shard of shape {} must end in {} columns: a vocabulary of {} padded to {} over the {} ranks "
+           "of group '{}'",
+           kLoss, shape_str(logits_shard.shape()), padded / tp.size(), vocab_size, padded, tp.size(), tp.name());
+  const Shape expected(logits_shard.shape().begin(), logits_shard.shape().end() - 1);
+  WF_CHECK(targets.shape() == expected, "{}: targets of shape {} do not match logits_shard of shape {}; expected {}",
+           kLoss, shape_str(targets.shape()), shape_str(logits_shard.shape()), shape_str(expected));
+  return autograd::apply_function(std::make_shared<VocabParallelCrossEntropy>(tp, vocab_size, ignore_index, reduction),
+                                  {logits_shard, targets.to(DType::i64)})[0];
+}
+
+}  // namespace wf::parallel
