@@ -169,21 +169,51 @@ void AdamW::load_state_dict(const nn::StateDict& state) {
   }
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+namespace {
+
+// Σ g² of a parameter's gradient in f64; 0 without one.
+double grad_sum_of_squares(const Tensor& param) {
+  const Tensor g = param.grad();
+  if (!g.defined()) return 0.0;
+  return dispatch_float(g.dtype(), "clip_grad_norm", [&](auto tag) {
+    using T = decltype(tag);
+    return kernels::cpu::sum_of_squares<T>(g.numel(), g.data<T>());
+  });
+}
+
+// Scales the gradients so that their norm `norm` is at most max_norm; returns norm.
+double clip_to(const std::vector<Tensor>& params, double norm, double max_norm) {
   WF_CHECK(max_norm >= 0.0, "clip_grad_norm: max_norm must be >= 0, got {}", max_norm);
-  double sum_sq = 0.0;
-  for (const Tensor& p : params) {
-    const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    sum_sq += dispatch_float(g.dtype(), "clip_grad_norm", [&](auto tag) {
-      using T = decltype(tag);
-      return kernels::cpu::sum_of_squares<T>(g.numel(), g.data<T>());
-    });
-  }
-  const double norm = std::sqrt(sum_sq);
   const double coefficient = kernels::cpu::clip_coefficient(norm, max_norm);
   if (!(coefficient >= 1.0)) scale_gradients(params, coefficient);  // also when NaN, as PyTorch does
   return norm;
+}
+
+}  // namespace
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  double sum_sq = 0.0;
+  for (const Tensor& p : params) sum_sq += grad_sum_of_squares(p);
+  return clip_to(params, std::sqrt(sum_sq), max_norm);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
+                      comm::Group& tp, double max_norm) {
+  WF_CHECK(shards.size() == params.size(), "clip_grad_norm: {} shard descriptions for {} parameters",
+           shards.size(), params.size());
+  // [0]: the split parameters' squares (summed over tp), [1]: the replicated ones' (counted once).
+  Tensor sums = Tensor::zeros({2}, DType::f64);
+  double* s = sums.data<double>();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const bool split = shards[i].is_sharded();
+    WF_CHECK(!split || shards[i].parts == tp.size(),
+             "clip_grad_norm: parameter {} is split in {} parts ({}), but the tensor-parallel group has {} ranks", i,
+             shards[i].parts, nn::shard_str(shards[i]), tp.size());
+    s[split ? 0 : 1] += grad_sum_of_squares(params[i]);
+  }
+  Tensor split_sum = sums.slice0(0, 1).clone();
+  if (tp.size() > 1) tp.all_reduce(split_sum);
+  return clip_to(params, std::sqrt(split_sum.item() + s[1]), max_norm);
 }
 
 void scale_gradients(const std::vector<Tensor>& params, double factor) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <memory>
 
 #include "dist_testing.h"
@@ -17,6 +18,7 @@
 #include "wallfacer/ops/reduction.h"
 #include "wallfacer/ops/shape_ops.h"
 #include "wallfacer/parallel/tensor_parallel.h"
+#include "wallfacer/train/optimizer.h"
 
 using wf::DType;
 using wf::Shape;
@@ -211,4 +213,46 @@ TEST_CASE("tp SelfAttention refuses a factory that splits qkv until heads are sp
   o.layers = layers;
   CHECK_THROWS_WITH(wf::nn::SelfAttention(o), Catch::Contains("splitting attention heads over tensor parallelism is "
                                                               "not implemented yet"));
+}
+
+TEST_CASE("tp clip_grad_norm: split parameters counted once per shard, replicated ones once", "[dist][tp]") {
+  auto group = world_group("t.tp.clip");
+  const auto layers = std::make_shared<wf::parallel::TensorParallelLayers>(*group);
+  // SwiGLU: gate and up split by rows (with biases), down split by columns, down's bias replicated.
+  wf::nn::MLPOptions options{.d_model = 8, .d_ff = 24, .init_std = 0.2, .out_init_std = 0.1, .seed = 19};
+  wf::nn::SwiGLU reference(options);
+  options.layers = layers;
+  wf::nn::SwiGLU parallel(options);
+  reference.to(kF64);
+  parallel.to(kF64);
+  const Tensor x = Tensor::randn_at({2, 3, 8}, kInputSeed, 0, kF64);
+  const Tensor w = Tensor::randn_at({2, 3, 8}, kWeightSeed, 0, kF64);
+  backward_weighted_sum(reference.forward(x), w);
+  backward_weighted_sum(parallel.forward(x), w);
+
+  std::vector<wf::nn::ParameterShard> shards;
+  for (const auto& [name, shard] : parallel.named_parameter_shards()) shards.push_back(shard);
+  const double inf = std::numeric_limits<double>::infinity();
+  const double whole = wf::train::clip_grad_norm(reference.parameters(), inf);
+  const double split = wf::train::clip_grad_norm(parallel.parameters(), shards, *group, inf);
+  INFO("single-process norm " << whole << ", tensor-parallel " << split << " on " << group->size() << " ranks");
+  CHECK(std::abs(split - whole) <= 1e-12 * whole);
+
+  // Clipping to half the norm scales every shard like the whole model's gradient.
+  CHECK(wf::train::clip_grad_norm(reference.parameters(), whole / 2) == whole);
+  CHECK(std::abs(wf::train::clip_grad_norm(parallel.parameters(), shards, *group, whole / 2) - whole) <= 1e-12 * whole);
+  const auto ref_params = reference.named_parameters(), tp_params = parallel.named_parameters();
+  for (std::size_t i = 0; i < tp_params.size(); ++i) {
+    INFO(tp_params[i].first);
+    CHECK(mismatch(tp_params[i].second.grad(), slice_of(ref_params[i].second.grad(), shards[i]), 1e-12) == "");
+  }
+  // A shard split over another number of ranks than the group has is a bug, and is named.
+  std::vector<wf::nn::ParameterShard> wrong = shards;
+  for (auto& s : wrong) {
+    if (s.is_sharded()) s.parts = group->size() + 1;
+  }
+  if (group->size() > 1) {
+    CHECK_THROWS_WITH(wf::train::clip_grad_norm(parallel.parameters(), wrong, *group, inf),
+                      Catch::Contains("but the tensor-parallel group has"));
+  }
 }

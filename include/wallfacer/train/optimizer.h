@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "wallfacer/comm/group.h"
 #include "wallfacer/core/tensor.h"
+#include "wallfacer/nn/parameter_shard.h"
 #include "wallfacer/nn/state_dict.h"
 
 namespace wf::train {
@@ -66,6 +68,14 @@ class AdamW {
 // clip_grad_norm_. Returns the norm before clipping, accumulated in f64 in a fixed order.
 // A non-finite norm makes the grads non-finite too (check the returned norm to skip a step).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// The same for a model whose parameters may be split over a tensor-parallel group: shards[i] is
+// params[i]'s layout (nn::Module::named_parameter_shards). A parameter split over `tp` adds its
+// shard's squares, summed over tp (each shard counted once); a replicated one adds its squares
+// once in total (every tp rank holds the same). The norm is the single-process model's and the
+// same on every tp rank, so all of them clip alike. wf::Error for a shard split over another
+// number of ranks than tp has.
+double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
+                      comm::Group& tp, double max_norm);
 // grads *= factor in place (undefined grads are skipped): the trainer's 1 / (global count)
 // normalisation of summed losses, and clipping.
 void scale_gradients(const std::vector<Tensor>& params, double factor);
