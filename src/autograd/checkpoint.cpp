@@ -19,32 +19,14 @@ class CheckpointFunction final : public Function {
   }
 
   TensorList backward(Context& ctx, const TensorList& grad_outputs) override {
-    // Fresh leaves for the recompute, so its backward stops at them.
-    TensorList inputs;
-    for (std::size_t i = 0; i < ctx.saved().size(); ++i) {
-      const Tensor& saved = ctx.saved()[i];
-      Tensor leaf = saved.defined() ? saved.detach() : Tensor();
-      if (leaf.defined() && ctx.needs_input_grad(i)) leaf.set_requires_grad(true);
-      inputs.push_back(leaf);
-    }
-
+    const TensorList inputs = recompute_inputs(ctx, ctx.saved());
     TensorList outputs;
     {
-      const Generator::State resume = default_generator().state();
-      default_generator().set_state(rng_state_);
+      const ReplayedGenerator rng(rng_state_);
       EnableGradGuard grad;
       outputs = fn_(inputs);
-      default_generator().set_state(resume);
     }
-
-    TensorList roots, grads;
-    for (std::size_t i = 0; i < outputs.size() && i < grad_outputs.size(); ++i) {
-      if (outputs[i].requires_grad()) {
-        roots.push_back(outputs[i]);
-        grads.push_back(grad_outputs[i]);
-      }
-    }
-    if (!roots.empty()) autograd::backward(roots, grads);
+    backward_recomputed(outputs, grad_outputs);
 
     TensorList input_grads;
     for (const auto& leaf : inputs) input_grads.push_back(leaf.defined() ? leaf.grad() : Tensor());
@@ -59,6 +41,28 @@ class CheckpointFunction final : public Function {
 };
 
 }  // namespace
+
+TensorList recompute_inputs(const Context& ctx, const TensorList& saved) {
+  TensorList inputs;
+  inputs.reserve(saved.size());
+  for (std::size_t i = 0; i < saved.size(); ++i) {
+    Tensor leaf = saved[i].defined() ? saved[i].detach() : Tensor();
+    if (leaf.defined() && ctx.needs_input_grad(i)) leaf.set_requires_grad(true);
+    inputs.push_back(leaf);
+  }
+  return inputs;
+}
+
+void backward_recomputed(const TensorList& outputs, const TensorList& grads) {
+  TensorList roots, root_grads;
+  for (std::size_t i = 0; i < outputs.size() && i < grads.size(); ++i) {
+    if (outputs[i].defined() && outputs[i].requires_grad()) {
+      roots.push_back(outputs[i]);
+      root_grads.push_back(grads[i]);
+    }
+  }
+  if (!roots.empty()) backward(roots, root_grads);
+}
 
 TensorList checkpoint(CheckpointFn fn, const TensorList& inputs) {
   return apply_function(std::make_shared<CheckpointFunction>(std::move(fn)), inputs);

@@ -1,5 +1,6 @@
 #include "wallfacer/nn/attention_checkpoint.h"
 
+#include "wallfacer/autograd/checkpoint.h"
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/autograd/grad_mode.h"
@@ -18,53 +19,12 @@ Tensor leaf(const Tensor& t) {
   return l;
 }
 
-// The inputs for a recompute: a leaf for each input whose gradient the graph needs; the others
-// (a frozen conditioning, integer positions or labels, undefined ones) detached, untouched.
-TensorList leaves(const TensorList& inputs, const autograd::Context& ctx) {
-  TensorList out;
-  out.reserve(inputs.size());
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor& t = inputs[i];
-    const bool needed = t.defined() && is_floating(t.dtype()) && ctx.needs_input_grad(i);
-    out.push_back(needed ? leaf(t) : t.defined() ? t.detach() : t);
-  }
-  return out;
-}
-
-// Backpropagates `grads` into the outputs that take part in the graph (an output that needs
-// no gradient, e.g. a constant or an integer one, is skipped).
-void backward_through(const TensorList& outputs, const TensorList& grads) {
-  TensorList roots, root_grads;
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
-    if (outputs[i].defined() && outputs[i].requires_grad()) {
-      roots.push_back(outputs[i]);
-      root_grads.push_back(grads[i]);
-    }
-  }
-  if (!roots.empty()) autograd::backward(roots, root_grads);
-}
-
 // a + b where either may be undefined (an input that one half of the block does not read).
 Tensor sum_defined(const Tensor& a, const Tensor& b) {
   if (!a.defined()) return b;
   if (!b.defined()) return a;
   return add(a, b);
 }
-
-// Sets the default generator to `state` for a scope and restores where it was, also when the
-// recompute throws: the rest of training must not see the replayed draws.
-class ReplayRng {
- public:
-  explicit ReplayRng(Generator::State state) : resume_(default_generator().state()) {
-    default_generator().set_state(state);
-  }
-  ~ReplayRng() { default_generator().set_state(resume_); }
-  ReplayRng(const ReplayRng&) = delete;
-  ReplayRng& operator=(const ReplayRng&) = delete;
-
- private:
-  Generator::State resume_;
-};
 
 // The block as one graph node (see the header). forward runs with grad mode off, so nothing
 // inside it is kept; backward recomputes the two parts around attention, each from fresh
@@ -92,27 +52,27 @@ class AttentionOutputCheckpoint final : public autograd::Function {
     const AttentionResult saved{saved_all[saved_all.size() - 2], saved_all[saved_all.size() - 1]};
 
     // After attention: d_outputs → d_out, the inputs' share through `after`, its weight grads.
-    const TensorList in_after = leaves(inputs, ctx);
+    const TensorList in_after = autograd::recompute_inputs(ctx, inputs);
     const Tensor out = leaf(saved.out);
     TensorList outputs;
     {
-      const ReplayRng rng(after_rng_);
+      const ReplayedGenerator rng(after_rng_);
       autograd::EnableGradGuard record;
       outputs = split_.after(in_after, out);
     }
-    backward_through(outputs, grad);
+    autograd::backward_recomputed(outputs, grad);
 
     // Before attention, with attention replayed (not run): d_out → the inputs' share through
     // `before` and its weight grads. lse gets no gradient (the engine hands the replay zeros).
-    const TensorList in_before = leaves(inputs, ctx);
+    const TensorList in_before = autograd::recompute_inputs(ctx, inputs);
     AttentionResult replayed;
     {
-      const ReplayRng rng(before_rng_);
+      const ReplayedGenerator rng(before_rng_);
       autograd::EnableGradGuard record;
       const AttentionHeads heads = split_.before(in_before);
       replayed = split_.strategy->replay(heads.q, heads.k, heads.v, split_.options, saved);
     }
-    if (out.grad().defined()) backward_through({replayed.out}, {out.grad()});
+    if (out.grad().defined()) autograd::backward_recomputed({replayed.out}, {out.grad()});
 
     TensorList input_grads;
     for (std::size_t i = 0; i < inputs.size(); ++i) {

@@ -16,4 +16,14 @@ namespace wf::autograd {
 using CheckpointFn = std::function<TensorList(const TensorList&)>;
 TensorList checkpoint(CheckpointFn fn, const TensorList& inputs);
 
+// The two steps every recomputing Function's backward takes (checkpoint above,
+// nn::run_attention_block):
+// fresh inputs for the recompute: a leaf that requires grad where ctx needs input i's gradient
+// (its backward stops there and leaves the gradient), the others detached; undefined stay so.
+class Context;
+TensorList recompute_inputs(const Context& ctx, const TensorList& saved);
+// Backpropagates grads[i] into outputs[i] for the outputs that take part in the graph (an
+// output that needs no gradient, e.g. a constant or an integer one, is skipped).
+void backward_recomputed(const TensorList& outputs, const TensorList& grads);
+
 }  // namespace wf::autograd

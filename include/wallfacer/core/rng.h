@@ -47,4 +47,20 @@ class Generator {
 Generator& default_generator();
 void manual_seed(std::uint64_t seed);
 
+// Sets the default generator to `state` for a scope and restores where it was on leaving, also
+// when the scope throws: a recompute replays the forward's draws, and the rest of training must
+// not see them (activation checkpointing).
+class ReplayedGenerator {
+ public:
+  explicit ReplayedGenerator(Generator::State state) : resume_(default_generator().state()) {
+    default_generator().set_state(state);
+  }
+  ~ReplayedGenerator() { default_generator().set_state(resume_); }
+  ReplayedGenerator(const ReplayedGenerator&) = delete;
+  ReplayedGenerator& operator=(const ReplayedGenerator&) = delete;
+
+ private:
+  Generator::State resume_;
+};
+
 }  // namespace wf
