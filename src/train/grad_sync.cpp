@@ -72,13 +72,17 @@ void all_reduce_gradients(comm::Group& group, const std::vector<Tensor>& params,
   }
 }
 
-double normalise_gradients(comm::Group& group, const std::vector<Tensor>& params, double loss_sum, double count) {
-  Tensor totals = Tensor::from_vector(std::vector<double>{loss_sum, count}, {2});
+LossTotals sum_over(comm::Group& group, LossTotals local) {
+  Tensor totals = Tensor::from_vector(std::vector<double>{local.sum, local.count}, {2});
   if (group.size() > 1) group.all_reduce(totals);
-  const double global_sum = totals.data<double>()[0], global_count = totals.data<double>()[1];
-  const double normaliser = global_count > 0 ? 1.0 / global_count : 0.0;
+  return {totals.data<double>()[0], totals.data<double>()[1]};
+}
+
+double normalise_gradients(comm::Group& group, const std::vector<Tensor>& params, LossTotals local) {
+  const LossTotals total = sum_over(group, local);
+  const double normaliser = total.count > 0 ? 1.0 / total.count : 0.0;
   scale_gradients(params, normaliser);
-  return global_sum * normaliser;
+  return total.sum * normaliser;
 }
 
 }  // namespace wf::train

@@ -44,7 +44,9 @@ models::Batch ParallelTraining::shard(const Tensor& tokens, const Tensor& target
 double ParallelTraining::sync_gradients(const std::vector<Tensor>& params, const models::LossSum& local) {
   comm::Group& replicas = grid_->group("dp_sp");
   all_reduce_gradients(replicas, params);
-  return normalise_gradients(replicas, params, local.sum.item(), static_cast<double>(local.count));
+  LossTotals totals;
+  totals.add(local.sum.item(), local.count);
+  return normalise_gradients(replicas, params, totals);
 }
 
 }  // namespace wf::train

@@ -132,20 +132,13 @@ std::int64_t Trainer::tokens_per_step() const {
   return config::global_batch_sequences(config_) * config_.train.seq_len;
 }
 
-Trainer::LossTotals Trainer::sum_over_replicas(LossTotals local) {
-  Tensor t = Tensor::from_vector(std::vector<double>{local.sum, local.count}, {2});
-  if (replicas_.size() > 1) replicas_.all_reduce(t);
-  return {t.data<double>()[0], t.data<double>()[1]};
-}
-
 double Trainer::compute_gradients() {
   const std::int64_t accum = config::grad_accum_steps(config_);
   model_->train();
   LossTotals local;
   for (std::int64_t micro = 0; micro < accum; ++micro) {
     const models::LossSum loss = model_->loss_sum(models::token_batch(train_loader_->get(step_, micro)));
-    local.sum += loss.sum.item();
-    local.count += static_cast<double>(loss.count);
+    local.add(loss.sum.item(), loss.count);
     if (reducer_) reducer_->prepare(/*last_microbatch=*/micro + 1 == accum);
     // The gradient of the loss SUM: normalised below, once, by the global count.
     autograd::backward({loss.sum});
@@ -155,7 +148,7 @@ double Trainer::compute_gradients() {
   } else {
     all_reduce_gradients(replicas_, params_, grad_bucket_bytes_);
   }
-  return normalise_gradients(replicas_, params_, local.sum, local.count);
+  return normalise_gradients(replicas_, params_, local);
 }
 
 StepResult Trainer::apply_gradients(double loss) {
@@ -195,13 +188,11 @@ double Trainer::evaluate() {
   for (std::int64_t batch_index = 0; batch_index < config_.train.eval_batches; ++batch_index) {
     for (std::int64_t micro = 0; micro < accum; ++micro) {
       const models::LossSum loss = model_->loss_sum(models::token_batch(val_loader_->get(batch_index, micro)));
-      local.sum += loss.sum.item();
-      local.count += static_cast<double>(loss.count);
+      local.add(loss.sum.item(), loss.count);
     }
   }
   model_->train();
-  const LossTotals total = sum_over_replicas(local);
-  return total.count > 0 ? total.sum / total.count : 0.0;
+  return sum_over(replicas_, local).mean();
 }
 
 void Trainer::save_checkpoint() {

@@ -45,10 +45,23 @@ void unpack_gradients(const GradBucket& bucket, const Tensor& packed, const std:
 void all_reduce_gradients(comm::Group& group, const std::vector<Tensor>& params,
                           std::int64_t bucket_bytes = kDefaultBucketBytes);
 
-// After the gradients of loss SUMS were summed over `group`: sums this rank's loss sum and
-// element count over `group` (one all-reduce), divides every gradient by the global count
-// (Megatron's per-token loss normalisation) and returns the global mean loss. With a global
-// count of 0 (every target ignored) the loss and the gradients are 0.
-double normalise_gradients(comm::Group& group, const std::vector<Tensor>& params, double loss_sum, double count);
+// A loss sum and the number of elements counted into it, over microbatches (and ranks).
+struct LossTotals {
+  double sum = 0, count = 0;
+  void add(double loss_sum, std::int64_t elements) {
+    sum += loss_sum;
+    count += static_cast<double>(elements);
+  }
+  // The mean over the counted elements; 0 when none was counted (every target ignored).
+  double mean() const { return count > 0 ? sum / count : 0.0; }
+};
+// The totals summed over `group` (one all-reduce of both).
+LossTotals sum_over(comm::Group& group, LossTotals local);
+
+// After the gradients of loss SUMS were summed over `group`: sums the loss totals over `group`,
+// divides every gradient by the global count (Megatron's per-token loss normalisation) and
+// returns the global mean loss. With a global count of 0 (every target ignored) the loss and the
+// gradients are 0.
+double normalise_gradients(comm::Group& group, const std::vector<Tensor>& params, LossTotals local);
 
 }  // namespace wf::train

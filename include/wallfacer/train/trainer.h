@@ -101,12 +101,6 @@ class Trainer {
  private:
   void check_supported() const;
   void seed_generator(std::uint64_t offset);
-  // A loss sum and its element count, summed over ranks and microbatches.
-  struct LossTotals {
-    double sum = 0, count = 0;
-  };
-  // The totals over dp × sp (one all-reduce of both).
-  LossTotals sum_over_replicas(LossTotals local);
   void log_step(const StepResult& result, double val_loss);
   // Begins a logging interval whose traffic counts from `traffic`.
   void start_interval(TrafficSnapshot traffic);
