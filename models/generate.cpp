@@ -36,10 +36,7 @@ std::int64_t sample_token(const float* logits, std::int64_t vocab, double temper
 
 std::vector<std::uint32_t> generate(Model& model, const std::vector<std::uint32_t>& prompt, const GenerateOptions& options,
                                     const std::function<void(std::uint32_t)>& on_token) {
-  WF_USER_CHECK(model.has_logits(),
-                "model '{}' does not predict tokens (it has no logits), so it cannot generate text; wallfacer "
-                "generate serves language models such as gpt and llama",
-                model.name());
+  require_logits(model);
   WF_CHECK(!prompt.empty(), "generate: the prompt is empty; give at least one token");
   const std::int64_t vocab = model.vocab_size();
   const std::int64_t window = model.max_context() > 0 ? model.max_context() : std::numeric_limits<std::int64_t>::max();

@@ -51,10 +51,16 @@ Batch token_batch(Tensor tokens, Tensor targets, Tensor positions) {
 
 Batch token_batch(const data::Batch& batch) { return token_batch(batch.inputs, batch.targets, batch.positions); }
 
+void require_logits(const Model& model) {
+  WF_USER_CHECK(model.has_logits(),
+                "model '{}' does not predict tokens (it has no logits), so it cannot generate text; wallfacer "
+                "generate serves language models such as gpt and llama",
+                model.name());
+}
+
 Tensor Model::logits(const Tensor& /*ids*/, const Tensor& /*positions*/) {
-  WF_FAIL("model '{}' does not predict tokens (it has no logits), so it cannot generate text; wallfacer generate "
-          "serves language models such as gpt and llama",
-          name());
+  require_logits(*this);
+  WF_FAIL("model '{}' says it has logits but does not override Model::logits", name());
 }
 
 StageOutput Model::forward_stage(const Batch& batch, const Tensor& /*hidden*/) {

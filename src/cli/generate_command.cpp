@@ -58,8 +58,7 @@ int generate(const GenerateCommandOptions& o) {
   }
   comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), 1, 0));
   const std::shared_ptr<models::Model> model = models::create(config, grid);
-  WF_USER_CHECK(model->has_logits(), "generate: model '{}' does not predict tokens (it has no logits), so it cannot "
-           "generate text; wallfacer generate serves language models such as gpt and llama", config.model.name);
+  models::require_logits(*model);  // before loading weights a model cannot use
   model->load_state_dict(checkpoint.model);
 
   const auto tokenizer = data::make_tokenizer(config::tokenizer_name(config.data.tokenizer), o.gpt2_dir);

@@ -104,6 +104,9 @@ class Model : public nn::Module {
   virtual StageOutput forward_stage(const Batch& batch, const Tensor& hidden);
 };
 
+// wf::UserError naming the model when it has no logits (it cannot generate text).
+void require_logits(const Model& model);
+
 // The sequence-parallel attention configuration a run uses: the strategy and sequence length
 // from the config, the layout from the mask (zigzag balances causal work, contiguous otherwise).
 // The data loader shards tokens with the same configuration (parallel::sp_shard).
