@@ -32,10 +32,9 @@ int train(const TrainOptions& o) {
   const config::RunConfig config = config::load_config(o.path, o.overrides);
   // The smallest machine of the job decides the memory check, so every rank reaches the same
   // verdict and message even on nodes of different sizes (the only collective before validate).
-  // (min as the max of the negation: the backends reduce with sum, max and avg.)
-  Tensor machine = Tensor::full({1}, -static_cast<double>(machine_memory_bytes()), DType::f64);
-  runtime.world().all_reduce(machine, comm::ReduceOp::max);
-  config::validate(config, runtime.world_size(), config::ValidateScope::this_machine, -machine.item());
+  Tensor machine = Tensor::full({1}, static_cast<double>(machine_memory_bytes()), DType::f64);
+  runtime.world().all_reduce(machine, comm::ReduceOp::min);
+  config::validate(config, runtime.world_size(), config::ValidateScope::this_machine, machine.item());
   log::info("config: {}", config::summary(config, runtime.world_size()));
   for (const std::string& note : config::notes(config)) log::warn("{}", note);
   // Rank 0 writes the checkpoints and the metrics: an unwritable directory fails the job now,

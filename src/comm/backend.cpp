@@ -11,6 +11,7 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::sum: return "sum";
     case ReduceOp::max: return "max";
     case ReduceOp::avg: return "avg";
+    case ReduceOp::min: return "min";
   }
   return "unknown";
 }

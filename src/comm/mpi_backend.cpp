@@ -27,7 +27,15 @@ MPI_Datatype reduction_type(DType dtype) {
 }
 
 // avg is a sum followed by a division: MPI has no average op.
-MPI_Op reduction_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
+MPI_Op reduction_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::min: return MPI_MIN;
+    case ReduceOp::sum:
+    case ReduceOp::avg: return MPI_SUM;
+  }
+  WF_FAIL("MPI: unknown reduce op {}", static_cast<int>(op));
+}
 
 void divide_in_place(Tensor& t, int divisor) {
   dispatch_float(t.dtype(), "all_reduce / reduce_scatter avg", [&](auto tag) {

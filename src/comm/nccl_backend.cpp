@@ -70,6 +70,7 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     case ReduceOp::sum: return ncclSum;
     case ReduceOp::max: return ncclMax;
     case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::min: return ncclMin;
   }
   WF_FAIL("nccl: unknown reduce op {}", static_cast<int>(op));
 }

@@ -19,7 +19,7 @@ using namespace wf::test;
 namespace {
 
 constexpr std::int64_t kRowCounts[] = {0, 1, 5, 700};  // 700 rows of f64 go past the eager limit
-constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::max, ReduceOp::avg};
+constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::max, ReduceOp::avg, ReduceOp::min};
 
 std::uint64_t seed_of(DType dtype, std::int64_t rows, int salt) {
   return 1000u * static_cast<std::uint64_t>(dtype) + 10u * static_cast<std::uint64_t>(rows) +
@@ -34,7 +34,9 @@ Tensor reduced_inputs(int ranks, const Shape& shape, DType dtype, std::uint64_t 
   double* a = acc.data<double>();
   for (int r = 1; r < ranks; ++r) {
     const std::vector<double> x = input_of(r, shape, dtype, seed).to_vector<double>();
-    for (std::size_t i = 0; i < x.size(); ++i) a[i] = op == ReduceOp::max ? std::max(a[i], x[i]) : a[i] + x[i];
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      a[i] = op == ReduceOp::max ? std::max(a[i], x[i]) : op == ReduceOp::min ? std::min(a[i], x[i]) : a[i] + x[i];
+    }
   }
   if (op == ReduceOp::avg) {
     for (std::int64_t i = 0; i < acc.numel(); ++i) a[i] /= ranks;
@@ -42,12 +44,14 @@ Tensor reduced_inputs(int ranks, const Shape& shape, DType dtype, std::uint64_t 
   return acc;
 }
 
-// max picks one of the inputs, so it is exact; sums and averages round.
-double tolerance_of(ReduceOp op, DType dtype) { return op == ReduceOp::max ? 0.0 : reduction_tolerance(dtype); }
+// max and min pick one of the inputs, so they are exact; sums and averages round.
+double tolerance_of(ReduceOp op, DType dtype) {
+  return op == ReduceOp::max || op == ReduceOp::min ? 0.0 : reduction_tolerance(dtype);
+}
 
 }  // namespace
 
-TEST_CASE("all_reduce: sum, max and avg for every dtype and size", "[dist][collectives]") {
+TEST_CASE("all_reduce: sum, max, avg and min for every dtype and size", "[dist][collectives]") {
   auto group = world_group("t.all_reduce");
   const int C = group->size();
   for (DType dtype : kDtypes) {

@@ -12,7 +12,7 @@
 
 namespace wf::comm {
 
-enum class ReduceOp { sum, max, avg };
+enum class ReduceOp { sum, max, avg, min };
 const char* reduce_op_name(ReduceOp op);
 
 // A pending non-blocking operation. wait() blocks until it completes (bounded by the watchdog);
