@@ -202,7 +202,7 @@ DecoderLM::DecoderLM(std::string name, const DecoderOptions& options)
       lm_head_ = register_module(
           "lm_head", layers.linear(nn::LinearOptions{.in_features = o.d_model, .out_features = o.vocab_size,
                                                      .bias = false, .init_std = o.init_std, .seed = child_seed("lm_head")},
-                                   nn::LinearRole::column));
+                                   nn::LinearRole::vocabulary));
     }
   }
 }
@@ -237,13 +237,15 @@ Tensor DecoderLM::run_blocks(Tensor x, const Tensor& positions) {
 
 Tensor DecoderLM::head(const Tensor& x) {
   const Tensor h = final_norm_->forward(x);
-  return lm_head_ ? lm_head_->forward(h) : linear(h, token_embedding_->weight());
+  // Vocabulary logits: split over the vocabulary under tensor parallelism (the factory reads them).
+  return lm_head_ ? lm_head_->forward(h) : token_embedding_->attend(h);
 }
 
 Tensor DecoderLM::forward(const Tensor& ids, const Tensor& positions) {
   WF_CHECK(options_.stage.whole(options_.n_layer), "{}: forward needs the whole model; this instance is a stage (use forward_stage)",
            name_);
-  return head(run_blocks(embed(ids, positions), positions));
+  return nn::layers_or_default(options_.layers)
+      .vocabulary_logits(head(run_blocks(embed(ids, positions), positions)), options_.vocab_size);
 }
 
 Tensor DecoderLM::forward(const Tensor& ids) {
@@ -275,7 +277,8 @@ StageOutput DecoderLM::forward_stage(const Batch& batch, const Tensor& hidden) {
   WF_CHECK(targets.dim() == 2 && targets.size(0) == x.size(0) && targets.size(1) == x.size(1),
            "{}: targets {} must be [batch, tokens] = [{}, {}]", name_, shape_str(targets.shape()), x.size(0),
            x.size(1));
-  return {Tensor(), LossSum{cross_entropy_sum(head(x), targets), count_targets(targets)}};
+  const nn::LayerFactory& layers = nn::layers_or_default(options_.layers);
+  return {Tensor(), LossSum{layers.vocabulary_loss_sum(head(x), targets, options_.vocab_size), count_targets(targets)}};
 }
 
 LossSum DecoderLM::loss_sum(const Batch& batch) {

@@ -4,6 +4,7 @@
 
 #include "wallfacer/nn/init.h"
 #include "wallfacer/ops/embedding.h"
+#include "wallfacer/ops/linalg.h"
 
 namespace wf::nn {
 
@@ -20,12 +21,10 @@ Embedding::Embedding(const EmbeddingOptions& options, const ParameterShard& weig
                (weight_shard.dim == -1 || weight_shard.dim == 0),
            "Embedding({}, {}): the weight shard ({}) must describe [rows >= {}, {}], whole or split by rows",
            options.num_embeddings, options.dim, shard_str(weight_shard), options.num_embeddings, options.dim);
-  // Element k of the table is stream element k whatever the row count, so the padded table's
-  // real rows are the whole table's bit for bit; only the padding is overwritten.
-  Tensor w = normal_init_shard(weight_shard, derive_seed(seed(), "weight"), options.init_std);
-  const std::int64_t first_pad = std::clamp(options.num_embeddings - weight_shard.start(), std::int64_t{0}, w.size(0));
-  std::fill(w.data<float>() + first_pad * options.dim, w.data<float>() + w.numel(), 0.0f);
-  weight_ = register_parameter("weight", std::move(w), weight_shard);
+  weight_ = register_parameter(
+      "weight",
+      normal_init_padded_rows(weight_shard, options.num_embeddings, derive_seed(seed(), "weight"), options.init_std),
+      weight_shard);
 }
 
 Embedding::Embedding(std::int64_t num_embeddings, std::int64_t dim, std::uint64_t seed)
@@ -36,6 +35,13 @@ Tensor Embedding::forward(const Tensor& ids) {
            "Embedding({}, {}): ids must be i64 or i32, got {}", options_.num_embeddings, options_.dim,
            dtype_name(ids.dtype()));
   return embedding(ids, weight_);
+}
+
+Tensor Embedding::attend(const Tensor& h) {
+  WF_CHECK(h.defined() && h.dim() >= 1 && h.size(-1) == options_.dim,
+           "Embedding({}, {}): attend needs hidden states ending in {} features, got {}", options_.num_embeddings,
+           options_.dim, options_.dim, h.defined() ? shape_str(h.shape()) : "undefined");
+  return linear(h, weight_);
 }
 
 }  // namespace wf::nn

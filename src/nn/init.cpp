@@ -72,4 +72,16 @@ Tensor normal_init_shard(const ParameterShard& shard, std::uint64_t stream_seed,
   return normal_init_slice(shard.global_shape, shard.dim, shard.start(), shard.length(), stream_seed, std);
 }
 
+Tensor normal_init_padded_rows(const ParameterShard& shard, std::int64_t real_rows, std::uint64_t stream_seed,
+                               double std) {
+  WF_CHECK(shard.global_shape.size() == 2 && shard.dim <= 0 && real_rows <= shard.global_shape[0],
+           "normal_init_padded_rows: the shard ({}) must be a whole or row-split matrix of at least {} rows",
+           shard_str(shard), real_rows);
+  Tensor w = normal_init_shard(shard, stream_seed, std);
+  const std::int64_t cols = shard.global_shape[1];
+  const std::int64_t first_pad = std::clamp(real_rows - shard.start(), std::int64_t{0}, w.size(0));
+  std::fill(w.data<float>() + first_pad * cols, w.data<float>() + w.numel(), 0.0f);
+  return w;
+}
+
 }  // namespace wf::nn

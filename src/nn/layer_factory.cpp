@@ -1,5 +1,7 @@
 #include "wallfacer/nn/layer_factory.h"
 
+#include "wallfacer/ops/loss.h"
+
 namespace wf::nn {
 
 const char* linear_role_name(LinearRole role) {
@@ -7,6 +9,7 @@ const char* linear_role_name(LinearRole role) {
     case LinearRole::column: return "column";
     case LinearRole::row: return "row";
     case LinearRole::replicated: return "replicated";
+    case LinearRole::vocabulary: return "vocabulary";
   }
   return "unknown";
 }
@@ -24,6 +27,16 @@ std::shared_ptr<Embedding> LayerFactory::embedding(const EmbeddingOptions& optio
 std::shared_ptr<Normalization> LayerFactory::norm(NormType type, std::int64_t dim, double eps) const {
   return make_norm(type, dim, eps);
 }
+
+Tensor LayerFactory::vocabulary_loss_sum(const Tensor& logits, const Tensor& targets,
+                                         std::int64_t vocab_size) const {
+  WF_CHECK(logits.defined() && logits.size(-1) == vocab_size,
+           "vocabulary_loss_sum: logits {} must end in the vocabulary's {} columns",
+           logits.defined() ? shape_str(logits.shape()) : "undefined", vocab_size);
+  return cross_entropy_sum(logits, targets);
+}
+
+Tensor LayerFactory::vocabulary_logits(const Tensor& logits, std::int64_t /*vocab_size*/) const { return logits; }
 
 const std::shared_ptr<const LayerFactory>& default_layer_factory() {
   static const std::shared_ptr<const LayerFactory> factory = std::make_shared<LayerFactory>();

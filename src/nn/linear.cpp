@@ -14,12 +14,22 @@ Linear::Linear(const LinearOptions& options, const ParameterShard& weight_shard,
   WF_CHECK(options.in_features > 0 && options.out_features > 0,
            "Linear: in_features and out_features must be positive, got in={} out={}", options.in_features,
            options.out_features);
-  WF_CHECK(weight_shard.global_shape == Shape({options.out_features, options.in_features}) &&
+  // A vocabulary head split by tp may hold padding rows past out_features (zeros, no bias);
+  // everything else describes exactly [out, in] and [out].
+  const Shape& global = weight_shard.global_shape;
+  const bool padded = global.size() == 2 && global[0] > options.out_features && global[1] == options.in_features &&
+                      weight_shard.dim <= 0 && !options.bias;
+  WF_CHECK((global == Shape({options.out_features, options.in_features}) || padded) &&
                bias_shard.global_shape == Shape({options.out_features}),
-           "Linear(in={}, out={}): the weight shard ({}) and bias shard ({}) must describe [out, in] and [out]",
+           "Linear(in={}, out={}): the weight shard ({}) and bias shard ({}) must describe [out, in] (or [rows > out, "
+           "in] split by rows, without bias) and [out]",
            options.in_features, options.out_features, shard_str(weight_shard), shard_str(bias_shard));
-  weight_ = register_parameter("weight", normal_init_shard(weight_shard, derive_seed(seed(), "weight"), options.init_std),
-                               weight_shard);
+  const std::uint64_t weight_seed = derive_seed(seed(), "weight");
+  weight_ = register_parameter(
+      "weight",
+      padded ? normal_init_padded_rows(weight_shard, options.out_features, weight_seed, options.init_std)
+             : normal_init_shard(weight_shard, weight_seed, options.init_std),
+      weight_shard);
   if (options.bias) bias_ = register_parameter("bias", Tensor::zeros(bias_shard.local_shape()), bias_shard);
 }
 

@@ -19,6 +19,11 @@ SelfAttention::SelfAttention(const SelfAttentionOptions& options)
   const std::int64_t qkv_width = (h + 2 * h_kv) * head_dim();
   const double out_std = options.out_init_std > 0 ? options.out_init_std : options.init_std;
   const LayerFactory& layers = layers_or_default(options.layers);
+  tp_ = layers.tensor_parallel_size();
+  WF_CHECK(tp_ >= 1 && h_kv % tp_ == 0,
+           "SelfAttention: tensor parallelism splits whole kv-head groups over tp = {}, but n_kv_head = {} is not a "
+           "multiple of it; use a tp that divides n_kv_head",
+           tp_, h_kv);
   qkv_ = register_module("qkv", layers.linear(LinearOptions{.in_features = d,
                                                             .out_features = qkv_width,
                                                             .bias = options.bias,
@@ -32,12 +37,12 @@ SelfAttention::SelfAttention(const SelfAttentionOptions& options)
                                                               .seed = child_seed("proj")},
                                                 LinearRole::row));
   dropout_ = register_module("dropout", std::make_shared<Dropout>(options.dropout));
-  // A tensor-parallel factory splits a column layer's rows; attention would then need its heads
-  // split too, which it does not do yet: refuse instead of computing with a partial qkv.
-  WF_CHECK(qkv_->weight().size(0) == qkv_width && proj_->weight().size(1) == d,
-           "SelfAttention: the layer factory split qkv or proj ([{}] and [{}]), but splitting attention heads over "
-           "tensor parallelism is not implemented yet; build attention with the plain layers",
-           fmt::join(qkv_->weight().shape(), ", "), fmt::join(proj_->weight().shape(), ", "));
+  // The factory must split qkv by rows and proj by columns tp ways, or not at all.
+  WF_CHECK(qkv_->weight().size(0) * tp_ == qkv_width && proj_->weight().size(1) * tp_ == d,
+           "SelfAttention: the layer factory says tp = {} but gave qkv [{}] and proj [{}]; expected [{}, {}] and "
+           "[{}, {}]",
+           tp_, fmt::join(qkv_->weight().shape(), ", "), fmt::join(proj_->weight().shape(), ", "), qkv_width / tp_, d,
+           d, d / tp_);
 }
 
 Tensor SelfAttention::forward(const Tensor& x, std::int64_t position_offset) {
@@ -72,10 +77,13 @@ SelfAttention::Heads SelfAttention::project(const Tensor& x, const Tensor& posit
   }
   WF_CHECK(!options_.rope || positions.defined(), "SelfAttention: rope is on but no positions were given");
 
-  const Tensor qkv = qkv_->forward(x);  // [B, T, (h + 2·h_kv)·hd]
-  Heads heads{reshape(narrow(qkv, 2, 0, h * hd), {batch, tokens, h, hd}),
-              reshape(narrow(qkv, 2, h * hd, h_kv * hd), {batch, tokens, h_kv, hd}),
-              reshape(narrow(qkv, 2, (h + h_kv) * hd, h_kv * hd), {batch, tokens, h_kv, hd})};
+  // [B, T, groups·(G + 2)·hd], groups = this rank's kv heads: each group's G query heads, its
+  // key head and its value head.
+  const std::int64_t groups = local_kv_heads(), G = h / h_kv;
+  const Tensor qkv = reshape(qkv_->forward(x), {batch, tokens, groups, G + 2, hd});
+  Heads heads{reshape(narrow(qkv, 3, 0, G), {batch, tokens, groups * G, hd}),
+              reshape(narrow(qkv, 3, G, 1), {batch, tokens, groups, hd}),
+              reshape(narrow(qkv, 3, G + 1, 1), {batch, tokens, groups, hd})};
   if (options_.rope) {
     heads.q = rope(heads.q, positions, options_.rope_theta);
     heads.k = rope(heads.k, positions, options_.rope_theta);
@@ -85,7 +93,7 @@ SelfAttention::Heads SelfAttention::project(const Tensor& x, const Tensor& posit
 
 Tensor SelfAttention::output(const Tensor& attention_out) {
   const std::int64_t batch = attention_out.size(0), tokens = attention_out.size(1);
-  return dropout_->forward(proj_->forward(reshape(attention_out, {batch, tokens, options_.d_model})));
+  return dropout_->forward(proj_->forward(reshape(attention_out, {batch, tokens, options_.d_model / tp_})));
 }
 
 AttentionOptions SelfAttention::attention_options(std::int64_t position_offset) const {

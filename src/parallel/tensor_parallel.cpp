@@ -4,6 +4,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/ops/linalg.h"
+#include "wallfacer/ops/shape_ops.h"
 #include "wallfacer/parallel/vocab_parallel.h"
 
 namespace wf::parallel {
@@ -26,6 +27,10 @@ void check_input(const char* layer, const Tensor& x, std::int64_t expected, cons
 
 }  // namespace
 
+Tensor column_parallel_input(comm::Group& tp, const Tensor& x) { return copy_to_tp(tp, x); }
+
+Tensor row_parallel_output(comm::Group& tp, const Tensor& partial) { return reduce_from_tp(tp, partial); }
+
 ColumnParallelLinear::ColumnParallelLinear(const nn::LinearOptions& options, comm::Group& tp, bool gather_output)
     : nn::Linear(options,
                  tp_slice("ColumnParallelLinear", "out_features", options.out_features, tp,
@@ -37,7 +42,7 @@ ColumnParallelLinear::ColumnParallelLinear(const nn::LinearOptions& options, com
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
   check_input("ColumnParallelLinear", x, options().in_features, "the whole input, replicated over the group");
   // The input is replicated and every rank uses it: its gradient is the sum of the ranks'.
-  const Tensor y = linear(copy_to_tp(*tp_, x), weight(), bias());
+  const Tensor y = linear(column_parallel_input(*tp_, x), weight(), bias());
   return gather_output_ ? gather_from_tp(*tp_, y) : y;
 }
 
@@ -58,7 +63,7 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
   }
   const Tensor own = input_is_parallel_ ? x : scatter_to_tp(*tp_, x);
   // The bias joins after the sum, so it is counted once rather than once per rank.
-  const Tensor y = reduce_from_tp(*tp_, linear(own, weight()));
+  const Tensor y = row_parallel_output(*tp_, linear(own, weight()));
   return bias().defined() ? add(y, bias()) : y;
 }
 
@@ -67,6 +72,7 @@ std::shared_ptr<nn::Linear> TensorParallelLayers::linear(const nn::LinearOptions
   switch (role) {
     case nn::LinearRole::column: return std::make_shared<ColumnParallelLinear>(options, *tp_, false);
     case nn::LinearRole::row: return std::make_shared<RowParallelLinear>(options, *tp_, true);
+    case nn::LinearRole::vocabulary: return std::make_shared<VocabParallelLinear>(options, *tp_);
     case nn::LinearRole::replicated: break;
   }
   return std::make_shared<nn::Linear>(options);
@@ -76,6 +82,16 @@ std::shared_ptr<nn::Embedding> TensorParallelLayers::embedding(const nn::Embeddi
                                                                nn::EmbeddingRole role) const {
   if (role == nn::EmbeddingRole::vocabulary) return std::make_shared<VocabParallelEmbedding>(options, *tp_);
   return std::make_shared<nn::Embedding>(options);
+}
+
+Tensor TensorParallelLayers::vocabulary_loss_sum(const Tensor& logits, const Tensor& targets,
+                                                 std::int64_t vocab_size) const {
+  return vocab_parallel_cross_entropy(logits, targets, *tp_, vocab_size, /*ignore_index=*/-100, LossReduction::sum);
+}
+
+Tensor TensorParallelLayers::vocabulary_logits(const Tensor& logits, std::int64_t vocab_size) const {
+  const Tensor whole = gather_from_tp(*tp_, logits);  // [..., V_pad]
+  return whole.size(-1) == vocab_size ? whole : narrow(whole, whole.dim() - 1, 0, vocab_size);
 }
 
 }  // namespace wf::parallel

@@ -11,6 +11,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/ops/embedding.h"
+#include "wallfacer/ops/linalg.h"
 #include "wallfacer/parallel/tensor_parallel.h"
 
 namespace wf::parallel {
@@ -177,6 +178,37 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
     m[i] = mine ? 1.0 : 0.0;
   }
   return reduce_from_tp(*tp_, mul(embedding(local, weight()), mask.to(weight().dtype())));
+}
+
+Tensor VocabParallelEmbedding::attend(const Tensor& h) {
+  WF_CHECK(h.defined() && h.dim() >= 1 && h.size(-1) == options().dim,
+           "VocabParallelEmbedding({}, {}): attend needs hidden states ending in {} features, got {}",
+           options().num_embeddings, options().dim, options().dim, h.defined() ? shape_str(h.shape()) : "undefined");
+  return linear(column_parallel_input(*tp_, h), weight());
+}
+
+namespace {
+
+nn::ParameterShard vocab_head_rows(const nn::LinearOptions& options, comm::Group& tp) {
+  WF_CHECK(options.in_features > 0 && options.out_features > 0 && !options.bias,
+           "VocabParallelLinear: the vocabulary head needs positive sizes and no bias, got in={} out={} bias={}",
+           options.in_features, options.out_features, options.bias);
+  return nn::ParameterShard::split(tp.name(), {padded_vocab_size(options.out_features, tp.size()), options.in_features},
+                                   0, tp.size(), tp.rank());
+}
+
+}  // namespace
+
+VocabParallelLinear::VocabParallelLinear(const nn::LinearOptions& options, comm::Group& tp)
+    : nn::Linear(options, vocab_head_rows(options, tp), nn::ParameterShard::replicated({options.out_features})),
+      tp_(&tp) {}
+
+Tensor VocabParallelLinear::forward(const Tensor& x) {
+  WF_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options().in_features,
+           "VocabParallelLinear(in={}, vocabulary {}): input of shape {} must end in {} features",
+           options().in_features, options().out_features, x.defined() ? shape_str(x.shape()) : "undefined",
+           options().in_features);
+  return linear(column_parallel_input(*tp_, x), weight());
 }
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& targets, comm::Group& tp,

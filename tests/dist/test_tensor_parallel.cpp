@@ -14,6 +14,7 @@
 #include "wallfacer/nn/init.h"
 #include "wallfacer/nn/mlp.h"
 #include "wallfacer/nn/self_attention.h"
+#include "wallfacer/nn/transformer_block.h"
 #include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/ops/reduction.h"
 #include "wallfacer/ops/shape_ops.h"
@@ -152,6 +153,53 @@ TEST_CASE("tp ColumnParallelLinear(gather_output) and RowParallelLinear(whole in
   CHECK(mismatch(row.forward(x), expected, 1e-12) == "");
 }
 
+namespace {
+
+using Forward = std::function<Tensor(wf::nn::Module&, const Tensor&)>;
+
+// `parallel` (built with TensorParallelLayers) against `reference` (the same options, plain
+// layers) on one input: the output, the input gradient and every parameter's gradient, which
+// must be this rank's slice of the reference's as the parameter's shard says.
+void check_matches_single_process(wf::nn::Module& reference, wf::nn::Module& parallel, const Forward& forward,
+                                  const Shape& input_shape, DType dtype, double tolerance) {
+  reference.to(dtype);
+  parallel.to(dtype);
+  const Tensor x0 = Tensor::randn_at(input_shape, kInputSeed, 0, dtype);
+  Tensor x_ref = x0.clone(), x_tp = x0.clone();
+  x_ref.set_requires_grad();
+  x_tp.set_requires_grad();
+  const Tensor y_ref = forward(reference, x_ref);
+  const Tensor y_tp = forward(parallel, x_tp);
+  CHECK(mismatch(y_tp, y_ref, tolerance) == "");
+
+  // The output is replicated: the same loss on every rank, counted once.
+  const Tensor w = Tensor::randn_at(y_ref.shape(), kWeightSeed, 0, dtype);
+  backward_weighted_sum(y_ref, w);
+  backward_weighted_sum(y_tp, w);
+  CHECK(mismatch(x_tp.grad(), x_ref.grad(), tolerance) == "");
+
+  // Every parameter's gradient is this rank's slice of the whole block's, and the shard says
+  // which slice (column layers: rows of weight and bias; row layers: weight columns).
+  const auto ref_params = reference.named_parameters();
+  const auto tp_params = parallel.named_parameters();
+  const auto shards = parallel.named_parameter_shards();
+  CHECK(tp_params.size() == ref_params.size());
+  for (std::size_t i = 0; i < std::min(tp_params.size(), ref_params.size()); ++i) {
+    INFO(tp_params[i].first << ": " << wf::nn::shard_str(shards[i].second));
+    CHECK(tp_params[i].first == ref_params[i].first);
+    CHECK(shards[i].second.global_shape == ref_params[i].second.shape());
+    CHECK(mismatch(tp_params[i].second.detach(), slice_of(ref_params[i].second.detach(), shards[i].second), 0) == "");
+    CHECK(mismatch(tp_params[i].second.grad(), slice_of(ref_params[i].second.grad(), shards[i].second), tolerance) ==
+          "");
+  }
+}
+
+// f32 to the brief's 1e-5, f64 to rounding (the row layer sums its partial products in
+// another order than one matmul does).
+const std::pair<DType, double> kPrecisions[] = {{DType::f32, 1e-5}, {kF64, 1e-12}};
+
+}  // namespace
+
 TEST_CASE("tp MLP and SwiGLU built with TensorParallelLayers match the single-process block", "[dist][tp]") {
   auto group = world_group("t.tp.mlp");
   const auto layers = std::make_shared<wf::parallel::TensorParallelLayers>(*group);
@@ -160,59 +208,66 @@ TEST_CASE("tp MLP and SwiGLU built with TensorParallelLayers match the single-pr
       {"MLP", [](const wf::nn::MLPOptions& o) { return std::make_shared<wf::nn::MLP>(o); }},
       {"SwiGLU", [](const wf::nn::MLPOptions& o) { return std::make_shared<wf::nn::SwiGLU>(o); }},
   };
-  // f32 to the brief's 1e-5, f64 to rounding (the row layer sums its partial products in
-  // another order than one matmul does).
-  const std::pair<DType, double> precisions[] = {{DType::f32, 1e-5}, {kF64, 1e-12}};
+  const Forward forward = [](wf::nn::Module& m, const Tensor& x) {
+    return dynamic_cast<wf::nn::FeedForward&>(m).forward(x);
+  };
   for (const auto& [block_name, make] : blocks) {
-    for (const auto& [dtype, tolerance] : precisions) {
+    for (const auto& [dtype, tolerance] : kPrecisions) {
       INFO(fmt::format("{} in {} on {} ranks", block_name, wf::dtype_name(dtype), group->size()));
       // d_ff = 24 divides over 1, 2, 3, 4 and 8 ranks.
       wf::nn::MLPOptions options{.d_model = 8, .d_ff = 24, .init_std = 0.2, .out_init_std = 0.1, .seed = 17};
       const auto reference = make(options);
       options.layers = layers;
       const auto parallel = make(options);
-      reference->to(dtype);
-      parallel->to(dtype);
-
-      const Tensor x0 = Tensor::randn_at({2, 3, 8}, kInputSeed, 0, dtype);
-      Tensor x_ref = x0.clone(), x_tp = x0.clone();
-      x_ref.set_requires_grad();
-      x_tp.set_requires_grad();
-      const Tensor y_ref = reference->forward(x_ref);
-      const Tensor y_tp = parallel->forward(x_tp);
-      CHECK(mismatch(y_tp, y_ref, tolerance) == "");
-
-      // The output is replicated: the same loss on every rank, counted once.
-      const Tensor w = Tensor::randn_at(y_ref.shape(), kWeightSeed, 0, dtype);
-      backward_weighted_sum(y_ref, w);
-      backward_weighted_sum(y_tp, w);
-      CHECK(mismatch(x_tp.grad(), x_ref.grad(), tolerance) == "");
-
-      // Every parameter's gradient is this rank's slice of the whole block's, and the shard says
-      // which slice (column layers: rows of weight and bias; row layers: weight columns).
-      const auto ref_params = reference->named_parameters();
-      const auto tp_params = parallel->named_parameters();
-      const auto shards = parallel->named_parameter_shards();
-      CHECK(tp_params.size() == ref_params.size());
-      for (std::size_t i = 0; i < std::min(tp_params.size(), ref_params.size()); ++i) {
-        INFO(tp_params[i].first << ": " << wf::nn::shard_str(shards[i].second));
-        CHECK(tp_params[i].first == ref_params[i].first);
-        CHECK(shards[i].second.global_shape == ref_params[i].second.shape());
-        CHECK(mismatch(tp_params[i].second.grad(), slice_of(ref_params[i].second.grad(), shards[i].second),
-                       tolerance) == "");
-      }
+      check_matches_single_process(*reference, *parallel, forward, {2, 3, 8}, dtype, tolerance);
     }
   }
 }
 
-TEST_CASE("tp SelfAttention refuses a factory that splits qkv until heads are split", "[dist][tp]") {
+TEST_CASE("tp SelfAttention and TransformerBlock split heads over tp and match the single-process layer",
+          "[dist][tp]") {
   auto group = world_group("t.tp.attention");
-  if (group->size() == 1) return;  // one rank: the factory splits nothing
+  const int P = group->size();
   const auto layers = std::make_shared<wf::parallel::TensorParallelLayers>(*group);
-  wf::nn::SelfAttentionOptions o{.d_model = 8 * group->size(), .n_head = 2 * group->size(), .seed = 3};
-  o.layers = layers;
-  CHECK_THROWS_WITH(wf::nn::SelfAttention(o), Catch::Contains("splitting attention heads over tensor parallelism is "
-                                                              "not implemented yet"));
+  // GQA with whole kv groups per rank: 2P query heads over P kv heads of head_dim 4; causal
+  // with rope, and bidirectional without.
+  for (const bool rope : {true, false}) {
+    for (const auto& [dtype, tolerance] : kPrecisions) {
+      INFO(fmt::format("rope {} in {} on {} ranks", rope, wf::dtype_name(dtype), P));
+      wf::nn::SelfAttentionOptions o{.d_model = 8 * P, .n_head = 2 * P, .n_kv_head = P, .causal = rope,
+                                     .init_std = 0.3, .rope = rope, .seed = 3};
+      wf::nn::SelfAttention reference(o);
+      o.layers = layers;
+      wf::nn::SelfAttention parallel(o);
+      CHECK(parallel.local_heads() == 2);
+      CHECK(parallel.local_kv_heads() == 1);
+      const Forward forward = [](wf::nn::Module& m, const Tensor& x) {
+        return dynamic_cast<wf::nn::SelfAttention&>(m).forward(x, /*position_offset=*/2);
+      };
+      check_matches_single_process(reference, parallel, forward, {2, 5, 8 * P}, dtype, tolerance);
+    }
+  }
+  // A whole pre-norm block, SwiGLU and RMSNorm, with the checkpoint at the attention output.
+  for (const bool checkpoint : {false, true}) {
+    INFO(fmt::format("TransformerBlock, checkpoint {} on {} ranks", checkpoint, P));
+    wf::nn::TransformerBlockOptions o{.d_model = 8 * P, .n_head = 2 * P, .n_kv_head = P, .d_ff = 8 * P,
+                                      .norm = wf::nn::NormType::rms_norm, .init_std = 0.3, .rope = true,
+                                      .checkpoint_attention_output = checkpoint, .seed = 4,
+                                      .feed_forward = wf::nn::FeedForwardKind::swiglu};
+    wf::nn::TransformerBlock reference(o);
+    o.layers = layers;
+    wf::nn::TransformerBlock parallel(o);
+    const Forward forward = [](wf::nn::Module& m, const Tensor& x) {
+      const Tensor positions = Tensor::arange(0.0, static_cast<double>(x.size(1)), 1.0, DType::i64);
+      return dynamic_cast<wf::nn::TransformerBlock&>(m).forward(x, positions);
+    };
+    check_matches_single_process(reference, parallel, forward, {2, 6, 8 * P}, kF64, 1e-12);
+  }
+  if (P > 1) {  // the same on every rank: each throws before any collective
+    wf::nn::SelfAttentionOptions odd{.d_model = 8 * P, .n_head = 2 * P, .n_kv_head = 1, .seed = 3};
+    odd.layers = layers;
+    CHECK_THROWS_WITH(wf::nn::SelfAttention(odd), Catch::Contains("n_kv_head = 1 is not a multiple"));
+  }
 }
 
 TEST_CASE("tp clip_grad_norm: split parameters counted once per shard, replicated ones once", "[dist][tp]") {

@@ -19,7 +19,8 @@ Semantics, each confirmed against our sources:
   per block: h = x + attn(norm1(x)); x = h + mlp(norm2(h))                (nn/transformer_block.cpp)
   norms: LayerNorm (weight, bias) or RMSNorm x / sqrt(mean(x^2) + eps) * weight, eps 1e-5
                                                                            (kernels/cpu/norm.cpp)
-  attn: qkv Linear(d, (h + 2 h_kv) hd), columns = h query heads | h_kv key heads | h_kv value heads;
+  attn: qkv Linear(d, (h + 2 h_kv) hd), output rows grouped per kv head g: its h / h_kv query heads,
+        key head g, value head g (so a tensor-parallel shard is whole groups);
         RoPE rotate-half on q and k at the given positions (kernels/cpu/rope.h); causal softmax over
         the token index (positions only feed RoPE/embeddings), scale 1/sqrt(hd); query head j
         reads kv head j // (h / h_kv); then proj Linear(d, d)             (nn/self_attention.cpp)
@@ -106,11 +107,13 @@ class Attention(torch.nn.Module):
     def forward(self, x, positions):
         o, hd = self.o, self.hd
         B, T, _ = x.shape
-        q, k, v = self.qkv(x).split([o.n_head * hd, o.n_kv_head * hd, o.n_kv_head * hd], dim=-1)
-        q, k, v = q.view(B, T, o.n_head, hd), k.view(B, T, o.n_kv_head, hd), v.view(B, T, o.n_kv_head, hd)
+        group = o.n_head // o.n_kv_head  # query head j reads kv head j // group
+        # Rows grouped per kv head: its `group` query heads, its key head, its value head.
+        qkv = self.qkv(x).view(B, T, o.n_kv_head, group + 2, hd)
+        q = qkv[:, :, :, :group].reshape(B, T, o.n_head, hd)
+        k, v = qkv[:, :, :, group], qkv[:, :, :, group + 1]
         if o.positions == "rope":
             q, k = rope(q, positions, o.rope_theta), rope(k, positions, o.rope_theta)
-        group = o.n_head // o.n_kv_head  # query head j reads kv head j // group
         k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, T, hd]
         s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(hd))

@@ -21,6 +21,10 @@ class Embedding : public Module {
   // ids [...] (i64 or i32, each in [0, num_embeddings)) → [..., dim]
   // Virtual: a vocab-parallel table (LayerFactory) overrides it.
   virtual Tensor forward(const Tensor& ids);
+  // A tied output head: h [..., dim] → logits h · weightᵀ [..., num_embeddings] against the
+  // table. A vocab-parallel table gives this rank's vocabulary columns of the (padded) logits,
+  // which LayerFactory::vocabulary_loss_sum and vocabulary_logits read.
+  virtual Tensor attend(const Tensor& h);
 
   const Tensor& weight() const { return weight_; }
   // The whole table's options: with vocabulary parallelism, weight() is this rank's rows of it.

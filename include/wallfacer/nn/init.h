@@ -33,5 +33,11 @@ Tensor normal_init_slice(const Shape& global_shape, std::int64_t dim, std::int64
                          std::uint64_t stream_seed, double std);
 // This rank's slice of a parameter described by `shard` (the whole tensor when replicated).
 Tensor normal_init_shard(const ParameterShard& shard, std::uint64_t stream_seed, double std);
+// The same for a table whose shard may extend past its `real_rows` (a vocabulary padded to split
+// evenly over tp): element k of the stream is element k whatever the row count, so the real
+// rows are the unpadded table's bit for bit; rows >= real_rows are zeros. `shard` is whole or
+// split along dim 0.
+Tensor normal_init_padded_rows(const ParameterShard& shard, std::int64_t real_rows, std::uint64_t stream_seed,
+                               double std);
 
 }  // namespace wf::nn

@@ -20,8 +20,11 @@ namespace wf::nn {
 //    input is the full residual stream, the output stays split for the next layer;
 //  - row: its input features may be split (the attention's and the MLP's output projection);
 //    its partial outputs are summed into the residual stream;
-//  - replicated: never split (small layers, heads outside the parallel regions).
-enum class LinearRole { column, row, replicated };
+//  - replicated: never split (small layers, heads outside the parallel regions);
+//  - vocabulary: the output head onto the token vocabulary (out_features = the vocabulary,
+//    no bias). tp splits its rows like the vocabulary embedding's (padded to split evenly) and
+//    its logits stay split: read them with vocabulary_loss_sum / vocabulary_logits.
+enum class LinearRole { column, row, replicated, vocabulary };
 const char* linear_role_name(LinearRole role);
 
 // Whether an embedding is the token vocabulary (tp splits its rows) or another table.
@@ -33,6 +36,16 @@ class LayerFactory {
   virtual std::shared_ptr<Linear> linear(const LinearOptions& options, LinearRole role) const;
   virtual std::shared_ptr<Embedding> embedding(const EmbeddingOptions& options, EmbeddingRole role) const;
   virtual std::shared_ptr<Normalization> norm(NormType type, std::int64_t dim, double eps) const;
+
+  // The ways this factory splits attention heads and feed-forward features (tp; 1: whole).
+  virtual int tensor_parallel_size() const { return 1; }
+
+  // Logits of a vocabulary layer (a LinearRole::vocabulary linear, or Embedding::attend of an
+  // EmbeddingRole::vocabulary table), which a tensor-parallel factory leaves split over the
+  // vocabulary: the cross-entropy SUM against targets (ignore_index -100 skipped), and the
+  // whole [..., vocab_size] logits (for generation and inspection).
+  virtual Tensor vocabulary_loss_sum(const Tensor& logits, const Tensor& targets, std::int64_t vocab_size) const;
+  virtual Tensor vocabulary_logits(const Tensor& logits, std::int64_t vocab_size) const;
 };
 
 // The plain layers (every weight whole on this rank).

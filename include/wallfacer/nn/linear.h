@@ -33,6 +33,8 @@ class Linear : public Module {
   // whole layer and this rank holds the slices of weight [out, in] and bias [out] that the two
   // shards say. Each slice is drawn as exactly that slice of the whole layer's initial weight
   // (normal_init_shard), so a layer split over any number of ranks is the whole layer cut up.
+  // A vocabulary head's weight shard may describe [rows > out, in] split by rows (the
+  // vocabulary padded to split evenly; no bias): the padding rows are zeros.
   Linear(const LinearOptions& options, const ParameterShard& weight_shard, const ParameterShard& bias_shard);
 
  private:

@@ -1,7 +1,14 @@
 #pragma once
-// SelfAttention: one fused QKV projection (weight rows: n_head query heads, then n_kv_head key
-// heads, then n_kv_head value heads, each head_dim wide), attention through a pluggable
-// AttentionStrategy, then the output projection and residual dropout.
+// SelfAttention: one fused QKV projection, attention through a pluggable AttentionStrategy,
+// then the output projection and residual dropout.
+//
+// The fused projection's output rows are grouped per kv head (Megatron's layout): for kv head
+// g = 0 … n_kv_head−1, its G = n_head / n_kv_head query heads (heads g·G … g·G+G−1), then key
+// head g, then value head g, each head_dim rows. A tensor-parallel factory splits qkv's rows
+// into tp equal contiguous ranges, which are then whole groups: rank r computes query heads
+// [r·n_head/tp, (r+1)·n_head/tp) with their own keys and values, attends locally (the strategy
+// sees n_head/tp and n_kv_head/tp heads), and its slice of the output projection's input
+// features is exactly those heads' channels (proj is row-parallel). tp must divide n_kv_head.
 //
 // Grouped-query attention: n_kv_head divides n_head; K/V are never repeated, the strategy
 // maps query head i to key/value head i / (n_head / n_kv_head).
@@ -69,6 +76,10 @@ class SelfAttention : public Module {
   const std::shared_ptr<AttentionStrategy>& strategy() const { return strategy_; }
 
   std::int64_t head_dim() const { return options_.d_model / options_.n_head; }
+  // The heads this rank computes: all of them, or n_head / tp and n_kv_head / tp under a
+  // tensor-parallel factory.
+  std::int64_t local_heads() const { return options_.n_head / tp_; }
+  std::int64_t local_kv_heads() const { return options_.n_kv_head / tp_; }
   Linear& qkv() { return *qkv_; }
   Linear& proj() { return *proj_; }
   const SelfAttentionOptions& options() const { return options_; }
@@ -77,6 +88,7 @@ class SelfAttention : public Module {
   Tensor run(const Tensor& x, const Tensor& positions, const AttentionOptions& attention_options);
 
   SelfAttentionOptions options_;
+  std::int64_t tp_ = 1;  // the factory's tensor_parallel_size()
   std::shared_ptr<Linear> qkv_;
   std::shared_ptr<Linear> proj_;
   std::shared_ptr<Dropout> dropout_;

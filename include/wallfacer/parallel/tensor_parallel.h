@@ -35,6 +35,14 @@ inline Tensor reduce_from_tp(comm::Group& tp, const Tensor& x) { return all_redu
 inline Tensor scatter_to_tp(comm::Group& tp, const Tensor& x) { return scatter_last_dim(tp, x); }
 inline Tensor gather_from_tp(comm::Group& tp, const Tensor& x) { return gather_last_dim(tp, x); }
 
+// The two ends of a split region, shared by every tensor-parallel layer (the linears, the
+// vocabulary head, the tied head through VocabParallelEmbedding::attend):
+//   column_parallel_input: the replicated input enters the region (copy_to_tp: identity, the
+//     backward sums the ranks' partial input gradients);
+//   row_parallel_output:   the ranks' partial outputs leave it summed (reduce_from_tp).
+Tensor column_parallel_input(comm::Group& tp, const Tensor& x);
+Tensor row_parallel_output(comm::Group& tp, const Tensor& partial);
+
 // y = x · Wᵀ + b with W's rows (output features) split over `tp`: this rank holds
 // weight [out/tp, in] and bias [out/tp], rows [r·out/tp, (r+1)·out/tp) of the whole layer's.
 // x [..., in] is replicated; the output is this rank's [..., out/tp] slice, or the whole
@@ -71,14 +79,19 @@ class RowParallelLinear : public nn::Linear {
 
 // The layer factory of a tensor-parallel model: linear() gives a ColumnParallelLinear (output
 // left split) for LinearRole::column, a RowParallelLinear taking the split input for
-// LinearRole::row, and the plain Linear for LinearRole::replicated. embedding() gives a
-// VocabParallelEmbedding (vocab_parallel.h) for EmbeddingRole::vocabulary and the plain
-// Embedding otherwise (positions); norms are the plain (replicated) ones.
+// LinearRole::row, a VocabParallelLinear for LinearRole::vocabulary, and the plain Linear for
+// LinearRole::replicated. embedding() gives a VocabParallelEmbedding (vocab_parallel.h) for
+// EmbeddingRole::vocabulary and the plain Embedding otherwise (positions); norms are the plain
+// (replicated) ones. The vocabulary layers' logits stay split: vocabulary_loss_sum is
+// vocab_parallel_cross_entropy, vocabulary_logits gathers them and drops the padding.
 class TensorParallelLayers : public nn::LayerFactory {
  public:
   explicit TensorParallelLayers(comm::Group& tp) : tp_(&tp) {}
   std::shared_ptr<nn::Linear> linear(const nn::LinearOptions& options, nn::LinearRole role) const override;
   std::shared_ptr<nn::Embedding> embedding(const nn::EmbeddingOptions& options, nn::EmbeddingRole role) const override;
+  int tensor_parallel_size() const override { return tp_->size(); }
+  Tensor vocabulary_loss_sum(const Tensor& logits, const Tensor& targets, std::int64_t vocab_size) const override;
+  Tensor vocabulary_logits(const Tensor& logits, std::int64_t vocab_size) const override;
   comm::Group& group() const { return *tp_; }
 
  private:

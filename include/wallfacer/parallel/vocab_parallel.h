@@ -13,6 +13,7 @@
 
 #include "wallfacer/comm/group.h"
 #include "wallfacer/nn/embedding.h"
+#include "wallfacer/nn/linear.h"
 
 namespace wf::parallel {
 
@@ -31,9 +32,27 @@ class VocabParallelEmbedding : public nn::Embedding {
  public:
   VocabParallelEmbedding(const nn::EmbeddingOptions& options, comm::Group& tp);
   Tensor forward(const Tensor& ids) override;
+  // The tied head: h (replicated) → this rank's [..., V_pad/tp] logits columns, h entering the
+  // split region through column_parallel_input (its gradient summed over tp in the backward).
+  Tensor attend(const Tensor& h) override;
   comm::Group& group() const { return *tp_; }
   // This rank's vocabulary indices [vocab_start(), vocab_start() + weight().size(0)).
   std::int64_t vocab_start() const { return parameter_shard("weight").start(); }
+
+ private:
+  comm::Group* tp_;
+};
+
+// The untied output head y = x · Wᵀ, W [V, D] (options: in_features D, out_features V, no
+// bias), split by rows over `tp` exactly as VocabParallelEmbedding splits its table: this rank
+// holds rows [r·V_pad/tp, (r+1)·V_pad/tp) of the padded [V_pad, D], real rows bit for bit the
+// plain Linear's, padding rows zeros. forward(x) takes the replicated x and gives this rank's
+// [..., V_pad/tp] logits columns, for vocab_parallel_cross_entropy.
+class VocabParallelLinear : public nn::Linear {
+ public:
+  VocabParallelLinear(const nn::LinearOptions& options, comm::Group& tp);
+  Tensor forward(const Tensor& x) override;
+  comm::Group& group() const { return *tp_; }
 
  private:
   comm::Group* tp_;
