@@ -8,6 +8,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/models/model.h"
 #include "wallfacer/nn/self_attention.h"
+#include "wallfacer/parallel/tensor_parallel.h"
 
 namespace wf::models {
 namespace {
@@ -82,6 +83,11 @@ parallel::SpAttentionConfig sp_attention_config(const config::RunConfig& config)
 void install_sp_attention(Model& model, const config::RunConfig& config, comm::CommGrid& grid) {
   if (config.parallel.sp <= 1) return;
   nn::set_attention_strategy(model, parallel::make_sp_attention(sp_attention_config(config, model.causal()), grid));
+}
+
+std::shared_ptr<const nn::LayerFactory> tensor_parallel_layers(const config::RunConfig& config, comm::CommGrid& grid) {
+  if (config.parallel.tp <= 1) return nullptr;
+  return std::make_shared<parallel::TensorParallelLayers>(grid.group("tp"));
 }
 
 void register_model(config::ModelSchema schema, ModelFactory factory) {

@@ -29,7 +29,9 @@ const config::ModelKeys<GptOptions>& gpt_keys() {
 GptOptions gpt_options(const config::RunConfig& config) { return options_from_config(gpt_keys(), config); }
 
 std::shared_ptr<Model> make_gpt(const config::RunConfig& config, comm::CommGrid& grid) {
-  return with_sp_attention(std::make_shared<Gpt>(gpt_options(config)), config, grid);
+  GptOptions options = gpt_options(config);
+  options.layers = tensor_parallel_layers(config, grid);
+  return with_sp_attention(std::make_shared<Gpt>(options), config, grid);
 }
 
 }  // namespace wf::models

@@ -51,7 +51,9 @@ DecoderOptions llama_decoder_options(const LlamaOptions& l) {
 LlamaOptions llama_options(const config::RunConfig& config) { return options_from_config(llama_keys(), config); }
 
 std::shared_ptr<Model> make_llama(const config::RunConfig& config, comm::CommGrid& grid) {
-  return with_sp_attention(std::make_shared<Llama>(llama_options(config)), config, grid);
+  DecoderOptions options = llama_decoder_options(llama_options(config));
+  options.layers = tensor_parallel_layers(config, grid);
+  return with_sp_attention(std::make_shared<Llama>(options), config, grid);
 }
 
 }  // namespace wf::models

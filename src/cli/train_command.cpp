@@ -47,8 +47,10 @@ int train(const TrainOptions& o) {
               trainer.step());
     return kExitOk;
   }
-  log::info("model: {} with {} parameters; {} tokens per step", config.model.name, trainer.model().num_parameters(),
-            trainer.tokens_per_step());
+  const std::int64_t whole = static_cast<std::int64_t>(config::model_facts(config).parameters);
+  const std::int64_t held = trainer.model().num_parameters();
+  log::info("model: {} with {} parameters{}; {} tokens per step", config.model.name, whole,
+            held == whole ? std::string() : fmt::format(" ({} on this rank)", held), trainer.tokens_per_step());
   trainer.fit(o.stop_after);
   return kExitOk;
 }

@@ -140,14 +140,9 @@ void check_train(const RunConfig& c, std::vector<std::string>& problems) {
 std::vector<std::string> unsupported_by_trainer(const RunConfig& c) {
   std::vector<std::string> problems;
   const ParallelSection& p = c.parallel;
-  if (p.tp != 1) {
-    problems.push_back(fmt::format("parallel.tp: tp = {}: the trainer runs data and sequence parallelism so far; "
-                                   "tensor parallelism is on the roadmap (set parallel.tp to 1)",
-                                   p.tp));
-  }
   if (p.pp != 1) {
-    problems.push_back(fmt::format("parallel.pp: pp = {}: the trainer runs data and sequence parallelism so far; "
-                                   "pipeline parallelism is on the roadmap (set parallel.pp to 1)",
+    problems.push_back(fmt::format("parallel.pp: pp = {}: the trainer runs data, tensor and sequence parallelism so "
+                                   "far; pipeline parallelism is on the roadmap (set parallel.pp to 1)",
                                    p.pp));
   }
   if (c.train.dtype != DType::f32) {

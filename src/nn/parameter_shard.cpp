@@ -18,6 +18,12 @@ Shape ParameterShard::local_shape() const {
   return shape;
 }
 
+Shape ParameterShard::unpadded_shape() const {
+  Shape shape = global_shape;
+  if (is_sharded() && unpadded_length > 0) shape[static_cast<std::size_t>(dim)] = unpadded_length;
+  return shape;
+}
+
 ParameterShard ParameterShard::replicated(Shape shape) {
   ParameterShard shard;
   shard.global_shape = std::move(shape);
@@ -44,10 +50,23 @@ ParameterShard ParameterShard::split(std::string group, const Shape& global_shap
   return shard;
 }
 
+ParameterShard ParameterShard::split_padded(std::string group, const Shape& global_shape, int dim, int parts,
+                                            int index, std::int64_t unpadded_length) {
+  ParameterShard shard = split(std::move(group), global_shape, dim, parts, index);
+  const std::int64_t extent = global_shape[static_cast<std::size_t>(shard.dim)];
+  WF_CHECK(unpadded_length > 0 && unpadded_length <= extent,
+           "ParameterShard: the real extent {} of dim {} must be in [1, {}] (the padded extent)", unpadded_length,
+           shard.dim, extent);
+  shard.unpadded_length = unpadded_length == extent ? 0 : unpadded_length;
+  return shard;
+}
+
 std::string shard_str(const ParameterShard& shard) {
   if (!shard.is_sharded()) return fmt::format("whole {}", shape_str(shard.global_shape));
-  return fmt::format("dim {} slice {}/{} of {} over {}", shard.dim, shard.index, shard.parts,
-                     shape_str(shard.global_shape), shard.group);
+  return fmt::format("dim {} slice {}/{} of {}{} over {}", shard.dim, shard.index, shard.parts,
+                     shape_str(shard.global_shape),
+                     shard.unpadded_length > 0 ? fmt::format(" (padded from {})", shard.unpadded_length) : "",
+                     shard.group);
 }
 
 }  // namespace wf::nn

@@ -26,8 +26,8 @@ nn::ParameterShard vocab_rows(const nn::EmbeddingOptions& options, comm::Group& 
   WF_CHECK(options.num_embeddings > 0 && options.dim > 0,
            "VocabParallelEmbedding: num_embeddings and dim must be positive, got {} and {}", options.num_embeddings,
            options.dim);
-  return nn::ParameterShard::split(tp.name(), {padded_vocab_size(options.num_embeddings, tp.size()), options.dim}, 0,
-                                   tp.size(), tp.rank());
+  return nn::ParameterShard::split_padded(tp.name(), {padded_vocab_size(options.num_embeddings, tp.size()), options.dim},
+                                          0, tp.size(), tp.rank(), options.num_embeddings);
 }
 
 // Validates every target before any collective (the targets are replicated, so every rank
@@ -193,8 +193,9 @@ nn::ParameterShard vocab_head_rows(const nn::LinearOptions& options, comm::Group
   WF_CHECK(options.in_features > 0 && options.out_features > 0 && !options.bias,
            "VocabParallelLinear: the vocabulary head needs positive sizes and no bias, got in={} out={} bias={}",
            options.in_features, options.out_features, options.bias);
-  return nn::ParameterShard::split(tp.name(), {padded_vocab_size(options.out_features, tp.size()), options.in_features},
-                                   0, tp.size(), tp.rank());
+  return nn::ParameterShard::split_padded(tp.name(),
+                                          {padded_vocab_size(options.out_features, tp.size()), options.in_features}, 0,
+                                          tp.size(), tp.rank(), options.out_features);
 }
 
 }  // namespace

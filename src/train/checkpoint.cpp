@@ -25,7 +25,9 @@ namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
 constexpr const char* kFormat = "wallfacer-checkpoint";
-constexpr std::int64_t kVersion = 1;
+// 2: whole tensors under global names, the optimizer's keyed by parameter name (sharded_state.h),
+// and qkv rows grouped per kv head (self_attention.h). Version 1 checkpoints are refused.
+constexpr std::int64_t kVersion = 2;
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";

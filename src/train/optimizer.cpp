@@ -29,20 +29,6 @@ Tensor grad_like_param(const Tensor& param, std::size_t index) {
   return grad.to(param.dtype());
 }
 
-std::string state_key(std::size_t index, std::string_view field) { return fmt::format("state.{}.{}", index, field); }
-
-// "state.<i>.<field>" → (i, field); false for any other key.
-bool parse_state_key(std::string_view key, std::size_t& index, std::string& field) {
-  constexpr std::string_view prefix = "state.";
-  if (!key.starts_with(prefix)) return false;
-  key.remove_prefix(prefix.size());
-  const auto dot = key.find('.');
-  if (dot == std::string_view::npos || dot == 0) return false;
-  const auto [end, error] = std::from_chars(key.data(), key.data() + dot, index);
-  if (error != std::errc() || end != key.data() + dot) return false;
-  field = std::string(key.substr(dot + 1));
-  return field == "step" || field == "exp_avg" || field == "exp_avg_sq";
-}
 
 }  // namespace
 
@@ -120,9 +106,9 @@ nn::StateDict AdamW::state_dict() const {
   for (std::size_t i = 0; i < state_.size(); ++i) {
     const ParamState& s = state_[i];
     if (!s.exp_avg.defined()) continue;
-    out.insert(state_key(i, "step"), Tensor::scalar(static_cast<double>(s.step), DType::i64));
-    out.insert(state_key(i, "exp_avg"), s.exp_avg.clone());
-    out.insert(state_key(i, "exp_avg_sq"), s.exp_avg_sq.clone());
+    out.insert(adamw_state_key(i, "step"), Tensor::scalar(static_cast<double>(s.step), DType::i64));
+    out.insert(adamw_state_key(i, "exp_avg"), s.exp_avg.clone());
+    out.insert(adamw_state_key(i, "exp_avg_sq"), s.exp_avg_sq.clone());
   }
   return out;
 }
@@ -133,7 +119,7 @@ void AdamW::load_state_dict(const nn::StateDict& state) {
   for (const auto& [key, tensor] : state) {
     std::size_t index = 0;
     std::string field;
-    if (!parse_state_key(key, index, field) || index >= params_.size()) {
+    if (!parse_adamw_state_key(key, index, field) || index >= params_.size()) {
       problems.push_back(fmt::format("unexpected key '{}'", key));
       continue;
     }
@@ -150,7 +136,8 @@ void AdamW::load_state_dict(const nn::StateDict& state) {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (!present[i]) continue;
     for (const char* field : {"step", "exp_avg", "exp_avg_sq"}) {
-      if (!state.contains(state_key(i, field))) problems.push_back(fmt::format("missing key '{}'", state_key(i, field)));
+      const std::string key = adamw_state_key(i, field);
+      if (!state.contains(key)) problems.push_back(fmt::format("missing key '{}'", key));
     }
   }
   WF_CHECK(problems.empty(), "AdamW::load_state_dict: {} problem(s): {}. Was the state saved for these parameters, "
@@ -163,9 +150,9 @@ void AdamW::load_state_dict(const nn::StateDict& state) {
       s.step = 0;
       continue;
     }
-    s.step = static_cast<std::int64_t>(state.at(state_key(i, "step")).item());
-    s.exp_avg = state.at(state_key(i, "exp_avg")).to(params_[i].dtype()).clone();
-    s.exp_avg_sq = state.at(state_key(i, "exp_avg_sq")).to(params_[i].dtype()).clone();
+    s.step = static_cast<std::int64_t>(state.at(adamw_state_key(i, "step")).item());
+    s.exp_avg = state.at(adamw_state_key(i, "exp_avg")).to(params_[i].dtype()).clone();
+    s.exp_avg_sq = state.at(adamw_state_key(i, "exp_avg_sq")).to(params_[i].dtype()).clone();
   }
 }
 
@@ -225,6 +212,20 @@ void scale_gradients(const std::vector<Tensor>& params, double factor) {
       kernels::cpu::scale_inplace<T>(g.numel(), g.data<T>(), static_cast<T>(factor));
     });
   }
+}
+
+std::string adamw_state_key(std::size_t index, std::string_view field) { return fmt::format("state.{}.{}", index, field); }
+
+bool parse_adamw_state_key(std::string_view key, std::size_t& index, std::string& field) {
+  constexpr std::string_view prefix = "state.";
+  if (!key.starts_with(prefix)) return false;
+  key.remove_prefix(prefix.size());
+  const auto dot = key.find('.');
+  if (dot == std::string_view::npos || dot == 0) return false;
+  const auto [end, error] = std::from_chars(key.data(), key.data() + dot, index);
+  if (error != std::errc() || end != key.data() + dot) return false;
+  field = std::string(key.substr(dot + 1));
+  return field == "step" || field == "exp_avg" || field == "exp_avg_sq";
 }
 
 }  // namespace wf::train

@@ -15,6 +15,7 @@
 #include "wallfacer/train/grad_reducer.h"
 #include "wallfacer/train/grad_sync.h"
 #include "wallfacer/train/peak_flops.h"
+#include "wallfacer/train/sharded_state.h"
 
 namespace wf::train {
 namespace {
@@ -55,10 +56,16 @@ data::LoaderOptions loader_options(const config::RunConfig& c, comm::CommGrid& g
   return o;
 }
 
-// Dropout draws from the default generator. Each rank has its own stream (its tokens differ);
-// the offset advances by the same amount on every rank, so one saved offset restores them all.
-std::uint64_t rank_seed(const config::RunConfig& c, int world_rank) {
-  return static_cast<std::uint64_t>(c.train.seed) * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(world_rank) + 1;
+// Dropout draws from the default generator. Each replica (dp, sp and pp coordinate) has its own
+// stream, as its tokens differ; the ranks of a tp group share one, since they hold the same
+// replicated activations and must drop the same elements (tensor_parallel.h). The index does
+// not depend on the grid's order or on tp, so a tp run draws the masks of the tp-1 run. The
+// offset advances by the same amount on every rank, so one saved offset restores them all.
+std::uint64_t replica_seed(const config::RunConfig& c, const comm::ProcessGrid& grid) {
+  const config::ParallelSection& p = c.parallel;
+  const std::int64_t replica = (static_cast<std::int64_t>(grid.coord("pp")) * p.dp + grid.coord("dp")) * p.sp +
+                               grid.coord("sp");
+  return static_cast<std::uint64_t>(c.train.seed) * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(replica) + 1;
 }
 
 using TrafficMap = std::map<std::string, comm::Traffic>;
@@ -92,6 +99,7 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
   check_supported();
   WF_CHECK(model_ != nullptr && train != nullptr, "Trainer: a model and a training data source are required");
   params_ = model_->parameters();
+  for (auto& [name, shard] : model_->named_parameter_shards()) shards_.push_back(std::move(shard));
   set_grad_overlap(true);
   const auto& t = config_.train;
   optimizer_ = std::make_unique<AdamW>(
@@ -125,7 +133,7 @@ void Trainer::check_supported() const {
 }
 
 void Trainer::seed_generator(std::uint64_t offset) {
-  default_generator().set_state({rank_seed(config_, grid_.grid().rank()), offset});
+  default_generator().set_state({replica_seed(config_, grid_.grid()), offset});
 }
 
 std::int64_t Trainer::tokens_per_step() const {
@@ -155,10 +163,10 @@ StepResult Trainer::apply_gradients(double loss) {
   StepResult result;
   result.step = step_ + 1;
   result.loss = loss;
-  // After the all-reduce every replica holds the same full gradient, so the local norm is the
-  // global one (with tensor parallelism it would be summed over the tp group first).
+  // After the all-reduce every replica holds the same gradient shards; the norm of the whole
+  // model sums the split parameters' shards over tp and counts the replicated ones once.
   const double max_norm = config_.train.grad_clip > 0 ? config_.train.grad_clip : std::numeric_limits<double>::infinity();
-  result.grad_norm = clip_grad_norm(params_, max_norm);
+  result.grad_norm = clip_grad_norm(params_, shards_, grid_.group("tp"), max_norm);
   result.lr = schedule_.lr_at(result.step);
   if (std::isfinite(result.grad_norm)) {
     optimizer_->set_lr(result.lr);
@@ -196,13 +204,15 @@ double Trainer::evaluate() {
 }
 
 void Trainer::save_checkpoint() {
-  // Every rank of dp × sp holds the same weights and optimizer state (tp = pp = 1), so rank 0
-  // writes them; the barrier makes the checkpoint complete before any rank goes on.
+  // The checkpoint holds whole tensors (sharded_state.h): every rank gathers its tp shards, so
+  // that the ranks of a tp group each hold the whole state; world rank 0 writes it. The barrier
+  // makes the checkpoint complete before any rank goes on.
+  WholeState whole = gather_whole_state(*model_, *optimizer_, grid_);
   if (grid_.grid().rank() == 0) {
     Checkpoint checkpoint;
     checkpoint.step = step_;
-    checkpoint.model = model_->state_dict();
-    checkpoint.optimizer = optimizer_->state_dict();
+    checkpoint.model = std::move(whole.model);
+    checkpoint.optimizer = std::move(whole.optimizer);
     checkpoint.config_yaml = config::to_yaml(config_);
     checkpoint.state["rng.offset"] = std::to_string(default_generator().offset());
     checkpoint.state["world_size"] = std::to_string(grid_.grid().world_size());
@@ -225,8 +235,7 @@ bool Trainer::resume() {
            "checkpoint directory (a shared filesystem)",
            config_.checkpoint.dir, oldest, newest);
   if (!checkpoint) return false;
-  model_->load_state_dict(checkpoint->model);
-  optimizer_->load_state_dict(checkpoint->optimizer);
+  load_whole_state({std::move(checkpoint->model), std::move(checkpoint->optimizer)}, *model_, *optimizer_);
   step_ = checkpoint->step;
   const auto offset = checkpoint->state.find("rng.offset");
   seed_generator(offset == checkpoint->state.end() ? 0 : std::stoull(offset->second));

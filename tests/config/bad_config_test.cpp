@@ -114,7 +114,6 @@ const std::vector<BadConfig>& layout_cases() {
       {"ulysses_kv_heads", "model:\n  n_head: 8\n  n_kv_head: 3\n  d_model: 384\nparallel:\n  sp: 4\n  sp_strategy: ulysses\n",
        4, {}, {"model.n_kv_head: n_head = 8 is not a multiple of n_kv_head = 3"}},
       // What the trainer of this build refuses, validate refuses first (issue: "config OK" for these).
-      {"tp_unsupported", "parallel:\n  tp: 2\n", 2, {}, {"parallel.tp: tp = 2: the trainer runs data and sequence"}},
       {"pp_unsupported", "parallel:\n  pp: 2\n", 2, {}, {"parallel.pp: pp = 2", "pipeline parallelism is on the roadmap"}},
       {"bf16_unsupported", "train:\n  dtype: bf16\n", 1, {}, {"train.dtype: bf16 training needs the CUDA backend"}},
       // Absurd sizes: refused with the memory a rank would need, never a wrapped number.

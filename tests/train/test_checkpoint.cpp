@@ -1,3 +1,5 @@
+#include <fmt/format.h>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -126,7 +128,7 @@ TEST_CASE("a checkpoint round-trips with its manifest", "[train][checkpoint]") {
 
   const auto manifest = nlohmann::json::parse(read_bytes(dir + "/manifest.json"));
   CHECK(manifest["format"] == "wallfacer-checkpoint");
-  CHECK(manifest["version"] == 1);
+  CHECK(manifest["version"] == 2);
   CHECK(manifest["step"] == 10);
   CHECK(manifest["config_yaml"] == saved.config_yaml);
   CHECK(manifest["state"]["data.position"] == "40960");
@@ -178,12 +180,14 @@ TEST_CASE("a corrupted or truncated checkpoint fails with its checksum and the f
     require_load_error(store, dir, {"is incomplete", "delete " + dir});
     CHECK(store.list().empty());  // incomplete checkpoints are not listed
   }
-  SECTION("a manifest from a newer version") {
-    const std::string dir = store.save(make_checkpoint(1));
-    auto manifest = nlohmann::ordered_json::parse(read_bytes(dir + "/manifest.json"));
-    manifest["version"] = 2;
-    write_bytes(dir + "/manifest.json", manifest.dump());
-    require_load_error(store, dir, {"format version 2", "reads version 1"});
+  for (const int version : {1, 3}) {  // version 1: positional optimizer keys, the old qkv layout
+    DYNAMIC_SECTION("a manifest of format version " << version) {
+      const std::string dir = store.save(make_checkpoint(1));
+      auto manifest = nlohmann::ordered_json::parse(read_bytes(dir + "/manifest.json"));
+      manifest["version"] = version;
+      write_bytes(dir + "/manifest.json", manifest.dump());
+      require_load_error(store, dir, {fmt::format("format version {}", version), "reads version 2"});
+    }
   }
 }
 

@@ -24,6 +24,7 @@
 #include "wallfacer/config/model_schema.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/data/loader.h"
+#include "wallfacer/nn/layer_factory.h"
 #include "wallfacer/nn/module.h"
 #include "wallfacer/parallel/sp_attention.h"
 
@@ -138,5 +139,10 @@ struct ModelRegistration {
 // With sp > 1, installs the run's sequence-parallel attention strategy on every attention layer
 // of `model` (nn::set_attention_strategy); a no-op for sp = 1. Factories call it.
 void install_sp_attention(Model& model, const config::RunConfig& config, comm::CommGrid& grid);
+
+// The layer factory of the run's tensor parallelism: with tp > 1, parallel::TensorParallelLayers
+// over the grid's tp group (the grid must outlive the model); null (the plain layers) at tp = 1.
+// A model built from the nn blocks with it is the tp-1 model cut up.
+std::shared_ptr<const nn::LayerFactory> tensor_parallel_layers(const config::RunConfig& config, comm::CommGrid& grid);
 
 }  // namespace wf::models

@@ -22,6 +22,10 @@ struct ParameterShard {
   int parts = 1;       // slices along `dim` (the group's size)
   int index = 0;       // this rank's slice (its rank in the group)
   Shape global_shape;  // the whole tensor's shape
+  // A dim padded to split evenly (a vocabulary of 50257 rows over tp 2 is split as 50258): its
+  // real extent, past which the global tensor holds padding zeros that a consolidated
+  // (checkpointed) tensor drops. 0: not padded.
+  std::int64_t unpadded_length = 0;
 
   bool is_sharded() const { return dim >= 0; }
   // The extent of this rank's slice along `dim`, and where it starts (0 / whole when replicated).
@@ -29,12 +33,17 @@ struct ParameterShard {
   std::int64_t start() const { return is_sharded() ? index * length() : 0; }
   // This rank's shape: the global shape with `dim` divided by `parts`.
   Shape local_shape() const;
+  // The shape of the whole tensor without padding (what a single process holds).
+  Shape unpadded_shape() const;
 
   // A whole parameter of `shape`.
   static ParameterShard replicated(Shape shape);
   // Slice `index` of `parts` along `dim` (negative: from the end) of a `global_shape` tensor
   // split over `group`; wf::Error unless the dim exists and its extent divides into `parts`.
   static ParameterShard split(std::string group, const Shape& global_shape, int dim, int parts, int index);
+  // The same for a `global_shape` whose `dim` is padded past its real extent `unpadded_length`.
+  static ParameterShard split_padded(std::string group, const Shape& global_shape, int dim, int parts, int index,
+                                     std::int64_t unpadded_length);
 };
 
 // "whole [64, 16]" or e.g. "dim 0 slice 1/4 of [64, 16] over tp", for messages.

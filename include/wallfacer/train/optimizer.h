@@ -7,6 +7,8 @@
 // overrides it per parameter.
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "wallfacer/comm/group.h"
@@ -76,6 +78,11 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // number of ranks than tp has.
 double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
                       comm::Group& tp, double max_norm);
+// The key AdamW::state_dict() gives `field` of parameter `index` ("state.<index>.<field>"), and
+// its inverse (false for any other key).
+std::string adamw_state_key(std::size_t index, std::string_view field);
+bool parse_adamw_state_key(std::string_view key, std::size_t& index, std::string& field);
+
 // grads *= factor in place (undefined grads are skipped): the trainer's 1 / (global count)
 // normalisation of summed losses, and clipping.
 void scale_gradients(const std::vector<Tensor>& params, double factor);

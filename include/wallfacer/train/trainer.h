@@ -107,9 +107,10 @@ class Trainer {
 
   config::RunConfig config_;
   comm::CommGrid& grid_;
-  comm::Group& replicas_;  // dp × sp: the ranks that hold the same weights
+  comm::Group& replicas_;  // dp × sp: the ranks that hold the same weights (or weight shards)
   std::shared_ptr<models::Model> model_;
   std::vector<Tensor> params_;
+  std::vector<nn::ParameterShard> shards_;  // shards_[i]: where params_[i] sits in its whole tensor
   std::unique_ptr<GradReducer> reducer_;  // null: synchronous all-reduce
   std::int64_t grad_bucket_bytes_ = kDefaultBucketBytes;
   std::unique_ptr<AdamW> optimizer_;

@@ -1,0 +1,121 @@
+// Whole tensors from parameter shards and back (sharded_state.h).
+#include "wallfacer/train/sharded_state.h"
+
+#include <fmt/ranges.h>
+
+#include <map>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "wallfacer/autograd/grad_mode.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/ops/shape_ops.h"
+
+namespace wf::train {
+namespace {
+
+// The dims of a `rank`-dim tensor with 0 and `dim` swapped: applied twice it is the identity.
+std::vector<std::int64_t> swap_with_front(std::int64_t rank, std::int64_t dim) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(rank));
+  std::iota(order.begin(), order.end(), 0);
+  std::swap(order[0], order[static_cast<std::size_t>(dim)]);
+  return order;
+}
+
+// Each parameter's index in named_parameters() order, by name.
+std::map<std::string, std::size_t, std::less<>> parameter_indices(const std::vector<nn::NamedShard>& shards) {
+  std::map<std::string, std::size_t, std::less<>> index;
+  for (std::size_t i = 0; i < shards.size(); ++i) index.emplace(shards[i].first, i);
+  return index;
+}
+
+}  // namespace
+
+Tensor gather_whole(const Tensor& local, const nn::ParameterShard& shard, comm::CommGrid& grid) {
+  if (!shard.is_sharded()) return local;
+  WF_CHECK(local.shape() == shard.local_shape(), "gather_whole: the tensor {} is not the shard {} ({} expected)",
+           shape_str(local.shape()), nn::shard_str(shard), shape_str(shard.local_shape()));
+  comm::Group& group = grid.group(shard.group);
+  WF_CHECK(group.size() == shard.parts, "gather_whole: the shard {} has {} parts, but group '{}' has {} ranks",
+           nn::shard_str(shard), shard.parts, shard.group, group.size());
+  autograd::NoGradGuard no_grad;
+  // all_gather concatenates along dim 0: bring the split dim to the front and back.
+  const auto order = swap_with_front(local.dim(), shard.dim);
+  const Tensor front = shard.dim == 0 ? local : permute(local, order);
+  Tensor whole = group.all_gather(front);
+  if (shard.dim != 0) whole = permute(whole, order);
+  if (shard.unpadded_length > 0) whole = narrow(whole, shard.dim, 0, shard.unpadded_length).clone();
+  return whole;
+}
+
+Tensor local_slice(const Tensor& whole, const nn::ParameterShard& shard, std::string_view name) {
+  WF_USER_CHECK(whole.shape() == shard.unpadded_shape(),
+                "'{}' has shape {} in the checkpoint, but the model's parameter is {} (shard {}); the checkpoint was "
+                "written for another model",
+                name, shape_str(whole.shape()), shape_str(shard.unpadded_shape()), nn::shard_str(shard));
+  if (!shard.is_sharded()) return whole;
+  autograd::NoGradGuard no_grad;
+  Tensor padded = whole;
+  if (shard.unpadded_length > 0) {
+    Shape pad = whole.shape();
+    pad[static_cast<std::size_t>(shard.dim)] = shard.global_shape[static_cast<std::size_t>(shard.dim)] - shard.unpadded_length;
+    padded = cat({whole, Tensor::zeros(pad, whole.dtype())}, shard.dim);
+  }
+  return narrow(padded, shard.dim, shard.start(), shard.length()).clone();
+}
+
+WholeState gather_whole_state(const nn::Module& model, const AdamW& optimizer, comm::CommGrid& grid) {
+  const std::vector<nn::NamedShard> shards = model.named_parameter_shards();
+  WF_CHECK(optimizer.num_params() == shards.size(),
+           "gather_whole_state: the optimizer holds {} parameters but the model has {}; build it over "
+           "model.parameters()",
+           optimizer.num_params(), shards.size());
+  const auto index = parameter_indices(shards);
+  WholeState out;
+  for (const auto& [name, tensor] : model.state_dict()) {
+    const auto it = index.find(name);
+    out.model.insert(name, it == index.end() ? tensor : gather_whole(tensor, shards[it->second].second, grid));
+  }
+  for (const auto& [key, tensor] : optimizer.state_dict()) {
+    std::size_t i = 0;
+    std::string field;
+    WF_CHECK(parse_adamw_state_key(key, i, field) && i < shards.size(), "gather_whole_state: unexpected optimizer key '{}'",
+             key);
+    const auto& [name, shard] = shards[i];
+    out.optimizer.insert(fmt::format("{}.{}", name, field), field == "step" ? tensor : gather_whole(tensor, shard, grid));
+  }
+  return out;
+}
+
+void load_whole_state(const WholeState& state, nn::Module& model, AdamW& optimizer) {
+  const std::vector<nn::NamedShard> shards = model.named_parameter_shards();
+  const auto index = parameter_indices(shards);
+  nn::StateDict local_model, local_optimizer;
+  for (const auto& [name, tensor] : state.model) {
+    const auto it = index.find(name);
+    // Unknown names go through as they are: the model's strict load lists them.
+    local_model.insert(name, it == index.end() ? tensor : local_slice(tensor, shards[it->second].second, name));
+  }
+  std::vector<std::string> unknown;
+  for (const auto& [key, tensor] : state.optimizer) {
+    const auto dot = key.rfind('.');
+    const auto it = dot == std::string::npos ? index.end() : index.find(std::string_view(key).substr(0, dot));
+    if (it == index.end()) {
+      unknown.push_back(key);
+      continue;
+    }
+    const std::string field = key.substr(dot + 1);
+    local_optimizer.insert(adamw_state_key(it->second, field),
+                           field == "step" ? tensor : local_slice(tensor, shards[it->second].second, key));
+  }
+  WF_USER_CHECK(unknown.empty(),
+                "the checkpoint's optimizer state names {} parameter(s) the model does not have ({}); the checkpoint "
+                "was written for another model",
+                unknown.size(), fmt::join(unknown, ", "));
+  model.load_state_dict(local_model);
+  optimizer.load_state_dict(local_optimizer);
+}
+
+}  // namespace wf::train
