@@ -189,3 +189,42 @@ TEST_CASE("training parity: dp x tp x sp layouts match single-process losses, gr
     check_shards(reference->model(), parallel->model(), /*grads=*/false, 1e-10);
   }
 }
+
+TEST_CASE("a checkpoint written at tp 2 resumes at tp 1 (dp 2) with the single-process losses", "[dist][train][tp]") {
+  const int world = runtime().world_size();
+  if (world != 2) return;  // the two layouts of a world of two
+  TpLayout layout;
+  wf::config::RunConfig tp_run = tp_config(layout);
+  tp_run.checkpoint.dir = (std::filesystem::temp_directory_path() / "wf-tp-reshard").string();
+  tp_run.log.dir = tp_run.checkpoint.dir;
+  if (runtime().rank() == 0) std::filesystem::remove_all(tp_run.checkpoint.dir);
+  wf::comm::CommGrid tp_grid(wf::comm::ProcessGrid(tp_run.parallel.grid(), world, runtime().rank()));
+  tp_grid.group("world").barrier();
+
+  wf::config::RunConfig dp_run = tp_run;
+  dp_run.parallel.tp = 1;
+  dp_run.parallel.dp = 2;
+  wf::config::RunConfig ref_run = tp_run;
+  ref_run.parallel.tp = 1;
+  wf::comm::CommGrid dp_grid(wf::comm::ProcessGrid(dp_run.parallel.grid(), world, runtime().rank()));
+  wf::comm::CommGrid ref_grid(wf::comm::ProcessGrid(ref_run.parallel.grid(), 1, 0));
+
+  std::vector<double> expected;
+  {
+    auto reference = trainer_in(ref_run, ref_grid, DType::f32);
+    for (int step = 1; step <= 3; ++step) expected.push_back(reference->train_step().loss);
+  }
+  {
+    auto sharded = trainer_in(tp_run, tp_grid, DType::f32);
+    for (int step = 1; step <= 2; ++step) {
+      CHECK(std::abs(sharded->train_step().loss - expected[step - 1]) <= 1e-5 * expected[step - 1]);
+    }
+    sharded->save_checkpoint();
+  }
+  auto resumed = trainer_in(dp_run, dp_grid, DType::f32);
+  REQUIRE(resumed->resume());
+  CHECK(resumed->step() == 2);
+  CHECK(std::abs(resumed->train_step().loss - expected[2]) <= 1e-5 * expected[2]);
+  tp_grid.group("world").barrier();
+  if (runtime().rank() == 0) std::filesystem::remove_all(tp_run.checkpoint.dir);
+}
