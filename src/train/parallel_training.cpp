@@ -16,6 +16,10 @@ ParallelTraining::ParallelTraining(const config::RunConfig& config) : config_(co
 
 ParallelTraining::~ParallelTraining() = default;
 
+std::shared_ptr<const nn::LayerFactory> ParallelTraining::layers() {
+  return models::tensor_parallel_layers(config_, *grid_);
+}
+
 void ParallelTraining::install(models::Model& model) {
   // shard() lays tokens out by the mask of config.model; the model must attend with the same one.
   WF_USER_CHECK(model.causal() == config::model_facts(config_).causal,

@@ -13,3 +13,4 @@ run(${CMAKE_COMMAND} -S ${WF_CONSUMER_SRC} -B ${WF_SCRATCH}/build -G ${WF_GENERA
     -DCMAKE_PREFIX_PATH=${WF_SCRATCH}/prefix -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${WF_SCRATCH}/build)
 run(${WF_MPIEXEC} ${WF_SCRATCH}/build/consumer ${WF_CONSUMER_SRC}/consumer.yaml)
+run(${WF_MPIEXEC} ${WF_SCRATCH}/build/consumer ${WF_CONSUMER_SRC}/consumer-tp.yaml)

@@ -1,9 +1,10 @@
 #pragma once
 // ParallelTraining: what a program that writes its own training loop needs to train a model
-// with data and sequence parallelism, in one object: the grid of the config's layout over the
-// MPI world, the sequence-parallel attention installed on the model, this rank's shard of a
-// batch, and the gradient sync with the loss normalised once by the global count. The Trainer
-// does the same inside (and overlaps the all-reduce with the backward).
+// with data, tensor and sequence parallelism, in one object: the grid of the config's layout
+// over the MPI world, the layer factory of its tensor parallelism, the sequence-parallel
+// attention installed on the model, this rank's shard of a batch, and the gradient sync with the
+// loss normalised once by the global count. The Trainer does the same inside (and overlaps the
+// all-reduce with the backward).
 //
 //   wf::comm::Runtime::init(argc, argv);
 //   const auto config = wf::config::load_config("run.yaml");  // model.name may be your own model
@@ -38,6 +39,10 @@ class ParallelTraining {
   comm::CommGrid& grid() { return *grid_; }
   const config::RunConfig& config() const { return config_; }
 
+  // The layer factory a model of the program's own builds its blocks with (options.layers) so
+  // that parallel.tp splits it: TensorParallelLayers over this grid's tp group, or null (the
+  // plain layers) at tp = 1. models::create uses the same.
+  std::shared_ptr<const nn::LayerFactory> layers();
   // Installs the run's sequence-parallel attention on every attention layer of `model` (a no-op
   // at sp = 1); models built by models::create already have it.
   void install(models::Model& model);
@@ -46,7 +51,7 @@ class ParallelTraining {
   // layout the attention needs, and their true positions ("tokens", "targets", "positions").
   models::Batch shard(const Tensor& tokens, const Tensor& targets) const;
   // After the backward of this rank's loss sum: sums the gradients over the ranks that replicate
-  // the weights (dp × sp), divides them by the global count of loss elements and returns the
+  // the weights or weight shards (dp × sp), divides them by the global count of loss elements and returns the
   // global mean loss (the same on every rank).
   double sync_gradients(const std::vector<Tensor>& params, const models::LossSum& local);
 

@@ -1,11 +1,13 @@
 // An outside program built against the installed wallfacer package (find_package) that defines
 // its own model, registers it with its own config keys, and trains it from YAML with its own loop
-// under mpirun with sequence parallelism:
+// under mpirun with sequence parallelism, and with tensor parallelism:
 //
-//   mpirun -np 4 consumer consumer.yaml
+//   mpirun -np 4 consumer consumer.yaml      # sp 4, WallFacer C 2
+//   mpirun -np 4 consumer consumer-tp.yaml   # tp 2 x sp 2
 //
 // The model is a small causal LM assembled from wallfacer's blocks with a feed-forward of its own
-// (a tanh-gated unit). The data is a fixed cyclic sequence, so a working loop must drive the loss
+// (a tanh-gated unit). Every weight-holding layer comes from the run's layer factory
+// (ParallelTraining::layers) with its tensor-parallel role, which is all tp needs of a model. The data is a fixed cyclic sequence, so a working loop must drive the loss
 // far below its start (ln vocab). Exits 0 when training worked and the config checks hold.
 #include <wallfacer/wallfacer.h>
 
@@ -50,24 +52,35 @@ ConsumerOptions consumer_options(const wf::config::RunConfig& config) {
 class TanhGate final : public wf::nn::FeedForward {
  public:
   TanhGate(const wf::nn::MLPOptions& o, double scale) : FeedForward(o.seed), scale_(scale) {
-    gate_ = register_module("gate", std::make_shared<wf::nn::Linear>(o.d_model, o.d_ff, false, child_seed("gate")));
-    up_ = register_module("up", std::make_shared<wf::nn::Linear>(o.d_model, o.d_ff, false, child_seed("up")));
-    down_ = register_module("down", std::make_shared<wf::nn::Linear>(o.d_ff, o.d_model, false, child_seed("down")));
+    using wf::nn::LinearRole;
+    gate_ = projection(o, "gate", o.d_model, o.d_ff, LinearRole::column);
+    up_ = projection(o, "up", o.d_model, o.d_ff, LinearRole::column);
+    down_ = projection(o, "down", o.d_ff, o.d_model, LinearRole::row);
   }
   Tensor forward(const Tensor& x) override {
     return down_->forward(wf::mul(wf::scale(wf::tanh(gate_->forward(x)), scale_), up_->forward(x)));
   }
 
  private:
+  std::shared_ptr<wf::nn::Linear> projection(const wf::nn::MLPOptions& o, const char* name, std::int64_t in,
+                                             std::int64_t out, wf::nn::LinearRole role) {
+    return register_module(name, wf::nn::layers_or_default(o.layers).linear(
+                                     {.in_features = in, .out_features = out, .bias = false, .seed = child_seed(name)},
+                                     role));
+  }
+
   double scale_;
   std::shared_ptr<wf::nn::Linear> gate_, up_, down_;
 };
 
 class ConsumerLM final : public wf::models::Model {
  public:
-  explicit ConsumerLM(const ConsumerOptions& o) : Model(o.seed), options_(o) {
-    embedding_ = register_module("embedding", std::make_shared<wf::nn::Embedding>(o.vocab_size, o.d_model,
-                                                                                 child_seed("embedding")));
+  ConsumerLM(const ConsumerOptions& o, std::shared_ptr<const wf::nn::LayerFactory> layers)
+      : Model(o.seed), options_(o), layers_(std::move(layers)) {
+    const wf::nn::LayerFactory& factory = wf::nn::layers_or_default(layers_);
+    embedding_ = register_module(
+        "embedding", factory.embedding({.num_embeddings = o.vocab_size, .dim = o.d_model, .seed = child_seed("embedding")},
+                                       wf::nn::EmbeddingRole::vocabulary));
     auto blocks = register_module("blocks", std::make_shared<wf::nn::ModuleList>(child_seed("blocks")));
     for (std::int64_t i = 0; i < o.n_layer; ++i) {
       wf::nn::TransformerBlockOptions b{.d_model = o.d_model, .n_head = o.n_head, .d_ff = 2 * o.d_model};
@@ -76,12 +89,13 @@ class ConsumerLM final : public wf::models::Model {
       b.rope = true;
       b.checkpoint_attention_output = i % 2 == 1;  // the attention-output checkpoint works on any block
       b.seed = blocks->next_seed();
+      b.layers = layers_;
       b.make_feed_forward = [scale = o.gate_scale](const wf::nn::MLPOptions& m) {
         return std::make_shared<TanhGate>(m, scale);
       };
       blocks_.push_back(blocks->append(std::make_shared<wf::nn::TransformerBlock>(b)));
     }
-    norm_ = register_module("norm", std::make_shared<wf::nn::RMSNorm>(o.d_model));
+    norm_ = register_module("norm", factory.norm(wf::nn::NormType::rms_norm, o.d_model, 1e-5));
   }
 
   std::string name() const override { return "consumer_lm"; }
@@ -89,18 +103,22 @@ class ConsumerLM final : public wf::models::Model {
     const Tensor& positions = batch.at("positions");
     Tensor x = embedding_->forward(batch.at("tokens"));
     for (auto& block : blocks_) x = block->forward(x, positions);
-    const Tensor logits = wf::linear(norm_->forward(x), embedding_->weight());
+    // The tied head; under tp its logits are this rank's vocabulary columns, which the factory's
+    // loss reads without gathering them.
+    const Tensor logits = embedding_->attend(norm_->forward(x));
     const Tensor& targets = batch.at("targets");
-    return {wf::cross_entropy_sum(logits, targets), wf::count_targets(targets)};
+    return {wf::nn::layers_or_default(layers_).vocabulary_loss_sum(logits, targets, options_.vocab_size),
+            wf::count_targets(targets)};
   }
   double train_flops_per_token(std::int64_t) const override { return 0; }
   bool causal() const override { return true; }
 
  private:
   ConsumerOptions options_;
+  std::shared_ptr<const wf::nn::LayerFactory> layers_;  // null: the plain layers
   std::shared_ptr<wf::nn::Embedding> embedding_;
   std::vector<std::shared_ptr<wf::nn::TransformerBlock>> blocks_;
-  std::shared_ptr<wf::nn::RMSNorm> norm_;
+  std::shared_ptr<wf::nn::Normalization> norm_;
 };
 
 wf::config::ModelSchema consumer_schema() {
@@ -131,7 +149,7 @@ wf::config::ModelSchema consumer_schema() {
 }
 
 std::shared_ptr<wf::models::Model> make_consumer_lm(const wf::config::RunConfig& config, wf::comm::CommGrid& grid) {
-  auto model = std::make_shared<ConsumerLM>(consumer_options(config));
+  auto model = std::make_shared<ConsumerLM>(consumer_options(config), wf::models::tensor_parallel_layers(config, grid));
   wf::models::install_sp_attention(*model, config, grid);
   return model;
 }
@@ -178,7 +196,7 @@ int train(const std::string& config_path) {
     make_batch(rows, config.train.seq_len, step, tokens, targets);
     const wf::models::LossSum loss = model->loss_sum(parallel.shard(tokens, targets));
     wf::autograd::backward({loss.sum});
-    last = parallel.sync_gradients(model->parameters(), loss);
+    last = parallel.sync_gradients(model->parameters(), loss);  // over dp x sp; tp shards stay apart
     if (step == 0) first = last;
     optimizer.step();
     optimizer.zero_grad();
