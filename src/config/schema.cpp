@@ -133,6 +133,7 @@ std::vector<Field> make_fields() {
       integer(KEY(parallel, C), 1),
       choice(KEY(parallel, placement), kPlacements),
       choice(KEY(parallel, sp_strategy), kStrategies),
+      boolean(KEY(parallel, tp_shard_activations)),
 
       integer(KEY(train, steps), 1),
       integer(KEY(train, micro_batch_size), 1),

@@ -57,6 +57,13 @@ void check_sequence_layout(const RunConfig& c, const ModelFacts& facts, std::vec
                                    parallel::sp_strategy_name(p.sp_strategy), p.sp,
                                    detail::without_location(e.what())));
   }
+  // Activation sharding splits each rank's tokens (seq_len / sp of them) over tp.
+  if (p.tp_shard_activations && p.sp > 0 && c.train.seq_len % p.sp == 0 && (c.train.seq_len / p.sp) % p.tp != 0) {
+    problems.push_back(fmt::format("parallel.tp_shard_activations: each rank's seq_len / sp = {} / {} = {} tokens do "
+                                   "not split over parallel.tp = {}; choose a seq_len that is a multiple of sp x tp = "
+                                   "{}, or turn tp_shard_activations off",
+                                   c.train.seq_len, p.sp, c.train.seq_len / p.sp, p.tp, p.sp * p.tp));
+  }
 }
 
 // The rules every model shares, from its facts: the sequence limit, the tokenizer's vocabulary,

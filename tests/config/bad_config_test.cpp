@@ -107,6 +107,9 @@ const std::vector<BadConfig>& layout_cases() {
       {"heads_tp", "model:\n  n_head: 6\n  n_kv_head: 6\n  d_model: 384\nparallel:\n  tp: 4\n", 4, {},
        {"model.n_head: n_head = 6 and n_kv_head = 6 must both be multiples of parallel.tp = 4"}},
       {"d_ff_tp", "model:\n  d_ff: 1001\nparallel:\n  tp: 2\n", 2, {}, {"model.d_ff: d_ff = 1001 is not a multiple of parallel.tp = 2"}},
+      {"tp_shard_activations_tokens", "parallel:\n  tp: 4\n  tp_shard_activations: true\ntrain:\n  seq_len: 66\n", 4, {},
+       {"parallel.tp_shard_activations: each rank's seq_len / sp = 66 / 1 = 66 tokens do not split over "
+        "parallel.tp = 4", "a multiple of sp x tp = 4"}},
       {"layers_pp", "model:\n  n_layer: 5\nparallel:\n  pp: 2\n", 2, {},
        {"model.n_layer: n_layer = 5 is not a multiple of parallel.pp = 2"}},
       {"ulysses_heads", "model:\n  n_head: 6\n  n_kv_head: 6\n  d_model: 384\nparallel:\n  sp: 4\n  sp_strategy: ulysses\n",

@@ -25,6 +25,10 @@ struct ParallelSection {
   int C = 1;                          // WallFacer team size; only sp_strategy wallfacer uses C > 1
   comm::Placement placement = comm::Placement::collectives_intra;
   parallel::SpStrategy sp_strategy = parallel::SpStrategy::wallfacer;
+  // Megatron's "sequence parallelism" inside tp: the residual stream, norms and residual dropout
+  // hold 1/tp of each rank's tokens instead of all of them (reduce-scatter / all-gather around
+  // the tensor-parallel layers instead of all-reduces); parallel/tensor_parallel.h.
+  bool tp_shard_activations = false;
   comm::ParallelConfig grid() const { return {dp, tp, pp, sp, order, C, placement}; }
   friend bool operator==(const ParallelSection&, const ParallelSection&) = default;
 };
