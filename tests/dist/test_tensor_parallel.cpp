@@ -493,3 +493,39 @@ TEST_CASE("tp split-region dropout: per-rank masks from the tracker's stream, re
   CHECK_THAT(error_of([&] { drop->forward(x); }), Catch::Contains("seed_tensor_parallel_rng"));
   wf::generator_tracker().set_states(saved_tracker);
 }
+
+TEST_CASE("tp TransformerBlock with activation sharding matches the single-process block", "[dist][tp]") {
+  auto group = world_group("t.tp.sharded.block");
+  const int P = group->size();
+  const auto layers = std::make_shared<wf::parallel::TensorParallelLayers>(
+      *group, wf::parallel::TensorParallelOptions{.shard_activations = true});
+  const wf::Generator::State rng{77, 3};  // the same on every rank and in the reference
+  const Forward forward = [rng](wf::nn::Module& m, const Tensor& x) {
+    const wf::ReplayedGenerator same_masks(wf::RngSnapshot{rng, wf::generator_tracker().states()});
+    // Positions from the offset: the block attends over all tp · T/tp tokens.
+    return dynamic_cast<wf::nn::TransformerBlock&>(m).forward(x, /*position_offset=*/0);
+  };
+  const std::pair<wf::nn::NormType, wf::nn::FeedForwardKind> kinds[] = {
+      {wf::nn::NormType::layer_norm, wf::nn::FeedForwardKind::mlp},
+      {wf::nn::NormType::rms_norm, wf::nn::FeedForwardKind::swiglu},
+  };
+  for (const auto& [norm, kind] : kinds) {
+    for (const bool checkpoint : {false, true}) {
+      for (const double p : {0.0, 0.3}) {
+        for (const auto& [dtype, tolerance] : kPrecisions) {
+          INFO(fmt::format("{} + {}, checkpoint {}, dropout {} in {} on {} ranks", wf::nn::norm_type_name(norm),
+                           wf::nn::feed_forward_name(kind), checkpoint, p, wf::dtype_name(dtype), P));
+          wf::nn::TransformerBlockOptions o{.d_model = 8 * P, .n_head = 2 * P, .n_kv_head = P, .d_ff = 8 * P,
+                                            .norm = norm, .dropout = p, .init_std = 0.3, .rope = true,
+                                            .checkpoint_attention_output = checkpoint, .seed = 4,
+                                            .feed_forward = kind};
+          wf::nn::TransformerBlock reference(o);
+          o.layers = layers;
+          wf::nn::TransformerBlock parallel(o);
+          check_matches_single_process(reference, parallel, forward, {2, 2 * P, 8 * P}, dtype, tolerance, *group,
+                                       /*sharded_tokens=*/true);
+        }
+      }
+    }
+  }
+}
