@@ -13,7 +13,7 @@ class CheckpointFunction final : public Function {
   explicit CheckpointFunction(CheckpointFn fn) : fn_(std::move(fn)) {}
 
   TensorList forward(Context& ctx, const TensorList& inputs) override {
-    rng_state_ = default_generator().state();
+    rng_state_ = rng_snapshot();
     ctx.save_for_backward(inputs);
     return fn_(inputs);  // grad mode is off here: nothing inside is recorded
   }
@@ -37,7 +37,7 @@ class CheckpointFunction final : public Function {
 
  private:
   CheckpointFn fn_;
-  Generator::State rng_state_;
+  RngSnapshot rng_state_;
 };
 
 }  // namespace

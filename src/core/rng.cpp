@@ -2,6 +2,13 @@
 
 #include <cmath>
 #include <numbers>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "wallfacer/core/error.h"
 
 namespace wf {
 
@@ -47,5 +54,41 @@ Generator& default_generator() {
 }
 
 void manual_seed(std::uint64_t seed) { default_generator().manual_seed(seed); }
+
+Generator::State GeneratorTracker::state(const std::string& name) const {
+  const auto it = states_.find(name);
+  if (it == states_.end()) {
+    std::vector<std::string> known;
+    for (const auto& [key, value] : states_) known.push_back(key);
+    WF_FAIL("GeneratorTracker: no stream '{}' (streams: [{}]); add it first", name, fmt::join(known, ", "));
+  }
+  return it->second;
+}
+
+GeneratorTracker& generator_tracker() {
+  static GeneratorTracker tracker;
+  return tracker;
+}
+
+ForkedGenerator::ForkedGenerator(const std::string& name) : name_(name), resume_(default_generator().state()) {
+  default_generator().set_state(generator_tracker().state(name));
+}
+
+ForkedGenerator::~ForkedGenerator() {
+  generator_tracker().states_[name_] = default_generator().state();
+  default_generator().set_state(resume_);
+}
+
+RngSnapshot rng_snapshot() { return {default_generator().state(), generator_tracker().states()}; }
+
+ReplayedGenerator::ReplayedGenerator(const RngSnapshot& snapshot) : resume_(rng_snapshot()) {
+  default_generator().set_state(snapshot.default_state);
+  generator_tracker().set_states(snapshot.tracked);
+}
+
+ReplayedGenerator::~ReplayedGenerator() {
+  default_generator().set_state(resume_.default_state);
+  generator_tracker().set_states(std::move(resume_.tracked));
+}
 
 }  // namespace wf

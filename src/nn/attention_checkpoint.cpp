@@ -34,10 +34,10 @@ class AttentionOutputCheckpoint final : public autograd::Function {
   explicit AttentionOutputCheckpoint(AttentionSplit split) : split_(std::move(split)) {}
 
   TensorList forward(autograd::Context& ctx, const TensorList& inputs) override {
-    before_rng_ = default_generator().state();
+    before_rng_ = rng_snapshot();
     const AttentionHeads heads = split_.before(inputs);
     const AttentionResult attention = split_.strategy->forward(heads.q, heads.k, heads.v, split_.options);
-    after_rng_ = default_generator().state();  // the dropout masks after attention are replayed
+    after_rng_ = rng_snapshot();  // the dropout masks after attention are replayed
     TensorList outputs = split_.after(inputs, attention.out);
     TensorList saved = inputs;
     saved.push_back(attention.out);
@@ -86,7 +86,7 @@ class AttentionOutputCheckpoint final : public autograd::Function {
 
  private:
   AttentionSplit split_;
-  Generator::State before_rng_, after_rng_;
+  RngSnapshot before_rng_, after_rng_;
 };
 
 bool records_graph(const TensorList& inputs) {

@@ -10,7 +10,9 @@ Dropout::Dropout(double p) : p_(p) {
 
 Tensor Dropout::forward(const Tensor& x) {
   if (!is_training() || p_ == 0.0) return x;
-  return dropout(x, p_, true);
+  return drop(x);
 }
+
+Tensor Dropout::drop(const Tensor& x) const { return dropout(x, p_, true); }
 
 }  // namespace wf::nn

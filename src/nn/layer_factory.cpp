@@ -28,6 +28,10 @@ std::shared_ptr<Normalization> LayerFactory::norm(NormType type, std::int64_t di
   return make_norm(type, dim, eps);
 }
 
+std::shared_ptr<Dropout> LayerFactory::dropout(double p, ActivationRegion /*region*/) const {
+  return std::make_shared<Dropout>(p);
+}
+
 Tensor LayerFactory::vocabulary_loss_sum(const Tensor& logits, const Tensor& targets,
                                          std::int64_t vocab_size) const {
   WF_CHECK(logits.defined() && logits.size(-1) == vocab_size,

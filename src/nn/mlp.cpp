@@ -25,6 +25,11 @@ std::shared_ptr<Linear> projection(Module& parent, const MLPOptions& o, const ch
                 role));
 }
 
+// The dropout on the block's output, which is in the residual stream.
+std::shared_ptr<Dropout> residual_dropout(const MLPOptions& o) {
+  return layers_or_default(o.layers).dropout(o.dropout, ActivationRegion::replicated);
+}
+
 double out_std(const MLPOptions& o) { return o.out_init_std > 0 ? o.out_init_std : o.init_std; }
 
 }  // namespace
@@ -49,7 +54,7 @@ MLP::MLP(const MLPOptions& options) : FeedForward(options.seed), options_(resolv
   const auto& o = options_;
   fc_ = projection(*this, o, "fc", o.d_model, o.d_ff, o.init_std, LinearRole::column);
   proj_ = projection(*this, o, "proj", o.d_ff, o.d_model, out_std(o), LinearRole::row);
-  dropout_ = register_module("dropout", std::make_shared<Dropout>(o.dropout));
+  dropout_ = register_module("dropout", residual_dropout(o));
 }
 
 Tensor MLP::forward(const Tensor& x) {
@@ -61,7 +66,7 @@ SwiGLU::SwiGLU(const MLPOptions& options) : FeedForward(options.seed), options_(
   gate_ = projection(*this, o, "gate", o.d_model, o.d_ff, o.init_std, LinearRole::column);
   up_ = projection(*this, o, "up", o.d_model, o.d_ff, o.init_std, LinearRole::column);
   down_ = projection(*this, o, "down", o.d_ff, o.d_model, out_std(o), LinearRole::row);
-  dropout_ = register_module("dropout", std::make_shared<Dropout>(o.dropout));
+  dropout_ = register_module("dropout", residual_dropout(o));
 }
 
 Tensor SwiGLU::forward(const Tensor& x) {

@@ -137,6 +137,11 @@ void Module::collect_shards(const std::string& prefix, std::vector<NamedShard>& 
   for (const auto& [name, child] : children_) child->collect_shards(join(prefix, name), out);
 }
 
+void Module::set_gradient_partial_over(const std::string& group) {
+  for (auto& shard : parameter_shards_) shard.partial_gradient_group = group;
+  for (const auto& [name, child] : children_) child->set_gradient_partial_over(group);
+}
+
 std::vector<NamedShard> Module::named_parameter_shards() const {
   std::vector<NamedShard> out;
   collect_shards("", out);

@@ -62,11 +62,14 @@ ParameterShard ParameterShard::split_padded(std::string group, const Shape& glob
 }
 
 std::string shard_str(const ParameterShard& shard) {
-  if (!shard.is_sharded()) return fmt::format("whole {}", shape_str(shard.global_shape));
-  return fmt::format("dim {} slice {}/{} of {}{} over {}", shard.dim, shard.index, shard.parts,
+  const std::string partial = shard.partial_gradient_group.empty()
+                                  ? std::string()
+                                  : fmt::format(", gradient partial over {}", shard.partial_gradient_group);
+  if (!shard.is_sharded()) return fmt::format("whole {}{}", shape_str(shard.global_shape), partial);
+  return fmt::format("dim {} slice {}/{} of {}{} over {}{}", shard.dim, shard.index, shard.parts,
                      shape_str(shard.global_shape),
                      shard.unpadded_length > 0 ? fmt::format(" (padded from {})", shard.unpadded_length) : "",
-                     shard.group);
+                     shard.group, partial);
 }
 
 }  // namespace wf::nn

@@ -36,7 +36,7 @@ SelfAttention::SelfAttention(const SelfAttentionOptions& options)
                                                               .init_std = out_std,
                                                               .seed = child_seed("proj")},
                                                 LinearRole::row));
-  dropout_ = register_module("dropout", std::make_shared<Dropout>(options.dropout));
+  dropout_ = register_module("dropout", layers.dropout(options.dropout, ActivationRegion::replicated));
   // The factory must split qkv by rows and proj by columns tp ways, or not at all.
   WF_CHECK(qkv_->weight().size(0) * tp_ == qkv_width && proj_->weight().size(1) * tp_ == d,
            "SelfAttention: the layer factory says tp = {} but gave qkv [{}] and proj [{}]; expected [{}, {}] and "
@@ -67,7 +67,10 @@ SelfAttention::Heads SelfAttention::project(const Tensor& x, const Tensor& posit
   WF_CHECK(x.defined() && x.dim() == 3 && x.size(2) == options_.d_model,
            "SelfAttention(d_model={}): input must be [batch, tokens, {}], got {}", options_.d_model,
            options_.d_model, x.defined() ? shape_str(x.shape()) : "undefined");
-  const std::int64_t batch = x.size(0), tokens = x.size(1);
+  // With activation sharding x holds this rank's slice of the tokens and the column layer
+  // gathers them all: the heads have the projection's tokens.
+  const Tensor projected = qkv_->forward(x);
+  const std::int64_t batch = x.size(0), tokens = projected.size(1);
   if (positions.defined()) {
     WF_CHECK(positions.dim() == 1 && positions.size(0) == tokens &&
                  (positions.dtype() == DType::i64 || positions.dtype() == DType::i32),
@@ -80,7 +83,7 @@ SelfAttention::Heads SelfAttention::project(const Tensor& x, const Tensor& posit
   // [B, T, groups·(G + 2)·hd], groups = this rank's kv heads: each group's G query heads, its
   // key head and its value head.
   const std::int64_t groups = local_kv_heads(), G = h / h_kv;
-  const Tensor qkv = reshape(qkv_->forward(x), {batch, tokens, groups, G + 2, hd});
+  const Tensor qkv = reshape(projected, {batch, tokens, groups, G + 2, hd});
   Heads heads{reshape(narrow(qkv, 3, 0, G), {batch, tokens, groups * G, hd}),
               reshape(narrow(qkv, 3, G, 1), {batch, tokens, groups, hd}),
               reshape(narrow(qkv, 3, G + 1, 1), {batch, tokens, groups, hd})};

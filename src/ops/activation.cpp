@@ -3,6 +3,7 @@
 // and write the backward with ops or the kernel's own backward.
 #include "wallfacer/ops/activation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -117,18 +118,48 @@ Tensor softmax_over(const char* name, const Tensor& x, std::int64_t dim, bool ta
 
 // ---- dropout ----------------------------------------------------------------------------------
 
-// out[k] = keep(k) ? t[k] / (1 − p) : 0 with keep(k) = uniform_at(seed, first + k) >= p. The
-// forward and the backward both call this, so the gradient sees exactly the forward's mask.
-Tensor apply_dropout_mask(const Tensor& t, double p, std::uint64_t seed, std::uint64_t first) {
+// Where element k of a dropout input sits in the stream of the whole tensor it is a slice of:
+// the input is the [outer, block / inner, inner] slice `index` of `parts` along one dim of a
+// whole [outer, parts · block / inner, inner], so its rows of `block` elements are runs of the
+// whole tensor's, `stride` = parts · block apart, the first at index · block. A whole input is
+// one run (parts 1): element k is stream element k.
+struct MaskLayout {
+  std::uint64_t block = 1, stride = 1, start = 0;
+  std::uint64_t whole_index(std::uint64_t k) const { return (k / block) * stride + start + k % block; }
+};
+
+// out[k] = keep(k) ? t[k] / (1 − p) : 0 with keep(k) = uniform_at(seed, first + whole index of k)
+// >= p. The forward and the backward both call this, so the gradient sees exactly the
+// forward's mask.
+Tensor apply_dropout_mask(const Tensor& t, double p, std::uint64_t seed, std::uint64_t first, MaskLayout layout) {
   return run_unary("dropout", t, [&](std::int64_t n, const auto* src, auto* dst) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(src)>>;
     const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
     parallel_for_each(n, [&](std::int64_t k) {
-      const bool keep = uniform_at(seed, first + static_cast<std::uint64_t>(k)) >= p;
+      const bool keep = uniform_at(seed, first + layout.whole_index(static_cast<std::uint64_t>(k))) >= p;
       dst[k] = keep ? src[k] * keep_scale : T(0);
     });
   });
 }
+
+// The dropout node: draws the whole tensor's `whole_numel` indices from the generator (so it
+// ends where the whole tensor's dropout would leave it) and masks x by its part of them.
+Tensor dropout_node(const Tensor& x, double p, Generator* gen, std::uint64_t whole_numel, MaskLayout layout) {
+  ops::check_floating("dropout", x, "the input");
+  ops::check_cpu("dropout", x);
+  // The generator is advanced here, once per call, so both passes use the same (seed, first).
+  Generator& g = gen ? *gen : default_generator();
+  const std::uint64_t seed = g.seed();
+  const std::uint64_t first = g.advance(whole_numel);
+  return autograd::apply_function(
+      "dropout", {x},
+      [=](Context&, const TensorList& in) { return TensorList{apply_dropout_mask(in[0], p, seed, first, layout)}; },
+      [=](Context&, const TensorList& grad) {
+        return TensorList{apply_dropout_mask(grad[0], p, seed, first, layout)};
+      })[0];
+}
+
+void check_dropout_p(double p) { WF_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p={} must be in [0, 1]", p); }
 
 }  // namespace
 
@@ -180,18 +211,28 @@ Tensor softmax(const Tensor& x, std::int64_t dim) { return softmax_over("softmax
 Tensor log_softmax(const Tensor& x, std::int64_t dim) { return softmax_over("log_softmax", x, dim, true); }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
-  WF_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p={} must be in [0, 1]", p);
+  check_dropout_p(p);
   if (!training || p == 0.0) return x;
-  ops::check_floating("dropout", x, "the input");
-  ops::check_cpu("dropout", x);
-  // The generator is advanced here, once per call, so both passes use the same (seed, first).
-  Generator& g = gen ? *gen : default_generator();
-  const std::uint64_t seed = g.seed();
-  const std::uint64_t first = g.advance(static_cast<std::uint64_t>(x.numel()));
-  return autograd::apply_function(
-      "dropout", {x},
-      [=](Context&, const TensorList& in) { return TensorList{apply_dropout_mask(in[0], p, seed, first)}; },
-      [=](Context&, const TensorList& grad) { return TensorList{apply_dropout_mask(grad[0], p, seed, first)}; })[0];
+  const auto n = static_cast<std::uint64_t>(x.numel());
+  return dropout_node(x, p, gen, n, MaskLayout{.block = std::max<std::uint64_t>(n, 1), .stride = n, .start = 0});
+}
+
+Tensor dropout_slice(const Tensor& x, double p, bool training, std::int64_t dim, int parts, int index,
+                     Generator* gen) {
+  check_dropout_p(p);
+  WF_CHECK(x.defined() && dim >= -x.dim() && dim < x.dim(), "dropout_slice: dim {} is out of range for shape {}", dim,
+           x.defined() ? shape_str(x.shape()) : std::string("undefined"));
+  WF_CHECK(parts >= 1 && index >= 0 && index < parts, "dropout_slice: slice {} of {} is not a valid slice", index,
+           parts);
+  if (!training || p == 0.0) return x;
+  const std::int64_t d = normalize_dim(dim, x.dim());
+  std::uint64_t block = 1;  // the elements of one slice row: dim d and the dims after it
+  for (std::int64_t i = d; i < x.dim(); ++i) block *= static_cast<std::uint64_t>(x.size(i));
+  const auto n = static_cast<std::uint64_t>(x.numel()), P = static_cast<std::uint64_t>(parts);
+  return dropout_node(x, p, gen, n * P,
+                      MaskLayout{.block = std::max<std::uint64_t>(block, 1),
+                                 .stride = block * P,
+                                 .start = static_cast<std::uint64_t>(index) * block});
 }
 
 }  // namespace wf

@@ -33,21 +33,47 @@ Tensor sum_over_group(Group& group, const Tensor& t) {
   return sum;
 }
 
-// This rank's slice of the last dim (forward of scatter_last_dim, backward of gather_last_dim).
-Tensor own_columns(Group& group, const Tensor& t) {
-  const std::int64_t k = t.size(-1) / group.size();
-  return narrow(t, -1, group.rank() * k, k);
+// The [outer, k, inner] view of t around dim d (k = t.size(d)): the dims before d, d itself
+// and the dims after it, so that one slice of dim d is rows of a 3-d tensor.
+struct AroundDim {
+  std::int64_t outer = 1, k = 1, inner = 1;
+  AroundDim(const Tensor& t, std::int64_t d) : k(t.size(d)) {
+    for (std::int64_t i = 0; i < d; ++i) outer *= t.size(i);
+    for (std::int64_t i = d + 1; i < t.dim(); ++i) inner *= t.size(i);
+  }
+};
+
+// This rank's slice of dim d (forward of scatter_dim, backward of gather_dim).
+Tensor own_slice(Group& group, const Tensor& t, std::int64_t d) {
+  const std::int64_t k = t.size(d) / group.size();
+  return narrow(t, d, group.rank() * k, k);
 }
 
-// all-gather along the last dim: gather rows of the [rows, k] view, then move the rank index
-// next to the last dim, [P, rows, k] → [rows, P, k] → [..., P·k].
-Tensor gather_columns(Group& group, const Tensor& t) {
-  const std::int64_t P = group.size(), k = t.size(-1), rows = t.numel() / std::max<std::int64_t>(k, 1);
-  const Tensor gathered = group.all_gather(reshape(t, {rows, k}));
+// all-gather along dim d: gather rows of the [outer, k, inner] view (rank-major), then move the
+// rank index next to dim d, [P, outer, k, inner] → [outer, P, k, inner] → d of extent P·k.
+Tensor gather_along(Group& group, const Tensor& t, std::int64_t d) {
+  const std::int64_t P = group.size();
+  const AroundDim v(t, d);
+  const Tensor gathered = group.all_gather(reshape(t, {v.outer, v.k, v.inner}));
   Shape out = t.shape();
-  out.back() = P * k;
-  if (P == 1) return reshape(gathered, out);
-  return reshape(permute(reshape(gathered, {P, rows, k}), {1, 0, 2}), out);
+  out[static_cast<std::size_t>(d)] = P * v.k;
+  if (P == 1 || v.outer == 1) return reshape(gathered, out);  // rank-major is already d-major
+  return reshape(permute(reshape(gathered, {P, v.outer, v.k, v.inner}), {1, 0, 2, 3}), out);
+}
+
+// reduce-scatter (sum) along dim d, the adjoint of gather_along: bring rank r's slice of d to
+// the front as contiguous rows ([outer, P, k, inner] → [P, outer, k, inner]), reduce-scatter
+// the rows, and give back this rank's [outer, k, inner] with d of extent k.
+Tensor sum_scatter_along(Group& group, const Tensor& t, std::int64_t d) {
+  const std::int64_t P = group.size();
+  const AroundDim v(t, d);
+  const std::int64_t k = v.k / P;
+  const Tensor blocks = reshape(t, {v.outer, P, k, v.inner});
+  const Tensor send = P == 1 || v.outer == 1 ? blocks : permute(blocks, {1, 0, 2, 3});
+  const Tensor mine = group.reduce_scatter(reshape(send, {P * v.outer, k, v.inner}), ReduceOp::sum);
+  Shape out = t.shape();
+  out[static_cast<std::size_t>(d)] = k;
+  return reshape(mine, out);
 }
 
 // permute that skips the copy when the order is the identity.
@@ -105,6 +131,20 @@ Tensor differentiable(const char* name, Group& group, const Tensor& x, Collectiv
       })[0];
 }
 
+// `dim` of x normalised, after checking (on every rank alike, before any traffic) that x is
+// defined, the dim exists and, where the collective splits it, divides over the group.
+std::int64_t checked_split_dim(const char* name, Group& group, const Tensor& x, std::int64_t dim, bool must_divide) {
+  WF_CHECK(x.defined() && x.dim() >= 1, "parallel::{} on group '{}': the input must be a defined tensor with at least "
+           "one dimension, got {}", name, group.name(), x.defined() ? shape_str(x.shape()) : std::string("undefined"));
+  WF_CHECK(dim >= -x.dim() && dim < x.dim(), "parallel::{} on group '{}': dim {} is out of range for shape {}", name,
+           group.name(), dim, shape_str(x.shape()));
+  const std::int64_t d = normalize_dim(dim, x.dim());
+  WF_CHECK(!must_divide || x.size(d) % group.size() == 0,
+           "parallel::{} on group '{}': dim {} of shape {} has extent {}, which does not split into {} equal slices",
+           name, group.name(), dim, shape_str(x.shape()), x.size(d), group.size());
+  return d;
+}
+
 }  // namespace
 
 Tensor all_gather(Group& group, const Tensor& x) {
@@ -123,16 +163,37 @@ Tensor copy_to_group(Group& group, const Tensor& x) {
   return differentiable("copy_to_group", group, x, identity, sum_over_group);
 }
 
-Tensor scatter_last_dim(Group& group, const Tensor& x) {
-  WF_CHECK(!x.defined() || x.dim() == 0 || x.size(-1) % group.size() == 0,
-           "parallel::scatter_last_dim on group '{}': the last dim of shape {} does not split into {} equal slices",
-           group.name(), shape_str(x.shape()), group.size());
-  return differentiable("scatter_last_dim", group, x, own_columns, gather_columns);
+Tensor scatter_dim(Group& group, const Tensor& x, std::int64_t dim) {
+  const std::int64_t d = checked_split_dim("scatter_dim", group, x, dim, /*must_divide=*/true);
+  return differentiable(
+      "scatter_dim", group, x, [d](Group& g, const Tensor& t) { return own_slice(g, t, d); },
+      [d](Group& g, const Tensor& t) { return gather_along(g, t, d); });
 }
 
-Tensor gather_last_dim(Group& group, const Tensor& x) {
-  return differentiable("gather_last_dim", group, x, gather_columns, own_columns);
+Tensor gather_dim(Group& group, const Tensor& x, std::int64_t dim) {
+  const std::int64_t d = checked_split_dim("gather_dim", group, x, dim, /*must_divide=*/false);
+  return differentiable(
+      "gather_dim", group, x, [d](Group& g, const Tensor& t) { return gather_along(g, t, d); },
+      [d](Group& g, const Tensor& t) { return own_slice(g, t, d); });
 }
+
+Tensor all_gather_dim(Group& group, const Tensor& x, std::int64_t dim) {
+  const std::int64_t d = checked_split_dim("all_gather_dim", group, x, dim, /*must_divide=*/false);
+  return differentiable(
+      "all_gather_dim", group, x, [d](Group& g, const Tensor& t) { return gather_along(g, t, d); },
+      [d](Group& g, const Tensor& t) { return sum_scatter_along(g, t, d); });
+}
+
+Tensor reduce_scatter_dim(Group& group, const Tensor& x, std::int64_t dim) {
+  const std::int64_t d = checked_split_dim("reduce_scatter_dim", group, x, dim, /*must_divide=*/true);
+  return differentiable(
+      "reduce_scatter_dim", group, x, [d](Group& g, const Tensor& t) { return sum_scatter_along(g, t, d); },
+      [d](Group& g, const Tensor& t) { return gather_along(g, t, d); });
+}
+
+Tensor scatter_last_dim(Group& group, const Tensor& x) { return scatter_dim(group, x, -1); }
+
+Tensor gather_last_dim(Group& group, const Tensor& x) { return gather_dim(group, x, -1); }
 
 Tensor all_to_all(Group& group, const Tensor& x) {
   return differentiable("all_to_all", group, x, exchange_rows, exchange_rows);

@@ -152,8 +152,9 @@ std::int64_t padded_vocab_size(std::int64_t vocab, int parts) {
   return (vocab + parts - 1) / parts * parts;
 }
 
-VocabParallelEmbedding::VocabParallelEmbedding(const nn::EmbeddingOptions& options, comm::Group& tp)
-    : nn::Embedding(options, vocab_rows(options, tp)), tp_(&tp) {}
+VocabParallelEmbedding::VocabParallelEmbedding(const nn::EmbeddingOptions& options, comm::Group& tp,
+                                               const TensorParallelOptions& tp_options)
+    : nn::Embedding(options, vocab_rows(options, tp)), tp_(&tp), tp_options_(tp_options) {}
 
 Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
   const std::int64_t vocab = options().num_embeddings, start = vocab_start(), rows = weight().size(0);
@@ -184,7 +185,7 @@ Tensor VocabParallelEmbedding::attend(const Tensor& h) {
   WF_CHECK(h.defined() && h.dim() >= 1 && h.size(-1) == options().dim,
            "VocabParallelEmbedding({}, {}): attend needs hidden states ending in {} features, got {}",
            options().num_embeddings, options().dim, options().dim, h.defined() ? shape_str(h.shape()) : "undefined");
-  return linear(column_parallel_input(*tp_, h), weight());
+  return linear(column_parallel_input(*tp_, h, tp_options_), weight());
 }
 
 namespace {
@@ -200,16 +201,18 @@ nn::ParameterShard vocab_head_rows(const nn::LinearOptions& options, comm::Group
 
 }  // namespace
 
-VocabParallelLinear::VocabParallelLinear(const nn::LinearOptions& options, comm::Group& tp)
+VocabParallelLinear::VocabParallelLinear(const nn::LinearOptions& options, comm::Group& tp,
+                                         const TensorParallelOptions& tp_options)
     : nn::Linear(options, vocab_head_rows(options, tp), nn::ParameterShard::replicated({options.out_features})),
-      tp_(&tp) {}
+      tp_(&tp),
+      tp_options_(tp_options) {}
 
 Tensor VocabParallelLinear::forward(const Tensor& x) {
   WF_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options().in_features,
            "VocabParallelLinear(in={}, vocabulary {}): input of shape {} must end in {} features",
            options().in_features, options().out_features, x.defined() ? shape_str(x.shape()) : "undefined",
            options().in_features);
-  return linear(column_parallel_input(*tp_, x), weight());
+  return linear(column_parallel_input(*tp_, x, tp_options_), weight());
 }
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& targets, comm::Group& tp,

@@ -163,3 +163,58 @@ TEST_CASE("uniform draws stay below 1 in every floating dtype", "[core]") {
   for (std::int64_t i = 0; i < u.numel(); ++i) largest = std::max(largest, u.at(i));
   CHECK(largest < 1.0);
 }
+
+TEST_CASE("GeneratorTracker: a fork draws from the named stream and leaves the default generator alone",
+          "[core]") {
+  const wf::GeneratorTracker::States saved_tracker = wf::generator_tracker().states();
+  const wf::Generator::State saved_default = wf::default_generator().state();
+  wf::GeneratorTracker& tracker = wf::generator_tracker();
+  tracker.seed("t.stream", 123);
+  wf::default_generator().set_state({77, 5});
+
+  Tensor forked;
+  {
+    const wf::ForkedGenerator fork("t.stream");
+    forked = Tensor::rand({4, 3}, DType::f64);
+  }
+  // The draw is the stream's elements [0, 12); the stream moved on, the default did not.
+  CHECK(same_values(forked, Tensor::rand_at({4, 3}, 123, 0, DType::f64)));
+  CHECK(tracker.state("t.stream").offset == 12);
+  CHECK(wf::default_generator().state().seed == 77);
+  CHECK(wf::default_generator().state().offset == 5);
+
+  // A second fork continues the stream; restoring saved states replays it.
+  const wf::GeneratorTracker::States before = tracker.states();
+  Tensor next, again;
+  {
+    const wf::ForkedGenerator fork("t.stream");
+    next = Tensor::rand({4, 3}, DType::f64);
+  }
+  CHECK(same_values(next, Tensor::rand_at({4, 3}, 123, 12, DType::f64)));
+  tracker.set_states(before);
+  {
+    const wf::ForkedGenerator fork("t.stream");
+    again = Tensor::rand({4, 3}, DType::f64);
+  }
+  CHECK(same_values(again, next));
+
+  // A snapshot replays every stream, and leaving the replay puts them all back.
+  const wf::RngSnapshot snapshot = wf::rng_snapshot();
+  const Tensor default_draw = Tensor::rand({5}, DType::f64);
+  {
+    const wf::ForkedGenerator fork("t.stream");
+    (void)Tensor::rand({5}, DType::f64);
+  }
+  const wf::RngSnapshot after = wf::rng_snapshot();
+  {
+    const wf::ReplayedGenerator replay(snapshot);
+    CHECK(same_values(Tensor::rand({5}, DType::f64), default_draw));
+    CHECK(wf::generator_tracker().state("t.stream").offset == snapshot.tracked.at("t.stream").offset);
+  }
+  CHECK(wf::default_generator().state().offset == after.default_state.offset);
+  CHECK(wf::generator_tracker().state("t.stream").offset == after.tracked.at("t.stream").offset);
+
+  CHECK_THROWS_WITH(wf::ForkedGenerator("t.no-such-stream"), Catch::Contains("no stream 't.no-such-stream'"));
+  tracker.set_states(saved_tracker);
+  wf::default_generator().set_state(saved_default);
+}

@@ -4,6 +4,9 @@
 // the whole thing would get for this rank's input; then the traffic of that forward + backward.
 #include <fmt/format.h>
 
+#include <functional>
+#include <vector>
+
 #include "dist_testing.h"
 #include "wallfacer/autograd/grad_mode.h"
 #include "wallfacer/parallel/collectives.h"
@@ -215,4 +218,110 @@ TEST_CASE("functional all_to_all_dims: bad dims fail on every rank before any co
   }
   CHECK_THAT(error_of([&] { wf::parallel::all_gather(*group, Tensor()); }), Catch::Contains("undefined"));
   expect_traffic(*group, {});
+}
+
+namespace {
+
+// Rank r's slice of t along dim d, t split into `ranks` equal slices.
+Tensor slice_along(const Tensor& t, std::int64_t d, int r, int ranks) {
+  const std::int64_t n = t.size(d) / ranks;
+  return wf::narrow(t, d, r * n, n);
+}
+
+// Every rank's tensor from `of`, concatenated in rank order along d.
+Tensor cat_over_ranks(int ranks, std::int64_t d, const std::function<Tensor(int)>& of) {
+  std::vector<Tensor> parts;
+  for (int r = 0; r < ranks; ++r) parts.push_back(of(r));
+  return wf::cat(parts, d);
+}
+
+// The 3-d shape `piece` with dim d times `ranks`.
+Shape widened(Shape piece, std::int64_t d, int ranks) {
+  piece[static_cast<std::size_t>(d)] *= ranks;
+  return piece;
+}
+
+// The dims along which the tests below split a [2, 3, 2] piece: the leading one (one contiguous
+// block per rank), the token dim of [B, T, d] and the last one (strided blocks).
+constexpr std::int64_t kDims[] = {0, 1, -1};
+
+}  // namespace
+
+TEST_CASE("functional all_gather_dim / reduce_scatter_dim: along any dim, each the other's adjoint",
+          "[dist][functional]") {
+  auto group = world_group("t.fn.gather_scatter_dim");
+  const int P = group->size(), me = group->rank();
+  for (const std::int64_t dim : kDims) {
+    const std::int64_t d = wf::normalize_dim(dim, 3);
+    const Shape piece{2, 3, 2}, whole = widened(piece, d, P);
+    INFO(fmt::format("dim {} of {} on {} ranks", dim, wf::shape_str(whole), P));
+
+    // all_gather_dim: every rank's piece in rank order; x_me's gradient is the sum over ranks
+    // of slice me of their weights (each rank uses the gathered whole in its own term).
+    Tensor x = input_leaf(me, piece);
+    const Tensor y = wf::parallel::all_gather_dim(*group, x, dim);
+    CHECK(mismatch(y, cat_over_ranks(P, d, [&](int r) { return input_of(r, piece, kF64, kInputSeed); })) == "");
+    backward_weighted_sum(y, weights_of(me, whole));
+    Tensor expected = Tensor::zeros(piece, kF64);
+    for (int r = 0; r < P; ++r) expected = wf::add(expected, slice_along(weights_of(r, whole), d, me, P));
+    CHECK(mismatch(x.grad(), expected, reduction_tolerance(kF64)) == "");
+
+    // reduce_scatter_dim: slice me of the sum over ranks; slice r of x_me feeds rank r's
+    // output, so x_me's gradient is the ranks' weights in rank order.
+    Tensor z = input_leaf(me, whole);
+    const Tensor s = wf::parallel::reduce_scatter_dim(*group, z, dim);
+    Tensor sum = Tensor::zeros(piece, kF64);
+    for (int r = 0; r < P; ++r) sum = wf::add(sum, slice_along(input_of(r, whole, kF64, kInputSeed), d, me, P));
+    CHECK(mismatch(s, sum, reduction_tolerance(kF64)) == "");
+    backward_weighted_sum(s, weights_of(me, piece));
+    CHECK(mismatch(z.grad(), cat_over_ranks(P, d, [&](int r) { return weights_of(r, piece); })) == "");
+
+    // Each of the two forwards and two backwards moves (P − 1)/P of the whole tensor.
+    const std::int64_t volume = (P - 1) * z.numel() * kF64Bytes / P;
+    expect_traffic(*group, {{Primitive::all_gather, calls_of(2, volume)},
+                            {Primitive::reduce_scatter, calls_of(2, volume)}});
+  }
+  if (P > 1) {  // the same on every rank: each throws before any traffic
+    const Tensor odd = Tensor::zeros({2, P + 1, 3}, kF64);
+    CHECK_THAT(error_of([&] { wf::parallel::reduce_scatter_dim(*group, odd, 1); }),
+               Catch::Contains(fmt::format("has extent {}, which does not split into {} equal slices", P + 1, P)));
+    CHECK_THAT(error_of([&] { wf::parallel::scatter_dim(*group, odd, -2); }),
+               Catch::Contains(fmt::format("has extent {}, which does not split into {} equal slices", P + 1, P)));
+  }
+  CHECK_THAT(error_of([&] { wf::parallel::all_gather_dim(*group, Tensor::zeros({2, 3}, kF64), 2); }),
+             Catch::Contains("dim 2 is out of range for shape [2, 3]"));
+  expect_traffic(*group, {});
+}
+
+TEST_CASE("functional scatter_dim / gather_dim: a replicated tensor and its slices along any dim",
+          "[dist][functional]") {
+  auto group = world_group("t.fn.scatter_gather_dim");
+  const int P = group->size(), me = group->rank();
+  for (const std::int64_t dim : kDims) {
+    const std::int64_t d = wf::normalize_dim(dim, 3);
+    const Shape whole = widened({2, 3, 2}, d, P);
+    INFO(fmt::format("dim {} of {} on {} ranks", dim, wf::shape_str(whole), P));
+    const Tensor value = Tensor::randn_at(whole, kInputSeed, 0, kF64);  // every rank draws the same
+    const Tensor global_w = Tensor::randn_at(whole, kWeightSeed, 0, kF64);
+
+    // scatter_dim: the slices' terms add up to Σ W ∘ x, so the replicated x's gradient is W.
+    Tensor x = value.clone();
+    x.set_requires_grad();
+    const Tensor y = wf::parallel::scatter_dim(*group, x, dim);
+    CHECK(mismatch(y, slice_along(value, d, me, P)) == "");
+    backward_weighted_sum(y, slice_along(global_w, d, me, P));
+    CHECK(mismatch(x.grad(), global_w) == "");
+
+    // gather_dim: the output is replicated and counted once; each slice's gradient is its part.
+    Tensor piece = slice_along(value, d, me, P).clone();
+    piece.set_requires_grad();
+    const Tensor g = wf::parallel::gather_dim(*group, piece, dim);
+    CHECK(mismatch(g, value) == "");
+    backward_weighted_sum(g, global_w);
+    CHECK(mismatch(piece.grad(), slice_along(global_w, d, me, P)) == "");
+
+    // One all-gather each: scatter's backward and gather's forward.
+    const std::int64_t volume = (P - 1) * value.numel() * kF64Bytes / P;
+    expect_traffic(*group, {{Primitive::all_gather, calls_of(2, volume)}});
+  }
 }

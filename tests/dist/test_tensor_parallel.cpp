@@ -6,11 +6,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <memory>
 
 #include "dist_testing.h"
+#include "wallfacer/autograd/checkpoint.h"
+#include "wallfacer/core/rng.h"
 #include "wallfacer/nn/init.h"
 #include "wallfacer/nn/mlp.h"
 #include "wallfacer/nn/self_attention.h"
@@ -157,26 +160,40 @@ namespace {
 
 using Forward = std::function<Tensor(wf::nn::Module&, const Tensor&)>;
 
-// `parallel` (built with TensorParallelLayers) against `reference` (the same options, plain
-// layers) on one input: the output, the input gradient and every parameter's gradient, which
-// must be this rank's slice of the reference's as the parameter's shard says.
+// This rank's slice of the tokens (dim -2) of t, or t when the tokens are not sharded.
+Tensor token_slice(const Tensor& t, wf::comm::Group& tp, bool sharded) {
+  if (!sharded) return t;
+  const std::int64_t n = t.size(-2) / tp.size();
+  return wf::narrow(t, -2, tp.rank() * n, n);
+}
+
+// `parallel` (built with TensorParallelLayers over `tp`) against `reference` (the same options,
+// plain layers) on one input: the output, the input gradient and every parameter's gradient,
+// which must be this rank's slice of the reference's as the parameter's shard says. With
+// `sharded_tokens` (activation sharding) the parallel module takes and gives this rank's slice
+// of the tokens, the job's loss is the sum of the ranks' terms on their slices, and the
+// partial gradients are summed over tp (reduce_partial_gradients) before they are compared.
 void check_matches_single_process(wf::nn::Module& reference, wf::nn::Module& parallel, const Forward& forward,
-                                  const Shape& input_shape, DType dtype, double tolerance) {
+                                  const Shape& input_shape, DType dtype, double tolerance, wf::comm::Group& tp,
+                                  bool sharded_tokens = false) {
   reference.to(dtype);
   parallel.to(dtype);
   const Tensor x0 = Tensor::randn_at(input_shape, kInputSeed, 0, dtype);
-  Tensor x_ref = x0.clone(), x_tp = x0.clone();
+  Tensor x_ref = x0.clone(), x_tp = token_slice(x0, tp, sharded_tokens).clone();
   x_ref.set_requires_grad();
   x_tp.set_requires_grad();
   const Tensor y_ref = forward(reference, x_ref);
   const Tensor y_tp = forward(parallel, x_tp);
-  CHECK(mismatch(y_tp, y_ref, tolerance) == "");
+  CHECK(mismatch(y_tp, token_slice(y_ref, tp, sharded_tokens), tolerance) == "");
 
-  // The output is replicated: the same loss on every rank, counted once.
+  // A replicated output: the same loss on every rank, counted once. A sharded one: each rank's
+  // term weighs its tokens, so together they are the single process's Σ W ∘ y.
   const Tensor w = Tensor::randn_at(y_ref.shape(), kWeightSeed, 0, dtype);
   backward_weighted_sum(y_ref, w);
-  backward_weighted_sum(y_tp, w);
-  CHECK(mismatch(x_tp.grad(), x_ref.grad(), tolerance) == "");
+  backward_weighted_sum(y_tp, token_slice(w, tp, sharded_tokens));
+  CHECK(mismatch(x_tp.grad(), token_slice(x_ref.grad(), tp, sharded_tokens), tolerance) == "");
+  const int reduced = wf::parallel::reduce_partial_gradients(parallel, tp);
+  if (!sharded_tokens) CHECK(reduced == 0);
 
   // Every parameter's gradient is this rank's slice of the whole block's, and the shard says
   // which slice (column layers: rows of weight and bias; row layers: weight columns).
@@ -219,7 +236,7 @@ TEST_CASE("tp MLP and SwiGLU built with TensorParallelLayers match the single-pr
       const auto reference = make(options);
       options.layers = layers;
       const auto parallel = make(options);
-      check_matches_single_process(*reference, *parallel, forward, {2, 3, 8}, dtype, tolerance);
+      check_matches_single_process(*reference, *parallel, forward, {2, 3, 8}, dtype, tolerance, *group);
     }
   }
 }
@@ -230,12 +247,13 @@ TEST_CASE("tp SelfAttention and TransformerBlock split heads over tp and match t
   const int P = group->size();
   const auto layers = std::make_shared<wf::parallel::TensorParallelLayers>(*group);
   // GQA with whole kv groups per rank: 2P query heads over P kv heads of head_dim 4; causal
-  // with rope, and bidirectional without.
+  // with rope, and bidirectional without. The init shrinks as 1/√d_model so that the f32
+  // scores stay O(1) at every width (larger ones would test f32 softmax rounding, not tp).
   for (const bool rope : {true, false}) {
     for (const auto& [dtype, tolerance] : kPrecisions) {
       INFO(fmt::format("rope {} in {} on {} ranks", rope, wf::dtype_name(dtype), P));
       wf::nn::SelfAttentionOptions o{.d_model = 8 * P, .n_head = 2 * P, .n_kv_head = P, .causal = rope,
-                                     .init_std = 0.3, .rope = rope, .seed = 3};
+                                     .init_std = 0.8 / std::sqrt(8.0 * P), .rope = rope, .seed = 3};
       wf::nn::SelfAttention reference(o);
       o.layers = layers;
       wf::nn::SelfAttention parallel(o);
@@ -244,7 +262,7 @@ TEST_CASE("tp SelfAttention and TransformerBlock split heads over tp and match t
       const Forward forward = [](wf::nn::Module& m, const Tensor& x) {
         return dynamic_cast<wf::nn::SelfAttention&>(m).forward(x, /*position_offset=*/2);
       };
-      check_matches_single_process(reference, parallel, forward, {2, 5, 8 * P}, dtype, tolerance);
+      check_matches_single_process(reference, parallel, forward, {2, 5, 8 * P}, dtype, tolerance, *group);
     }
   }
   // A whole pre-norm block, SwiGLU and RMSNorm, with the checkpoint at the attention output.
@@ -261,7 +279,7 @@ TEST_CASE("tp SelfAttention and TransformerBlock split heads over tp and match t
       const Tensor positions = Tensor::arange(0.0, static_cast<double>(x.size(1)), 1.0, DType::i64);
       return dynamic_cast<wf::nn::TransformerBlock&>(m).forward(x, positions);
     };
-    check_matches_single_process(reference, parallel, forward, {2, 6, 8 * P}, kF64, 1e-12);
+    check_matches_single_process(reference, parallel, forward, {2, 6, 8 * P}, kF64, 1e-12, *group);
   }
   if (P > 1) {  // the same on every rank: each throws before any collective
     wf::nn::SelfAttentionOptions odd{.d_model = 8 * P, .n_head = 2 * P, .n_kv_head = 1, .seed = 3};
@@ -309,5 +327,208 @@ TEST_CASE("tp clip_grad_norm: split parameters counted once per shard, replicate
   if (group->size() > 1) {
     CHECK_THROWS_WITH(wf::train::clip_grad_norm(parallel.parameters(), wrong, *group, inf),
                       Catch::Contains("but the tensor-parallel group has"));
+  }
+}
+
+TEST_CASE("tp activation sharding: shard_tokens, then the split region's two ends over the tokens",
+          "[dist][tp]") {
+  auto group = world_group("t.tp.sharded.region");
+  const int P = group->size(), me = group->rank();
+  const wf::parallel::TensorParallelOptions sharded{.shard_activations = true};
+  const Shape whole_shape{2, 2 * P, 3};
+  const Tensor whole = Tensor::randn_at(whole_shape, kInputSeed, 0, kF64);  // replicated
+  const Tensor global_w = Tensor::randn_at(whole_shape, kWeightSeed, 0, kF64);
+
+  Tensor x = whole.clone();
+  x.set_requires_grad();
+  const Tensor mine = wf::parallel::shard_tokens(*group, x);
+  CHECK(mismatch(mine, token_slice(whole, *group, true)) == "");
+  // column_parallel_input gathers every rank's tokens back into the whole x ...
+  const Tensor gathered = wf::parallel::column_parallel_input(*group, mine, sharded);
+  CHECK(mismatch(gathered, whole) == "");
+  // ... each rank's "column layer" is its own scale, and row_parallel_output sums the partial
+  // results and keeps this rank's tokens: Σ_r (r+1) · x on this rank's slice.
+  const Tensor partial = wf::scale(gathered, static_cast<double>(me + 1));
+  const Tensor out = wf::parallel::row_parallel_output(*group, partial, sharded);
+  const double total = P * (P + 1) / 2.0;
+  CHECK(mismatch(out, wf::scale(token_slice(whole, *group, true), total), reduction_tolerance(kF64)) == "");
+
+  // Each rank's term weighs its tokens by its slice of W: L = Σ total · W ∘ x, dL/dx = total · W.
+  backward_weighted_sum(out, token_slice(global_w, *group, true));
+  CHECK(mismatch(x.grad(), wf::scale(global_w, total), reduction_tolerance(kF64)) == "");
+
+  // Each end moves (P − 1)/P of the whole activation each way, as an all-reduce's halves do:
+  // forward all-gather + reduce-scatter, backward all-gather + reduce-scatter, and shard_tokens'
+  // backward all-gather.
+  const std::int64_t volume = (P - 1) * whole.numel() * kF64Bytes / P;
+  wf::comm::Traffic gathers, scatters;
+  for (int i = 0; i < 3; ++i) gathers += one_call(volume, volume);
+  for (int i = 0; i < 2; ++i) scatters += one_call(volume, volume);
+  expect_traffic(*group, {{Primitive::all_gather, gathers}, {Primitive::reduce_scatter, scatters}});
+
+  // Replicated, the two ends are copy_to_tp and reduce_from_tp, and shard_activations is off.
+  const wf::parallel::TensorParallelLayers replicated(*group);
+  CHECK(mismatch(replicated.shard_activations(whole), whole) == "");
+  CHECK(replicated.activation_token_parts() == 1);
+  CHECK(wf::parallel::TensorParallelLayers(*group, sharded).activation_token_parts() == P);
+
+  if (P > 1) {  // tokens that do not divide over tp: the same error on every rank, no traffic
+    const Tensor odd = Tensor::zeros({2, P + 1, 3}, kF64);
+    const std::string sizes = fmt::format("splits the {} tokens of [2, {}, 3] over the {} ranks", P + 1, P + 1, P);
+    CHECK_THAT(error_of([&] { wf::parallel::shard_tokens(*group, odd); }), Catch::Contains(sizes));
+    CHECK_THAT(error_of([&] { wf::parallel::row_parallel_output(*group, odd, sharded); }), Catch::Contains(sizes));
+    expect_traffic(*group, {});
+  }
+}
+
+namespace {
+
+// The feed-forward half of a pre-norm block, x + ff(norm(x)), built by the options' factory:
+// the norm, the column → row feed-forward and its residual dropout.
+class NormFeedForward : public wf::nn::Module {
+ public:
+  NormFeedForward(wf::nn::NormType norm, wf::nn::FeedForwardKind kind, const wf::nn::MLPOptions& options)
+      : Module(options.seed) {
+    norm_ = register_module("norm", wf::nn::layers_or_default(options.layers).norm(norm, options.d_model, 1e-5));
+    if (kind == wf::nn::FeedForwardKind::mlp) {
+      ff_ = register_module("ff", std::make_shared<wf::nn::MLP>(options));
+    } else {
+      ff_ = register_module("ff", std::make_shared<wf::nn::SwiGLU>(options));
+    }
+  }
+  Tensor forward(const Tensor& x) { return wf::add(x, ff_->forward(norm_->forward(x))); }
+
+ private:
+  std::shared_ptr<wf::nn::Normalization> norm_;
+  std::shared_ptr<wf::nn::FeedForward> ff_;
+};
+
+}  // namespace
+
+TEST_CASE("tp norm + MLP / SwiGLU with dropout: the single-process masks, replicated or sharded by tokens",
+          "[dist][tp]") {
+  auto group = world_group("t.tp.norm_ff");
+  const int P = group->size();
+  // Every rank's default generator and the reference's start at the same state, as the Trainer
+  // seeds the ranks of a tp group alike: the residual dropout then draws the single-process
+  // mask (replicated) or this rank's token slice of it (sharded).
+  const wf::Generator::State rng{2024, 7};
+  const Forward forward = [rng](wf::nn::Module& m, const Tensor& x) {
+    const wf::ReplayedGenerator same_masks(wf::RngSnapshot{rng, wf::generator_tracker().states()});
+    return dynamic_cast<NormFeedForward&>(m).forward(x);
+  };
+  const std::pair<wf::nn::NormType, wf::nn::FeedForwardKind> kinds[] = {
+      {wf::nn::NormType::layer_norm, wf::nn::FeedForwardKind::mlp},
+      {wf::nn::NormType::rms_norm, wf::nn::FeedForwardKind::swiglu},
+  };
+  for (const bool shard : {false, true}) {
+    const auto layers = std::make_shared<wf::parallel::TensorParallelLayers>(
+        *group, wf::parallel::TensorParallelOptions{.shard_activations = shard});
+    for (const auto& [norm, kind] : kinds) {
+      for (const double p : {0.0, 0.3}) {
+        for (const auto& [dtype, tolerance] : kPrecisions) {
+          INFO(fmt::format("{} + {}, dropout {}, sharded {} in {} on {} ranks", wf::nn::norm_type_name(norm),
+                           wf::nn::feed_forward_name(kind), p, shard, wf::dtype_name(dtype), P));
+          wf::nn::MLPOptions options{.d_model = 8, .d_ff = 24, .dropout = p, .init_std = 0.2, .out_init_std = 0.1,
+                                     .seed = 23};
+          NormFeedForward reference(norm, kind, options);
+          options.layers = layers;
+          NormFeedForward parallel(norm, kind, options);
+          // The norm's weight sees this rank's tokens only when they are sharded.
+          const auto& norm_shard = parallel.parameter_shard("norm.weight");
+          CHECK(norm_shard.partial_gradient_group == (shard ? group->name() : ""));
+          CHECK((wf::nn::shard_str(norm_shard).find("gradient partial over") != std::string::npos) == shard);
+          check_matches_single_process(reference, parallel, forward, {2, 4 * P, 8}, dtype, tolerance, *group, shard);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("tp split-region dropout: per-rank masks from the tracker's stream, replayable from its state",
+          "[dist][tp]") {
+  auto group = world_group("t.tp.split_dropout");
+  const int P = group->size(), me = group->rank();
+  const wf::GeneratorTracker::States saved_tracker = wf::generator_tracker().states();
+  const wf::parallel::TensorParallelLayers layers(*group);
+  auto drop = layers.dropout(0.3, wf::nn::ActivationRegion::split);
+  const Tensor x = Tensor::ones({4, 64}, kF64);  // the same on every rank: only the masks differ
+
+  wf::parallel::seed_tensor_parallel_rng(/*base_seed=*/99, *group);
+  const wf::Generator::State default_before = wf::default_generator().state();
+  const wf::GeneratorTracker::States start = wf::generator_tracker().states();
+  const Tensor y = drop->forward(x);
+  // The draw came from the tracker's stream: the default generator did not move.
+  CHECK(wf::default_generator().state().offset == default_before.offset);
+  CHECK(wf::generator_tracker().state(wf::parallel::kTensorParallelRng).offset ==
+        start.at(wf::parallel::kTensorParallelRng).offset + static_cast<std::uint64_t>(x.numel()));
+
+  // Different ranks, different masks: every rank compares its mask with every other's.
+  const Tensor all = group->all_gather(reshape(y, {1, y.numel()}));
+  for (int r = 0; r < P; ++r) {
+    if (r == me) continue;
+    INFO("rank " << me << " against rank " << r);
+    CHECK(mismatch(all.slice0(r, r + 1), all.slice0(me, me + 1)) != "");
+  }
+
+  // The next draw differs; restoring the saved tracker state draws the first mask again.
+  const Tensor next = drop->forward(x);
+  CHECK(mismatch(next, y) != "");
+  wf::generator_tracker().set_states(start);
+  CHECK(mismatch(drop->forward(x), y) == "");
+
+  // Inside an activation checkpoint the recompute replays the stream: the gradient's mask is
+  // the forward's (x is ones, so the gradient of sum(y) is y itself).
+  wf::generator_tracker().set_states(start);
+  Tensor leaf = x.clone();
+  leaf.set_requires_grad();
+  const Tensor checkpointed = wf::autograd::checkpoint(
+      [drop](const wf::autograd::TensorList& in) { return wf::autograd::TensorList{drop->forward(in[0])}; },
+      {leaf})[0];
+  CHECK(mismatch(checkpointed, y) == "");
+  (void)drop->forward(x);  // the stream moves on before the backward's recompute
+  wf::sum(checkpointed).backward();
+  CHECK(mismatch(leaf.grad(), y) == "");
+
+  // An unseeded stream is named in the error.
+  wf::generator_tracker().clear();
+  CHECK_THAT(error_of([&] { drop->forward(x); }), Catch::Contains("seed_tensor_parallel_rng"));
+  wf::generator_tracker().set_states(saved_tracker);
+}
+
+TEST_CASE("tp TransformerBlock with activation sharding matches the single-process block", "[dist][tp]") {
+  auto group = world_group("t.tp.sharded.block");
+  const int P = group->size();
+  const auto layers = std::make_shared<wf::parallel::TensorParallelLayers>(
+      *group, wf::parallel::TensorParallelOptions{.shard_activations = true});
+  const wf::Generator::State rng{77, 3};  // the same on every rank and in the reference
+  const Forward forward = [rng](wf::nn::Module& m, const Tensor& x) {
+    const wf::ReplayedGenerator same_masks(wf::RngSnapshot{rng, wf::generator_tracker().states()});
+    // Positions from the offset: the block attends over all tp · T/tp tokens.
+    return dynamic_cast<wf::nn::TransformerBlock&>(m).forward(x, /*position_offset=*/0);
+  };
+  const std::pair<wf::nn::NormType, wf::nn::FeedForwardKind> kinds[] = {
+      {wf::nn::NormType::layer_norm, wf::nn::FeedForwardKind::mlp},
+      {wf::nn::NormType::rms_norm, wf::nn::FeedForwardKind::swiglu},
+  };
+  for (const auto& [norm, kind] : kinds) {
+    for (const bool checkpoint : {false, true}) {
+      for (const double p : {0.0, 0.3}) {
+        for (const auto& [dtype, tolerance] : kPrecisions) {
+          INFO(fmt::format("{} + {}, checkpoint {}, dropout {} in {} on {} ranks", wf::nn::norm_type_name(norm),
+                           wf::nn::feed_forward_name(kind), checkpoint, p, wf::dtype_name(dtype), P));
+          wf::nn::TransformerBlockOptions o{.d_model = 8 * P, .n_head = 2 * P, .n_kv_head = P, .d_ff = 8 * P,
+                                            .norm = norm, .dropout = p, .init_std = 0.8 / std::sqrt(8.0 * P),
+                                            .rope = true,
+                                            .checkpoint_attention_output = checkpoint, .seed = 4,
+                                            .feed_forward = kind};
+          wf::nn::TransformerBlock reference(o);
+          o.layers = layers;
+          wf::nn::TransformerBlock parallel(o);
+          check_matches_single_process(reference, parallel, forward, {2, 2 * P, 8 * P}, dtype, tolerance, *group,
+                                       /*sharded_tokens=*/true);
+        }
+      }
+    }
   }
 }

@@ -10,6 +10,7 @@
 #include "wallfacer/autograd/grad_mode.h"
 #include "wallfacer/ops/activation.h"
 #include "wallfacer/ops/reduction.h"
+#include "wallfacer/ops/shape_ops.h"
 
 using namespace wf;
 using namespace wf::testing;
@@ -206,4 +207,40 @@ TEST_CASE("dropout defaults to the process generator", "[ops][activation][dropou
   manual_seed(123);
   const Tensor b = dropout(x, 0.5, true);
   require_close(a, b, 0, 0);
+}
+
+TEST_CASE("dropout_slice draws exactly its slice of the whole tensor's mask", "[ops][activation][dropout]") {
+  const double p = 0.3;
+  const Shape whole_shape{3, 8, 5};
+  const Tensor whole = Tensor::randn_at(whole_shape, 41, 0, DType::f64);
+  for (const std::int64_t dim : {0, 1, -1}) {
+    for (const int parts : {1, 2, 4}) {
+      const std::int64_t d = normalize_dim(dim, 3);
+      if (whole_shape[static_cast<std::size_t>(d)] % parts != 0) continue;
+      INFO("dim " << dim << ", " << parts << " parts");
+      const std::int64_t k = whole_shape[static_cast<std::size_t>(d)] / parts;
+      Generator whole_gen(7);
+      whole_gen.advance(13);  // any position: the slices must follow the whole draw from there
+      const Generator::State start = whole_gen.state();
+      const Tensor expected = dropout(whole, p, true, &whole_gen);
+      for (int index = 0; index < parts; ++index) {
+        Generator gen(7);
+        gen.set_state(start);
+        Tensor x = narrow(whole, d, index * k, k).clone();
+        x.set_requires_grad(true);
+        const Tensor y = dropout_slice(x, p, true, dim, parts, index, &gen);
+        require_close(y, narrow(expected, d, index * k, k), 0, 0);
+        CHECK(gen.offset() == whole_gen.offset());  // in step with the whole tensor's draw
+        // The backward masks with the forward's slice: the gradient of sum(y) is y / x.
+        sum(y).backward();
+        const Tensor kept = narrow(expected, d, index * k, k);
+        for (std::int64_t i = 0; i < y.numel(); ++i) {
+          REQUIRE(x.grad().at(i) == (kept.at(i) == 0.0 ? 0.0 : 1.0 / (1.0 - p)));
+        }
+      }
+    }
+  }
+  Generator gen(1);
+  CHECK_THROWS_WITH(dropout_slice(whole, p, true, 3, 2, 0, &gen), Catch::Contains("dim 3 is out of range"));
+  CHECK_THROWS_WITH(dropout_slice(whole, p, true, 1, 2, 2, &gen), Catch::Contains("slice 2 of 2"));
 }

@@ -4,6 +4,8 @@
 // exactly its slice of a global tensor and get the same numbers as a single process.
 #include <array>
 #include <cstdint>
+#include <map>
+#include <string>
 
 namespace wf {
 
@@ -47,20 +49,70 @@ class Generator {
 Generator& default_generator();
 void manual_seed(std::uint64_t seed);
 
-// Sets the default generator to `state` for a scope and restores where it was on leaving, also
+// Named streams besides the default generator (Megatron's CudaRNGStatesTracker). A draw that
+// must differ between ranks whose default generators agree — dropout on an activation split
+// over tensor parallelism, where each tp rank holds different elements — comes from a stream
+// registered here under a name (seeded per rank) and drawn inside a ForkedGenerator scope.
+// Only the streams' states are kept: a fork swaps one into the default generator.
+class GeneratorTracker {
+ public:
+  using States = std::map<std::string, Generator::State>;
+
+  // (Re)starts stream `name` at offset 0 of `seed`.
+  void seed(const std::string& name, std::uint64_t seed) { states_[name] = Generator::State{seed, 0}; }
+  bool contains(const std::string& name) const { return states_.count(name) != 0; }
+  // Where stream `name` stands; wf::Error naming the known streams when there is none.
+  Generator::State state(const std::string& name) const;
+  // Every stream, for a checkpoint; set_states restores exactly that (streams not in `states`
+  // are dropped).
+  const States& states() const { return states_; }
+  void set_states(States states) { states_ = std::move(states); }
+  void clear() { states_.clear(); }
+
+ private:
+  friend class ForkedGenerator;
+  States states_;
+};
+
+// The process-wide tracker that ForkedGenerator and the activation checkpoints use.
+GeneratorTracker& generator_tracker();
+
+// For a scope (Megatron's `with tracker.fork(name):`): the default generator continues stream
+// `name` of generator_tracker(); on leaving, also by an exception, the stream keeps where the
+// scope's draws left it and the default generator is back where it was, untouched by them.
+class ForkedGenerator {
+ public:
+  explicit ForkedGenerator(const std::string& name);
+  ~ForkedGenerator();
+  ForkedGenerator(const ForkedGenerator&) = delete;
+  ForkedGenerator& operator=(const ForkedGenerator&) = delete;
+
+ private:
+  std::string name_;
+  Generator::State resume_;
+};
+
+// Where every stream stands: the default generator and the tracker's named streams. Activation
+// checkpointing takes one before a forward it will recompute, so that every dropout in it, in
+// whichever stream, draws the same masks again.
+struct RngSnapshot {
+  Generator::State default_state;
+  GeneratorTracker::States tracked;
+};
+RngSnapshot rng_snapshot();
+
+// Sets every stream to `snapshot` for a scope and restores where they were on leaving, also
 // when the scope throws: a recompute replays the forward's draws, and the rest of training must
 // not see them (activation checkpointing).
 class ReplayedGenerator {
  public:
-  explicit ReplayedGenerator(Generator::State state) : resume_(default_generator().state()) {
-    default_generator().set_state(state);
-  }
-  ~ReplayedGenerator() { default_generator().set_state(resume_); }
+  explicit ReplayedGenerator(const RngSnapshot& snapshot);
+  ~ReplayedGenerator();
   ReplayedGenerator(const ReplayedGenerator&) = delete;
   ReplayedGenerator& operator=(const ReplayedGenerator&) = delete;
 
  private:
-  Generator::State resume_;
+  RngSnapshot resume_;
 };
 
 }  // namespace wf

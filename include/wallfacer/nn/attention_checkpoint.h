@@ -24,8 +24,8 @@ namespace wf::nn {
 struct AttentionSplit {
   // inputs → q, k, v (the block's norm and projections). Recomputed in backward.
   std::function<AttentionHeads(const autograd::TensorList& inputs)> before;
-  // inputs and the attention output → the block's outputs. Recomputed in backward with the
-  // default generator where forward left it, so dropout draws the same masks.
+  // inputs and the attention output → the block's outputs. Recomputed in backward with every
+  // random stream where forward left it (rng_snapshot), so dropout draws the same masks.
   std::function<autograd::TensorList(const autograd::TensorList& inputs, const Tensor& attention_out)> after;
   std::shared_ptr<AttentionStrategy> strategy;
   AttentionOptions options;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "wallfacer/nn/dropout.h"
 #include "wallfacer/nn/embedding.h"
 #include "wallfacer/nn/linear.h"
 #include "wallfacer/nn/norm.h"
@@ -30,12 +31,29 @@ const char* linear_role_name(LinearRole role);
 // Whether an embedding is the token vocabulary (tp splits its rows) or another table.
 enum class EmbeddingRole { vocabulary, replicated };
 
+// Where a dropout acts, which decides how tensor parallelism draws its mask:
+//  - replicated: on the residual stream (after a row layer's output, after the embedding),
+//    which every tp rank holds alike (or, with activation sharding, its slice of the tokens):
+//    all ranks draw the single-process mask (or their slice of it);
+//  - split: inside a column → row region (the MLP hidden, attention probabilities), where each
+//    tp rank holds different features: each draws its own mask, from a per-rank stream.
+enum class ActivationRegion { replicated, split };
+
 class LayerFactory {
  public:
   virtual ~LayerFactory();
   virtual std::shared_ptr<Linear> linear(const LinearOptions& options, LinearRole role) const;
   virtual std::shared_ptr<Embedding> embedding(const EmbeddingOptions& options, EmbeddingRole role) const;
   virtual std::shared_ptr<Normalization> norm(NormType type, std::int64_t dim, double eps) const;
+  // A dropout of probability p acting in `region` (the plain Dropout here).
+  virtual std::shared_ptr<Dropout> dropout(double p, ActivationRegion region) const;
+
+  // The residual stream after the embedding, as the blocks take it: the identity here; a
+  // tensor-parallel factory with activation sharding keeps this rank's slice of the tokens.
+  virtual Tensor shard_activations(const Tensor& x) const { return x; }
+  // The ways the blocks' inputs are split along the tokens (dim -2) by shard_activations: a
+  // block seeing T tokens of x attends over activation_token_parts() · T of them.
+  virtual int activation_token_parts() const { return 1; }
 
   // The ways this factory splits attention heads and feed-forward features (tp; 1: whole).
   virtual int tensor_parallel_size() const { return 1; }

@@ -69,6 +69,10 @@ class Module {
   // dotted name (wf::Error naming it when there is no such parameter).
   std::vector<NamedShard> named_parameter_shards() const;
   const ParameterShard& parameter_shard(std::string_view name) const;
+  // Marks every parameter of this module and its descendants as having a gradient that is
+  // partial over `group` (ParameterShard::partial_gradient_group): a factory that runs the
+  // module on this rank's part of the tokens only says so once, where it builds it.
+  void set_gradient_partial_over(const std::string& group);
 
   // ---- state ----------------------------------------------------------------------------
   // Parameters then buffers of each module, depth-first. The tensors share storage with the

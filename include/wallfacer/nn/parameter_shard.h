@@ -9,6 +9,12 @@
 // whole. Equal slices are what the TP layers need (out/tp rows, in/tp columns) and they keep
 // the description to a few integers. A replicated parameter (dim = -1, the default) is whole
 // on every rank; its global shape is its own.
+//
+// A parameter may also be used on part of the data only, so that after backward each rank's
+// gradient is a partial sum of the whole one: with activations sharded by tokens over tp
+// (Megatron's sequence parallelism), a norm's weight or a row-parallel layer's bias sees only
+// this rank's tokens. `partial_gradient_group` names the group whose ranks' gradients must be
+// summed before the optimizer steps (parallel::reduce_partial_gradients does it).
 #include <cstdint>
 #include <string>
 
@@ -26,6 +32,7 @@ struct ParameterShard {
   // real extent, past which the global tensor holds padding zeros that a consolidated
   // (checkpointed) tensor drops. 0: not padded.
   std::int64_t unpadded_length = 0;
+  std::string partial_gradient_group;  // the group its gradient is partial over ("" when whole)
 
   bool is_sharded() const { return dim >= 0; }
   // The extent of this rank's slice along `dim`, and where it starts (0 / whole when replicated).
@@ -46,7 +53,8 @@ struct ParameterShard {
                                      std::int64_t unpadded_length);
 };
 
-// "whole [64, 16]" or e.g. "dim 0 slice 1/4 of [64, 16] over tp", for messages.
+// "whole [64, 16]" or e.g. "dim 0 slice 1/4 of [64, 16] over tp", then ", gradient partial over tp"
+// when it is, for messages.
 std::string shard_str(const ParameterShard& shard);
 
 }  // namespace wf::nn

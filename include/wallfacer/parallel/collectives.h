@@ -16,24 +16,33 @@
 //   all_reduce      all-reduce (sum)             identity   (Megatron's g; output replicated)
 //   copy_to_group   identity                     all-reduce (Megatron's f; input replicated)
 //   all_to_all      all-to-all along dim 0       the same all-to-all (it is its own inverse)
-//   scatter_last_dim  keep this rank's slice of   all-gather along the last dim
-//                     the last dim (no traffic)
-//   gather_last_dim   all-gather along the last   keep this rank's slice (no traffic)
-//                     dim
+//   scatter_dim     keep this rank's slice of    all-gather along dim
+//                   dim (no traffic)
+//   gather_dim      all-gather along dim          keep this rank's slice (no traffic)
+//                   (output replicated)
+//   all_gather_dim  all-gather along dim          reduce-scatter (sum) along dim
+//   reduce_scatter_dim  reduce-scatter (sum)      all-gather along dim
+//                   along dim
+//   scatter_last_dim / gather_last_dim: scatter_dim / gather_dim of the last dim
 //   all_to_all_dims scatter one dim, gather one  all_to_all_dims with the two dims swapped
 //
 // Why each backward is right: a collective is a fixed linear map of the ranks' tensors, and the
 // gradient flows through its adjoint. all-gather and reduce-scatter (sum) are adjoint to each
 // other. An all-to-all with equal splits only permutes blocks between ranks (rank j's output
 // block i is rank i's input block j), so its adjoint is its inverse, which is the same
-// all-to-all. scatter_last_dim and gather_last_dim are the two directions between a replicated
-// tensor and its equal slices: slicing a replicated input hands each rank's part of the loss to
+// all-to-all. scatter_dim and gather_dim are the two directions between a replicated tensor
+// and its equal slices: slicing a replicated input hands each rank's part of the loss to
 // one slice, so the input's gradient is the slices' gradients put back together; a gathered
 // output is replicated and counted once, so each slice's gradient is its part of the output's.
 // all_reduce and copy_to_group are the two halves of a replicated region:
 // all_reduce's output is replicated, so the loss counts it once and each input's gradient is the
 // (replicated) output gradient; copy_to_group's input is replicated and each rank's use of it
 // contributes to the loss, so its gradient is the sum over ranks.
+//
+// gather_dim and all_gather_dim have the same forward and differ in what the output is: gather_dim's
+// is replicated (counted once, whoever uses it uses it alike), all_gather_dim's feeds a different
+// computation on each rank (a column-parallel layer's own rows of the weight), so every rank's
+// gradient of it is a partial one and the input's gradient is their sum, reduce-scattered.
 //
 // The group is held by reference in the graph: it must outlive the backward pass.
 #include <cstdint>
@@ -55,9 +64,22 @@ Tensor copy_to_group(comm::Group& group, const Tensor& x);
 // came from rank i.
 Tensor all_to_all(comm::Group& group, const Tensor& x);
 
-// x [..., size·k] replicated → [..., k], rank r's columns [r·k, (r+1)·k) of the last dim.
+// x replicated, extent size·k along `dim` (negative: from the end) → this rank's slice
+// [r·k, (r+1)·k) of it. wf::Error naming the sizes unless the extent divides over the group.
+Tensor scatter_dim(comm::Group& group, const Tensor& x, std::int64_t dim);
+// x of extent k along `dim` on every rank → extent size·k, rank r's x at [r·k, (r+1)·k);
+// the output is replicated (backward keeps this rank's slice of the gradient).
+Tensor gather_dim(comm::Group& group, const Tensor& x, std::int64_t dim);
+// The same forward as gather_dim, for an output every rank uses differently: the backward sums
+// the ranks' gradients and gives each its slice (reduce-scatter along `dim`).
+Tensor all_gather_dim(comm::Group& group, const Tensor& x, std::int64_t dim);
+// x of extent size·k along `dim` on every rank → extent k: slice r of the sum over ranks, on
+// rank r. Backward: all-gather along `dim`. wf::Error naming the sizes unless it divides.
+Tensor reduce_scatter_dim(comm::Group& group, const Tensor& x, std::int64_t dim);
+
+// scatter_dim / gather_dim of the last dim: [..., size·k] replicated → [..., k], rank r's
+// columns [r·k, (r+1)·k); and [..., k] on every rank → [..., size·k] replicated.
 Tensor scatter_last_dim(comm::Group& group, const Tensor& x);
-// x [..., k] on every rank → [..., size·k] replicated, rank r's x at columns [r·k, (r+1)·k).
 Tensor gather_last_dim(comm::Group& group, const Tensor& x);
 
 // Re-shards x from `gather_dim` to `scatter_dim`: every rank holds a slice of a global tensor

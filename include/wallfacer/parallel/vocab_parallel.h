@@ -14,6 +14,7 @@
 #include "wallfacer/comm/group.h"
 #include "wallfacer/nn/embedding.h"
 #include "wallfacer/nn/linear.h"
+#include "wallfacer/parallel/tensor_parallel.h"
 
 namespace wf::parallel {
 
@@ -30,7 +31,10 @@ std::int64_t padded_vocab_size(std::int64_t vocab, int parts);
 // the ids it holds (reduce_from_tp's backward is the identity).
 class VocabParallelEmbedding : public nn::Embedding {
  public:
-  VocabParallelEmbedding(const nn::EmbeddingOptions& options, comm::Group& tp);
+  // tp_options.shard_activations: attend takes this rank's tokens and gathers them (the lookup
+  // stays all-reduced into the whole tokens; the model then calls shard_activations).
+  VocabParallelEmbedding(const nn::EmbeddingOptions& options, comm::Group& tp,
+                         const TensorParallelOptions& tp_options = {});
   Tensor forward(const Tensor& ids) override;
   // The tied head: h (replicated) → this rank's [..., V_pad/tp] logits columns, h entering the
   // split region through column_parallel_input (its gradient summed over tp in the backward).
@@ -41,6 +45,7 @@ class VocabParallelEmbedding : public nn::Embedding {
 
  private:
   comm::Group* tp_;
+  TensorParallelOptions tp_options_;
 };
 
 // The untied output head y = x · Wᵀ, W [V, D] (options: in_features D, out_features V, no
@@ -50,12 +55,14 @@ class VocabParallelEmbedding : public nn::Embedding {
 // [..., V_pad/tp] logits columns, for vocab_parallel_cross_entropy.
 class VocabParallelLinear : public nn::Linear {
  public:
-  VocabParallelLinear(const nn::LinearOptions& options, comm::Group& tp);
+  // tp_options.shard_activations: x is this rank's tokens, gathered first (column_parallel_input).
+  VocabParallelLinear(const nn::LinearOptions& options, comm::Group& tp, const TensorParallelOptions& tp_options = {});
   Tensor forward(const Tensor& x) override;
   comm::Group& group() const { return *tp_; }
 
  private:
   comm::Group* tp_;
+  TensorParallelOptions tp_options_;
 };
 
 enum class LossReduction { mean, sum };
