@@ -87,7 +87,8 @@ void install_sp_attention(Model& model, const config::RunConfig& config, comm::C
 
 std::shared_ptr<const nn::LayerFactory> tensor_parallel_layers(const config::RunConfig& config, comm::CommGrid& grid) {
   if (config.parallel.tp <= 1) return nullptr;
-  return std::make_shared<parallel::TensorParallelLayers>(grid.group("tp"));
+  return std::make_shared<parallel::TensorParallelLayers>(
+      grid.group("tp"), parallel::TensorParallelOptions{.shard_activations = config.parallel.tp_shard_activations});
 }
 
 void register_model(config::ModelSchema schema, ModelFactory factory) {

@@ -227,7 +227,9 @@ Tensor DecoderLM::embed(const Tensor& ids, const Tensor& positions) {
   Tensor x = token_embedding_->forward(ids);  // [B, n, d]
   // [B, n, d] + [n, d], broadcast over the batch.
   if (position_embedding_) x = add(x, position_embedding_->forward(positions));
-  return x;
+  // With tp activation sharding the blocks see this rank's slice of the tokens (the vocabulary
+  // head gathers them back); the identity otherwise.
+  return nn::layers_or_default(options_.layers).shard_activations(x);
 }
 
 Tensor DecoderLM::run_blocks(Tensor x, const Tensor& positions) {
@@ -274,10 +276,11 @@ StageOutput DecoderLM::forward_stage(const Batch& batch, const Tensor& hidden) {
   x = run_blocks(std::move(x), positions);
   if (!options_.stage.head) return {x, {}};
   const Tensor& targets = batch.at("targets");
-  WF_CHECK(targets.dim() == 2 && targets.size(0) == x.size(0) && targets.size(1) == x.size(1),
-           "{}: targets {} must be [batch, tokens] = [{}, {}]", name_, shape_str(targets.shape()), x.size(0),
-           x.size(1));
   const nn::LayerFactory& layers = nn::layers_or_default(options_.layers);
+  // The head gathers the tokens activation sharding split: it predicts all of this rank's.
+  const std::int64_t tokens = x.size(1) * layers.activation_token_parts();
+  WF_CHECK(targets.dim() == 2 && targets.size(0) == x.size(0) && targets.size(1) == tokens,
+           "{}: targets {} must be [batch, tokens] = [{}, {}]", name_, shape_str(targets.shape()), x.size(0), tokens);
   return {Tensor(), LossSum{layers.vocabulary_loss_sum(head(x), targets, options_.vocab_size), count_targets(targets)}};
 }
 

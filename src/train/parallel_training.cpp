@@ -2,6 +2,7 @@
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/parallel/sp_attention.h"
+#include "wallfacer/parallel/tensor_parallel.h"
 #include "wallfacer/train/grad_sync.h"
 
 namespace wf::train {
@@ -51,6 +52,12 @@ double ParallelTraining::sync_gradients(const std::vector<Tensor>& params, const
   LossTotals totals;
   totals.add(local.sum.item(), local.count);
   return normalise_gradients(replicas, params, totals);
+}
+
+double ParallelTraining::sync_gradients(const nn::Module& model, const models::LossSum& local) {
+  // With activation sharding a norm's gradient is a partial sum over tp: summed there first.
+  parallel::reduce_partial_gradients(model, grid_->group("tp"));
+  return sync_gradients(model.parameters(), local);
 }
 
 }  // namespace wf::train

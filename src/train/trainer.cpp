@@ -11,6 +11,7 @@
 #include "wallfacer/core/log.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/ops/arithmetic.h"
+#include "wallfacer/parallel/tensor_parallel.h"
 #include "wallfacer/train/checkpoint.h"
 #include "wallfacer/train/grad_reducer.h"
 #include "wallfacer/train/grad_sync.h"
@@ -115,7 +116,7 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
     val_loader_ = std::make_unique<data::BatchLoader>(std::move(val), options);
   }
   checkpoints_ = std::make_unique<CheckpointStore>(config_.checkpoint.dir, config_.checkpoint.keep_last);
-  seed_generator(0);
+  seed_generators({});
 }
 
 Trainer::~Trainer() = default;
@@ -132,8 +133,15 @@ void Trainer::check_supported() const {
   WF_CHECK(problems.empty(), "the trainer cannot run this config: {}", fmt::join(problems, "; "));
 }
 
-void Trainer::seed_generator(std::uint64_t offset) {
-  default_generator().set_state({replica_seed(config_, grid_.grid()), offset});
+void Trainer::seed_generators(const RngOffsets& offsets) {
+  // The default generator: one stream per replica, the same over tp (replicated activations).
+  // The tracker's tensor-parallel stream: one per tp rank of each replica (split activations).
+  // Every rank's offsets advance alike, so the ones rank 0 saves restore all of them.
+  const std::uint64_t seed = replica_seed(config_, grid_.grid());
+  default_generator().set_state({seed, offsets.replicated});
+  parallel::seed_tensor_parallel_rng(seed, grid_.group("tp"));
+  const std::uint64_t tp_seed = generator_tracker().state(parallel::kTensorParallelRng).seed;
+  generator_tracker().set_state(parallel::kTensorParallelRng, {tp_seed, offsets.tensor_parallel});
 }
 
 std::int64_t Trainer::tokens_per_step() const {
@@ -156,6 +164,8 @@ double Trainer::compute_gradients() {
   } else {
     all_reduce_gradients(replicas_, params_, grad_bucket_bytes_);
   }
+  // With activation sharding the norms (and row biases) saw 1/tp of the tokens each.
+  parallel::reduce_partial_gradients(params_, shards_, grid_.group("tp"));
   return normalise_gradients(replicas_, params_, local);
 }
 
@@ -215,6 +225,8 @@ void Trainer::save_checkpoint() {
     checkpoint.optimizer = std::move(whole.optimizer);
     checkpoint.config_yaml = config::to_yaml(config_);
     checkpoint.state["rng.offset"] = std::to_string(default_generator().offset());
+    checkpoint.state["rng.tensor_parallel.offset"] =
+        std::to_string(generator_tracker().state(parallel::kTensorParallelRng).offset);
     checkpoint.state["world_size"] = std::to_string(grid_.grid().world_size());
     const std::string where = checkpoints_->save(checkpoint);
     log::info("checkpoint: step {} saved to {}", step_, where);
@@ -237,8 +249,11 @@ bool Trainer::resume() {
   if (!checkpoint) return false;
   load_whole_state({std::move(checkpoint->model), std::move(checkpoint->optimizer)}, *model_, *optimizer_);
   step_ = checkpoint->step;
-  const auto offset = checkpoint->state.find("rng.offset");
-  seed_generator(offset == checkpoint->state.end() ? 0 : std::stoull(offset->second));
+  const auto offset_of = [&](const char* key) -> std::uint64_t {
+    const auto it = checkpoint->state.find(key);
+    return it == checkpoint->state.end() ? 0 : std::stoull(it->second);
+  };
+  seed_generators({.replicated = offset_of("rng.offset"), .tensor_parallel = offset_of("rng.tensor_parallel.offset")});
   log::info("resumed from the step-{} checkpoint in {}", step_, config_.checkpoint.dir);
   return true;
 }

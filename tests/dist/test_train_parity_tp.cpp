@@ -11,7 +11,8 @@
 //
 // The matrix covers each dimension with tp and each pair: tp alone (tied and untied heads,
 // dropout, 2 and 4 ranks), tp × dp, tp × sp (WallFacer C 1 and C 2, Ulysses), tp × sp × dp, and
-// LLaMA (SwiGLU, RMSNorm, RoPE, GQA) at tp2·sp2 and tp2·sp4.
+// LLaMA (SwiGLU, RMSNorm, RoPE, GQA) at tp2·sp2 and tp2·sp4; activation sharding inside tp at
+// tp2 (with dropout), tp4, and LLaMA tp2·sp2·dp2.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -43,10 +44,12 @@ struct TpLayout {
   bool tied = true;
   double dropout = 0.0;
   int n_head = 4, n_kv_head = 2;
+  bool shard_activations = false;
   std::string name() const {
-    return fmt::format("{}: dp{} x tp{} x sp{} {} C={}, {} head, {} heads ({} kv){}", model, dp, tp, sp,
+    return fmt::format("{}: dp{} x tp{} x sp{} {} C={}, {} head, {} heads ({} kv){}{}", model, dp, tp, sp,
                        wf::parallel::sp_strategy_name(strategy), C, tied ? "tied" : "untied", n_head, n_kv_head,
-                       dropout > 0 ? fmt::format(", dropout {}", dropout) : "");
+                       dropout > 0 ? fmt::format(", dropout {}", dropout) : "",
+                       shard_activations ? ", activations sharded over tp" : "");
   }
 };
 
@@ -67,6 +70,7 @@ wf::config::RunConfig tp_config(const TpLayout& layout) {
   c.parallel.sp = layout.sp;
   c.parallel.C = layout.C;
   c.parallel.sp_strategy = layout.strategy;
+  c.parallel.tp_shard_activations = layout.shard_activations;
   c.train.seq_len = 64;
   c.train.micro_batch_size = 1;
   c.train.global_batch_size = 4;  // 4 / dp accumulation steps
@@ -135,19 +139,22 @@ std::vector<TpLayout> tp_layouts_for(int world) {
   using wf::parallel::SpStrategy;
   switch (world) {
     case 2:
-      return {{}, {.tied = false}, {.dropout = 0.1}, {.model = "llama"}};
+      return {{}, {.tied = false}, {.dropout = 0.1}, {.model = "llama"}, {.shard_activations = true},
+              {.tied = false, .dropout = 0.1, .shard_activations = true}};
     case 4:
       return {{.tp = 4, .n_kv_head = 4},  // tp must divide the kv heads
               {.dp = 2, .tp = 2},
               {.tp = 2, .sp = 2, .C = 1, .model = "llama"},
-              {.tp = 2, .sp = 2, .strategy = SpStrategy::ring, .tied = false}};
+              {.tp = 2, .sp = 2, .strategy = SpStrategy::ring, .tied = false},
+              {.tp = 4, .n_kv_head = 4, .shard_activations = true}};
     case 8:
       return {{.dp = 4, .tp = 2},
               {.tp = 2, .sp = 4, .C = 2},
               {.dp = 2, .tp = 2, .sp = 2},
               // Ulysses scatters each tp rank's 4 heads over sp 4 (its 2 kv heads replicated).
               {.tp = 2, .sp = 4, .strategy = SpStrategy::ulysses, .n_head = 8, .n_kv_head = 4},
-              {.tp = 2, .sp = 4, .C = 2, .model = "llama"}};
+              {.tp = 2, .sp = 4, .C = 2, .model = "llama"},
+              {.dp = 2, .tp = 2, .sp = 2, .model = "llama", .shard_activations = true}};
     default: return {};
   }
 }

@@ -60,6 +60,8 @@ class GeneratorTracker {
 
   // (Re)starts stream `name` at offset 0 of `seed`.
   void seed(const std::string& name, std::uint64_t seed) { states_[name] = Generator::State{seed, 0}; }
+  // Puts stream `name` at `state` (a resumed run's offset), creating it if need be.
+  void set_state(const std::string& name, Generator::State state) { states_[name] = state; }
   bool contains(const std::string& name) const { return states_.count(name) != 0; }
   // Where stream `name` stands; wf::Error naming the known streams when there is none.
   Generator::State state(const std::string& name) const;

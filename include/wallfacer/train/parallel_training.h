@@ -14,7 +14,7 @@
 //   for (...) {
 //     const wf::models::LossSum loss = model->loss_sum(parallel.shard(tokens, targets));  // global [rows, N]
 //     wf::autograd::backward({loss.sum});
-//     const double mean = parallel.sync_gradients(model->parameters(), loss);
+//     const double mean = parallel.sync_gradients(*model, loss);
 //     optimizer.step();
 //     optimizer.zero_grad();
 //   }
@@ -54,6 +54,9 @@ class ParallelTraining {
   // the weights or weight shards (dp × sp), divides them by the global count of loss elements and returns the
   // global mean loss (the same on every rank).
   double sync_gradients(const std::vector<Tensor>& params, const models::LossSum& local);
+  // The same for a whole model, which first sums over tp the gradients its parameters' shards
+  // mark partial (the norms under parallel.tp_shard_activations): what a tp run needs.
+  double sync_gradients(const nn::Module& model, const models::LossSum& local);
 
  private:
   config::RunConfig config_;

@@ -100,7 +100,12 @@ class Trainer {
 
  private:
   void check_supported() const;
-  void seed_generator(std::uint64_t offset);
+  // Where the dropout streams stand: the default generator's and the tensor-parallel one's.
+  struct RngOffsets {
+    std::uint64_t replicated = 0;
+    std::uint64_t tensor_parallel = 0;
+  };
+  void seed_generators(const RngOffsets& offsets);
   void log_step(const StepResult& result, double val_loss);
   // Begins a logging interval whose traffic counts from `traffic`.
   void start_interval(TrafficSnapshot traffic);

@@ -196,7 +196,7 @@ int train(const std::string& config_path) {
     make_batch(rows, config.train.seq_len, step, tokens, targets);
     const wf::models::LossSum loss = model->loss_sum(parallel.shard(tokens, targets));
     wf::autograd::backward({loss.sum});
-    last = parallel.sync_gradients(model->parameters(), loss);  // over dp x sp; tp shards stay apart
+    last = parallel.sync_gradients(*model, loss);  // over dp x sp (and partial norms over tp)
     if (step == 0) first = last;
     optimizer.step();
     optimizer.zero_grad();
