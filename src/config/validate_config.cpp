@@ -48,10 +48,8 @@ bool check_layout(const RunConfig& c, int world_size, std::vector<std::string>& 
 // The sequence length against the layout the model's mask needs: zigzag balances causal work.
 void check_sequence_layout(const RunConfig& c, const ModelFacts& facts, std::vector<std::string>& problems) {
   const ParallelSection& p = c.parallel;
-  const parallel::SequenceLayout layout =
-      facts.causal ? parallel::SequenceLayout::zigzag : parallel::SequenceLayout::contiguous;
   try {
-    parallel::check_sequence_length(layout, c.train.seq_len, p.sp, layout_team_size(p));
+    parallel::check_sequence_length(parallel::layout_for_mask(facts.causal), c.train.seq_len, p.sp, layout_team_size(p));
   } catch (const Error& e) {
     problems.push_back(fmt::format("train.seq_len: sp_strategy {} over parallel.sp = {} ranks: {}",
                                    parallel::sp_strategy_name(p.sp_strategy), p.sp,
@@ -235,7 +233,8 @@ std::string summary(const RunConfig& c, int world_size) {
       "tokens per sp rank, {}); {} sequences per step = dp {} x micro_batch {} x accumulation {}; {}; about {} per "
       "rank",
       c.model.name, facts.description, human_count(facts.parameters), world_size, p.dp, p.tp, p.pp, p.sp, p.order,
-      strategy, c.train.seq_len, c.train.seq_len / p.sp, facts.causal ? "zigzag" : "contiguous",
+      strategy, c.train.seq_len, c.train.seq_len / p.sp,
+      parallel::sequence_layout_name(parallel::layout_for_mask(facts.causal)),
       global_batch_sequences(c), p.dp, c.train.micro_batch_size, grad_accum_steps(c), dtype_name(c.train.dtype),
       gib(memory_per_rank(c).total()));
 }
