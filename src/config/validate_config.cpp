@@ -1,9 +1,15 @@
 // Cross-key checks of a run config against the world size. Every problem is collected as
 // "key: rule" in a fixed order and reported in ONE message, so a misconfigured job fails on
 // every rank with the same text and the user fixes everything in one round.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -140,6 +146,38 @@ void check_train(const RunConfig& c, std::vector<std::string>& problems) {
   }
 }
 
+// Why this process cannot read `path` as a file, or "" when it can.
+std::string unreadable_reason(const std::string& path) {
+  // O_NONBLOCK: a FIFO must not wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return std::strerror(errno);
+  struct stat st {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  const bool directory = !regular && S_ISDIR(st.st_mode);
+  ::close(fd);
+  if (regular) return "";
+  return directory ? "it is a directory" : "it is not a regular file";
+}
+
+// The token files of a file source, which `train` opens at once: on this machine only (another
+// machine of the job may hold them).
+void check_data_files(const RunConfig& c, std::vector<std::string>& problems) {
+  if (c.data.source != DataSource::file) return;
+  const auto check = [&](std::string_view key, const std::string& path) {
+    if (path.empty()) return;  // no validation set
+    const std::string reason = unreadable_reason(path);
+    if (reason.empty()) return;
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    problems.push_back(fmt::format(
+        "{}: cannot read the token file '{}': {}; write it with `wallfacer prepare-text --input TEXT.txt "
+        "--output-dir {} --tokenizer {}` (train.bin and val.bin), point {} at an existing token file, or set "
+        "data.source to synthetic",
+        key, path, reason, dir.empty() ? "." : dir, tokenizer_name(c.data.tokenizer), key));
+  };
+  check("data.train_path", c.data.train_path);
+  check("data.val_path", c.data.val_path);
+}
+
 }  // namespace
 
 std::vector<std::string> unsupported_by_trainer(const RunConfig& c) {
@@ -186,6 +224,7 @@ void validate(const RunConfig& config, int world_size, ValidateScope scope, doub
     for (std::string& p : unsupported_by_trainer(config)) problems.push_back(std::move(p));
   }
   if (problems.empty()) check_memory(config, scope, machine_bytes, problems);
+  if (scope == ValidateScope::this_machine) check_data_files(config, problems);
   WF_USER_CHECK(problems.empty(), "invalid config for a world of {} ranks: {}", world_size, fmt::join(problems, "; "));
 }
 

@@ -2,6 +2,9 @@
 // with one message that names the key and the rule (and, for typos, the likely spelling).
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,7 @@ namespace {
 
 using test::error_of;
 using test::TempYaml;
+using test::with_data_file;
 
 struct BadConfig {
   std::string name;
@@ -22,10 +26,11 @@ struct BadConfig {
   std::vector<std::string> expected;  // substrings of the message
 };
 
-// Loads and validates `yaml` as the file `name`.yaml; returns the error message.
+// Loads and validates `yaml` as the file `name`.yaml, its data files readable; returns the error
+// message.
 std::string load_error(const BadConfig& bad) {
-  TempYaml file(bad.name + ".yaml", bad.yaml);
-  return error_of([&] { validate(load_config(file.path(), bad.overrides), bad.world); });
+  TempYaml file(bad.name + ".yaml", bad.yaml), data("data.bin", "");
+  return error_of([&] { validate(with_data_file(load_config(file.path(), bad.overrides), data.path()), bad.world); });
 }
 
 const std::vector<BadConfig>& load_time_cases() {
@@ -173,7 +178,8 @@ TEST_CASE("config: impossible combinations are validation errors that name the k
 
 TEST_CASE("config: a run shorter than its warmup trains with a note that the warmup is cut", "[config]") {
   const RunConfig c = parse_config("train:\n  steps: 30\n  warmup_steps: 100\n");
-  CHECK_NOTHROW(validate(c, 1));
+  TempYaml data("data.bin", "");
+  CHECK_NOTHROW(validate(with_data_file(c, data.path()), 1));
   const std::vector<std::string> n = notes(c);
   REQUIRE(n.size() == 1);
   CHECK_THAT(n[0], Catch::Contains("train.warmup_steps: 100 warmup steps exceed train.steps = 30") &&
@@ -182,6 +188,40 @@ TEST_CASE("config: a run shorter than its warmup trains with a note that the war
   const RunConfig square = parse_config("parallel:\n  sp: 4\n  C: 2\n");
   CHECK_THAT(notes(square).at(0), Catch::Contains("the placement cannot matter"));
   CHECK(notes(RunConfig{}).empty());
+}
+
+TEST_CASE("config: a vocabulary tensor parallelism does not divide is padded, not refused", "[config]") {
+  // GPT-2's 50257 tokens over tp = 2 (the vocabulary-parallel embedding and head pad to a
+  // multiple of tp): the config is valid as a config, and no problem names the vocabulary.
+  const RunConfig c = parse_config("model:\n  vocab_size: 50257\nparallel:\n  tp: 2\ndata:\n  tokenizer: gpt2\n");
+  CHECK_NOTHROW(validate(c, 2, ValidateScope::any_machine));
+  TempYaml data("data.bin", "");
+  const std::string message = error_of([&] { validate(with_data_file(c, data.path()), 2); });
+  CHECK_THAT(message, !Catch::Contains("vocab"));
+}
+
+TEST_CASE("config: validate refuses data files this machine cannot read, as train does", "[config]") {
+  RunConfig c;
+  c.data.train_path = "/no/such/dir/train.bin";
+  CHECK_THAT(error_of([&] { validate(c, 1); }),
+             Catch::Contains("data.train_path: cannot read the token file '/no/such/dir/train.bin': No such file or "
+                             "directory; write it with `wallfacer prepare-text --input TEXT.txt --output-dir "
+                             "/no/such/dir --tokenizer byte` (train.bin and val.bin), point data.train_path at an "
+                             "existing token file, or set data.source to synthetic"));
+  // Another machine of the job may hold the files; synthetic tokens read none.
+  CHECK_NOTHROW(validate(c, 1, ValidateScope::any_machine));
+  c.data.source = DataSource::synthetic;
+  CHECK_NOTHROW(validate(c, 1));
+
+  // A directory is no token file; the validation file is checked too.
+  TempYaml data("data.bin", "");
+  RunConfig dir = with_data_file(RunConfig{}, data.path());
+  dir.data.val_path = std::filesystem::path(data.path()).parent_path().string();
+  const std::string message = error_of([&] { validate(dir, 1); });
+  CHECK_THAT(message, Catch::Contains(fmt::format("data.val_path: cannot read the token file '{}': it is a directory",
+                                                  dir.data.val_path)) &&
+                          Catch::Contains("point data.val_path at an existing token file"));
+  CHECK_THAT(message, !Catch::Contains("data.train_path"));
 }
 
 TEST_CASE("config: a missing file is named", "[config]") {
