@@ -109,9 +109,44 @@ const std::vector<BadConfig>& layout_cases() {
        {"train.seq_len", "in teams of C = 2", "nearest valid N: 992 or 1008"}},
       {"team_without_wallfacer", "parallel:\n  sp: 4\n  C: 2\n  sp_strategy: ring\n", 4, {},
        {"parallel.C: C = 2 is the WallFacer team size, but parallel.sp_strategy ring has no teams"}},
+      // Tensor parallelism: whole heads and d_ff units per tp rank; the tp values listed divide
+      // the value and the world. (Each message is among the problems beside the trainer's own
+      // "parallel.tp" one while the trainer has no tensor parallelism.)
       {"heads_tp", "model:\n  n_head: 6\n  n_kv_head: 6\n  d_model: 384\nparallel:\n  tp: 4\n", 4, {},
-       {"model.n_head: n_head = 6 and n_kv_head = 6 must both be multiples of parallel.tp = 4"}},
-      {"d_ff_tp", "model:\n  d_ff: 1001\nparallel:\n  tp: 2\n", 2, {}, {"model.d_ff: d_ff = 1001 is not a multiple of parallel.tp = 2"}},
+       {"model.n_head: tensor parallelism splits whole query heads over parallel.tp = 4, but n_head = 6; use tp in "
+        "{1, 2} or n_head a multiple of 4"}},
+      {"kv_heads_tp", "model:\n  n_head: 12\n  n_kv_head: 6\n  d_model: 384\nparallel:\n  tp: 4\n", 4, {},
+       {"model.n_kv_head: tensor parallelism splits whole kv heads over parallel.tp = 4, but n_kv_head = 6; use tp in "
+        "{1, 2} or n_kv_head a multiple of 4"}},
+      {"kv_heads_fewer_than_tp", "model:\n  n_head: 8\n  n_kv_head: 2\nparallel:\n  tp: 4\n", 4, {},
+       {"model.n_kv_head: tensor parallelism splits whole kv heads over parallel.tp = 4, but n_kv_head = 2 (fewer kv "
+        "heads than tp ranks: kv heads are split over tp, never replicated); use tp in {1, 2} or n_kv_head a multiple "
+        "of 4"}},
+      {"d_ff_tp", "model:\n  d_ff: 1001\nparallel:\n  tp: 2\n", 2, {},
+       {"model.d_ff: tensor parallelism splits the MLP feed-forward's d_ff units (up columns, down rows) over "
+        "parallel.tp = 2, but d_ff = 1001; use tp in {1} or d_ff a multiple of 2"}},
+      {"d_ff_tp_swiglu", "model:\n  name: llama\n  d_ff: 1002\nparallel:\n  tp: 4\n", 4, {},
+       {"model.d_ff: tensor parallelism splits the SwiGLU feed-forward's d_ff units (gate and up columns, down rows) "
+        "over parallel.tp = 4, but d_ff = 1002; use tp in {1, 2} or d_ff a multiple of 4"}},
+      {"ulysses_heads_per_tp_rank",
+       "model:\n  n_head: 4\n  n_kv_head: 4\nparallel:\n  tp: 2\n  sp: 4\n  sp_strategy: ulysses\n", 8, {},
+       {"model.n_head: sp_strategy ulysses over parallel.sp = 4 scatters the heads of each tp rank, n_head / "
+        "parallel.tp = 4 / 2 = 2 query heads and n_kv_head / parallel.tp = 4 / 2 = 2 kv heads",
+        "h = 2 query heads and h_kv = 2 kv heads do not split over the sp size P = 4", "use ring or wallfacer"}},
+      {"ulysses_kv_heads_per_tp_rank",
+       "model:\n  n_head: 12\n  n_kv_head: 6\n  d_model: 384\nparallel:\n  tp: 2\n  sp: 2\n  sp_strategy: ulysses\n",
+       4, {},
+       {"n_kv_head / parallel.tp = 6 / 2 = 3 kv heads", "h = 6 query heads and h_kv = 3 kv heads do not split over "
+        "the sp size P = 2", "with h = 6 at P = 2, h_kv can be 1, 2, 6"}},
+      {"tp_exceeds_world", "parallel:\n  tp: 8\n", 4, {},
+       {"dp 1 x tp 8 x pp 1 x sp 1 = 8 ranks, but the world has 4: the four sizes must multiply to the world size; "
+        "tp = 8 exceeds the world (each size must be one of 4's divisors: 1, 2, 4); keeping the other sizes, tp = 4 "
+        "would fit"}},
+      {"tp_not_dividing_world", "parallel:\n  tp: 3\n", 4, {},
+       {"tp = 3 does not divide the world (each size must be one of 4's divisors: 1, 2, 4); keeping the other sizes, "
+        "tp = 4 would fit"}},
+      {"tp_added_to_full_world", "parallel:\n  dp: 2\n  tp: 2\n", 2, {},
+       {"dp 2 x tp 2 x pp 1 x sp 1 = 4 ranks, but the world has 2", "keeping the other sizes, dp = 1 or tp = 1 would fit"}},
       {"tp_shard_activations_tokens", "parallel:\n  tp: 4\n  tp_shard_activations: true\ntrain:\n  seq_len: 66\n", 4, {},
        {"parallel.tp_shard_activations: each rank's seq_len / sp = 66 / 1 = 66 tokens do not split over "
         "parallel.tp = 4", "a multiple of sp x tp = 4"}},
