@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -54,8 +55,9 @@ bool check_layout(const RunConfig& c, int world_size, std::vector<std::string>& 
 // The sequence length against the layout the model's mask needs: zigzag balances causal work.
 void check_sequence_layout(const RunConfig& c, const ModelFacts& facts, std::vector<std::string>& problems) {
   const ParallelSection& p = c.parallel;
+  const parallel::SequenceLayout layout = parallel::layout_for_mask(facts.causal);
   try {
-    parallel::check_sequence_length(parallel::layout_for_mask(facts.causal), c.train.seq_len, p.sp, layout_team_size(p));
+    parallel::check_sequence_length(layout, c.train.seq_len, p.sp, layout_team_size(p));
   } catch (const Error& e) {
     problems.push_back(fmt::format("train.seq_len: sp_strategy {} over parallel.sp = {} ranks: {}",
                                    parallel::sp_strategy_name(p.sp_strategy), p.sp,
@@ -63,10 +65,17 @@ void check_sequence_layout(const RunConfig& c, const ModelFacts& facts, std::vec
   }
   // Activation sharding splits each rank's tokens (seq_len / sp of them) over tp.
   if (p.tp_shard_activations && p.sp > 0 && c.train.seq_len % p.sp == 0 && (c.train.seq_len / p.sp) % p.tp != 0) {
+    // The valid lengths also fit the layout: multiples of lcm(its multiple, sp x tp).
+    const std::int64_t layout_multiple = parallel::sequence_length_multiple(layout, p.sp, layout_team_size(p));
+    const std::int64_t multiple = std::lcm(layout_multiple, std::int64_t{p.sp} * p.tp);
+    const std::int64_t below = c.train.seq_len / multiple * multiple, above = below + multiple;
     problems.push_back(fmt::format("parallel.tp_shard_activations: each rank's seq_len / sp = {} / {} = {} tokens do "
                                    "not split over parallel.tp = {}; choose a seq_len that is a multiple of sp x tp = "
-                                   "{}, or turn tp_shard_activations off",
-                                   c.train.seq_len, p.sp, c.train.seq_len / p.sp, p.tp, p.sp * p.tp));
+                                   "{} and of the {} layout's {} (nearest valid seq_len: {}), or turn "
+                                   "tp_shard_activations off",
+                                   c.train.seq_len, p.sp, c.train.seq_len / p.sp, p.tp, p.sp * p.tp,
+                                   parallel::sequence_layout_name(layout), layout_multiple,
+                                   below > 0 ? fmt::format("{} or {}", below, above) : fmt::format("{}", above)));
   }
 }
 

@@ -149,7 +149,15 @@ const std::vector<BadConfig>& layout_cases() {
        {"dp 2 x tp 2 x pp 1 x sp 1 = 4 ranks, but the world has 2", "keeping the other sizes, dp = 1 or tp = 1 would fit"}},
       {"tp_shard_activations_tokens", "parallel:\n  tp: 4\n  tp_shard_activations: true\ntrain:\n  seq_len: 66\n", 4, {},
        {"parallel.tp_shard_activations: each rank's seq_len / sp = 66 / 1 = 66 tokens do not split over "
-        "parallel.tp = 4", "a multiple of sp x tp = 4"}},
+        "parallel.tp = 4", "a multiple of sp x tp = 4", "(nearest valid seq_len: 64 or 68)"}},
+      // The lengths offered fit the zigzag layout too: 6 would split over sp x tp, not zigzag's 4.
+      {"tp_shard_activations_layout",
+       "model:\n  n_head: 6\n  n_kv_head: 6\n  d_model: 384\nparallel:\n  tp: 3\n  sp: 2\n  tp_shard_activations: "
+       "true\ntrain:\n  seq_len: 20\n",
+       6, {},
+       {"parallel.tp_shard_activations: each rank's seq_len / sp = 20 / 2 = 10 tokens do not split over parallel.tp = "
+        "3; choose a seq_len that is a multiple of sp x tp = 6 and of the zigzag layout's 4 (nearest valid seq_len: 12 "
+        "or 24), or turn tp_shard_activations off"}},
       {"layers_pp", "model:\n  n_layer: 5\nparallel:\n  pp: 2\n", 2, {},
        {"model.n_layer: n_layer = 5 is not a multiple of parallel.pp = 2"}},
       {"ulysses_heads", "model:\n  n_head: 6\n  n_kv_head: 6\n  d_model: 384\nparallel:\n  sp: 4\n  sp_strategy: ulysses\n",
