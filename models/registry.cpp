@@ -71,7 +71,7 @@ StageOutput Model::forward_stage(const Batch& batch, const Tensor& /*hidden*/) {
 parallel::SpAttentionConfig sp_attention_config(const config::RunConfig& config, bool causal) {
   parallel::SpAttentionConfig sp;
   sp.strategy = config.parallel.sp_strategy;
-  sp.layout = causal ? parallel::SequenceLayout::zigzag : parallel::SequenceLayout::contiguous;
+  sp.layout = parallel::layout_for_mask(causal);
   sp.seq_len = config.train.seq_len;
   return sp;
 }

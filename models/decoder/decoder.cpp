@@ -97,21 +97,29 @@ void check_decoder(const DecoderOptions& options, const config::RunConfig& c, st
                         "= {} is odd",
                         m.d_model / m.n_head));
   }
-  require(m.n_head % p.tp == 0 && m.n_kv_head % p.tp == 0,
-          fmt::format("model.n_head: n_head = {} and n_kv_head = {} must both be multiples of parallel.tp = {}: "
-                      "tensor parallelism splits the heads",
-                      m.n_head, m.n_kv_head, p.tp));
-  require(m.d_ff % p.tp == 0,
-          fmt::format("model.d_ff: d_ff = {} is not a multiple of parallel.tp = {}: tensor parallelism splits the "
-                      "feed-forward",
-                      m.d_ff, p.tp));
+  // Tensor parallelism (Megatron): each tp rank holds whole query and kv heads and d_ff / tp
+  // feed-forward units. The vocabulary is no rule: a vocabulary tp does not divide is padded.
+  const auto require_split = [&](std::string problem) {
+    if (!problem.empty()) problems.push_back(std::move(problem));
+  };
+  require_split(config::tp_split_problem(c, "n_head", m.n_head, "whole query heads"));
+  require_split(config::tp_split_problem(
+      c, "n_kv_head", m.n_kv_head, "whole kv heads",
+      m.n_kv_head < p.tp ? " (fewer kv heads than tp ranks: kv heads are split over tp, never replicated)" : ""));
+  require_split(config::tp_split_problem(c, "d_ff", m.d_ff,
+                                         m.feed_forward == nn::FeedForwardKind::swiglu
+                                             ? "the SwiGLU feed-forward's d_ff units (gate and up columns, down rows)"
+                                             : "the MLP feed-forward's d_ff units (up columns, down rows)"));
   if (p.sp_strategy == parallel::SpStrategy::ulysses && m.n_head % p.tp == 0 && m.n_kv_head % p.tp == 0 &&
       m.n_head % m.n_kv_head == 0) {
     // Ulysses scatters each tp rank's heads over sp (kv heads replicated when there are fewer).
-    const std::string problem = parallel::ulysses_heads_problem(m.n_head / p.tp, m.n_kv_head / p.tp, p.sp);
-    require(problem.empty(), fmt::format("model.n_head: sp_strategy ulysses over parallel.sp = {} with the heads per tp "
-                                         "rank: {}",
-                                         p.sp, problem));
+    const std::int64_t heads = m.n_head / p.tp, kv_heads = m.n_kv_head / p.tp;
+    const std::string problem = parallel::ulysses_heads_problem(heads, kv_heads, p.sp);
+    require(problem.empty(),
+            fmt::format("model.n_head: sp_strategy ulysses over parallel.sp = {} scatters the heads of each tp rank, "
+                        "n_head / parallel.tp = {} / {} = {} query heads and n_kv_head / parallel.tp = {} / {} = {} kv "
+                        "heads (h and h_kv below; n_head and n_kv_head are tp times them): {}",
+                        p.sp, m.n_head, p.tp, heads, m.n_kv_head, p.tp, kv_heads, problem));
   }
 }
 

@@ -39,6 +39,37 @@ std::int64_t saturating_product(std::initializer_list<int> factors) {
   return product;
 }
 
+// What would fit a world the four sizes do not multiply to: the sizes that cannot divide it, and
+// each size that fits with the other three as they are ("" when neither helps).
+std::string world_fit_hint(const std::array<std::pair<std::string_view, int>, 4>& sizes, int world_size) {
+  std::vector<int> divisors;
+  for (int d = 1; d <= world_size; ++d) {
+    if (world_size % d == 0) divisors.push_back(d);
+  }
+  std::vector<std::string> too_big, not_dividing, fitting;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const auto& [name, value] = sizes[i];
+    if (value > world_size) {
+      too_big.push_back(fmt::format("{} = {}", name, value));
+    } else if (world_size % value != 0) {
+      not_dividing.push_back(fmt::format("{} = {}", name, value));
+    }
+    std::int64_t others = 1;  // capped past the world: the sizes come from users
+    for (std::size_t j = 0; j < sizes.size(); ++j) {
+      if (j != i) others = std::min<std::int64_t>(others * sizes[j].second, std::int64_t{world_size} + 1);
+    }
+    if (others <= world_size && world_size % others == 0) fitting.push_back(fmt::format("{} = {}", name, world_size / others));
+  }
+  std::string hint;
+  if (!too_big.empty()) hint += fmt::format("; {} exceeds the world", join_names(too_big));
+  if (!not_dividing.empty()) hint += fmt::format("; {} does not divide the world", join_names(not_dividing));
+  if (!too_big.empty() || !not_dividing.empty()) {
+    hint += fmt::format(" (each size must be one of {}'s divisors: {})", world_size, join_ints(divisors, ", "));
+  }
+  if (!fitting.empty()) hint += fmt::format("; keeping the other sizes, {} would fit", fmt::join(fitting, " or "));
+  return hint;
+}
+
 std::vector<std::string_view> split_order(std::string_view order) {
   std::vector<std::string_view> tokens;
   for (;;) {
@@ -240,8 +271,9 @@ void ProcessGrid::validate(const ParallelConfig& config, int world_size) {
                                            : std::to_string(product);
       problems.push_back(
           fmt::format("dp {} x tp {} x pp {} x sp {} = {} ranks, but the world has {}: the four sizes must multiply to "
-                      "the world size",
-                      config.dp, config.tp, config.pp, config.sp, product_text, world_size));
+                      "the world size{}",
+                      config.dp, config.tp, config.pp, config.sp, product_text, world_size,
+                      world_fit_hint(sizes, world_size)));
     }
   }
   if (config.sp >= 1) {

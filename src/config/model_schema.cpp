@@ -76,6 +76,21 @@ const ModelSchema& model_schema(std::string_view name) {
 
 ModelFacts model_facts(const RunConfig& config) { return model_schema(config.model.name).facts(config); }
 
+std::string tp_split_problem(const RunConfig& config, std::string_view key, std::int64_t value,
+                             std::string_view what, std::string_view why) {
+  const ParallelSection& p = config.parallel;
+  if (p.tp >= 1 && value % p.tp == 0) return "";
+  // The model's rules run on a valid grid, so the world is the product of the four sizes.
+  const std::int64_t world = static_cast<std::int64_t>(p.dp) * p.tp * p.pp * p.sp;
+  std::vector<std::int64_t> fitting;
+  for (std::int64_t tp = 1; tp <= world; ++tp) {
+    if (world % tp == 0 && value % tp == 0) fitting.push_back(tp);
+  }
+  return fmt::format("model.{}: tensor parallelism splits {} over parallel.tp = {}, but {} = {}{}; use tp in {{{}}} "
+                     "or {} a multiple of {}",
+                     key, what, p.tp, key, value, why, fmt::join(fitting, ", "), key, p.tp);
+}
+
 namespace {
 
 const ModelKey& key_of(const ModelSchema& schema, std::string_view key) {

@@ -1,9 +1,16 @@
 // Cross-key checks of a run config against the world size. Every problem is collected as
 // "key: rule" in a fixed order and reported in ONE message, so a misconfigured job fails on
 // every rank with the same text and the user fixes everything in one round.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -48,8 +55,7 @@ bool check_layout(const RunConfig& c, int world_size, std::vector<std::string>& 
 // The sequence length against the layout the model's mask needs: zigzag balances causal work.
 void check_sequence_layout(const RunConfig& c, const ModelFacts& facts, std::vector<std::string>& problems) {
   const ParallelSection& p = c.parallel;
-  const parallel::SequenceLayout layout =
-      facts.causal ? parallel::SequenceLayout::zigzag : parallel::SequenceLayout::contiguous;
+  const parallel::SequenceLayout layout = parallel::layout_for_mask(facts.causal);
   try {
     parallel::check_sequence_length(layout, c.train.seq_len, p.sp, layout_team_size(p));
   } catch (const Error& e) {
@@ -59,10 +65,17 @@ void check_sequence_layout(const RunConfig& c, const ModelFacts& facts, std::vec
   }
   // Activation sharding splits each rank's tokens (seq_len / sp of them) over tp.
   if (p.tp_shard_activations && p.sp > 0 && c.train.seq_len % p.sp == 0 && (c.train.seq_len / p.sp) % p.tp != 0) {
+    // The valid lengths also fit the layout: multiples of lcm(its multiple, sp x tp).
+    const std::int64_t layout_multiple = parallel::sequence_length_multiple(layout, p.sp, layout_team_size(p));
+    const std::int64_t multiple = std::lcm(layout_multiple, std::int64_t{p.sp} * p.tp);
+    const std::int64_t below = c.train.seq_len / multiple * multiple, above = below + multiple;
     problems.push_back(fmt::format("parallel.tp_shard_activations: each rank's seq_len / sp = {} / {} = {} tokens do "
                                    "not split over parallel.tp = {}; choose a seq_len that is a multiple of sp x tp = "
-                                   "{}, or turn tp_shard_activations off",
-                                   c.train.seq_len, p.sp, c.train.seq_len / p.sp, p.tp, p.sp * p.tp));
+                                   "{} and of the {} layout's {} (nearest valid seq_len: {}), or turn "
+                                   "tp_shard_activations off",
+                                   c.train.seq_len, p.sp, c.train.seq_len / p.sp, p.tp, p.sp * p.tp,
+                                   parallel::sequence_layout_name(layout), layout_multiple,
+                                   below > 0 ? fmt::format("{} or {}", below, above) : fmt::format("{}", above)));
   }
 }
 
@@ -142,6 +155,38 @@ void check_train(const RunConfig& c, std::vector<std::string>& problems) {
   }
 }
 
+// Why this process cannot read `path` as a file, or "" when it can.
+std::string unreadable_reason(const std::string& path) {
+  // O_NONBLOCK: a FIFO must not wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return std::strerror(errno);
+  struct stat st {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  const bool directory = !regular && S_ISDIR(st.st_mode);
+  ::close(fd);
+  if (regular) return "";
+  return directory ? "it is a directory" : "it is not a regular file";
+}
+
+// The token files of a file source, which `train` opens at once: on this machine only (another
+// machine of the job may hold them).
+void check_data_files(const RunConfig& c, std::vector<std::string>& problems) {
+  if (c.data.source != DataSource::file) return;
+  const auto check = [&](std::string_view key, const std::string& path) {
+    if (path.empty()) return;  // no validation set
+    const std::string reason = unreadable_reason(path);
+    if (reason.empty()) return;
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    problems.push_back(fmt::format(
+        "{}: cannot read the token file '{}': {}; write it with `wallfacer prepare-text --input TEXT.txt "
+        "--output-dir {} --tokenizer {}` (train.bin and val.bin), point {} at an existing token file, or set "
+        "data.source to synthetic",
+        key, path, reason, dir.empty() ? "." : dir, tokenizer_name(c.data.tokenizer), key));
+  };
+  check("data.train_path", c.data.train_path);
+  check("data.val_path", c.data.val_path);
+}
+
 }  // namespace
 
 std::vector<std::string> unsupported_by_trainer(const RunConfig& c) {
@@ -188,6 +233,7 @@ void validate(const RunConfig& config, int world_size, ValidateScope scope, doub
     for (std::string& p : unsupported_by_trainer(config)) problems.push_back(std::move(p));
   }
   if (problems.empty()) check_memory(config, scope, machine_bytes, problems);
+  if (scope == ValidateScope::this_machine) check_data_files(config, problems);
   WF_USER_CHECK(problems.empty(), "invalid config for a world of {} ranks: {}", world_size, fmt::join(problems, "; "));
 }
 
@@ -235,7 +281,8 @@ std::string summary(const RunConfig& c, int world_size) {
       "tokens per sp rank, {}); {} sequences per step = dp {} x micro_batch {} x accumulation {}; {}; about {} per "
       "rank",
       c.model.name, facts.description, human_count(facts.parameters), world_size, p.dp, p.tp, p.pp, p.sp, p.order,
-      strategy, c.train.seq_len, c.train.seq_len / p.sp, facts.causal ? "zigzag" : "contiguous",
+      strategy, c.train.seq_len, c.train.seq_len / p.sp,
+      parallel::sequence_layout_name(parallel::layout_for_mask(facts.causal)),
       global_batch_sequences(c), p.dp, c.train.micro_batch_size, grad_accum_steps(c), dtype_name(c.train.dtype),
       gib(memory_per_rank(c).total()));
 }

@@ -17,6 +17,8 @@ std::string_view sequence_layout_name(SequenceLayout layout) {
   WF_FAIL("unknown sequence layout {}", static_cast<int>(layout));
 }
 
+SequenceLayout layout_for_mask(bool causal) { return causal ? SequenceLayout::zigzag : SequenceLayout::contiguous; }
+
 SequenceLayout parse_sequence_layout(std::string_view name) {
   if (name == "contiguous") return SequenceLayout::contiguous;
   if (name == "zigzag") return SequenceLayout::zigzag;

@@ -388,6 +388,14 @@ TEST_CASE("validation: one message naming every problem", "[comm][grid]") {
     const std::string message = validation_message(config, 8);
     CHECK_THAT(message, Contains("invalid parallel layout for a world of 8 ranks"));
     CHECK_THAT(message, Contains("dp 2 x tp 2 x pp 1 x sp 4 = 16 ranks, but the world has 8"));
+    // Which sizes would fit, each with the other three as they are; a size past the world or
+    // not dividing it is named, with the world's divisors.
+    CHECK_THAT(message, Contains("keeping the other sizes, dp = 1 or tp = 1 or sp = 2 would fit"));
+    config.tp = 16;
+    CHECK_THAT(validation_message(config, 8), Contains("tp = 16 exceeds the world (each size must be one of 8's "
+                                                       "divisors: 1, 2, 4, 8)"));
+    config.tp = 3;
+    CHECK_THAT(validation_message(config, 8), Contains("tp = 3 does not divide the world"));
   }
   SECTION("every size at least 1") {
     config.tp = 0, config.pp = -1;

@@ -2,6 +2,9 @@
 // with one message that names the key and the rule (and, for typos, the likely spelling).
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,7 @@ namespace {
 
 using test::error_of;
 using test::TempYaml;
+using test::with_data_file;
 
 struct BadConfig {
   std::string name;
@@ -22,10 +26,11 @@ struct BadConfig {
   std::vector<std::string> expected;  // substrings of the message
 };
 
-// Loads and validates `yaml` as the file `name`.yaml; returns the error message.
+// Loads and validates `yaml` as the file `name`.yaml, its data files readable; returns the error
+// message.
 std::string load_error(const BadConfig& bad) {
-  TempYaml file(bad.name + ".yaml", bad.yaml);
-  return error_of([&] { validate(load_config(file.path(), bad.overrides), bad.world); });
+  TempYaml file(bad.name + ".yaml", bad.yaml), data("data.bin", "");
+  return error_of([&] { validate(with_data_file(load_config(file.path(), bad.overrides), data.path()), bad.world); });
 }
 
 const std::vector<BadConfig>& load_time_cases() {
@@ -104,12 +109,55 @@ const std::vector<BadConfig>& layout_cases() {
        {"train.seq_len", "in teams of C = 2", "nearest valid N: 992 or 1008"}},
       {"team_without_wallfacer", "parallel:\n  sp: 4\n  C: 2\n  sp_strategy: ring\n", 4, {},
        {"parallel.C: C = 2 is the WallFacer team size, but parallel.sp_strategy ring has no teams"}},
+      // Tensor parallelism: whole heads and d_ff units per tp rank; the tp values listed divide
+      // the value and the world. (Each message is among the problems beside the trainer's own
+      // "parallel.tp" one while the trainer has no tensor parallelism.)
       {"heads_tp", "model:\n  n_head: 6\n  n_kv_head: 6\n  d_model: 384\nparallel:\n  tp: 4\n", 4, {},
-       {"model.n_head: n_head = 6 and n_kv_head = 6 must both be multiples of parallel.tp = 4"}},
-      {"d_ff_tp", "model:\n  d_ff: 1001\nparallel:\n  tp: 2\n", 2, {}, {"model.d_ff: d_ff = 1001 is not a multiple of parallel.tp = 2"}},
+       {"model.n_head: tensor parallelism splits whole query heads over parallel.tp = 4, but n_head = 6; use tp in "
+        "{1, 2} or n_head a multiple of 4"}},
+      {"kv_heads_tp", "model:\n  n_head: 12\n  n_kv_head: 6\n  d_model: 384\nparallel:\n  tp: 4\n", 4, {},
+       {"model.n_kv_head: tensor parallelism splits whole kv heads over parallel.tp = 4, but n_kv_head = 6; use tp in "
+        "{1, 2} or n_kv_head a multiple of 4"}},
+      {"kv_heads_fewer_than_tp", "model:\n  n_head: 8\n  n_kv_head: 2\nparallel:\n  tp: 4\n", 4, {},
+       {"model.n_kv_head: tensor parallelism splits whole kv heads over parallel.tp = 4, but n_kv_head = 2 (fewer kv "
+        "heads than tp ranks: kv heads are split over tp, never replicated); use tp in {1, 2} or n_kv_head a multiple "
+        "of 4"}},
+      {"d_ff_tp", "model:\n  d_ff: 1001\nparallel:\n  tp: 2\n", 2, {},
+       {"model.d_ff: tensor parallelism splits the MLP feed-forward's d_ff units (up columns, down rows) over "
+        "parallel.tp = 2, but d_ff = 1001; use tp in {1} or d_ff a multiple of 2"}},
+      {"d_ff_tp_swiglu", "model:\n  name: llama\n  d_ff: 1002\nparallel:\n  tp: 4\n", 4, {},
+       {"model.d_ff: tensor parallelism splits the SwiGLU feed-forward's d_ff units (gate and up columns, down rows) "
+        "over parallel.tp = 4, but d_ff = 1002; use tp in {1, 2} or d_ff a multiple of 4"}},
+      {"ulysses_heads_per_tp_rank",
+       "model:\n  n_head: 4\n  n_kv_head: 4\nparallel:\n  tp: 2\n  sp: 4\n  sp_strategy: ulysses\n", 8, {},
+       {"model.n_head: sp_strategy ulysses over parallel.sp = 4 scatters the heads of each tp rank, n_head / "
+        "parallel.tp = 4 / 2 = 2 query heads and n_kv_head / parallel.tp = 4 / 2 = 2 kv heads",
+        "h = 2 query heads and h_kv = 2 kv heads do not split over the sp size P = 4", "use ring or wallfacer"}},
+      {"ulysses_kv_heads_per_tp_rank",
+       "model:\n  n_head: 12\n  n_kv_head: 6\n  d_model: 384\nparallel:\n  tp: 2\n  sp: 2\n  sp_strategy: ulysses\n",
+       4, {},
+       {"n_kv_head / parallel.tp = 6 / 2 = 3 kv heads", "h = 6 query heads and h_kv = 3 kv heads do not split over "
+        "the sp size P = 2", "with h = 6 at P = 2, h_kv can be 1, 2, 6"}},
+      {"tp_exceeds_world", "parallel:\n  tp: 8\n", 4, {},
+       {"dp 1 x tp 8 x pp 1 x sp 1 = 8 ranks, but the world has 4: the four sizes must multiply to the world size; "
+        "tp = 8 exceeds the world (each size must be one of 4's divisors: 1, 2, 4); keeping the other sizes, tp = 4 "
+        "would fit"}},
+      {"tp_not_dividing_world", "parallel:\n  tp: 3\n", 4, {},
+       {"tp = 3 does not divide the world (each size must be one of 4's divisors: 1, 2, 4); keeping the other sizes, "
+        "tp = 4 would fit"}},
+      {"tp_added_to_full_world", "parallel:\n  dp: 2\n  tp: 2\n", 2, {},
+       {"dp 2 x tp 2 x pp 1 x sp 1 = 4 ranks, but the world has 2", "keeping the other sizes, dp = 1 or tp = 1 would fit"}},
       {"tp_shard_activations_tokens", "parallel:\n  tp: 4\n  tp_shard_activations: true\ntrain:\n  seq_len: 66\n", 4, {},
        {"parallel.tp_shard_activations: each rank's seq_len / sp = 66 / 1 = 66 tokens do not split over "
-        "parallel.tp = 4", "a multiple of sp x tp = 4"}},
+        "parallel.tp = 4", "a multiple of sp x tp = 4", "(nearest valid seq_len: 64 or 68)"}},
+      // The lengths offered fit the zigzag layout too: 6 would split over sp x tp, not zigzag's 4.
+      {"tp_shard_activations_layout",
+       "model:\n  n_head: 6\n  n_kv_head: 6\n  d_model: 384\nparallel:\n  tp: 3\n  sp: 2\n  tp_shard_activations: "
+       "true\ntrain:\n  seq_len: 20\n",
+       6, {},
+       {"parallel.tp_shard_activations: each rank's seq_len / sp = 20 / 2 = 10 tokens do not split over parallel.tp = "
+        "3; choose a seq_len that is a multiple of sp x tp = 6 and of the zigzag layout's 4 (nearest valid seq_len: 12 "
+        "or 24), or turn tp_shard_activations off"}},
       {"layers_pp", "model:\n  n_layer: 5\nparallel:\n  pp: 2\n", 2, {},
        {"model.n_layer: n_layer = 5 is not a multiple of parallel.pp = 2"}},
       {"ulysses_heads", "model:\n  n_head: 6\n  n_kv_head: 6\n  d_model: 384\nparallel:\n  sp: 4\n  sp_strategy: ulysses\n",
@@ -173,7 +221,8 @@ TEST_CASE("config: impossible combinations are validation errors that name the k
 
 TEST_CASE("config: a run shorter than its warmup trains with a note that the warmup is cut", "[config]") {
   const RunConfig c = parse_config("train:\n  steps: 30\n  warmup_steps: 100\n");
-  CHECK_NOTHROW(validate(c, 1));
+  TempYaml data("data.bin", "");
+  CHECK_NOTHROW(validate(with_data_file(c, data.path()), 1));
   const std::vector<std::string> n = notes(c);
   REQUIRE(n.size() == 1);
   CHECK_THAT(n[0], Catch::Contains("train.warmup_steps: 100 warmup steps exceed train.steps = 30") &&
@@ -182,6 +231,40 @@ TEST_CASE("config: a run shorter than its warmup trains with a note that the war
   const RunConfig square = parse_config("parallel:\n  sp: 4\n  C: 2\n");
   CHECK_THAT(notes(square).at(0), Catch::Contains("the placement cannot matter"));
   CHECK(notes(RunConfig{}).empty());
+}
+
+TEST_CASE("config: a vocabulary tensor parallelism does not divide is padded, not refused", "[config]") {
+  // GPT-2's 50257 tokens over tp = 2 (the vocabulary-parallel embedding and head pad to a
+  // multiple of tp): the config is valid as a config, and no problem names the vocabulary.
+  const RunConfig c = parse_config("model:\n  vocab_size: 50257\nparallel:\n  tp: 2\ndata:\n  tokenizer: gpt2\n");
+  CHECK_NOTHROW(validate(c, 2, ValidateScope::any_machine));
+  TempYaml data("data.bin", "");
+  const std::string message = error_of([&] { validate(with_data_file(c, data.path()), 2); });
+  CHECK_THAT(message, !Catch::Contains("vocab"));
+}
+
+TEST_CASE("config: validate refuses data files this machine cannot read, as train does", "[config]") {
+  RunConfig c;
+  c.data.train_path = "/no/such/dir/train.bin";
+  CHECK_THAT(error_of([&] { validate(c, 1); }),
+             Catch::Contains("data.train_path: cannot read the token file '/no/such/dir/train.bin': No such file or "
+                             "directory; write it with `wallfacer prepare-text --input TEXT.txt --output-dir "
+                             "/no/such/dir --tokenizer byte` (train.bin and val.bin), point data.train_path at an "
+                             "existing token file, or set data.source to synthetic"));
+  // Another machine of the job may hold the files; synthetic tokens read none.
+  CHECK_NOTHROW(validate(c, 1, ValidateScope::any_machine));
+  c.data.source = DataSource::synthetic;
+  CHECK_NOTHROW(validate(c, 1));
+
+  // A directory is no token file; the validation file is checked too.
+  TempYaml data("data.bin", "");
+  RunConfig dir = with_data_file(RunConfig{}, data.path());
+  dir.data.val_path = std::filesystem::path(data.path()).parent_path().string();
+  const std::string message = error_of([&] { validate(dir, 1); });
+  CHECK_THAT(message, Catch::Contains(fmt::format("data.val_path: cannot read the token file '{}': it is a directory",
+                                                  dir.data.val_path)) &&
+                          Catch::Contains("point data.val_path at an existing token file"));
+  CHECK_THAT(message, !Catch::Contains("data.train_path"));
 }
 
 TEST_CASE("config: a missing file is named", "[config]") {

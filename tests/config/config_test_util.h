@@ -1,6 +1,6 @@
 #pragma once
-// Helpers for the config tests: YAML text written to a temporary file, and the message of the
-// wf::Error an expression throws.
+// Helpers for the config tests: YAML text written to a temporary file, the message of the
+// wf::Error an expression throws, and readable data files for validate.
 #include <unistd.h>
 
 #include <filesystem>
@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "wallfacer/config/run_config.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::config::test {
@@ -41,6 +42,15 @@ inline std::string error_of(const std::function<void()>& body) {
     return e.what();
   }
   return "";
+}
+
+// validate (this_machine) refuses data files this machine cannot read, as train would. A test of
+// the config's own rules points them at `path`, a readable file: data.train_path, and
+// data.val_path when the config has one (an empty one is a rule of its own).
+inline RunConfig with_data_file(RunConfig config, const std::string& path) {
+  config.data.train_path = path;
+  if (!config.data.val_path.empty()) config.data.val_path = path;
+  return config;
 }
 
 }  // namespace wf::config::test

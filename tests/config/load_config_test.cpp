@@ -9,6 +9,7 @@ namespace {
 
 using test::error_of;
 using test::TempYaml;
+using test::with_data_file;
 
 const char* const kFullConfig = R"(# a complete config
 model:
@@ -68,7 +69,8 @@ TEST_CASE("config: an empty file and empty sections give the defaults", "[config
   CHECK(load_config(empty.path()) == RunConfig{});
   TempYaml sections("sections.yaml", "model:\ntrain:\n");
   CHECK(load_config(sections.path()) == RunConfig{});
-  CHECK_NOTHROW(validate(RunConfig{}, 1));
+  TempYaml data("data.bin", "");
+  CHECK_NOTHROW(validate(with_data_file(RunConfig{}, data.path()), 1));
 }
 
 TEST_CASE("config: every key of a full file is read", "[config]") {
@@ -133,7 +135,8 @@ TEST_CASE("config: --set overrides apply in order, before validation", "[config]
   CHECK(c.model.get("tie_embeddings") == "false");
   CHECK(c.train.lr == 1e-3);
   CHECK(c.data.val_path == "v.bin");
-  CHECK_NOTHROW(validate(c, 8));
+  TempYaml data("data.bin", "");
+  CHECK_NOTHROW(validate(with_data_file(c, data.path()), 8));
   CHECK_THROWS_WITH(validate(c, 4), Catch::Contains("but the world has 4"));
 
   RunConfig direct;

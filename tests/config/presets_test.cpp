@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "config/config_test_util.h"
 #include "wallfacer/config/run_config.h"
 
 namespace wf::config {
@@ -44,10 +45,13 @@ TEST_CASE("config: every preset in configs/ validates for its stated world size"
       INFO("a preset states its world size in a line '# world: N'");
       REQUIRE(world > 0);
       const RunConfig config = load_config(entry.path().string());
+      // The presets' data files are the machine's (prepare-text writes them), not the preset's.
+      const test::TempYaml data("data.bin", "");
       // "# machine: gpu": a GPU shape, checked as a config (this CPU build cannot train it);
       // every other preset must be trainable here, as `wallfacer train` would check it.
       const bool gpu = stated(entry.path(), "machine").find("gpu") != std::string::npos;
-      CHECK_NOTHROW(validate(config, world, gpu ? ValidateScope::any_machine : ValidateScope::this_machine));
+      CHECK_NOTHROW(validate(test::with_data_file(config, data.path()), world,
+                             gpu ? ValidateScope::any_machine : ValidateScope::this_machine));
       // The file spells out a real run, not the defaults.
       CHECK_FALSE(config == RunConfig{});
     }

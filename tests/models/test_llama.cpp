@@ -212,6 +212,7 @@ TEST_CASE("llama: the registry builds it from its own config keys; facts match t
   CHECK(facts.parameters == static_cast<double>(model->num_parameters()));
   CHECK(facts.train_flops_per_token == model->train_flops_per_token(64));
   CHECK(facts.causal);
+  config.data.source = wf::config::DataSource::synthetic;  // validate reads no data files then
   CHECK_NOTHROW(wf::config::validate(config, 1));
   // The config round-trips through YAML with LLaMA's keys.
   CHECK(wf::config::parse_config(wf::config::to_yaml(config)) == config);

@@ -81,6 +81,14 @@ std::vector<std::string> model_schema_names();  // sorted
 // The facts of the model config.model describes.
 ModelFacts model_facts(const RunConfig& config);
 
+// The rule for a size that tensor parallelism splits into equal whole parts over parallel.tp
+// (query heads, kv heads, feed-forward units), for a model's validate: "" when tp divides
+// `value`, else "model.<key>: tensor parallelism splits <what> over parallel.tp = T, but <key> =
+// V<why>; use tp in {..} or <key> a multiple of T", the tp values listed being those that divide
+// both `value` and the world (dp x tp x pp x sp). `why`, when given, is inserted as is.
+std::string tp_split_problem(const RunConfig& config, std::string_view key, std::int64_t value,
+                             std::string_view what, std::string_view why = "");
+
 // ---- declaring keys on an options struct -------------------------------------------------
 
 template <class Options>

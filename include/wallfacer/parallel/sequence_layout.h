@@ -24,6 +24,9 @@ enum class SequenceLayout {
 std::string_view sequence_layout_name(SequenceLayout layout);
 // The inverse of sequence_layout_name; throws wf::Error naming the valid values.
 SequenceLayout parse_sequence_layout(std::string_view name);
+// The layout an attention mask needs: zigzag balances causal work over the ranks, a full mask
+// is balanced as it is (contiguous). The one place this choice is made.
+SequenceLayout layout_for_mask(bool causal);
 
 // Global token positions [start, start + length).
 struct TokenRun {
