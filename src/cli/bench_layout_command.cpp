@@ -4,9 +4,11 @@
 // on synthetic tokens for one warm-up step and --steps measured ones. Per layout:
 //   - step time (the slowest rank's, median over the measured steps) and global tokens/s;
 //   - per-rank memory, the max over ranks: this rank's parameter tensors, their gradients (after
-//     the step's backward), AdamW's two moments, and the activations: the allocator's peak
-//     during a step above what was live before it (so it holds whatever gradients and
-//     communication buffers are live at that peak too);
+//     the step's backward), AdamW's two moments; the activations: the allocator's peak during
+//     one microbatch's forward above what was live before it (what the graph keeps for the
+//     backward, plus the forward's transient peak); and the step peak: the allocator's peak
+//     during a whole step above what was live before it (activations, gradients, gradient
+//     buckets, communication buffers, whichever coexist at the peak);
 //   - bytes sent per optimizer step on each process group, summed over ranks, beside
 //     train/step_traffic.h's prediction and their ratio; "exact" when every rank's count equals
 //     its own prediction.
@@ -33,8 +35,11 @@
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/machine.h"
+#include "wallfacer/core/rng.h"
 #include "wallfacer/core/storage.h"
 #include "wallfacer/models/decoder.h"
+#include "wallfacer/models/model.h"
+#include "wallfacer/parallel/sequence_layout.h"
 #include "wallfacer/train/step_traffic.h"
 #include "wallfacer/train/trainer.h"
 
@@ -45,29 +50,27 @@ using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 using parallel::SpStrategy;
 
+// ---- layouts -------------------------------------------------------------------------------
+
+// dp, tp, sp, C and the sp strategy of a config::ParallelSection; the rest is the config's.
+using Layout = config::ParallelSection;
+
 struct Options {
   std::string path;
   std::vector<std::string> overrides;
-  std::vector<std::string> layouts;  // empty: every candidate
+  std::vector<std::string> layout_names;
+  std::vector<Layout> layouts;  // parsed from layout_names; empty: config::candidate_layouts
   int steps = 3;
   bool json = false;
   bool check = false;
-};
-
-// ---- layouts -------------------------------------------------------------------------------
-
-struct Layout {
-  int dp = 1, tp = 1, sp = 1, C = 1;
-  SpStrategy strategy = SpStrategy::wallfacer;  // meaningful for sp > 1 only
-  friend bool operator==(const Layout&, const Layout&) = default;
 };
 
 // "dp4.tp1.sp1", "dp2.tp1.sp2.wallfacer.C1", "dp1.tp1.sp4.ulysses".
 std::string layout_name(const Layout& l) {
   std::string name = fmt::format("dp{}.tp{}.sp{}", l.dp, l.tp, l.sp);
   if (l.sp == 1) return name;
-  name += fmt::format(".{}", parallel::sp_strategy_name(l.strategy));
-  if (l.strategy == SpStrategy::wallfacer) name += fmt::format(".C{}", l.C);
+  name += fmt::format(".{}", parallel::sp_strategy_name(l.sp_strategy));
+  if (l.sp_strategy == SpStrategy::wallfacer) name += fmt::format(".C{}", l.C);
   return name;
 }
 
@@ -82,8 +85,8 @@ Layout parse_layout(const std::string& text) {
     at = end + 1;
     const auto number = [&](std::size_t prefix) {
       const std::string digits = part.substr(prefix);
-      WF_USER_CHECK(!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos && digits.size() < 6 &&
-                        std::stoi(digits) >= 1,
+      WF_USER_CHECK(!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos &&
+                        digits.size() < 6 && std::stoi(digits) >= 1,
                     "--layouts '{}': '{}' needs a positive count (e.g. dp2.tp1.sp2.wallfacer.C1)", text, part);
       return std::stoi(digits);
     };
@@ -97,7 +100,7 @@ Layout parse_layout(const std::string& text) {
       l.C = number(1);
     } else {
       try {
-        l.strategy = parallel::parse_sp_strategy(part);
+        l.sp_strategy = parallel::parse_sp_strategy(part);
       } catch (const Error&) {
         WF_USER_FAIL("--layouts '{}': unknown part '{}'; expected dpN, tpN, spN, CN or ring, ulysses, wallfacer "
                      "(e.g. dp2.tp1.sp2.wallfacer.C1)",
@@ -108,40 +111,6 @@ Layout parse_layout(const std::string& text) {
   return l;
 }
 
-std::vector<int> divisors(int n) {
-  std::vector<int> out;
-  for (int k = 1; k <= n; ++k) {
-    if (n % k == 0) out.push_back(k);
-  }
-  return out;
-}
-
-// Every dp × tp × sp = world with pp = 1, by tp then sp; for sp > 1 WallFacer with each valid
-// C, then ring and Ulysses.
-std::vector<Layout> candidate_layouts(int world) {
-  std::vector<Layout> out;
-  for (int tp : divisors(world)) {
-    for (int sp : divisors(world / tp)) {
-      const Layout base{.dp = world / (tp * sp), .tp = tp, .sp = sp};
-      if (sp == 1) {
-        out.push_back(base);
-        continue;
-      }
-      for (int C : comm::valid_team_sizes(sp)) {
-        Layout l = base;
-        l.C = C;
-        out.push_back(l);
-      }
-      for (SpStrategy strategy : {SpStrategy::ring, SpStrategy::ulysses}) {
-        Layout l = base;
-        l.strategy = strategy;
-        out.push_back(l);
-      }
-    }
-  }
-  return out;
-}
-
 // The benchmark's run of `base` on layout `l`: synthetic tokens, just the steps it trains, no
 // validation.
 config::RunConfig layout_config(config::RunConfig c, const Layout& l, int steps) {
@@ -149,8 +118,8 @@ config::RunConfig layout_config(config::RunConfig c, const Layout& l, int steps)
   c.parallel.tp = l.tp;
   c.parallel.pp = 1;
   c.parallel.sp = l.sp;
-  c.parallel.sp_strategy = l.sp > 1 ? l.strategy : SpStrategy::wallfacer;
-  c.parallel.C = l.sp > 1 && l.strategy == SpStrategy::wallfacer ? l.C : 1;
+  c.parallel.sp_strategy = l.sp > 1 ? l.sp_strategy : SpStrategy::wallfacer;
+  c.parallel.C = l.sp > 1 && l.sp_strategy == SpStrategy::wallfacer ? l.C : 1;
   c.data.source = config::DataSource::synthetic;
   c.train.steps = 1 + steps;
   c.train.eval_every = 0;
@@ -164,6 +133,15 @@ std::string skip_reason(const Error& e) {
   const std::size_t at = message.find(opening);
   if (message.starts_with("invalid config") && at != std::string::npos) message.erase(0, at + opening.size());
   return message;
+}
+
+// The table's one line: the first clause of the first problem ("parallel.tp: tp = 2: the trainer
+// runs data and sequence parallelism so far"); --json has the whole reason.
+std::string short_reason(const std::string& reason) {
+  constexpr std::size_t kWidth = 120;
+  std::string line = reason.substr(0, std::min(reason.find("; "), reason.find(". ")));
+  if (line.size() > kWidth) line = line.substr(0, kWidth - 3) + "...";
+  return line;
 }
 
 // ---- measuring -----------------------------------------------------------------------------
@@ -180,7 +158,7 @@ struct Result {
   std::int64_t tokens_per_step = 0;
   double step_seconds = 0;
   // Per rank, the max over ranks.
-  std::int64_t parameter_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
+  std::int64_t parameter_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, activation_bytes = 0, step_peak_bytes = 0;
   std::vector<GroupRow> groups;  // the groups that sent or were predicted to send something
   bool traffic_exact() const {
     return std::all_of(groups.begin(), groups.end(), [](const GroupRow& g) { return !g.predicted || g.exact; });
@@ -206,6 +184,28 @@ std::int64_t optimizer_state_bytes(const train::AdamW& optimizer) {
     if (key.ends_with(".exp_avg") || key.ends_with(".exp_avg_sq")) bytes += static_cast<std::int64_t>(tensor.nbytes());
   }
   return bytes;
+}
+
+// The allocator's peak during one microbatch's forward (no backward) above what was live before
+// it, on seeded tokens at this rank's positions: the same ids on every rank, which tensor
+// parallelism needs (its ranks share their input) and the others do not mind.
+std::int64_t forward_activation_bytes(models::Model& model, const config::RunConfig& config, comm::CommGrid& grid) {
+  const parallel::SpShard shard = parallel::sp_shard(models::sp_attention_config(config, model.causal()), grid);
+  const std::vector<std::int64_t> positions = parallel::run_positions(shard.runs());
+  const auto n = static_cast<std::int64_t>(positions.size());
+  const std::int64_t B = config.train.micro_batch_size;
+  const auto ids = [&](std::uint64_t seed) {
+    std::vector<std::int64_t> v(static_cast<std::size_t>(B * n));
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      v[i] = static_cast<std::int64_t>(uniform_at(seed, i) * static_cast<double>(model.vocab_size()));
+    }
+    return Tensor::from_vector(v, {B, n});
+  };
+  const models::Batch batch = models::token_batch(ids(1), ids(2), Tensor::from_vector(positions, {n}));
+  reset_peak_memory();
+  const std::int64_t live_before = memory_stats().live_bytes;
+  { const models::LossSum loss = model.loss_sum(batch); }  // the graph goes with it
+  return memory_stats().peak_bytes - live_before;
 }
 
 // The group names a row can have: the grid's, then "other" for anything else the registry counts.
@@ -256,7 +256,7 @@ std::vector<std::int64_t> sum_over(comm::Group& group, std::vector<std::int64_t>
   return t.to_vector<std::int64_t>();
 }
 
-Result measure(const config::RunConfig& config, const Layout& layout, int steps) {
+Result measure(const config::RunConfig& config, int steps) {
   comm::Runtime& runtime = comm::Runtime::get();
   comm::Group& world = runtime.world();
   comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), runtime.world_size(), runtime.rank()));
@@ -267,7 +267,7 @@ Result measure(const config::RunConfig& config, const Layout& layout, int steps)
   const std::vector<std::string> names = group_names();
   std::vector<std::int64_t> sent(names.size(), 0);
   std::vector<double> step_seconds;
-  std::int64_t grads = 0, activations = 0;
+  std::int64_t grads = 0, step_peak = 0;
   for (int step = 0; step < steps; ++step) {
     world.barrier();
     const auto before = comm::TrafficRegistry::instance().snapshot();
@@ -278,23 +278,25 @@ Result measure(const config::RunConfig& config, const Layout& layout, int steps)
     grads = gradient_bytes(params);  // apply_gradients drops them
     trainer.apply_gradients(loss);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    activations = std::max(activations, memory_stats().peak_bytes - live_before);
+    step_peak = std::max(step_peak, memory_stats().peak_bytes - live_before);
     const std::vector<std::int64_t> delta = sent_since(before);  // before the max below counts on world
     for (std::size_t g = 0; g < names.size(); ++g) sent[g] += delta[g];
     step_seconds.push_back(max_over(world, {seconds})[0]);
   }
 
   Result r;
-  r.layout = layout;
+  r.layout = config.parallel;
   r.tokens_per_step = trainer.tokens_per_step();
   r.step_seconds = median(step_seconds);
+  const double activations = double(forward_activation_bytes(trainer.model(), config, grid));
   const std::vector<double> memory =
       max_over(world, {double(tensor_bytes(params)), double(grads), double(optimizer_state_bytes(trainer.optimizer())),
-                       double(activations)});
+                       activations, double(step_peak)});
   r.parameter_bytes = static_cast<std::int64_t>(memory[0]);
   r.gradient_bytes = static_cast<std::int64_t>(memory[1]);
   r.optimizer_bytes = static_cast<std::int64_t>(memory[2]);
   r.activation_bytes = static_cast<std::int64_t>(memory[3]);
+  r.step_peak_bytes = static_cast<std::int64_t>(memory[4]);
 
   // Per group: [measured, predicted, 1 if they differ] on this rank, then summed over ranks.
   // Whether a prediction exists depends on the config only, so it is the same on every rank.
@@ -334,15 +336,18 @@ void print_header(const Options& o, const config::RunConfig& config, int world) 
               o.path.c_str(), config::model_facts(config).description.c_str(), world,
               static_cast<long long>(config.train.seq_len), static_cast<long long>(config.train.micro_batch_size),
               static_cast<long long>(config::global_batch_sequences(config) * config.train.seq_len), o.steps);
-  std::printf("memory: per rank, max over ranks, KiB; activations = peak during a step above what was live before it\n");
+  std::printf("memory: per rank, max over ranks, KiB; activations = peak of one microbatch's forward, step peak = "
+              "peak of a step, each above what was live before it\n");
   std::printf("traffic: bytes sent per step on each group, summed over ranks; predicted = train/step_traffic.h; "
               "exact = every rank's count equals its prediction\n");
 }
 
 void print_text(const Result& r) {
-  std::printf("%-26s step %8.2f ms  %10.1f tokens/s  params %8s  grads %8s  optimizer %8s  activations %8s\n",
+  std::printf("%-26s step %8.2f ms %9.1f tokens/s  params %8s  grads %8s  optimizer %8s  activations %8s  step peak "
+              "%8s\n",
               layout_name(r.layout).c_str(), r.step_seconds * 1e3, tokens_per_second(r), kib(r.parameter_bytes).c_str(),
-              kib(r.gradient_bytes).c_str(), kib(r.optimizer_bytes).c_str(), kib(r.activation_bytes).c_str());
+              kib(r.gradient_bytes).c_str(), kib(r.optimizer_bytes).c_str(), kib(r.activation_bytes).c_str(),
+              kib(r.step_peak_bytes).c_str());
   for (const GroupRow& g : r.groups) {
     std::printf("    %-8s measured %12lld  predicted %12s  ratio %6s  %s\n", g.group.c_str(),
                 static_cast<long long>(g.measured), g.predicted ? fmt::format("{}", *g.predicted).c_str() : "n/a",
@@ -356,8 +361,8 @@ Json result_json(const Result& r) {
   j["dp"] = r.layout.dp;
   j["tp"] = r.layout.tp;
   j["sp"] = r.layout.sp;
-  j["sp_strategy"] = r.layout.sp > 1 ? parallel::sp_strategy_name(r.layout.strategy) : "none";
-  j["C"] = r.layout.sp > 1 && r.layout.strategy == SpStrategy::wallfacer ? r.layout.C : 1;
+  j["sp_strategy"] = r.layout.sp > 1 ? parallel::sp_strategy_name(r.layout.sp_strategy) : "none";
+  j["C"] = r.layout.C;
   j["step_ms"] = r.step_seconds * 1e3;
   j["tokens_per_s"] = tokens_per_second(r);
   j["tokens_per_step"] = r.tokens_per_step;
@@ -365,6 +370,7 @@ Json result_json(const Result& r) {
   j["gradient_bytes"] = r.gradient_bytes;
   j["optimizer_bytes"] = r.optimizer_bytes;
   j["activation_bytes"] = r.activation_bytes;
+  j["step_peak_bytes"] = r.step_peak_bytes;
   Json traffic = Json::array();
   for (const GroupRow& g : r.groups) {
     traffic.push_back({{"group", g.group},
@@ -386,7 +392,8 @@ void print_tp_ratios(const std::vector<Result>& results, bool json) {
     Layout base = r.layout;
     base.dp *= base.tp;
     base.tp = 1;
-    const auto b = std::find_if(results.begin(), results.end(), [&](const Result& x) { return x.layout == base; });
+    const auto b = std::find_if(results.begin(), results.end(),
+                                [&](const Result& x) { return layout_name(x.layout) == layout_name(base); });
     if (b == results.end()) continue;
     any = true;
     const double ratio = double(state_bytes(r)) / double(state_bytes(*b));
@@ -414,9 +421,7 @@ int run(const Options& o) {
   const int world = runtime.world_size();
   const bool root = runtime.rank() == 0;
   const config::RunConfig base = config::load_config(o.path, o.overrides);
-  std::vector<Layout> layouts;
-  for (const std::string& text : o.layouts) layouts.push_back(parse_layout(text));
-  if (layouts.empty()) layouts = candidate_layouts(world);
+  const std::vector<Layout> layouts = o.layouts.empty() ? config::candidate_layouts(world) : o.layouts;
   // As `wallfacer train`: the smallest machine of the job decides the memory check.
   Tensor machine = Tensor::full({1}, static_cast<double>(machine_memory_bytes()), DType::f64);
   runtime.world().all_reduce(machine, comm::ReduceOp::min);
@@ -430,12 +435,12 @@ int run(const Options& o) {
     } catch (const Error& e) {  // the same verdict and message on every rank
       if (root) {
         if (o.json) std::printf("%s\n", Json{{"layout", layout_name(layout)}, {"skipped", skip_reason(e)}}.dump().c_str());
-        else std::printf("%-26s skipped: %s\n", layout_name(layout).c_str(), skip_reason(e).c_str());
+        else std::printf("%-26s skipped: %s\n", layout_name(layout).c_str(), short_reason(skip_reason(e)).c_str());
         std::fflush(stdout);
       }
       continue;
     }
-    results.push_back(measure(config, layout, o.steps));
+    results.push_back(measure(config, o.steps));
     if (root) {
       if (o.json) std::printf("%s\n", result_json(results.back()).dump().c_str());
       else print_text(results.back());
@@ -467,7 +472,7 @@ void add_bench_layout_command(CLI::App& bench) {
       "per group beside the predicted ones");
   command->add_option("config", o->path, "The run config, e.g. configs/gpt-tiny.yaml")->required();
   command->add_option("--set", o->overrides, "Override one key, e.g. --set train.seq_len=64 (repeatable)");
-  command->add_option("--layouts", o->layouts,
+  command->add_option("--layouts", o->layout_names,
                       "comma-separated layouts to run instead of every candidate, e.g. dp2.tp1.sp2.wallfacer.C1,dp4")
       ->delimiter(',');
   command->add_option("--steps", o->steps, "measured steps after one warm-up step (the median is printed)")
@@ -475,6 +480,12 @@ void add_bench_layout_command(CLI::App& bench) {
   command->add_flag("--json", o->json, "one JSON object per line per layout");
   command->add_flag("--check", o->check, "exit 1 when a measured byte count differs from its prediction");
   set_action(*command, [o] {
+    try {
+      for (const std::string& text : o->layout_names) o->layouts.push_back(parse_layout(text));
+    } catch (const Error& e) {
+      print_error(e.what());
+      return kExitUsageError;
+    }
     // run_main: an error on one rank ends every rank (no rank waits forever in a collective).
     return comm::run_main(0, nullptr, [&] { return run(*o); });
   });
