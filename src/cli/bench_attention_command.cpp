@@ -111,13 +111,8 @@ double min_over_ranks(comm::Group& group, double value) { return -max_over_ranks
 
 // The formula for one rank (by logical sp index) and the sum over ranks.
 SpTraffic formula_traffic(SpStrategy strategy, const Problem& pr, int P, int C, int logical, Pass pass) {
-  switch (strategy) {
-    case SpStrategy::ring: return parallel::ring_attention_traffic(pr.dims(), P, pass, pr.bytes());
-    case SpStrategy::ulysses: return parallel::ulysses_traffic(pr.dims(), P, pass, pr.bytes());
-    case SpStrategy::wallfacer:
-      return parallel::wallfacer_traffic(pr.dims(), P, C, logical, pass, pr.bytes(), parallel::BackwardKv::keep_forward);
-  }
-  return {};
+  return parallel::sp_attention_traffic(strategy, pr.dims(), P, C, logical, pass, pr.bytes(),
+                                        parallel::BackwardKv::keep_forward);
 }
 SpTraffic formula_total(SpStrategy strategy, const Problem& pr, int P, int C, Pass pass) {
   SpTraffic total;

@@ -61,5 +61,8 @@ void add_bench_comm_command(CLI::App& bench);
 void add_bench_attention_command(CLI::App& bench);
 // `wallfacer bench gpt`: GPT training-step speed beside OpenBLAS sgemm (bench_gpt_command.cpp).
 void add_bench_gpt_command(CLI::App& bench);
+// `wallfacer bench layout CFG.yaml`: every dp x tp x sp layout of the world trained a few steps:
+// time, tokens/s, per-rank memory, bytes per group beside train/step_traffic.h (bench_layout_command.cpp).
+void add_bench_layout_command(CLI::App& bench);
 
 }  // namespace wf::cli

@@ -95,16 +95,16 @@ SpTraffic wallfacer_traffic(const AttentionDims& dims, int P, int C, int logical
                             const ElementBytes& bytes, BackwardKv backward_kv) {
   const LocalSizes e = local_sizes(dims, P, bytes);
   const comm::WallFacerLayout layout(P, C, comm::Placement::collectives_intra);  // logical = sp index
-  const bool dispatches = layout.initial_send(logical_index) != logical_index;
   const std::int64_t G = layout.ring_size();
   const std::int64_t team_kv = 2 * C * e.kv;  // elements of the team's K and V (or dK and dV)
 
+  const std::int64_t dispatch = wallfacer_dispatch_bytes(dims, P, C, logical_index, pass, bytes, backward_kv);
   if (pass == Pass::forward) {
     const std::int64_t collective = all_gather_bytes(e.q * bytes.activation, C) +           // Q
                                     2 * all_gather_bytes(e.kv * bytes.activation, C) +      // K, V
                                     all_gather_bytes(C * e.rows * bytes.stats, C) +         // lse partials
                                     reduce_scatter_bytes(C * e.q * bytes.partial, C);       // O
-    const std::int64_t p2p = team_kv * bytes.activation * (G - 1 + (dispatches ? 1 : 0));
+    const std::int64_t p2p = team_kv * bytes.activation * (G - 1) + dispatch;
     return symmetric(p2p, collective);
   }
 
@@ -115,11 +115,50 @@ SpTraffic wallfacer_traffic(const AttentionDims& dims, int P, int C, int logical
                             2 * reduce_scatter_bytes(C * e.kv * bytes.partial, C);   // dK, dV
   if (redispatch) collective += 2 * all_gather_bytes(e.kv * bytes.activation, C);   // K, V again
   const std::int64_t bundle = C * (2 * e.q * bytes.activation + 2 * e.rows * bytes.stats + e.q * bytes.partial);
-  std::int64_t p2p = (G - 1) * bundle;
-  if (G > 1) p2p += C * e.q * bytes.partial;                         // dQ home from ring prev
-  if (dispatches) p2p += team_kv * bytes.partial;                    // dK, dV to the K/V origin
-  if (dispatches && redispatch) p2p += team_kv * bytes.activation;  // K, V dispatch again
+  std::int64_t p2p = (G - 1) * bundle + dispatch;
+  if (G > 1) p2p += C * e.q * bytes.partial;  // dQ home from ring prev
   return symmetric(p2p, collective);
+}
+
+std::int64_t wallfacer_dispatch_bytes(const AttentionDims& dims, int P, int C, int logical_index, Pass pass,
+                                      const ElementBytes& bytes, BackwardKv backward_kv) {
+  const LocalSizes e = local_sizes(dims, P, bytes);
+  const comm::WallFacerLayout layout(P, C, comm::Placement::collectives_intra);  // logical = sp index
+  if (layout.initial_send(logical_index) == logical_index) return 0;  // dispatched to itself: no message
+  const std::int64_t team_kv = 2 * C * e.kv;  // elements of the team's K and V (or dK and dV)
+  if (pass == Pass::forward) return team_kv * bytes.activation;  // K, V to the dispatch target
+  std::int64_t sent = team_kv * bytes.partial;                   // dK, dV to the K/V origin
+  if (backward_kv == BackwardKv::redispatch) sent += team_kv * bytes.activation;  // K, V dispatch again
+  return sent;
+}
+
+SpTraffic sp_attention_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int C, int logical_index,
+                               Pass pass, const ElementBytes& bytes, BackwardKv backward_kv) {
+  switch (strategy) {
+    case SpStrategy::ring: return ring_attention_traffic(dims, P, pass, bytes);
+    case SpStrategy::ulysses: return ulysses_traffic(dims, P, pass, bytes);
+    case SpStrategy::wallfacer: return wallfacer_traffic(dims, P, C, logical_index, pass, bytes, backward_kv);
+  }
+  WF_FAIL("traffic model: unknown sp strategy {}", static_cast<int>(strategy));
+}
+
+SpTraffic sp_replay_backward_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int C, int logical_index,
+                                     const ElementBytes& bytes) {
+  switch (strategy) {
+    case SpStrategy::ring: return ring_attention_traffic(dims, P, Pass::backward, bytes);
+    case SpStrategy::ulysses: {
+      SpTraffic t = ulysses_traffic(dims, P, Pass::forward, bytes);
+      t += ulysses_traffic(dims, P, Pass::backward, bytes);
+      return t;
+    }
+    case SpStrategy::wallfacer: {
+      const LocalSizes e = local_sizes(dims, P, bytes);
+      SpTraffic t = wallfacer_traffic(dims, P, C, logical_index, Pass::backward, bytes, BackwardKv::redispatch);
+      t += symmetric(0, all_gather_bytes(e.q * bytes.activation + e.rows * bytes.stats, C));
+      return t;
+    }
+  }
+  WF_FAIL("traffic model: unknown sp strategy {}", static_cast<int>(strategy));
 }
 
 SpTraffic ring_attention_traffic_total(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes) {

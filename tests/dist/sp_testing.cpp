@@ -97,17 +97,9 @@ std::vector<int> logical_indices(const SpCase& c, const comm::CommGrid& grid) {
 }  // namespace
 
 SpTraffic expected_sp_traffic(const SpCase& c, int P, int logical_index, Pass pass) {
-  const parallel::AttentionDims dims{c.B, c.N, c.h, c.h_kv, c.d};
-  const parallel::ElementBytes bytes = c.bytes_or_default();
-  switch (c.strategy) {
-    case SpStrategy::ring: return parallel::ring_attention_traffic(dims, P, pass, bytes);
-    case SpStrategy::ulysses: return parallel::ulysses_traffic(dims, P, pass, bytes);
-    case SpStrategy::wallfacer:
-      return parallel::wallfacer_traffic(
-          dims, P, c.C, logical_index, pass, bytes,
-          c.keep_forward_kv ? parallel::BackwardKv::keep_forward : parallel::BackwardKv::redispatch);
-  }
-  return {};
+  return parallel::sp_attention_traffic(
+      c.strategy, {c.B, c.N, c.h, c.h_kv, c.d}, P, c.C, logical_index, pass, c.bytes_or_default(),
+      c.keep_forward_kv ? parallel::BackwardKv::keep_forward : parallel::BackwardKv::redispatch);
 }
 
 SpTraffic expected_sp_traffic_total(const SpCase& c, int P, Pass pass) {

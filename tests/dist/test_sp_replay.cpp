@@ -90,31 +90,12 @@ std::vector<ReplayCase> replay_cases() {
   return cases;
 }
 
-// What the replay's backward moves on this rank. Ring: its ordinary backward. Ulysses: the
-// forward's bytes (q, k, v in; o, lse back in) ride in the backward's dO all-to-all, on top of
-// the backward's. WallFacer: the backward with K/V re-dispatched, plus q in the dO all-gather
-// and lse in the D all-gather: (C − 1)·(E·a + R·s) each way, E = B·n·h·d, R = B·h·n.
-SpTraffic expected_replay_backward(SpCase c, int logical_index) {
-  const wf::parallel::ElementBytes bytes = c.bytes_or_default();
-  const int P = runtime().world_size();
-  switch (c.strategy) {
-    case SpStrategy::ring: return expected_sp_traffic(c, P, logical_index, Pass::backward);
-    case SpStrategy::ulysses: {
-      SpTraffic t = expected_sp_traffic(c, P, logical_index, Pass::forward);
-      t += expected_sp_traffic(c, P, logical_index, Pass::backward);
-      return t;
-    }
-    case SpStrategy::wallfacer: {
-      c.keep_forward_kv = false;
-      SpTraffic t = expected_sp_traffic(c, P, logical_index, Pass::backward);
-      const std::int64_t n = c.N / P;
-      const std::int64_t extra = (c.C - 1) * (c.B * n * c.h * c.d * bytes.activation + c.B * c.h * n * bytes.stats);
-      t.collective_sent += extra;
-      t.collective_received += extra;
-      return t;
-    }
-  }
-  return {};
+// What the replay's backward moves on this rank: traffic_model.h's replay formula (ring: its
+// ordinary backward; Ulysses: forward + backward; WallFacer: the re-dispatching backward plus q
+// in the dO all-gather and lse in the D all-gather).
+SpTraffic expected_replay_backward(const SpCase& c, int logical_index) {
+  return wf::parallel::sp_replay_backward_traffic(c.strategy, {c.B, c.N, c.h, c.h_kv, c.d}, runtime().world_size(),
+                                                  c.C, logical_index, c.bytes_or_default());
 }
 
 double max_abs_difference(const Tensor& a, const Tensor& b) {

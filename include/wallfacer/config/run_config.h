@@ -148,6 +148,12 @@ std::int64_t grad_accum_steps(const RunConfig& config);
 // Sequences per optimizer step over the whole job (global_batch_size, resolved when 0).
 std::int64_t global_batch_sequences(const RunConfig& config);
 
+// Every layout of `world_size` ranks without pipeline parallelism, by tp then sp: each
+// dp × tp × sp = world_size, and for sp > 1 WallFacer with each team size C (C² | sp), then ring
+// and Ulysses; order and placement are `base`'s. Whether a config can run one is validate's
+// verdict (`wallfacer bench layout` runs those it accepts).
+std::vector<ParallelSection> candidate_layouts(int world_size, const ParallelSection& base = {});
+
 // The whole configuration as YAML that parse_config reads back to an equal RunConfig.
 std::string to_yaml(const RunConfig& config);
 // One line: the model, the layout and the batch, e.g. for "config OK: <summary>".

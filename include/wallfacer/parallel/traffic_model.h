@@ -33,10 +33,20 @@
 //                        + (G−1)·C·(2·E·a + 2·R·s + E·p)             query bundle Q, dO, lse, D, dQ
 //                        + [G > 1] C·E·p                             dQ home
 //                        + [not self] 2·C·E_kv·p                     dK, dV back to the K/V origin
+//   of which over the sp group ("sp": the dispatch partners): forward 2·C·E_kv·a·[not self];
+//   backward [not self]·(2·C·E_kv·p + [redispatch] 2·C·E_kv·a); the rest of the P2P is on the
+//   sub-ring ("sp.ring") and every collective in the team ("sp.team")
+// A call replayed under activation checkpointing (AttentionStrategy::replay) sends nothing in
+// the replay; its backward moves (test_sp_replay.cpp measures it):
+//   ring       the ordinary backward
+//   Ulysses    forward + backward: the replay's q, k, v in and o, lse back ride in the backward
+//   WallFacer  the backward with K/V re-dispatched, plus (C−1)·(E·a + R·s): q joins the dO
+//              all-gather and lse the D all-gather (the replay kept only the member's rows)
 // Sent equals received for every rank in every case.
 #include <cstdint>
 
 #include "wallfacer/comm/group.h"
+#include "wallfacer/parallel/sp_attention.h"
 
 namespace wf::parallel {
 
@@ -88,6 +98,20 @@ SpTraffic ulysses_traffic(const AttentionDims& dims, int P, Pass pass, const Ele
 // dispatch cases depend on it. Needs C² dividing P. C = 1 forward equals ring attention's.
 SpTraffic wallfacer_traffic(const AttentionDims& dims, int P, int C, int logical_index, Pass pass,
                             const ElementBytes& bytes = {}, BackwardKv backward_kv = BackwardKv::redispatch);
+
+// The part of wallfacer_traffic's P2P (sent, = received) that travels between dispatch
+// partners over the whole sp group; the rest of its P2P stays on the sub-ring.
+std::int64_t wallfacer_dispatch_bytes(const AttentionDims& dims, int P, int C, int logical_index, Pass pass,
+                                      const ElementBytes& bytes = {}, BackwardKv backward_kv = BackwardKv::redispatch);
+
+// The formula of `strategy` for one rank: C and logical_index matter to WallFacer only, and
+// backward_kv to its backward only.
+SpTraffic sp_attention_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int C, int logical_index,
+                               Pass pass, const ElementBytes& bytes = {},
+                               BackwardKv backward_kv = BackwardKv::keep_forward);
+// The backward of a replayed call (activation checkpointing at the attention output), per rank.
+SpTraffic sp_replay_backward_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int C, int logical_index,
+                                     const ElementBytes& bytes = {});
 
 // Sums over the P ranks.
 SpTraffic ring_attention_traffic_total(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes = {});

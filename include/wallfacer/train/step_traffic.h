@@ -1,0 +1,80 @@
+#pragma once
+// The bytes one optimizer step of train::Trainer sends from one rank on each process group,
+// predicted from the layout, the decoder's shapes and this rank's parameters: what
+// `wallfacer bench layout` prints beside the comm::TrafficRegistry counters, and what
+// tests/dist/test_step_traffic.cpp compares them with. Counting follows comm/traffic.h with
+// comm::Group's integer arithmetic (an all-reduce of S bytes over T ranks sends 2·(T−1)·S/T,
+// rounded down per call); sent equals received in every term.
+//
+// Per step, with A = grad_accum_steps microbatches of B sequences, n = seq_len / sp tokens per
+// rank, L = n_layer:
+//   sp groups  L·A attention calls, each its forward and its backward (traffic_model.h, per
+//              strategy; the dispatch over "sp", the sub-ring "sp.ring", the team "sp.team"), or
+//              with model.checkpoint_attention its forward and its replayed backward
+//   tp         the tensor-parallel contract of the layers (parallel/tensor_parallel.h,
+//              vocab_parallel.h), X = B·n·d_model activation bytes per microbatch:
+//                every column-parallel linear all-reduces its input's gradient (backward):
+//                  qkv, the feed-forward's input projections (MLP 1, SwiGLU 2), the LM head
+//                every row-parallel linear all-reduces its output (forward; again in the
+//                  backward's recompute under checkpoint_attention): proj, the feed-forward's down
+//                the vocab-parallel embedding all-reduces its lookup (forward)
+//                the vocab-parallel cross-entropy all-reduces the row max, then (sum of exps,
+//                  target logit): B·n and 2·B·n doubles
+//              plus once per step the gradient-norm clip's split sum (one double).
+//              With parallel.tp_shard_activations each of those layers all-gathers or
+//              reduce-scatters X in BOTH passes instead, (tp−1)/tp·X each way (a column layer's
+//              input gathered forward, reduce-scattered backward; a row layer's output the
+//              reverse; the recompute repeats both kinds' forward), entering the sharded stream
+//              after the embedding all-gathers its gradient (backward), and once per step the
+//              gradients the shards mark partial over tp (norms, row biases) are all-reduced
+//   dp_sp      the gradient all-reduce of grad_sync.h: one per bucket of
+//              plan_gradient_buckets(params, bucket_bytes), in the parameters' dtype; then the
+//              loss totals (two doubles) of normalise_gradients
+// Every other group ("world", "dp", "pp") moves nothing during a step.
+//
+// What is not predicted (std::nullopt): every group under pipeline parallelism (the trainer
+// has no schedule for it yet).
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "wallfacer/comm/process_grid.h"
+#include "wallfacer/config/run_config.h"
+#include "wallfacer/core/tensor.h"
+#include "wallfacer/models/decoder.h"
+#include "wallfacer/parallel/traffic_model.h"
+#include "wallfacer/train/grad_sync.h"
+
+namespace wf::train {
+
+// Bytes sent per step by group name; std::nullopt where the formulas cannot say.
+using GroupBytes = std::map<std::string, std::optional<std::int64_t>>;
+
+// Bytes comm::Group counts for one all-reduce of `bytes` over `ranks`.
+std::int64_t all_reduce_bytes(std::int64_t bytes, int ranks);
+
+// The dp_sp term: the bucketed gradient all-reduce and the loss totals, over `replicas` ranks.
+std::int64_t gradient_sync_bytes(int replicas, const std::vector<Tensor>& params,
+                                 std::int64_t bucket_bytes = kDefaultBucketBytes);
+
+// The sp groups' term of one attention call (forward + backward, or forward + replayed backward
+// when `checkpointed`) on this rank: {"sp", "sp.team", "sp.ring"} → bytes sent.
+std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy, const parallel::AttentionDims& dims,
+                                                  const comm::ProcessGrid& grid, const parallel::ElementBytes& bytes,
+                                                  bool checkpointed);
+
+// The tp term of one step: `tokens` = B·n per microbatch on this rank, `accum` microbatches,
+// activations of `activation_bytes` each.
+std::int64_t tp_step_bytes(const models::DecoderOptions& model, int tp, std::int64_t tokens, std::int64_t accum,
+                           std::int64_t activation_bytes, bool shard_activations = false);
+
+// Every group of comm::ProcessGrid::group_names for this rank of `grid` (config's layout):
+// `model` is the trainer's decoder (resolved options), `params` this rank's parameters in the
+// model's order, `bucket_bytes` the trainer's gradient bucket size.
+GroupBytes predicted_step_traffic(const config::RunConfig& config, const models::DecoderOptions& model,
+                                  const comm::ProcessGrid& grid, const std::vector<Tensor>& params,
+                                  std::int64_t bucket_bytes = kDefaultBucketBytes);
+
+}  // namespace wf::train

@@ -1,0 +1,494 @@
+// `wallfacer bench layout CFG.yaml [--set k=v]... [--layouts L,...] [--steps N] [--json] [--check]`:
+// every dp × tp × sp layout of the current mpirun world (for sp > 1 each WallFacer team size C
+// with C² | sp, ring and Ulysses) that config::validate accepts, each trained by a train::Trainer
+// on synthetic tokens for one warm-up step and --steps measured ones. Per layout:
+//   - step time (the slowest rank's, median over the measured steps) and global tokens/s;
+//   - per-rank memory, the max over ranks: this rank's parameter tensors, their gradients (after
+//     the step's backward), AdamW's two moments; the activations: the allocator's peak during
+//     one microbatch's forward above what was live before it (what the graph keeps for the
+//     backward, plus the forward's transient peak); and the step peak: the allocator's peak
+//     during a whole step above what was live before it (activations, gradients, gradient
+//     buckets, communication buffers, whichever coexist at the peak);
+//   - bytes sent per optimizer step on each process group, summed over ranks, beside
+//     train/step_traffic.h's prediction and their ratio; "exact" when every rank's count equals
+//     its own prediction.
+// Then, for layouts that differ only in tp (dp takes up the rest of the world), the per-rank
+// parameters + optimizer state of tp k beside tp 1's. A candidate validate refuses is skipped
+// with its reason on one line. With --check the command exits 1 when a measured byte count
+// differs from its prediction.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "src/cli/commands.h"
+#include "src/cli/option_checks.h"
+#include "src/core/timing.h"
+#include "wallfacer/comm/runtime.h"
+#include "wallfacer/comm/traffic.h"
+#include "wallfacer/config/run_config.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/machine.h"
+#include "wallfacer/core/rng.h"
+#include "wallfacer/core/storage.h"
+#include "wallfacer/models/decoder.h"
+#include "wallfacer/models/model.h"
+#include "wallfacer/parallel/sequence_layout.h"
+#include "wallfacer/train/step_traffic.h"
+#include "wallfacer/train/trainer.h"
+
+namespace wf::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+using parallel::SpStrategy;
+
+// ---- layouts -------------------------------------------------------------------------------
+
+// dp, tp, sp, C and the sp strategy of a config::ParallelSection; the rest is the config's.
+using Layout = config::ParallelSection;
+
+struct Options {
+  std::string path;
+  std::vector<std::string> overrides;
+  std::vector<std::string> layout_names;
+  std::vector<Layout> layouts;  // parsed from layout_names; empty: config::candidate_layouts
+  int steps = 3;
+  bool json = false;
+  bool check = false;
+};
+
+// "dp4.tp1.sp1", "dp2.tp1.sp2.wallfacer.C1", "dp1.tp1.sp4.ulysses".
+std::string layout_name(const Layout& l) {
+  std::string name = fmt::format("dp{}.tp{}.sp{}", l.dp, l.tp, l.sp);
+  if (l.sp == 1) return name;
+  name += fmt::format(".{}", parallel::sp_strategy_name(l.sp_strategy));
+  if (l.sp_strategy == SpStrategy::wallfacer) name += fmt::format(".C{}", l.C);
+  return name;
+}
+
+// The inverse of layout_name, in any order, with defaults for what is left out: dp, tp, sp 1,
+// strategy wallfacer, C 1 ("dp2.sp2.C1" is dp2.tp1.sp2.wallfacer.C1).
+Layout parse_layout(const std::string& text) {
+  Layout l;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t end = std::min(text.find('.', at), text.size());
+    const std::string part = text.substr(at, end - at);
+    at = end + 1;
+    const auto number = [&](std::size_t prefix) {
+      const std::string digits = part.substr(prefix);
+      WF_USER_CHECK(!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos &&
+                        digits.size() < 6 && std::stoi(digits) >= 1,
+                    "--layouts '{}': '{}' needs a positive count (e.g. dp2.tp1.sp2.wallfacer.C1)", text, part);
+      return std::stoi(digits);
+    };
+    if (part.starts_with("dp")) {
+      l.dp = number(2);
+    } else if (part.starts_with("tp")) {
+      l.tp = number(2);
+    } else if (part.starts_with("sp")) {
+      l.sp = number(2);
+    } else if (part.starts_with("C")) {
+      l.C = number(1);
+    } else {
+      try {
+        l.sp_strategy = parallel::parse_sp_strategy(part);
+      } catch (const Error&) {
+        WF_USER_FAIL("--layouts '{}': unknown part '{}'; expected dpN, tpN, spN, CN or ring, ulysses, wallfacer "
+                     "(e.g. dp2.tp1.sp2.wallfacer.C1)",
+                     text, part);
+      }
+    }
+  }
+  return l;
+}
+
+// The benchmark's run of `base` on layout `l`: synthetic tokens, just the steps it trains, no
+// validation.
+config::RunConfig layout_config(config::RunConfig c, const Layout& l, int steps) {
+  c.parallel.dp = l.dp;
+  c.parallel.tp = l.tp;
+  c.parallel.pp = 1;
+  c.parallel.sp = l.sp;
+  c.parallel.sp_strategy = l.sp > 1 ? l.sp_strategy : SpStrategy::wallfacer;
+  c.parallel.C = l.sp > 1 && l.sp_strategy == SpStrategy::wallfacer ? l.C : 1;
+  c.data.source = config::DataSource::synthetic;
+  c.train.steps = 1 + steps;
+  c.train.eval_every = 0;
+  return c;
+}
+
+// validate's message without its "invalid config for a world of N ranks: " opening.
+std::string skip_reason(const Error& e) {
+  std::string message = e.what();
+  const std::string opening = "ranks: ";
+  const std::size_t at = message.find(opening);
+  if (message.starts_with("invalid config") && at != std::string::npos) message.erase(0, at + opening.size());
+  return message;
+}
+
+// The table's one line: the first clause of the first problem ("parallel.tp: tp = 2: the trainer
+// runs data and sequence parallelism so far"); --json has the whole reason.
+std::string short_reason(const std::string& reason) {
+  constexpr std::size_t kWidth = 120;
+  std::string line = reason.substr(0, std::min(reason.find("; "), reason.find(". ")));
+  if (line.size() > kWidth) line = line.substr(0, kWidth - 3) + "...";
+  return line;
+}
+
+// ---- measuring -----------------------------------------------------------------------------
+
+struct GroupRow {
+  std::string group;
+  std::int64_t measured = 0;            // per step, summed over ranks
+  std::optional<std::int64_t> predicted;  // per step, summed over ranks
+  bool exact = false;                   // every rank's count equals its prediction
+};
+
+struct Result {
+  Layout layout;
+  std::int64_t tokens_per_step = 0;
+  double step_seconds = 0;
+  // Per rank, the max over ranks.
+  std::int64_t parameter_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, activation_bytes = 0, step_peak_bytes = 0;
+  std::vector<GroupRow> groups;  // the groups that sent or were predicted to send something
+  bool traffic_exact() const {
+    return std::all_of(groups.begin(), groups.end(), [](const GroupRow& g) { return !g.predicted || g.exact; });
+  }
+};
+
+std::int64_t tensor_bytes(const std::vector<Tensor>& tensors) {
+  std::int64_t bytes = 0;
+  for (const Tensor& t : tensors) bytes += t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0;
+  return bytes;
+}
+
+std::int64_t gradient_bytes(const std::vector<Tensor>& params) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) grads.push_back(p.grad());
+  return tensor_bytes(grads);
+}
+
+// AdamW's moments (its state_dict's exp_avg and exp_avg_sq; the step counts are scalars).
+std::int64_t optimizer_state_bytes(const train::AdamW& optimizer) {
+  std::int64_t bytes = 0;
+  for (const auto& [key, tensor] : optimizer.state_dict()) {
+    if (key.ends_with(".exp_avg") || key.ends_with(".exp_avg_sq")) bytes += static_cast<std::int64_t>(tensor.nbytes());
+  }
+  return bytes;
+}
+
+// The allocator's peak during one microbatch's forward (no backward) above what was live before
+// it, on seeded tokens at this rank's positions: the same ids on every rank, which tensor
+// parallelism needs (its ranks share their input) and the others do not mind.
+std::int64_t forward_activation_bytes(models::Model& model, const config::RunConfig& config, comm::CommGrid& grid) {
+  const parallel::SpShard shard = parallel::sp_shard(models::sp_attention_config(config, model.causal()), grid);
+  const std::vector<std::int64_t> positions = parallel::run_positions(shard.runs());
+  const auto n = static_cast<std::int64_t>(positions.size());
+  const std::int64_t B = config.train.micro_batch_size;
+  const auto ids = [&](std::uint64_t seed) {
+    std::vector<std::int64_t> v(static_cast<std::size_t>(B * n));
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      v[i] = static_cast<std::int64_t>(uniform_at(seed, i) * static_cast<double>(model.vocab_size()));
+    }
+    return Tensor::from_vector(v, {B, n});
+  };
+  const models::Batch batch = models::token_batch(ids(1), ids(2), Tensor::from_vector(positions, {n}));
+  reset_peak_memory();
+  const std::int64_t live_before = memory_stats().live_bytes;
+  { const models::LossSum loss = model.loss_sum(batch); }  // the graph goes with it
+  return memory_stats().peak_bytes - live_before;
+}
+
+// The group names a row can have: the grid's, then "other" for anything else the registry counts.
+std::vector<std::string> group_names() {
+  std::vector<std::string> names(comm::ProcessGrid::group_names().begin(), comm::ProcessGrid::group_names().end());
+  names.emplace_back("other");
+  return names;
+}
+
+// Bytes sent since `before`, by group_names().
+std::vector<std::int64_t> sent_since(const std::map<std::string, comm::Traffic>& before) {
+  const std::vector<std::string> names = group_names();
+  std::vector<std::int64_t> sent(names.size(), 0);
+  for (const auto& [group, traffic] : comm::TrafficRegistry::instance().snapshot()) {
+    const auto was = before.find(group);
+    const std::int64_t delta = traffic.bytes_sent - (was == before.end() ? 0 : was->second.bytes_sent);
+    const auto at = std::find(names.begin(), names.end() - 1, group) - names.begin();
+    sent[static_cast<std::size_t>(at)] += delta;  // not a grid group: "other", the last
+  }
+  return sent;
+}
+
+// This rank's predicted bytes per step by group_names(): train/step_traffic.h for a decoder (the
+// registry's gpt and llama), nothing for another model; "other" groups are never used.
+std::vector<std::optional<std::int64_t>> predictions(const models::Model& model, const config::RunConfig& config,
+                                                     const comm::ProcessGrid& grid, const std::vector<Tensor>& params) {
+  const std::vector<std::string> names = group_names();
+  std::vector<std::optional<std::int64_t>> out(names.size());
+  const auto* decoder = dynamic_cast<const models::DecoderLM*>(&model);
+  if (decoder == nullptr) return out;
+  const train::GroupBytes predicted = train::predicted_step_traffic(config, decoder->options(), grid, params);
+  for (std::size_t g = 0; g < names.size(); ++g) {
+    const auto p = predicted.find(names[g]);
+    out[g] = p != predicted.end() ? p->second : std::optional<std::int64_t>(0);
+  }
+  return out;
+}
+
+std::vector<double> max_over(comm::Group& group, std::vector<double> values) {
+  Tensor t = Tensor::from_vector(values, {static_cast<std::int64_t>(values.size())});
+  group.all_reduce(t, comm::ReduceOp::max);
+  return t.to_vector<double>();
+}
+
+std::vector<std::int64_t> sum_over(comm::Group& group, std::vector<std::int64_t> values) {
+  Tensor t = Tensor::from_vector(values, {static_cast<std::int64_t>(values.size())});
+  group.all_reduce(t);
+  return t.to_vector<std::int64_t>();
+}
+
+Result measure(const config::RunConfig& config, int steps) {
+  comm::Runtime& runtime = comm::Runtime::get();
+  comm::Group& world = runtime.world();
+  comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), runtime.world_size(), runtime.rank()));
+  train::Trainer trainer(config, grid);
+  const std::vector<Tensor> params = trainer.model().parameters();
+  trainer.train_step();  // warm-up: the reducer learns its hook counts, AdamW allocates its moments
+
+  const std::vector<std::string> names = group_names();
+  std::vector<std::int64_t> sent(names.size(), 0);
+  std::vector<double> step_seconds;
+  std::int64_t grads = 0, step_peak = 0;
+  for (int step = 0; step < steps; ++step) {
+    world.barrier();
+    const auto before = comm::TrafficRegistry::instance().snapshot();
+    reset_peak_memory();
+    const std::int64_t live_before = memory_stats().live_bytes;
+    const Clock::time_point start = Clock::now();
+    const double loss = trainer.compute_gradients();
+    grads = gradient_bytes(params);  // apply_gradients drops them
+    trainer.apply_gradients(loss);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    step_peak = std::max(step_peak, memory_stats().peak_bytes - live_before);
+    const std::vector<std::int64_t> delta = sent_since(before);  // before the max below counts on world
+    for (std::size_t g = 0; g < names.size(); ++g) sent[g] += delta[g];
+    step_seconds.push_back(max_over(world, {seconds})[0]);
+  }
+
+  Result r;
+  r.layout = config.parallel;
+  r.tokens_per_step = trainer.tokens_per_step();
+  r.step_seconds = median(step_seconds);
+  const double activations = double(forward_activation_bytes(trainer.model(), config, grid));
+  const std::vector<double> memory =
+      max_over(world, {double(tensor_bytes(params)), double(grads), double(optimizer_state_bytes(trainer.optimizer())),
+                       activations, double(step_peak)});
+  r.parameter_bytes = static_cast<std::int64_t>(memory[0]);
+  r.gradient_bytes = static_cast<std::int64_t>(memory[1]);
+  r.optimizer_bytes = static_cast<std::int64_t>(memory[2]);
+  r.activation_bytes = static_cast<std::int64_t>(memory[3]);
+  r.step_peak_bytes = static_cast<std::int64_t>(memory[4]);
+
+  // Per group: [measured, predicted, 1 if they differ] on this rank, then summed over ranks.
+  // Whether a prediction exists depends on the config only, so it is the same on every rank.
+  const std::vector<std::optional<std::int64_t>> predicted = predictions(trainer.model(), config, grid.grid(), params);
+  std::vector<std::int64_t> mine;
+  for (std::size_t g = 0; g < names.size(); ++g) {
+    const std::int64_t expected = predicted[g].value_or(0) * steps;
+    mine.insert(mine.end(), {sent[g], expected, predicted[g] && sent[g] != expected ? 1 : 0});
+  }
+  const std::vector<std::int64_t> totals = sum_over(world, mine);
+  for (std::size_t g = 0; g < names.size(); ++g) {
+    const std::int64_t measured = totals[3 * g] / steps, expected = totals[3 * g + 1] / steps;
+    if (measured == 0 && expected == 0) continue;  // a group the step does not use
+    r.groups.push_back({names[g], measured, predicted[g] ? std::optional<std::int64_t>(expected) : std::nullopt,
+                        totals[3 * g + 2] == 0});
+  }
+  return r;
+}
+
+// ---- output --------------------------------------------------------------------------------
+
+std::string kib(std::int64_t bytes) { return fmt::format("{:.1f}", double(bytes) / 1024.0); }
+
+std::string ratio_text(const GroupRow& g) {
+  if (!g.predicted) return "n/a";
+  if (*g.predicted == 0) return g.measured == 0 ? "1.000" : "inf";
+  return fmt::format("{:.3f}", double(g.measured) / double(*g.predicted));
+}
+
+double tokens_per_second(const Result& r) { return double(r.tokens_per_step) / r.step_seconds; }
+
+std::int64_t state_bytes(const Result& r) { return r.parameter_bytes + r.optimizer_bytes; }
+
+void print_header(const Options& o, const config::RunConfig& config, int world) {
+  std::printf("wallfacer bench layout: %s (%s), world %d, seq %lld, micro batch %lld, %lld tokens per step, "
+              "1 warm-up + %d measured steps\n",
+              o.path.c_str(), config::model_facts(config).description.c_str(), world,
+              static_cast<long long>(config.train.seq_len), static_cast<long long>(config.train.micro_batch_size),
+              static_cast<long long>(config::global_batch_sequences(config) * config.train.seq_len), o.steps);
+  std::printf("memory: per rank, max over ranks, KiB; activations = peak of one microbatch's forward, step peak = "
+              "peak of a step, each above what was live before it\n");
+  std::printf("traffic: bytes sent per step on each group, summed over ranks; predicted = train/step_traffic.h; "
+              "exact = every rank's count equals its prediction\n");
+}
+
+void print_text(const Result& r) {
+  std::printf("%-26s step %8.2f ms %9.1f tokens/s  params %8s  grads %8s  optimizer %8s  activations %8s  step peak "
+              "%8s\n",
+              layout_name(r.layout).c_str(), r.step_seconds * 1e3, tokens_per_second(r), kib(r.parameter_bytes).c_str(),
+              kib(r.gradient_bytes).c_str(), kib(r.optimizer_bytes).c_str(), kib(r.activation_bytes).c_str(),
+              kib(r.step_peak_bytes).c_str());
+  for (const GroupRow& g : r.groups) {
+    std::printf("    %-8s measured %12lld  predicted %12s  ratio %6s  %s\n", g.group.c_str(),
+                static_cast<long long>(g.measured), g.predicted ? fmt::format("{}", *g.predicted).c_str() : "n/a",
+                ratio_text(g).c_str(), !g.predicted ? "" : g.exact ? "exact" : "DIFFERS");
+  }
+}
+
+Json result_json(const Result& r) {
+  Json j;
+  j["layout"] = layout_name(r.layout);
+  j["dp"] = r.layout.dp;
+  j["tp"] = r.layout.tp;
+  j["sp"] = r.layout.sp;
+  j["sp_strategy"] = r.layout.sp > 1 ? parallel::sp_strategy_name(r.layout.sp_strategy) : "none";
+  j["C"] = r.layout.C;
+  j["step_ms"] = r.step_seconds * 1e3;
+  j["tokens_per_s"] = tokens_per_second(r);
+  j["tokens_per_step"] = r.tokens_per_step;
+  j["parameter_bytes"] = r.parameter_bytes;
+  j["gradient_bytes"] = r.gradient_bytes;
+  j["optimizer_bytes"] = r.optimizer_bytes;
+  j["activation_bytes"] = r.activation_bytes;
+  j["step_peak_bytes"] = r.step_peak_bytes;
+  Json traffic = Json::array();
+  for (const GroupRow& g : r.groups) {
+    traffic.push_back({{"group", g.group},
+                       {"measured_bytes", g.measured},
+                       {"predicted_bytes", g.predicted ? Json(*g.predicted) : Json(nullptr)},
+                       {"exact", g.predicted ? Json(g.exact) : Json(nullptr)}});
+  }
+  j["traffic"] = traffic;
+  j["traffic_exact"] = r.traffic_exact();
+  return j;
+}
+
+// Layouts that differ only in tp: each tp > 1 result beside the tp = 1 one with the same sp,
+// strategy and C.
+void print_tp_ratios(const std::vector<Result>& results, bool json) {
+  bool any = false;
+  for (const Result& r : results) {
+    if (r.layout.tp == 1) continue;
+    Layout base = r.layout;
+    base.dp *= base.tp;
+    base.tp = 1;
+    const auto b = std::find_if(results.begin(), results.end(),
+                                [&](const Result& x) { return layout_name(x.layout) == layout_name(base); });
+    if (b == results.end()) continue;
+    any = true;
+    const double ratio = double(state_bytes(r)) / double(state_bytes(*b));
+    if (json) {
+      std::printf("%s\n", Json{{"tp_ratio", layout_name(r.layout)},
+                               {"baseline", layout_name(base)},
+                               {"parameter_optimizer_bytes", state_bytes(r)},
+                               {"baseline_parameter_optimizer_bytes", state_bytes(*b)},
+                               {"ratio", ratio}}
+                              .dump()
+                              .c_str());
+    } else {
+      std::printf("tp %d / tp 1: %s vs %s: parameters + optimizer per rank %lld vs %lld bytes, ratio %.3f\n",
+                  r.layout.tp, layout_name(r.layout).c_str(), layout_name(base).c_str(),
+                  static_cast<long long>(state_bytes(r)), static_cast<long long>(state_bytes(*b)), ratio);
+    }
+  }
+  if (!any && !json) std::printf("tp k / tp 1: no pair of layouts differing only in tp ran\n");
+}
+
+// ---- the command ---------------------------------------------------------------------------
+
+int run(const Options& o) {
+  comm::Runtime& runtime = comm::Runtime::get();
+  const int world = runtime.world_size();
+  const bool root = runtime.rank() == 0;
+  const config::RunConfig base = config::load_config(o.path, o.overrides);
+  const std::vector<Layout> layouts = o.layouts.empty() ? config::candidate_layouts(world) : o.layouts;
+  // As `wallfacer train`: the smallest machine of the job decides the memory check.
+  Tensor machine = Tensor::full({1}, static_cast<double>(machine_memory_bytes()), DType::f64);
+  runtime.world().all_reduce(machine, comm::ReduceOp::min);
+  if (root && !o.json) print_header(o, layout_config(base, layouts.front(), o.steps), world);
+
+  std::vector<Result> results;
+  for (const Layout& layout : layouts) {
+    const config::RunConfig config = layout_config(base, layout, o.steps);
+    try {
+      config::validate(config, world, config::ValidateScope::this_machine, machine.item());
+    } catch (const Error& e) {  // the same verdict and message on every rank
+      if (root) {
+        if (o.json) std::printf("%s\n", Json{{"layout", layout_name(layout)}, {"skipped", skip_reason(e)}}.dump().c_str());
+        else std::printf("%-26s skipped: %s\n", layout_name(layout).c_str(), short_reason(skip_reason(e)).c_str());
+        std::fflush(stdout);
+      }
+      continue;
+    }
+    results.push_back(measure(config, o.steps));
+    if (root) {
+      if (o.json) std::printf("%s\n", result_json(results.back()).dump().c_str());
+      else print_text(results.back());
+      std::fflush(stdout);
+    }
+  }
+  if (root) print_tp_ratios(results, o.json);
+  if (results.empty()) {
+    if (root) print_error("bench layout: no layout could run (each was skipped above)");
+    return kExitRuntimeError;
+  }
+  if (o.check) {
+    for (const Result& r : results) {
+      if (r.traffic_exact()) continue;
+      if (root) print_error(fmt::format("bench layout {}: measured traffic differs from train/step_traffic.h", layout_name(r.layout)));
+      return kExitRuntimeError;
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_bench_layout_command(CLI::App& bench) {
+  auto o = std::make_shared<Options>();
+  CLI::App* command = bench.add_subcommand(
+      "layout",
+      "every dp x tp x sp layout of the mpirun world for a run config: step time, tokens/s, per-rank memory, bytes "
+      "per group beside the predicted ones");
+  command->add_option("config", o->path, "The run config, e.g. configs/gpt-tiny.yaml")->required();
+  command->add_option("--set", o->overrides, "Override one key, e.g. --set train.seq_len=64 (repeatable)");
+  command->add_option("--layouts", o->layout_names,
+                      "comma-separated layouts to run instead of every candidate, e.g. dp2.tp1.sp2.wallfacer.C1,dp4")
+      ->delimiter(',');
+  command->add_option("--steps", o->steps, "measured steps after one warm-up step (the median is printed)")
+      ->check(positive());
+  command->add_flag("--json", o->json, "one JSON object per line per layout");
+  command->add_flag("--check", o->check, "exit 1 when a measured byte count differs from its prediction");
+  set_action(*command, [o] {
+    try {
+      for (const std::string& text : o->layout_names) o->layouts.push_back(parse_layout(text));
+    } catch (const Error& e) {
+      print_error(e.what());
+      return kExitUsageError;
+    }
+    // run_main: an error on one rank ends every rank (no rank waits forever in a collective).
+    return comm::run_main(0, nullptr, [&] { return run(*o); });
+  });
+}
+
+}  // namespace wf::cli

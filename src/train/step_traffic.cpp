@@ -1,0 +1,115 @@
+#include "wallfacer/train/step_traffic.h"
+
+#include "wallfacer/core/error.h"
+
+namespace wf::train {
+
+std::int64_t all_reduce_bytes(std::int64_t bytes, int ranks) { return 2 * (ranks - 1) * bytes / ranks; }
+
+std::int64_t gradient_sync_bytes(int replicas, const std::vector<Tensor>& params, std::int64_t bucket_bytes) {
+  // A group of one makes no call at all (all_reduce_gradients, sum_over), which the formula
+  // gives too: 2·(1 − 1)·S = 0.
+  std::int64_t sent = 0;
+  for (const GradBucket& bucket : plan_gradient_buckets(params, bucket_bytes)) {
+    sent += all_reduce_bytes(bucket.numel * static_cast<std::int64_t>(dtype_size(bucket.dtype)), replicas);
+  }
+  constexpr std::int64_t kLossTotals = 2 * sizeof(double);  // (loss sum, count): normalise_gradients
+  return sent + all_reduce_bytes(kLossTotals, replicas);
+}
+
+std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy, const parallel::AttentionDims& dims,
+                                                  const comm::ProcessGrid& grid, const parallel::ElementBytes& bytes,
+                                                  bool checkpointed) {
+  using parallel::Pass;
+  std::map<std::string, std::int64_t> sent{{"sp", 0}, {"sp.team", 0}, {"sp.ring", 0}};
+  const int P = grid.group_size("sp");
+  if (P == 1) return sent;
+  const bool wallfacer = strategy == parallel::SpStrategy::wallfacer;
+  const int C = wallfacer ? grid.wallfacer().team_size() : 1;
+  const int logical = wallfacer ? grid.wallfacer().logical_index(grid.coord("sp")) : grid.coord("sp");
+  // The model's strategies keep the forward's K/V for the backward (SpAttentionConfig's
+  // default); a replay re-dispatches them.
+  const parallel::BackwardKv backward_kv = checkpointed ? parallel::BackwardKv::redispatch
+                                                        : parallel::BackwardKv::keep_forward;
+  parallel::SpTraffic call =
+      parallel::sp_attention_traffic(strategy, dims, P, C, logical, Pass::forward, bytes, backward_kv);
+  call += checkpointed ? parallel::sp_replay_backward_traffic(strategy, dims, P, C, logical, bytes)
+                       : parallel::sp_attention_traffic(strategy, dims, P, C, logical, Pass::backward, bytes,
+                                                        backward_kv);
+  if (!wallfacer) {  // ring and Ulysses communicate over the sp group only
+    sent["sp"] = call.p2p_sent + call.collective_sent;
+    return sent;
+  }
+  // WallFacer: the collectives in the team, the dispatch over the sp group, the rest of the
+  // P2P on the sub-ring.
+  const std::int64_t dispatch =
+      parallel::wallfacer_dispatch_bytes(dims, P, C, logical, Pass::forward, bytes, backward_kv) +
+      parallel::wallfacer_dispatch_bytes(dims, P, C, logical, Pass::backward, bytes, backward_kv);
+  sent["sp.team"] = call.collective_sent;
+  sent["sp"] = dispatch;
+  sent["sp.ring"] = call.p2p_sent - dispatch;
+  return sent;
+}
+
+std::int64_t tp_step_bytes(const models::DecoderOptions& options, int tp, std::int64_t tokens, std::int64_t accum,
+                           std::int64_t activation_bytes, bool shard_activations) {
+  if (tp == 1) return 0;
+  const models::DecoderOptions m = models::resolved(options);
+  const std::int64_t x = tokens * m.d_model * activation_bytes;  // one [B, n, d]
+  const std::int64_t hidden = all_reduce_bytes(x, tp);
+  const std::int64_t gather = (tp - 1) * (x / tp);  // an all-gather of X, or a reduce-scatter of X
+  const std::int64_t column_layers = 1 + (m.feed_forward == nn::FeedForwardKind::swiglu ? 2 : 1);  // qkv, ff in
+  const std::int64_t row_layers = 2;                                                          // proj, ff down
+  const std::int64_t recompute = m.checkpoint_attention_output ? 1 : 0;  // the backward reruns the forward
+  std::int64_t per_block = 0, embedding = 0, head = 0, partial_gradients = 0;
+  if (shard_activations) {
+    per_block = (column_layers + row_layers) * (2 + recompute) * gather;
+    embedding = hidden + gather;  // the lookup's sum, then the sharded stream's gradient gathered
+    head = 2 * gather;            // its input gathered, the gradient reduce-scattered
+    const std::int64_t norm = m.norm == nn::NormType::layer_norm ? 2 * m.d_model : m.d_model;
+    const std::int64_t row_biases = m.bias ? row_layers * m.d_model : 0;
+    partial_gradients = all_reduce_bytes((m.n_layer * (2 * norm + row_biases) + norm) * activation_bytes, tp);
+  } else {
+    per_block = (column_layers + (1 + recompute) * row_layers) * hidden;
+    embedding = hidden;  // the lookup's sum (forward)
+    head = hidden;       // the head input's gradient (backward)
+  }
+  constexpr auto kDouble = static_cast<std::int64_t>(sizeof(double));
+  const std::int64_t loss = all_reduce_bytes(tokens * kDouble, tp) + all_reduce_bytes(2 * tokens * kDouble, tp);
+  const std::int64_t microbatch = m.n_layer * per_block + embedding + head + loss;
+  // + the clip's split sum of squares
+  return accum * microbatch + partial_gradients + all_reduce_bytes(kDouble, tp);
+}
+
+GroupBytes predicted_step_traffic(const config::RunConfig& config, const models::DecoderOptions& options,
+                                  const comm::ProcessGrid& grid, const std::vector<Tensor>& params,
+                                  std::int64_t bucket_bytes) {
+  GroupBytes predicted;
+  const bool pipelined = config.parallel.pp > 1;
+  for (std::string_view name : comm::ProcessGrid::group_names()) {
+    predicted[std::string(name)] = pipelined ? std::nullopt : std::optional<std::int64_t>(0);
+  }
+  if (pipelined) return predicted;
+
+  const models::DecoderOptions m = models::resolved(options);
+  const int tp = config.parallel.tp, sp = config.parallel.sp;
+  const std::int64_t accum = config::grad_accum_steps(config);
+  const std::int64_t tokens = config.train.micro_batch_size * config.train.seq_len / sp;  // per rank
+  const auto activation = static_cast<std::int64_t>(dtype_size(config.train.dtype));
+  // lse, D and the partial sums travel in the compute dtype: f64 for f64, f32 otherwise.
+  const std::int64_t compute = config.train.dtype == DType::f64 ? 8 : 4;
+
+  // Tensor parallelism splits the heads: each rank's attention sees n_head / tp of them.
+  const parallel::AttentionDims dims{config.train.micro_batch_size, config.train.seq_len, m.n_head / tp,
+                                     m.n_kv_head / tp, m.d_model / m.n_head};
+  const auto calls = m.n_layer * accum;
+  for (const auto& [group, bytes] : sp_call_bytes(config.parallel.sp_strategy, dims, grid,
+                                                  {activation, compute, compute}, m.checkpoint_attention_output)) {
+    predicted[group] = calls * bytes;
+  }
+  predicted["tp"] = tp_step_bytes(m, tp, tokens, accum, activation, config.parallel.tp_shard_activations);
+  predicted["dp_sp"] = gradient_sync_bytes(grid.group_size("dp_sp"), params, bucket_bytes);
+  return predicted;
+}
+
+}  // namespace wf::train

@@ -1,0 +1,82 @@
+// train/step_traffic.h against the traffic counters: one optimizer step of the Trainer on every
+// dp × tp × sp layout of this world that config::validate accepts (tp joins in once the trainer
+// runs it), for every sp strategy and WallFacer team size, with and without the attention
+// checkpoint, with two microbatches per step: each rank's bytes on each group equal the
+// prediction exactly.
+#include <map>
+#include <string>
+
+#include "dist_testing.h"
+#include "train_testing.h"
+#include "wallfacer/comm/traffic.h"
+#include "wallfacer/models/decoder.h"
+#include "wallfacer/train/step_traffic.h"
+#include "wallfacer/train/trainer.h"
+
+using wf::comm::Traffic;
+using wf::comm::TrafficRegistry;
+using namespace wf::test;
+
+namespace {
+
+std::string describe(const wf::config::ParallelSection& l, bool checkpointed) {
+  return "dp " + std::to_string(l.dp) + ", tp " + std::to_string(l.tp) + ", sp " + std::to_string(l.sp) + " " +
+         wf::parallel::sp_strategy_name(l.sp_strategy) + " C " + std::to_string(l.C) +
+         (checkpointed ? ", checkpoint_attention" : "") + (l.tp_shard_activations ? ", activations sharded" : "");
+}
+
+// Bytes each group sent and received since `before`.
+std::map<std::string, Traffic> since(const std::map<std::string, Traffic>& before) {
+  std::map<std::string, Traffic> delta;
+  for (const auto& [group, now] : TrafficRegistry::instance().snapshot()) {
+    const auto was = before.find(group);
+    const Traffic b = was == before.end() ? Traffic{} : was->second;
+    delta[group] = {0, now.bytes_sent - b.bytes_sent, 0, now.bytes_received - b.bytes_received};
+  }
+  return delta;
+}
+
+}  // namespace
+
+TEST_CASE("a training step sends on each group exactly the bytes step_traffic.h predicts", "[dist][layout_traffic]") {
+  const int world = runtime().world_size();
+  int ran = 0;
+  for (const wf::config::ParallelSection& candidate : wf::config::candidate_layouts(world)) {
+    // With tp, each also with its activations sharded over tp (all-gathers / reduce-scatters).
+    for (const bool shard_activations : {false, true}) {
+      if (shard_activations && candidate.tp == 1) continue;
+      for (bool checkpointed : {false, true}) {
+        wf::config::ParallelSection l = candidate;
+        l.tp_shard_activations = shard_activations;
+        wf::config::RunConfig config = small_gpt_run(l.dp, l.sp, checkpointed, "wf_test_step_traffic");
+        config.parallel = l;
+        config.train.steps = 1;
+        config.train.global_batch_size = 2 * l.dp;  // two microbatches per step
+        if (!error_of([&] { wf::config::validate(config, world); }).empty()) continue;  // the same on every rank
+        INFO(describe(l, checkpointed));
+        wf::comm::CommGrid grid(wf::comm::ProcessGrid(config.parallel.grid(), world, runtime().rank()));
+        wf::train::Trainer trainer(config, grid);
+        const auto& decoder = dynamic_cast<const wf::models::DecoderLM&>(trainer.model());
+        const wf::train::GroupBytes predicted =
+            wf::train::predicted_step_traffic(config, decoder.options(), grid.grid(), trainer.model().parameters());
+
+        const auto before = TrafficRegistry::instance().snapshot();
+        trainer.train_step();
+        std::map<std::string, Traffic> measured = since(before);
+        for (const auto& [group, bytes] : predicted) {
+          INFO("group " << group);
+          REQUIRE(bytes.has_value());  // every group is predicted without pipeline parallelism
+          CHECK(measured[group].bytes_sent == *bytes);
+          CHECK(measured[group].bytes_received == *bytes);
+          measured.erase(group);
+        }
+        for (const auto& [group, traffic] : measured) {  // no other group may move anything
+          INFO("unpredicted group " << group);
+          CHECK(traffic == Traffic{});
+        }
+        ++ran;
+      }
+    }
+  }
+  CHECK(ran >= 2);  // at least dp = world, with and without the checkpoint
+}
