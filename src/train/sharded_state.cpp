@@ -4,7 +4,6 @@
 #include <fmt/ranges.h>
 
 #include <map>
-#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,17 +11,10 @@
 #include "wallfacer/autograd/grad_mode.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/ops/shape_ops.h"
+#include "wallfacer/parallel/collectives.h"
 
 namespace wf::train {
 namespace {
-
-// The dims of a `rank`-dim tensor with 0 and `dim` swapped: applied twice it is the identity.
-std::vector<std::int64_t> swap_with_front(std::int64_t rank, std::int64_t dim) {
-  std::vector<std::int64_t> order(static_cast<std::size_t>(rank));
-  std::iota(order.begin(), order.end(), 0);
-  std::swap(order[0], order[static_cast<std::size_t>(dim)]);
-  return order;
-}
 
 // Each parameter's index in named_parameters() order, by name.
 std::map<std::string, std::size_t, std::less<>> parameter_indices(const std::vector<nn::NamedShard>& shards) {
@@ -41,11 +33,7 @@ Tensor gather_whole(const Tensor& local, const nn::ParameterShard& shard, comm::
   WF_CHECK(group.size() == shard.parts, "gather_whole: the shard {} has {} parts, but group '{}' has {} ranks",
            nn::shard_str(shard), shard.parts, shard.group, group.size());
   autograd::NoGradGuard no_grad;
-  // all_gather concatenates along dim 0: bring the split dim to the front and back.
-  const auto order = swap_with_front(local.dim(), shard.dim);
-  const Tensor front = shard.dim == 0 ? local : permute(local, order);
-  Tensor whole = group.all_gather(front);
-  if (shard.dim != 0) whole = permute(whole, order);
+  Tensor whole = parallel::gather_dim(group, local, shard.dim);
   if (shard.unpadded_length > 0) whole = narrow(whole, shard.dim, 0, shard.unpadded_length).clone();
   return whole;
 }

@@ -85,6 +85,23 @@ double total_sent_since(const TrafficMap& now, const TrafficMap& before) {
 
 }  // namespace
 
+void TrafficSnapshot::advance(const TrafficSnapshot& from, const TrafficSnapshot& to) {
+  const auto shift = [](TrafficMap& base, const TrafficMap& a, const TrafficMap& b) {
+    for (const auto& [group, after] : b) {
+      const auto was = a.find(group);
+      const comm::Traffic before = was == a.end() ? comm::Traffic{} : was->second;
+      comm::Traffic& t = base[group];
+      t.messages_sent += after.messages_sent - before.messages_sent;
+      t.bytes_sent += after.bytes_sent - before.bytes_sent;
+      t.messages_received += after.messages_received - before.messages_received;
+      t.bytes_received += after.bytes_received - before.bytes_received;
+    }
+  };
+  shift(all, from.all, to.all);
+  shift(p2p, from.p2p, to.p2p);
+  shift(collectives, from.collectives, to.collectives);
+}
+
 TrafficSnapshot TrafficSnapshot::take() {
   const auto& registry = comm::TrafficRegistry::instance();
   return {registry.snapshot(), registry.snapshot(/*p2p_only=*/true), registry.snapshot(false, /*collectives_only=*/true)};
@@ -314,7 +331,13 @@ void Trainer::fit(std::int64_t stop_after) {
     const double val_loss = eval_now ? evaluate() : -1.0;
     log_step(result, val_loss);
     const auto& c = config_.checkpoint;
-    if ((c.every > 0 && step_ % c.every == 0) || step_ == t.steps) save_checkpoint();
+    if ((c.every > 0 && step_ % c.every == 0) || step_ == t.steps) {
+      // Gathering the tp shards for the checkpoint is not a training step's traffic: the
+      // interval's baseline moves past it.
+      const TrafficSnapshot before = TrafficSnapshot::take();
+      save_checkpoint();
+      interval_.traffic.advance(before, TrafficSnapshot::take());
+    }
   }
 }
 

@@ -45,6 +45,9 @@ class GradReducer;
 struct TrafficSnapshot {
   std::map<std::string, comm::Traffic> all, p2p, collectives;
   static TrafficSnapshot take();
+  // Adds what was counted between `from` and `to` (e.g. a checkpoint's gathers), so that
+  // differences against this baseline leave it out.
+  void advance(const TrafficSnapshot& from, const TrafficSnapshot& to);
 };
 
 struct StepResult {
