@@ -135,8 +135,9 @@ std::string skip_reason(const Error& e) {
   return message;
 }
 
-// The table's one line: the first clause of the first problem ("parallel.tp: tp = 2: the trainer
-// runs data and sequence parallelism so far"); --json has the whole reason.
+// The table's one line: the first clause of the first problem ("model.n_kv_head: tensor
+// parallelism splits whole kv heads over parallel.tp = 4, but n_kv_head = 2"); --json has the
+// whole reason.
 std::string short_reason(const std::string& reason) {
   constexpr std::size_t kWidth = 120;
   std::string line = reason.substr(0, std::min(reason.find("; "), reason.find(". ")));

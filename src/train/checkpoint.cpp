@@ -271,7 +271,8 @@ std::optional<Checkpoint> CheckpointStore::load_latest() const {
   }
   // Starting from scratch over checkpoints that exist but do not load would silently lose a run.
   WF_CHECK(candidates.empty(),
-           "none of the {} checkpoints in '{}' loads (the warnings above say why); delete them to start from scratch",
+           "none of the {} checkpoints in '{}' loads (the warnings above say why); a checkpoint of another format "
+           "version needs the wallfacer that wrote it, a damaged one can be deleted to start from scratch",
            candidates.size(), dir_);
   return std::nullopt;
 }

@@ -193,9 +193,9 @@ double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::P
   double* s = sums.data<double>();
   for (std::size_t i = 0; i < params.size(); ++i) {
     const bool split = shards[i].is_sharded();
-    WF_CHECK(!split || shards[i].parts == tp.size(),
-             "clip_grad_norm: parameter {} is split in {} parts ({}), but the tensor-parallel group has {} ranks", i,
-             shards[i].parts, nn::shard_str(shards[i]), tp.size());
+    WF_CHECK(!split || (shards[i].parts == tp.size() && shards[i].group == tp.name()),
+             "clip_grad_norm: parameter {} is split ({}), but not over the tensor-parallel group '{}' of {} ranks", i,
+             nn::shard_str(shards[i]), tp.name(), tp.size());
     s[split ? 0 : 1] += grad_sum_of_squares(params[i]);
   }
   Tensor split_sum = sums.slice0(0, 1).clone();

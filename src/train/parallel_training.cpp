@@ -4,6 +4,7 @@
 #include "wallfacer/parallel/sp_attention.h"
 #include "wallfacer/parallel/tensor_parallel.h"
 #include "wallfacer/train/grad_sync.h"
+#include "wallfacer/train/optimizer.h"
 
 namespace wf::train {
 
@@ -47,6 +48,10 @@ models::Batch ParallelTraining::shard(const Tensor& tokens, const Tensor& target
 }
 
 double ParallelTraining::sync_gradients(const std::vector<Tensor>& params, const models::LossSum& local) {
+  // Without the model the parameters' shards are unknown, so partial gradients cannot be found.
+  WF_USER_CHECK(config_.parallel.tp == 1 || !config_.parallel.tp_shard_activations,
+                "ParallelTraining::sync_gradients: with parallel.tp_shard_activations the norms' gradients are "
+                "partial sums over tp; pass the model (sync_gradients(model, loss)) so they are summed");
   comm::Group& replicas = grid_->group("dp_sp");
   all_reduce_gradients(replicas, params);
   LossTotals totals;
@@ -58,6 +63,12 @@ double ParallelTraining::sync_gradients(const nn::Module& model, const models::L
   // With activation sharding a norm's gradient is a partial sum over tp: summed there first.
   parallel::reduce_partial_gradients(model, grid_->group("tp"));
   return sync_gradients(model.parameters(), local);
+}
+
+double ParallelTraining::clip_grad_norm(const nn::Module& model, double max_norm) {
+  std::vector<nn::ParameterShard> shards;
+  for (auto& [name, shard] : model.named_parameter_shards()) shards.push_back(std::move(shard));
+  return train::clip_grad_norm(model.parameters(), shards, grid_->group("tp"), max_norm);
 }
 
 }  // namespace wf::train

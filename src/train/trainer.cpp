@@ -1,5 +1,7 @@
 #include "wallfacer/train/trainer.h"
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -118,6 +120,13 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
   WF_CHECK(model_ != nullptr && train != nullptr, "Trainer: a model and a training data source are required");
   params_ = model_->parameters();
   for (auto& [name, shard] : model_->named_parameter_shards()) shards_.push_back(std::move(shard));
+  if (config_.parallel.tp > 1 && std::none_of(shards_.begin(), shards_.end(), [](const nn::ParameterShard& s) {
+        return s.is_sharded();
+      })) {
+    log::warn("parallel.tp = {} but model '{}' splits no parameter over tp: every tp rank trains the whole model "
+              "(correct, but tp {} times the work); build its layers with models::tensor_parallel_layers",
+              config_.parallel.tp, model_->name(), config_.parallel.tp);
+  }
   set_grad_overlap(true);
   const auto& t = config_.train;
   optimizer_ = std::make_unique<AdamW>(
@@ -231,10 +240,12 @@ double Trainer::evaluate() {
 }
 
 void Trainer::save_checkpoint() {
-  // The checkpoint holds whole tensors (sharded_state.h): every rank gathers its tp shards, so
-  // that the ranks of a tp group each hold the whole state; world rank 0 writes it. The barrier
-  // makes the checkpoint complete before any rank goes on.
-  WholeState whole = gather_whole_state(*model_, *optimizer_, grid_);
+  // The checkpoint holds whole tensors (sharded_state.h), which world rank 0 writes: the ranks of
+  // its tp group gather their shards (the other replicas hold the same ones and skip it). The
+  // barrier makes the checkpoint complete before any rank goes on.
+  const comm::ProcessGrid& g = grid_.grid();
+  const bool writer_group = g.coord("dp") == 0 && g.coord("sp") == 0 && g.coord("pp") == 0;
+  WholeState whole = writer_group ? gather_whole_state(*model_, *optimizer_, grid_) : WholeState{};
   if (grid_.grid().rank() == 0) {
     Checkpoint checkpoint;
     checkpoint.step = step_;
@@ -268,7 +279,15 @@ bool Trainer::resume() {
   step_ = checkpoint->step;
   const auto offset_of = [&](const char* key) -> std::uint64_t {
     const auto it = checkpoint->state.find(key);
-    return it == checkpoint->state.end() ? 0 : std::stoull(it->second);
+    if (it == checkpoint->state.end()) return 0;
+    std::uint64_t value = 0;
+    const char* end = it->second.data() + it->second.size();
+    const auto [stop, error] = std::from_chars(it->second.data(), end, value);
+    WF_USER_CHECK(error == std::errc() && stop == end,
+                  "resume: the checkpoint's state '{}' is '{}', not an offset (a non-negative integer); the "
+                  "checkpoint in {} is damaged: delete its newest step directory to resume from the previous one",
+                  key, it->second, config_.checkpoint.dir);
+    return value;
   };
   seed_generators({.replicated = offset_of("rng.offset"), .tensor_parallel = offset_of("rng.tensor_parallel.offset")});
   log::info("resumed from the step-{} checkpoint in {}", step_, config_.checkpoint.dir);

@@ -1,9 +1,9 @@
 #pragma once
 // Gradient synchronisation of replicated weights.
 //
-// Under data and sequence parallelism every rank holds the same weights and computes their
-// gradient from its own tokens only; the full gradient is the SUM over the ranks that replicate
-// them (the dp × sp group, "dp_sp"); each rank's loss is a sum, and normalise_gradients divides by
+// Under data and sequence parallelism the ranks of a dp × sp group ("dp_sp": the same tp and pp
+// coordinate) hold the same weights, or the same tensor-parallel shards of them, and compute
+// their gradient from their own tokens only; the full gradient is the SUM over that group; each rank's loss is a sum, and normalise_gradients divides by
 // the element count of the whole global batch once (models/model.h). Gradients are packed into buckets of about
 // `bucket_bytes` so a model with hundreds of parameters makes a few large all-reduces instead of
 // hundreds of small ones.

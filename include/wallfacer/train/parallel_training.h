@@ -57,6 +57,10 @@ class ParallelTraining {
   // The same for a whole model, which first sums over tp the gradients its parameters' shards
   // mark partial (the norms under parallel.tp_shard_activations): what a tp run needs.
   double sync_gradients(const nn::Module& model, const models::LossSum& local);
+  // Global gradient-norm clipping of the whole model (train::clip_grad_norm with the parameters'
+  // shards over this grid's tp group): the single-process norm on every rank, so replicated
+  // weights stay equal over tp. Returns the norm before clipping.
+  double clip_grad_norm(const nn::Module& model, double max_norm);
 
  private:
   config::RunConfig config_;

@@ -4,8 +4,8 @@
 //
 // A checkpoint stores every parameter and its optimizer state as the WHOLE, unpadded tensor
 // under its global name, whatever layout wrote it: writing gathers each shard over the group it
-// is split over (every rank of that group gets the whole; one of them writes), loading cuts each
-// rank's slice back out. A checkpoint written at tp 2 therefore loads at tp 1, 4 or 8, and one
+// is split over (every rank of that group gets the whole; the Trainer gathers on world rank 0's
+// group only, and rank 0 writes), loading cuts each rank's slice back out. A checkpoint written at tp 2 therefore loads at tp 1, 4 or 8, and one
 // written by a single process loads into any layout. The optimizer's entries are keyed by the
 // parameter's name, "<parameter>.<field>" (AdamW's step, exp_avg, exp_avg_sq), not by its
 // position, so neither the order nor the split of the parameters is baked in.
