@@ -3,7 +3,10 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <array>
 #include <map>
+#include <string_view>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +25,9 @@ std::map<std::string, std::size_t, std::less<>> parameter_indices(const std::vec
   for (std::size_t i = 0; i < shards.size(); ++i) index.emplace(shards[i].first, i);
   return index;
 }
+
+// What AdamW keeps per parameter, under "<parameter name>.<field>" in a checkpoint.
+constexpr std::array<std::string_view, 3> kAdamWFields = {"step", "exp_avg", "exp_avg_sq"};
 
 }  // namespace
 
@@ -66,13 +72,15 @@ WholeState gather_whole_state(const nn::Module& model, const AdamW& optimizer, c
     const auto it = index.find(name);
     out.model.insert(name, it == index.end() ? tensor : gather_whole(tensor, shards[it->second].second, grid));
   }
-  for (const auto& [key, tensor] : optimizer.state_dict()) {
-    std::size_t i = 0;
-    std::string field;
-    WF_CHECK(parse_adamw_state_key(key, i, field) && i < shards.size(), "gather_whole_state: unexpected optimizer key '{}'",
-             key);
+  // In parameter order, the same on every rank of a tp group: the gathers are collectives.
+  const nn::StateDict moments = optimizer.state_dict();
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    if (!moments.contains(adamw_state_key(i, "step"))) continue;  // not updated yet (on every rank alike)
     const auto& [name, shard] = shards[i];
-    out.optimizer.insert(fmt::format("{}.{}", name, field), field == "step" ? tensor : gather_whole(tensor, shard, grid));
+    for (const std::string_view field : kAdamWFields) {
+      const Tensor& t = moments.at(adamw_state_key(i, field));
+      out.optimizer.insert(fmt::format("{}.{}", name, field), field == "step" ? t : gather_whole(t, shard, grid));
+    }
   }
   return out;
 }
@@ -86,22 +94,33 @@ void load_whole_state(const WholeState& state, nn::Module& model, AdamW& optimiz
     // Unknown names go through as they are: the model's strict load lists them.
     local_model.insert(name, it == index.end() ? tensor : local_slice(tensor, shards[it->second].second, name));
   }
-  std::vector<std::string> unknown;
+  // Checked by name here, so that a message names the parameter, not AdamW's position for it.
+  std::vector<std::string> problems;
+  std::map<std::size_t, int> fields_of;  // parameter index → how many of its fields the state has
   for (const auto& [key, tensor] : state.optimizer) {
     const auto dot = key.rfind('.');
     const auto it = dot == std::string::npos ? index.end() : index.find(std::string_view(key).substr(0, dot));
+    const std::string field = dot == std::string::npos ? std::string() : key.substr(dot + 1);
     if (it == index.end()) {
-      unknown.push_back(key);
-      continue;
+      problems.push_back(fmt::format("'{}' names no parameter of the model", key));
+    } else if (std::find(kAdamWFields.begin(), kAdamWFields.end(), field) == kAdamWFields.end()) {
+      problems.push_back(fmt::format("'{}' is not an AdamW field ({})", key, fmt::join(kAdamWFields, ", ")));
+    } else {
+      ++fields_of[it->second];
+      local_optimizer.insert(adamw_state_key(it->second, field),
+                             field == "step" ? tensor : local_slice(tensor, shards[it->second].second, key));
     }
-    const std::string field = key.substr(dot + 1);
-    local_optimizer.insert(adamw_state_key(it->second, field),
-                           field == "step" ? tensor : local_slice(tensor, shards[it->second].second, key));
   }
-  WF_USER_CHECK(unknown.empty(),
-                "the checkpoint's optimizer state names {} parameter(s) the model does not have ({}); the checkpoint "
-                "was written for another model",
-                unknown.size(), fmt::join(unknown, ", "));
+  for (const auto& [i, count] : fields_of) {
+    if (count != static_cast<int>(kAdamWFields.size())) {
+      problems.push_back(fmt::format("'{}' has only {} of its {} AdamW fields ({})", shards[i].first, count,
+                                     kAdamWFields.size(), fmt::join(kAdamWFields, ", ")));
+    }
+  }
+  WF_USER_CHECK(problems.empty(),
+                "the checkpoint's optimizer state does not fit the model: {}; the checkpoint was written for another "
+                "model",
+                fmt::join(problems, "; "));
   model.load_state_dict(local_model);
   optimizer.load_state_dict(local_optimizer);
 }
