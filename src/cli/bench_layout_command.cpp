@@ -232,12 +232,12 @@ std::vector<std::int64_t> sent_since(const std::map<std::string, comm::Traffic>&
 // This rank's predicted bytes per step by group_names(): train/step_traffic.h for a decoder (the
 // registry's gpt and llama), nothing for another model; "other" groups are never used.
 std::vector<std::optional<std::int64_t>> predictions(const models::Model& model, const config::RunConfig& config,
-                                                     const comm::ProcessGrid& grid, const std::vector<Tensor>& params) {
+                                                     const comm::ProcessGrid& grid) {
   const std::vector<std::string> names = group_names();
   std::vector<std::optional<std::int64_t>> out(names.size());
   const auto* decoder = dynamic_cast<const models::DecoderLM*>(&model);
   if (decoder == nullptr) return out;
-  const train::GroupBytes predicted = train::predicted_step_traffic(config, decoder->options(), grid, params);
+  const train::GroupBytes predicted = train::predicted_step_traffic(config, decoder->options(), grid, model);
   for (std::size_t g = 0; g < names.size(); ++g) {
     const auto p = predicted.find(names[g]);
     out[g] = p != predicted.end() ? p->second : std::optional<std::int64_t>(0);
@@ -301,7 +301,7 @@ Result measure(const config::RunConfig& config, int steps) {
 
   // Per group: [measured, predicted, 1 if they differ] on this rank, then summed over ranks.
   // Whether a prediction exists depends on the config only, so it is the same on every rank.
-  const std::vector<std::optional<std::int64_t>> predicted = predictions(trainer.model(), config, grid.grid(), params);
+  const std::vector<std::optional<std::int64_t>> predicted = predictions(trainer.model(), config, grid.grid());
   std::vector<std::int64_t> mine;
   for (std::size_t g = 0; g < names.size(); ++g) {
     const std::int64_t expected = predicted[g].value_or(0) * steps;

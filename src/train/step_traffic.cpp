@@ -52,7 +52,8 @@ std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy,
 }
 
 std::int64_t tp_step_bytes(const models::DecoderOptions& options, int tp, std::int64_t tokens, std::int64_t accum,
-                           std::int64_t activation_bytes, bool shard_activations) {
+                           std::int64_t activation_bytes, bool shard_activations,
+                           std::int64_t partial_gradient_elements) {
   if (tp == 1) return 0;
   const models::DecoderOptions m = models::resolved(options);
   const std::int64_t x = tokens * m.d_model * activation_bytes;  // one [B, n, d]
@@ -66,9 +67,7 @@ std::int64_t tp_step_bytes(const models::DecoderOptions& options, int tp, std::i
     per_block = (column_layers + row_layers) * (2 + recompute) * gather;
     embedding = hidden + gather;  // the lookup's sum, then the sharded stream's gradient gathered
     head = 2 * gather;            // its input gathered, the gradient reduce-scattered
-    const std::int64_t norm = m.norm == nn::NormType::layer_norm ? 2 * m.d_model : m.d_model;
-    const std::int64_t row_biases = m.bias ? row_layers * m.d_model : 0;
-    partial_gradients = all_reduce_bytes((m.n_layer * (2 * norm + row_biases) + norm) * activation_bytes, tp);
+    partial_gradients = all_reduce_bytes(partial_gradient_elements * activation_bytes, tp);
   } else {
     per_block = (column_layers + (1 + recompute) * row_layers) * hidden;
     embedding = hidden;  // the lookup's sum (forward)
@@ -82,8 +81,13 @@ std::int64_t tp_step_bytes(const models::DecoderOptions& options, int tp, std::i
 }
 
 GroupBytes predicted_step_traffic(const config::RunConfig& config, const models::DecoderOptions& options,
-                                  const comm::ProcessGrid& grid, const std::vector<Tensor>& params,
+                                  const comm::ProcessGrid& grid, const nn::Module& module,
                                   std::int64_t bucket_bytes) {
+  const std::vector<Tensor> params = module.parameters();
+  std::int64_t partial = 0;  // the elements reduce_partial_gradients sums over tp
+  for (const auto& [name, shard] : module.named_parameter_shards()) {
+    if (shard.partial_gradient_group == "tp") partial += shape_numel(shard.local_shape());
+  }
   GroupBytes predicted;
   const bool pipelined = config.parallel.pp > 1;
   for (std::string_view name : comm::ProcessGrid::group_names()) {
@@ -107,7 +111,7 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const models:
                                                   {activation, compute, compute}, m.checkpoint_attention_output)) {
     predicted[group] = calls * bytes;
   }
-  predicted["tp"] = tp_step_bytes(m, tp, tokens, accum, activation, config.parallel.tp_shard_activations);
+  predicted["tp"] = tp_step_bytes(m, tp, tokens, accum, activation, config.parallel.tp_shard_activations, partial);
   predicted["dp_sp"] = gradient_sync_bytes(grid.group_size("dp_sp"), params, bucket_bytes);
   return predicted;
 }

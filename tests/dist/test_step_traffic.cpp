@@ -58,7 +58,7 @@ TEST_CASE("a training step sends on each group exactly the bytes step_traffic.h 
         wf::train::Trainer trainer(config, grid);
         const auto& decoder = dynamic_cast<const wf::models::DecoderLM&>(trainer.model());
         const wf::train::GroupBytes predicted =
-            wf::train::predicted_step_traffic(config, decoder.options(), grid.grid(), trainer.model().parameters());
+            wf::train::predicted_step_traffic(config, decoder.options(), grid.grid(), trainer.model());
 
         const auto before = TrafficRegistry::instance().snapshot();
         trainer.train_step();

@@ -67,14 +67,18 @@ std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy,
 
 // The tp term of one step: `tokens` = B·n per microbatch on this rank, `accum` microbatches,
 // activations of `activation_bytes` each.
+// `partial_gradient_elements`: how many parameter elements this rank's shards mark partial over
+// tp (summed once per step by parallel::reduce_partial_gradients; 0 unless activations are
+// sharded).
 std::int64_t tp_step_bytes(const models::DecoderOptions& model, int tp, std::int64_t tokens, std::int64_t accum,
-                           std::int64_t activation_bytes, bool shard_activations = false);
+                           std::int64_t activation_bytes, bool shard_activations = false,
+                           std::int64_t partial_gradient_elements = 0);
 
 // Every group of comm::ProcessGrid::group_names for this rank of `grid` (config's layout):
-// `model` is the trainer's decoder (resolved options), `params` this rank's parameters in the
-// model's order, `bucket_bytes` the trainer's gradient bucket size.
+// `model` is the trainer's decoder (resolved options), `module` the built model on this rank (its
+// parameters in order, and their shards), `bucket_bytes` the trainer's gradient bucket size.
 GroupBytes predicted_step_traffic(const config::RunConfig& config, const models::DecoderOptions& model,
-                                  const comm::ProcessGrid& grid, const std::vector<Tensor>& params,
+                                  const comm::ProcessGrid& grid, const nn::Module& module,
                                   std::int64_t bucket_bytes = kDefaultBucketBytes);
 
 }  // namespace wf::train
