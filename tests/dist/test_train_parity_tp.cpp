@@ -4,15 +4,15 @@
 //
 // Each case trains 3 optimizer steps in f64 (the reference builds the whole model in this
 // process): the per-step loss and gradient norm within 1e-10 relative, each rank's gradient
-// shards at step 1 and its final weight shards within 1e-10 of the tensor's largest entry. f64
-// leaves only summation order between the layouts, so a wrong scale, a missing or doubled
-// reduction, a misplaced head or a wrong padding mask shows by many orders of magnitude. The
-// f32 loss (1e-5 relative) is checked once per case as well.
+// shards at step 1 and its final weight shards within 1e-10 of the tensor's largest entry (the
+// issue's f64 bound; the resume tests below and train_tp_parity run f32). f64 leaves only
+// summation order between the layouts, so a wrong scale, a missing or doubled reduction, a
+// misplaced head or a wrong padding mask shows by many orders of magnitude.
 //
 // The matrix covers each dimension with tp and each pair: tp alone (tied and untied heads,
 // dropout, 2 and 4 ranks), tp × dp, tp × sp (WallFacer C 1 and C 2, Ulysses), tp × sp × dp, and
 // LLaMA (SwiGLU, RMSNorm, RoPE, GQA) at tp2·sp2 and tp2·sp4; activation sharding inside tp at
-// tp2 (with dropout), tp4, and LLaMA tp2·sp2·dp2.
+// tp2 (with dropout), tp4, and LLaMA tp2·sp2.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -144,7 +144,7 @@ std::vector<TpLayout> tp_layouts_for(int world) {
     case 4:
       return {{.tp = 4, .n_kv_head = 4},  // tp must divide the kv heads
               {.dp = 2, .tp = 2},
-              {.tp = 2, .sp = 2, .C = 1, .model = "llama"},
+              {.tp = 2, .sp = 2, .C = 1, .model = "llama", .shard_activations = true},
               {.tp = 2, .sp = 2, .strategy = SpStrategy::ring, .tied = false},
               {.tp = 4, .n_kv_head = 4, .shard_activations = true}};
     case 8:
@@ -153,8 +153,7 @@ std::vector<TpLayout> tp_layouts_for(int world) {
               {.dp = 2, .tp = 2, .sp = 2},
               // Ulysses scatters each tp rank's 4 heads over sp 4 (its 2 kv heads replicated).
               {.tp = 2, .sp = 4, .strategy = SpStrategy::ulysses, .n_head = 8, .n_kv_head = 4},
-              {.tp = 2, .sp = 4, .C = 2, .model = "llama"},
-              {.dp = 2, .tp = 2, .sp = 2, .model = "llama", .shard_activations = true}};
+              {.tp = 2, .sp = 4, .C = 2, .model = "llama"}};
     default: return {};
   }
 }
@@ -172,13 +171,6 @@ TEST_CASE("training parity: dp x tp x sp layouts match single-process losses, gr
     wf::config::validate(config, world);
     wf::comm::CommGrid grid(wf::comm::ProcessGrid(config.parallel.grid(), world, runtime().rank()));
     wf::comm::CommGrid ref_grid(wf::comm::ProcessGrid(ref_config.parallel.grid(), 1, 0));
-
-    {  // f32: the first step's loss.
-      auto reference = trainer_in(ref_config, ref_grid, DType::f32);
-      auto parallel = trainer_in(config, grid, DType::f32);
-      const auto [ref_loss, par_loss] = compute_both(*reference, *parallel);
-      CHECK(std::abs(par_loss - ref_loss) <= 1e-5 * std::abs(ref_loss));
-    }
 
     auto reference = trainer_in(ref_config, ref_grid, DType::f64);
     auto parallel = trainer_in(config, grid, DType::f64);
