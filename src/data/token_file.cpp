@@ -172,6 +172,7 @@ void TokenFile::unmap() noexcept {
 
 std::uint32_t TokenFile::at(std::int64_t index) const {
   WF_CHECK(index >= 0 && index < count_, "token file '{}': index {} is out of range [0, {})", path_, index, count_);
+  check_not_shrunk();
   const unsigned char* p = tokens_ + index * token_bytes_;
   return token_bytes_ == 2 ? get<std::uint16_t>(p) : get<std::uint32_t>(p);
 }

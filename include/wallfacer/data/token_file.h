@@ -31,7 +31,7 @@ void write_token_file(const std::string& path, const std::vector<std::uint32_t>&
 // processes reading the same file share them. Throws wf::Error naming the file and what is
 // wrong with it when it is not a valid token file. Move-only.
 //
-// The file stays open while mapped: copy() checks its size (one fstat) before reading, so a file
+// The file stays open while mapped: at() and copy() check its size (one fstat) before reading, so a file
 // truncated in place by another process while a run reads it is a wf::Error naming the file,
 // not a SIGBUS (reading a mapped page past the new end). A truncation between that check and
 // the read itself still faults; replacing the file by rename (what write_token_file does) is
@@ -48,7 +48,7 @@ class TokenFile {
   const std::string& path() const { return path_; }
   std::int64_t size() const { return count_; }            // tokens
   int token_bytes() const { return token_bytes_; }        // 2 or 4
-  std::uint32_t at(std::int64_t index) const;             // bounds-checked
+  std::uint32_t at(std::int64_t index) const;             // bounds- and size-checked (not for loops)
   // Widens tokens [start, start + n) into out[0, n) (int64, the index dtype of embeddings).
   // wf::Error naming the file when it has shrunk since it was opened.
   void copy(std::int64_t start, std::int64_t n, std::int64_t* out) const;
