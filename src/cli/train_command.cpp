@@ -37,20 +37,23 @@ struct TrainOptions {
 // same message (wf::UserError stays one), so the job ends with it on every rank and no rank
 // goes on into a collective that rank 0 never reaches.
 void check_on_rank0_for_all(comm::Group& world, const std::function<void()>& check) {
+  enum : std::int64_t { kPassed, kUserError, kError };
   std::string message;
-  std::int64_t user = 0;
+  std::int64_t verdict = kPassed;
   if (world.rank() == 0) {
     try {
       check();
     } catch (const UserError& e) {
       message = e.what();
-      user = 1;
+      verdict = kUserError;
     } catch (const std::exception& e) {
       message = e.what();
+      verdict = kError;
     }
   }
   if (world.size() > 1) {
-    Tensor header = Tensor::from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(message.size()), user}, {2});
+    const auto length = static_cast<std::int64_t>(message.size());
+    Tensor header = Tensor::from_vector(std::vector<std::int64_t>{length, verdict}, {2});
     world.broadcast(header, 0);
     const std::vector<std::int64_t> got = header.to_vector<std::int64_t>();
     if (got[0] > 0) {
@@ -59,10 +62,10 @@ void check_on_rank0_for_all(comm::Group& world, const std::function<void()>& che
       world.broadcast(text, 0);
       message.assign(reinterpret_cast<const char*>(text.data<std::uint8_t>()), static_cast<std::size_t>(got[0]));
     }
-    user = got[1];
+    verdict = got[1];
   }
-  if (message.empty()) return;
-  if (user != 0) throw UserError(message);
+  if (verdict == kPassed) return;
+  if (verdict == kUserError) throw UserError(message);
   throw Error(message);
 }
 
@@ -105,7 +108,8 @@ void add_train_command(CLI::App& app) {
   auto options = std::make_shared<TrainOptions>();
   command->add_option("config", options->path, "The run config, e.g. configs/gpt-tiny.yaml")->required();
   command->add_option("--set", options->overrides, "Override one key, e.g. --set train.lr=3e-4 (repeatable)");
-  command->add_flag("--no-resume", options->no_resume, "Start a new run at step 0 (refused when checkpoint.dir already holds checkpoints)");
+  command->add_flag("--no-resume", options->no_resume,
+                    "Start a new run at step 0 (refused when checkpoint.dir already holds checkpoints)");
   command->add_option("--stop-after", options->stop_after,
                       "Stop once this many steps are done, as if the job were killed there (tests resume)")
       ->check(positive());
