@@ -30,6 +30,8 @@ if [ "$(id -u)" -eq 0 ]; then mpi_flags+=(--allow-run-as-root); fi
 mpi_flags+=(--oversubscribe)
 # One OpenMP thread per rank when the ranks outnumber the cores.
 threads=$(( $(nproc) / ranks )); [ "$threads" -ge 1 ] || threads=1
+# Each demo is a new run: --no-resume refuses a checkpoint.dir that holds an earlier demo's.
+rm -rf runs/demo/checkpoints
 echo "== demo: mpirun -np $ranks wallfacer train configs/gpt-tiny.yaml ($steps steps, $threads thread(s) per rank)"
 OMP_NUM_THREADS="$threads" mpirun -np "$ranks" "${mpi_flags[@]}" -x OMP_NUM_THREADS \
   build/wallfacer train configs/gpt-tiny.yaml --no-resume \

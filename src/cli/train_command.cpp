@@ -1,8 +1,13 @@
 // `wallfacer train CFG.yaml [--set section.key=value]... [--no-resume] [--stop-after N]`: trains the
 // configured model under mpirun (`mpirun -np 4 wallfacer train configs/gpt-tiny.yaml`). The
 // config is validated against the world size first, with the same message on every rank; a
-// run resumes from the newest valid checkpoint in checkpoint.dir unless --no-resume.
+// run resumes from the newest valid checkpoint in checkpoint.dir unless --no-resume, which
+// starts at step 0 and is refused when checkpoint.dir already holds checkpoints.
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +17,7 @@
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/comm/group.h"
 #include "wallfacer/config/run_config.h"
+#include "wallfacer/core/error.h"
 #include "wallfacer/core/machine.h"
 #include "wallfacer/core/log.h"
 #include "wallfacer/train/output_dirs.h"
@@ -27,6 +33,42 @@ struct TrainOptions {
   std::int64_t stop_after = 0;
 };
 
+// Runs `check` on rank 0 only and shares its verdict: when it throws, every rank throws the
+// same message (wf::UserError stays one), so the job ends with it on every rank and no rank
+// goes on into a collective that rank 0 never reaches.
+void check_on_rank0_for_all(comm::Group& world, const std::function<void()>& check) {
+  enum : std::int64_t { kPassed, kUserError, kError };
+  std::string message;
+  std::int64_t verdict = kPassed;
+  if (world.rank() == 0) {
+    try {
+      check();
+    } catch (const UserError& e) {
+      message = e.what();
+      verdict = kUserError;
+    } catch (const std::exception& e) {
+      message = e.what();
+      verdict = kError;
+    }
+  }
+  if (world.size() > 1) {
+    const auto length = static_cast<std::int64_t>(message.size());
+    Tensor header = Tensor::from_vector(std::vector<std::int64_t>{length, verdict}, {2});
+    world.broadcast(header, 0);
+    const std::vector<std::int64_t> got = header.to_vector<std::int64_t>();
+    if (got[0] > 0) {
+      Tensor text = Tensor::empty({got[0]}, DType::u8);
+      if (world.rank() == 0) std::memcpy(text.data<std::uint8_t>(), message.data(), message.size());
+      world.broadcast(text, 0);
+      message.assign(reinterpret_cast<const char*>(text.data<std::uint8_t>()), static_cast<std::size_t>(got[0]));
+    }
+    verdict = got[1];
+  }
+  if (verdict == kPassed) return;
+  if (verdict == kUserError) throw UserError(message);
+  throw Error(message);
+}
+
 int train(const TrainOptions& o) {
   comm::Runtime& runtime = comm::Runtime::get();
   const config::RunConfig config = config::load_config(o.path, o.overrides);
@@ -38,8 +80,11 @@ int train(const TrainOptions& o) {
   log::info("config: {}", config::summary(config, runtime.world_size()));
   for (const std::string& note : config::notes(config)) log::warn("{}", note);
   // Rank 0 writes the checkpoints and the metrics: an unwritable directory fails the job now,
-  // not at the first save.
-  if (runtime.rank() == 0) train::check_output_dirs(config);
+  // not at the first save; so does a fresh start (--no-resume) into another run's checkpoints.
+  check_on_rank0_for_all(runtime.world(), [&] {
+    train::check_output_dirs(config);
+    if (o.no_resume) train::check_no_checkpoints(config.checkpoint.dir);
+  });
   comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), runtime.world_size(), runtime.rank()));
   train::Trainer trainer(config, grid);
   if (!o.no_resume && trainer.resume() && trainer.step() >= config.train.steps) {
@@ -63,7 +108,8 @@ void add_train_command(CLI::App& app) {
   auto options = std::make_shared<TrainOptions>();
   command->add_option("config", options->path, "The run config, e.g. configs/gpt-tiny.yaml")->required();
   command->add_option("--set", options->overrides, "Override one key, e.g. --set train.lr=3e-4 (repeatable)");
-  command->add_flag("--no-resume", options->no_resume, "Start from step 0 even when checkpoint.dir has checkpoints");
+  command->add_flag("--no-resume", options->no_resume,
+                    "Start a new run at step 0 (refused when checkpoint.dir already holds checkpoints)");
   command->add_option("--stop-after", options->stop_after,
                       "Stop once this many steps are done, as if the job were killed there (tests resume)")
       ->check(positive());

@@ -102,9 +102,12 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
             kTokenFileHeaderBytes, kHowToFix);
   }
   void* mapping = ::mmap(nullptr, static_cast<std::size_t>(file_bytes), PROT_READ, MAP_SHARED, fd, 0);
-  const std::string map_error = mapping == MAP_FAILED ? wf::detail::errno_text() : "";
-  ::close(fd);  // the mapping keeps the file open
-  WF_CHECK(mapping != MAP_FAILED, "token file '{}': cannot map it into memory: {}", path, map_error);
+  if (mapping == MAP_FAILED) {
+    const std::string reason = wf::detail::errno_text();
+    ::close(fd);
+    WF_FAIL("token file '{}': cannot map it into memory: {}", path, reason);
+  }
+  fd_ = fd;  // kept for check_not_shrunk; unmap() closes it
   mapping_ = mapping;
   mapping_bytes_ = static_cast<std::size_t>(file_bytes);
 
@@ -148,6 +151,7 @@ TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
   if (this != &other) {
     unmap();
     path_ = std::move(other.path_);
+    fd_ = std::exchange(other.fd_, -1);
     mapping_ = std::exchange(other.mapping_, nullptr);
     mapping_bytes_ = std::exchange(other.mapping_bytes_, 0);
     tokens_ = std::exchange(other.tokens_, nullptr);
@@ -159,6 +163,8 @@ TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
 
 void TokenFile::unmap() noexcept {
   if (mapping_ != nullptr) ::munmap(mapping_, mapping_bytes_);
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
   mapping_ = nullptr;
   mapping_bytes_ = 0;
   tokens_ = nullptr;
@@ -166,13 +172,26 @@ void TokenFile::unmap() noexcept {
 
 std::uint32_t TokenFile::at(std::int64_t index) const {
   WF_CHECK(index >= 0 && index < count_, "token file '{}': index {} is out of range [0, {})", path_, index, count_);
+  check_not_shrunk();
   const unsigned char* p = tokens_ + index * token_bytes_;
   return token_bytes_ == 2 ? get<std::uint16_t>(p) : get<std::uint32_t>(p);
+}
+
+void TokenFile::check_not_shrunk() const {
+  struct stat st {};
+  WF_CHECK(::fstat(fd_, &st) == 0, "token file '{}': cannot stat it: {}", path_, wf::detail::errno_text());
+  WF_CHECK(static_cast<std::uint64_t>(st.st_size) >= mapping_bytes_,
+           "token file '{}' shrank to {} bytes while this run reads it (it had {} when opened): another process "
+           "truncated or rewrote it in place, and reading on would crash (SIGBUS); restore the file (re-run "
+           "`wallfacer prepare-text`, which replaces it atomically) and resume the run, and do not modify a token "
+           "file in place while a run reads it",
+           path_, st.st_size, mapping_bytes_);
 }
 
 void TokenFile::copy(std::int64_t start, std::int64_t n, std::int64_t* out) const {
   WF_CHECK(start >= 0 && n >= 0 && start <= count_ && n <= count_ - start,
            "token file '{}': tokens [{}, {}) are out of range [0, {})", path_, start, start + n, count_);
+  check_not_shrunk();
   const unsigned char* p = tokens_ + start * token_bytes_;
   if (token_bytes_ == 2) {
     for (std::int64_t i = 0; i < n; ++i) out[i] = get<std::uint16_t>(p + 2 * i);

@@ -3,11 +3,15 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <string>
 #include <system_error>
+#include <vector>
 
 #include "src/core/atomic_file.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/train/checkpoint.h"
 
 namespace wf::train {
 
@@ -29,6 +33,20 @@ void check_writable_dir(std::string_view key, const std::string& dir) {
 void check_output_dirs(const config::RunConfig& config) {
   check_writable_dir("checkpoint.dir", config.checkpoint.dir);
   check_writable_dir("log.dir", config.log.dir);
+}
+
+void check_no_checkpoints(const std::string& dir) {
+  const std::vector<std::string> existing = CheckpointStore(dir, 0).list();
+  if (existing.empty()) return;
+  // list() holds only step-<digits> directories, oldest step first.
+  const std::string newest = std::filesystem::path(existing.back()).filename().string();
+  const std::int64_t step = std::stoll(newest.substr(newest.find('-') + 1));
+  WF_USER_FAIL(
+      "checkpoint.dir = '{}' already holds {} checkpoint{} (the newest at step {}, {}), and --no-resume starts a "
+      "new run at step 0 whose checkpoints would mix with them (pruning to keep_last would keep the newer, stale "
+      "steps, and a later resume would continue from them); point checkpoint.dir at another directory (--set "
+      "checkpoint.dir=...), delete them (rm -r '{}'/step-*), or drop --no-resume to continue from step {}",
+      dir, existing.size(), existing.size() == 1 ? "" : "s", step, existing.back(), dir, step);
 }
 
 }  // namespace wf::train

@@ -1,7 +1,9 @@
 // The batch loader, single process: every (dp, sp) rank is simulated by its own loader, and
 // what the ranks hold together is checked against the windows read straight from the source.
 #include <catch2/catch.hpp>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -243,6 +245,33 @@ TEST_CASE("token file source: reads files of the existing writer, uint16 and uin
     CHECK(values(batch.inputs) == Tokens(tokens.begin() + 64, tokens.begin() + 96));
     CHECK(values(batch.targets) == Tokens(tokens.begin() + 65, tokens.begin() + 97));
   }
+}
+
+TEST_CASE("token file source: a file truncated while read is an error naming it, not a SIGBUS", "[data][loader]") {
+  TempDir dir;
+  const std::string path = dir.file("shrinks.bin");
+  // 64 Ki uint16 tokens: 128 KiB, many pages, so most of the mapping lies past the new end.
+  std::vector<std::uint32_t> tokens(1 << 16);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint32_t>(i % 300);
+  write_token_file(path, tokens, 300);
+  const auto source = open_token_file_source(path);
+  LoaderOptions o = options_of(8, 4, 1, 1, 0);
+  o.shuffle = false;
+  const BatchLoader loader(source, o);
+  CHECK(values(loader.get(0, 0).inputs) == Tokens(tokens.begin(), tokens.begin() + 32));
+
+  // Another process truncates it in place (a read of the mapping past the new end would fault).
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, 4096) == 0);
+  ::close(fd);
+  const std::string shrank = fmt::format("token file '{}' shrank to 4096 bytes while this run reads it (it had "
+                                         "131096 when opened)",
+                                         path);
+  CHECK_THROWS_WITH(read_tokens(*source, 60000, 100), Contains(shrank) && Contains("prepare-text"));
+  CHECK_THROWS_WITH(loader.get(1000, 0), Contains(shrank));  // through the loader, past the new end
+  CHECK_THROWS_WITH(loader.get(0, 0), Contains(shrank));     // even a read within what is left
+  CHECK_THROWS_AS(loader.get(0, 0), wf::Error);
 }
 
 TEST_CASE("loader: a too-short source and inconsistent options are errors that say what to fix", "[data][loader]") {

@@ -93,6 +93,35 @@ TEST_CASE("token file reads are bounds-checked", "[data][token_file]") {
   CHECK(moved.at(2) == 7);
 }
 
+TEST_CASE("a token file truncated or replaced while mapped", "[data][token_file]") {
+  TempDir dir;
+  const std::string path = dir.file("t.bin");
+  const std::vector<std::uint32_t> tokens = random_tokens(5000, 70000, 11);  // uint32: 20024 bytes
+  write_token_file(path, tokens, 70000);
+  std::vector<std::int64_t> out(10);
+
+  SECTION("replaced by rename (write_token_file): the mapping keeps the old tokens") {
+    TokenFile file(path);
+    write_token_file(path, {1, 2}, 70000);
+    file.copy(4990, 10, out.data());
+    CHECK(out == std::vector<std::int64_t>(tokens.end() - 10, tokens.end()));
+    CHECK(TokenFile(path).size() == 2);
+  }
+  SECTION("truncated in place: at() and copy() name the file instead of faulting (SIGBUS)") {
+    const TokenFile moved_from_here = [&] {
+      TokenFile first(path);
+      return first;  // the kept descriptor moves with the mapping
+    }();
+    std::filesystem::resize_file(path, 24);
+    const std::string message = "token file '" + path + "' shrank to 24 bytes while this run reads it (it had 20024";
+    CHECK_THROWS_WITH(moved_from_here.copy(4990, 10, out.data()), Contains(message) && Contains("prepare-text"));
+    CHECK_THROWS_WITH(moved_from_here.copy(0, 1, out.data()), Contains(message));
+    CHECK_THROWS_WITH(moved_from_here.at(0), Contains(message));
+    std::filesystem::resize_file(path, 20024);  // grown back (zeros): readable again
+    CHECK(moved_from_here.at(0) == 0);
+  }
+}
+
 TEST_CASE("write_token_file replaces a file atomically", "[data][token_file]") {
   TempDir dir;
   const std::string path = dir.file("train.bin");

@@ -9,6 +9,7 @@
 
 #include "data/data_testing.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/train/checkpoint.h"
 #include "wallfacer/train/output_dirs.h"
 
 using Catch::Matchers::Contains;
@@ -59,4 +60,38 @@ TEST_CASE("an unwritable checkpoint.dir or log.dir names the key, the path and t
       CHECK_THAT(e.what(), !Contains(".cpp:"));
     }
   }
+}
+
+TEST_CASE("a fresh start (--no-resume) into a directory that holds checkpoints is refused", "[train][output_dirs]") {
+  TempDir dir;
+  const std::string ckpt = dir.file("checkpoints");
+  wf::train::check_no_checkpoints(ckpt);  // no directory yet
+  std::filesystem::create_directories(ckpt + "/.tmp-step-00000040-1");  // a crashed save's leftovers
+  std::filesystem::create_directories(ckpt + "/notes");
+  wf::train::check_no_checkpoints(ckpt);  // no checkpoint among them
+
+  wf::train::CheckpointStore store(ckpt, 0);
+  wf::train::Checkpoint checkpoint;
+  checkpoint.step = 30;
+  store.save(checkpoint);
+  CHECK_THROWS_WITH(wf::train::check_no_checkpoints(ckpt),
+                    Contains("checkpoint.dir = '" + ckpt + "' already holds 1 checkpoint (the newest at step 30, " +
+                             ckpt + "/step-00000030)") &&
+                        Contains("--no-resume starts a new run at step 0"));
+  checkpoint.step = 120;
+  store.save(checkpoint);
+  checkpoint.step = 5;
+  store.save(checkpoint);
+  try {
+    wf::train::check_no_checkpoints(ckpt);
+    FAIL("expected an error");
+  } catch (const wf::UserError& e) {
+    const std::string message = e.what();
+    CHECK_THAT(message, Contains("already holds 3 checkpoints (the newest at step 120, " + ckpt + "/step-00000120)"));
+    CHECK_THAT(message, Contains("point checkpoint.dir at another directory") &&
+                            Contains("rm -r '" + ckpt + "'/step-*") &&
+                            Contains("drop --no-resume to continue from step 120"));
+    CHECK_THAT(message, !Contains(".cpp:"));
+  }
+  CHECK(store.list().size() == 3);  // refused, nothing touched
 }

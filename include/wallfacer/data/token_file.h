@@ -30,6 +30,12 @@ void write_token_file(const std::string& path, const std::vector<std::uint32_t>&
 // A token file mapped read-only into memory: opening is O(1), pages load as they are read, and
 // processes reading the same file share them. Throws wf::Error naming the file and what is
 // wrong with it when it is not a valid token file. Move-only.
+//
+// The file stays open while mapped: at() and copy() check its size (one fstat) before reading, so a file
+// truncated in place by another process while a run reads it is a wf::Error naming the file,
+// not a SIGBUS (reading a mapped page past the new end). A truncation between that check and
+// the read itself still faults; replacing the file by rename (what write_token_file does) is
+// always safe, since the mapping keeps the old contents.
 class TokenFile {
  public:
   explicit TokenFile(const std::string& path);
@@ -42,14 +48,18 @@ class TokenFile {
   const std::string& path() const { return path_; }
   std::int64_t size() const { return count_; }            // tokens
   int token_bytes() const { return token_bytes_; }        // 2 or 4
-  std::uint32_t at(std::int64_t index) const;             // bounds-checked
+  std::uint32_t at(std::int64_t index) const;             // bounds- and size-checked (not for loops)
   // Widens tokens [start, start + n) into out[0, n) (int64, the index dtype of embeddings).
+  // wf::Error naming the file when it has shrunk since it was opened.
   void copy(std::int64_t start, std::int64_t n, std::int64_t* out) const;
 
  private:
   void unmap() noexcept;
+  // wf::Error naming the file when it is now shorter than the mapping (truncated in place).
+  void check_not_shrunk() const;
 
   std::string path_;
+  int fd_ = -1;  // kept open for check_not_shrunk's fstat
   void* mapping_ = nullptr;
   std::size_t mapping_bytes_ = 0;
   const unsigned char* tokens_ = nullptr;  // first token, inside the mapping

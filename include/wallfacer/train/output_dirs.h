@@ -16,4 +16,11 @@ void check_writable_dir(std::string_view key, const std::string& dir);
 // check_writable_dir for checkpoint.dir and log.dir of `config`.
 void check_output_dirs(const config::RunConfig& config);
 
+// For a run started with --no-resume (at step 0): wf::UserError when checkpoint.dir = `dir`
+// already holds complete checkpoints (another run's, or this run's older ones), naming the
+// directory, how many there are and the newest step, and the fixes (another checkpoint.dir,
+// deleting them, or dropping --no-resume). Starting anyway would mix the two runs: pruning to
+// keep_last keeps the newest steps, i.e. the stale ones, and a later resume continues them.
+void check_no_checkpoints(const std::string& dir);
+
 }  // namespace wf::train
