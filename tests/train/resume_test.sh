@@ -84,6 +84,34 @@ for step, loss in other_layout.items():
     assert rel < 1e-4, "the resumed run under another layout diverged"
 PY
 
+echo "== a newest checkpoint written for another model (1 layer, not 2) is skipped like a corrupt one"
+EXTRA="--set model.n_layer=1" train "$work/e" "${flags[@]}" > /dev/null
+rm -rf "$work/e/checkpoints/step-00000010" && cp -r "$work/a/checkpoints/step-00000010" "$work/e/checkpoints/"
+out="$(EXTRA="--set train.steps=25" train "$work/e" "${flags[@]}" 2>&1)"
+for part in "skipping checkpoint '$work/e/checkpoints/step-00000020'" "model.safetensors does not fit the model" \
+            "tensor 'blocks.1." "resumed from the step-10 checkpoint"; do
+  echo "$out" | grep -qF "$part" || { echo "FAIL: resume did not say '$part'"; echo "$out"; exit 1; }
+done
+
+echo "== generate names the checkpoint and the tensors when its weights do not fit its config"
+# The 1-layer checkpoint given the 2-layer config, its manifest resealed (docs/checkpoints.md).
+python3 - "$work/e/checkpoints/step-00000025/manifest.json" "$work/a/checkpoints/step-00000020/manifest.json" <<'PY'
+import hashlib, json, sys
+manifest = json.load(open(sys.argv[1]))
+manifest["config_yaml"] = json.load(open(sys.argv[2]))["config_yaml"].replace("n_layer: 2", "n_layer: 3")
+del manifest["manifest_sha256"]
+manifest["manifest_sha256"] = hashlib.sha256(json.dumps(manifest, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+json.dump(manifest, open(sys.argv[1], "w"), indent=2, ensure_ascii=False)
+PY
+if out="$("$exe" generate --checkpoint "$work/e/checkpoints/step-00000025" --tokens 2 2>&1)"; then
+  echo "FAIL: generate accepted weights that do not fit"; exit 1
+fi
+for part in "checkpoint '$work/e/checkpoints/step-00000025'" "model.safetensors does not fit the model" \
+            "tensor 'blocks.2." ; do
+  echo "$out" | grep -qF "$part" || { echo "FAIL: generate did not say '$part'"; echo "$out"; exit 1; }
+done
+if echo "$out" | grep -q "strict=false"; then echo "FAIL: generate suggests strict=false"; echo "$out"; exit 1; fi
+
 echo "== generate from the newest checkpoint"
 text="$("$exe" generate --checkpoint "$work/b/checkpoints" --prompt "In the beginning" --tokens 16 --seed 3)"
 case "$text" in "In the beginning"*) ;; *) echo "FAIL: generate printed: $text"; exit 1 ;; esac
