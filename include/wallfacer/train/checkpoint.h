@@ -19,8 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "wallfacer/nn/module.h"
 #include "wallfacer/nn/state_dict.h"
+
+namespace wf::nn {
+class Module;
+}  // namespace wf::nn
 
 namespace wf::train {
 
