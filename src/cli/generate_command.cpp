@@ -59,6 +59,10 @@ int generate(const GenerateCommandOptions& o) {
   comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), 1, 0));
   const std::shared_ptr<models::Model> model = models::create(config, grid);
   models::require_logits(*model);  // before loading weights a model cannot use
+  // The model is built from the checkpoint's own config, so a mismatch means the checkpoint is
+  // damaged or from another build: named here with its files and tensors, as load_state_dict's
+  // message is about module code ("strict=false"), not about a command line.
+  train::check_model_fits(checkpoint, *model);
   model->load_state_dict(checkpoint.model);
 
   const auto tokenizer = data::make_tokenizer(config::tokenizer_name(config.data.tokenizer), o.gpt2_dir);

@@ -6,16 +6,20 @@
 #include <cerrno>
 #include <charconv>
 #include <filesystem>
+#include <fmt/ranges.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
 
 #include "src/core/atomic_file.h"
+#include "src/train/json_limits.h"
 #include "src/train/safetensors_encode.h"
 #include "src/train/sha256.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/log.h"
+#include "wallfacer/nn/module.h"
 #include "wallfacer/train/safetensors.h"
 
 namespace wf::train {
@@ -26,9 +30,15 @@ using Json = nlohmann::ordered_json;
 
 constexpr const char* kFormat = "wallfacer-checkpoint";
 // 2: whole tensors under global names, the optimizer's keyed by parameter name (sharded_state.h),
-// and qkv rows grouped per kv head (self_attention.h). Version 1 checkpoints are refused.
-constexpr std::int64_t kVersion = 2;
+// and qkv rows grouped per kv head (self_attention.h). 3: the manifest carries the SHA-256 of its
+// own content; a version 2 manifest, which has none, could be edited unnoticed and is refused.
+constexpr std::int64_t kVersion = 3;
 constexpr const char* kManifest = "manifest.json";
+// The SHA-256 of the manifest's other fields, kept in the manifest itself (manifest_digest).
+constexpr const char* kManifestChecksum = "manifest_sha256";
+// A manifest is a config and a few strings: anything near this size is not one, and is refused
+// before it is read into memory.
+constexpr std::uintmax_t kMaxManifestBytes = 64 << 20;
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStepPrefix = "step-";
@@ -47,6 +57,14 @@ std::optional<std::int64_t> parse_step_name(const std::string& name) {
   const auto [end, ec] = std::from_chars(first, last, step);
   if (ec != std::errc() || end != last) return std::nullopt;
   return step;
+}
+
+// The SHA-256 of `manifest` without its checksum field, as compact JSON in the manifest's own key
+// order: what the writer hashes before adding the field, and what a reader recomputes from the
+// parsed file, so that layout (indentation) is free but any changed value or key is caught.
+std::string manifest_digest(Json manifest) {
+  manifest.erase(kManifestChecksum);
+  return detail::sha256_hex(manifest.dump());
 }
 
 std::string corrupt_fix(const std::string& checkpoint_dir) {
@@ -93,6 +111,7 @@ std::string manifest_text(const Checkpoint& checkpoint, const std::vector<Writte
   for (const WrittenFile& file : files) file_info[file.name] = {{"bytes", file.bytes}, {"sha256", file.sha256}};
   manifest["files"] = std::move(file_info);
   try {
+    manifest[kManifestChecksum] = manifest_digest(manifest);
     return manifest.dump(2) + "\n";
   } catch (const Json::exception& e) {
     WF_FAIL("cannot write checkpoint manifest '{}': the config and state values must be valid UTF-8 text (encode "
@@ -110,15 +129,20 @@ const Json& field(const Json& object, const char* key, bool (Json::*is_type)() c
   return object[key];
 }
 
+// The manifest, parsed and verified against its own checksum before any field of it is used.
 Json read_manifest(const std::string& manifest, const std::string& checkpoint_dir) {
   std::ifstream in(manifest, std::ios::binary);
   WF_CHECK(in, "checkpoint '{}' is incomplete: cannot read '{}': {}; delete {} to resume from the previous one",
            checkpoint_dir, manifest, wf::detail::errno_text(), checkpoint_dir);
+  std::error_code ec;
+  const std::uintmax_t bytes = fs::file_size(manifest, ec);
+  WF_CHECK(ec || bytes <= kMaxManifestBytes, "checkpoint manifest '{}' is {} bytes, above the limit of {}; {}",
+           manifest, bytes, kMaxManifestBytes, corrupt_fix(checkpoint_dir));
   std::stringstream text;
   text << in.rdbuf();
   Json json;
   try {
-    json = Json::parse(text.str());
+    json = detail::parse_bounded_json(text.str(), fmt::format("checkpoint manifest '{}'", manifest));
   } catch (const Json::exception& e) {
     WF_FAIL("checkpoint manifest '{}' is not valid JSON ({}); {}", manifest, e.what(), corrupt_fix(checkpoint_dir));
   }
@@ -131,7 +155,22 @@ Json read_manifest(const std::string& manifest, const std::string& checkpoint_di
            "checkpoint manifest '{}' has format version {}; this build of wallfacer reads version {} (use the "
            "wallfacer that wrote it)",
            manifest, version, kVersion);
+  const auto recorded =
+      field(json, kManifestChecksum, &Json::is_string, "a string", manifest, checkpoint_dir).get<std::string>();
+  const std::string actual = manifest_digest(json);
+  WF_CHECK(recorded == actual,
+           "checkpoint manifest '{}' fails its checksum: {} records {}, its content hashes to {}; it was edited or "
+           "damaged after it was written, so nothing in it can be trusted; {}",
+           manifest, kManifestChecksum, recorded, actual, corrupt_fix(checkpoint_dir));
   return json;
+}
+
+// The name of `checkpoint_dir` as given ("ckpt/step-00000010/" and "." name their last component).
+std::string dir_name(const std::string& checkpoint_dir) {
+  std::error_code ec;
+  fs::path path = fs::absolute(checkpoint_dir, ec).lexically_normal();
+  if (!path.has_filename()) path = path.parent_path();
+  return path.filename().string();
 }
 
 // Checks one file against the manifest's size and SHA-256 before anything parses it.
@@ -245,8 +284,16 @@ Checkpoint CheckpointStore::load(const std::string& checkpoint_dir) const {
   for (const char* name : {kModelFile, kOptimizerFile}) verify_file(files, name, manifest_path, checkpoint_dir);
 
   Checkpoint checkpoint;
+  checkpoint.dir = checkpoint_dir;
   checkpoint.step =
       field(manifest, "step", &Json::is_number_integer, "an integer", manifest_path, checkpoint_dir).get<std::int64_t>();
+  // The store orders and prunes checkpoints by their directory's name: a renamed directory would
+  // be resumed as another step than the one it holds.
+  const std::string name = dir_name(checkpoint_dir);
+  WF_CHECK(parse_step_name(name) == checkpoint.step,
+           "checkpoint '{}': its manifest records step {} but the directory is named '{}'; a checkpoint's directory "
+           "is named after its step: rename it to {} (or delete it)",
+           checkpoint_dir, checkpoint.step, name, step_name(checkpoint.step));
   checkpoint.config_yaml =
       field(manifest, "config_yaml", &Json::is_string, "a string", manifest_path, checkpoint_dir).get<std::string>();
   for (const auto& [key, value] :
@@ -260,11 +307,15 @@ Checkpoint CheckpointStore::load(const std::string& checkpoint_dir) const {
   return checkpoint;
 }
 
-std::optional<Checkpoint> CheckpointStore::load_latest() const {
-  const auto candidates = step_dirs(fs::path(dir_), /*with_manifest=*/false);
+std::optional<Checkpoint> CheckpointStore::load_latest(const CheckpointCheck& check,
+                                                       std::optional<std::int64_t> at_most) const {
+  auto candidates = step_dirs(fs::path(dir_), /*with_manifest=*/false);
+  if (at_most) std::erase_if(candidates, [&](const auto& entry) { return entry.first > *at_most; });
   for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
     try {
-      return load(it->second.string());
+      Checkpoint checkpoint = load(it->second.string());
+      if (check) check(checkpoint);
+      return checkpoint;
     } catch (const Error& e) {
       log::warn("skipping checkpoint '{}': {}", it->second.string(), e.what());
     }
@@ -275,6 +326,53 @@ std::optional<Checkpoint> CheckpointStore::load_latest() const {
            "version needs the wallfacer that wrote it, a damaged one can be deleted to start from scratch",
            candidates.size(), dir_);
   return std::nullopt;
+}
+
+std::optional<std::uint64_t> state_uint(const Checkpoint& checkpoint, const std::string& key, std::uint64_t max) {
+  const auto it = checkpoint.state.find(key);
+  if (it == checkpoint.state.end()) return std::nullopt;
+  const std::string& text = it->second;
+  // from_chars into an unsigned type refuses a sign, spaces and values past 2^64 - 1.
+  std::uint64_t value = 0;
+  const auto [stop, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  WF_USER_CHECK(error == std::errc() && stop == text.data() + text.size() && value <= max,
+                "checkpoint '{}': its state '{}' is '{}', not an integer from 0 to {}; {}", checkpoint.dir, key, text,
+                max, corrupt_fix(checkpoint.dir));
+  return value;
+}
+
+void check_model_fits(const Checkpoint& checkpoint, const nn::Module& model) {
+  // The checkpoint holds whole tensors: a split parameter is compared by its unpadded whole shape.
+  std::map<std::string, Shape, std::less<>> whole_shapes;
+  for (const auto& [name, shard] : model.named_parameter_shards()) whole_shapes.emplace(name, shard.unpadded_shape());
+  const nn::StateDict own = model.state_dict();
+  std::vector<std::string> problems;
+  for (const auto& [name, tensor] : own) {
+    const Tensor* found = checkpoint.model.find(name);
+    const auto whole = whole_shapes.find(name);
+    const Shape& shape = whole == whole_shapes.end() ? tensor.shape() : whole->second;
+    if (found == nullptr) {
+      problems.push_back(fmt::format("tensor '{}' is missing", name));
+    } else if (found->shape() != shape) {
+      problems.push_back(fmt::format("tensor '{}' has shape {} in the file but {} in the model", name,
+                                     shape_str(found->shape()), shape_str(shape)));
+    } else if (found->dtype() != tensor.dtype()) {
+      problems.push_back(fmt::format("tensor '{}' has dtype {} in the file but {} in the model", name,
+                                     dtype_name(found->dtype()), dtype_name(tensor.dtype())));
+    }
+  }
+  for (const auto& [name, tensor] : checkpoint.model) {
+    if (!own.contains(name)) problems.push_back(fmt::format("tensor '{}' is in the file but not in the model", name));
+  }
+  // Another model altogether differs in every tensor: the first few say enough.
+  constexpr std::size_t kShown = 8;
+  const std::size_t hidden = problems.size() > kShown ? problems.size() - kShown : 0;
+  problems.resize(problems.size() - hidden);
+  if (hidden > 0) problems.push_back(fmt::format("and {} more", hidden));
+  WF_USER_CHECK(problems.empty(),
+                "checkpoint '{}': {} does not fit the model: {}; the checkpoint was written for another model (the "
+                "config_yaml of its manifest says which) or by another build of wallfacer",
+                checkpoint.dir, (fs::path(checkpoint.dir) / kModelFile).string(), fmt::join(problems, "; "));
 }
 
 std::vector<std::string> CheckpointStore::list() const {

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "src/core/atomic_file.h"
+#include "src/train/json_limits.h"
 #include "src/train/safetensors_encode.h"
 #include "wallfacer/core/error.h"
 
@@ -253,7 +254,7 @@ SafetensorsContents load_safetensors(const std::string& path) {
   WF_CHECK(read_at(file.fd(), text.data(), text.size(), 8, path), "safetensors file '{}' is truncated", path);
   Json header;
   try {
-    header = Json::parse(text);
+    header = detail::parse_bounded_json(text, fmt::format("safetensors file '{}': the header", path));
   } catch (const Json::exception& e) {
     WF_FAIL("safetensors file '{}' has an invalid JSON header ({}): the file is corrupt or not a safetensors file",
             path, e.what());

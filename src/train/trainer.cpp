@@ -263,35 +263,63 @@ void Trainer::save_checkpoint() {
 }
 
 bool Trainer::resume() {
-  std::optional<Checkpoint> checkpoint = checkpoints_->load_latest();
-  // Every rank must restore the same step; a rank that sees another directory fails them all.
-  // One max-reduction of (step, −step) gives the largest and the smallest step seen.
-  const double step = checkpoint ? static_cast<double>(checkpoint->step) : -1.0;
-  Tensor seen = Tensor::from_vector(std::vector<double>{step, -step}, {2});
-  grid_.group("world").all_reduce(seen, comm::ReduceOp::max);
-  const double newest = seen.data<double>()[0], oldest = -seen.data<double>()[1];
-  WF_CHECK(newest == oldest,
-           "resume: the ranks found different checkpoints in {} (steps {} to {}); every rank must see the same "
-           "checkpoint directory (a shared filesystem)",
-           config_.checkpoint.dir, oldest, newest);
-  if (!checkpoint) return false;
-  load_whole_state({std::move(checkpoint->model), std::move(checkpoint->optimizer)}, *model_, *optimizer_);
-  step_ = checkpoint->step;
-  const auto offset_of = [&](const char* key) -> std::uint64_t {
-    const auto it = checkpoint->state.find(key);
-    if (it == checkpoint->state.end()) return 0;
-    std::uint64_t value = 0;
-    const char* end = it->second.data() + it->second.size();
-    const auto [stop, error] = std::from_chars(it->second.data(), end, value);
-    WF_USER_CHECK(error == std::errc() && stop == end,
-                  "resume: the checkpoint's state '{}' is '{}', not an offset (a non-negative integer); the "
-                  "checkpoint in {} is damaged: delete its newest step directory to resume from the previous one",
-                  key, it->second, config_.checkpoint.dir);
-    return value;
+  // load_latest() checks each candidate against this rank's shards by loading it into them, so a
+  // checkpoint that does not fit the model (or has a bad RNG offset) is skipped like a corrupt
+  // one. The last candidate it accepts is the one returned, so the model holds that one.
+  RngOffsets offsets;
+  const CheckpointCheck fits = [&](const Checkpoint& c) {
+    // Parsed first: a bad value rejects the checkpoint before anything is loaded.
+    offsets = {.replicated = state_uint(c, "rng.offset").value_or(0),
+               .tensor_parallel = state_uint(c, "rng.tensor_parallel.offset").value_or(0)};
+    check_model_fits(c, *model_);
+    try {
+      load_whole_state({c.model, c.optimizer}, *model_, *optimizer_);
+    } catch (const Error& e) {
+      // The model's tensors fit (checked above), so what load_whole_state refuses is the optimizer's.
+      WF_USER_FAIL("checkpoint '{}': {}/optimizer.safetensors does not fit the model: {}", c.dir, c.dir, e.what());
+    }
   };
-  seed_generators({.replicated = offset_of("rng.offset"), .tensor_parallel = offset_of("rng.tensor_parallel.offset")});
-  log::info("resumed from the step-{} checkpoint in {}", step_, config_.checkpoint.dir);
-  return true;
+  // Every rank must restore the same step, yet each decides alone which checkpoint fits its
+  // shards. Each proposes its newest fitting step; while they differ, every rank looks again at
+  // the steps up to the smallest proposed (which strictly decreases, so this ends). One
+  // max-reduction of (step, -step, failed) gives the largest and smallest proposal, and whether a
+  // rank found none that loads: then all fail together, as one rank throwing alone would leave
+  // the others waiting in the reduction.
+  std::optional<std::int64_t> at_most;
+  for (;;) {
+    std::optional<Checkpoint> checkpoint;
+    std::string failure;
+    try {
+      checkpoint = checkpoints_->load_latest(fits, at_most);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+    const double step = checkpoint ? static_cast<double>(checkpoint->step) : -1.0;
+    Tensor seen = Tensor::from_vector(std::vector<double>{step, -step, failure.empty() ? 0.0 : 1.0}, {3});
+    grid_.group("world").all_reduce(seen, comm::ReduceOp::max);
+    const double newest = seen.data<double>()[0], oldest = -seen.data<double>()[1];
+    WF_USER_CHECK(failure.empty(), "resume: {}", failure);
+    WF_USER_CHECK(seen.data<double>()[2] == 0.0,
+                  "resume: another rank found no checkpoint in {} that loads (its log says why)",
+                  config_.checkpoint.dir);
+    // Every branch below is taken by every rank alike: it depends on reduced values only.
+    if (newest == oldest) {
+      // (Checkpoints that vanished while the ranks agreed are no reason to start from scratch.)
+      WF_CHECK(checkpoint || !at_most, "resume: the checkpoints in {} changed while the ranks chose one; resume again",
+               config_.checkpoint.dir);
+      if (!checkpoint) return false;
+      step_ = checkpoint->step;
+      seed_generators(offsets);
+      log::info("resumed from the step-{} checkpoint in {}", step_, config_.checkpoint.dir);
+      return true;
+    }
+    // A rank with no checkpoint at all (up to the steps the others proposed) sees another directory.
+    WF_CHECK(oldest >= 0,
+             "resume: the ranks found different checkpoints in {} (steps {} to {}); every rank must see the same "
+             "checkpoint directory (a shared filesystem)",
+             config_.checkpoint.dir, oldest, newest);
+    at_most = static_cast<std::int64_t>(oldest);
+  }
 }
 
 void Trainer::log_step(const StepResult& result, double val_loss) {

@@ -2,7 +2,9 @@
 # `wallfacer train` end to end under mpirun: an uninterrupted run against one killed after its
 # step-10 checkpoint and resumed; then a corrupted newest checkpoint, which the next resume must
 # detect and skip; a checkpoint resumed under another sp factorisation (same losses within f32
-# summation order); then `wallfacer generate` from the result.
+# summation order); a newest checkpoint of another model, skipped; ranks that each accept other
+# checkpoints (MPMD: half the ranks see another directory) agreeing on one step, or all failing;
+# then `wallfacer generate`, refusing weights that do not fit and sampling from the result.
 #
 #   tests/train/resume_test.sh WALLFACER_EXE MPIEXEC [MPIEXEC_FLAGS...]
 #
@@ -15,15 +17,18 @@ trap 'rm -rf "$work"' EXIT
 
 # 4 ranks as dp 2 x sp 2 (WallFacer C = 1, zigzag), a small model on synthetic tokens, every step
 # logged, validation every 5 steps, a checkpoint every 10.
-train() {
-  local dir="$1"; shift
-  "$mpiexec" -np 4 "$@" "$exe" train "$root/configs/gpt-tiny.yaml" \
+# (The run's arguments apart from its directory: the agreement test below gives each half of the
+# ranks its own.)
+run_args=("$root/configs/gpt-tiny.yaml"
     --set model.n_layer=2 --set model.d_model=32 --set model.d_ff=64 --set model.max_seq_len=64 \
     --set train.seq_len=64 --set train.micro_batch_size=2 --set train.global_batch_size=8 \
     --set train.steps=20 --set train.warmup_steps=5 --set train.log_every=1 --set train.eval_every=5 \
-    --set train.eval_batches=1 --set data.source=synthetic \
-    --set checkpoint.dir="$dir/checkpoints" --set checkpoint.every=10 --set checkpoint.keep_last=2 \
-    --set log.dir="$dir" ${EXTRA:-}
+    --set train.eval_batches=1 --set data.source=synthetic --set checkpoint.every=10 --set checkpoint.keep_last=2)
+dir_args() { echo --set checkpoint.dir="$1/checkpoints" --set log.dir="$1"; }
+train() {
+  local dir="$1"; shift
+  # shellcheck disable=SC2046  # dir_args' words are meant to split
+  "$mpiexec" -np 4 "$@" "$exe" train "${run_args[@]}" $(dir_args "$dir") ${EXTRA:-}
 }
 flags=("$@")
 losses() { python3 -c 'import json,sys; [print(j["step"], j["loss"], j.get("val_loss","-")) for j in map(json.loads, open(sys.argv[1]))]' "$1"; }
@@ -83,6 +88,60 @@ for step, loss in other_layout.items():
     print(f"step {step}: dp2 x sp2 {same_layout[step]:.7f}, sp4 C2 {loss:.7f}, relative difference {rel:.1e}")
     assert rel < 1e-4, "the resumed run under another layout diverged"
 PY
+
+echo "== a newest checkpoint written for another model (1 layer, not 2) is skipped like a corrupt one"
+EXTRA="--set model.n_layer=1" train "$work/e" "${flags[@]}" > /dev/null
+cp -r "$work/e/checkpoints/step-00000020" "$work/one-layer"  # the resumed run below replaces it
+rm -rf "$work/e/checkpoints/step-00000010" && cp -r "$work/a/checkpoints/step-00000010" "$work/e/checkpoints/"
+out="$(EXTRA="--set train.steps=25" train "$work/e" "${flags[@]}" 2>&1)"
+for part in "skipping checkpoint '$work/e/checkpoints/step-00000020'" "model.safetensors does not fit the model" \
+            "tensor 'blocks.1." "resumed from the step-10 checkpoint"; do
+  echo "$out" | grep -qF "$part" || { echo "FAIL: resume did not say '$part'"; echo "$out"; exit 1; }
+done
+
+echo "== ranks whose checkpoints fit differently agree on the newest step that fits all of them"
+# Ranks 0-1 see a/'s steps 10 and 20; ranks 2-3 see step 10 and a 1-layer step 20, which they
+# reject: all must resume step 10, not each its own.
+mkdir -p "$work/f" "$work/g/checkpoints" "$work/h/checkpoints"
+cp -r "$work/a/checkpoints" "$work/f/"
+cp -r "$work/a/checkpoints/step-00000010" "$work/g/checkpoints/"
+cp -r "$work/one-layer" "$work/g/checkpoints/step-00000020"
+halves() {  # halves DIR_OF_RANKS_0_1 DIR_OF_RANKS_2_3
+  # shellcheck disable=SC2046
+  "$mpiexec" "${flags[@]}" -np 2 "$exe" train "${run_args[@]}" $(dir_args "$1") --set train.steps=25 \
+    : -np 2 "$exe" train "${run_args[@]}" $(dir_args "$2") --set train.steps=25
+}
+out="$(halves "$work/f" "$work/g" 2>&1)" || { echo "FAIL: the ranks did not agree"; echo "$out"; exit 1; }
+echo "$out" | grep -qF "resumed from the step-10 checkpoint" || { echo "FAIL: not resumed from step 10"; echo "$out"; exit 1; }
+echo "$out" | grep -qF "resumed from the step-20" && { echo "FAIL: a rank resumed step 20"; echo "$out"; exit 1; }
+# Ranks 2-3 see no checkpoint at all: they look at another directory, an error on every rank.
+if out="$(halves "$work/a" "$work/h" 2>&1)"; then echo "FAIL: ranks that see different directories trained"; exit 1; fi
+echo "$out" | grep -qF "the ranks found different checkpoints" || { echo "FAIL: no message"; echo "$out"; exit 1; }
+# Ranks 2-3 have only the 1-layer checkpoint, which none of them can use: every rank fails
+# (rather than ranks 0-1 waiting for the others forever), rank 0 saying another rank found none.
+mkdir -p "$work/i/checkpoints" && cp -r "$work/one-layer" "$work/i/checkpoints/step-00000020"
+if out="$(halves "$work/f" "$work/i" 2>&1)"; then echo "FAIL: trained without a common checkpoint"; exit 1; fi
+echo "$out" | grep -qF "another rank found no checkpoint in $work/f/checkpoints that loads" ||
+  { echo "FAIL: no message from rank 0"; echo "$out"; exit 1; }
+
+echo "== generate names the checkpoint and the tensors when its weights do not fit its config"
+# The 1-layer checkpoint given the 2-layer config, its manifest resealed (docs/checkpoints.md).
+python3 - "$work/e/checkpoints/step-00000025/manifest.json" "$work/a/checkpoints/step-00000020/manifest.json" <<'PY'
+import hashlib, json, sys
+manifest = json.load(open(sys.argv[1]))
+manifest["config_yaml"] = json.load(open(sys.argv[2]))["config_yaml"].replace("n_layer: 2", "n_layer: 3")
+del manifest["manifest_sha256"]
+manifest["manifest_sha256"] = hashlib.sha256(json.dumps(manifest, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+json.dump(manifest, open(sys.argv[1], "w"), indent=2, ensure_ascii=False)
+PY
+if out="$("$exe" generate --checkpoint "$work/e/checkpoints/step-00000025" --tokens 2 2>&1)"; then
+  echo "FAIL: generate accepted weights that do not fit"; exit 1
+fi
+for part in "checkpoint '$work/e/checkpoints/step-00000025'" "model.safetensors does not fit the model" \
+            "tensor 'blocks.2." ; do
+  echo "$out" | grep -qF "$part" || { echo "FAIL: generate did not say '$part'"; echo "$out"; exit 1; }
+done
+if echo "$out" | grep -q "strict=false"; then echo "FAIL: generate suggests strict=false"; echo "$out"; exit 1; fi
 
 echo "== generate from the newest checkpoint"
 text="$("$exe" generate --checkpoint "$work/b/checkpoints" --prompt "In the beginning" --tokens 16 --seed 3)"

@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "data/data_testing.h"
+#include "src/train/sha256.h"  // internal: the manifest's checksum, recomputed by a deliberate edit
 #include "train/train_testing.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/log.h"
+#include "wallfacer/nn/linear.h"
 #include "wallfacer/train/checkpoint.h"
 #include "wallfacer/train/safetensors.h"
 
@@ -99,6 +101,18 @@ class StderrCapture {
   int saved_ = -1;
 };
 
+using OrderedJson = nlohmann::ordered_json;
+
+OrderedJson read_manifest(const std::string& dir) { return OrderedJson::parse(read_bytes(dir + "/manifest.json")); }
+
+// Writes `manifest` with a checksum recomputed the way the writer computes it (docs/checkpoints.md):
+// an edit made on purpose, which only the checks after the checksum can catch.
+void write_resealed(const std::string& dir, OrderedJson manifest) {
+  manifest.erase("manifest_sha256");
+  manifest["manifest_sha256"] = wf::train::detail::sha256_hex(manifest.dump());
+  write_bytes(dir + "/manifest.json", manifest.dump(2));
+}
+
 void require_load_error(const CheckpointStore& store, const std::string& dir, const std::vector<std::string>& parts) {
   try {
     store.load(dir);
@@ -128,12 +142,13 @@ TEST_CASE("a checkpoint round-trips with its manifest", "[train][checkpoint]") {
 
   const auto manifest = nlohmann::json::parse(read_bytes(dir + "/manifest.json"));
   CHECK(manifest["format"] == "wallfacer-checkpoint");
-  CHECK(manifest["version"] == 2);
+  CHECK(manifest["version"] == 3);
   CHECK(manifest["step"] == 10);
   CHECK(manifest["config_yaml"] == saved.config_yaml);
   CHECK(manifest["state"]["data.position"] == "40960");
   CHECK(manifest["files"]["model.safetensors"]["bytes"] == fs::file_size(dir + "/model.safetensors"));
   CHECK(manifest["files"]["model.safetensors"]["sha256"].get<std::string>().size() == 64);
+  CHECK(manifest["manifest_sha256"].get<std::string>().size() == 64);
 
   // The parts are plain safetensors files.
   testing::require_same(load_safetensors(dir + "/model.safetensors").tensors, saved.model);
@@ -180,13 +195,14 @@ TEST_CASE("a corrupted or truncated checkpoint fails with its checksum and the f
     require_load_error(store, dir, {"is incomplete", "delete " + dir});
     CHECK(store.list().empty());  // incomplete checkpoints are not listed
   }
-  for (const int version : {1, 3}) {  // version 1: positional optimizer keys, the old qkv layout
+  // Version 1: positional optimizer keys, the old qkv layout; 2: no manifest checksum.
+  for (const int version : {1, 2, 4}) {
     DYNAMIC_SECTION("a manifest of format version " << version) {
       const std::string dir = store.save(make_checkpoint(1));
       auto manifest = nlohmann::ordered_json::parse(read_bytes(dir + "/manifest.json"));
       manifest["version"] = version;
       write_bytes(dir + "/manifest.json", manifest.dump());
-      require_load_error(store, dir, {fmt::format("format version {}", version), "reads version 2"});
+      require_load_error(store, dir, {fmt::format("format version {}", version), "reads version 3"});
     }
   }
 }
@@ -282,4 +298,165 @@ TEST_CASE("a failing save leaves the previous checkpoint intact", "[train][check
   CHECK_THROWS_WITH(store.save(binary), Contains("valid UTF-8"));
   CHECK(names(store.list()) == std::vector<std::string>{"step-00000001"});
   CHECK_FALSE(has_tmp_entries(root));
+}
+
+TEST_CASE("an edited manifest fails its own checksum before any of it is used", "[train][checkpoint]") {
+  TempDir tmp;
+  CheckpointStore store(tmp.file("ckpt"), 0);
+  const std::string dir = store.save(make_checkpoint(6));
+  const std::vector<std::string> fails = {dir + "/manifest.json", "fails its checksum", "was edited or damaged",
+                                          "delete " + dir};
+
+  SECTION("its step (which would resume step 6's weights as step 5)") {
+    auto manifest = read_manifest(dir);
+    manifest["step"] = 5;
+    write_bytes(dir + "/manifest.json", manifest.dump(2));
+    require_load_error(store, dir, fails);
+    store.save(make_checkpoint(3));
+    CHECK(store.load_latest()->step == 3);  // load_latest falls back past it like any corrupt one
+  }
+  SECTION("a state value, the config, a file's checksum, or the checksum itself") {
+    for (const auto& pointer : {"/state/rng.seed", "/config_yaml", "/files/model.safetensors/sha256",
+                                "/manifest_sha256"}) {
+      auto manifest = read_manifest(dir);
+      manifest[OrderedJson::json_pointer(pointer)] = std::string(64, 'a');
+      write_bytes(dir + "/manifest.json", manifest.dump());
+      INFO(pointer);
+      require_load_error(store, dir, fails);
+    }
+  }
+  SECTION("a checksum removed") {
+    auto manifest = read_manifest(dir);
+    manifest.erase("manifest_sha256");
+    write_bytes(dir + "/manifest.json", manifest.dump());
+    require_load_error(store, dir, {"field 'manifest_sha256' is missing"});
+  }
+  SECTION("its layout is not content: re-indented, it still loads") {
+    write_bytes(dir + "/manifest.json", read_manifest(dir).dump(4));
+    CHECK(store.load(dir).step == 6);
+  }
+  SECTION("nested two million levels deep: an error, not a stack overflow") {
+    write_bytes(dir + "/manifest.json", std::string(2'000'000, '[') + std::string(2'000'000, ']'));
+    require_load_error(store, dir, {dir + "/manifest.json", "nests JSON deeper than 128 levels"});
+  }
+  SECTION("larger than any manifest") {
+    fs::resize_file(dir + "/manifest.json", std::uintmax_t{65} << 20);  // sparse: cheap to make
+    require_load_error(store, dir, {dir + "/manifest.json", "above the limit", "delete " + dir});
+  }
+}
+
+TEST_CASE("a checkpoint's step must be its directory's", "[train][checkpoint]") {
+  TempDir tmp;
+  const std::string root = tmp.file("ckpt");
+  CheckpointStore store(root, 0);
+  store.save(make_checkpoint(3));
+  const std::string dir = store.save(make_checkpoint(6));
+
+  SECTION("a step edited and the checksum recomputed") {
+    auto manifest = read_manifest(dir);
+    manifest["step"] = 5;
+    write_resealed(dir, manifest);
+    require_load_error(store, dir, {dir, "its manifest records step 5 but the directory is named 'step-00000006'",
+                                    "rename it to step-00000005"});
+  }
+  SECTION("a directory renamed: skipped by load_latest, which falls back") {
+    const std::string renamed = root + "/step-00000009";
+    fs::rename(dir, renamed);
+    require_load_error(store, renamed, {"records step 6 but the directory is named 'step-00000009'"});
+    StderrCapture capture(tmp.file("log.txt"));
+    CHECK(store.load_latest()->step == 3);
+    const std::string warnings = capture.text();
+    if (log::enabled(log::Level::warn)) CHECK_THAT(warnings, Contains("skipping checkpoint '" + renamed + "'"));
+  }
+  SECTION("a copy under another name, or the same directory named with a trailing slash or as '.'") {
+    fs::copy(dir, root + "/best", fs::copy_options::recursive);
+    require_load_error(store, root + "/best", {"the directory is named 'best'", "rename it to step-00000006"});
+    CHECK(store.load(dir + "/").step == 6);
+    const fs::path cwd = fs::current_path();
+    fs::current_path(dir);
+    const auto step = store.load(".").step;
+    fs::current_path(cwd);
+    CHECK(step == 6);
+  }
+}
+
+TEST_CASE("state values are integers in range or refused", "[train][checkpoint]") {
+  Checkpoint c = make_checkpoint(1);
+  c.dir = "ckpt/step-00000001";
+  c.state["max"] = "18446744073709551615";
+  c.state["seven"] = "7";
+  CHECK(state_uint(c, "max") == std::numeric_limits<std::uint64_t>::max());
+  CHECK(state_uint(c, "seven", 7) == 7u);
+  CHECK_FALSE(state_uint(c, "absent").has_value());
+  CHECK_THROWS_WITH(state_uint(c, "seven", 6),
+                    Contains("checkpoint 'ckpt/step-00000001': its state 'seven' is '7', not an integer from 0 to 6") &&
+                        Contains("delete ckpt/step-00000001"));
+  for (const std::string bad : {"-1", "18446744073709551616", "99999999999999999999999", "+5", " 5", "5 ", "5x", "",
+                                "0x10", "1e3"}) {
+    c.state["bad"] = bad;
+    INFO("'" << bad << "'");
+    CHECK_THROWS_WITH(state_uint(c, "bad"), Contains("its state 'bad' is '" + bad + "', not an integer from 0 to"));
+  }
+}
+
+TEST_CASE("load_latest skips checkpoints its check rejects, and steps past at_most", "[train][checkpoint]") {
+  TempDir tmp;
+  CheckpointStore store(tmp.file("ckpt"), 0);
+  for (const std::int64_t step : {10, 20, 30}) store.save(make_checkpoint(step));
+  const CheckpointCheck reject_30 = [](const Checkpoint& c) {
+    WF_CHECK(c.step != 30, "checkpoint '{}': tensor 'x' does not fit", c.dir);
+  };
+  StderrCapture capture(tmp.file("log.txt"));
+  CHECK(store.load_latest(reject_30)->step == 20);
+  const std::string warnings = capture.text();
+  if (log::enabled(log::Level::warn)) {
+    CHECK_THAT(warnings, Contains("skipping checkpoint '" + tmp.file("ckpt") + "/step-00000030'") &&
+                             Contains("tensor 'x' does not fit"));
+  }
+  CHECK(store.load_latest({}, 25)->step == 20);
+  CHECK(store.load_latest({}, 10)->step == 10);
+  CHECK_FALSE(store.load_latest({}, 9).has_value());  // none at or below step 9
+  const CheckpointCheck reject_all = [](const Checkpoint&) { WF_FAIL("does not fit"); };
+  CHECK_THROWS_WITH(store.load_latest(reject_all), Contains("none of the 3 checkpoints"));
+}
+
+TEST_CASE("check_model_fits names the checkpoint, its model file and each tensor that differs",
+          "[train][checkpoint]") {
+  const nn::Linear model(3, 2);  // weight [2, 3], bias [2]
+  Checkpoint c;
+  c.dir = "ckpt/step-00000004";
+  c.model = model.state_dict();
+  check_model_fits(c, model);  // its own state fits
+
+  // The checkpoint's model with `name` replaced by `tensor`.
+  const auto with = [&](const std::string& name, const Tensor& tensor) {
+    nn::StateDict out;
+    for (const auto& [key, value] : c.model) out.insert(key, key == name ? tensor : value);
+    return out;
+  };
+  const std::string where = "checkpoint 'ckpt/step-00000004': ckpt/step-00000004/model.safetensors does not fit";
+  SECTION("a shape") {
+    c.model = with("weight", Tensor::zeros({3, 3}));
+    CHECK_THROWS_WITH(check_model_fits(c, model),
+                      Contains(where) && Contains("tensor 'weight' has shape [3, 3] in the file but [2, 3] in the "
+                                                  "model") &&
+                          Contains("written for another model"));
+  }
+  SECTION("a dtype") {
+    c.model = with("bias", Tensor::zeros({2}, DType::bf16));
+    CHECK_THROWS_WITH(check_model_fits(c, model),
+                      Contains(where) && Contains("tensor 'bias' has dtype bf16 in the file but f32 in the model"));
+  }
+  SECTION("a missing and an unexpected name") {
+    nn::StateDict renamed;
+    renamed.insert("weight", c.model.at("weight"));
+    renamed.insert("bias2", c.model.at("bias"));
+    c.model = renamed;
+    CHECK_THROWS_WITH(check_model_fits(c, model), Contains(where) && Contains("tensor 'bias' is missing") &&
+                                                      Contains("tensor 'bias2' is in the file but not in the model"));
+  }
+  SECTION("another model altogether: the first few") {
+    for (int i = 0; i < 20; ++i) c.model.insert(fmt::format("extra{}", i), Tensor::zeros({1}));
+    CHECK_THROWS_WITH(check_model_fits(c, model), Contains("'extra7'") && !Contains("'extra8'") && Contains("and 12 more"));
+  }
 }

@@ -126,6 +126,13 @@ TEST_CASE("safetensors loading names the file and the problem", "[train][safeten
   write_bytes(path, file_with_header("{not json"));
   require_load_error(path, "invalid JSON header");
 
+  // Two million levels of nesting: refused at level 128, not a stack overflow (the message must
+  // not print the header either).
+  write_bytes(path, file_with_header(std::string(2'000'000, '[') + std::string(2'000'000, ']')));
+  require_load_error(path, "the header nests JSON deeper than 128 levels");
+  write_bytes(path, file_with_header(R"({"__metadata__":)" + std::string(500, '[') + std::string(500, ']') + "}"));
+  require_load_error(path, "deeper than 128 levels");
+
   write_bytes(path, file_with_header("[1, 2]"));
   require_load_error(path, "must be a JSON object");
 

@@ -12,6 +12,8 @@
 // detected on load by its checksums, and load_latest() then falls back to the previous one.
 // docs/checkpoints.md describes the format.
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -19,9 +21,14 @@
 
 #include "wallfacer/nn/state_dict.h"
 
+namespace wf::nn {
+class Module;
+}  // namespace wf::nn
+
 namespace wf::train {
 
 struct Checkpoint {
+  std::string dir;  // where load() read it from (messages name it); save() does not use it
   std::int64_t step = 0;
   nn::StateDict model;
   nn::StateDict optimizer;
@@ -29,6 +36,10 @@ struct Checkpoint {
   // RNG, data-loader position, anything else the trainer restores, as (UTF-8) strings.
   std::map<std::string, std::string> state;
 };
+
+// A check of a loaded checkpoint against what will use it (the model): throws wf::Error naming
+// the problem to reject the checkpoint, which load_latest() then treats like a corrupt one.
+using CheckpointCheck = std::function<void(const Checkpoint&)>;
 
 // One writer per directory: save() removes any leftover .tmp-* entries it finds.
 class CheckpointStore {
@@ -41,12 +52,15 @@ class CheckpointStore {
   // existing checkpoints untouched.
   std::string save(const Checkpoint& checkpoint);
 
-  // The newest checkpoint that loads; a corrupt or incomplete newer one is skipped with a
-  // warning naming it and the error. nullopt when there is none.
-  std::optional<Checkpoint> load_latest() const;
+  // The newest checkpoint of at most step `at_most` (any step when absent) that loads and passes
+  // `check`; a corrupt, incomplete or rejected newer one is skipped with a warning naming it and
+  // the error. nullopt when there is none; wf::Error when there are some but none loads.
+  std::optional<Checkpoint> load_latest(const CheckpointCheck& check = {},
+                                        std::optional<std::int64_t> at_most = std::nullopt) const;
 
-  // Verifies sizes and checksums, then loads. wf::Error naming the file, the expected and actual
-  // checksum, and the fix when the checkpoint is corrupt.
+  // Verifies the manifest's own checksum, that its step is the directory's (step-00000010 holds
+  // step 10), and the files' sizes and checksums, then loads. wf::Error naming the file, the
+  // expected and actual checksum, and the fix when the checkpoint is corrupt or was edited.
   Checkpoint load(const std::string& checkpoint_dir) const;
 
   // Directories of the complete checkpoints (those with a manifest), oldest step first.
@@ -58,5 +72,16 @@ class CheckpointStore {
   std::string dir_;
   std::int64_t keep_;
 };
+
+// The non-negative integer (an RNG offset, a data position) at `key` of checkpoint.state, or
+// nullopt when absent. wf::Error naming the checkpoint, the key and the value when it is not an
+// integer from 0 to `max` (a sign, spaces, an overflow).
+std::optional<std::uint64_t> state_uint(const Checkpoint& checkpoint, const std::string& key,
+                                        std::uint64_t max = std::numeric_limits<std::uint64_t>::max());
+
+// Checks that checkpoint.model is `model`'s state: the same names, each with the parameter's
+// whole (unsplit, unpadded) shape and the model's dtype. wf::Error naming the checkpoint, its
+// model file and each tensor that differs otherwise.
+void check_model_fits(const Checkpoint& checkpoint, const nn::Module& model);
 
 }  // namespace wf::train

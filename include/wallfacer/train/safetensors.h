@@ -30,8 +30,8 @@ struct SafetensorsContents {
 };
 
 // Reads a safetensors file with dtypes F32, F64, BF16, F16, I32, I64, U8. wf::Error naming the
-// file and the problem: missing, shorter than 8 bytes, header length beyond the file, invalid
-// JSON, unknown dtype, shape inconsistent with the offsets, offsets beyond the file (truncated).
+// file and the problem: missing, shorter than 8 bytes, header length beyond the file or above
+// 100 MB, invalid JSON or JSON nested deeper than 128 levels, unknown dtype, shape inconsistent with the offsets, offsets beyond the file (truncated).
 SafetensorsContents load_safetensors(const std::string& path);
 
 }  // namespace wf::train
