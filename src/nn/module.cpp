@@ -148,6 +148,12 @@ std::vector<NamedShard> Module::named_parameter_shards() const {
   return out;
 }
 
+std::vector<ParameterShard> Module::parameter_shards() const {
+  std::vector<ParameterShard> out;
+  for (auto& [name, shard] : named_parameter_shards()) out.push_back(std::move(shard));
+  return out;
+}
+
 const ParameterShard& Module::parameter_shard(std::string_view name) const {
   // Walk the dotted path down the children; the last component names the parameter.
   const Module* module = this;

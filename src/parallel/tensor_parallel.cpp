@@ -215,9 +215,7 @@ int reduce_partial_gradients(const std::vector<Tensor>& params, const std::vecto
 }
 
 int reduce_partial_gradients(const nn::Module& module, comm::Group& tp) {
-  std::vector<nn::ParameterShard> shards;
-  for (auto& [name, shard] : module.named_parameter_shards()) shards.push_back(std::move(shard));
-  return reduce_partial_gradients(module.parameters(), shards, tp);
+  return reduce_partial_gradients(module.parameters(), module.parameter_shards(), tp);
 }
 
 }  // namespace wf::parallel

@@ -66,9 +66,7 @@ double ParallelTraining::sync_gradients(const nn::Module& model, const models::L
 }
 
 double ParallelTraining::clip_grad_norm(const nn::Module& model, double max_norm) {
-  std::vector<nn::ParameterShard> shards;
-  for (auto& [name, shard] : model.named_parameter_shards()) shards.push_back(std::move(shard));
-  return train::clip_grad_norm(model.parameters(), shards, grid_->group("tp"), max_norm);
+  return train::clip_grad_norm(model.parameters(), model.parameter_shards(), grid_->group("tp"), max_norm);
 }
 
 }  // namespace wf::train

@@ -119,7 +119,7 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
   check_supported();
   WF_CHECK(model_ != nullptr && train != nullptr, "Trainer: a model and a training data source are required");
   params_ = model_->parameters();
-  for (auto& [name, shard] : model_->named_parameter_shards()) shards_.push_back(std::move(shard));
+  shards_ = model_->parameter_shards();
   if (config_.parallel.tp > 1 && std::none_of(shards_.begin(), shards_.end(), [](const nn::ParameterShard& s) {
         return s.is_sharded();
       })) {

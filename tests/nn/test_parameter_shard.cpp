@@ -74,10 +74,13 @@ TEST_CASE("Module: parameters are whole by default; a shard is registered with i
   // Same names, same order as named_parameters(), so the two zip.
   const auto params = m.named_parameters();
   const auto shards = m.named_parameter_shards();
+  const auto unnamed = m.parameter_shards();
   REQUIRE(params.size() == shards.size());
+  REQUIRE(unnamed.size() == shards.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
     CHECK(params[i].first == shards[i].first);
     CHECK(params[i].second.shape() == shards[i].second.local_shape());
+    CHECK(shard_str(unnamed[i]) == shard_str(shards[i].second));
   }
 
   Module other(1);

@@ -68,6 +68,8 @@ class Module {
   // Where each parameter sits in its whole tensor, in named_parameters() order; and one by its
   // dotted name (wf::Error naming it when there is no such parameter).
   std::vector<NamedShard> named_parameter_shards() const;
+  // The same without the names: shards[i] describes parameters()[i].
+  std::vector<ParameterShard> parameter_shards() const;
   const ParameterShard& parameter_shard(std::string_view name) const;
   // Marks every parameter of this module and its descendants as having a gradient that is
   // partial over `group` (ParameterShard::partial_gradient_group): a factory that runs the
