@@ -32,7 +32,9 @@ double seconds_since(Clock::time_point start) {
 // Seeds of the two synthetic streams: the validation tokens never repeat the training tokens.
 constexpr std::uint64_t kSyntheticValSalt = 0x76616c6964617465ULL;  // "validate"
 
-std::shared_ptr<data::TokenSource> open_source(const config::RunConfig& c, bool validation) {
+}  // namespace
+
+std::shared_ptr<data::TokenSource> open_token_source(const config::RunConfig& c, bool validation) {
   if (c.data.source == config::DataSource::synthetic) {
     // Enough tokens that no sample repeats within the run.
     const std::int64_t batches = validation ? std::max<std::int64_t>(c.train.eval_batches, 1) : c.train.steps;
@@ -44,6 +46,8 @@ std::shared_ptr<data::TokenSource> open_source(const config::RunConfig& c, bool 
   if (path.empty()) return nullptr;
   return data::open_token_file_source(path);
 }
+
+namespace {
 
 // The training loader's options (shuffled); validation uses the same with shuffle off.
 data::LoaderOptions loader_options(const config::RunConfig& c, comm::CommGrid& grid, const models::Model& model) {
@@ -110,8 +114,8 @@ TrafficSnapshot TrafficSnapshot::take() {
 }
 
 Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid)
-    : Trainer(config, grid, models::create(config, grid), open_source(config, false),
-              config.train.eval_every > 0 ? open_source(config, true) : nullptr) {}
+    : Trainer(config, grid, models::create(config, grid), open_token_source(config, false),
+              config.train.eval_every > 0 ? open_token_source(config, true) : nullptr) {}
 
 Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::shared_ptr<models::Model> model,
                  std::shared_ptr<data::TokenSource> train, std::shared_ptr<data::TokenSource> val)

@@ -26,7 +26,6 @@
 #include "dist_testing.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/core/rng.h"
-#include "wallfacer/data/loader.h"
 #include "wallfacer/models/model.h"
 #include "wallfacer/train/sharded_state.h"
 #include "wallfacer/train/trainer.h"
@@ -85,16 +84,14 @@ wf::config::RunConfig tp_config(const TpLayout& layout) {
   return c;
 }
 
-// A trainer of `config` over `grid` whose model is in `dtype`, on the synthetic tokens the
-// Trainer would draw itself.
+// A trainer of `config` over `grid` whose model is in `dtype`, on the tokens the Trainer would
+// draw itself.
 std::unique_ptr<wf::train::Trainer> trainer_in(const wf::config::RunConfig& config, wf::comm::CommGrid& grid,
                                                DType dtype) {
   auto model = wf::models::create(config, grid);
   model->to(dtype);
-  const std::int64_t tokens =
-      config.train.steps * wf::config::global_batch_sequences(config) * config.train.seq_len + 1;
-  auto source = wf::data::make_synthetic_source(1001, tokens, static_cast<std::uint64_t>(config.train.seed));
-  return std::make_unique<wf::train::Trainer>(config, grid, std::move(model), std::move(source), nullptr);
+  return std::make_unique<wf::train::Trainer>(config, grid, std::move(model),
+                                              wf::train::open_token_source(config, false), nullptr);
 }
 
 // One step's gradients of both trainers, and their losses. Both draw dropout masks from this

@@ -41,6 +41,12 @@ namespace wf::train {
 class CheckpointStore;
 class GradReducer;
 
+// The token source a run config names: its training (or validation) token file, or for
+// data.source synthetic seeded random tokens over the model's vocabulary, enough that no sample
+// repeats within the run (the validation stream never repeats the training one). Null for a
+// validation file the config does not give.
+std::shared_ptr<data::TokenSource> open_token_source(const config::RunConfig& config, bool validation);
+
 // This rank's traffic counters by group: everything, point-to-point only, collectives only.
 struct TrafficSnapshot {
   std::map<std::string, comm::Traffic> all, p2p, collectives;
