@@ -8,12 +8,8 @@
 
 namespace wf::kernels::cpu {
 
-namespace {
-
-// Validates every target up front (serially: an exception must not escape an OpenMP region)
-// and counts the rows that are not ignored.
-std::int64_t count_targets(const char* what, std::int64_t rows, std::int64_t vocab, const std::int64_t* targets,
-                           std::int64_t ignore_index) {
+std::int64_t checked_target_count(const char* what, std::int64_t rows, std::int64_t vocab, const std::int64_t* targets,
+                                  std::int64_t ignore_index) {
   WF_CHECK(rows >= 0 && vocab >= 0, "{}: sizes must be non-negative, got rows={} vocab={}", what, rows, vocab);
   std::int64_t count = 0;
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -28,6 +24,8 @@ std::int64_t count_targets(const char* what, std::int64_t rows, std::int64_t voc
   return count;
 }
 
+namespace {
+
 // dLoss/dloss_r: the global scale times the row's upstream gradient when there is one.
 template <typename T>
 double row_scale(double grad_scale, const T* row_grad, std::int64_t r) {
@@ -39,7 +37,7 @@ double row_scale(double grad_scale, const T* row_grad, std::int64_t r) {
 template <typename T>
 std::int64_t cross_entropy_forward(std::int64_t rows, std::int64_t vocab, const T* logits, const std::int64_t* targets,
                                    std::int64_t ignore_index, T* losses, T* lse) {
-  const std::int64_t count = count_targets("cross_entropy_forward", rows, vocab, targets, ignore_index);
+  const std::int64_t count = checked_target_count("cross_entropy_forward", rows, vocab, targets, ignore_index);
 #pragma omp parallel for if (rows * vocab > 32768)
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* xr = logits + r * vocab;
@@ -79,7 +77,7 @@ template <typename T>
 void cross_entropy_backward(std::int64_t rows, std::int64_t vocab, const T* logits, const std::int64_t* targets,
                             std::int64_t ignore_index, const T* lse, double grad_scale, T* dlogits,
                             const T* row_grad) {
-  count_targets("cross_entropy_backward", rows, vocab, targets, ignore_index);
+  checked_target_count("cross_entropy_backward", rows, vocab, targets, ignore_index);
 #pragma omp parallel for if (rows * vocab > 32768)
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* xr = logits + r * vocab;
@@ -112,7 +110,7 @@ template <typename T>
 std::int64_t cross_entropy_forward_reference(std::int64_t rows, std::int64_t vocab, const T* logits,
                                              const std::int64_t* targets, std::int64_t ignore_index, T* losses,
                                              T* lse) {
-  const std::int64_t count = count_targets("cross_entropy_forward_reference", rows, vocab, targets, ignore_index);
+  const std::int64_t count = checked_target_count("cross_entropy_forward_reference", rows, vocab, targets, ignore_index);
   for (std::int64_t r = 0; r < rows; ++r) {
     const double row_lse = row_logsumexp_reference(vocab, logits + r * vocab);
     lse[r] = static_cast<T>(row_lse);
@@ -125,7 +123,7 @@ template <typename T>
 void cross_entropy_backward_reference(std::int64_t rows, std::int64_t vocab, const T* logits,
                                       const std::int64_t* targets, std::int64_t ignore_index, const T* lse,
                                       double grad_scale, T* dlogits, const T* row_grad) {
-  count_targets("cross_entropy_backward_reference", rows, vocab, targets, ignore_index);
+  checked_target_count("cross_entropy_backward_reference", rows, vocab, targets, ignore_index);
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t j = 0; j < vocab; ++j) {
       double g = 0.0;

@@ -18,6 +18,12 @@
 
 namespace wf::kernels::cpu {
 
+// Checks every target (serially, before any parallel region: an exception must not escape
+// OpenMP): each is ignore_index or in [0, vocab), else a wf::Error naming `what`, the row and the
+// value. Returns how many are not ignored.
+std::int64_t checked_target_count(const char* what, std::int64_t rows, std::int64_t vocab, const std::int64_t* targets,
+                                  std::int64_t ignore_index);
+
 // Writes losses[r] (0 for ignored rows) and lse[r] = logsumexp(logits_r) (for every row) and
 // returns the number of rows that are not ignored.
 template <typename T>

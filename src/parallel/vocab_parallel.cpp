@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/cross_entropy.h"
 #include "src/ops/common.h"
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/core/error.h"
@@ -30,23 +31,6 @@ nn::ParameterShard vocab_rows(const nn::EmbeddingOptions& options, comm::Group& 
                                           0, tp.size(), tp.rank(), options.num_embeddings);
 }
 
-// Validates every target before any collective (the targets are replicated, so every rank
-// throws alike or none does) and counts those that are not ignored.
-std::int64_t checked_count(std::int64_t rows, const std::int64_t* targets, std::int64_t vocab_size,
-                           std::int64_t ignore_index) {
-  std::int64_t count = 0;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t t = targets[r];
-    if (t == ignore_index) continue;
-    WF_CHECK(t >= 0 && t < vocab_size,
-             "{}: target {} of row {} is outside the vocabulary [0, {}) and is not ignore_index ({}); "
-             "fix the labels or mark padding with ignore_index",
-             kLoss, t, r, vocab_size, ignore_index);
-    ++count;
-  }
-  return count;
-}
-
 // The loss is a function of every rank's shard, computed identically (replicated) on each, so
 // by collectives.h's convention it is counted once and each shard's gradient is its own slice
 // of the whole gradient: the backward needs no communication.
@@ -61,7 +45,8 @@ class VocabParallelCrossEntropy final : public autograd::Function {
     const Tensor& targets = in[1];
     const std::int64_t rows = ops::rows_of(in[0].shape()), k = in[0].size(-1);
     const std::int64_t* tgt = targets.data<std::int64_t>();
-    count_ = checked_count(rows, tgt, vocab_size_, ignore_index_);
+    // Every target checked before any collective: they are replicated, so all ranks throw alike.
+    count_ = kernels::cpu::checked_target_count(kLoss, rows, vocab_size_, tgt, ignore_index_);
     // Per row, in double: the max, then [sum of exp(x - max) | the target logit].
     Tensor max = Tensor::empty({rows}, DType::f64), sums = Tensor::zeros({2 * rows}, DType::f64);
     double* mx = max.data<double>();
