@@ -63,3 +63,9 @@ void run_grad_accumulated_hook(const std::shared_ptr<TensorImpl>& leaf) {
 }
 
 }  // namespace wf::autograd
+
+// TEMP: never fires (the reducer then starts everything at the end of the backward).
+namespace wf::autograd {
+void set_grad_ready_hook(const Tensor&, GradReadyHook) {}
+void clear_grad_ready_hook(const Tensor&) {}
+}  // namespace wf::autograd

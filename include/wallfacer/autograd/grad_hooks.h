@@ -33,3 +33,10 @@ void clear_grad_accumulated_hook(const Tensor& leaf);
 void run_grad_accumulated_hook(const std::shared_ptr<TensorImpl>& leaf);
 
 }  // namespace wf::autograd
+
+// TEMP (replaced by the engine's implementation): declared so the reducer compiles.
+namespace wf::autograd {
+using GradReadyHook = std::function<void(const Tensor& leaf)>;
+void set_grad_ready_hook(const Tensor& leaf, GradReadyHook hook);
+void clear_grad_ready_hook(const Tensor& leaf);
+}  // namespace wf::autograd

@@ -1,0 +1,82 @@
+#pragma once
+// FlatLayout: where every parameter of a rank lives in flat per-dtype buffers, how those buffers
+// are cut into gradient buckets, and which part of each bucket each replica owns under ZeRO.
+// Pure arithmetic on (numel, dtype) lists, like comm::ProcessGrid: the same inputs give the same
+// layout on every rank, which is what lets the replicas post the same collectives in the same
+// order and lets the tensor-parallel ranks (whose shards have equal shapes) agree on it too.
+//
+//   buffer of one dtype:  | bucket 0 | bucket 1 | ...          (bucket 0 = the LAST parameters)
+//   bucket b:             | p_k | p_k-1 | ... | pad |          numel a multiple of `replicas`
+//   replica r owns:       [offset_b + r·chunk_b, offset_b + (r+1)·chunk_b), chunk_b = numel_b / replicas
+//
+// Buckets take parameters in REVERSE order (the backward produces the last layers' gradients
+// first, so their buckets fill first), hold one dtype and at most `bucket_bytes` of parameters,
+// except that a parameter larger than that gets a bucket of its own. Each bucket is padded with
+// zeros to a multiple of `replicas` so that a reduce-scatter splits it evenly (Megatron's
+// distributed optimizer does the same); with replicas = 1 nothing is padded.
+//
+// The gradients of the replicas (ZeRO-0: every replica reduces every bucket in place), the
+// shards of ZeRO-1/2 (replica r reduce-scatters bucket b into its chunk, updates the parameters'
+// elements in that chunk, and all-gathers the bucket), the optimizer's slots and the
+// checkpoint's pieces (train/sharded_tensor.h) are all read off this one description.
+#include <cstdint>
+#include <vector>
+
+#include "wallfacer/core/dtype.h"
+
+namespace wf::train {
+
+class FlatLayout {
+ public:
+  struct Param {
+    std::int64_t numel = 0;
+    DType dtype = DType::f32;
+  };
+  // One parameter's place: buffer `buffer`, elements [offset, offset + numel).
+  struct Slot {
+    std::size_t buffer = 0;
+    std::size_t bucket = 0;
+    std::int64_t offset = 0;
+    std::int64_t numel = 0;
+  };
+  struct Bucket {
+    std::size_t buffer = 0;
+    std::int64_t offset = 0;  // in the buffer
+    std::int64_t numel = 0;   // padded: a multiple of replicas
+    std::vector<std::size_t> params;  // in the order they sit in the bucket
+    std::int64_t chunk = 0;           // numel / replicas: what each replica owns of it
+    std::int64_t shard_offset = 0;    // where one replica's chunk sits in the buffer's shard
+  };
+  struct Buffer {
+    DType dtype = DType::f32;
+    std::int64_t numel = 0;        // all its buckets, padding included
+    std::int64_t shard_numel = 0;  // one replica's chunks of all its buckets: numel / replicas
+  };
+  // The part of parameter k a replica owns: its elements [begin, end) (row-major), which sit at
+  // [shard_offset, shard_offset + end - begin) of the buffer's shard. Empty when begin == end.
+  struct Owned {
+    std::int64_t begin = 0;
+    std::int64_t end = 0;
+    std::int64_t shard_offset = 0;
+    bool empty() const { return begin == end; }
+  };
+
+  FlatLayout() = default;
+  // wf::Error for bucket_bytes <= 0, replicas < 1 or a parameter without elements.
+  FlatLayout(const std::vector<Param>& params, std::int64_t bucket_bytes, int replicas);
+
+  int replicas() const { return replicas_; }
+  const std::vector<Buffer>& buffers() const { return buffers_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const std::vector<Slot>& slots() const { return slots_; }
+  // Parameter k's elements that replica `replica` owns (ZeRO).
+  Owned owned(std::size_t param, int replica) const;
+
+ private:
+  int replicas_ = 1;
+  std::vector<Buffer> buffers_;
+  std::vector<Bucket> buckets_;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace wf::train

@@ -1,0 +1,266 @@
+// Flat gradient buffers, their overlapped reduction and ZeRO sharding (replica_gradients.h).
+#include "wallfacer/train/replica_gradients.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "wallfacer/autograd/grad_hooks.h"
+#include "wallfacer/autograd/grad_mode.h"
+#include "wallfacer/autograd/node.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/log.h"
+
+namespace wf::train {
+namespace {
+
+std::vector<FlatLayout::Param> layout_params(const std::vector<Tensor>& params) {
+  std::vector<FlatLayout::Param> out;
+  out.reserve(params.size());
+  for (const Tensor& p : params) out.push_back({p.numel(), p.dtype()});
+  return out;
+}
+
+// Moves `param`'s values into `view` and makes the parameter a view of it: every holder of the
+// parameter (modules, the optimizer) shares its TensorImpl, so they all see the new storage, as
+// with PyTorch's `param.data = buffer_view` in Megatron's distributed optimizer.
+void move_into(Tensor& param, const Tensor& view) {
+  Tensor target = view;
+  target.copy_(param.view({param.numel()}));
+  TensorImpl& impl = *param.impl();
+  impl.storage = view.impl()->storage;
+  impl.offset = view.impl()->offset;
+}
+
+// TEMP until comm's non-blocking forms land: blocking, done when posted.
+comm::Request start_reduce_scatter(comm::Group& g, const Tensor& input, Tensor& output) {
+  g.reduce_scatter(input, output);
+  return {};
+}
+comm::Request start_all_gather(comm::Group& g, const Tensor& input, Tensor& output) {
+  g.all_gather(input, output);
+  return {};
+}
+
+std::int64_t bytes_of(const std::vector<Tensor>& tensors) {
+  std::int64_t total = 0;
+  for (const Tensor& t : tensors) total += t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0;
+  return total;
+}
+
+}  // namespace
+
+ReplicaGradients::ReplicaGradients(comm::Group& replicas, std::vector<Tensor> params, ReplicaGradientOptions options)
+    : group_(replicas), params_(std::move(params)), options_(options) {
+  WF_CHECK(options_.zero >= 0 && options_.zero <= 2, "ZeRO stage {} does not exist; use 0, 1 or 2", options_.zero);
+  WF_CHECK(options_.staging_buffers >= 1, "ReplicaGradients: staging_buffers must be at least 1, got {}",
+           options_.staging_buffers);
+  for (const Tensor& p : params_) {
+    WF_CHECK(p.device().is_cpu(), "ReplicaGradients: parameter of shape {} is on {}; only CPU parameters are supported",
+             shape_str(p.shape()), p.device().str());
+  }
+  stage_ = group_.size() > 1 ? options_.zero : 0;
+  layout_ = FlatLayout(layout_params(params_), options_.bucket_bytes, stage_ > 0 ? group_.size() : 1);
+  const auto& buffers = layout_.buffers();
+  const auto& slots = layout_.slots();
+  autograd::NoGradGuard no_grad;
+  if (stage_ < 2) {
+    for (const auto& b : buffers) grad_buffers_.push_back(Tensor::zeros({b.numel}, b.dtype));
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      const auto& s = slots[k];
+      params_[k].set_grad(grad_buffers_[s.buffer].slice0(s.offset, s.offset + s.numel).view(params_[k].shape()));
+    }
+  }
+  if (stage_ == 0) {
+    optimizer_params_ = params_;
+    for (std::size_t k = 0; k < params_.size(); ++k) pieces_.push_back({k, 0, params_[k].numel()});
+  } else {
+    for (const auto& b : buffers) {
+      grad_shards_.push_back(Tensor::zeros({b.shard_numel}, b.dtype));
+      param_buffers_.push_back(Tensor::zeros({b.numel}, b.dtype));
+    }
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      const auto& s = slots[k];
+      move_into(params_[k], param_buffers_[s.buffer].slice0(s.offset, s.offset + s.numel));
+      const FlatLayout::Owned o = layout_.owned(k, group_.rank());
+      if (o.empty()) continue;
+      Tensor piece = param_buffers_[s.buffer].slice0(s.offset + o.begin, s.offset + o.end);
+      piece.set_grad(grad_shards_[s.buffer].slice0(o.shard_offset, o.shard_offset + (o.end - o.begin)));
+      optimizer_params_.push_back(piece);
+      pieces_.push_back({k, o.begin, o.end});
+    }
+  }
+  const std::size_t n_buckets = layout_.buckets().size();
+  ready_.assign(params_.size(), 0);
+  pending_.assign(n_buckets, 0);
+  requests_.resize(n_buckets);
+  output_.resize(n_buckets);
+  staging_.resize(n_buckets);
+  written_.assign(n_buckets, 0);
+  if (options_.overlap && group_.size() > 1) {
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      autograd::set_grad_ready_hook(params_[k], [this, k](const Tensor&) { on_ready(k); });
+    }
+  }
+}
+
+ReplicaGradients::~ReplicaGradients() {
+  for (const Tensor& p : params_) autograd::clear_grad_ready_hook(p);
+  try {
+    for (comm::Request& r : requests_) std::exchange(r, {}).wait();
+  } catch (const std::exception& e) {
+    log::error("gradients of group '{}': a collective still in flight failed: {}", group_.name(), e.what());
+  }
+}
+
+Tensor ReplicaGradients::bucket_view(const Tensor& buffer, std::size_t bucket) const {
+  const auto& b = layout_.buckets()[bucket];
+  return buffer.slice0(b.offset, b.offset + b.numel);
+}
+
+Tensor ReplicaGradients::chunk_view(const Tensor& shard, std::size_t bucket) const {
+  const auto& b = layout_.buckets()[bucket];
+  return shard.slice0(b.shard_offset, b.shard_offset + b.chunk);
+}
+
+void ReplicaGradients::begin_backward(bool last_microbatch) {
+  WF_CHECK(!in_backward_, "ReplicaGradients::begin_backward twice without end_backward");
+  in_backward_ = true;
+  last_microbatch_ = last_microbatch;
+  // ZeRO-2 reduces every microbatch's gradients (they do not persist); 0 and 1 the sum of all.
+  const bool reduces = group_.size() > 1 && (stage_ == 2 || last_microbatch);
+  overlapping_ = reduces && options_.overlap;
+  std::fill(ready_.begin(), ready_.end(), 0);
+  next_bucket_ = next_complete_ = 0;
+  for (std::size_t b = 0; b < pending_.size(); ++b) {
+    pending_[b] = static_cast<int>(layout_.buckets()[b].params.size());
+  }
+  if (last_microbatch) stats_ = Stats{.buckets = static_cast<std::int64_t>(pending_.size())};
+}
+
+void ReplicaGradients::on_ready(std::size_t param) {
+  if (!in_backward_ || ready_[param]) return;  // a backward outside begin/end is not ours to reduce
+  ready_[param] = 1;
+  if (!overlapping_) return;
+  if (stage_ == 2) stage_gradient(param);
+  --pending_[layout_.slots()[param].bucket];
+  launch_ready(false);
+}
+
+void ReplicaGradients::launch_ready(bool at_end) {
+  while (next_bucket_ < pending_.size() && (at_end || pending_[next_bucket_] == 0)) launch(next_bucket_++, at_end);
+}
+
+Tensor& ReplicaGradients::staging(std::size_t bucket) {
+  Tensor& mine = staging_[bucket];
+  if (mine.defined()) return mine;
+  // At the cap, the oldest collective in flight finishes first and frees its buffer.
+  while (staging_in_use_ >= options_.staging_buffers && next_complete_ < next_bucket_) complete(next_complete_++);
+  const auto& b = layout_.buckets()[bucket];
+  const DType dtype = layout_.buffers()[b.buffer].dtype;
+  const auto fits = std::find_if(pool_.begin(), pool_.end(),
+                                 [&](const Tensor& t) { return t.dtype() == dtype && t.numel() >= b.numel; });
+  Tensor base;
+  if (fits != pool_.end()) {
+    base = *fits;
+    pool_.erase(fits);
+  } else {
+    base = Tensor::empty({b.numel}, dtype);
+    staging_bytes_ += static_cast<std::int64_t>(base.nbytes());
+    staging_bytes_peak_ = std::max(staging_bytes_peak_, staging_bytes_);
+  }
+  ++staging_in_use_;
+  mine = base.slice0(0, b.numel);
+  mine.zero_();  // padding, and parameters no gradient reached, take part as zeros
+  return mine;
+}
+
+void ReplicaGradients::stage_gradient(std::size_t param) {
+  Tensor p = params_[param];
+  const Tensor g = p.grad();
+  if (!g.defined()) return;
+  const auto& s = layout_.slots()[param];
+  const auto& b = layout_.buckets()[s.bucket];
+  Tensor slot = staging(s.bucket).slice0(s.offset - b.offset, s.offset - b.offset + s.numel);
+  slot.copy_(g.view({s.numel}));
+  p.set_grad(Tensor());  // the full-size gradient does not outlive its copy
+}
+
+void ReplicaGradients::launch(std::size_t bucket, bool at_end) {
+  const auto& b = layout_.buckets()[bucket];
+  switch (stage_) {
+    case 0:
+      output_[bucket] = bucket_view(grad_buffers_[b.buffer], bucket);
+      requests_[bucket] = group_.iall_reduce(output_[bucket]);
+      break;
+    case 1:
+      output_[bucket] = chunk_view(grad_shards_[b.buffer], bucket);
+      requests_[bucket] = start_reduce_scatter(group_, bucket_view(grad_buffers_[b.buffer], bucket), output_[bucket]);
+      break;
+    default: {
+      for (std::size_t k : b.params) {
+        if (!ready_[k]) stage_gradient(k);  // not staged by a hook (overlap off, or not reached)
+      }
+      Tensor& input = staging(bucket);
+      // The first reduction of the step writes the shard; later microbatches' are added to it.
+      output_[bucket] = written_[bucket] ? Tensor::empty({b.chunk}, input.dtype())
+                                         : chunk_view(grad_shards_[b.buffer], bucket);
+      requests_[bucket] = start_reduce_scatter(group_, input, output_[bucket]);
+    }
+  }
+  if (last_microbatch_) ++(at_end ? stats_.launched_at_end : stats_.launched_in_backward);
+}
+
+void ReplicaGradients::complete(std::size_t bucket) {
+  std::exchange(requests_[bucket], {}).wait();
+  Tensor received = std::exchange(output_[bucket], {});
+  if (stage_ != 2) return;
+  Tensor shard = chunk_view(grad_shards_[layout_.buckets()[bucket].buffer], bucket);
+  if (written_[bucket]) autograd::accumulate_into(shard, received);  // a later microbatch's
+  written_[bucket] = 1;
+  pool_.push_back(std::exchange(staging_[bucket], {}));
+  --staging_in_use_;
+}
+
+void ReplicaGradients::complete_all() {
+  while (next_complete_ < next_bucket_) complete(next_complete_++);
+}
+
+void ReplicaGradients::end_backward() {
+  WF_CHECK(in_backward_, "ReplicaGradients::end_backward without begin_backward");
+  const bool reduces = group_.size() > 1 && (stage_ == 2 || last_microbatch_);
+  if (reduces) {
+    launch_ready(/*at_end=*/true);
+    complete_all();
+  }
+  in_backward_ = false;
+  overlapping_ = false;
+}
+
+void ReplicaGradients::gather_parameters() {
+  if (stage_ == 0) return;
+  autograd::NoGradGuard no_grad;
+  const auto& buckets = layout_.buckets();
+  std::vector<Tensor> mine(buckets.size()), wholes(buckets.size());
+  std::vector<comm::Request> gathers(buckets.size());
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    const auto& b = buckets[i];
+    wholes[i] = bucket_view(param_buffers_[b.buffer], i);
+    // A copy of this replica's chunk: MPI forbids the input to alias the output.
+    mine[i] = wholes[i].slice0(group_.rank() * b.chunk, (group_.rank() + 1) * b.chunk).clone();
+    gathers[i] = start_all_gather(group_, mine[i], wholes[i]);
+  }
+  for (comm::Request& r : gathers) r.wait();
+}
+
+void ReplicaGradients::zero_grad() {
+  for (Tensor& buffer : grad_buffers_) buffer.zero_();
+  // ZeRO-2's shard needs no zeroing: every bucket is reduced in every microbatch, the first
+  // reduction of a step writes it and the later ones add to it.
+  std::fill(written_.begin(), written_.end(), 0);
+}
+
+std::int64_t ReplicaGradients::gradient_bytes() const {
+  return bytes_of(grad_buffers_) + bytes_of(grad_shards_) + staging_bytes_peak_;
+}
+
+}  // namespace wf::train
