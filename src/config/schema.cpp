@@ -68,10 +68,10 @@ Field make_field(std::string section, std::string key, S RunConfig::*sec, Member
 }
 
 template <typename S, typename T>
-Field integer(std::string section, std::string key, S RunConfig::*sec, Member<S, T> member, std::int64_t min) {
-  const std::int64_t max = std::numeric_limits<T>::max();
+Field integer(std::string section, std::string key, S RunConfig::*sec, Member<S, T> member, std::int64_t min,
+              std::int64_t max = std::numeric_limits<T>::max()) {
   return make_field<S, T>(
-      std::move(section), std::move(key), sec, member, integer_expected(min),
+      std::move(section), std::move(key), sec, member, max == std::numeric_limits<T>::max() ? integer_expected(min) : integer_expected(min, max),
       [min, max](T& out, std::string_view text) -> std::string {
         std::int64_t value = 0;
         std::string problem = parse_integer(text, min, max, value);
@@ -134,6 +134,8 @@ std::vector<Field> make_fields() {
       choice(KEY(parallel, placement), kPlacements),
       choice(KEY(parallel, sp_strategy), kStrategies),
       boolean(KEY(parallel, tp_shard_activations)),
+      integer(KEY(parallel, zero), 0, 2),
+      number(KEY(parallel, grad_bucket_mb), 0.0, false),
 
       integer(KEY(train, steps), 1),
       integer(KEY(train, micro_batch_size), 1),

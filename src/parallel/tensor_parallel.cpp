@@ -196,7 +196,7 @@ int reduce_partial_gradients(const std::vector<Tensor>& params, const std::vecto
     if (shards[i].partial_gradient_group != tp.name()) continue;
     Tensor param = params[i];
     if (!param.grad().defined()) param.set_grad(Tensor::zeros(param.shape(), param.dtype()));
-    partial[param.dtype()].push_back(param);
+    partial[param.dtype()].push_back(param);  // (a gradient may be a view of a flat buffer: written in place below)
   }
   int count = 0;
   for (auto& [dtype, group] : partial) {
@@ -206,7 +206,8 @@ int reduce_partial_gradients(const std::vector<Tensor>& params, const std::vecto
     tp.all_reduce(packed, comm::ReduceOp::sum);
     std::int64_t at = 0;
     for (Tensor& param : group) {
-      param.set_grad(reshape(narrow(packed, 0, at, param.numel()), param.shape()).clone());
+      Tensor grad = param.grad();
+      grad.copy_(reshape(narrow(packed, 0, at, param.numel()), param.shape()));
       at += param.numel();
       ++count;
     }

@@ -3,25 +3,18 @@
 #include <cstring>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/train/flat_layout.h"
 #include "wallfacer/train/optimizer.h"
 
 namespace wf::train {
 
 std::vector<GradBucket> plan_gradient_buckets(const std::vector<Tensor>& params, std::int64_t bucket_bytes) {
-  WF_CHECK(bucket_bytes > 0, "gradient buckets: bucket_bytes must be positive, got {}", bucket_bytes);
+  std::vector<FlatLayout::Param> sizes;
+  for (const Tensor& p : params) sizes.push_back({p.numel(), p.dtype()});
+  const FlatLayout layout(sizes, bucket_bytes, /*replicas=*/1);  // the Trainer's buckets, unpadded
   std::vector<GradBucket> buckets;
-  std::int64_t bytes = 0;
-  for (std::size_t k = params.size(); k-- > 0;) {
-    const Tensor& p = params[k];
-    const auto size = static_cast<std::int64_t>(p.nbytes());
-    const bool fits = !buckets.empty() && buckets.back().dtype == p.dtype() && bytes + size <= bucket_bytes;
-    if (!fits) {
-      buckets.emplace_back().dtype = p.dtype();
-      bytes = 0;
-    }
-    buckets.back().params.push_back(k);
-    buckets.back().numel += p.numel();
-    bytes += size;
+  for (const auto& b : layout.buckets()) {
+    buckets.push_back({.params = b.params, .dtype = layout.buffers()[b.buffer].dtype, .numel = b.numel});
   }
   return buckets;
 }

@@ -186,6 +186,11 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
 
 double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
                       comm::Group& tp, double max_norm) {
+  return clip_grad_norm(params, shards, tp, nullptr, max_norm);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
+                      comm::Group& tp, comm::Group* replicas, double max_norm) {
   WF_CHECK(shards.size() == params.size(), "clip_grad_norm: {} shard descriptions for {} parameters",
            shards.size(), params.size());
   // [0]: the split parameters' squares (summed over tp), [1]: the replicated ones' (counted once).
@@ -198,9 +203,11 @@ double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::P
              nn::shard_str(shards[i]), tp.name(), tp.size());
     s[split ? 0 : 1] += grad_sum_of_squares(params[i]);
   }
-  Tensor split_sum = sums.slice0(0, 1).clone();
+  Tensor split_sum = sums.slice0(0, 1);  // a view: the tp sum lands in `sums`
   if (tp.size() > 1) tp.all_reduce(split_sum);
-  return clip_to(params, std::sqrt(split_sum.item() + s[1]), max_norm);
+  // ZeRO: the other pieces of every parameter are the other replicas'.
+  if (replicas != nullptr && replicas->size() > 1) replicas->all_reduce(sums);
+  return clip_to(params, std::sqrt(s[0] + s[1]), max_norm);
 }
 
 void scale_gradients(const std::vector<Tensor>& params, double factor) {

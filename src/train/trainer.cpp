@@ -15,7 +15,7 @@
 #include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/parallel/tensor_parallel.h"
 #include "wallfacer/train/checkpoint.h"
-#include "wallfacer/train/grad_reducer.h"
+#include "wallfacer/train/replica_gradients.h"
 #include "wallfacer/train/grad_sync.h"
 #include "wallfacer/train/peak_flops.h"
 #include "wallfacer/train/sharded_state.h"
@@ -131,10 +131,8 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
               "(correct, but tp {} times the work); build its layers with models::tensor_parallel_layers",
               config_.parallel.tp, model_->name(), config_.parallel.tp);
   }
-  set_grad_overlap(true);
+  set_grad_overlap(true, static_cast<std::int64_t>(config_.parallel.grad_bucket_mb * (1 << 20)));
   const auto& t = config_.train;
-  optimizer_ = std::make_unique<AdamW>(
-      params_, AdamWOptions{.lr = t.lr, .beta1 = t.beta1, .beta2 = t.beta2, .weight_decay = t.weight_decay});
   // A run shorter than its warmup (a quick smoke run of a preset) has the warmup cut at its end;
   // config::notes warns about it.
   schedule_ = CosineSchedule{
@@ -152,9 +150,44 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
 Trainer::~Trainer() = default;
 
 void Trainer::set_grad_overlap(bool overlap, std::int64_t bucket_bytes) {
-  reducer_.reset();  // first: its hooks go before a new reducer sets its own
-  grad_bucket_bytes_ = bucket_bytes;
-  if (overlap && replicas_.size() > 1) reducer_ = std::make_unique<GradReducer>(replicas_, params_, bucket_bytes);
+  WF_CHECK(step_ == 0 && history_.empty(),
+           "Trainer::set_grad_overlap after training started: it rebuilds the optimizer; call it before resume() "
+           "and fit()");
+  optimizer_.reset();  // holds views of the old gradient buffers
+  grads_.reset();      // first: its hooks go before a new instance sets its own
+  grads_ = std::make_unique<ReplicaGradients>(
+      replicas_, params_,
+      ReplicaGradientOptions{.zero = config_.parallel.zero, .bucket_bytes = bucket_bytes, .overlap = overlap});
+  // The optimizer updates what this replica owns: whole parameters, or under ZeRO its pieces of
+  // them, which keep their parameter's weight-decay rule (matrices decay, vectors do not).
+  optimizer_shards_.clear();
+  for (const auto& piece : grads_->pieces()) optimizer_shards_.push_back(shards_[piece.param]);
+  const auto& t = config_.train;
+  optimizer_ = std::make_unique<AdamW>(
+      grads_->optimizer_params(),
+      AdamWOptions{.lr = t.lr, .beta1 = t.beta1, .beta2 = t.beta2, .weight_decay = t.weight_decay});
+  for (std::size_t i = 0; i < grads_->pieces().size(); ++i) {
+    optimizer_->set_weight_decay(i, params_[grads_->pieces()[i].param].dim() >= 2);
+  }
+}
+
+std::vector<OptimizerSlot> Trainer::optimizer_slots() const {
+  const std::vector<nn::NamedShard> named = model_->named_parameter_shards();
+  // One replica writes what every replica holds alike; a piece of a parameter tp does not split
+  // is the same on every tp rank, so tp rank 0 writes it.
+  const bool sharded_over_replicas = grads_->zero() > 0;
+  const bool first_replica = replicas_.rank() == 0;
+  const bool first_tp = grid_.group("tp").rank() == 0;
+  std::vector<OptimizerSlot> slots;
+  for (const auto& piece : grads_->pieces()) {
+    const auto& [name, shard] = named[piece.param];
+    slots.push_back({.name = name,
+                     .shard = shard,
+                     .flat_begin = piece.begin,
+                     .flat_end = piece.end,
+                     .writer = (sharded_over_replicas || first_replica) && (shard.is_sharded() || first_tp)});
+  }
+  return slots;
 }
 
 void Trainer::check_supported() const {
@@ -185,19 +218,20 @@ double Trainer::compute_gradients() {
   for (std::int64_t micro = 0; micro < accum; ++micro) {
     const models::LossSum loss = model_->loss_sum(models::token_batch(train_loader_->get(step_, micro)));
     local.add(loss.sum.item(), loss.count);
-    if (reducer_) reducer_->prepare(/*last_microbatch=*/micro + 1 == accum);
+    grads_->begin_backward(/*last_microbatch=*/micro + 1 == accum);
     // The gradient of the loss SUM: normalised below, once, by the global count.
     autograd::backward({loss.sum});
+    grads_->end_backward();
   }
-  if (reducer_) {
-    reducer_->finish();
-  } else {
-    all_reduce_gradients(replicas_, params_, grad_bucket_bytes_);
-  }
+  // From here on the gradients are the optimizer's: whole parameters', or this replica's pieces
+  // of them under ZeRO (the same positions on every tp rank: their shards have equal shapes).
+  const std::vector<Tensor>& grads = grads_->optimizer_params();
   // With activation sharding the norms (and row biases) saw 1/tp of the tokens each.
-  parallel::reduce_partial_gradients(params_, shards_, grid_.group("tp"));
-  return normalise_gradients(replicas_, params_, local);
+  parallel::reduce_partial_gradients(grads, optimizer_shards_, grid_.group("tp"));
+  return normalise_gradients(replicas_, grads, local);
 }
+
+void Trainer::zero_grad() { grads_->zero_grad(); }
 
 StepResult Trainer::apply_gradients(double loss) {
   StepResult result;
@@ -206,15 +240,18 @@ StepResult Trainer::apply_gradients(double loss) {
   // After the all-reduce every replica holds the same gradient shards; the norm of the whole
   // model sums the split parameters' shards over tp and counts the replicated ones once.
   const double max_norm = config_.train.grad_clip > 0 ? config_.train.grad_clip : std::numeric_limits<double>::infinity();
-  result.grad_norm = clip_grad_norm(params_, shards_, grid_.group("tp"), max_norm);
+  // Under ZeRO each replica holds other pieces: the norm sums them over the replicas as well.
+  result.grad_norm = clip_grad_norm(grads_->optimizer_params(), optimizer_shards_, grid_.group("tp"),
+                                    grads_->zero() > 0 ? &replicas_ : nullptr, max_norm);
   result.lr = schedule_.lr_at(result.step);
-  if (std::isfinite(result.grad_norm)) {
+  if (std::isfinite(result.grad_norm)) {  // the same on every rank: all take the same branch
     optimizer_->set_lr(result.lr);
     optimizer_->step();
+    grads_->gather_parameters();
   } else {
     log::warn("step {}: the gradient norm is {}; skipping the update", result.step, result.grad_norm);
   }
-  optimizer_->zero_grad();
+  zero_grad();
   step_ = result.step;
   return result;
 }

@@ -1,9 +1,9 @@
-// The gradient all-reduce overlapped with the backward (train/grad_reducer.h) against the
-// synchronous one (all_reduce_gradients): two trainers with the same model, data and seed, one
-// per path, must end every compute_gradients with bit-identical gradients and the same dp_sp
+// The gradient all-reduce overlapped with the backward (train/replica_gradients.h) against the
+// same reduction started after it: two trainers with the same model, data and seed, one per
+// path, must end every compute_gradients with bit-identical gradients and the same dp_sp
 // traffic, for dp × sp layouts, accumulation 1 and > 1, activation checkpointing on and off.
-// The reducer must also have started every bucket during the backward once it knows the hook
-// counts (from step 2 with accumulation 1, from the first step otherwise).
+// The overlapped one must have started every bucket during the backward, from the first step
+// (the engine's ready hooks say when a gradient is final; nothing is learned).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,7 +17,7 @@
 #include "wallfacer/comm/traffic.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/ops/ops.h"
-#include "wallfacer/train/grad_reducer.h"
+#include "wallfacer/train/replica_gradients.h"
 #include "wallfacer/train/trainer.h"
 
 using wf::Tensor;
@@ -89,11 +89,8 @@ TEST_CASE("overlapped gradient all-reduce matches the synchronous one bit for bi
     wf::train::Trainer sync(config, grid), overlapped(config, grid);
     sync.set_grad_overlap(false, kTestBucketBytes);
     overlapped.set_grad_overlap(true, kTestBucketBytes);
-    CHECK(sync.grad_reducer() == nullptr);
-    const wf::train::GradReducer* reducer = overlapped.grad_reducer();
-    CHECK(reducer != nullptr);
-    if (reducer == nullptr) continue;
-    CHECK(reducer->buckets().size() > 2);
+    const wf::train::ReplicaGradients* reducer = &overlapped.gradients();
+    CHECK(reducer->layout().buckets().size() > 2);
 
     for (int step = 1; step <= config.train.steps; ++step) {
       INFO("step " << step);
@@ -118,13 +115,10 @@ TEST_CASE("overlapped gradient all-reduce matches the synchronous one bit for bi
       CHECK(differing == 0);
 
       const auto& stats = reducer->last_stats();
-      CHECK(stats.buckets == static_cast<std::int64_t>(reducer->buckets().size()));
-      CHECK(stats.launched_in_backward + stats.launched_at_finish == stats.buckets);
-      if (step == 1 && layout.accum == 1) {
-        CHECK(stats.launched_at_finish == stats.buckets);  // no hook count known yet
-      } else {
-        CHECK(stats.launched_at_finish == 0);
-      }
+      CHECK(stats.buckets == static_cast<std::int64_t>(reducer->layout().buckets().size()));
+      CHECK(stats.launched_at_end == 0);
+      CHECK(stats.launched_in_backward == stats.buckets);
+      CHECK(sync.gradients().last_stats().launched_at_end == stats.buckets);
       sync.apply_gradients(sync_loss);
       overlapped.apply_gradients(overlap_loss);
     }
@@ -154,62 +148,23 @@ TEST_CASE("benchmark: compute_gradients with synchronous vs overlapped all-reduc
   for (int round = 0; round < rounds; ++round) {
     for (int overlap = 0; overlap < 2; ++overlap) {
       trainer.set_grad_overlap(overlap == 1, bucket_bytes);
-      trainer.compute_gradients();  // untimed, for both: a fresh reducer learns the hook counts here
-      trainer.optimizer().zero_grad();
+      trainer.compute_gradients();  // untimed, for both: warms the buffers
+      trainer.zero_grad();
       grid.group("dp_sp").barrier();
       const auto start = std::chrono::steady_clock::now();
       trainer.compute_gradients();
       seconds[overlap].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      trainer.optimizer().zero_grad();
+      trainer.zero_grad();
     }
   }
   for (auto& s : seconds) std::sort(s.begin(), s.end());
   if (runtime().rank() == 0) {
-    const auto* reducer = trainer.grad_reducer();
+    const auto* reducer = &trainer.gradients();
     fmt::print("compute_gradients, {} params, {} ranks, {} buckets of <= {} MiB: synchronous {:.1f} ms, overlapped "
                "{:.1f} ms (median of {}; {} of {} buckets started during the backward)\n",
-               trainer.model().num_parameters(), world, reducer ? reducer->buckets().size() : 0, bucket_bytes >> 20,
+               trainer.model().num_parameters(), world, reducer->layout().buckets().size(), bucket_bytes >> 20,
                1e3 * seconds[0][rounds / 2], 1e3 * seconds[1][rounds / 2], rounds,
-               reducer ? reducer->last_stats().launched_in_backward : 0, reducer ? reducer->last_stats().buckets : 0);
+               reducer->last_stats().launched_in_backward, reducer->last_stats().buckets);
   }
 }
 
-TEST_CASE("GradReducer: more accumulations than learned is an error, not a wrong sum", "[dist][train][grad_overlap]") {
-  auto group = world_group("t.grad_reducer");
-  Tensor w = Tensor::full({4}, 1.5), v = Tensor::full({4}, -2.0), c = Tensor::full({4}, 0.25);
-  w.set_requires_grad(true);
-  v.set_requires_grad(true);
-  if (group->size() == 1) {
-    CHECK_THROWS_WITH(wf::train::GradReducer(*group, {w, v}), Catch::Matchers::Contains("nothing to reduce"));
-    return;
-  }
-  const double C = group->size();
-  wf::train::GradReducer reducer(*group, {w, v}, /*bucket_bytes=*/16);  // one bucket per parameter
-  REQUIRE(reducer.buckets().size() == 2);
-  CHECK(reducer.buckets()[0].params == std::vector<std::size_t>{1});  // reverse parameter order
-  // w·v, plus w·c when w is used twice (a second AccumulateGrad sink for w).
-  const auto step = [&](bool twice) {
-    w.set_grad(Tensor());
-    v.set_grad(Tensor());
-    reducer.prepare(/*last_microbatch=*/true);
-    Tensor y = wf::mul(w, v);
-    if (twice) y = wf::add(y, wf::mul(w, c));
-    wf::sum(y).backward();
-  };
-
-  step(false);
-  reducer.finish();
-  CHECK(reducer.last_stats().launched_at_finish == 2);  // nothing learned yet
-  step(false);
-  reducer.finish();
-  CHECK(reducer.last_stats().launched_in_backward == 2);
-  CHECK(w.grad().to_vector<double>() == std::vector<double>(4, -2.0 * C));
-  CHECK(v.grad().to_vector<double>() == std::vector<double>(4, 1.5 * C));
-
-  step(true);  // w's first accumulation completes its learned count; its bucket starts too early
-  CHECK_THROWS_WITH(reducer.finish(), Catch::Matchers::Contains("more than the 1"));
-  step(true);  // the new count was learned: correct again
-  reducer.finish();
-  CHECK(reducer.last_stats().launched_in_backward == 2);
-  CHECK(w.grad().to_vector<double>() == std::vector<double>(4, (-2.0 + 0.25) * C));
-}

@@ -29,6 +29,11 @@ struct ParallelSection {
   // hold 1/tp of each rank's tokens instead of all of them (reduce-scatter / all-gather around
   // the tensor-parallel layers instead of all-reduces); parallel/tensor_parallel.h.
   bool tp_shard_activations = false;
+  // ZeRO over the replica group (dp × sp, per tp coordinate): 0 off, 1 optimizer state sharded,
+  // 2 gradients sharded as well (train/replica_gradients.h).
+  int zero = 0;
+  // Gradient bucket size in MiB: one collective per bucket, started as soon as its gradients are final.
+  double grad_bucket_mb = 25;
   comm::ParallelConfig grid() const { return {dp, tp, pp, sp, order, C, placement}; }
   friend bool operator==(const ParallelSection&, const ParallelSection&) = default;
 };

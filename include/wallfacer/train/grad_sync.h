@@ -8,10 +8,10 @@
 // `bucket_bytes` so a model with hundreds of parameters makes a few large all-reduces instead of
 // hundreds of small ones.
 //
-// Two ways to run it over the same buckets: all_reduce_gradients below, after the backward
-// (synchronous), and GradReducer (grad_reducer.h), which starts each bucket's all-reduce during
-// the backward as soon as its gradients are final. Both pack the same buckets in the same
-// layout, so MPI reduces the same messages and the results agree bit for bit.
+// all_reduce_gradients below packs the buckets of any parameter list after the backward
+// (ParallelTraining, for a model an embedding program trains itself). The Trainer keeps its
+// gradients in flat buffers instead and reduces the same buckets in place, overlapped with the
+// backward and optionally sharded (ZeRO): replica_gradients.h; both plan buckets with FlatLayout.
 #include <cstdint>
 #include <vector>
 

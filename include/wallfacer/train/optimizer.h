@@ -78,6 +78,11 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // number of ranks than tp has.
 double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
                       comm::Group& tp, double max_norm);
+// The same under ZeRO: `params` are the pieces of those parameters this replica owns and
+// `replicas` the group holding the other pieces (null: every replica holds all of them). Each
+// piece is counted once: the squares are summed over tp (split parameters) and over `replicas`.
+double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
+                      comm::Group& tp, comm::Group* replicas, double max_norm);
 // The key AdamW::state_dict() gives `field` of parameter `index` ("state.<index>.<field>"), and
 // its inverse (false for any other key).
 std::string adamw_state_key(std::size_t index, std::string_view field);

@@ -35,11 +35,12 @@
 #include "wallfacer/train/metrics.h"
 #include "wallfacer/train/optimizer.h"
 #include "wallfacer/train/peak_flops.h"
+#include "wallfacer/train/sharded_tensor.h"
 
 namespace wf::train {
 
 class CheckpointStore;
-class GradReducer;
+class ReplicaGradients;
 
 // The token source a run config names: its training (or validation) token file, or for
 // data.source synthetic seeded random tokens over the model's vocabulary, enough that no sample
@@ -86,12 +87,16 @@ class Trainer {
   // The microbatches of step() + 1: forward, backward, gradient all-reduce over dp × sp. Returns
   // the step's loss; every parameter's grad then holds the full gradient of that mean loss.
   double compute_gradients();
-  // How compute_gradients all-reduces: overlapped with the last microbatch's backward (the
-  // default; grad_reducer.h) or after it (synchronous, all_reduce_gradients), in buckets of
-  // `bucket_bytes`. Both give the same gradients bit for bit.
+  // How compute_gradients reduces over the replicas (replica_gradients.h, with parallel.zero's
+  // stage): overlapped with the backward (the default) or after it, in buckets of `bucket_bytes`.
+  // Both give the same gradients bit for bit. Rebuilds the optimizer: call before resume and fit.
   void set_grad_overlap(bool overlap, std::int64_t bucket_bytes = kDefaultBucketBytes);
-  // The overlapped reducer (its statistics), or null: synchronous, or a group of one rank.
-  const GradReducer* grad_reducer() const { return reducer_.get(); }
+  // The gradients and their reduction (its statistics, ZeRO layout).
+  const ReplicaGradients& gradients() const { return *grads_; }
+  // Per optimizer parameter, the piece of which global parameter it is (checkpoints).
+  std::vector<OptimizerSlot> optimizer_slots() const;
+  // Sets the gradients to zero (apply_gradients does it after each update).
+  void zero_grad();
   // Clips the gradients, sets the step's learning rate, updates and clears the gradients.
   StepResult apply_gradients(double loss);
   // Mean loss over train.eval_batches validation batches (no graph, no update).
@@ -125,8 +130,8 @@ class Trainer {
   std::shared_ptr<models::Model> model_;
   std::vector<Tensor> params_;
   std::vector<nn::ParameterShard> shards_;  // shards_[i]: where params_[i] sits in its whole tensor
-  std::unique_ptr<GradReducer> reducer_;  // null: synchronous all-reduce
-  std::int64_t grad_bucket_bytes_ = kDefaultBucketBytes;
+  std::unique_ptr<ReplicaGradients> grads_;
+  std::vector<nn::ParameterShard> optimizer_shards_;  // [i]: the shard of optimizer parameter i's parameter
   std::unique_ptr<AdamW> optimizer_;
   CosineSchedule schedule_;
   std::unique_ptr<data::BatchLoader> train_loader_;
