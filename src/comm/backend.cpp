@@ -1,5 +1,5 @@
 // What every backend shares: the names of reduction ops and the portable isendrecv,
-// iall_reduce and all_gather_v.
+// iall_reduce, ireduce_scatter, iall_gather and all_gather_v.
 #include "wallfacer/comm/backend.h"
 
 #include <algorithm>
@@ -39,6 +39,16 @@ class JoinedRequest final : public RequestImpl {
 
 Request Backend::iall_reduce(Tensor& t, ReduceOp op) {
   all_reduce(t, op);
+  return {};
+}
+
+Request Backend::ireduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
+  reduce_scatter(input, output, op);
+  return {};
+}
+
+Request Backend::iall_gather(const Tensor& input, Tensor& output) {
+  all_gather(input, output);
   return {};
 }
 

@@ -232,19 +232,36 @@ Request Group::iall_reduce(Tensor& t, ReduceOp op) {
   return request;
 }
 
-void Group::all_gather(const Tensor& input, Tensor& output) {
+// all_gather / iall_gather (compared across ranks as an all_gather, like iall_reduce as an
+// all_reduce): the backend after the agreed checks; then the traffic, (C−1)/C of the output.
+Backend& Group::gather_backend(const Tensor& input, const Tensor& output, const char* primitive) {
   Backend* backend = nullptr;
   agree_after_checks(
       "all_gather",
       [&] {
-        backend = &backend_for(input, output, "all_gather");
-        check_has_rows(*this, "all_gather", input);
-        check_output(*this, "all_gather", input, output, with_dim0(input.shape(), size() * input.size(0)));
+        backend = &backend_for(input, output, primitive);
+        check_has_rows(*this, primitive, input);
+        check_output(*this, primitive, input, output, with_dim0(input.shape(), size() * input.size(0)));
       },
       &input);
-  backend->all_gather(input, output);
+  return *backend;
+}
+
+void Group::count_all_gather(const Tensor& input) {
   const std::int64_t bytes = (size() - 1) * bytes_of(input);
   traffic_->record(Primitive::all_gather, bytes, bytes);
+}
+
+void Group::all_gather(const Tensor& input, Tensor& output) {
+  gather_backend(input, output, "all_gather").all_gather(input, output);
+  count_all_gather(input);
+}
+
+// Counted when posted, like iall_reduce.
+Request Group::iall_gather(const Tensor& input, Tensor& output) {
+  Request request = gather_backend(input, output, "iall_gather").iall_gather(input, output);
+  count_all_gather(input);
+  return request;
 }
 
 // Counted under all_gather: this rank sends its piece to the C−1 others and receives theirs —
@@ -274,20 +291,37 @@ void Group::all_gather_v(const Tensor& input, Tensor& output, const std::vector<
   traffic_->record(Primitive::all_gather, (size() - 1) * bytes_of(input), bytes_of(output) - bytes_of(input));
 }
 
-void Group::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
+// reduce_scatter / ireduce_scatter, compared across ranks as a reduce_scatter; the traffic is
+// (C−1)/C of the input, i.e. C−1 outputs.
+Backend& Group::scatter_backend(const Tensor& input, const Tensor& output, ReduceOp op, const char* primitive) {
   Backend* backend = nullptr;
   agree_after_checks(
       "reduce_scatter",
       [&] {
-        backend = &backend_for(input, output, "reduce_scatter");
-        check_reduction(*this, "reduce_scatter", input.dtype(), op);
-        check_divisible_rows(*this, "reduce_scatter", input);
-        check_output(*this, "reduce_scatter", input, output, with_dim0(input.shape(), input.size(0) / size()));
+        backend = &backend_for(input, output, primitive);
+        check_reduction(*this, primitive, input.dtype(), op);
+        check_divisible_rows(*this, primitive, input);
+        check_output(*this, primitive, input, output, with_dim0(input.shape(), input.size(0) / size()));
       },
       &input, static_cast<std::int64_t>(op));
-  backend->reduce_scatter(input, output, op);
+  return *backend;
+}
+
+void Group::count_reduce_scatter(const Tensor& output) {
   const std::int64_t bytes = (size() - 1) * bytes_of(output);
   traffic_->record(Primitive::reduce_scatter, bytes, bytes);
+}
+
+void Group::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
+  scatter_backend(input, output, op, "reduce_scatter").reduce_scatter(input, output, op);
+  count_reduce_scatter(output);
+}
+
+// Counted when posted, like iall_reduce.
+Request Group::ireduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
+  Request request = scatter_backend(input, output, op, "ireduce_scatter").ireduce_scatter(input, output, op);
+  count_reduce_scatter(output);
+  return request;
 }
 
 void Group::all_to_all(const Tensor& input, Tensor& output) {

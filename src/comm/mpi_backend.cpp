@@ -284,32 +284,64 @@ void MpiBackend::all_reduce(Tensor& t, ReduceOp op) {
   finish_reduction(buffer, t, op, size_);
 }
 
+Request MpiBackend::start_collective(const char* primitive, const std::function<int(MPI_Request*)>& post,
+                                     std::function<void()> finish) {
+  auto operation = std::make_shared<PendingOperation>();
+  check_mpi(post(&operation->requests[0]), context(primitive));
+  operation->count = 1;
+  track_for_progress(operation);
+  auto done = [this, primitive, finish = std::move(finish)](const PendingOperation& completed) {
+    check_mpi(completed.statuses[0].MPI_ERROR, context(primitive));
+    if (finish) finish();
+  };
+  return Request(std::make_shared<MpiRequest>(std::move(operation), std::move(done), shared_from_this(), primitive));
+}
+
 // MPI_Iallreduce (libnbc), moved by the progress thread while the caller computes; the
 // Request's completion divides for avg and copies the result back.
 Request MpiBackend::iall_reduce(Tensor& t, ReduceOp op) {
   Tensor buffer = reduction_buffer(t);
-  auto operation = std::make_shared<PendingOperation>();
-  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buffer.raw_data(), to_count(buffer.numel(), "iall_reduce"),
-                           reduction_type(buffer.dtype()), reduction_op(op), comm_, &operation->requests[0]),
-            context("iall_reduce"));
-  operation->count = 1;
-  track_for_progress(operation);
-  auto reduce_done = [this, target = t, buffer, op](const PendingOperation& done) mutable {
-    check_mpi(done.statuses[0].MPI_ERROR, context("iall_reduce"));
-    finish_reduction(buffer, target, op, size_);
-  };
-  return Request(
-      std::make_shared<MpiRequest>(std::move(operation), std::move(reduce_done), shared_from_this(), "iall_reduce"));
+  return start_collective(
+      "iall_reduce",
+      [&](MPI_Request* request) {
+        return MPI_Iallreduce(MPI_IN_PLACE, buffer.raw_data(), to_count(buffer.numel(), "iall_reduce"),
+                              reduction_type(buffer.dtype()), reduction_op(op), comm_, request);
+      },
+      [this, target = t, buffer, op]() mutable { finish_reduction(buffer, target, op, size_); });
 }
 
+namespace {
+// What MPI reduce-scatters: the input itself (a copy when it overlaps the output), or f32
+// copies of a bf16/f16 input and output; `receive` is the output when no copy is needed.
+struct ScatterBuffers {
+  Tensor send, receive;
+};
+ScatterBuffers scatter_buffers(const Tensor& input, const Tensor& output) {
+  if (reduces_in_f32(input.dtype())) return {input.to(DType::f32), Tensor::empty(output.shape(), DType::f32)};
+  return {distinct_from(input, output), output};
+}
+}  // namespace
+
 void MpiBackend::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
-  const Tensor send = reduces_in_f32(input.dtype()) ? input.to(DType::f32) : distinct_from(input, output);
-  Tensor receive = reduces_in_f32(output.dtype()) ? Tensor::empty(output.shape(), DType::f32) : output;
+  ScatterBuffers b = scatter_buffers(input, output);
   blocking("reduce_scatter", [&] {
-    return MPI_Reduce_scatter_block(send.raw_data(), receive.raw_data(), to_count(receive.numel(), "reduce_scatter"),
-                                    reduction_type(send.dtype()), reduction_op(op), comm_);
+    return MPI_Reduce_scatter_block(b.send.raw_data(), b.receive.raw_data(),
+                                    to_count(b.receive.numel(), "reduce_scatter"), reduction_type(b.send.dtype()),
+                                    reduction_op(op), comm_);
   });
-  finish_reduction(receive, output, op, size_);
+  finish_reduction(b.receive, output, op, size_);
+}
+
+Request MpiBackend::ireduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
+  ScatterBuffers b = scatter_buffers(input, output);
+  return start_collective(
+      "ireduce_scatter",
+      [&](MPI_Request* request) {
+        return MPI_Ireduce_scatter_block(b.send.raw_data(), b.receive.raw_data(),
+                                         to_count(b.receive.numel(), "ireduce_scatter"),
+                                         reduction_type(b.send.dtype()), reduction_op(op), comm_, request);
+      },
+      [this, b, target = output, op]() mutable { finish_reduction(b.receive, target, op, size_); });
 }
 
 void MpiBackend::all_gather(const Tensor& input, Tensor& output) {
@@ -318,6 +350,17 @@ void MpiBackend::all_gather(const Tensor& input, Tensor& output) {
   blocking("all_gather", [&] {
     return MPI_Allgather(send.raw_data(), bytes, MPI_BYTE, output.raw_data(), bytes, MPI_BYTE, comm_);
   });
+}
+
+Request MpiBackend::iall_gather(const Tensor& input, Tensor& output) {
+  const Tensor send = distinct_from(input, output);
+  const int bytes = to_count(static_cast<std::int64_t>(send.nbytes()), "iall_gather");
+  return start_collective(
+      "iall_gather",
+      [&](MPI_Request* request) {
+        return MPI_Iallgather(send.raw_data(), bytes, MPI_BYTE, output.raw_data(), bytes, MPI_BYTE, comm_, request);
+      },
+      [send, output] {});  // holds both buffers until MPI is done with them
 }
 
 void MpiBackend::all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows) {

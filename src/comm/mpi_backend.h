@@ -4,8 +4,8 @@
 // collectives call MPI's blocking collectives while the watchdog's monitor thread watches the
 // deadline (watchdog.h). Either way a hang becomes a job abort with a message. Internal to
 // src/comm: nothing outside sees mpi.h.
-// The requests isend / irecv / isendrecv / iall_reduce hand back are also watched by the
-// progress thread (progress.h), so they move while the caller computes.
+// The requests isend / irecv / isendrecv / iall_reduce / ireduce_scatter / iall_gather hand back
+// are also watched by the progress thread (progress.h), so they move while the caller computes.
 //
 // bf16 and f16 reductions: MPI has no 16-bit float types, so the tensor is converted to an f32
 // buffer, reduced with MPI_FLOAT and rounded back once at the end (one rounding instead of one
@@ -57,6 +57,11 @@ class MpiBackend final : public Backend, public std::enable_shared_from_this<Mpi
   void all_gather(const Tensor& input, Tensor& output) override;
   void all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows) override;
   void reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;
+  // MPI_Ireduce_scatter_block / MPI_Iallgather as Requests watched by the progress thread. The
+  // blocking forms stay MPI's blocking (tuned) collectives, so their f32 sums may round in
+  // another order than these at more than two ranks.
+  Request ireduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;
+  Request iall_gather(const Tensor& input, Tensor& output) override;
   void all_to_all(const Tensor& input, Tensor& output) override;
   void broadcast(Tensor& t, int root) override;
   void barrier() override;
@@ -79,6 +84,11 @@ class MpiBackend final : public Backend, public std::enable_shared_from_this<Mpi
   // request back to compute meanwhile, so the progress thread watches it (progress.h).
   Request start(std::vector<P2pLeg> legs, int tag, const char* primitive, bool overlapped);
   MPI_Request post(const P2pLeg& leg, int tag, const char* primitive);
+  // A non-blocking collective: `post` starts it into the MPI_Request it is given; the Request
+  // returned is watched by the progress thread and, once MPI completed it, checks its outcome
+  // and runs `finish` (a reduction's copy back). `finish` also holds the buffers MPI uses.
+  Request start_collective(const char* primitive, const std::function<int(MPI_Request*)>& post,
+                           std::function<void()> finish);
   Request start_p2p(const Tensor& t, int peer, int tag, bool receive, const char* primitive, bool overlapped);
   void check_peer_tag(int peer, int tag, const char* primitive) const;
 

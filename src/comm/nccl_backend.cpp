@@ -331,7 +331,7 @@ Request NcclBackend::iall_reduce(Tensor& t, ReduceOp op) {
 
 void NcclBackend::all_reduce(Tensor& t, ReduceOp op) { iall_reduce(t, op).wait(); }
 
-void NcclBackend::all_gather(const Tensor& input, Tensor& output) {
+Request NcclBackend::iall_gather(const Tensor& input, Tensor& output) {
   const void* in = device_data(input, comm_->device, "all_gather", "input");
   void* out = device_data(output, comm_->device, "all_gather", "output");
   check_same_dtype("all_gather", input, output);
@@ -340,10 +340,15 @@ void NcclBackend::all_gather(const Tensor& input, Tensor& output) {
            size(), shape_str(input.shape()));
   const ncclDataType_t dtype = nccl_dtype(input.dtype(), "all_gather");
   const auto count = static_cast<std::size_t>(input.numel());
-  run("all_gather", [&](ncclComm_t comm, cudaStream_t stream) {
-    check(ncclAllGather(in, out, count, dtype, comm, stream), "ncclAllGather");
-  });
+  return enqueue(
+      "all_gather",
+      [&](ncclComm_t comm, cudaStream_t stream) {
+        check(ncclAllGather(in, out, count, dtype, comm, stream), "ncclAllGather");
+      },
+      {input, output});
 }
+
+void NcclBackend::all_gather(const Tensor& input, Tensor& output) { iall_gather(input, output).wait(); }
 
 void NcclBackend::all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows) {
   const char* in = static_cast<const char*>(device_data(input, comm_->device, "all_gather_v", "input"));
@@ -378,7 +383,7 @@ void NcclBackend::all_gather_v(const Tensor& input, Tensor& output, const std::v
   });
 }
 
-void NcclBackend::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
+Request NcclBackend::ireduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
   const void* in = device_data(input, comm_->device, "reduce_scatter", "input");
   void* out = device_data(output, comm_->device, "reduce_scatter", "output");
   check_same_dtype("reduce_scatter", input, output);
@@ -387,9 +392,16 @@ void NcclBackend::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp o
            size(), shape_str(output.shape()));
   const ncclDataType_t dtype = nccl_dtype(input.dtype(), "reduce_scatter");
   const auto count = static_cast<std::size_t>(output.numel());
-  run("reduce_scatter", [&](ncclComm_t comm, cudaStream_t stream) {
-    check(ncclReduceScatter(in, out, count, dtype, nccl_op(op), comm, stream), "ncclReduceScatter");
-  });
+  return enqueue(
+      "reduce_scatter",
+      [&](ncclComm_t comm, cudaStream_t stream) {
+        check(ncclReduceScatter(in, out, count, dtype, nccl_op(op), comm, stream), "ncclReduceScatter");
+      },
+      {input, output});
+}
+
+void NcclBackend::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
+  ireduce_scatter(input, output, op).wait();
 }
 
 void NcclBackend::all_to_all(const Tensor& input, Tensor& output) {

@@ -88,6 +88,10 @@ class NcclBackend final : public Backend {
   // ncclAllReduce enqueued on the stream; the Request waits on the event after it.
   Request iall_reduce(Tensor& t, ReduceOp op) override;
   void all_gather(const Tensor& input, Tensor& output) override;
+  // ncclAllGather / ncclReduceScatter enqueued on the stream, the request holding input and
+  // output until the event after them; the blocking forms are these plus wait().
+  Request iall_gather(const Tensor& input, Tensor& output) override;
+  Request ireduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;
   // One ncclBroadcast per rank inside a group: no padding to the largest piece.
   void all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows) override;
   void reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;

@@ -69,6 +69,14 @@ class Backend {
   // every piece to the largest and runs all_gather; MPI overrides it with MPI_Iallgatherv.
   virtual void all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows);
   virtual void reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) = 0;
+  // reduce_scatter and all_gather without waiting (ZeRO's gradient reduce-scatter during the
+  // backward and its parameter all-gather after the step): input and output belong to the
+  // request until it completes, and the output holds the result after wait(). Posted in the
+  // same order on every rank, like iall_reduce. The defaults run the blocking forms and return
+  // a completed request; MPI posts MPI_Ireduce_scatter_block / MPI_Iallgather watched by the
+  // progress thread, NCCL enqueues ncclReduceScatter / ncclAllGather on its stream.
+  virtual Request ireduce_scatter(const Tensor& input, Tensor& output, ReduceOp op);
+  virtual Request iall_gather(const Tensor& input, Tensor& output);
   virtual void all_to_all(const Tensor& input, Tensor& output) = 0;
   virtual void broadcast(Tensor& t, int root) = 0;
   virtual void barrier() = 0;

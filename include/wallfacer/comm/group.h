@@ -49,9 +49,20 @@ class Group {
   // moves it while the caller computes; the wait runs under the watchdog.
   Request iall_reduce(Tensor& t, ReduceOp op = ReduceOp::sum);
   void all_gather(const Tensor& input, Tensor& output);
+  // all_gather without waiting (ZeRO's parameter all-gather after the optimizer step), with
+  // all_gather's checks and traffic (counted when posted). Like iall_reduce: input and output
+  // belong to the request until wait() returns (then output holds the gathered pieces), the
+  // progress thread moves it on the CPU, the wait runs under the watchdog, and every rank must
+  // post the group's non-blocking collectives in the same order (they may wait in any order).
+  // Views (slice0 / view at a storage offset) work as input and output.
+  Request iall_gather(const Tensor& input, Tensor& output);
   // rows[r] = dim-0 size of rank r's piece (the same list on every rank); output [Σ rows, ...].
   void all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows);
   void reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op = ReduceOp::sum);
+  // reduce_scatter without waiting (ZeRO's per-bucket gradient reduce-scatter during the
+  // backward), with reduce_scatter's checks, traffic and bf16/f16 handling; otherwise as
+  // iall_gather above.
+  Request ireduce_scatter(const Tensor& input, Tensor& output, ReduceOp op = ReduceOp::sum);
   void all_to_all(const Tensor& input, Tensor& output);
   void broadcast(Tensor& t, int root);
   void barrier();
@@ -79,6 +90,11 @@ class Group {
   // all_reduce / iall_reduce: the backend after the (agreed) argument checks; then the traffic.
   Backend& reduction_backend(Tensor& t, ReduceOp op, const char* primitive);
   void count_all_reduce(const Tensor& t);
+  // all_gather / iall_gather and reduce_scatter / ireduce_scatter: the same, for those two.
+  Backend& gather_backend(const Tensor& input, const Tensor& output, const char* primitive);
+  void count_all_gather(const Tensor& input);
+  Backend& scatter_backend(const Tensor& input, const Tensor& output, ReduceOp op, const char* primitive);
+  void count_reduce_scatter(const Tensor& output);
   // Before each collective: the local shape checks are done; this numbers the call and, when
   // argument checks are on, compares it with every other rank's.
   void agree_on_call(const char* primitive, const Tensor* t, std::int64_t detail = -1);
