@@ -31,16 +31,6 @@ void move_into(Tensor& param, const Tensor& view) {
   impl.offset = view.impl()->offset;
 }
 
-// TEMP until comm's non-blocking forms land: blocking, done when posted.
-comm::Request start_reduce_scatter(comm::Group& g, const Tensor& input, Tensor& output) {
-  g.reduce_scatter(input, output);
-  return {};
-}
-comm::Request start_all_gather(comm::Group& g, const Tensor& input, Tensor& output) {
-  g.all_gather(input, output);
-  return {};
-}
-
 std::int64_t bytes_of(const std::vector<Tensor>& tensors) {
   std::int64_t total = 0;
   for (const Tensor& t : tensors) total += t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0;
@@ -194,7 +184,7 @@ void ReplicaGradients::launch(std::size_t bucket, bool at_end) {
       break;
     case 1:
       output_[bucket] = chunk_view(grad_shards_[b.buffer], bucket);
-      requests_[bucket] = start_reduce_scatter(group_, bucket_view(grad_buffers_[b.buffer], bucket), output_[bucket]);
+      requests_[bucket] = group_.ireduce_scatter(bucket_view(grad_buffers_[b.buffer], bucket), output_[bucket]);
       break;
     default: {
       for (std::size_t k : b.params) {
@@ -204,7 +194,7 @@ void ReplicaGradients::launch(std::size_t bucket, bool at_end) {
       // The first reduction of the step writes the shard; later microbatches' are added to it.
       output_[bucket] = written_[bucket] ? Tensor::empty({b.chunk}, input.dtype())
                                          : chunk_view(grad_shards_[b.buffer], bucket);
-      requests_[bucket] = start_reduce_scatter(group_, input, output_[bucket]);
+      requests_[bucket] = group_.ireduce_scatter(input, output_[bucket]);
     }
   }
   if (last_microbatch_) ++(at_end ? stats_.launched_at_end : stats_.launched_in_backward);
@@ -245,9 +235,9 @@ void ReplicaGradients::gather_parameters() {
   for (std::size_t i = 0; i < buckets.size(); ++i) {
     const auto& b = buckets[i];
     wholes[i] = bucket_view(param_buffers_[b.buffer], i);
-    // A copy of this replica's chunk: MPI forbids the input to alias the output.
-    mine[i] = wholes[i].slice0(group_.rank() * b.chunk, (group_.rank() + 1) * b.chunk).clone();
-    gathers[i] = start_all_gather(group_, mine[i], wholes[i]);
+    // In place: the input is this replica's own chunk of the output.
+    mine[i] = wholes[i].slice0(group_.rank() * b.chunk, (group_.rank() + 1) * b.chunk);
+    gathers[i] = group_.iall_gather(mine[i], wholes[i]);
   }
   for (comm::Request& r : gathers) r.wait();
 }
