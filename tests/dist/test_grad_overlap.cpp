@@ -14,6 +14,7 @@
 
 #include "dist_testing.h"
 #include "train_testing.h"
+#include "wallfacer/autograd/checkpoint.h"
 #include "wallfacer/comm/traffic.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/ops/ops.h"
@@ -187,13 +188,18 @@ TEST_CASE("GradReducer: more accumulations than learned is an error, not a wrong
   wf::train::GradReducer reducer(*group, {w, v}, /*bucket_bytes=*/16);  // one bucket per parameter
   REQUIRE(reducer.buckets().size() == 2);
   CHECK(reducer.buckets()[0].params == std::vector<std::size_t>{1});  // reverse parameter order
-  // w·v, plus w·c when w is used twice (a second AccumulateGrad sink for w).
+  // w·v, plus w·c when w is also used inside a checkpoint: its recompute's nested backward
+  // accumulates into w once more (c is the checkpoint's input, a leaf the reducer does not own).
+  c.set_requires_grad(true);
   const auto step = [&](bool twice) {
     w.set_grad(Tensor());
     v.set_grad(Tensor());
     reducer.prepare(/*last_microbatch=*/true);
     Tensor y = wf::mul(w, v);
-    if (twice) y = wf::add(y, wf::mul(w, c));
+    if (twice) {
+      const auto uses_w = [&](const wf::autograd::TensorList& in) { return wf::autograd::TensorList{wf::mul(w, in[0])}; };
+      y = wf::add(y, wf::autograd::checkpoint(uses_w, {c})[0]);
+    }
     wf::sum(y).backward();
   };
 
