@@ -34,6 +34,7 @@ class CheckpointFunction final : public Function {
   }
 
   std::string name() const override { return "Checkpoint"; }
+  bool recomputes_in_backward() const override { return true; }
 
  private:
   CheckpointFn fn_;

@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "wallfacer/autograd/grad_hooks.h"
 #include "wallfacer/autograd/grad_mode.h"
 
 namespace wf::autograd {
@@ -13,9 +14,11 @@ struct NewestFirst {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
 };
 
-// Number of edges pointing into each node reachable from the roots.
+// Number of edges pointing into each node reachable from the roots; every reachable node has
+// an entry (the roots too), so the map is also the set of nodes this backward reaches.
 std::unordered_map<Node*, int> count_dependencies(const std::vector<Node*>& roots) {
   std::unordered_map<Node*, int> deps;
+  for (Node* root : roots) deps.try_emplace(root, 0);
   std::unordered_set<Node*> seen(roots.begin(), roots.end());
   std::vector<Node*> stack(seen.begin(), seen.end());  // each root once, even if several roots share a node
   while (!stack.empty()) {
@@ -43,7 +46,34 @@ Tensor root_gradient(const Tensor& root, const Tensor& grad) {
   return Tensor::ones(root.shape(), root.dtype(), root.device());
 }
 
+// The dependency counts of the outermost backward running on this thread; null when none runs.
+// A backward that starts while it is set is nested (a checkpoint's recompute) and fires no ready
+// hooks: the outermost one fires them once its own counts say a leaf is complete.
+thread_local const std::unordered_map<Node*, int>* t_outermost = nullptr;
+
+class OutermostScope {
+ public:
+  explicit OutermostScope(const std::unordered_map<Node*, int>& deps) : active_(t_outermost == nullptr) {
+    if (active_) t_outermost = &deps;
+  }
+  ~OutermostScope() {
+    if (active_) t_outermost = nullptr;
+  }
+  OutermostScope(const OutermostScope&) = delete;
+  OutermostScope& operator=(const OutermostScope&) = delete;
+  bool outermost() const { return active_; }
+
+ private:
+  bool active_;
+};
+
 }  // namespace
+
+bool outermost_backward_reaches(const Tensor& leaf) {
+  if (t_outermost == nullptr || !leaf.defined() || leaf.grad_fn() != nullptr || !leaf.requires_grad()) return false;
+  const std::shared_ptr<Node> sink = leaf.impl_ptr()->autograd_meta().grad_accumulator.lock();
+  return sink != nullptr && t_outermost->contains(sink.get());
+}
 
 void backward(const TensorList& roots, const TensorList& grads, bool retain_graph) {
   WF_CHECK(grads.empty() || grads.size() == roots.size(), "backward: {} roots but {} gradients", roots.size(),
@@ -89,6 +119,7 @@ void backward(const TensorList& roots, const TensorList& grads, bool retain_grap
   }
 
   auto deps = count_dependencies(root_nodes);
+  const OutermostScope scope(deps);
   std::priority_queue<Node*, std::vector<Node*>, NewestFirst> ready;
   std::unordered_set<Node*> queued;
   for (Node* node : root_nodes) {
@@ -112,6 +143,11 @@ void backward(const TensorList& roots, const TensorList& grads, bool retain_grap
       grad_inputs = node->apply(std::move(grad_outputs));
     }
     if (!retain_graph) node->release_saved();
+    // Every edge into a leaf's one sink has delivered: its gradient for this backward is in
+    // grad(), also when all of it came through nested backwards (then the sink got no buffer).
+    if (scope.outermost()) {
+      if (const auto* sink = dynamic_cast<const AccumulateGrad*>(node)) run_grad_ready_hook(sink->leaf());
+    }
 
     const auto& edges = node->next_edges();
     for (std::size_t i = 0; i < edges.size(); ++i) {

@@ -1,5 +1,7 @@
 #include "wallfacer/autograd/function.h"
 
+#include <unordered_set>
+
 #include "wallfacer/autograd/grad_mode.h"
 
 namespace wf::autograd {
@@ -33,8 +35,9 @@ class FunctionNode final : public Node {
   TensorList apply(TensorList grad_outputs) override {
     NoGradGuard no_grad;
     TensorList grads = fn_->backward(*ctx_, grad_outputs);
-    WF_CHECK(grads.size() == next_edges().size(), "{}::backward returned {} gradients for {} inputs", fn_->name(),
-             grads.size(), next_edges().size());
+    WF_CHECK(grads.size() == ctx_->num_inputs(), "{}::backward returned {} gradients for {} inputs", fn_->name(),
+             grads.size(), ctx_->num_inputs());
+    grads.resize(next_edges().size());  // the recomputed leaves' edges carry none (their nested backward did)
     return grads;
   }
   std::string name() const override { return fn_->name(); }
@@ -59,9 +62,52 @@ class LambdaFunction final : public Function {
   BackwardFn backward_;
 };
 
+// The leaves requiring grad that ops read while a recomputing Function's forward runs (see
+// Function::recomputes_in_backward). One per recorded recomputing forward on this thread's
+// stack; a recomputing forward that is not recorded itself (a checkpoint inside a checkpoint's
+// forward, which runs with grad mode off) lets its ops land in the enclosing recorder.
+class LeafRecorder {
+ public:
+  LeafRecorder() : parent_(current_) { current_ = this; }
+  ~LeafRecorder() { current_ = parent_; }
+  LeafRecorder(const LeafRecorder&) = delete;
+  LeafRecorder& operator=(const LeafRecorder&) = delete;
+
+  // Called for every op's inputs while a recorder is active, whatever the grad mode.
+  static void note(const TensorList& inputs) {
+    if (current_ == nullptr) return;
+    for (const Tensor& t : inputs) {
+      if (t.defined() && t.requires_grad() && t.grad_fn() == nullptr && current_->seen_.insert(t.impl_ptr().get()).second) {
+        current_->leaves_.push_back(t);
+      }
+    }
+  }
+  // The recorded leaves, in first-use order; also handed to the enclosing recorder, whose
+  // recompute reaches them too (it recomputes this one).
+  TensorList finish() {
+    if (parent_ != nullptr) note_into(*parent_);
+    return std::move(leaves_);
+  }
+
+ private:
+  void note_into(LeafRecorder& other) const {
+    for (const Tensor& t : leaves_) {
+      if (other.seen_.insert(t.impl_ptr().get()).second) other.leaves_.push_back(t);
+    }
+  }
+
+  static thread_local LeafRecorder* current_;
+  LeafRecorder* parent_;
+  TensorList leaves_;
+  std::unordered_set<const TensorImpl*> seen_;
+};
+
+thread_local LeafRecorder* LeafRecorder::current_ = nullptr;
+
 }  // namespace
 
 TensorList apply_function(std::shared_ptr<Function> fn, const TensorList& inputs) {
+  LeafRecorder::note(inputs);
   bool record = false;
   if (grad_enabled()) {
     for (const auto& t : inputs) record = record || (t.defined() && t.requires_grad());
@@ -84,7 +130,13 @@ TensorList apply_function(std::shared_ptr<Function> fn, const TensorList& inputs
   TensorList outputs;
   {
     NoGradGuard no_grad;
-    outputs = fn->forward(*ctx, detached);
+    if (record && fn->recomputes_in_backward()) {
+      LeafRecorder recorder;
+      outputs = fn->forward(*ctx, detached);
+      for (const Tensor& leaf : recorder.finish()) edges.push_back(gradient_edge(leaf));
+    } else {
+      outputs = fn->forward(*ctx, detached);
+    }
   }
   if (!record) return outputs;
 

@@ -1,6 +1,7 @@
 #include "wallfacer/autograd/node.h"
 
 #include <atomic>
+#include <mutex>
 
 #include "wallfacer/autograd/grad_hooks.h"
 
@@ -53,7 +54,17 @@ TensorList AccumulateGrad::apply(TensorList grad_outputs) {
 Edge gradient_edge(const Tensor& t) {
   if (!t.defined() || !t.requires_grad()) return {};
   if (t.grad_fn()) return {t.grad_fn(), t.output_nr()};
-  return {std::make_shared<AccumulateGrad>(t.impl_ptr()), 0};
+  // Forwards on several threads may share parameters: finding or creating the one sink is
+  // serialised (uncontended in the common single-threaded forward).
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
+  std::weak_ptr<Node>& cached = t.impl_ptr()->autograd_meta().grad_accumulator;
+  std::shared_ptr<Node> sink = cached.lock();
+  if (!sink) {
+    sink = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    cached = sink;
+  }
+  return {std::move(sink), 0};
 }
 
 void accumulate_into(Tensor& dst, const Tensor& src) {

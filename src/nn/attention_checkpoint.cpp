@@ -83,6 +83,7 @@ class AttentionOutputCheckpoint final : public autograd::Function {
   }
 
   std::string name() const override { return "AttentionOutputCheckpoint"; }
+  bool recomputes_in_backward() const override { return true; }
 
  private:
   AttentionSplit split_;

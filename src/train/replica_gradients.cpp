@@ -120,6 +120,7 @@ void ReplicaGradients::begin_backward(bool last_microbatch) {
   const bool reduces = group_.size() > 1 && (stage_ == 2 || last_microbatch);
   overlapping_ = reduces && options_.overlap;
   std::fill(ready_.begin(), ready_.end(), 0);
+  reach_known_ = false;
   next_bucket_ = next_complete_ = 0;
   for (std::size_t b = 0; b < pending_.size(); ++b) {
     pending_[b] = static_cast<int>(layout_.buckets()[b].params.size());
@@ -129,11 +130,27 @@ void ReplicaGradients::begin_backward(bool last_microbatch) {
 
 void ReplicaGradients::on_ready(std::size_t param) {
   if (!in_backward_ || ready_[param]) return;  // a backward outside begin/end is not ours to reduce
+  if (!overlapping_) {
+    ready_[param] = 1;
+    return;
+  }
+  if (!reach_known_) {
+    // The first hook of this backward: a parameter it will never reach (a layer skipped, a
+    // branch not taken) already holds its final gradient, so it does not hold its bucket back.
+    reach_known_ = true;
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      if (k != param && !autograd::outermost_backward_reaches(params_[k])) mark_ready(k);
+    }
+  }
+  mark_ready(param);
+  launch_ready(false);
+}
+
+void ReplicaGradients::mark_ready(std::size_t param) {
+  if (ready_[param]) return;
   ready_[param] = 1;
-  if (!overlapping_) return;
   if (stage_ == 2) stage_gradient(param);
   --pending_[layout_.slots()[param].bucket];
-  launch_ready(false);
 }
 
 void ReplicaGradients::launch_ready(bool at_end) {
@@ -188,7 +205,7 @@ void ReplicaGradients::launch(std::size_t bucket, bool at_end) {
       break;
     default: {
       for (std::size_t k : b.params) {
-        if (!ready_[k]) stage_gradient(k);  // not staged by a hook (overlap off, or not reached)
+        if (!ready_[k]) stage_gradient(k);  // no hook staged it: overlap off, or no gradient reached it
       }
       Tensor& input = staging(bucket);
       // The first reduction of the step writes the shard; later microbatches' are added to it.

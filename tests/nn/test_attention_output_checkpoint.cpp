@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nn/module_testing.h"
+#include "wallfacer/autograd/grad_hooks.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/core/storage.h"
 #include "wallfacer/nn/nn.h"
@@ -183,6 +184,41 @@ TEST_CASE("checkpointing at the attention output: gradients equal the plain bloc
       REQUIRE(b.param_grads[i].defined());
       CHECK(max_abs_diff(a.param_grads[i], b.param_grads[i]) <= 1e-12);
     }
+  }
+}
+
+TEST_CASE("checkpointing at the attention output: each weight's ready hook fires once, with its final gradient",
+          "[nn][checkpoint][grad_ready]") {
+  // One block applied twice (shared weights, two checkpoint nodes): every weight gets gradient
+  // only from the recomputes' nested backwards, twice, and must fire once, after both.
+  TransformerBlockOptions options{.d_model = 8, .n_head = 2, .n_kv_head = 1, .causal = true, .init_std = 0.4, .seed = 6};
+  TransformerBlock plain(options);
+  options.checkpoint_attention_output = true;
+  TransformerBlock checkpointed(options);
+  plain.to(DType::f64);
+  checkpointed.to(DType::f64);
+  const Tensor input = randn64({2, 4, 8}, 7), w = randn64({2, 4, 8}, 8);
+  const auto backward_twice = [&](TransformerBlock& block) {
+    block.zero_grad();
+    Tensor x = input.clone();
+    x.set_requires_grad(true);
+    wf::sum(wf::mul(block.forward(block.forward(x, 0), 0), w)).backward();
+  };
+  backward_twice(plain);
+
+  const auto params = checkpointed.named_parameters();
+  std::vector<std::vector<Tensor>> fired(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    wf::autograd::set_grad_ready_hook(params[i].second, [&fired, i](const Tensor& p) { fired[i].push_back(p.grad().clone()); });
+  }
+  backward_twice(checkpointed);
+  const auto reference = plain.named_parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    INFO(params[i].first);
+    wf::autograd::clear_grad_ready_hook(params[i].second);
+    REQUIRE(fired[i].size() == 1);
+    CHECK(max_abs_diff(fired[i][0], params[i].second.grad()) == 0.0);
+    CHECK(max_abs_diff(fired[i][0], reference[i].second.grad()) <= 1e-12);
   }
 }
 

@@ -4,7 +4,10 @@
 // recording on to get the gradients. The default generator's state is saved before the first
 // run and replayed for the second, so dropout draws the same masks both times.
 //
-// Parameters fn uses (captured module weights) receive their gradients during the recompute.
+// Parameters fn uses (captured module weights) receive their gradients during the recompute,
+// from a nested backward. The checkpoint's node has an edge to each one's AccumulateGrad
+// (Function::recomputes_in_backward, function.h), so the outer backward runs a weight's sink and
+// fires its ready hook (grad_hooks.h) only after every checkpoint using it has recomputed.
 // As with PyTorch's reentrant checkpoint, at least one input must require grad for the
 // checkpoint to be part of the graph.
 #include <functional>
@@ -17,7 +20,7 @@ using CheckpointFn = std::function<TensorList(const TensorList&)>;
 TensorList checkpoint(CheckpointFn fn, const TensorList& inputs);
 
 // The two steps every recomputing Function's backward takes (checkpoint above,
-// nn::run_attention_block):
+// nn::run_attention_block; such a Function also returns true from recomputes_in_backward):
 // fresh inputs for the recompute: a leaf that requires grad where ctx needs input i's gradient
 // (its backward stops there and leaves the gradient), the others detached; undefined stay so.
 class Context;

@@ -50,6 +50,16 @@ class Function {
   virtual TensorList forward(Context& ctx, const TensorList& inputs) = 0;
   virtual TensorList backward(Context& ctx, const TensorList& grad_outputs) = 0;
   virtual std::string name() const = 0;
+
+  // True for a Function whose backward runs ops of its forward again and differentiates them
+  // with a nested backward (checkpoint.h, nn::run_attention_block), so leaves those ops read
+  // (captured parameters, not inputs) receive gradient from inside this node's backward. When
+  // such a node is recorded, apply_function notes every leaf requiring grad that an op inside
+  // forward() reads and gives the node an extra next edge to each one's AccumulateGrad (after
+  // the inputs' edges; backward() still returns one gradient per input, the engine sends none
+  // along the extra edges). The outer engine then knows the node still delivers to those leaves
+  // and runs their sinks, and fires their ready hooks (grad_hooks.h), only after it.
+  virtual bool recomputes_in_backward() const { return false; }
 };
 
 // Runs fn->forward and, when grad mode is on and an input requires grad, records a node so

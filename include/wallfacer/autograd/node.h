@@ -56,18 +56,23 @@ class Node {
   std::uint64_t sequence_nr_;
 };
 
-// Sink of a leaf that requires grad: adds the incoming gradient into leaf.grad().
+// Sink of a leaf that requires grad: adds the incoming gradient into leaf.grad(). A leaf has
+// one while any recorded graph uses it, shared by all its uses (gradient_edge), so the engine
+// runs it once per backward with the sum of every use.
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
   TensorList apply(TensorList grad_outputs) override;
   std::string name() const override { return "AccumulateGrad"; }
+  const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
 
  private:
   std::shared_ptr<TensorImpl> leaf_;
 };
 
-// The edge through which a gradient for `t` must flow (invalid when t needs none).
+// The edge through which a gradient for `t` must flow (invalid when t needs none): its grad_fn
+// for a non-leaf; for a leaf its AccumulateGrad, the same node for every call while a graph
+// holds it (AutogradMeta::grad_accumulator), a new one once none does.
 Edge gradient_edge(const Tensor& t);
 
 // dst += src elementwise (same shape; dst's dtype). Used for gradient accumulation.

@@ -126,6 +126,10 @@ struct AutogradMeta {
   Tensor grad;
   std::shared_ptr<autograd::Node> grad_fn;  // the node that produced this tensor (non-leaf)
   int output_nr = 0;                        // which output of grad_fn
+  // A leaf's gradient sink (autograd::AccumulateGrad) while some recorded graph holds it. Every
+  // use of the leaf gets this one node (autograd::gradient_edge), so a backward sums all uses
+  // before it runs the sink once. Weak: the graph owns the sink, the leaf only finds it.
+  std::weak_ptr<autograd::Node> grad_accumulator;
 };
 
 struct TensorImpl {

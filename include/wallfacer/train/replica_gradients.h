@@ -18,10 +18,11 @@
 //           into this replica's gradient shard, in every microbatch's backward.
 //
 // Overlap: each parameter gets a "gradient ready" hook (autograd/grad_hooks.h), which the engine
-// fires once per backward when the parameter's gradient is complete. A bucket whose parameters
-// are all ready starts its collective at once (non-blocking); buckets start strictly in order,
-// so every replica posts the same collectives in the same order whatever the timing. What the
-// backward did not start (parameters it never reached, or overlap off) starts in end_backward().
+// fires once per backward when the parameter's gradient is complete; parameters the backward
+// never reaches (autograd::outermost_backward_reaches) are final from its first hook on. A
+// bucket whose parameters are all ready starts its collective at once (non-blocking); buckets
+// start strictly in order, so every replica posts the same collectives in the same order
+// whatever the timing. With overlap off, everything starts in end_backward().
 //
 //   grads.begin_backward(last); backward(loss); grads.end_backward();   for each microbatch
 //   ... optimizer over grads.optimizer_params() ...; grads.gather_parameters(); grads.zero_grad();
@@ -92,6 +93,7 @@ class ReplicaGradients {
 
  private:
   void on_ready(std::size_t param);
+  void mark_ready(std::size_t param);  // its gradient is final: staged (ZeRO-2), its bucket one closer
   void launch_ready(bool at_end);
   void launch(std::size_t bucket, bool at_end);
   void complete(std::size_t bucket);  // waits for the bucket's collective and finishes it
@@ -118,6 +120,7 @@ class ReplicaGradients {
   bool in_backward_ = false;
   bool overlapping_ = false;
   bool last_microbatch_ = false;
+  bool reach_known_ = false;  // the parameters this backward never reaches are marked ready
   std::vector<char> ready_;              // per parameter
   std::vector<int> pending_;             // per bucket: parameters not ready yet
   std::size_t next_bucket_ = 0;          // the next bucket to start
