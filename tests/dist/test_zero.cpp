@@ -25,6 +25,7 @@
 #include "train_testing.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/models/model.h"
+#include "wallfacer/ops/ops.h"
 #include "wallfacer/train/replica_gradients.h"
 #include "wallfacer/train/trainer.h"
 
@@ -154,4 +155,82 @@ TEST_CASE("ZeRO: the replicas' optimizer pieces partition every parameter", "[di
   // The optimizer state this rank holds: its share, up to the padding of each bucket.
   const std::int64_t padding = static_cast<std::int64_t>(grads.layout().buckets().size()) * (world - 1);
   CHECK(mine <= total / world + padding);
+}
+
+namespace {
+
+// A rank's deterministic input for microbatch `micro` of a parameter with n elements.
+std::vector<double> input_of(int rank, int micro, std::size_t param, std::int64_t n) {
+  std::vector<double> x(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    x[static_cast<std::size_t>(i)] = 0.25 * (rank + 1) - 0.5 * micro + 0.125 * static_cast<double>(param) + 0.01 * i;
+  }
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("ReplicaGradients: sums over replicas and microbatches, skipped parameters, parameter gather",
+          "[dist][train][zero]") {
+  auto group = world_group("t.replica_gradients");
+  const int R = group->size(), rank = group->rank();
+  const std::vector<std::int64_t> sizes = {8, 5, 3, 7};
+  for (int zero : {0, 1, 2}) {
+    for (bool overlap : {false, true}) {
+      INFO("ZeRO-" << zero << (overlap ? ", overlapped" : ", after the backward"));
+      std::vector<Tensor> params;
+      for (std::int64_t n : sizes) {
+        params.push_back(Tensor::zeros({n}, wf::DType::f64));
+        params.back().set_requires_grad(true);
+      }
+      // 40 bytes: about one parameter per bucket, so the skipped one shares a bucket with none.
+      wf::train::ReplicaGradients grads(*group, params, {.zero = zero, .bucket_bytes = 40, .overlap = overlap});
+      const int microbatches = 2;
+      // Parameter 2 is used in microbatch 0 only: the last backward never reaches it.
+      for (int micro = 0; micro < microbatches; ++micro) {
+        grads.begin_backward(micro + 1 == microbatches);
+        Tensor loss = Tensor::zeros({}, wf::DType::f64);
+        for (std::size_t k = 0; k < params.size(); ++k) {
+          if (k == 2 && micro == 1) continue;
+          const Tensor x = Tensor::from_vector(input_of(rank, micro, k, sizes[k]), {sizes[k]});
+          loss = wf::add(loss, wf::sum(wf::mul(params[k], x)));
+        }
+        loss.backward();
+        grads.end_backward();
+      }
+      const auto& stats = grads.last_stats();
+      if (R > 1) CHECK(stats.launched_in_backward == (overlap ? stats.buckets : 0));
+      // The expected sum of parameter k's element i: over ranks and the microbatches that used it.
+      const auto expected = [&](std::size_t k, std::int64_t i) {
+        double total = 0;
+        for (int r = 0; r < R; ++r) {
+          for (int m = 0; m < microbatches; ++m) {
+            if (!(k == 2 && m == 1)) total += input_of(r, m, k, sizes[k])[static_cast<std::size_t>(i)];
+          }
+        }
+        return total;
+      };
+      REQUIRE(grads.pieces().size() == grads.optimizer_params().size());
+      for (std::size_t p = 0; p < grads.pieces().size(); ++p) {
+        const auto& piece = grads.pieces()[p];
+        const Tensor g = grads.optimizer_params()[p].grad();
+        REQUIRE(g.numel() == piece.end - piece.begin);
+        for (std::int64_t i = piece.begin; i < piece.end; ++i) {
+          CHECK(g.at(i - piece.begin) == Approx(expected(piece.param, i)).epsilon(1e-12));
+        }
+      }
+      // Each replica writes its pieces; after the gather every replica holds every value.
+      for (std::size_t p = 0; p < grads.pieces().size(); ++p) {
+        Tensor view = grads.optimizer_params()[p];
+        for (std::int64_t i = 0; i < view.numel(); ++i) {
+          view.set(i, 100.0 * static_cast<double>(grads.pieces()[p].param) + static_cast<double>(grads.pieces()[p].begin + i));
+        }
+      }
+      grads.gather_parameters();
+      for (std::size_t k = 0; k < params.size(); ++k) {  // (ZeRO-0's pieces are the whole parameters)
+        for (std::int64_t i = 0; i < sizes[k]; ++i) CHECK(params[k].at(i) == 100.0 * static_cast<double>(k) + i);
+      }
+      grads.zero_grad();
+    }
+  }
 }
