@@ -65,4 +65,11 @@ FlatLayout::Owned FlatLayout::owned(std::size_t param, int replica) const {
   return Owned{.begin = begin - s.offset, .end = end - s.offset, .shard_offset = b.shard_offset + (begin - lo)};
 }
 
+std::vector<FlatLayout::Param> flat_layout_params(const std::vector<Tensor>& params) {
+  std::vector<FlatLayout::Param> out;
+  out.reserve(params.size());
+  for (const Tensor& p : params) out.push_back({p.numel(), p.dtype()});
+  return out;
+}
+
 }  // namespace wf::train

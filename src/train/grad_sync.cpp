@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "wallfacer/config/run_config.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/train/flat_layout.h"
 #include "wallfacer/train/optimizer.h"
@@ -9,9 +10,7 @@
 namespace wf::train {
 
 std::vector<GradBucket> plan_gradient_buckets(const std::vector<Tensor>& params, std::int64_t bucket_bytes) {
-  std::vector<FlatLayout::Param> sizes;
-  for (const Tensor& p : params) sizes.push_back({p.numel(), p.dtype()});
-  const FlatLayout layout(sizes, bucket_bytes, /*replicas=*/1);  // the Trainer's buckets, unpadded
+  const FlatLayout layout(flat_layout_params(params), bucket_bytes, /*replicas=*/1);  // the Trainer's buckets, unpadded
   std::vector<GradBucket> buckets;
   for (const auto& b : layout.buckets()) {
     buckets.push_back({.params = b.params, .dtype = layout.buffers()[b.buffer].dtype, .numel = b.numel});
@@ -63,6 +62,10 @@ void all_reduce_gradients(comm::Group& group, const std::vector<Tensor>& params,
     group.iall_reduce(packed).wait();
     unpack_gradients(bucket, packed, params);
   }
+}
+
+std::int64_t gradient_bucket_bytes(const config::RunConfig& config) {
+  return static_cast<std::int64_t>(config.parallel.grad_bucket_mb * (1 << 20));
 }
 
 LossTotals sum_over(comm::Group& group, LossTotals local) {

@@ -13,13 +13,6 @@
 namespace wf::train {
 namespace {
 
-std::vector<FlatLayout::Param> layout_params(const std::vector<Tensor>& params) {
-  std::vector<FlatLayout::Param> out;
-  out.reserve(params.size());
-  for (const Tensor& p : params) out.push_back({p.numel(), p.dtype()});
-  return out;
-}
-
 // Moves `param`'s values into `view` and makes the parameter a view of it: every holder of the
 // parameter (modules, the optimizer) shares its TensorImpl, so they all see the new storage, as
 // with PyTorch's `param.data = buffer_view` in Megatron's distributed optimizer.
@@ -49,7 +42,7 @@ ReplicaGradients::ReplicaGradients(comm::Group& replicas, std::vector<Tensor> pa
              shape_str(p.shape()), p.device().str());
   }
   stage_ = group_.size() > 1 ? options_.zero : 0;
-  layout_ = FlatLayout(layout_params(params_), options_.bucket_bytes, stage_ > 0 ? group_.size() : 1);
+  layout_ = FlatLayout(flat_layout_params(params_), options_.bucket_bytes, stage_ > 0 ? group_.size() : 1);
   const auto& buffers = layout_.buffers();
   const auto& slots = layout_.slots();
   autograd::NoGradGuard no_grad;

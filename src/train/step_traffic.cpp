@@ -6,15 +6,26 @@ namespace wf::train {
 
 std::int64_t all_reduce_bytes(std::int64_t bytes, int ranks) { return 2 * (ranks - 1) * bytes / ranks; }
 
-std::int64_t gradient_sync_bytes(int replicas, const std::vector<Tensor>& params, std::int64_t bucket_bytes) {
-  // A group of one makes no call at all (all_reduce_gradients, sum_over), which the formula
-  // gives too: 2·(1 − 1)·S = 0.
+std::int64_t gradient_sync_bytes(int replicas, const std::vector<Tensor>& params, std::int64_t bucket_bytes, int zero,
+                                 std::int64_t accum) {
+  // A group of one makes no call at all (ReplicaGradients, sum_over), which the formulas give
+  // too: (1 − 1)·S = 0. It shards nothing either.
+  if (replicas == 1) zero = 0;
+  const FlatLayout layout(flat_layout_params(params), bucket_bytes, zero > 0 ? replicas : 1);
+  // A reduce-scatter of S or an all-gather of S: (R − 1)/R·S, counted per call.
+  const auto scatter = [replicas](std::int64_t bytes) { return (replicas - 1) * (bytes / replicas); };
   std::int64_t sent = 0;
-  for (const GradBucket& bucket : plan_gradient_buckets(params, bucket_bytes)) {
-    sent += all_reduce_bytes(bucket.numel * static_cast<std::int64_t>(dtype_size(bucket.dtype)), replicas);
+  for (const auto& bucket : layout.buckets()) {
+    const std::int64_t bytes = bucket.numel * static_cast<std::int64_t>(dtype_size(layout.buffers()[bucket.buffer].dtype));
+    if (zero == 0) {
+      sent += all_reduce_bytes(bytes, replicas);
+    } else {
+      sent += (zero == 2 ? accum : 1) * scatter(bytes) + scatter(bytes);  // gradients in, parameters out
+    }
   }
   constexpr std::int64_t kLossTotals = 2 * sizeof(double);  // (loss sum, count): normalise_gradients
-  return sent + all_reduce_bytes(kLossTotals, replicas);
+  constexpr std::int64_t kClipSums = 2 * sizeof(double);    // ZeRO's squares of the other replicas' pieces
+  return sent + all_reduce_bytes(kLossTotals, replicas) + (zero > 0 ? all_reduce_bytes(kClipSums, replicas) : 0);
 }
 
 std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy, const parallel::AttentionDims& dims,
@@ -81,12 +92,20 @@ std::int64_t tp_step_bytes(const models::DecoderOptions& options, int tp, std::i
 }
 
 GroupBytes predicted_step_traffic(const config::RunConfig& config, const models::DecoderOptions& options,
-                                  const comm::ProcessGrid& grid, const nn::Module& module,
-                                  std::int64_t bucket_bytes) {
+                                  const comm::ProcessGrid& grid, const nn::Module& module) {
   const std::vector<Tensor> params = module.parameters();
-  std::int64_t partial = 0;  // the elements reduce_partial_gradients sums over tp
-  for (const auto& [name, shard] : module.named_parameter_shards()) {
-    if (shard.partial_gradient_group == "tp") partial += shape_numel(shard.local_shape());
+  const std::int64_t bucket_bytes = gradient_bucket_bytes(config);
+  const int replicas = grid.group_size("dp_sp");
+  const int zero = replicas > 1 ? config.parallel.zero : 0;
+  // The elements reduce_partial_gradients sums over tp: of the parameters marked partial, what
+  // this replica's optimizer holds (all of them, or its ZeRO pieces).
+  const FlatLayout layout(flat_layout_params(params), bucket_bytes, zero > 0 ? replicas : 1);
+  std::int64_t partial = 0;
+  const auto shards = module.parameter_shards();
+  for (std::size_t k = 0; k < shards.size(); ++k) {
+    if (shards[k].partial_gradient_group != "tp") continue;
+    const FlatLayout::Owned owned = layout.owned(k, zero > 0 ? grid.group_rank("dp_sp") : 0);
+    partial += owned.end - owned.begin;
   }
   GroupBytes predicted;
   const bool pipelined = config.parallel.pp > 1;
@@ -112,7 +131,7 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const models:
     predicted[group] = calls * bytes;
   }
   predicted["tp"] = tp_step_bytes(m, tp, tokens, accum, activation, config.parallel.tp_shard_activations, partial);
-  predicted["dp_sp"] = gradient_sync_bytes(grid.group_size("dp_sp"), params, bucket_bytes);
+  predicted["dp_sp"] = gradient_sync_bytes(replicas, params, bucket_bytes, zero, accum);
   return predicted;
 }
 

@@ -131,7 +131,7 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
               "(correct, but tp {} times the work); build its layers with models::tensor_parallel_layers",
               config_.parallel.tp, model_->name(), config_.parallel.tp);
   }
-  set_grad_overlap(true, static_cast<std::int64_t>(config_.parallel.grad_bucket_mb * (1 << 20)));
+  set_grad_overlap(true, gradient_bucket_bytes(config_));
   const auto& t = config_.train;
   // A run shorter than its warmup (a quick smoke run of a preset) has the warmup cut at its end;
   // config::notes warns about it.

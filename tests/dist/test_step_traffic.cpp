@@ -5,6 +5,7 @@
 // prediction exactly.
 #include <map>
 #include <string>
+#include <utility>
 
 #include "dist_testing.h"
 #include "train_testing.h"
@@ -22,7 +23,8 @@ namespace {
 std::string describe(const wf::config::ParallelSection& l, bool checkpointed) {
   return "dp " + std::to_string(l.dp) + ", tp " + std::to_string(l.tp) + ", sp " + std::to_string(l.sp) + " " +
          wf::parallel::sp_strategy_name(l.sp_strategy) + " C " + std::to_string(l.C) +
-         (checkpointed ? ", checkpoint_attention" : "") + (l.tp_shard_activations ? ", activations sharded" : "");
+         (checkpointed ? ", checkpoint_attention" : "") + (l.tp_shard_activations ? ", activations sharded" : "") +
+         (l.zero > 0 ? ", ZeRO-" + std::to_string(l.zero) : "");
 }
 
 // Bytes each group sent and received since `before`.
@@ -45,9 +47,13 @@ TEST_CASE("a training step sends on each group exactly the bytes step_traffic.h 
     // With tp, each also with its activations sharded over tp (all-gathers / reduce-scatters).
     for (const bool shard_activations : {false, true}) {
       if (shard_activations && candidate.tp == 1) continue;
-      for (bool checkpointed : {false, true}) {
+      for (const auto [checkpointed, zero] : {std::pair{false, 0}, {true, 0}, {false, 1}, {false, 2}}) {
+        if (zero > 0 && candidate.dp * candidate.sp == 1) continue;  // no replicas to shard over
         wf::config::ParallelSection l = candidate;
         l.tp_shard_activations = shard_activations;
+        l.zero = zero;
+        // ZeRO: small buckets, so several are padded to the replica count.
+        if (zero > 0) l.grad_bucket_mb = 16.0 / 1024;
         wf::config::RunConfig config = small_gpt_run(l.dp, l.sp, checkpointed, "wf_test_step_traffic");
         config.parallel = l;
         config.train.steps = 1;

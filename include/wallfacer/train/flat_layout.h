@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "wallfacer/core/dtype.h"
+#include "wallfacer/core/tensor.h"
 
 namespace wf::train {
 
@@ -78,5 +79,8 @@ class FlatLayout {
   std::vector<Bucket> buckets_;
   std::vector<Slot> slots_;
 };
+
+// The (numel, dtype) of each tensor, what a FlatLayout is planned from.
+std::vector<FlatLayout::Param> flat_layout_params(const std::vector<Tensor>& params);
 
 }  // namespace wf::train

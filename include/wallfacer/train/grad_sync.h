@@ -18,9 +18,15 @@
 #include "wallfacer/comm/group.h"
 #include "wallfacer/core/tensor.h"
 
+namespace wf::config {
+struct RunConfig;
+}  // namespace wf::config
+
 namespace wf::train {
 
 inline constexpr std::int64_t kDefaultBucketBytes = 25 << 20;  // 25 MiB, as PyTorch DDP
+// The Trainer's bucket size: parallel.grad_bucket_mb in bytes.
+std::int64_t gradient_bucket_bytes(const config::RunConfig& config);
 
 // One bucket: parameter indices, packed one after the other in this order; all of one dtype.
 struct GradBucket {

@@ -27,9 +27,12 @@
 //              reverse; the recompute repeats both kinds' forward), entering the sharded stream
 //              after the embedding all-gathers its gradient (backward), and once per step the
 //              gradients the shards mark partial over tp (norms, row biases) are all-reduced
-//   dp_sp      the gradient all-reduce of grad_sync.h: one per bucket of
-//              plan_gradient_buckets(params, bucket_bytes), in the parameters' dtype; then the
-//              loss totals (two doubles) of normalise_gradients
+//   dp_sp      the gradient reduction of replica_gradients.h over the buckets of FlatLayout
+//              (parallel.grad_bucket_mb), in the parameters' dtype: ZeRO-0 all-reduces each
+//              bucket once; ZeRO-1 reduce-scatters each (padded) bucket once and all-gathers it
+//              after the update; ZeRO-2 reduce-scatters it in every microbatch (A times) and
+//              all-gathers it once; ZeRO 1 and 2 also sum the clip's two squares over the
+//              replicas. Then the loss totals (two doubles) of normalise_gradients
 // Every other group ("world", "dp", "pp") moves nothing during a step.
 //
 // What is not predicted (std::nullopt): every group under pipeline parallelism (the trainer
@@ -46,6 +49,7 @@
 #include "wallfacer/models/decoder.h"
 #include "wallfacer/parallel/traffic_model.h"
 #include "wallfacer/train/grad_sync.h"
+#include "wallfacer/train/flat_layout.h"
 
 namespace wf::train {
 
@@ -55,9 +59,11 @@ using GroupBytes = std::map<std::string, std::optional<std::int64_t>>;
 // Bytes comm::Group counts for one all-reduce of `bytes` over `ranks`.
 std::int64_t all_reduce_bytes(std::int64_t bytes, int ranks);
 
-// The dp_sp term: the bucketed gradient all-reduce and the loss totals, over `replicas` ranks.
+// The dp_sp term: the bucketed gradient reduction at ZeRO stage `zero` with `accum`
+// microbatches, and the loss totals, over `replicas` ranks.
 std::int64_t gradient_sync_bytes(int replicas, const std::vector<Tensor>& params,
-                                 std::int64_t bucket_bytes = kDefaultBucketBytes);
+                                 std::int64_t bucket_bytes = kDefaultBucketBytes, int zero = 0,
+                                 std::int64_t accum = 1);
 
 // The sp groups' term of one attention call (forward + backward, or forward + replayed backward
 // when `checkpointed`) on this rank: {"sp", "sp.team", "sp.ring"} → bytes sent.
@@ -76,9 +82,8 @@ std::int64_t tp_step_bytes(const models::DecoderOptions& model, int tp, std::int
 
 // Every group of comm::ProcessGrid::group_names for this rank of `grid` (config's layout):
 // `model` is the trainer's decoder (resolved options), `module` the built model on this rank (its
-// parameters in order, and their shards), `bucket_bytes` the trainer's gradient bucket size.
+// parameters in order, and their shards); the bucket size and ZeRO stage are the config's.
 GroupBytes predicted_step_traffic(const config::RunConfig& config, const models::DecoderOptions& model,
-                                  const comm::ProcessGrid& grid, const nn::Module& module,
-                                  std::int64_t bucket_bytes = kDefaultBucketBytes);
+                                  const comm::ProcessGrid& grid, const nn::Module& module);
 
 }  // namespace wf::train
