@@ -209,8 +209,13 @@ MemoryEstimate memory_per_rank(const RunConfig& c) {
   const ModelFacts facts = model_facts(c);
   const ParallelSection& p = c.parallel;
   MemoryEstimate m;
-  // f32 weight, gradient and AdamW's two moments.
-  m.parameter_bytes = facts.parameters * 16.0 / (static_cast<double>(p.tp) * p.pp);
+  // f32 weight, gradient and AdamW's two moments; ZeRO splits the moments (stage 1) and the
+  // gradients (stage 2) over the replica group, which adds a gradient shard from stage 1 on.
+  const double replicas = static_cast<double>(p.dp) * p.sp;
+  const int zero = replicas > 1 ? p.zero : 0;
+  const double gradient = zero == 2 ? 4.0 / replicas : 4.0 + (zero == 1 ? 4.0 / replicas : 0.0);
+  const double moments = zero >= 1 ? 8.0 / replicas : 8.0;
+  m.parameter_bytes = facts.parameters * (4.0 + gradient + moments) / (static_cast<double>(p.tp) * p.pp);
   const double tokens = static_cast<double>(c.train.micro_batch_size) * static_cast<double>(c.train.seq_len) / p.sp;
   m.activation_bytes = facts.activation_bytes_per_token * tokens / (static_cast<double>(p.tp) * p.pp);
   return m;
@@ -239,6 +244,11 @@ void validate(const RunConfig& config, int world_size, ValidateScope scope, doub
 
 std::vector<std::string> notes(const RunConfig& c) {
   std::vector<std::string> out;
+  if (c.parallel.zero > 0 && c.parallel.dp * c.parallel.sp == 1) {
+    out.push_back(fmt::format("parallel.zero: ZeRO-{} shards over the replica group (dp x sp = 1 rank here), so it "
+                              "changes nothing; raise dp or sp to shard",
+                              c.parallel.zero));
+  }
   if (c.train.warmup_steps > c.train.steps) {
     out.push_back(fmt::format("train.warmup_steps: {} warmup steps exceed train.steps = {}: the warmup is cut at step "
                               "{}, so the learning rate never reaches train.lr (a short smoke run; raise steps or "
