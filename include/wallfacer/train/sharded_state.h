@@ -18,6 +18,7 @@
 #include "wallfacer/nn/module.h"
 #include "wallfacer/nn/parameter_shard.h"
 #include "wallfacer/train/optimizer.h"
+#include "wallfacer/train/sharded_tensor.h"
 
 namespace wf::train {
 
@@ -38,5 +39,30 @@ WholeState gather_whole_state(const nn::Module& model, const AdamW& optimizer, c
 // Loads `state` into this rank's shards of the model and the optimizer. wf::Error (nothing
 // loaded) listing every entry that names no parameter or does not have its whole shape.
 void load_whole_state(const WholeState& state, nn::Module& model, AdamW& optimizer);
+
+// ---- distributed checkpoints (format 4, distributed_checkpoint.h) ---------------------------
+// Each rank describes its own pieces instead of gathering whole tensors: the model's parameters
+// as this rank's tensor-parallel slices, the optimizer's fields as its slots.
+
+class CheckpointReader;
+
+// The slots of an AdamW built over model.parameters() (no ZeRO): slot i is the whole local
+// parameter i, written by replica_rank 0, and for a parameter not split over tp by tp_rank 0 only.
+std::vector<OptimizerSlot> whole_parameter_slots(const nn::Module& model, int replica_rank, int tp_rank);
+
+// This rank's pieces of the training state: every model tensor (model.state_dict()'s names) as
+// its whole tp slice, written by replica_rank 0 (and tp_rank 0 for one not split over tp), its
+// data the live tensor; per slot i (AdamW parameter i) that has been updated,
+// "<name>.exp_avg" and "<name>.exp_avg_sq" as the slot's piece (copies, slot.writer) and the
+// scalar "<name>.step", written by the slot that starts the parameter's first slice.
+ShardedStateDict sharded_state_dict(nn::Module& model, AdamW& optimizer, const std::vector<OptimizerSlot>& slots,
+                                    int replica_rank, int tp_rank);
+
+// Loads this rank's pieces from `reader`: the model's in place; the optimizer's into temporaries
+// that then replace AdamW's state (load_state_dict). A parameter the checkpoint holds no
+// optimizer state for (never updated when it was written) gets none. wf::Error naming the
+// tensor when the checkpoint does not fit: a key missing or extra, another shape or dtype.
+void load_sharded_state(CheckpointReader& reader, nn::Module& model, AdamW& optimizer,
+                        const std::vector<OptimizerSlot>& slots, int replica_rank, int tp_rank);
 
 }  // namespace wf::train
