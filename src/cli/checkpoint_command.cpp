@@ -77,18 +77,9 @@ int info(const CheckpointOptions& o) {
 int export_checkpoint(const CheckpointOptions& o) {
   WF_USER_CHECK(o.out.ends_with(".safetensors"), "{}: the output must be a .safetensors file (e.g. model.safetensors)",
                 o.out);
-  train::CheckpointReader reader(checkpoint_dir(o.dir));
-  // By key: the same file whatever order the writing ranks listed their pieces in.
-  std::vector<std::string> keys;
-  for (const auto& t : reader.tensors()) {
-    if (o.optimizer || !train::is_optimizer_key(t.key)) keys.push_back(t.key);
-  }
-  std::sort(keys.begin(), keys.end());
-  nn::StateDict tensors;
-  for (const std::string& key : keys) tensors.insert(key, reader.load_whole(key));
-  train::save_safetensors(o.out, tensors, {{"format", "pt"}});
-  std::printf("exported %zu tensors of the step-%lld checkpoint %s to %s\n", keys.size(),
-              static_cast<long long>(reader.step()), reader.dir().c_str(), o.out.c_str());
+  const std::string dir = checkpoint_dir(o.dir);
+  const std::size_t count = train::export_checkpoint(dir, o.out, o.optimizer);
+  std::printf("exported %zu tensors of checkpoint %s to %s\n", count, dir.c_str(), o.out.c_str());
   return kExitOk;
 }
 

@@ -213,4 +213,18 @@ Tensor CheckpointReader::load_whole(const std::string& key) {
   return whole[0].data;
 }
 
+std::size_t export_checkpoint(const std::string& checkpoint_dir, const std::string& out, bool optimizer) {
+  CheckpointReader reader(checkpoint_dir);
+  // By key: the same file whatever order the writing ranks listed their pieces in.
+  std::vector<std::string> keys;
+  for (const CheckpointReader::TensorInfo& t : reader.tensors()) {
+    if (optimizer || !is_optimizer_key(t.key)) keys.push_back(t.key);
+  }
+  std::sort(keys.begin(), keys.end());
+  nn::StateDict tensors;
+  for (const std::string& key : keys) tensors.insert(key, reader.load_whole(key));
+  save_safetensors(out, tensors, {{"format", "pt"}});
+  return keys.size();
+}
+
 }  // namespace wf::train

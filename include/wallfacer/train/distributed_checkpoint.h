@@ -109,6 +109,12 @@ class CheckpointReader {
   std::map<std::string, std::unique_ptr<OpenFile>> open_;
 };
 
+// Writes the checkpoint at `checkpoint_dir` as one safetensors file `out` of whole, unpadded
+// tensors under their global names, sorted by name: model tensors only, or with `optimizer` its
+// state too. The same checkpoint written under any layout exports to the same bytes. Returns the
+// number of tensors written.
+std::size_t export_checkpoint(const std::string& checkpoint_dir, const std::string& out, bool optimizer = false);
+
 // Whether `key` is optimizer state ("<parameter>.step|exp_avg|exp_avg_sq"), not a model tensor.
 bool is_optimizer_key(std::string_view key);
 
