@@ -171,6 +171,14 @@ std::string save_sharded_checkpoint(const CheckpointStore& store, std::int64_t s
     tmp_name = detail::make_tmp_dir(root, step).filename().string();
   });
   const fs::path tmp_dir = root / broadcast_text(world, tmp_name, 0);
+  // Every rank writes into the directory rank 0 created: they must name the same one.
+  const std::string lead_dir = broadcast_text(world, store.dir(), 0);
+  agree(world, [&] {
+    WF_CHECK(lead_dir == store.dir(),
+             "cannot save checkpoint: this rank's checkpoint directory is '{}' but rank 0's is '{}'; every rank must "
+             "save into the same checkpoint.dir (on a filesystem all of them see)",
+             store.dir(), lead_dir);
+  });
   fs::path final_dir;
   try {
     std::string index;

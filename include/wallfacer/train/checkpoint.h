@@ -1,11 +1,11 @@
 #pragma once
-// Training checkpoints: a directory per step holding the model and optimizer state as
-// safetensors files and a manifest with everything else a resumed run needs.
+// Training checkpoints: a directory per step of a checkpoint directory, holding the training
+// state as safetensors files and a manifest with everything else a resumed run needs.
 //
-//   <dir>/step-00000010/model.safetensors
-//                      /optimizer.safetensors
-//                      /manifest.json   format, version, step, config (YAML text), state map,
-//                                       and each file's size and SHA-256
+// CheckpointStore owns the directory: which steps exist (list, find_latest with its fallback past
+// damaged ones), pruning, and whole-tensor access for one process (load, and save: the format 3
+// writer, kept for the compatibility tests). The trainer writes format 4, one file per rank
+// (distributed_checkpoint.h); load() reads both formats through CheckpointReader.
 //
 // A save is written into <dir>/.tmp-step-00000010-<pid>/, flushed to disk and renamed into place,
 // so a crash leaves either the complete checkpoint or none. A truncated or corrupted one is

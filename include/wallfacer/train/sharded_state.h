@@ -11,7 +11,9 @@
 // position, so neither the order nor the split of the parameters is baked in.
 //
 // Gathering the whole model on one group is what a model that fits one rank's memory can afford;
-// the sharded (per-rank files) checkpoints of ZeRO and pipeline parallelism replace it there.
+// the trainer's checkpoints no longer do it: they are distributed (format 4, below and
+// distributed_checkpoint.h), each rank writing and reading its own pieces. The whole-tensor
+// functions stay for tests and tools that want a single-process view.
 #include <string_view>
 
 #include "wallfacer/comm/runtime.h"
