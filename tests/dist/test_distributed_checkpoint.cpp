@@ -187,6 +187,12 @@ TEST_CASE("a distributed save that fails on one rank fails on every rank, the pr
   CHECK_THAT(message, Catch::Contains(fmt::format("rank {}: ", world - 1)) &&
                           Catch::Contains(fmt::format("cannot save checkpoint piece 'r{}'", world - 1)));
   group->barrier();
+  if (world > 1) {  // ranks that name different directories: the first that differs from rank 0 says so
+    const wf::train::CheckpointStore own((dir / fmt::format("r{}", runtime().rank())).string(), 0);
+    CHECK_THAT(error_of([&] { wf::train::save_sharded_checkpoint(own, 3, pieces(false), {}, "", *group); }),
+               Catch::Contains("rank 1: ") && Catch::Contains("every rank must save into the same checkpoint.dir"));
+  }
+  group->barrier();
   CHECK(store.list() == std::vector<std::string>{(dir / "step-00000001").string()});
   wf::train::CheckpointReader reader((dir / "step-00000001").string());
   CHECK(reader.world_size() == world);

@@ -1,14 +1,13 @@
 #pragma once
-// Whole tensors from shards and back, by each parameter's nn::ParameterShard: how checkpoints
-// hold the state of a model that tensor parallelism has cut up.
+// Whole tensors from shards and back, by each parameter's nn::ParameterShard, and the pieces of
+// a rank's training state that distributed checkpoints save and load.
 //
-// A checkpoint stores every parameter and its optimizer state as the WHOLE, unpadded tensor
-// under its global name, whatever layout wrote it: writing gathers each shard over the group it
-// is split over (every rank of that group gets the whole; the Trainer gathers on world rank 0's
-// group only, and rank 0 writes), loading cuts each rank's slice back out. A checkpoint written at tp 2 therefore loads at tp 1, 4 or 8, and one
-// written by a single process loads into any layout. The optimizer's entries are keyed by the
-// parameter's name, "<parameter>.<field>" (AdamW's step, exp_avg, exp_avg_sq), not by its
-// position, so neither the order nor the split of the parameters is baked in.
+// Whole tensors: gather_whole_state all-gathers each split parameter (and its AdamW moments) over
+// the group its shard names, every rank of that group getting the whole, unpadded tensor under its
+// global name; load_whole_state cuts each rank's slice back out. The optimizer's entries are keyed
+// by the parameter's name, "<parameter>.<field>" (AdamW's step, exp_avg, exp_avg_sq), not by its
+// position, so neither the order nor the split of the parameters is baked in: format 3
+// checkpoints held these whole tensors, written by world rank 0.
 //
 // Gathering the whole model on one group is what a model that fits one rank's memory can afford;
 // the trainer's checkpoints no longer do it: they are distributed (format 4, below and
