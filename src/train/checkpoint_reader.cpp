@@ -100,8 +100,17 @@ CheckpointReader::CheckpointReader(std::string checkpoint_dir) : dir_(std::move(
     world_size_ = static_cast<int>(
         detail::field(manifest, "world_size", &Json::is_number_unsigned, "a rank count", path, dir_).get<std::int64_t>());
     tensors_ = parse_index(manifest, dir_, file_bytes_);
-    return;
+  } else {
+    read_whole_tensor_index();
   }
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    WF_CHECK(index_.emplace(tensors_[i].key, i).second, "checkpoint '{}' holds tensor '{}' twice; {}", dir_,
+             tensors_[i].key, detail::corrupt_fix(dir_));
+  }
+}
+
+void CheckpointReader::read_whole_tensor_index() {
+  const std::string path = (fs::path(dir_) / detail::kManifest).string();
   // Version 3: whole tensors in two files, whose headers are the index.
   for (const char* file : {detail::kModelFile, detail::kOptimizerFile}) {
     WF_CHECK(file_bytes_.contains(file), "checkpoint manifest '{}' lists no file '{}'; {}", path, file,
@@ -117,8 +126,8 @@ CheckpointReader::CheckpointReader(std::string checkpoint_dir) : dir_(std::move(
 CheckpointReader::~CheckpointReader() = default;
 
 const CheckpointReader::TensorInfo* CheckpointReader::find(std::string_view key) const {
-  const auto it = std::find_if(tensors_.begin(), tensors_.end(), [&](const TensorInfo& t) { return t.key == key; });
-  return it == tensors_.end() ? nullptr : &*it;
+  const auto it = index_.find(key);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
 CheckpointReader::OpenFile& CheckpointReader::open(const std::string& file) {

@@ -1,7 +1,9 @@
 // Distributed checkpoints across layouts with the real Trainer on a tiny GPT: a checkpoint saved
 // at layout A resumes at layout B, and B's checkpoint of the same state exports to the same bytes
 // as A's (model and optimizer state, whole tensors); training continues to the uninterrupted
-// run's losses (1e-5 relative); at the same layout it resumes bit for bit.
+// run's losses (1e-5 relative); at the same layout it resumes bit for bit. A version 3 checkpoint
+// (whole tensors) resumes at another layout and exports to the bytes of its version 4 twin. A
+// save failing on one rank (a bad piece, another checkpoint.dir) fails on every rank alike.
 //
 // The vocabulary 251 is padded at tp 2 (252) and tp 4 (252): padding rows are dropped on save and
 // come back as zeros. "One process" layouts run on rank 0 alone in a world of its own.
@@ -17,7 +19,10 @@
 
 #include "dist_testing.h"
 #include "wallfacer/config/run_config.h"
+#include "wallfacer/core/rng.h"
 #include "wallfacer/models/model.h"
+#include "wallfacer/parallel/tensor_parallel.h"
+#include "wallfacer/train/sharded_state.h"
 #include "wallfacer/train/distributed_checkpoint.h"
 #include "wallfacer/train/trainer.h"
 
@@ -164,6 +169,57 @@ TEST_CASE("distributed checkpoints reshard between layouts and export the same b
            << runtime().world_size());
       SUCCEED();
   }
+}
+
+TEST_CASE("a version 3 checkpoint (whole tensors) resumes at another layout and exports as its version 4 twin",
+          "[dist][dist_checkpoint]") {
+  if (runtime().world_size() != 2) {
+    WARN("the version 3 case runs at 2 ranks (tp 2 -> dp 2); nothing to check at " << runtime().world_size());
+    SUCCEED();
+    return;
+  }
+  const fs::path root = fs::temp_directory_path() / "wf-dist-ckpt-v3";
+  const bool lead = runtime().rank() == 0;
+  if (lead) fs::remove_all(root);
+  all_ranks_barrier();
+  std::vector<double> expected;
+  {
+    Run uninterrupted = make_run({.tp = 2}, root / "uninterrupted");
+    for (int step = 1; step <= 3; ++step) expected.push_back(uninterrupted.trainer->train_step().loss);
+  }
+  {
+    // What the trainer wrote before format 4: whole tensors gathered over tp, saved by rank 0.
+    Run first = make_run({.tp = 2}, root / "v4");
+    for (int step = 1; step <= 2; ++step) first.trainer->train_step();
+    first.trainer->save_checkpoint();
+    const wf::train::WholeState whole =
+        wf::train::gather_whole_state(first.trainer->model(), first.trainer->optimizer(), *first.grid);
+    if (lead) {
+      wf::train::Checkpoint v3;
+      v3.step = 2;
+      v3.model = whole.model;
+      v3.optimizer = whole.optimizer;
+      v3.config_yaml = wf::config::to_yaml(first.trainer->config());
+      v3.state["rng.offset"] = std::to_string(wf::default_generator().offset());
+      v3.state["rng.tensor_parallel.offset"] =
+          std::to_string(wf::generator_tracker().state(wf::parallel::kTensorParallelRng).offset);
+      wf::train::CheckpointStore((root / "v3").string(), 0).save(v3);
+    }
+  }
+  all_ranks_barrier();
+  if (lead) {
+    wf::train::export_checkpoint((root / "v3/step-00000002").string(), (root / "v3.safetensors").string(), true);
+    wf::train::export_checkpoint((root / "v4/step-00000002").string(), (root / "v4.safetensors").string(), true);
+    CHECK(wf::train::CheckpointReader((root / "v3/step-00000002").string()).version() == 3);
+    CHECK((file_bytes(root / "v3.safetensors") == file_bytes(root / "v4.safetensors")));
+  }
+  Run second = make_run({.dp = 2}, root / "v3");
+  CHECK(second.trainer->resume());
+  CHECK(second.trainer->step() == 2);
+  const double loss = second.trainer->train_step().loss;
+  CHECK(std::abs(loss - expected[2]) <= 1e-5 * std::abs(expected[2]));
+  all_ranks_barrier();
+  if (lead) fs::remove_all(root);
 }
 
 TEST_CASE("a distributed save that fails on one rank fails on every rank, the previous checkpoint kept",

@@ -81,7 +81,8 @@ class CheckpointReader {
   // The files and their sizes, as the manifest lists them.
   const std::map<std::string, std::uint64_t>& files() const { return file_bytes_; }
 
-  // Fills every target's data from the stored pieces that intersect it (padding rows: zeros).
+  // Fills every target's data (on the CPU) from the stored pieces that intersect it (padding
+  // rows: zeros).
   // Every target is checked first (its key stored, the same global shape and dtype, fully
   // covered), then read: wf::Error naming the key and the checkpoint otherwise, or naming a file
   // that fails its checksum.
@@ -96,6 +97,7 @@ class CheckpointReader {
  private:
   struct OpenFile;
   OpenFile& open(const std::string& file);
+  void read_whole_tensor_index();  // version 3: the two files' headers are the index
 
   std::string dir_;
   std::int64_t version_ = 0;
@@ -104,6 +106,7 @@ class CheckpointReader {
   std::map<std::string, std::string> state_;
   int world_size_ = 0;
   std::vector<TensorInfo> tensors_;
+  std::map<std::string, std::size_t, std::less<>> index_;  // key -> its position in tensors_
   std::map<std::string, std::uint64_t> file_bytes_;
   std::map<std::string, std::string> file_sha256_;
   std::map<std::string, std::unique_ptr<OpenFile>> open_;
