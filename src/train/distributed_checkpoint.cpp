@@ -2,8 +2,8 @@
 //
 // Protocol, every step agreed by all ranks (agree() below), so that a failure anywhere fails the
 // save everywhere with one message and no rank is left waiting in a collective:
-//   1. rank 0 removes leftovers of interrupted saves, creates .tmp-step-<step>-<pid>/ and
-//      broadcasts its name;
+//   1. the ranks check that they name one checkpoint directory; rank 0 removes leftovers of
+//      interrupted saves, creates .tmp-step-<step>-<pid>/ and broadcasts its name;
 //   2. every rank writes rank-<r>.safetensors into it (synced), hashing it on the way;
 //   3. the ranks all-gather their file's index (name, size, SHA-256, pieces) as JSON text;
 //   4. rank 0 checks that the pieces tile every tensor, writes manifest.json (synced), renames
@@ -163,6 +163,14 @@ std::string save_sharded_checkpoint(const CheckpointStore& store, std::int64_t s
                                     comm::Group& world) {
   const fs::path root(store.dir());
   const bool lead = world.rank() == 0;
+  // Every rank writes into the directory rank 0 creates: they must name the same one.
+  const std::string lead_dir = broadcast_text(world, store.dir(), 0);
+  agree(world, [&] {
+    WF_CHECK(lead_dir == store.dir(),
+             "cannot save checkpoint: this rank's checkpoint directory is '{}' but rank 0's is '{}'; every rank must "
+             "save into the same checkpoint.dir (on a filesystem all of them see)",
+             store.dir(), lead_dir);
+  });
   std::string tmp_name;
   agree(world, [&] {
     if (!lead) return;
@@ -171,14 +179,6 @@ std::string save_sharded_checkpoint(const CheckpointStore& store, std::int64_t s
     tmp_name = detail::make_tmp_dir(root, step).filename().string();
   });
   const fs::path tmp_dir = root / broadcast_text(world, tmp_name, 0);
-  // Every rank writes into the directory rank 0 created: they must name the same one.
-  const std::string lead_dir = broadcast_text(world, store.dir(), 0);
-  agree(world, [&] {
-    WF_CHECK(lead_dir == store.dir(),
-             "cannot save checkpoint: this rank's checkpoint directory is '{}' but rank 0's is '{}'; every rank must "
-             "save into the same checkpoint.dir (on a filesystem all of them see)",
-             store.dir(), lead_dir);
-  });
   fs::path final_dir;
   try {
     std::string index;
