@@ -50,6 +50,10 @@ void add_train_command(CLI::App& app);
 // (generate_command.cpp).
 void add_generate_command(CLI::App& app);
 
+// `wallfacer checkpoint info DIR` and `wallfacer checkpoint export DIR OUT.safetensors
+// [--optimizer]` (checkpoint_command.cpp).
+void add_checkpoint_command(CLI::App& app);
+
 // `wallfacer bench`: a group that only holds the bench subcommands; returns it so that each
 // bench subcommand can register itself on it.
 CLI::App& add_bench_group(CLI::App& app);

@@ -81,20 +81,6 @@ bool read_at(int fd, void* out, std::size_t size, std::uint64_t offset, const st
   return true;
 }
 
-class File {
- public:
-  explicit File(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
-    WF_CHECK(fd_ >= 0, "cannot open safetensors file '{}': {}", path, wf::detail::errno_text());
-  }
-  ~File() { ::close(fd_); }
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // One tensor's entry of the header, checked against the data section of `data_bytes`.
 struct Entry {
   std::string name;
@@ -234,16 +220,29 @@ void save_safetensors(const std::string& path, const nn::StateDict& tensors,
   wf::detail::write_file_atomically(path, image.pieces(), "save_safetensors");
 }
 
-SafetensorsContents load_safetensors(const std::string& path) {
-  const File file(path);
+SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  WF_CHECK(fd_ >= 0, "cannot open safetensors file '{}': {}", path_, wf::detail::errno_text());
+  try {
+    parse_header();
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+SafetensorsReader::~SafetensorsReader() { ::close(fd_); }
+
+void SafetensorsReader::parse_header() {
+  const std::string& path = path_;
   struct stat st {};
-  WF_CHECK(::fstat(file.fd(), &st) == 0, "cannot stat safetensors file '{}': {}", path, wf::detail::errno_text());
+  WF_CHECK(::fstat(fd_, &st) == 0, "cannot stat safetensors file '{}': {}", path, wf::detail::errno_text());
   const auto file_bytes = static_cast<std::uint64_t>(st.st_size);
   WF_CHECK(file_bytes >= 8,
            "safetensors file '{}' is truncated: {} bytes, shorter than the 8-byte header length that starts it", path,
            file_bytes);
   std::uint64_t header_bytes = 0;
-  WF_CHECK(read_at(file.fd(), &header_bytes, 8, 0, path), "safetensors file '{}' is truncated", path);
+  WF_CHECK(read_at(fd_, &header_bytes, 8, 0, path), "safetensors file '{}' is truncated", path);
   WF_CHECK(header_bytes <= file_bytes - 8,
            "safetensors file '{}' is truncated or not a safetensors file: its header length {} reaches beyond the "
            "file ({} bytes)",
@@ -251,7 +250,7 @@ SafetensorsContents load_safetensors(const std::string& path) {
   WF_CHECK(header_bytes <= kMaxHeaderBytes, "safetensors file '{}': header length {} is above the limit of {} bytes",
            path, header_bytes, kMaxHeaderBytes);
   std::string text(header_bytes, '\0');
-  WF_CHECK(read_at(file.fd(), text.data(), text.size(), 8, path), "safetensors file '{}' is truncated", path);
+  WF_CHECK(read_at(fd_, text.data(), text.size(), 8, path), "safetensors file '{}' is truncated", path);
   Json header;
   try {
     header = detail::parse_bounded_json(text, fmt::format("safetensors file '{}': the header", path));
@@ -264,11 +263,10 @@ SafetensorsContents load_safetensors(const std::string& path) {
 
   const std::uint64_t data_start = 8 + header_bytes;
   const std::uint64_t data_bytes = file_bytes - data_start;
-  SafetensorsContents contents;
   std::vector<Entry> entries;
   for (const auto& [name, info] : header.items()) {
     if (name == kMetadataKey) {
-      contents.metadata = parse_metadata(info, path);
+      metadata_ = parse_metadata(info, path);
     } else {
       entries.push_back(parse_entry(name, info, data_bytes, path));
     }
@@ -292,11 +290,34 @@ SafetensorsContents load_safetensors(const std::string& path) {
   WF_CHECK(expected_begin == data_bytes,
            "safetensors file '{}': the tensors cover {} data bytes but the file holds {}: the file is corrupt", path,
            expected_begin, data_bytes);
-
   for (const Entry& entry : entries) {
+    entries_.push_back({entry.name, entry.dtype, entry.shape, data_start + entry.begin, entry.end - entry.begin});
+  }
+}
+
+const SafetensorsEntry* SafetensorsReader::find(std::string_view name) const {
+  for (const SafetensorsEntry& entry : entries_) {
+    if (entry.name == name) return &entry;
+  }
+  return nullptr;
+}
+
+void SafetensorsReader::read(const SafetensorsEntry& entry, std::uint64_t offset, std::uint64_t size,
+                             void* out) const {
+  WF_CHECK(offset <= entry.bytes && size <= entry.bytes - offset,
+           "safetensors file '{}': bytes [{}, {}) lie outside tensor '{}' ({} bytes)", path_, offset, offset + size,
+           entry.name, entry.bytes);
+  WF_CHECK(read_at(fd_, out, size, entry.offset + offset, path_),
+           "safetensors file '{}' is truncated while reading tensor '{}'", path_, entry.name);
+}
+
+SafetensorsContents load_safetensors(const std::string& path) {
+  const SafetensorsReader reader(path);
+  SafetensorsContents contents;
+  contents.metadata = reader.metadata();
+  for (const SafetensorsEntry& entry : reader.entries()) {
     Tensor tensor = Tensor::empty(entry.shape, entry.dtype);
-    WF_CHECK(read_at(file.fd(), tensor.raw_data(), tensor.nbytes(), data_start + entry.begin, path),
-             "safetensors file '{}' is truncated while reading tensor '{}'", path, entry.name);
+    reader.read(entry, 0, entry.bytes, tensor.raw_data());
     contents.tensors.insert(entry.name, std::move(tensor));
   }
   return contents;

@@ -15,6 +15,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/ops/shape_ops.h"
 #include "wallfacer/parallel/collectives.h"
+#include "wallfacer/train/distributed_checkpoint.h"
 
 namespace wf::train {
 namespace {
@@ -123,6 +124,100 @@ void load_whole_state(const WholeState& state, nn::Module& model, AdamW& optimiz
                 fmt::join(problems, "; "));
   model.load_state_dict(local_model);
   optimizer.load_state_dict(local_optimizer);
+}
+
+namespace {
+
+// The model's pieces: each state_dict() tensor (parameters and buffers) as this rank's slice.
+ShardedStateDict model_pieces(const nn::Module& model, int replica_rank, int tp_rank) {
+  const std::vector<nn::NamedShard> shards = model.named_parameter_shards();
+  const auto index = parameter_indices(shards);
+  ShardedStateDict pieces;
+  for (const auto& [name, tensor] : model.state_dict()) {
+    const auto it = index.find(name);
+    const nn::ParameterShard shard =
+        it == index.end() ? nn::ParameterShard::replicated(tensor.shape()) : shards[it->second].second;
+    pieces.push_back({name, shard, 0, tensor.numel(),
+                      replica_rank == 0 && (shard.is_sharded() || tp_rank == 0), tensor});
+  }
+  return pieces;
+}
+
+void check_slots(const AdamW& optimizer, const std::vector<OptimizerSlot>& slots) {
+  WF_CHECK(optimizer.num_params() == slots.size(), "distributed checkpoint: the optimizer holds {} parameters but {} "
+           "slots describe them; slots[i] is AdamW parameter i", optimizer.num_params(), slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    WF_CHECK(optimizer.params()[i].numel() == slots[i].flat_end - slots[i].flat_begin,
+             "distributed checkpoint: AdamW parameter {} has {} elements but its slot '{}' [{}, {}) has {}", i,
+             optimizer.params()[i].numel(), slots[i].name, slots[i].flat_begin, slots[i].flat_end,
+             slots[i].flat_end - slots[i].flat_begin);
+  }
+}
+
+// The pieces of slot `slot`'s optimizer fields, their data `step` and `moments` (null: omitted).
+void add_slot_pieces(ShardedStateDict& pieces, const OptimizerSlot& slot, const Tensor& step, const Tensor& exp_avg,
+                     const Tensor& exp_avg_sq) {
+  // One writer of the step count over all slots and tp slices of the parameter.
+  const bool step_writer = slot.writer && slot.flat_begin == 0 && slot.shard.index == 0;
+  pieces.push_back({slot.name + ".step", nn::ParameterShard::replicated({}), 0, 1, step_writer, step});
+  pieces.push_back({slot.name + ".exp_avg", slot.shard, slot.flat_begin, slot.flat_end, slot.writer, exp_avg});
+  pieces.push_back({slot.name + ".exp_avg_sq", slot.shard, slot.flat_begin, slot.flat_end, slot.writer, exp_avg_sq});
+}
+
+}  // namespace
+
+std::vector<OptimizerSlot> whole_parameter_slots(const nn::Module& model, int replica_rank, int tp_rank) {
+  std::vector<OptimizerSlot> slots;
+  for (const auto& [name, shard] : model.named_parameter_shards()) {
+    slots.push_back({name, shard, 0, shape_numel(shard.local_shape()),
+                     replica_rank == 0 && (shard.is_sharded() || tp_rank == 0)});
+  }
+  return slots;
+}
+
+ShardedStateDict sharded_state_dict(nn::Module& model, AdamW& optimizer, const std::vector<OptimizerSlot>& slots,
+                                    int replica_rank, int tp_rank) {
+  check_slots(optimizer, slots);
+  ShardedStateDict pieces = model_pieces(model, replica_rank, tp_rank);
+  const nn::StateDict moments = optimizer.state_dict();
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (!moments.contains(adamw_state_key(i, "step"))) continue;  // not updated yet (on every rank alike)
+    add_slot_pieces(pieces, slots[i], moments.at(adamw_state_key(i, "step")), moments.at(adamw_state_key(i, "exp_avg")),
+                    moments.at(adamw_state_key(i, "exp_avg_sq")));
+  }
+  return pieces;
+}
+
+void load_sharded_state(CheckpointReader& reader, nn::Module& model, AdamW& optimizer,
+                        const std::vector<OptimizerSlot>& slots, int replica_rank, int tp_rank) {
+  check_slots(optimizer, slots);
+  ShardedStateDict targets = model_pieces(model, replica_rank, tp_rank);
+  // A model tensor of the checkpoint that this model lacks means another model, as much as one
+  // missing (which load() reports).
+  std::vector<std::string> extra;
+  for (const CheckpointReader::TensorInfo& info : reader.tensors()) {
+    const bool known = std::any_of(targets.begin(), targets.end(), [&](const ShardedTensor& t) { return t.key == info.key; });
+    if (!is_optimizer_key(info.key) && !known) extra.push_back(info.key);
+  }
+  if (extra.size() > 8) extra.resize(8), extra.push_back("...");
+  WF_USER_CHECK(extra.empty(), "checkpoint '{}' holds model tensors this model does not have ({}): it was written "
+                "for another model", reader.dir(), fmt::join(extra, ", "));
+  std::vector<std::size_t> with_state;  // the slots whose state the checkpoint holds
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (reader.find(slots[i].name + ".step") == nullptr) continue;
+    const Tensor& param = optimizer.params()[i];
+    add_slot_pieces(targets, slots[i], Tensor::zeros({}, DType::i64), Tensor::zeros(param.shape(), param.dtype()),
+                    Tensor::zeros(param.shape(), param.dtype()));
+    with_state.push_back(i);
+  }
+  reader.load(targets);
+  nn::StateDict state;
+  // The optimizer's targets follow the model's, three per slot with state, in slot order.
+  std::size_t next = targets.size() - 3 * with_state.size();
+  for (const std::size_t i : with_state) {
+    for (const std::string_view field : kAdamWFields) state.insert(adamw_state_key(i, field), targets[next++].data);
+  }
+  optimizer.load_state_dict(state);
 }
 
 }  // namespace wf::train

@@ -15,6 +15,7 @@
 #include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/parallel/tensor_parallel.h"
 #include "wallfacer/train/checkpoint.h"
+#include "wallfacer/train/distributed_checkpoint.h"
 #include "wallfacer/train/replica_gradients.h"
 #include "wallfacer/train/grad_sync.h"
 #include "wallfacer/train/peak_flops.h"
@@ -281,44 +282,35 @@ double Trainer::evaluate() {
 }
 
 void Trainer::save_checkpoint() {
-  // The checkpoint holds whole tensors (sharded_state.h), which world rank 0 writes: the ranks of
-  // its tp group gather their shards (the other replicas hold the same ones and skip it). The
-  // barrier makes the checkpoint complete before any rank goes on.
-  const comm::ProcessGrid& g = grid_.grid();
-  const bool writer_group = g.coord("dp") == 0 && g.coord("sp") == 0 && g.coord("pp") == 0;
-  WholeState whole = writer_group ? gather_whole_state(*model_, *optimizer_, grid_) : WholeState{};
-  if (grid_.grid().rank() == 0) {
-    Checkpoint checkpoint;
-    checkpoint.step = step_;
-    checkpoint.model = std::move(whole.model);
-    checkpoint.optimizer = std::move(whole.optimizer);
-    checkpoint.config_yaml = config::to_yaml(config_);
-    checkpoint.state["rng.offset"] = std::to_string(default_generator().offset());
-    checkpoint.state["rng.tensor_parallel.offset"] =
-        std::to_string(generator_tracker().state(parallel::kTensorParallelRng).offset);
-    checkpoint.state["world_size"] = std::to_string(grid_.grid().world_size());
-    const std::string where = checkpoints_->save(checkpoint);
-    log::info("checkpoint: step {} saved to {}", step_, where);
-  }
-  grid_.group("world").barrier();
+  // A distributed checkpoint (distributed_checkpoint.h): every rank writes the pieces it is the
+  // writer of (one replica per piece), rank 0 the manifest; collective and atomic.
+  const int replica = replicas_.rank(), tp = grid_.group("tp").rank();
+  const ShardedStateDict pieces = sharded_state_dict(*model_, *optimizer_, optimizer_slots(), replica, tp);
+  const std::map<std::string, std::string> state = {
+      {"rng.offset", std::to_string(default_generator().offset())},
+      {"rng.tensor_parallel.offset", std::to_string(generator_tracker().state(parallel::kTensorParallelRng).offset)},
+      {"world_size", std::to_string(grid_.grid().world_size())}};
+  const std::string where =
+      save_sharded_checkpoint(*checkpoints_, step_, pieces, state, config::to_yaml(config_), grid_.group("world"));
+  if (grid_.grid().rank() == 0) log::info("checkpoint: step {} saved to {}", step_, where);
 }
 
 bool Trainer::resume() {
-  // load_latest() checks each candidate against this rank's shards by loading it into them, so a
-  // checkpoint that does not fit the model (or has a bad RNG offset) is skipped like a corrupt
-  // one. The last candidate it accepts is the one returned, so the model holds that one.
+  // Each candidate is loaded into this rank's pieces (any layout wrote it: the reader reshards),
+  // so a checkpoint that does not fit the model (or has a bad RNG offset) is skipped like a
+  // corrupt one. The last candidate accepted is the one found, so the model holds that one.
+  const int replica = replicas_.rank(), tp = grid_.group("tp").rank();
+  const std::vector<OptimizerSlot> slots = optimizer_slots();  // this replica's ZeRO pieces, or whole parameters
   RngOffsets offsets;
-  const CheckpointCheck fits = [&](const Checkpoint& c) {
+  std::int64_t loaded_step = 0;
+  const auto try_load = [&](const std::string& dir) {
+    CheckpointReader reader(dir);
+    const Checkpoint c = reader.header();
     // Parsed first: a bad value rejects the checkpoint before anything is loaded.
     offsets = {.replicated = state_uint(c, "rng.offset").value_or(0),
                .tensor_parallel = state_uint(c, "rng.tensor_parallel.offset").value_or(0)};
-    check_model_fits(c, *model_);
-    try {
-      load_whole_state({c.model, c.optimizer}, *model_, *optimizer_);
-    } catch (const Error& e) {
-      // The model's tensors fit (checked above), so what load_whole_state refuses is the optimizer's.
-      WF_USER_FAIL("checkpoint '{}': {}/optimizer.safetensors does not fit the model: {}", c.dir, c.dir, e.what());
-    }
+    load_sharded_state(reader, *model_, *optimizer_, slots, replica, tp);
+    loaded_step = c.step;
   };
   // Every rank must restore the same step, yet each decides alone which checkpoint fits its
   // shards. Each proposes its newest fitting step; while they differ, every rank looks again at
@@ -328,14 +320,14 @@ bool Trainer::resume() {
   // the others waiting in the reduction.
   std::optional<std::int64_t> at_most;
   for (;;) {
-    std::optional<Checkpoint> checkpoint;
+    std::optional<std::string> checkpoint;
     std::string failure;
     try {
-      checkpoint = checkpoints_->load_latest(fits, at_most);
+      checkpoint = checkpoints_->find_latest(try_load, at_most);
     } catch (const Error& e) {
       failure = e.what();
     }
-    const double step = checkpoint ? static_cast<double>(checkpoint->step) : -1.0;
+    const double step = checkpoint ? static_cast<double>(loaded_step) : -1.0;
     Tensor seen = Tensor::from_vector(std::vector<double>{step, -step, failure.empty() ? 0.0 : 1.0}, {3});
     grid_.group("world").all_reduce(seen, comm::ReduceOp::max);
     const double newest = seen.data<double>()[0], oldest = -seen.data<double>()[1];
@@ -349,7 +341,7 @@ bool Trainer::resume() {
       WF_CHECK(checkpoint || !at_most, "resume: the checkpoints in {} changed while the ranks chose one; resume again",
                config_.checkpoint.dir);
       if (!checkpoint) return false;
-      step_ = checkpoint->step;
+      step_ = loaded_step;
       seed_generators(offsets);
       log::info("resumed from the step-{} checkpoint in {}", step_, config_.checkpoint.dir);
       return true;
@@ -420,8 +412,8 @@ void Trainer::fit(std::int64_t stop_after) {
     log_step(result, val_loss);
     const auto& c = config_.checkpoint;
     if ((c.every > 0 && step_ % c.every == 0) || step_ == t.steps) {
-      // Gathering the tp shards for the checkpoint is not a training step's traffic: the
-      // interval's baseline moves past it.
+      // The checkpoint's collectives (its agreement, the manifest's gather) are not a training
+      // step's traffic: the interval's baseline moves past them.
       const TrafficSnapshot before = TrafficSnapshot::take();
       save_checkpoint();
       interval_.traffic.advance(before, TrafficSnapshot::take());

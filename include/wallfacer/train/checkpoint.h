@@ -1,11 +1,11 @@
 #pragma once
-// Training checkpoints: a directory per step holding the model and optimizer state as
-// safetensors files and a manifest with everything else a resumed run needs.
+// Training checkpoints: a directory per step of a checkpoint directory, holding the training
+// state as safetensors files and a manifest with everything else a resumed run needs.
 //
-//   <dir>/step-00000010/model.safetensors
-//                      /optimizer.safetensors
-//                      /manifest.json   format, version, step, config (YAML text), state map,
-//                                       and each file's size and SHA-256
+// CheckpointStore owns the directory: which steps exist (list, find_latest with its fallback past
+// damaged ones), pruning, and whole-tensor access for one process (load, and save: the format 3
+// writer, kept for the compatibility tests). The trainer writes format 4, one file per rank
+// (distributed_checkpoint.h); load() reads both formats through CheckpointReader.
 //
 // A save is written into <dir>/.tmp-step-00000010-<pid>/, flushed to disk and renamed into place,
 // so a crash leaves either the complete checkpoint or none. A truncated or corrupted one is
@@ -47,6 +47,8 @@ class CheckpointStore {
   // keep: how many checkpoints save() leaves (the newest by step); 0 keeps all.
   CheckpointStore(std::string dir, std::int64_t keep);
 
+  // Writes `checkpoint` as a format 3 (whole tensors, one process) checkpoint: kept for the
+  // tests of version 3 compatibility; the trainer writes format 4 (save_sharded_checkpoint).
   // Writes `checkpoint` as <dir>/step-<step>, replacing one of the same step, then prunes to
   // `keep`. Returns the checkpoint's directory. wf::Error naming the path on failure, with the
   // existing checkpoints untouched.
@@ -58,6 +60,13 @@ class CheckpointStore {
   std::optional<Checkpoint> load_latest(const CheckpointCheck& check = {},
                                         std::optional<std::int64_t> at_most = std::nullopt) const;
 
+  // The newest checkpoint directory of at most step `at_most` for which `try_load(dir)` returns;
+  // one for which it throws wf::Error is skipped with a warning naming it and the error. nullopt
+  // when there is none; wf::Error when there are some but none loads. load_latest() and the
+  // distributed checkpoints' resume (Trainer::resume) are built on it.
+  std::optional<std::string> find_latest(const std::function<void(const std::string&)>& try_load,
+                                         std::optional<std::int64_t> at_most = std::nullopt) const;
+
   // Verifies the manifest's own checksum, that its step is the directory's (step-00000010 holds
   // step 10), and the files' sizes and checksums, then loads. wf::Error naming the file, the
   // expected and actual checksum, and the fix when the checkpoint is corrupt or was edited.
@@ -67,6 +76,7 @@ class CheckpointStore {
   std::vector<std::string> list() const;
 
   const std::string& dir() const { return dir_; }
+  std::int64_t keep() const { return keep_; }
 
  private:
   std::string dir_;

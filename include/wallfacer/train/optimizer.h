@@ -41,6 +41,8 @@ class AdamW {
   const AdamWOptions& options() const { return options_; }
 
   std::size_t num_params() const { return params_.size(); }
+  // The parameters it updates, in order (the shapes load_state_dict expects).
+  const std::vector<Tensor>& params() const { return params_; }
   bool weight_decay_enabled(std::size_t param) const;
   void set_weight_decay(std::size_t param, bool enabled);
   // Updates parameter `param` has received (0 before its first).

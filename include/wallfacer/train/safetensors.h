@@ -11,8 +11,11 @@
 //
 // This writer lists tensors in the header in StateDict order, and stores their data by element
 // size, largest first, so that every tensor is aligned for its dtype (PyTorch's readers need it).
+#include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "wallfacer/nn/state_dict.h"
 
@@ -33,5 +36,39 @@ struct SafetensorsContents {
 // file and the problem: missing, shorter than 8 bytes, header length beyond the file or above
 // 100 MB, invalid JSON or JSON nested deeper than 128 levels, unknown dtype, shape inconsistent with the offsets, offsets beyond the file (truncated).
 SafetensorsContents load_safetensors(const std::string& path);
+
+// One tensor of a safetensors file as its header describes it.
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::uint64_t offset;  // of its first data byte in the file
+  std::uint64_t bytes;
+};
+
+// A safetensors file opened to read parts of its tensors (the distributed checkpoints read only
+// the element ranges a rank needs): the constructor parses and checks the header exactly as
+// load_safetensors does, read() then preads byte ranges of one tensor's data.
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(std::string path);
+  ~SafetensorsReader();
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }  // in header order
+  const SafetensorsEntry* find(std::string_view name) const;  // null when absent
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // `size` bytes from `offset` bytes into `entry`'s data; wf::Error naming the file when it ends first.
+  void read(const SafetensorsEntry& entry, std::uint64_t offset, std::uint64_t size, void* out) const;
+
+ private:
+  void parse_header();
+  std::string path_;
+  int fd_ = -1;
+  std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
 
 }  // namespace wf::train
