@@ -5,6 +5,10 @@
 // (whole tensors) resumes at another layout and exports to the bytes of its version 4 twin. A
 // save failing on one rank (a bad piece, another checkpoint.dir) fails on every rank alike.
 //
+// ZeRO stages take part on both sides: the optimizer state is saved as each replica's pieces
+// (flat ranges of its tp slice, 8 KiB buckets so that chunks cut through parameters) and loaded
+// into the pieces of another stage or layout.
+//
 // The vocabulary 251 is padded at tp 2 (252) and tp 4 (252): padding rows are dropped on save and
 // come back as zeros. "One process" layouts run on rank 0 alone in a world of its own.
 #include <fmt/format.h>
@@ -33,8 +37,9 @@ namespace {
 
 struct Layout {
   int dp = 1, tp = 1, sp = 1, C = 1;
+  int zero = 0;  // ZeRO stage
   int world() const { return dp * tp * sp; }
-  std::string name() const { return fmt::format("dp{} x tp{} x sp{} (C {})", dp, tp, sp, C); }
+  std::string name() const { return fmt::format("dp{} x tp{} x sp{} (C {}), ZeRO-{}", dp, tp, sp, C, zero); }
 };
 
 wf::config::RunConfig run_config(const Layout& layout, const fs::path& dir) {
@@ -51,6 +56,8 @@ wf::config::RunConfig run_config(const Layout& layout, const fs::path& dir) {
   c.parallel.tp = layout.tp;
   c.parallel.sp = layout.sp;
   c.parallel.C = layout.C;
+  c.parallel.zero = layout.zero;
+  c.parallel.grad_bucket_mb = 8.0 / 1024;  // 8 KiB buckets: ZeRO's chunks cut through parameters
   c.train.seq_len = 32;
   c.train.micro_batch_size = 1;
   c.train.global_batch_size = 2;
@@ -153,16 +160,23 @@ TEST_CASE("distributed checkpoints reshard between layouts and export the same b
     case 2:
       check_reshard({.tp = 2}, {.dp = 2}, /*parity=*/true);
       check_reshard({.tp = 2}, {.tp = 2}, /*parity=*/true);  // bit for bit
+      check_reshard({.dp = 2, .zero = 1}, {.tp = 2}, /*parity=*/true);
+      check_reshard({.dp = 2, .zero = 2}, {.dp = 2, .zero = 2}, /*parity=*/true);  // bit for bit
       break;
     case 4:
       check_reshard({}, {.tp = 2, .sp = 2}, /*parity=*/true);  // one process -> tp2 x sp2
       check_reshard({.tp = 2, .sp = 2}, {.tp = 2, .sp = 2}, /*parity=*/true);
+      check_reshard({}, {.tp = 2, .sp = 2, .zero = 2}, /*parity=*/true);  // one process -> tp2 x sp2 ZeRO-2
       break;
     case 8:
       check_reshard({.dp = 2, .tp = 2, .sp = 2}, {.sp = 8, .C = 2}, /*parity=*/true);
       check_reshard({.sp = 8}, {.dp = 2, .tp = 4}, /*parity=*/false);
       check_reshard({.dp = 2, .tp = 2, .sp = 2}, {}, /*parity=*/false);  // -> one process
       check_reshard({.dp = 2, .tp = 2, .sp = 2}, {.dp = 2, .tp = 2, .sp = 2}, /*parity=*/true);
+      check_reshard({.dp = 4, .sp = 2, .zero = 2}, {.tp = 2, .sp = 4, .zero = 1}, /*parity=*/true);
+      check_reshard({.dp = 2, .tp = 2, .sp = 2, .zero = 2}, {}, /*parity=*/false);  // -> one process
+      check_reshard({.dp = 2, .tp = 2, .sp = 2, .zero = 2}, {.dp = 2, .tp = 2, .sp = 2, .zero = 2},
+                    /*parity=*/true);  // bit for bit
       break;
     default:
       WARN("the distributed checkpoint layouts run at 2, 4 and 8 ranks; nothing to check at "

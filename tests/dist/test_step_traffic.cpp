@@ -47,7 +47,7 @@ TEST_CASE("a training step sends on each group exactly the bytes step_traffic.h 
     // With tp, each also with its activations sharded over tp (all-gathers / reduce-scatters).
     for (const bool shard_activations : {false, true}) {
       if (shard_activations && candidate.tp == 1) continue;
-      for (const auto [checkpointed, zero] : {std::pair{false, 0}, {true, 0}, {false, 1}, {false, 2}}) {
+      for (const auto& [checkpointed, zero] : {std::pair{false, 0}, {true, 0}, {false, 1}, {false, 2}}) {
         if (zero > 0 && candidate.dp * candidate.sp == 1) continue;  // no replicas to shard over
         wf::config::ParallelSection l = candidate;
         l.tp_shard_activations = shard_activations;
