@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <sstream>
 #include <vector>
+#include <yaml-cpp/eventhandler.h>
 
 #include "wallfacer/core/error.h"
 
@@ -110,6 +112,35 @@ std::size_t separator_line(std::string_view text, std::size_t mark_line) {
   return found;
 }
 
+// Where each of the first documents of a YAML stream starts, from yaml-cpp's event parser: all
+// parse_yaml_document needs to tell one document from several, without YAML::LoadAll. That one
+// loops forever, appending a null document each turn, on a stray flow indicator outside any
+// flow collection ("," or "[a] ,": yaml-cpp 0.7, jbeder/yaml-cpp#1040, fixed upstream after
+// 0.8): the parser then returns a document at the same token without consuming it.
+class DocumentStarts final : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> marks;
+  void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// The start marks of at most `limit` documents of `text`; yaml-cpp's exceptions pass through.
+std::vector<YAML::Mark> document_starts(const std::string& text, std::size_t limit) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  while (starts.marks.size() < limit && parser.HandleNextDocument(starts)) {
+  }
+  return starts.marks;
+}
+
 }  // namespace
 
 std::string read_config_file(const std::string& path) {
@@ -147,19 +178,28 @@ std::string read_config_file(const std::string& path) {
 
 YAML::Node parse_yaml_document(std::string_view text, std::string_view source) {
   check_text(text, source);
-  std::vector<YAML::Node> documents;
+  const std::string yaml(text);
   try {
-    documents = YAML::LoadAll(std::string(text));
+    // Three starts tell a second document (yaml-cpp's Load would keep the first and drop the
+    // rest without a word) from a parser stuck on a token: two documents at one mark.
+    const std::vector<YAML::Mark> starts = document_starts(yaml, 3);
+    for (std::size_t i = 1; i < starts.size(); ++i) {
+      if (starts[i].pos == starts[i - 1].pos) {
+        const std::size_t at = static_cast<std::size_t>(starts[i].pos);
+        WF_USER_FAIL("{}:{}:{}: YAML syntax error: unexpected '{}' outside a [list] or {{mapping}}", source,
+                     starts[i].line + 1, starts[i].column + 1, at < yaml.size() ? yaml.substr(at, 1) : "");
+      }
+    }
+    if (starts.size() > 1) {
+      WF_USER_FAIL("{}:{}: a second YAML document starts here ('---' separates documents), but a run config is one "
+                   "document: remove the line or move what follows into its own file",
+                   source, separator_line(text, static_cast<std::size_t>(starts[1].line)));
+    }
+    // One document (or none): Load parses what document_starts just parsed without a hitch.
+    return YAML::Load(yaml);
   } catch (const YAML::Exception& e) {
     WF_USER_FAIL("{}:{}:{}: YAML syntax error: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg);
   }
-  // yaml-cpp's Load would keep the first document and drop the rest without a word.
-  if (documents.size() > 1) {
-    WF_USER_FAIL("{}:{}: a second YAML document starts here ('---' separates documents), but a run config is one "
-                 "document: remove the line or move what follows into its own file",
-                 source, separator_line(text, static_cast<std::size_t>(documents[1].Mark().line)));
-  }
-  return documents.empty() ? YAML::Node() : documents.front();
 }
 
 }  // namespace wf::config::detail

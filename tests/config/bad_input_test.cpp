@@ -36,6 +36,15 @@ TEST_CASE("config: a second YAML document is refused, not silently dropped", "[c
   CHECK(parse_config("").train.steps == RunConfig{}.train.steps);
 }
 
+TEST_CASE("config: a stray flow indicator is a syntax error, not a hang", "[config]") {
+  // Found by tests/fuzz (config): yaml-cpp 0.7's LoadAll loops forever on these, allocating a
+  // null document per turn (jbeder/yaml-cpp#1040).
+  CHECK_THAT(parse_error(","), Contains("run.yaml:1:1: YAML syntax error: unexpected ','"));
+  CHECK_THAT(parse_error("[a] ,"), Contains("run.yaml:1:5: YAML syntax error: unexpected ','"));
+  CHECK_THAT(parse_error("\"a\"\n,\n"), Contains("run.yaml:2:1: YAML syntax error: unexpected ','"));
+  CHECK_THAT(parse_error("{model: x ulysses},\n"), Contains("run.yaml:1:19: YAML syntax error"));
+}
+
 TEST_CASE("config: a NUL byte is refused with its line and column", "[config]") {
   const std::string message = parse_error(std::string("train:\n  steps: 1\0\n", 19));
   CHECK_THAT(message, Contains("run.yaml:2:11: the text holds a NUL byte") && Contains("not a YAML run config"));
