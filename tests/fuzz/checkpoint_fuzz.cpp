@@ -46,6 +46,9 @@ struct Store {
   wf::train::CheckpointStore store{wf::fuzz::scratch_dir().string(), 0};
   std::string step_dir = store.save(tiny_checkpoint());
   fs::path manifest = fs::path(step_dir) / "manifest.json";
+  // The manifest the store wrote, before the inputs overwrite it: the seed corpus's valid one
+  // (WF_FUZZ_KEEP_SCRATCH=1 keeps it for refreshing the seed after a format change).
+  Store() { fs::copy_file(manifest, wf::fuzz::scratch_dir() / "saved-manifest.json"); }
 };
 
 void load(const Store& s, std::string_view manifest) {

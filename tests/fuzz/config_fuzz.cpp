@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "tests/fuzz/fuzz_input.h"
+#include "wallfacer/config/model_schema.h"
 #include "wallfacer/config/run_config.h"
 
 namespace {
@@ -26,6 +27,17 @@ int world_size_of(const wf::config::ParallelSection& p) {
 }
 
 }  // namespace
+
+// The model registrations are static initialisers of tests/fuzz's model object library; should
+// the build ever drop them, every input would stop at "not a registered model" and the run
+// would look clean while testing nothing.
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  if (wf::config::find_model_schema("gpt") == nullptr || wf::config::find_model_schema("llama") == nullptr) {
+    std::fprintf(stderr, "fuzz_config: the gpt and llama model schemas are not registered (linking problem)\n");
+    std::abort();
+  }
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view yaml(reinterpret_cast<const char*>(data), size);

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora of tests/fuzz/corpus/ (but checkpoint/valid-manifest.json, which
-fuzz_checkpoint's own tiny checkpoint determines: docs/fuzzing.md says how to refresh it).
+"""Writes the seed corpora of tests/fuzz/corpus/. checkpoint/valid-manifest.json is the one
+input it reads instead: the manifest of fuzz_checkpoint's own tiny checkpoint, which only that
+target can write (docs/fuzzing.md says how to refresh it); the other checkpoint seeds are edits
+of it.
 
 Each target gets real valid inputs, so the fuzzer starts past the format checks, and a few
 edge cases that sit just beside them. Run from anywhere; the files are small and deterministic.
@@ -106,6 +108,23 @@ def gpt2_seeds():
     write("gpt2_tokenizer", "no-separator", '{"<|endoftext|>": 0}')
 
 
+# ---- checkpoint manifests: edits of the valid one -----------------------------------------------
+def checkpoint_seeds():
+    valid = json.loads((CORPUS / "checkpoint" / "valid-manifest.json").read_text())
+    files = valid["files"]
+
+    def put(name, manifest):
+        write("checkpoint", name, json.dumps(manifest, indent=2) + "\n")
+
+    # fuzz_checkpoint reseals each input, so these reach the checks behind the manifest checksum.
+    put("step-mismatch.json", {**valid, "step": 2})
+    put("state-not-string.json", {**valid, "state": {"rng": 7}})
+    put("model-size-wrong.json",
+        {**valid, "files": {**files, "model.safetensors": {**files["model.safetensors"], "bytes": 1}}})
+    put("version-2.json", {**valid, "version": 2})
+    write("checkpoint", "not-json.json", '{"format": "wallfacer-checkpoint", "version": 3,')
+
+
 if __name__ == "__main__":
     for target in ("safetensors", "token_file", "config", "gpt2_tokenizer"):
         shutil.rmtree(CORPUS / target, ignore_errors=True)
@@ -114,3 +133,4 @@ if __name__ == "__main__":
     token_file_seeds()
     config_seeds()
     gpt2_seeds()
+    checkpoint_seeds()
