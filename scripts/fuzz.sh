@@ -55,6 +55,9 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 # One thread each: the machine is shared, and the parsers do not use OpenMP.
 export OMP_NUM_THREADS=1
 
+# A number from libFuzzer's final stats (-print_final_stats) in the log of the current target.
+stat() { sed -nE "s/^stat::$1: *([0-9]+).*/\1/p" "$log" | tail -n 1; }
+
 passed=0
 failed=0
 for t in "${targets[@]}"; do
@@ -72,7 +75,6 @@ for t in "${targets[@]}"; do
   rc=$?
   set -e
 
-  stat() { sed -nE "s/^stat::$1: *([0-9]+).*/\1/p" "$log" | tail -n 1; }
   execs="$(stat number_of_executed_units)"
   rate="$(stat average_exec_per_sec)"
   files="$(find "$corpus" -type f | wc -l)"
