@@ -12,6 +12,7 @@
 # Environment:
 #   WF_FUZZ_BUILD_DIR  build directory (default build-fuzz)
 #   WF_JOBS            parallel build jobs (default: all cores)
+#   WF_FUZZ_PARALLEL   targets run at once (default: all cores)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -58,23 +59,40 @@ export OMP_NUM_THREADS=1
 # A number from libFuzzer's final stats (-print_final_stats) in the log of the current target.
 stat() { sed -nE "s/^stat::$1: *([0-9]+).*/\1/p" "$log" | tail -n 1; }
 
-passed=0
-failed=0
-for t in "${targets[@]}"; do
+# Runs target $1 for $seconds on a copy of its corpus, into its log; its exit code in a file.
+run_target() {
+  local t="$1" corpus="$build_dir/corpus/$1" artifacts="$build_dir/artifacts/$1/" log="$build_dir/fuzz-$1.log"
   # A copy: the run adds the inputs it finds, which must not creep into the repository.
-  corpus="$build_dir/corpus/$t"
-  artifacts="$build_dir/artifacts/$t/"
-  log="$build_dir/fuzz-$t.log"
   rm -rf "$corpus" "$artifacts"
   mkdir -p "$corpus" "$artifacts"
   cp -r "tests/fuzz/corpus/$t/." "$corpus/"
-
   set +e
   "$build_dir/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$artifacts" "$corpus" >"$log" 2>&1
-  rc=$?
-  set -e
+  echo $? >"$build_dir/fuzz-$t.rc"
+}
 
+# WF_FUZZ_PARALLEL targets at a time (default: one per core): each target still gets its full
+# SECONDS, the step takes 1/N of the time.
+parallel="${WF_FUZZ_PARALLEL:-$(nproc)}"
+running=0
+for t in "${targets[@]}"; do
+  run_target "$t" &
+  running=$((running + 1))
+  if [ "$running" -ge "$parallel" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+done
+wait
+
+passed=0
+failed=0
+for t in "${targets[@]}"; do
+  corpus="$build_dir/corpus/$t"
+  artifacts="$build_dir/artifacts/$t/"
+  log="$build_dir/fuzz-$t.log"
+  rc="$(cat "$build_dir/fuzz-$t.rc")"
   execs="$(stat number_of_executed_units)"
   rate="$(stat average_exec_per_sec)"
   files="$(find "$corpus" -type f | wc -l)"
