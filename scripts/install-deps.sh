@@ -12,6 +12,8 @@ PACKAGES=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev
   catch2 nlohmann-json3-dev libcli11-dev
   bible-kjv gnuplot-nox python3-torch
+  # scripts/fuzz.sh: clang with libFuzzer and the sanitizer runtimes, lld, clang's OpenMP.
+  clang-14 lld-14 libclang-rt-14-dev libomp-14-dev
 )
 
 missing=()

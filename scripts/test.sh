@@ -3,10 +3,14 @@
 #   1. installs the dependencies (scripts/install-deps.sh),
 #   2. builds Release into build/ and runs ctest,
 #   3. builds with AddressSanitizer + UndefinedBehaviorSanitizer into build-asan/ and runs ctest
-#      again (skip with WF_TEST_SANITIZE=0).
-# Ends with one line "N passed, M failed, K skipped" summed over both runs; exits non-zero on any
-# failure, and on any skip: a test skips only when its oracle (PyTorch, the GPT-2 vocabulary, the
-# KJV text) is missing, which here means the setup below broke. WF_TEST_ALLOW_SKIPS=1 accepts skips.
+#      again (skip with WF_TEST_SANITIZE=0),
+#   4. builds the libFuzzer targets with clang into build-fuzz/ and runs each for
+#      WF_TEST_FUZZ_SECONDS (default 60) seconds (scripts/fuzz.sh; skip with WF_TEST_FUZZ=0).
+# Ends with one line "N passed, M failed, K skipped; fuzz: F passed, G failed": the ctest counts
+# summed over both runs, then the fuzz targets that ran clean and those that crashed. Exits
+# non-zero on any failure, and on any skip: a test skips only when its oracle (PyTorch, the GPT-2
+# vocabulary, the KJV text) is missing, which here means the setup below broke.
+# WF_TEST_ALLOW_SKIPS=1 accepts skips.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,6 +19,8 @@ cd "$root"
 passed=0
 failed=0
 skipped=0
+fuzz_passed=0
+fuzz_failed=0
 
 # Adds one ctest run's counts to the totals, read from its summary line
 # "NN% tests passed, F tests failed out of T". A run without that line (ctest itself failed)
@@ -76,5 +82,25 @@ else
   echo "== test.sh: sanitizer pass skipped (WF_TEST_SANITIZE=0)"
 fi
 
-echo "$passed passed, $failed failed, $skipped skipped"
-[ "$failed" -eq 0 ] && { [ "$skipped" -eq 0 ] || [ "${WF_TEST_ALLOW_SKIPS:-0}" = "1" ]; }
+if [ "${WF_TEST_FUZZ:-1}" != "0" ]; then
+  echo "== test.sh: fuzz targets, ${WF_TEST_FUZZ_SECONDS:-60} s each"
+  mkdir -p build-fuzz
+  fuzz_log="build-fuzz/fuzz.log"
+  set +e
+  scripts/fuzz.sh "${WF_TEST_FUZZ_SECONDS:-60}" 2>&1 | tee "$fuzz_log"
+  set -e
+  # Its last line, "fuzz: F passed, G failed"; without it (the build failed) every target failed.
+  fuzz_summary="$(grep -E '^fuzz: [0-9]+ passed, [0-9]+ failed$' "$fuzz_log" | tail -n 1 || true)"
+  if [ -n "$fuzz_summary" ]; then
+    fuzz_passed="$(sed -E 's/^fuzz: ([0-9]+) passed.*/\1/' <<<"$fuzz_summary")"
+    fuzz_failed="$(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$fuzz_summary")"
+  else
+    echo "test.sh: the fuzz build failed" >&2
+    fuzz_failed=$(find tests/fuzz/corpus -mindepth 1 -maxdepth 1 -type d | wc -l)
+  fi
+else
+  echo "== test.sh: fuzz targets skipped (WF_TEST_FUZZ=0)"
+fi
+
+echo "$passed passed, $failed failed, $skipped skipped; fuzz: $fuzz_passed passed, $fuzz_failed failed"
+[ "$failed" -eq 0 ] && [ "$fuzz_failed" -eq 0 ] && { [ "$skipped" -eq 0 ] || [ "${WF_TEST_ALLOW_SKIPS:-0}" = "1" ]; }

@@ -122,6 +122,8 @@ void apply_document(RunConfig& config, const YAML::Node& root, std::string_view 
 }  // namespace
 
 void apply_override(RunConfig& config, std::string_view override_text) {
+  WF_USER_CHECK(detail::first_invalid_utf8(override_text) == std::string_view::npos,
+                "--set: the override is not valid UTF-8 text (as a YAML config must be)");
   const std::string prefix = fmt::format("--set {}: ", override_text);
   const std::size_t equals = override_text.find('=');
   const std::string_view path = override_text.substr(0, equals);

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <sstream>
 #include <vector>
+#include <yaml-cpp/eventhandler.h>
 
 #include "wallfacer/core/error.h"
 
@@ -87,6 +89,11 @@ void check_text(std::string_view text, std::string_view source) {
     WF_USER_FAIL("{}:{}:{}: the text holds a NUL byte: this is a binary or corrupted file, not a YAML run config",
                  source, p.line, p.column);
   }
+  if (const std::size_t bad = first_invalid_utf8(text); bad != std::string_view::npos) {
+    const Position p = position_of(text, bad);
+    WF_USER_FAIL("{}:{}:{}: byte 0x{:02x} is not valid UTF-8: a YAML run config is UTF-8 text (re-save it as UTF-8)",
+                 source, p.line, p.column, static_cast<unsigned char>(text[bad]));
+  }
   if (const std::size_t deep = first_too_deep(text, kMaxConfigNesting); deep != std::string_view::npos) {
     const Position p = position_of(text, deep);
     WF_USER_FAIL("{}:{}:{}: lists or mappings nested more than {} levels deep, but a run config has two (section:, "
@@ -110,7 +117,69 @@ std::size_t separator_line(std::string_view text, std::size_t mark_line) {
   return found;
 }
 
+// Where each of the first documents of a YAML stream starts, from yaml-cpp's event parser: all
+// parse_yaml_document needs to tell one document from several, without YAML::LoadAll. That one
+// loops forever, appending a null document each turn, on a stray flow indicator outside any
+// flow collection ("," or "[a] ,": yaml-cpp 0.7, jbeder/yaml-cpp#1040, fixed upstream after
+// 0.8): the parser then returns a document at the same token without consuming it.
+class DocumentStarts final : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> marks;
+  void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// The start marks of at most `limit` documents of `text`; yaml-cpp's exceptions pass through.
+std::vector<YAML::Mark> document_starts(const std::string& text, std::size_t limit) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  while (starts.marks.size() < limit && parser.HandleNextDocument(starts)) {
+  }
+  return starts.marks;
+}
+
 }  // namespace
+
+std::size_t first_invalid_utf8(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+    const unsigned char lead = byte(i);
+    // Sequence length and the range of the second byte (RFC 3629's table): the narrower ranges
+    // after E0, ED, F0 and F4 refuse overlong forms, surrogates and code points past U+10FFFF.
+    std::size_t length = 1;
+    unsigned char low = 0x80, high = 0xBF;
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    } else if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;
+      if (lead == 0xED) high = 0x9F;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;
+      if (lead == 0xF4) high = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + length > text.size() || byte(i + 1) < low || byte(i + 1) > high) return i;
+    for (std::size_t k = 2; k < length; ++k) {
+      if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return i;
+    }
+    i += length;
+  }
+  return std::string_view::npos;
+}
 
 std::string read_config_file(const std::string& path) {
   // O_NONBLOCK: opening a FIFO nobody writes to must not block; cleared below for the reads.
@@ -147,19 +216,28 @@ std::string read_config_file(const std::string& path) {
 
 YAML::Node parse_yaml_document(std::string_view text, std::string_view source) {
   check_text(text, source);
-  std::vector<YAML::Node> documents;
+  const std::string yaml(text);
   try {
-    documents = YAML::LoadAll(std::string(text));
+    // Three starts tell a second document (yaml-cpp's Load would keep the first and drop the
+    // rest without a word) from a parser stuck on a token: two documents at one mark.
+    const std::vector<YAML::Mark> starts = document_starts(yaml, 3);
+    for (std::size_t i = 1; i < starts.size(); ++i) {
+      if (starts[i].pos == starts[i - 1].pos) {
+        const std::size_t at = static_cast<std::size_t>(starts[i].pos);
+        WF_USER_FAIL("{}:{}:{}: YAML syntax error: unexpected '{}' outside a [list] or {{mapping}}", source,
+                     starts[i].line + 1, starts[i].column + 1, at < yaml.size() ? yaml.substr(at, 1) : "");
+      }
+    }
+    if (starts.size() > 1) {
+      WF_USER_FAIL("{}:{}: a second YAML document starts here ('---' separates documents), but a run config is one "
+                   "document: remove the line or move what follows into its own file",
+                   source, separator_line(text, static_cast<std::size_t>(starts[1].line)));
+    }
+    // One document (or none): Load parses what document_starts just parsed without a hitch.
+    return YAML::Load(yaml);
   } catch (const YAML::Exception& e) {
     WF_USER_FAIL("{}:{}:{}: YAML syntax error: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg);
   }
-  // yaml-cpp's Load would keep the first document and drop the rest without a word.
-  if (documents.size() > 1) {
-    WF_USER_FAIL("{}:{}: a second YAML document starts here ('---' separates documents), but a run config is one "
-                 "document: remove the line or move what follows into its own file",
-                 source, separator_line(text, static_cast<std::size_t>(documents[1].Mark().line)));
-  }
-  return documents.empty() ? YAML::Node() : documents.front();
 }
 
 }  // namespace wf::config::detail

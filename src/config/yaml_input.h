@@ -16,6 +16,11 @@ inline constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
 // recurses once per level (a run config needs 2: section, key).
 inline constexpr int kMaxConfigNesting = 32;
 
+// The offset of the first byte of `text` that is not part of well-formed UTF-8 (an overlong
+// form, a surrogate, past U+10FFFF, a truncated sequence), or npos. YAML text is UTF-8, and
+// yaml-cpp's emitter replaces what is not with U+FFFD: to_yaml would write another path.
+std::size_t first_invalid_utf8(std::string_view text);
+
 // The text of the config file `path`: a regular file or a pipe (`<(...)`). wf::UserError naming
 // the file when it is missing, unreadable, a directory or a device, or larger than
 // kMaxConfigBytes.
@@ -23,7 +28,7 @@ std::string read_config_file(const std::string& path);
 
 // The single YAML document of `text` (read from `source`, which messages name): a null node for
 // an empty text. wf::UserError naming the source and line for a text over kMaxConfigBytes, a
-// NUL byte, nesting past kMaxConfigNesting, a syntax error or a second document.
+// NUL byte, invalid UTF-8, nesting past kMaxConfigNesting, a syntax error or a second document.
 YAML::Node parse_yaml_document(std::string_view text, std::string_view source);
 
 }  // namespace wf::config::detail

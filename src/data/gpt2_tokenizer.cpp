@@ -134,11 +134,18 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) : state_(std::make_unique<S
   WF_CHECK(encoder_json.is_object() && !encoder_json.empty(),
            "gpt2 tokenizer: '{}' is not a JSON object of token -> id; {}", encoder_path.string(), kHowToFetch);
   s.id_bytes.resize(encoder_json.size());
+  // The token of each id seen so far: two tokens of one id would make decode return the other
+  // one's bytes (decode(encode(text)) != text). With every id below the count, distinct ids also
+  // leave none without a token. The pointers are to encoder_json's keys, which outlive the loop.
+  std::vector<const std::string*> token_of_id(encoder_json.size(), nullptr);
   for (const auto& [symbol, id_json] : encoder_json.items()) {
     WF_CHECK(id_json.is_number_unsigned() && id_json.get<std::uint64_t>() < encoder_json.size(),
              "gpt2 tokenizer: '{}' maps '{}' to {}, not an id in [0, {}); {}", encoder_path.string(), symbol,
              id_json.dump(), encoder_json.size(), kHowToFetch);
     const auto id = id_json.get<std::uint32_t>();
+    WF_CHECK(token_of_id[id] == nullptr, "gpt2 tokenizer: '{}' maps both '{}' and '{}' to id {}: each id names one "
+             "token; {}", encoder_path.string(), *token_of_id[id], symbol, id, kHowToFetch);
+    token_of_id[id] = &symbol;
     // The bytes this id stands for: each of its characters is one byte's symbol.
     std::string bytes;
     for (std::size_t i = 0; i < symbol.size();) {

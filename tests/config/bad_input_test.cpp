@@ -36,6 +36,30 @@ TEST_CASE("config: a second YAML document is refused, not silently dropped", "[c
   CHECK(parse_config("").train.steps == RunConfig{}.train.steps);
 }
 
+TEST_CASE("config: a stray flow indicator is a syntax error, not a hang", "[config]") {
+  // Found by tests/fuzz (config): yaml-cpp 0.7's LoadAll loops forever on these, allocating a
+  // null document per turn (jbeder/yaml-cpp#1040).
+  CHECK_THAT(parse_error(","), Contains("run.yaml:1:1: YAML syntax error: unexpected ','"));
+  CHECK_THAT(parse_error("[a] ,"), Contains("run.yaml:1:5: YAML syntax error: unexpected ','"));
+  CHECK_THAT(parse_error("\"a\"\n,\n"), Contains("run.yaml:2:1: YAML syntax error: unexpected ','"));
+  CHECK_THAT(parse_error("{model: x ulysses},\n"), Contains("run.yaml:1:19: YAML syntax error"));
+}
+
+TEST_CASE("config: text that is not UTF-8 is refused, since to_yaml could not write it back", "[config]") {
+  // Found by tests/fuzz (config): yaml-cpp's emitter wrote U+FFFD for the invalid bytes of a
+  // path, so to_yaml described another directory than the one the run used.
+  CHECK_THAT(parse_error("checkpoint:\n  dir: runs/\xd3\x93\xff\n"),
+             Contains("run.yaml:2:15: byte 0xff is not valid UTF-8"));
+  for (const std::string bad : {"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82"}) {
+    CHECK_THAT(parse_error("log:\n  dir: " + bad + "\n"), Contains("is not valid UTF-8"));
+  }
+  CHECK_THAT(error_of([] { parse_config("", {"log.dir=\xff"}); }), Contains("--set: the override is not valid UTF-8"));
+  // Well-formed multi-byte text is fine, and survives the round trip.
+  const RunConfig config = parse_config("log:\n  dir: \"runs/\xc3\xa9t\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80\"\n");
+  CHECK(config.log.dir == "runs/\xc3\xa9t\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80");
+  CHECK(parse_config(to_yaml(config)) == config);
+}
+
 TEST_CASE("config: a NUL byte is refused with its line and column", "[config]") {
   const std::string message = parse_error(std::string("train:\n  steps: 1\0\n", 19));
   CHECK_THAT(message, Contains("run.yaml:2:11: the text holds a NUL byte") && Contains("not a YAML run config"));

@@ -119,4 +119,7 @@ TEST_CASE("a missing or malformed GPT-2 vocabulary is an error that names the fi
   CHECK(toy.encode("abab") == Ids{2, 2});
   CHECK(toy.decode(Ids{2, 0}) == "aba");
   CHECK_THROWS_WITH(toy.encode("c"), Contains("BPE produced 'c', which encoder.json does not hold"));
+  // Found by tests/fuzz (gpt2_tokenizer): two tokens of one id made decode(encode("a")) "b".
+  testing::write_bytes(dir.file("encoder.json"), "{\"a\": 0, \"b\": 0, \"ab\": 2, \"<|endoftext|>\": 3}");
+  CHECK_THROWS_WITH(Gpt2Tokenizer(dir.file("")), Contains("maps both 'a' and 'b' to id 0"));
 }
