@@ -94,6 +94,10 @@ double largest(const std::vector<double>& v) {
 
 TEST_CASE("ZeRO-1 and ZeRO-2 train to ZeRO-0's losses and weights", "[dist][train][zero]") {
   const int world = runtime().world_size();
+  if (zero_layouts(world).empty()) {
+    WARN("the ZeRO parity layouts run at 2, 3, 4 and 8 ranks; nothing to compare at " << world);
+    SUCCEED();
+  }
   for (const ZeroLayout& layout : zero_layouts(world)) {
     for (int zero : {1, 2}) {
       INFO(layout.name() << ", ZeRO-" << zero);
