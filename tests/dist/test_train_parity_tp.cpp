@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "dist_testing.h"
+#include "train_testing.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/models/model.h"
@@ -82,16 +83,6 @@ wf::config::RunConfig tp_config(const TpLayout& layout) {
   c.checkpoint.dir = (std::filesystem::temp_directory_path() / "wf-parity-tp").string();
   c.log.dir = c.checkpoint.dir;
   return c;
-}
-
-// A trainer of `config` over `grid` whose model is in `dtype`, on the tokens the Trainer would
-// draw itself.
-std::unique_ptr<wf::train::Trainer> trainer_in(const wf::config::RunConfig& config, wf::comm::CommGrid& grid,
-                                               DType dtype) {
-  auto model = wf::models::create(config, grid);
-  model->to(dtype);
-  return std::make_unique<wf::train::Trainer>(config, grid, std::move(model),
-                                              wf::train::open_token_source(config, false), nullptr);
 }
 
 // One step's gradients of both trainers, and their losses. Both draw dropout masks from this

@@ -77,13 +77,6 @@ std::vector<ZeroLayout> zero_layouts(int world) {
   }
 }
 
-std::unique_ptr<wf::train::Trainer> f64_trainer(const wf::config::RunConfig& config, wf::comm::CommGrid& grid) {
-  auto model = wf::models::create(config, grid);
-  model->to(wf::DType::f64);
-  return std::make_unique<wf::train::Trainer>(config, grid, std::move(model),
-                                              wf::train::open_token_source(config, false), nullptr);
-}
-
 double largest(const std::vector<double>& v) {
   double m = 0;
   for (double x : v) m = std::max(m, std::abs(x));
@@ -104,7 +97,7 @@ TEST_CASE("ZeRO-1 and ZeRO-2 train to ZeRO-0's losses and weights", "[dist][trai
       const wf::config::RunConfig base = zero_config(layout, 0), config = zero_config(layout, zero);
       wf::config::validate(config, world);
       wf::comm::CommGrid grid(wf::comm::ProcessGrid(config.parallel.grid(), world, runtime().rank()));
-      auto reference = f64_trainer(base, grid), sharded_trainer = f64_trainer(config, grid);
+      auto reference = trainer_in(base, grid, wf::DType::f64), sharded_trainer = trainer_in(config, grid, wf::DType::f64);
       wf::train::Trainer& sharded = *sharded_trainer;
       REQUIRE(sharded.gradients().zero() == zero);
       REQUIRE(sharded.gradients().layout().buckets().size() > 2);

@@ -4,9 +4,12 @@
 // for P in {2, 3, 4, 8}) of synthetic tokens, one sequence per microbatch, lr 3e-3. Each test
 // sets its layout, steps, batch, schedule and seed on top.
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "wallfacer/config/run_config.h"
+#include "wallfacer/models/model.h"
+#include "wallfacer/train/trainer.h"
 
 namespace wf::test {
 
@@ -33,6 +36,15 @@ inline config::RunConfig small_gpt_run(int dp, int sp, bool checkpoint_attention
   c.checkpoint.dir = (std::filesystem::temp_directory_path() / dir_name).string();
   c.log.dir = c.checkpoint.dir;
   return c;
+}
+
+// A trainer of `config` over `grid` whose model is in `dtype` (f64 for tight parity bounds), on
+// the tokens the Trainer would draw itself.
+inline std::unique_ptr<train::Trainer> trainer_in(const config::RunConfig& config, comm::CommGrid& grid, DType dtype) {
+  auto model = models::create(config, grid);
+  model->to(dtype);
+  return std::make_unique<train::Trainer>(config, grid, std::move(model), train::open_token_source(config, false),
+                                          nullptr);
 }
 
 }  // namespace wf::test
