@@ -548,13 +548,21 @@ void print_zero_ratios(const std::vector<Result>& results, bool json) {
                               .dump()
                               .c_str());
     } else {
-      std::printf("ZeRO-%d / ZeRO-0 at %s (replica group %d): optimizer %s (%s vs %s KiB), gradients %s (%s vs %s "
-                  "KiB), step time %s (%.2f vs %.2f ms)%s\n",
-                  l.zero, grid_name(l).c_str(), replica_group(l), against(z.optimizer(), t.optimizer).c_str(),
-                  kib(z.zero_k->optimizer_bytes).c_str(), kib(z.zero_0->optimizer_bytes).c_str(),
-                  against(z.gradients(), t.gradients).c_str(), kib(z.zero_k->gradient_bytes).c_str(),
-                  kib(z.zero_0->gradient_bytes).c_str(), against(z.step_time(), t.step_time).c_str(),
-                  z.zero_k->step_seconds * 1e3, z.zero_0->step_seconds * 1e3,
+      // "optimizer 6427.0 vs 25708.0 KiB: 0.250 (target <= 0.27)"
+      const auto column = [](const char* what, double k, double zero, const std::string& ratio) {
+        return fmt::format("{} {:.1f} vs {:.1f}: {}", what, k, zero, ratio);
+      };
+      std::printf("ZeRO-%d / ZeRO-0 at %s (replica group %d): %s, %s, %s%s\n", l.zero, grid_name(l).c_str(),
+                  replica_group(l),
+                  column("optimizer KiB", double(z.zero_k->optimizer_bytes) / 1024.0,
+                         double(z.zero_0->optimizer_bytes) / 1024.0, against(z.optimizer(), t.optimizer))
+                      .c_str(),
+                  column("gradients KiB", double(z.zero_k->gradient_bytes) / 1024.0,
+                         double(z.zero_0->gradient_bytes) / 1024.0, against(z.gradients(), t.gradients))
+                      .c_str(),
+                  column("step time ms", z.zero_k->step_seconds * 1e3, z.zero_0->step_seconds * 1e3,
+                         against(z.step_time(), t.step_time))
+                      .c_str(),
                   replica_group(l) == 4 ? "" : "; the targets are for a replica group of 4");
     }
   }
