@@ -46,4 +46,4 @@ done
 # ZeRO-2 still stays above its 0.3x target.
 # More measured steps than above: the step time ratio is a median of medians on a shared machine.
 echo "== mpirun -np 4, ZeRO 0,1,2 at dp4"
-bench 4 --layouts dp4 --zero 0,1,2 --set parallel.grad_bucket_mb=1 --steps 7 --check "$@"
+bench 4 --layouts dp4 --zero 0,1,2 --set parallel.grad_bucket_mb=1 --steps 15 --check "$@"
