@@ -5,7 +5,8 @@
 # prediction; layouts the trainer refuses are listed with the reason. Short sequences (64
 # tokens) and one sequence per micro batch with 8 per step, so every layout trains the same
 # tokens per step (dp 8 takes one each, dp 1 accumulates 8). One OpenMP thread per rank; on a
-# machine with fewer cores than ranks the ranks time-share cores and the times show it.
+# machine with fewer cores than ranks the ranks time-share cores and the times show it. Then dp 4
+# at ZeRO 0, 1 and 2 (below).
 #   scripts/bench-layout.sh [BUILD_DIR] [extra bench layout flags, e.g. --steps 5 --json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,12 +20,30 @@ if mpirun --version 2>&1 | grep -q "Open MPI\|OpenRTE"; then
   mpi_flags=(--oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1
              --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1)
 fi
-for ranks in 4 8; do
-  echo "== mpirun -np $ranks"
+tiny=(configs/gpt-tiny.yaml --set train.seq_len=64 --set train.micro_batch_size=1 --set train.global_batch_size=8)
+bench() {  # RANKS [bench layout flags...]
+  local ranks=$1
+  shift
   if [ "$cores" -lt "$ranks" ]; then
     echo "note: $ranks ranks on $cores cores: oversubscribed, ranks time-share cores"
   fi
-  OMP_NUM_THREADS=1 mpirun -np "$ranks" "${mpi_flags[@]}" "$build/wallfacer" bench layout configs/gpt-tiny.yaml \
-    --set train.seq_len=64 --set train.micro_batch_size=1 --set train.global_batch_size=8 --steps 3 --check "$@"
+  OMP_NUM_THREADS=1 mpirun -np "$ranks" "${mpi_flags[@]}" "$build/wallfacer" bench layout "${tiny[@]}" "$@"
   echo
+}
+for ranks in 4 8; do
+  echo "== mpirun -np $ranks"
+  bench "$ranks" --steps 3 --check "$@"
 done
+# ZeRO 0, 1 and 2 on dp 4 (a replica group of 4, where docs/parallelism.md's targets apply):
+# optimizer state and gradient bytes per rank and the step time of ZeRO-k over ZeRO-0. ZeRO-2
+# keeps a quarter of the gradients plus its staging buffers, each a whole bucket, up to
+# ReplicaGradientOptions::staging_buffers (4) of them in flight. At the default 25 MiB the
+# 12.6 MiB model is one bucket and ZeRO-2 holds 1.25x ZeRO-0's gradients. 1 MiB is the largest
+# parameter (each feed-forward weight, 256 x 1024 f32): 22 buckets, the model's big weights one
+# per bucket. Smaller buckets do not shrink those (a parameter larger than a bucket gets a bucket
+# of its own) and measured worse (more, unequal buckets: 0.25 MiB held 1.29x vs 0.99x), so 1 MiB
+# is the smallest useful size here; docs/parallelism.md ("ZeRO") has the measurements and why
+# ZeRO-2 still stays above its 0.3x target.
+# More measured steps than above: the step time ratio is a median of medians on a shared machine.
+echo "== mpirun -np 4, ZeRO 0,1,2 at dp4"
+bench 4 --layouts dp4 --zero 0,1,2 --set parallel.grad_bucket_mb=1 --steps 15 --check "$@"

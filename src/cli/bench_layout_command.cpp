@@ -1,10 +1,13 @@
-// `wallfacer bench layout CFG.yaml [--set k=v]... [--layouts L,...] [--steps N] [--json] [--check]`:
-// every dp × tp × sp layout of the current mpirun world (for sp > 1 each WallFacer team size C
-// with C² | sp, ring and Ulysses) that config::validate accepts, each trained by a train::Trainer
-// on synthetic tokens for one warm-up step and --steps measured ones. Per layout:
+// `wallfacer bench layout CFG.yaml [--set k=v]... [--layouts L,...] [--zero 0,1,2] [--steps N] [--json]
+// [--check]`: every dp × tp × sp layout of the current mpirun world (for sp > 1 each WallFacer
+// team size C with C² | sp, ring and Ulysses) that config::validate accepts, at each listed ZeRO
+// stage (default the config's; a layout whose replica group dp × sp is one rank has nothing to
+// shard and runs at stage 0 only), each trained by a train::Trainer on synthetic tokens for one
+// warm-up step and --steps measured ones. Per layout and stage:
 //   - step time (the slowest rank's, median over the measured steps) and global tokens/s;
-//   - per-rank memory, the max over ranks: this rank's parameter tensors, their gradients (after
-//     the step's backward), AdamW's two moments; the activations: the allocator's peak during
+//   - per-rank memory, the max over ranks: this rank's parameter tensors, the bytes it holds for
+//     gradients (ReplicaGradients::gradient_bytes: the flat buffer, the ZeRO shard, ZeRO-2's
+//     staging pool), AdamW's two moments; the activations: the allocator's peak during
 //     one microbatch's forward above what was live before it (what the graph keeps for the
 //     backward, plus the forward's transient peak); and the step peak: the allocator's peak
 //     during a whole step above what was live before it (activations, gradients, gradient
@@ -13,7 +16,9 @@
 //     train/step_traffic.h's prediction and their ratio; "exact" when every rank's count equals
 //     its own prediction.
 // Then, for layouts that differ only in tp (dp takes up the rest of the world), the per-rank
-// parameters + optimizer state of tp k beside tp 1's. A candidate validate refuses is skipped
+// parameters + optimizer state of tp k beside tp 1's; for layouts that differ only in the ZeRO
+// stage, ZeRO-k's optimizer state, gradient bytes and step time beside ZeRO-0's, with the targets
+// at a replica group of 4. A candidate validate refuses is skipped
 // with its reason on one line. With --check the command exits 1 when a measured byte count
 // differs from its prediction.
 #include <fmt/format.h>
@@ -40,6 +45,7 @@
 #include "wallfacer/models/decoder.h"
 #include "wallfacer/models/model.h"
 #include "wallfacer/parallel/sequence_layout.h"
+#include "wallfacer/train/replica_gradients.h"
 #include "wallfacer/train/step_traffic.h"
 #include "wallfacer/train/trainer.h"
 
@@ -52,21 +58,31 @@ using parallel::SpStrategy;
 
 // ---- layouts -------------------------------------------------------------------------------
 
-// dp, tp, sp, C and the sp strategy of a config::ParallelSection; the rest is the config's.
+// dp, tp, sp, C, the sp strategy and the ZeRO stage of a config::ParallelSection; the rest is
+// the config's.
 using Layout = config::ParallelSection;
+
+// A --layouts entry: the layout, and its ZeRO stage when the name gives one (otherwise --zero's).
+struct LayoutSpec {
+  Layout layout;
+  std::optional<int> zero;
+};
 
 struct Options {
   std::string path;
   std::vector<std::string> overrides;
   std::vector<std::string> layout_names;
-  std::vector<Layout> layouts;  // parsed from layout_names; empty: config::candidate_layouts
+  std::vector<LayoutSpec> layouts;  // parsed from layout_names; empty: config::candidate_layouts
+  std::vector<int> zero;            // --zero; empty: the config's parallel.zero
   int steps = 3;
   bool json = false;
   bool check = false;
 };
 
-// "dp4.tp1.sp1", "dp2.tp1.sp2.wallfacer.C1", "dp1.tp1.sp4.ulysses".
-std::string layout_name(const Layout& l) {
+int replica_group(const Layout& l) { return l.dp * l.sp; }
+
+// The layout without its stage: "dp4.tp1.sp1", "dp2.tp1.sp2.wallfacer.C1", "dp1.tp1.sp4.ulysses".
+std::string grid_name(const Layout& l) {
   std::string name = fmt::format("dp{}.tp{}.sp{}", l.dp, l.tp, l.sp);
   if (l.sp == 1) return name;
   name += fmt::format(".{}", parallel::sp_strategy_name(l.sp_strategy));
@@ -74,10 +90,25 @@ std::string layout_name(const Layout& l) {
   return name;
 }
 
+// With the ZeRO stage: "dp4.tp1.sp1.z2", "dp2.tp1.sp2.wallfacer.C1.z0".
+std::string layout_name(const Layout& l) { return fmt::format("{}.z{}", grid_name(l), l.zero); }
+
+// A ZeRO stage of --zero or a layout name's zN.
+CLI::Validator zero_stage() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        if (input == "0" || input == "1" || input == "2") return "";
+        return fmt::format("'{}' is not a ZeRO stage: 0 (off), 1 (optimizer state sharded) or 2 (gradients too)",
+                           input);
+      },
+      "0|1|2", "zero_stage");
+}
+
 // The inverse of layout_name, in any order, with defaults for what is left out: dp, tp, sp 1,
-// strategy wallfacer, C 1 ("dp2.sp2.C1" is dp2.tp1.sp2.wallfacer.C1).
-Layout parse_layout(const std::string& text) {
+// strategy wallfacer, C 1, and the stage --zero's ("dp2.sp2.C1" is dp2.tp1.sp2.wallfacer.C1).
+LayoutSpec parse_layout(const std::string& text) {
   Layout l;
+  std::optional<int> zero;
   std::size_t at = 0;
   while (at <= text.size()) {
     const std::size_t end = std::min(text.find('.', at), text.size());
@@ -98,17 +129,44 @@ Layout parse_layout(const std::string& text) {
       l.sp = number(2);
     } else if (part.starts_with("C")) {
       l.C = number(1);
+    } else if (part.starts_with("z")) {
+      std::string stage = part.substr(1);
+      const std::string problem = zero_stage()(stage);
+      WF_USER_CHECK(problem.empty(), "--layouts '{}': {} (e.g. dp4.tp1.sp1.z2)", text, problem);
+      zero = std::stoi(stage);
     } else {
       try {
         l.sp_strategy = parallel::parse_sp_strategy(part);
       } catch (const Error&) {
-        WF_USER_FAIL("--layouts '{}': unknown part '{}'; expected dpN, tpN, spN, CN or ring, ulysses, wallfacer "
-                     "(e.g. dp2.tp1.sp2.wallfacer.C1)",
+        WF_USER_FAIL("--layouts '{}': unknown part '{}'; expected dpN, tpN, spN, CN, zN or ring, ulysses, "
+                     "wallfacer (e.g. dp2.tp1.sp2.wallfacer.C1.z1)",
                      text, part);
       }
     }
   }
-  return l;
+  return {l, zero};
+}
+
+// What runs, in order: each layout at each of its stages, one after the other (so a stage's
+// step time is measured beside its ZeRO-0 twin's under the same load). A replica group of one
+// rank shards nothing (ReplicaGradients runs it at stage 0 whatever it is asked), so it runs
+// once, at 0.
+std::vector<Layout> runs(const Options& o, const config::RunConfig& base, int world) {
+  std::vector<LayoutSpec> specs = o.layouts;
+  if (specs.empty()) {
+    for (const Layout& l : config::candidate_layouts(world)) specs.push_back({l, std::nullopt});
+  }
+  const std::vector<int> listed = o.zero.empty() ? std::vector<int>{base.parallel.zero} : o.zero;
+  std::vector<Layout> out;
+  for (const LayoutSpec& spec : specs) {
+    for (int zero : spec.zero ? std::vector<int>{*spec.zero} : listed) {
+      Layout l = spec.layout;
+      l.zero = replica_group(l) > 1 ? zero : 0;
+      const auto same = [&](const Layout& x) { return layout_name(x) == layout_name(l); };
+      if (std::none_of(out.begin(), out.end(), same)) out.push_back(l);
+    }
+  }
+  return out;
 }
 
 // The benchmark's run of `base` on layout `l`: synthetic tokens, just the steps it trains, no
@@ -120,6 +178,7 @@ config::RunConfig layout_config(config::RunConfig c, const Layout& l, int steps)
   c.parallel.sp = l.sp;
   c.parallel.sp_strategy = l.sp > 1 ? l.sp_strategy : SpStrategy::wallfacer;
   c.parallel.C = l.sp > 1 && l.sp_strategy == SpStrategy::wallfacer ? l.C : 1;
+  c.parallel.zero = l.zero;
   c.data.source = config::DataSource::synthetic;
   c.train.steps = 1 + steps;
   c.train.eval_every = 0;
@@ -161,6 +220,10 @@ struct Result {
   // Per rank, the max over ranks.
   std::int64_t parameter_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, activation_bytes = 0, step_peak_bytes = 0;
   std::vector<GroupRow> groups;  // the groups that sent or were predicted to send something
+  // Rank 0's gradient buckets in the last measured step (the same layout on every replica), and
+  // how many started during the backward rather than at its end: how much ZeRO-2 can free as it
+  // goes (a bucket waits in its staging buffer until every bucket before it has started).
+  train::ReplicaGradients::Stats buckets;
   bool traffic_exact() const {
     return std::all_of(groups.begin(), groups.end(), [](const GroupRow& g) { return !g.predicted || g.exact; });
   }
@@ -170,12 +233,6 @@ std::int64_t tensor_bytes(const std::vector<Tensor>& tensors) {
   std::int64_t bytes = 0;
   for (const Tensor& t : tensors) bytes += t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0;
   return bytes;
-}
-
-std::int64_t gradient_bytes(const std::vector<Tensor>& params) {
-  std::vector<Tensor> grads;
-  for (const Tensor& p : params) grads.push_back(p.grad());
-  return tensor_bytes(grads);
 }
 
 // AdamW's moments (its state_dict's exp_avg and exp_avg_sq; the step counts are scalars).
@@ -268,16 +325,14 @@ Result measure(const config::RunConfig& config, int steps) {
   const std::vector<std::string> names = group_names();
   std::vector<std::int64_t> sent(names.size(), 0);
   std::vector<double> step_seconds;
-  std::int64_t grads = 0, step_peak = 0;
+  std::int64_t step_peak = 0;
   for (int step = 0; step < steps; ++step) {
     world.barrier();
     const auto before = comm::TrafficRegistry::instance().snapshot();
     reset_peak_memory();
     const std::int64_t live_before = memory_stats().live_bytes;
     const Clock::time_point start = Clock::now();
-    const double loss = trainer.compute_gradients();
-    grads = gradient_bytes(params);  // apply_gradients drops them
-    trainer.apply_gradients(loss);
+    trainer.apply_gradients(trainer.compute_gradients());
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     step_peak = std::max(step_peak, memory_stats().peak_bytes - live_before);
     const std::vector<std::int64_t> delta = sent_since(before);  // before the max below counts on world
@@ -287,11 +342,16 @@ Result measure(const config::RunConfig& config, int steps) {
 
   Result r;
   r.layout = config.parallel;
+  r.buckets = trainer.gradients().last_stats();
   r.tokens_per_step = trainer.tokens_per_step();
   r.step_seconds = median(step_seconds);
   const double activations = double(forward_activation_bytes(trainer.model(), config, grid));
+  // The gradients as ReplicaGradients holds them, not the parameters' grad(): ZeRO-2 frees those
+  // once they are staged (the sum would read 0), and the flat buffer, the shard and the staging
+  // pool (its high-water mark over the steps so far) are what the rank keeps.
+  const double grads = double(trainer.gradients().gradient_bytes());
   const std::vector<double> memory =
-      max_over(world, {double(tensor_bytes(params)), double(grads), double(optimizer_state_bytes(trainer.optimizer())),
+      max_over(world, {double(tensor_bytes(params)), grads, double(optimizer_state_bytes(trainer.optimizer())),
                        activations, double(step_peak)});
   r.parameter_bytes = static_cast<std::int64_t>(memory[0]);
   r.gradient_bytes = static_cast<std::int64_t>(memory[1]);
@@ -344,7 +404,7 @@ void print_header(const Options& o, const config::RunConfig& config, int world) 
 }
 
 void print_text(const Result& r) {
-  std::printf("%-26s step %8.2f ms %9.1f tokens/s  params %8s  grads %8s  optimizer %8s  activations %8s  step peak "
+  std::printf("%-29s step %8.2f ms %9.1f tokens/s  params %8s  grads %8s  optimizer %8s  activations %8s  step peak "
               "%8s\n",
               layout_name(r.layout).c_str(), r.step_seconds * 1e3, tokens_per_second(r), kib(r.parameter_bytes).c_str(),
               kib(r.gradient_bytes).c_str(), kib(r.optimizer_bytes).c_str(), kib(r.activation_bytes).c_str(),
@@ -364,6 +424,7 @@ Json result_json(const Result& r) {
   j["sp"] = r.layout.sp;
   j["sp_strategy"] = r.layout.sp > 1 ? parallel::sp_strategy_name(r.layout.sp_strategy) : "none";
   j["C"] = r.layout.C;
+  j["zero"] = r.layout.zero;
   j["step_ms"] = r.step_seconds * 1e3;
   j["tokens_per_s"] = tokens_per_second(r);
   j["tokens_per_step"] = r.tokens_per_step;
@@ -372,6 +433,9 @@ Json result_json(const Result& r) {
   j["optimizer_bytes"] = r.optimizer_bytes;
   j["activation_bytes"] = r.activation_bytes;
   j["step_peak_bytes"] = r.step_peak_bytes;
+  j["buckets"] = {{"count", r.buckets.buckets},
+                  {"launched_in_backward", r.buckets.launched_in_backward},
+                  {"launched_at_end", r.buckets.launched_at_end}};
   Json traffic = Json::array();
   for (const GroupRow& g : r.groups) {
     traffic.push_back({{"group", g.group},
@@ -415,6 +479,100 @@ void print_tp_ratios(const std::vector<Result>& results, bool json) {
   if (!any && !json) std::printf("tp k / tp 1: no pair of layouts differing only in tp ran\n");
 }
 
+// ZeRO-k's per-rank memory and step time over ZeRO-0's. The targets hold at a replica group of
+// 4 (docs/parallelism.md): each replica keeps a quarter of the optimizer state (plus bucket
+// padding) under ZeRO-1 and 2, a quarter of the gradients plus the staging buffers in flight
+// under ZeRO-2 (ZeRO-1 keeps the full gradient buffer and its shard: no target), and the step
+// costs about what ZeRO-0's does (a reduce-scatter + all-gather moves what an all-reduce does).
+struct ZeroTargets {
+  std::optional<double> optimizer, gradients, step_time;
+};
+
+ZeroTargets zero_targets(const Layout& l) {
+  if (replica_group(l) != 4) return {};
+  return {0.27, l.zero == 2 ? std::optional<double>(0.3) : std::nullopt, 1.10};
+}
+
+struct ZeroRatio {
+  const Result* zero_k;
+  const Result* zero_0;
+  double optimizer() const { return double(zero_k->optimizer_bytes) / double(zero_0->optimizer_bytes); }
+  double gradients() const { return double(zero_k->gradient_bytes) / double(zero_0->gradient_bytes); }
+  double step_time() const { return zero_k->step_seconds / zero_0->step_seconds; }
+};
+
+// Each ZeRO ≥ 1 result with the ZeRO-0 result of the same layout, when that ran.
+std::vector<ZeroRatio> zero_ratios(const std::vector<Result>& results) {
+  std::vector<ZeroRatio> out;
+  for (const Result& r : results) {
+    if (r.layout.zero == 0) continue;
+    Layout base = r.layout;
+    base.zero = 0;
+    const auto b = std::find_if(results.begin(), results.end(),
+                                [&](const Result& x) { return layout_name(x.layout) == layout_name(base); });
+    if (b != results.end()) out.push_back({&r, &*b});
+  }
+  return out;
+}
+
+// "0.254 (target <= 0.27)", or just the ratio where no target applies.
+std::string against(double ratio, std::optional<double> target) {
+  const std::string text = fmt::format("{:.3f}", ratio);
+  return target ? fmt::format("{} (target <= {:.2f})", text, *target) : text;
+}
+
+Json target_json(std::optional<double> target) { return target ? Json(*target) : Json(nullptr); }
+
+void print_zero_ratios(const std::vector<Result>& results, bool json) {
+  const std::vector<ZeroRatio> ratios = zero_ratios(results);
+  for (const ZeroRatio& z : ratios) {
+    const Layout& l = z.zero_k->layout;
+    const ZeroTargets t = zero_targets(l);
+    if (json) {
+      std::printf("%s\n", Json{{"zero_ratio", layout_name(l)},
+                               {"baseline", layout_name(z.zero_0->layout)},
+                               {"zero", l.zero},
+                               {"replica_group", replica_group(l)},
+                               {"optimizer_bytes", z.zero_k->optimizer_bytes},
+                               {"baseline_optimizer_bytes", z.zero_0->optimizer_bytes},
+                               {"optimizer_ratio", z.optimizer()},
+                               {"optimizer_target", target_json(t.optimizer)},
+                               {"gradient_bytes", z.zero_k->gradient_bytes},
+                               {"baseline_gradient_bytes", z.zero_0->gradient_bytes},
+                               {"gradient_ratio", z.gradients()},
+                               {"gradient_target", target_json(t.gradients)},
+                               {"step_ms", z.zero_k->step_seconds * 1e3},
+                               {"baseline_step_ms", z.zero_0->step_seconds * 1e3},
+                               {"step_time_ratio", z.step_time()},
+                               {"step_time_target", target_json(t.step_time)}}
+                              .dump()
+                              .c_str());
+    } else {
+      // "optimizer 6427.0 vs 25708.0 KiB: 0.250 (target <= 0.27)"
+      const auto column = [](const char* what, double k, double zero, const std::string& ratio) {
+        return fmt::format("{} {:.1f} vs {:.1f}: {}", what, k, zero, ratio);
+      };
+      std::printf("ZeRO-%d / ZeRO-0 at %s (replica group %d): %s, %s, %s%s\n", l.zero, grid_name(l).c_str(),
+                  replica_group(l),
+                  column("optimizer KiB", double(z.zero_k->optimizer_bytes) / 1024.0,
+                         double(z.zero_0->optimizer_bytes) / 1024.0, against(z.optimizer(), t.optimizer))
+                      .c_str(),
+                  column("gradients KiB", double(z.zero_k->gradient_bytes) / 1024.0,
+                         double(z.zero_0->gradient_bytes) / 1024.0, against(z.gradients(), t.gradients))
+                      .c_str(),
+                  column("step time ms", z.zero_k->step_seconds * 1e3, z.zero_0->step_seconds * 1e3,
+                         against(z.step_time(), t.step_time))
+                      .c_str(),
+                  replica_group(l) == 4 ? "" : "; the targets are for a replica group of 4");
+    }
+  }
+  if (ratios.empty() && !json && std::any_of(results.begin(), results.end(), [](const Result& r) {
+        return r.layout.zero > 0;
+      })) {
+    std::printf("ZeRO-k / ZeRO-0: no ZeRO-0 twin ran (add 0 to --zero)\n");
+  }
+}
+
 // ---- the command ---------------------------------------------------------------------------
 
 int run(const Options& o) {
@@ -422,7 +580,7 @@ int run(const Options& o) {
   const int world = runtime.world_size();
   const bool root = runtime.rank() == 0;
   const config::RunConfig base = config::load_config(o.path, o.overrides);
-  const std::vector<Layout> layouts = o.layouts.empty() ? config::candidate_layouts(world) : o.layouts;
+  const std::vector<Layout> layouts = runs(o, base, world);
   // As `wallfacer train`: the smallest machine of the job decides the memory check.
   Tensor machine = Tensor::full({1}, static_cast<double>(machine_memory_bytes()), DType::f64);
   runtime.world().all_reduce(machine, comm::ReduceOp::min);
@@ -436,7 +594,7 @@ int run(const Options& o) {
     } catch (const Error& e) {  // the same verdict and message on every rank
       if (root) {
         if (o.json) std::printf("%s\n", Json{{"layout", layout_name(layout)}, {"skipped", skip_reason(e)}}.dump().c_str());
-        else std::printf("%-26s skipped: %s\n", layout_name(layout).c_str(), short_reason(skip_reason(e)).c_str());
+        else std::printf("%-29s skipped: %s\n", layout_name(layout).c_str(), short_reason(skip_reason(e)).c_str());
         std::fflush(stdout);
       }
       continue;
@@ -448,7 +606,10 @@ int run(const Options& o) {
       std::fflush(stdout);
     }
   }
-  if (root) print_tp_ratios(results, o.json);
+  if (root) {
+    print_tp_ratios(results, o.json);
+    print_zero_ratios(results, o.json);
+  }
   if (results.empty()) {
     if (root) print_error("bench layout: no layout could run (each was skipped above)");
     return kExitRuntimeError;
@@ -474,8 +635,14 @@ void add_bench_layout_command(CLI::App& bench) {
   command->add_option("config", o->path, "The run config, e.g. configs/gpt-tiny.yaml")->required();
   command->add_option("--set", o->overrides, "Override one key, e.g. --set train.seq_len=64 (repeatable)");
   command->add_option("--layouts", o->layout_names,
-                      "comma-separated layouts to run instead of every candidate, e.g. dp2.tp1.sp2.wallfacer.C1,dp4")
+                      "comma-separated layouts to run instead of every candidate, e.g. dp2.tp1.sp2.wallfacer.C1,dp4 "
+                      "(a trailing .zN fixes its ZeRO stage, overriding --zero)")
       ->delimiter(',');
+  command->add_option("--zero", o->zero,
+                      "comma-separated ZeRO stages to run each layout at, e.g. 0,1,2 (default: the config's "
+                      "parallel.zero); a layout whose replica group dp x sp is one rank runs at 0 only")
+      ->delimiter(',')
+      ->check(zero_stage());
   command->add_option("--steps", o->steps, "measured steps after one warm-up step (the median is printed)")
       ->check(positive());
   command->add_flag("--json", o->json, "one JSON object per line per layout");
