@@ -219,6 +219,7 @@ struct Result {
   double step_seconds = 0;
   // Per rank, the max over ranks.
   std::int64_t parameter_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, activation_bytes = 0, step_peak_bytes = 0;
+  std::int64_t persistent_gradient_bytes = 0;  // gradient_bytes without ZeRO-2's staging pool
   std::vector<GroupRow> groups;  // the groups that sent or were predicted to send something
   // Rank 0's gradient buckets in the last measured step (the same layout on every replica), and
   // how many started during the backward rather than at its end: how much ZeRO-2 can free as it
@@ -352,7 +353,8 @@ Result measure(const config::RunConfig& config, int steps) {
   const double grads = double(trainer.gradients().gradient_bytes());
   const std::vector<double> memory =
       max_over(world, {double(tensor_bytes(params)), grads, double(optimizer_state_bytes(trainer.optimizer())),
-                       activations, double(step_peak)});
+                       activations, double(step_peak), double(trainer.gradients().persistent_gradient_bytes())});
+  r.persistent_gradient_bytes = static_cast<std::int64_t>(memory[5]);
   r.parameter_bytes = static_cast<std::int64_t>(memory[0]);
   r.gradient_bytes = static_cast<std::int64_t>(memory[1]);
   r.optimizer_bytes = static_cast<std::int64_t>(memory[2]);
@@ -498,6 +500,9 @@ struct ZeroRatio {
   const Result* zero_0;
   double optimizer() const { return double(zero_k->optimizer_bytes) / double(zero_0->optimizer_bytes); }
   double gradients() const { return double(zero_k->gradient_bytes) / double(zero_0->gradient_bytes); }
+  double persistent_gradients() const {
+    return double(zero_k->persistent_gradient_bytes) / double(zero_0->persistent_gradient_bytes);
+  }
   double step_time() const { return zero_k->step_seconds / zero_0->step_seconds; }
 };
 
@@ -541,6 +546,8 @@ void print_zero_ratios(const std::vector<Result>& results, bool json) {
                                {"baseline_gradient_bytes", z.zero_0->gradient_bytes},
                                {"gradient_ratio", z.gradients()},
                                {"gradient_target", target_json(t.gradients)},
+                               {"persistent_gradient_bytes", z.zero_k->persistent_gradient_bytes},
+                               {"persistent_gradient_ratio", z.persistent_gradients()},
                                {"step_ms", z.zero_k->step_seconds * 1e3},
                                {"baseline_step_ms", z.zero_0->step_seconds * 1e3},
                                {"step_time_ratio", z.step_time()},
@@ -552,14 +559,15 @@ void print_zero_ratios(const std::vector<Result>& results, bool json) {
       const auto column = [](const char* what, double k, double zero, const std::string& ratio) {
         return fmt::format("{} {:.1f} vs {:.1f}: {}", what, k, zero, ratio);
       };
-      std::printf("ZeRO-%d / ZeRO-0 at %s (replica group %d): %s, %s, %s%s\n", l.zero, grid_name(l).c_str(),
-                  replica_group(l),
+      std::printf("ZeRO-%d / ZeRO-0 at %s (replica group %d): %s, %s (without the staging pool %.3f), %s%s\n",
+                  l.zero, grid_name(l).c_str(), replica_group(l),
                   column("optimizer KiB", double(z.zero_k->optimizer_bytes) / 1024.0,
                          double(z.zero_0->optimizer_bytes) / 1024.0, against(z.optimizer(), t.optimizer))
                       .c_str(),
                   column("gradients KiB", double(z.zero_k->gradient_bytes) / 1024.0,
                          double(z.zero_0->gradient_bytes) / 1024.0, against(z.gradients(), t.gradients))
                       .c_str(),
+                  z.persistent_gradients(),
                   column("step time ms", z.zero_k->step_seconds * 1e3, z.zero_0->step_seconds * 1e3,
                          against(z.step_time(), t.step_time))
                       .c_str(),

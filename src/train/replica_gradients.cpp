@@ -78,6 +78,9 @@ ReplicaGradients::ReplicaGradients(comm::Group& replicas, std::vector<Tensor> pa
   requests_.resize(n_buckets);
   output_.resize(n_buckets);
   staging_.resize(n_buckets);
+  staging_base_.resize(n_buckets);
+  largest_bucket_.assign(buffers.size(), 0);
+  for (const auto& b : layout_.buckets()) largest_bucket_[b.buffer] = std::max(largest_bucket_[b.buffer], b.numel);
   written_.assign(n_buckets, 0);
   if (options_.overlap && group_.size() > 1) {
     for (std::size_t k = 0; k < params_.size(); ++k) {
@@ -157,18 +160,19 @@ Tensor& ReplicaGradients::staging(std::size_t bucket) {
   while (staging_in_use_ >= options_.staging_buffers && next_complete_ < next_bucket_) complete(next_complete_++);
   const auto& b = layout_.buckets()[bucket];
   const DType dtype = layout_.buffers()[b.buffer].dtype;
-  const auto fits = std::find_if(pool_.begin(), pool_.end(),
-                                 [&](const Tensor& t) { return t.dtype() == dtype && t.numel() >= b.numel; });
+  // Every buffer of a dtype has that dtype's largest bucket's size, so any free one serves any
+  // bucket and the pool never holds more than the buffers in use at its busiest.
+  const auto free = std::find_if(pool_.begin(), pool_.end(), [&](const Tensor& t) { return t.dtype() == dtype; });
   Tensor base;
-  if (fits != pool_.end()) {
-    base = *fits;
-    pool_.erase(fits);
+  if (free != pool_.end()) {
+    base = *free;
+    pool_.erase(free);
   } else {
-    base = Tensor::empty({b.numel}, dtype);
+    base = Tensor::empty({largest_bucket_[b.buffer]}, dtype);
     staging_bytes_ += static_cast<std::int64_t>(base.nbytes());
-    staging_bytes_peak_ = std::max(staging_bytes_peak_, staging_bytes_);
   }
   ++staging_in_use_;
+  staging_base_[bucket] = base;
   mine = base.slice0(0, b.numel);
   mine.zero_();  // padding, and parameters no gradient reached, take part as zeros
   return mine;
@@ -217,7 +221,8 @@ void ReplicaGradients::complete(std::size_t bucket) {
   Tensor shard = chunk_view(grad_shards_[layout_.buckets()[bucket].buffer], bucket);
   if (written_[bucket]) autograd::accumulate_into(shard, received);  // a later microbatch's
   written_[bucket] = 1;
-  pool_.push_back(std::exchange(staging_[bucket], {}));
+  staging_[bucket] = Tensor();
+  pool_.push_back(std::exchange(staging_base_[bucket], {}));  // the whole buffer, not the bucket's view of it
   --staging_in_use_;
 }
 
@@ -259,8 +264,10 @@ void ReplicaGradients::zero_grad() {
   std::fill(written_.begin(), written_.end(), 0);
 }
 
-std::int64_t ReplicaGradients::gradient_bytes() const {
-  return bytes_of(grad_buffers_) + bytes_of(grad_shards_) + staging_bytes_peak_;
+std::int64_t ReplicaGradients::gradient_bytes() const { return persistent_gradient_bytes() + staging_bytes_; }
+
+std::int64_t ReplicaGradients::persistent_gradient_bytes() const {
+  return bytes_of(grad_buffers_) + bytes_of(grad_shards_);
 }
 
 }  // namespace wf::train

@@ -43,8 +43,9 @@ struct ReplicaGradientOptions {
   int zero = 0;  // ZeRO stage: 0, 1 or 2
   std::int64_t bucket_bytes = kDefaultBucketBytes;
   bool overlap = true;  // start collectives from the backward's ready hooks
-  // ZeRO-2: how many bucket staging buffers may be in use before the oldest collective is waited for.
-  int staging_buffers = 4;
+  // ZeRO-2: how many bucket staging buffers may be in use before the oldest collective is waited
+  // for: two let one bucket fill while the previous one is reduced.
+  int staging_buffers = 2;
 };
 
 class ReplicaGradients {
@@ -81,8 +82,10 @@ class ReplicaGradients {
   void zero_grad();
 
   // Bytes this rank holds for gradients: the flat buffer (ZeRO 0, 1), the shard (ZeRO 1, 2) and
-  // the staging pool's high-water mark (ZeRO 2).
+  // the staging pool (ZeRO 2: at most staging_buffers × the largest bucket, kept for reuse).
   std::int64_t gradient_bytes() const;
+  // The same without the staging pool: what persists between backwards.
+  std::int64_t persistent_gradient_bytes() const;
 
   struct Stats {
     std::int64_t buckets = 0;
@@ -131,8 +134,10 @@ class ReplicaGradients {
   std::vector<Tensor> output_;
   std::vector<char> written_;            // ZeRO-2: per bucket, the shard holds this step's sum so far
   std::vector<Tensor> staging_;          // ZeRO-2: per bucket, while in use
+  std::vector<Tensor> staging_base_;     // ZeRO-2: per bucket, the pool buffer its staging view is of
+  std::vector<std::int64_t> largest_bucket_;  // per layout buffer: the numel of its largest bucket
   std::vector<Tensor> pool_;             // ZeRO-2: free staging buffers
-  std::int64_t staging_in_use_ = 0, staging_bytes_peak_ = 0, staging_bytes_ = 0;
+  std::int64_t staging_in_use_ = 0, staging_bytes_ = 0;  // staging_bytes_: the pool's whole size
   Stats stats_;
 };
 
