@@ -49,6 +49,9 @@ std::vector<CheckpointReader::TensorInfo> parse_index(const Json& manifest, cons
         piece.file = detail::field(p, "file", &Json::is_string, "a string", path, dir).get<std::string>();
         WF_CHECK(files.contains(piece.file), "{}: a piece is in '{}', which the manifest's files do not list", what,
                  piece.file);
+        // The file's name for the piece: the key, unless the rank held several pieces of it.
+        piece.entry = p.contains("entry") ? detail::field(p, "entry", &Json::is_string, "a string", path, dir).get<std::string>()
+                                          : key;
         piece.dim = static_cast<int>(json_int(p, "dim", what));
         piece.start = json_int(p, "start", what);
         piece.length = json_int(p, "length", what);
@@ -117,7 +120,7 @@ void CheckpointReader::read_whole_tensor_index() {
              detail::corrupt_fix(dir_));
     for (const SafetensorsEntry& entry : open(file).reader.entries()) {
       TensorInfo info{entry.name, entry.dtype, entry.shape, {}};
-      info.pieces.push_back({file, -1, 0, 0, 0, shape_numel(entry.shape)});
+      info.pieces.push_back({file, entry.name, -1, 0, 0, 0, shape_numel(entry.shape)});
       tensors_.push_back(std::move(info));
     }
   }
@@ -197,12 +200,12 @@ void CheckpointReader::load(ShardedStateDict& targets) {
   for (ShardedTensor* target : padded) std::memset(target->data.raw_data(), 0, target->data.nbytes());
   for (const Transfer& t : transfers) {
     const SafetensorsReader& reader = open(t.piece->file).reader;
-    const SafetensorsEntry* entry = reader.find(t.info->key);
+    const SafetensorsEntry* entry = reader.find(t.piece->entry);
     const std::size_t element = dtype_size(t.info->dtype);
     WF_USER_CHECK(entry != nullptr && entry->dtype == t.info->dtype &&
                       entry->bytes == static_cast<std::uint64_t>(t.piece->flat_end - t.piece->flat_begin) * element,
                   "checkpoint '{}': file '{}' does not hold tensor '{}' as its manifest records ({} elements of {}); {}",
-                  dir_, t.piece->file, t.info->key, t.piece->flat_end - t.piece->flat_begin,
+                  dir_, t.piece->file, t.piece->entry, t.piece->flat_end - t.piece->flat_begin,
                   dtype_name(t.info->dtype), detail::corrupt_fix(dir_));
     auto* out = static_cast<unsigned char*>(t.target->data.raw_data()) + t.copy.dst * static_cast<std::int64_t>(element);
     reader.read(*entry, static_cast<std::uint64_t>(t.copy.src) * element,

@@ -98,13 +98,18 @@ Json write_rank_file(const fs::path& dir, const std::string& name, const Sharded
   for (const ShardedTensor& piece : pieces) {
     if (!piece.writer) continue;
     const std::string what = fmt::format("cannot save checkpoint piece '{}'", piece.key);
-    WF_CHECK(!tensors.contains(piece.key), "{}: this rank holds it twice; a rank writes one piece per key", what);
+    // A rank may hold several pieces of one tensor (ZeRO-2 cuts a parameter over buckets, and a
+    // replica owns a chunk of each): the file names each after its first element.
+    const std::string entry = tensors.contains(piece.key) ? fmt::format("{}@{}", piece.key, piece.flat_begin) : piece.key;
+    WF_CHECK(!tensors.contains(entry), "{}: this rank holds the piece starting at element {} twice", what,
+             piece.flat_begin);
     WF_CHECK(piece.data.numel() == piece.numel(), "{}: its data holds {} elements, its range [{}, {}) {}", what,
              piece.data.numel(), piece.flat_begin, piece.flat_end, piece.numel());
     const detail::PieceLayout layout = detail::PieceLayout::of(piece.shard, piece.flat_begin, piece.flat_end);
     detail::check_layout(layout, what);
-    tensors.insert(piece.key, piece.data.device().is_cpu() ? piece.data : piece.data.to(Device::cpu()));
+    tensors.insert(entry, piece.data.device().is_cpu() ? piece.data : piece.data.to(Device::cpu()));
     index.push_back({{"key", piece.key},
+                     {"entry", entry},
                      {"dtype", dtype_name(piece.data.dtype())},
                      {"shape", layout.global_shape},
                      {"dim", layout.dim},
@@ -136,6 +141,7 @@ std::pair<Json, Json> merge_indexes(const std::vector<std::string>& texts) {
                "cannot save checkpoint: tensor '{}' is {} {} on one rank but {} {} on rank {}", key,
                tensor["dtype"].dump(), tensor["shape"].dump(), piece["dtype"].dump(), piece["shape"].dump(), rank);
       tensor["pieces"].push_back({{"file", file},
+                                  {"entry", piece["entry"]},
                                   {"dim", piece["dim"]},
                                   {"start", piece["start"]},
                                   {"length", piece["length"]},

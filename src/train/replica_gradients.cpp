@@ -42,7 +42,9 @@ ReplicaGradients::ReplicaGradients(comm::Group& replicas, std::vector<Tensor> pa
              shape_str(p.shape()), p.device().str());
   }
   stage_ = group_.size() > 1 ? options_.zero : 0;
-  layout_ = FlatLayout(flat_layout_params(params_), options_.bucket_bytes, stage_ > 0 ? group_.size() : 1);
+  // ZeRO-2 stages whole buckets, so its buckets are cut through parameters to stay small.
+  layout_ = FlatLayout(flat_layout_params(params_), options_.bucket_bytes, stage_ > 0 ? group_.size() : 1,
+                       /*split_parameters=*/stage_ == 2);
   const auto& buffers = layout_.buffers();
   const auto& slots = layout_.slots();
   autograd::NoGradGuard no_grad;
@@ -64,16 +66,17 @@ ReplicaGradients::ReplicaGradients(comm::Group& replicas, std::vector<Tensor> pa
     for (std::size_t k = 0; k < params_.size(); ++k) {
       const auto& s = slots[k];
       move_into(params_[k], param_buffers_[s.buffer].slice0(s.offset, s.offset + s.numel));
-      const FlatLayout::Owned o = layout_.owned(k, group_.rank());
-      if (o.empty()) continue;
-      Tensor piece = param_buffers_[s.buffer].slice0(s.offset + o.begin, s.offset + o.end);
-      piece.set_grad(grad_shards_[s.buffer].slice0(o.shard_offset, o.shard_offset + (o.end - o.begin)));
-      optimizer_params_.push_back(piece);
-      pieces_.push_back({k, o.begin, o.end});
+      for (const FlatLayout::Owned& o : layout_.owned(k, group_.rank())) {
+        Tensor piece = param_buffers_[s.buffer].slice0(s.offset + o.begin, s.offset + o.end);
+        piece.set_grad(grad_shards_[s.buffer].slice0(o.shard_offset, o.shard_offset + (o.end - o.begin)));
+        optimizer_params_.push_back(piece);
+        pieces_.push_back({k, o.begin, o.end});
+      }
     }
   }
   const std::size_t n_buckets = layout_.buckets().size();
   ready_.assign(params_.size(), 0);
+  staged_parts_.assign(params_.size(), 0);
   pending_.assign(n_buckets, 0);
   requests_.resize(n_buckets);
   output_.resize(n_buckets);
@@ -116,6 +119,7 @@ void ReplicaGradients::begin_backward(bool last_microbatch) {
   const bool reduces = group_.size() > 1 && (stage_ == 2 || last_microbatch);
   overlapping_ = reduces && options_.overlap;
   std::fill(ready_.begin(), ready_.end(), 0);
+  std::fill(staged_parts_.begin(), staged_parts_.end(), 0);
   reach_known_ = false;
   next_bucket_ = next_complete_ = 0;
   for (std::size_t b = 0; b < pending_.size(); ++b) {
@@ -139,14 +143,18 @@ void ReplicaGradients::on_ready(std::size_t param) {
     }
   }
   mark_ready(param);
-  launch_ready(false);
 }
 
 void ReplicaGradients::mark_ready(std::size_t param) {
   if (ready_[param]) return;
   ready_[param] = 1;
-  if (stage_ == 2) stage_gradient(param);
-  --pending_[layout_.slots()[param].bucket];
+  // Bucket by bucket, each started as soon as it is complete: under ZeRO-2 a parameter that
+  // spans many buckets then needs no more staging buffers at once than the pool allows.
+  for (const std::size_t bucket : layout_.slots()[param].buckets) {
+    if (stage_ == 2) stage_part(param, bucket);
+    --pending_[bucket];
+    launch_ready(false);
+  }
 }
 
 void ReplicaGradients::launch_ready(bool at_end) {
@@ -178,15 +186,18 @@ Tensor& ReplicaGradients::staging(std::size_t bucket) {
   return mine;
 }
 
-void ReplicaGradients::stage_gradient(std::size_t param) {
+void ReplicaGradients::stage_part(std::size_t param, std::size_t bucket) {
   Tensor p = params_[param];
   const Tensor g = p.grad();
   if (!g.defined()) return;
   const auto& s = layout_.slots()[param];
-  const auto& b = layout_.buckets()[s.bucket];
-  Tensor slot = staging(s.bucket).slice0(s.offset - b.offset, s.offset - b.offset + s.numel);
-  slot.copy_(g.view({s.numel}));
-  p.set_grad(Tensor());  // the full-size gradient does not outlive its copy
+  const auto& b = layout_.buckets()[bucket];
+  const auto [begin, end] = layout_.part_in(param, bucket);
+  const std::int64_t at = s.offset + begin - b.offset;
+  Tensor slot = staging(bucket).slice0(at, at + (end - begin));
+  slot.copy_(g.view({s.numel}).slice0(begin, end));
+  // The full-size gradient does not outlive the copy of its last part.
+  if (++staged_parts_[param] == static_cast<int>(s.buckets.size())) p.set_grad(Tensor());
 }
 
 void ReplicaGradients::launch(std::size_t bucket, bool at_end) {
@@ -202,7 +213,7 @@ void ReplicaGradients::launch(std::size_t bucket, bool at_end) {
       break;
     default: {
       for (std::size_t k : b.params) {
-        if (!ready_[k]) stage_gradient(k);  // no hook staged it: overlap off, or no gradient reached it
+        if (!ready_[k]) stage_part(k, bucket);  // no hook staged it: overlap off, or no gradient reached it
       }
       Tensor& input = staging(bucket);
       // The first reduction of the step writes the shard; later microbatches' are added to it.

@@ -11,7 +11,7 @@ std::int64_t gradient_sync_bytes(int replicas, const std::vector<Tensor>& params
   // A group of one makes no call at all (ReplicaGradients, sum_over), which the formulas give
   // too: (1 − 1)·S = 0. It shards nothing either.
   if (replicas == 1) zero = 0;
-  const FlatLayout layout(flat_layout_params(params), bucket_bytes, zero > 0 ? replicas : 1);
+  const FlatLayout layout(flat_layout_params(params), bucket_bytes, zero > 0 ? replicas : 1, zero == 2);
   // A reduce-scatter of S or an all-gather of S: (R − 1)/R·S, counted per call.
   const auto scatter = [replicas](std::int64_t bytes) { return (replicas - 1) * (bytes / replicas); };
   std::int64_t sent = 0;
@@ -99,13 +99,14 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const models:
   const int zero = replicas > 1 ? config.parallel.zero : 0;
   // The elements reduce_partial_gradients sums over tp: of the parameters marked partial, what
   // this replica's optimizer holds (all of them, or its ZeRO pieces).
-  const FlatLayout layout(flat_layout_params(params), bucket_bytes, zero > 0 ? replicas : 1);
+  const FlatLayout layout(flat_layout_params(params), bucket_bytes, zero > 0 ? replicas : 1, zero == 2);
   std::int64_t partial = 0;
   const auto shards = module.parameter_shards();
   for (std::size_t k = 0; k < shards.size(); ++k) {
     if (shards[k].partial_gradient_group != "tp") continue;
-    const FlatLayout::Owned owned = layout.owned(k, zero > 0 ? grid.group_rank("dp_sp") : 0);
-    partial += owned.end - owned.begin;
+    for (const FlatLayout::Owned& owned : layout.owned(k, zero > 0 ? grid.group_rank("dp_sp") : 0)) {
+      partial += owned.end - owned.begin;
+    }
   }
   GroupBytes predicted;
   const bool pipelined = config.parallel.pp > 1;

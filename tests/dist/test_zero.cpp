@@ -130,28 +130,39 @@ TEST_CASE("ZeRO: the replicas' optimizer pieces partition every parameter", "[di
     SUCCEED("one rank: no replica group to shard over");
     return;
   }
-  const wf::config::RunConfig config = zero_config({.dp = world}, 1);
-  wf::comm::CommGrid grid(wf::comm::ProcessGrid(config.parallel.grid(), world, runtime().rank()));
-  wf::train::Trainer trainer(config, grid);
-  const auto& grads = trainer.gradients();
-  const auto params = trainer.model().parameters();
-  // Per parameter, how many of its elements this rank owns; summed over the replicas it must be
-  // the parameter's size, and the pieces of one rank must not overlap.
-  Tensor owned = Tensor::zeros({static_cast<std::int64_t>(params.size())}, wf::DType::f64);
-  std::int64_t mine = 0, total = 0;
-  for (const auto& piece : grads.pieces()) {
-    REQUIRE(piece.begin < piece.end);
-    REQUIRE(piece.end <= params[piece.param].numel());
-    owned.set(static_cast<std::int64_t>(piece.param), owned.at(static_cast<std::int64_t>(piece.param)) +
-                                                          static_cast<double>(piece.end - piece.begin));
-    mine += piece.end - piece.begin;
+  for (int zero : {1, 2}) {
+    INFO("ZeRO-" << zero);  // ZeRO-2's buckets cut through parameters: several pieces of one parameter
+    const wf::config::RunConfig config = zero_config({.dp = world}, zero);
+    wf::comm::CommGrid grid(wf::comm::ProcessGrid(config.parallel.grid(), world, runtime().rank()));
+    wf::train::Trainer trainer(config, grid);
+    const auto& grads = trainer.gradients();
+    const auto params = trainer.model().parameters();
+    // Per parameter, how many of its elements this rank owns; summed over the replicas it must be
+    // the parameter's size, and the pieces of one rank must not overlap.
+    Tensor owned = Tensor::zeros({static_cast<std::int64_t>(params.size())}, wf::DType::f64);
+    std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> ranges(params.size());
+    std::int64_t mine = 0, total = 0;
+    for (const auto& piece : grads.pieces()) {
+      REQUIRE(piece.begin < piece.end);
+      REQUIRE(piece.end <= params[piece.param].numel());
+      const auto k = static_cast<std::int64_t>(piece.param);
+      owned.set(k, owned.at(k) + static_cast<double>(piece.end - piece.begin));
+      ranges[piece.param].push_back({piece.begin, piece.end});
+      mine += piece.end - piece.begin;
+    }
+    for (auto& r : ranges) {
+      std::sort(r.begin(), r.end());
+      for (std::size_t i = 1; i < r.size(); ++i) CHECK(r[i - 1].second <= r[i].first);
+    }
+    for (const Tensor& p : params) total += p.numel();
+    grid.group("dp_sp").all_reduce(owned);
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      CHECK(owned.at(static_cast<std::int64_t>(k)) == params[k].numel());
+    }
+    // The optimizer state this rank holds: its share, up to the padding of each bucket.
+    const std::int64_t padding = static_cast<std::int64_t>(grads.layout().buckets().size()) * (world - 1);
+    CHECK(mine <= total / world + padding);
   }
-  for (const Tensor& p : params) total += p.numel();
-  grid.group("dp_sp").all_reduce(owned);
-  for (std::size_t k = 0; k < params.size(); ++k) CHECK(owned.at(static_cast<std::int64_t>(k)) == params[k].numel());
-  // The optimizer state this rank holds: its share, up to the padding of each bucket.
-  const std::int64_t padding = static_cast<std::int64_t>(grads.layout().buckets().size()) * (world - 1);
-  CHECK(mine <= total / world + padding);
 }
 
 namespace {

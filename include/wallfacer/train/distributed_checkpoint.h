@@ -48,6 +48,7 @@ class CheckpointReader {
   // Where one stored piece lies: its file and its place in the global tensor.
   struct StoredPiece {
     std::string file;  // in the checkpoint directory
+    std::string entry;  // the piece's name in that file: the key, or "<key>@<flat_begin>" for a rank's second piece
     int dim = -1;      // the tp slice: dim (-1: whole), start and length in the padded index space
     std::int64_t start = 0;
     std::int64_t length = 0;

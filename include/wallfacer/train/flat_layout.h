@@ -15,11 +15,17 @@
 // zeros to a multiple of `replicas` so that a reduce-scatter splits it evenly (Megatron's
 // distributed optimizer does the same); with replicas = 1 nothing is padded.
 //
+// With `split_parameters` (ZeRO-2, whose staging buffers are whole buckets: a bucket must be
+// small against the model) a parameter may span buckets instead: every bucket of a dtype but its
+// last holds exactly bucket_bytes rounded down to a multiple of `replicas` elements, so no padding
+// falls inside a parameter, and a replica may own several ranges of one parameter.
+//
 // The gradients of the replicas (ZeRO-0: every replica reduces every bucket in place), the
 // shards of ZeRO-1/2 (replica r reduce-scatters bucket b into its chunk, updates the parameters'
 // elements in that chunk, and all-gathers the bucket), the optimizer's slots and the
 // checkpoint's pieces (train/sharded_tensor.h) are all read off this one description.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "wallfacer/core/dtype.h"
@@ -36,7 +42,7 @@ class FlatLayout {
   // One parameter's place: buffer `buffer`, elements [offset, offset + numel).
   struct Slot {
     std::size_t buffer = 0;
-    std::size_t bucket = 0;
+    std::vector<std::size_t> buckets;  // the buckets it lies in, in element order (one unless split)
     std::int64_t offset = 0;
     std::int64_t numel = 0;
   };
@@ -44,7 +50,7 @@ class FlatLayout {
     std::size_t buffer = 0;
     std::int64_t offset = 0;  // in the buffer
     std::int64_t numel = 0;   // padded: a multiple of replicas
-    std::vector<std::size_t> params;  // in the order they sit in the bucket
+    std::vector<std::size_t> params;  // those with elements in it, in the order they sit in it
     std::int64_t chunk = 0;           // numel / replicas: what each replica owns of it
     std::int64_t shard_offset = 0;    // where one replica's chunk sits in the buffer's shard
   };
@@ -64,14 +70,17 @@ class FlatLayout {
 
   FlatLayout() = default;
   // wf::Error for bucket_bytes <= 0, replicas < 1 or a parameter without elements.
-  FlatLayout(const std::vector<Param>& params, std::int64_t bucket_bytes, int replicas);
+  FlatLayout(const std::vector<Param>& params, std::int64_t bucket_bytes, int replicas, bool split_parameters = false);
 
   int replicas() const { return replicas_; }
   const std::vector<Buffer>& buffers() const { return buffers_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const std::vector<Slot>& slots() const { return slots_; }
-  // Parameter k's elements that replica `replica` owns (ZeRO).
-  Owned owned(std::size_t param, int replica) const;
+  // Parameter k's elements that replica `replica` owns (ZeRO): one range per bucket it lies in,
+  // the empty ones left out.
+  std::vector<Owned> owned(std::size_t param, int replica) const;
+  // The elements of parameter k that lie in `bucket`: [begin, end) of the parameter.
+  std::pair<std::int64_t, std::int64_t> part_in(std::size_t param, std::size_t bucket) const;
 
  private:
   int replicas_ = 1;

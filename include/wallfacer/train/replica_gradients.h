@@ -63,7 +63,8 @@ class ReplicaGradients {
 
   // What the optimizer updates: one tensor per piece, with its gradient bound. ZeRO-0: the
   // parameters themselves. ZeRO ≥ 1: 1-D views of the elements of each parameter this replica
-  // owns (parameters it owns nothing of are absent).
+  // owns (parameters it owns nothing of are absent; under ZeRO-2, whose buckets cut through
+  // parameters, one per bucket a parameter lies in, so a parameter may have several).
   struct Piece {
     std::size_t param = 0;
     std::int64_t begin = 0, end = 0;  // the parameter's row-major elements
@@ -102,9 +103,9 @@ class ReplicaGradients {
   void complete(std::size_t bucket);  // waits for the bucket's collective and finishes it
   void complete_all();
   // ZeRO-2: the staging buffer of `bucket` (acquired from the pool on first use), and the copy of
-  // param's gradient into it.
+  // param's elements in that bucket into it (its gradient is freed after its last part).
   Tensor& staging(std::size_t bucket);
-  void stage_gradient(std::size_t param);
+  void stage_part(std::size_t param, std::size_t bucket);
   Tensor bucket_view(const Tensor& buffer, std::size_t bucket) const;
   Tensor chunk_view(const Tensor& shard, std::size_t bucket) const;
 
@@ -125,6 +126,7 @@ class ReplicaGradients {
   bool last_microbatch_ = false;
   bool reach_known_ = false;  // the parameters this backward never reaches are marked ready
   std::vector<char> ready_;              // per parameter
+  std::vector<int> staged_parts_;        // ZeRO-2, per parameter: its parts copied to staging so far
   std::vector<int> pending_;             // per bucket: parameters not ready yet
   std::size_t next_bucket_ = 0;          // the next bucket to start
   std::size_t next_complete_ = 0;        // the next bucket to wait for
