@@ -36,14 +36,12 @@ for ranks in 4 8; do
 done
 # ZeRO 0, 1 and 2 on dp 4 (a replica group of 4, where docs/parallelism.md's targets apply):
 # optimizer state and gradient bytes per rank and the step time of ZeRO-k over ZeRO-0. ZeRO-2
-# keeps a quarter of the gradients plus its staging buffers, each a whole bucket, up to
-# ReplicaGradientOptions::staging_buffers (4) of them in flight. At the default 25 MiB the
-# 12.6 MiB model is one bucket and ZeRO-2 holds 1.25x ZeRO-0's gradients. 1 MiB is the largest
-# parameter (each feed-forward weight, 256 x 1024 f32): 22 buckets, the model's big weights one
-# per bucket. Smaller buckets do not shrink those (a parameter larger than a bucket gets a bucket
-# of its own) and measured worse (more, unequal buckets: 0.25 MiB held 1.29x vs 0.99x), so 1 MiB
-# is the smallest useful size here; docs/parallelism.md ("ZeRO") has the measurements and why
-# ZeRO-2 still stays above its 0.3x target.
+# keeps a quarter of the gradients plus its staging pool: ReplicaGradientOptions::staging_buffers
+# (2) buffers of one bucket each. At the default 25 MiB the 12.6 MiB model is one bucket, so the
+# pool alone is a whole model; ZeRO-2's buckets cut through parameters, so 128 KiB buckets (~100)
+# keep the pool at 2 % of the model. Microbatches of 2 sequences, no accumulation: ZeRO-2
+# reduce-scatters every microbatch, so with accumulation it sends more than ZeRO-0 by design.
 # More measured steps than above: the step time ratio is a median of medians on a shared machine.
 echo "== mpirun -np 4, ZeRO 0,1,2 at dp4"
-bench 4 --layouts dp4 --zero 0,1,2 --set parallel.grad_bucket_mb=1 --steps 15 --check "$@"
+bench 4 --layouts dp4 --zero 0,1,2 --set parallel.grad_bucket_mb=0.125 --set train.micro_batch_size=2 \
+  --set train.global_batch_size=8 --steps 15 --check "$@"
