@@ -48,7 +48,14 @@ struct Store {
   fs::path manifest = fs::path(step_dir) / "manifest.json";
   // The manifest the store wrote, before the inputs overwrite it: the seed corpus's valid one
   // (WF_FUZZ_KEEP_SCRATCH=1 keeps it for refreshing the seed after a format change).
-  Store() { fs::copy_file(manifest, wf::fuzz::scratch_dir() / "saved-manifest.json"); }
+  Store() {
+    fs::copy_file(manifest, wf::fuzz::scratch_dir() / "saved-manifest.json");
+    // The one rank file of the format-4 seed (corpus/checkpoint/v4-manifest.json, a real
+    // one-process checkpoint): with it present, a v4 manifest gets past the file checks into the
+    // piece index and the resharding reader.
+    fs::copy_file(fs::path(WF_SOURCE_DIR) / "tests/fuzz/data/rank-00000.safetensors",
+                  fs::path(step_dir) / "rank-00000.safetensors");
+  }
 };
 
 void load(const Store& s, std::string_view manifest) {
