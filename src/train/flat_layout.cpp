@@ -33,7 +33,9 @@ FlatLayout::FlatLayout(const std::vector<Param>& params, std::int64_t bucket_byt
   const auto open_bucket = [&](std::size_t buffer) -> Bucket& {
     if (open[buffer] == 0) {
       // A bucket starts where the buffer's closed buckets end.
-      buckets_.push_back(Bucket{.buffer = buffer, .offset = buffers_[buffer].numel});
+      Bucket& b = buckets_.emplace_back();
+      b.buffer = buffer;
+      b.offset = buffers_[buffer].numel;
       open[buffer] = buckets_.size();
     }
     return buckets_[open[buffer] - 1];
@@ -110,6 +112,10 @@ std::vector<FlatLayout::Param> flat_layout_params(const std::vector<Tensor>& par
   out.reserve(params.size());
   for (const Tensor& p : params) out.push_back({p.numel(), p.dtype()});
   return out;
+}
+
+FlatLayout replica_layout(const std::vector<Tensor>& params, std::int64_t bucket_bytes, int replicas, int zero) {
+  return FlatLayout(flat_layout_params(params), bucket_bytes, zero > 0 ? replicas : 1, /*split_parameters=*/zero == 2);
 }
 
 }  // namespace wf::train

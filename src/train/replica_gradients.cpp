@@ -41,10 +41,8 @@ ReplicaGradients::ReplicaGradients(comm::Group& replicas, std::vector<Tensor> pa
     WF_CHECK(p.device().is_cpu(), "ReplicaGradients: parameter of shape {} is on {}; only CPU parameters are supported",
              shape_str(p.shape()), p.device().str());
   }
-  stage_ = group_.size() > 1 ? options_.zero : 0;
-  // ZeRO-2 stages whole buckets, so its buckets are cut through parameters to stay small.
-  layout_ = FlatLayout(flat_layout_params(params_), options_.bucket_bytes, stage_ > 0 ? group_.size() : 1,
-                       /*split_parameters=*/stage_ == 2);
+  stage_ = effective_zero_stage(group_.size(), options_.zero);
+  layout_ = replica_layout(params_, options_.bucket_bytes, group_.size(), stage_);
   const auto& buffers = layout_.buffers();
   const auto& slots = layout_.slots();
   autograd::NoGradGuard no_grad;
@@ -129,11 +127,9 @@ void ReplicaGradients::begin_backward(bool last_microbatch) {
 }
 
 void ReplicaGradients::on_ready(std::size_t param) {
-  if (!in_backward_ || ready_[param]) return;  // a backward outside begin/end is not ours to reduce
-  if (!overlapping_) {
-    ready_[param] = 1;
-    return;
-  }
+  // A backward outside begin/end is not ours to reduce; one that reduces nothing (an earlier
+  // microbatch at ZeRO 0 and 1) leaves everything to the last.
+  if (!in_backward_ || !overlapping_ || ready_[param]) return;
   if (!reach_known_) {
     // The first hook of this backward: a parameter it will never reach (a layer skipped, a
     // branch not taken) already holds its final gradient, so it does not hold its bucket back.

@@ -6,12 +6,10 @@ namespace wf::train {
 
 std::int64_t all_reduce_bytes(std::int64_t bytes, int ranks) { return 2 * (ranks - 1) * bytes / ranks; }
 
-std::int64_t gradient_sync_bytes(int replicas, const std::vector<Tensor>& params, std::int64_t bucket_bytes, int zero,
-                                 std::int64_t accum) {
+std::int64_t gradient_sync_bytes(const FlatLayout& layout, int replicas, int zero, std::int64_t accum) {
   // A group of one makes no call at all (ReplicaGradients, sum_over), which the formulas give
   // too: (1 − 1)·S = 0. It shards nothing either.
-  if (replicas == 1) zero = 0;
-  const FlatLayout layout(flat_layout_params(params), bucket_bytes, zero > 0 ? replicas : 1, zero == 2);
+  zero = effective_zero_stage(replicas, zero);
   // A reduce-scatter of S or an all-gather of S: (R − 1)/R·S, counted per call.
   const auto scatter = [replicas](std::int64_t bytes) { return (replicas - 1) * (bytes / replicas); };
   std::int64_t sent = 0;
@@ -94,12 +92,11 @@ std::int64_t tp_step_bytes(const models::DecoderOptions& options, int tp, std::i
 GroupBytes predicted_step_traffic(const config::RunConfig& config, const models::DecoderOptions& options,
                                   const comm::ProcessGrid& grid, const nn::Module& module) {
   const std::vector<Tensor> params = module.parameters();
-  const std::int64_t bucket_bytes = gradient_bucket_bytes(config);
   const int replicas = grid.group_size("dp_sp");
-  const int zero = replicas > 1 ? config.parallel.zero : 0;
+  const int zero = effective_zero_stage(replicas, config.parallel.zero);
+  const FlatLayout layout = replica_layout(params, gradient_bucket_bytes(config), replicas, zero);
   // The elements reduce_partial_gradients sums over tp: of the parameters marked partial, what
   // this replica's optimizer holds (all of them, or its ZeRO pieces).
-  const FlatLayout layout(flat_layout_params(params), bucket_bytes, zero > 0 ? replicas : 1, zero == 2);
   std::int64_t partial = 0;
   const auto shards = module.parameter_shards();
   for (std::size_t k = 0; k < shards.size(); ++k) {
@@ -132,7 +129,7 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const models:
     predicted[group] = calls * bytes;
   }
   predicted["tp"] = tp_step_bytes(m, tp, tokens, accum, activation, config.parallel.tp_shard_activations, partial);
-  predicted["dp_sp"] = gradient_sync_bytes(replicas, params, bucket_bytes, zero, accum);
+  predicted["dp_sp"] = gradient_sync_bytes(layout, replicas, zero, accum);
   return predicted;
 }
 

@@ -92,4 +92,12 @@ class FlatLayout {
 // The (numel, dtype) of each tensor, what a FlatLayout is planned from.
 std::vector<FlatLayout::Param> flat_layout_params(const std::vector<Tensor>& params);
 
+// The ZeRO stage a replica group of `replicas` ranks runs: a group of one shards nothing (0).
+inline int effective_zero_stage(int replicas, int zero) { return replicas > 1 ? zero : 0; }
+// The layout of the Trainer's gradients (ReplicaGradients) at ZeRO stage `zero` (effective, as
+// above) over `replicas` ranks: chunks for the replicas from stage 1 on, and buckets cut through
+// parameters at stage 2, whose staging buffers are whole buckets. The one place that rule lives,
+// for the reduction and its traffic prediction alike.
+FlatLayout replica_layout(const std::vector<Tensor>& params, std::int64_t bucket_bytes, int replicas, int zero);
+
 }  // namespace wf::train

@@ -59,11 +59,9 @@ using GroupBytes = std::map<std::string, std::optional<std::int64_t>>;
 // Bytes comm::Group counts for one all-reduce of `bytes` over `ranks`.
 std::int64_t all_reduce_bytes(std::int64_t bytes, int ranks);
 
-// The dp_sp term: the bucketed gradient reduction at ZeRO stage `zero` with `accum`
-// microbatches, and the loss totals, over `replicas` ranks.
-std::int64_t gradient_sync_bytes(int replicas, const std::vector<Tensor>& params,
-                                 std::int64_t bucket_bytes = kDefaultBucketBytes, int zero = 0,
-                                 std::int64_t accum = 1);
+// The dp_sp term: the reduction of the buckets of `layout` (replica_layout's, for this stage)
+// at ZeRO stage `zero` with `accum` microbatches, and the loss totals, over `replicas` ranks.
+std::int64_t gradient_sync_bytes(const FlatLayout& layout, int replicas, int zero = 0, std::int64_t accum = 1);
 
 // The sp groups' term of one attention call (forward + backward, or forward + replayed backward
 // when `checkpointed`) on this rank: {"sp", "sp.team", "sp.ring"} → bytes sent.
