@@ -8,6 +8,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/models/model.h"
 #include "wallfacer/nn/self_attention.h"
+#include "wallfacer/parallel/pipeline_stages.h"
 #include "wallfacer/parallel/tensor_parallel.h"
 
 namespace wf::models {
@@ -64,8 +65,39 @@ Tensor Model::logits(const Tensor& /*ids*/, const Tensor& /*positions*/) {
   WF_FAIL("model '{}' says it has logits but does not override Model::logits", name());
 }
 
-StageOutput Model::forward_stage(const Batch& batch, const Tensor& /*hidden*/) {
+StageOutput Model::forward_stage(const Batch& batch, const Tensor& /*hidden*/, int chunk) {
+  WF_CHECK(chunk == 0, "model '{}' is not built as pipeline stages, so it has no model chunk {}", name(), chunk);
   return {Tensor(), loss_sum(batch)};
+}
+
+std::pair<Shape, DType> Model::stage_hidden(const Batch& /*batch*/) const {
+  WF_FAIL("model '{}' is not built as pipeline stages: it does not say what its stages exchange (override "
+          "Model::stage_hidden and forward_stage, docs/adding-a-model.md)",
+          name());
+}
+
+StageRange pipeline_stage(const config::RunConfig& config, int pp_rank) {
+  const config::ParallelSection& p = config.parallel;
+  if (p.pp == 1) return {};
+  WF_CHECK(pp_rank >= 0 && pp_rank < p.pp, "pipeline_stage: pp rank {} is outside [0, {})", pp_rank, p.pp);
+  const std::vector<std::int64_t> layers =
+      parallel::pipeline_stage_layers(config::model_facts(config).n_layer, p.pp, p.pp_virtual, p.pp_layers);
+  // Chunk c of this rank is global stage c·pp + pp_rank; its blocks follow those of every stage before it.
+  StageRange stage;
+  stage.chunks.clear();
+  for (int chunk = 0; chunk < p.pp_virtual; ++chunk) {
+    const std::size_t global = static_cast<std::size_t>(chunk) * static_cast<std::size_t>(p.pp) + static_cast<std::size_t>(pp_rank);
+    std::int64_t first = 0;
+    for (std::size_t s = 0; s < global; ++s) first += layers[s];
+    stage.chunks.push_back({first, first + layers[global]});
+  }
+  stage.embedding = pp_rank == 0;
+  stage.head = pp_rank == p.pp - 1;
+  return stage;
+}
+
+StageRange pipeline_stage(const config::RunConfig& config, const comm::ProcessGrid& grid) {
+  return pipeline_stage(config, grid.coord("pp"));
 }
 
 parallel::SpAttentionConfig sp_attention_config(const config::RunConfig& config, bool causal) {

@@ -20,7 +20,9 @@ double feed_forward_matrices(const DecoderOptions& o) { return o.feed_forward ==
 DecoderOptions resolved(DecoderOptions o) {
   if (o.n_kv_head == 0) o.n_kv_head = o.n_head;
   if (o.d_ff == 0) o.d_ff = 4 * o.d_model;
-  if (o.stage.end_block < 0) o.stage.end_block = o.n_layer;
+  for (BlockRange& chunk : o.stage.chunks) {
+    if (chunk.end < 0) chunk.end = o.n_layer;
+  }
   return o;
 }
 
@@ -160,13 +162,17 @@ DecoderLM::DecoderLM(std::string name, const DecoderOptions& options)
            "{}: vocab_size, max_seq_len, n_layer, d_model and n_head must be positive, got {}, {}, {}, {}, {}", name_,
            o.vocab_size, o.max_seq_len, o.n_layer, o.d_model, o.n_head);
   const StageRange& s = o.stage;
-  WF_CHECK(0 <= s.first_block && s.first_block <= s.end_block && s.end_block <= o.n_layer,
-           "{}: the stage's blocks [{}, {}) are not inside the model's {} blocks", name_, s.first_block, s.end_block,
-           o.n_layer);
+  WF_CHECK(!s.chunks.empty(), "{}: a stage holds at least one model chunk", name_);
+  for (std::size_t c = 0; c < s.chunks.size(); ++c) {
+    const BlockRange& r = s.chunks[c];
+    WF_CHECK(0 <= r.first && r.first <= r.end && r.end <= o.n_layer && (c == 0 || s.chunks[c - 1].end <= r.first),
+             "{}: the stage's chunk {} of blocks [{}, {}) is not inside the model's {} blocks after the chunks before "
+             "it", name_, c, r.first, r.end, o.n_layer);
+  }
   const nn::LayerFactory& layers = nn::layers_or_default(o.layers);
   // The tied head reads the token embedding: a last stage without the embedding holds its own
-  // copy, under the same name and seed. Keeping the two copies' gradients in step (Megatron's
-  // embedding group all-reduce) is the pipeline schedule's job, still to come.
+  // copy, under the same name and seed. The trainer keeps the two copies in step by summing their
+  // gradients over the grid's pp.embedding group (pipeline_shared_parameters).
   if (s.embedding || (s.head && o.tie_embeddings)) {
     token_embedding_ = register_module(
         "token_embedding",
@@ -183,7 +189,9 @@ DecoderLM::DecoderLM(std::string name, const DecoderOptions& options)
   }
   auto blocks = register_module("blocks", std::make_shared<nn::ModuleList>(child_seed("blocks")));
   const double out_std = o.scale_residual_init ? o.init_std / std::sqrt(2.0 * static_cast<double>(o.n_layer)) : 0.0;
-  for (std::int64_t i = s.first_block; i < s.end_block; ++i) {
+  for (const BlockRange& chunk : s.chunks) {
+   chunk_begin_.push_back(blocks_.size());
+   for (std::int64_t i = chunk.first; i < chunk.end; ++i) {
     blocks_.push_back(blocks->place(i, std::make_shared<nn::TransformerBlock>(nn::TransformerBlockOptions{
         .d_model = o.d_model,
         .n_head = o.n_head,
@@ -203,7 +211,9 @@ DecoderLM::DecoderLM(std::string name, const DecoderOptions& options)
         .seed = blocks->seed_at(i),
         .feed_forward = o.feed_forward,
         .layers = o.layers})));
+   }
   }
+  chunk_begin_.push_back(blocks_.size());
   if (s.head) {
     final_norm_ = register_module("final_norm", layers.norm(o.norm, o.d_model, o.norm_eps));
     if (!o.tie_embeddings) {
@@ -240,8 +250,10 @@ Tensor DecoderLM::embed(const Tensor& ids, const Tensor& positions) {
   return nn::layers_or_default(options_.layers).shard_activations(x);
 }
 
-Tensor DecoderLM::run_blocks(Tensor x, const Tensor& positions) {
-  for (auto& block : blocks_) x = block->forward(x, positions);
+Tensor DecoderLM::run_blocks(Tensor x, const Tensor& positions, int chunk) {
+  for (std::size_t i = chunk_begin_[static_cast<std::size_t>(chunk)]; i < chunk_begin_[static_cast<std::size_t>(chunk) + 1]; ++i) {
+    x = blocks_[i]->forward(x, positions);
+  }
   return x;
 }
 
@@ -269,20 +281,24 @@ Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets) {
   return cross_entropy(forward(ids), targets);
 }
 
-StageOutput DecoderLM::forward_stage(const Batch& batch, const Tensor& hidden) {
+StageOutput DecoderLM::forward_stage(const Batch& batch, const Tensor& hidden, int chunk) {
+  const StageRange& stage = options_.stage;
+  WF_CHECK(chunk >= 0 && chunk < stage.num_chunks(), "{}: this stage holds model chunks 0..{}, not {}", name_,
+           stage.num_chunks() - 1, chunk);
   const Tensor& positions = batch.at("positions");
+  const bool first = stage.embedding && chunk == 0, last = stage.head && chunk + 1 == stage.num_chunks();
   Tensor x;
-  if (options_.stage.embedding) {
+  if (first) {
     x = embed(batch.at("tokens"), positions);
   } else {
+    const BlockRange& blocks = stage.chunks[static_cast<std::size_t>(chunk)];
     WF_CHECK(hidden.defined() && hidden.dim() == 3 && hidden.size(2) == options_.d_model,
-             "{}: stage [{}, {}) continues from hidden states [batch, tokens, {}], got {}", name_,
-             options_.stage.first_block, options_.stage.end_block, options_.d_model,
-             hidden.defined() ? shape_str(hidden.shape()) : "none");
+             "{}: the chunk of blocks [{}, {}) continues from hidden states [batch, tokens, {}], got {}", name_,
+             blocks.first, blocks.end, options_.d_model, hidden.defined() ? shape_str(hidden.shape()) : "none");
     x = hidden;
   }
-  x = run_blocks(std::move(x), positions);
-  if (!options_.stage.head) return {x, {}};
+  x = run_blocks(std::move(x), positions, chunk);
+  if (!last) return {x, {}};
   const Tensor& targets = batch.at("targets");
   const nn::LayerFactory& layers = nn::layers_or_default(options_.layers);
   // The head gathers the tokens activation sharding split: it predicts all of this rank's.
@@ -290,6 +306,27 @@ StageOutput DecoderLM::forward_stage(const Batch& batch, const Tensor& hidden) {
   WF_CHECK(targets.dim() == 2 && targets.size(0) == x.size(0) && targets.size(1) == tokens,
            "{}: targets {} must be [batch, tokens] = [{}, {}]", name_, shape_str(targets.shape()), x.size(0), tokens);
   return {Tensor(), LossSum{layers.vocabulary_loss_sum(head(x), targets, options_.vocab_size), count_targets(targets)}};
+}
+
+std::pair<Shape, DType> DecoderLM::stage_hidden(const Batch& batch) const {
+  // The residual stream: [batch, this rank's tokens (1/tp of them with activation sharding), d_model].
+  const Tensor& positions = batch.at("positions");
+  const std::int64_t parts = nn::layers_or_default(options_.layers).activation_token_parts();
+  const std::int64_t sequences = batch.contains("tokens") ? batch.at("tokens").size(0) : batch.at("targets").size(0);
+  return {{sequences, positions.size(0) / parts, options_.d_model}, parameters().front().dtype()};
+}
+
+std::vector<std::string> DecoderLM::pipeline_shared_parameters() const {
+  const StageRange& stage = options_.stage;
+  // The tied embedding lives on the first stage and, as a copy, on the last: apart, they are one
+  // parameter. A whole model (both ends on one rank) holds it once.
+  if (!options_.tie_embeddings || stage.embedding == stage.head) return {};
+  return {"token_embedding.weight"};
+}
+
+void place_on_grid(DecoderOptions& options, const config::RunConfig& config, comm::CommGrid& grid) {
+  options.layers = tensor_parallel_layers(config, grid);
+  options.stage = pipeline_stage(config, grid.grid());
 }
 
 LossSum DecoderLM::loss_sum(const Batch& batch) {

@@ -30,7 +30,7 @@ GptOptions gpt_options(const config::RunConfig& config) { return options_from_co
 
 std::shared_ptr<Model> make_gpt(const config::RunConfig& config, comm::CommGrid& grid) {
   GptOptions options = gpt_options(config);
-  options.layers = tensor_parallel_layers(config, grid);
+  place_on_grid(options, config, grid);
   return with_sp_attention(std::make_shared<Gpt>(options), config, grid);
 }
 

@@ -52,7 +52,7 @@ LlamaOptions llama_options(const config::RunConfig& config) { return options_fro
 
 std::shared_ptr<Model> make_llama(const config::RunConfig& config, comm::CommGrid& grid) {
   DecoderOptions options = llama_decoder_options(llama_options(config));
-  options.layers = tensor_parallel_layers(config, grid);
+  place_on_grid(options, config, grid);
   return with_sp_attention(std::make_shared<Llama>(options), config, grid);
 }
 

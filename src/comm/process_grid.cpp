@@ -21,9 +21,12 @@ constexpr int kTp = 0, kSp = 1, kDp = 2, kPp = 3;
 // What a group kind varies: world axes, or the WallFacer sub-dimensions of the sp axis.
 enum class Dim { tp, sp, dp, pp, team_group, ring_pos, member };
 
-constexpr std::array<std::string_view, 8> kGroupNames = {"world", "dp",      "tp",      "pp",
-                                                         "sp",    "sp.team", "sp.ring", "dp_sp"};
+constexpr std::array<std::string_view, 9> kGroupNames = {"world",   "dp",      "tp",    "pp",          "sp",
+                                                         "sp.team", "sp.ring", "dp_sp", "pp.embedding"};
 constexpr int kWorldGroup = 0;
+// The first and the last pipeline stage of one (tp, sp, dp) coordinate, which both hold the tied
+// token embedding and sum its gradient (Megatron's embedding group); a middle stage is alone.
+constexpr int kEmbeddingGroup = 8;
 
 std::string join_ints(const std::vector<int>& values, std::string_view separator) {
   return fmt::format("{}", fmt::join(values, separator));
@@ -356,6 +359,14 @@ int ProcessGrid::rank_of(const Coords& c) const {
 // coordinate keeps the value it has at `rank`: the one rule every group comes from.
 std::vector<int> ProcessGrid::members(int kind, int rank) const {
   const Coords base = coords_of(rank);
+  if (kind == kEmbeddingGroup) {
+    const int last = size_[kPp] - 1, stage = base.world[kPp];
+    if (stage != 0 && stage != last) return {rank};
+    Coords first_stage = base, last_stage = base;
+    first_stage.world[kPp] = 0;
+    last_stage.world[kPp] = last;
+    return last == 0 ? std::vector<int>{rank} : std::vector<int>{rank_of(first_stage), rank_of(last_stage)};
+  }
   const SpPosition base_position = layout_.position(base.world[kSp]);
   const std::vector<Dim> dims = varying_dims(kind, order_);
   std::vector<int> extent;

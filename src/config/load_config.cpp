@@ -59,6 +59,16 @@ void apply_section(RunConfig& config, const std::string& section, const YAML::No
       set_value(config, *field, "", where(source, entry.first));
       continue;
     }
+    if (value.IsSequence() && field->is_list) {
+      std::vector<std::string> items;
+      for (const auto& item : value) {
+        WF_USER_CHECK(item.IsScalar(), "{}{}: expected {}, got a list holding {}", where(source, item), field->path(),
+                      field->expected, node_kind(item));
+        items.push_back(item.Scalar());
+      }
+      set_value(config, *field, fmt::format("[{}]", fmt::join(items, ", ")), where(source, value));
+      continue;
+    }
     WF_USER_CHECK(value.IsScalar(), "{}{}: expected {}, got {}", where(source, entry.first), field->path(), field->expected,
              node_kind(value));
     set_value(config, *field, value.Scalar(), where(source, value));

@@ -33,6 +33,10 @@ const Choices<parallel::SpStrategy> kStrategies = named_choices(
     parallel::sp_strategy_name);
 const Choices<comm::Placement> kPlacements = named_choices(
     {comm::Placement::collectives_intra, comm::Placement::p2p_intra}, comm::placement_name);
+const Choices<parallel::PipelineScheduleKind> kPipelineSchedules = named_choices(
+    {parallel::PipelineScheduleKind::gpipe, parallel::PipelineScheduleKind::one_f_one_b,
+     parallel::PipelineScheduleKind::interleaved},
+    [](parallel::PipelineScheduleKind kind) { return parallel::to_string(kind); });
 
 // Stable storage for the names these return as string_views.
 template <typename E>
@@ -113,6 +117,43 @@ Field text(std::string section, std::string key, S RunConfig::*sec, Member<S, st
   return f;
 }
 
+// A list of integers >= min: "[3, 5]", "3, 5" or "3,5"; "[]" or "" is the empty list.
+template <typename S>
+Field integer_list(std::string section, std::string key, S RunConfig::*sec, Member<S, std::vector<std::int64_t>> member,
+                   std::int64_t min) {
+  Field f = make_field<S, std::vector<std::int64_t>>(
+      std::move(section), std::move(key), sec, member, fmt::format("a list of integers >= {}, like [3, 5]", min),
+      [min](std::vector<std::int64_t>& out, std::string_view text) -> std::string {
+        std::string_view body = text;
+        if (!body.empty() && body.front() == '[') {
+          if (body.back() != ']') return "has a '[' without its ']'";
+          body = body.substr(1, body.size() - 2);
+        }
+        std::vector<std::int64_t> values;
+        while (!body.empty()) {
+          const std::size_t comma = body.find(',');
+          std::string_view item = body.substr(0, comma);
+          while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+          while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+          std::int64_t value = 0;
+          const std::string problem = parse_integer(item, min, std::numeric_limits<std::int64_t>::max(), value);
+          if (problem.empty() && !item.empty()) {
+            values.push_back(value);
+          } else if (!(item.empty() && comma == std::string_view::npos && values.empty())) {
+            return fmt::format("has the item '{}', which {}", item, item.empty() ? "is empty" : problem);
+          }
+          if (comma == std::string_view::npos) break;
+          body.remove_prefix(comma + 1);
+          if (body.empty()) return "ends with a ','";
+        }
+        out = std::move(values);
+        return "";
+      },
+      [](const std::vector<std::int64_t>& value) { return fmt::format("[{}]", fmt::join(value, ", ")); });
+  f.is_list = true;
+  return f;
+}
+
 template <typename S, typename E>
 Field choice(std::string section, std::string key, S RunConfig::*sec, Member<S, E> member, const Choices<E>& choices) {
   return make_field<S, E>(
@@ -136,6 +177,9 @@ std::vector<Field> make_fields() {
       boolean(KEY(parallel, tp_shard_activations)),
       integer(KEY(parallel, zero), 0, 2),
       number(KEY(parallel, grad_bucket_mb), 0.0, false),
+      choice(KEY(parallel, pp_schedule), kPipelineSchedules),
+      integer(KEY(parallel, pp_virtual), 1),
+      integer_list(KEY(parallel, pp_layers), 1),
 
       integer(KEY(train, steps), 1),
       integer(KEY(train, micro_batch_size), 1),

@@ -16,6 +16,7 @@ struct Field {
   std::string section, key;
   std::string expected;  // "an integer >= 1", "one of ring, ulysses, wallfacer", ...
   bool is_text = false;  // a string key: a YAML null reads as ""
+  bool is_list = false;  // a list of integers: a YAML sequence [3, 5] reads as the text "[3, 5]"
   // Parses `text` into the config; returns "" when it fits, otherwise why it does not
   // ("is not an integer", "is out of range").
   std::function<std::string(RunConfig&, std::string_view text)> set;

@@ -18,6 +18,8 @@
 #include "wallfacer/config/model_schema.h"
 #include "wallfacer/core/machine.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/parallel/pipeline_schedule.h"
+#include "wallfacer/parallel/pipeline_stages.h"
 #include "wallfacer/parallel/sequence_layout.h"
 
 namespace wf::config {
@@ -97,11 +99,16 @@ void check_model_facts(const RunConfig& c, const ModelFacts& facts, std::vector<
             fmt::format("model.vocab_size: vocab_size = {} is smaller than the {} tokenizer's {} tokens",
                         facts.vocab_size, tokenizer_name(c.data.tokenizer), min_vocab));
   }
+  const ParallelSection& p = c.parallel;
+  if (p.pp > 1 && facts.n_layer <= 0) {
+    problems.push_back(fmt::format("parallel.pp: model {} cannot be cut into pipeline stages (it declares no blocks to "
+                                   "split); set parallel.pp to 1",
+                                   c.model.name));
+  }
   if (facts.n_layer > 0) {
-    require(facts.n_layer % c.parallel.pp == 0,
-            fmt::format("model.n_layer: n_layer = {} is not a multiple of parallel.pp = {}: every pipeline stage "
-                        "holds the same number of layers",
-                        facts.n_layer, c.parallel.pp));
+    for (std::string& problem : parallel::pipeline_layer_problems(facts.n_layer, p.pp, p.pp_virtual, p.pp_layers)) {
+      problems.push_back(std::move(problem));
+    }
   }
 }
 
@@ -124,6 +131,24 @@ void check_memory(const RunConfig& c, ValidateScope scope, double machine_bytes,
       scope == ValidateScope::this_machine ? fmt::format("a machine of this job has {}", gib(have)) : fmt::format("no machine has more than {}", gib(have))));
 }
 
+// The schedule of a pipeline over the step's microbatches (the gradient-accumulation steps).
+void check_pipeline_schedule(const RunConfig& c, std::vector<std::string>& problems) {
+  const ParallelSection& p = c.parallel;
+  if (p.pp == 1) {
+    if (p.pp_virtual != 1) {
+      problems.push_back(fmt::format("parallel.pp_virtual: pp_virtual = {} model chunks per rank need a pipeline; set "
+                                     "it to 1, or parallel.pp > 1 with pp_schedule interleaved",
+                                     p.pp_virtual));
+    }
+    return;
+  }
+  if (p.pp < 1 || p.dp < 1) return;  // the grid's rules say why
+  for (std::string& problem : parallel::pipeline_schedule_problems(p.pp_schedule, p.pp, static_cast<int>(grad_accum_steps(c)),
+                                                                   p.pp_virtual)) {
+    problems.push_back(std::move(problem));
+  }
+}
+
 void check_train(const RunConfig& c, std::vector<std::string>& problems) {
   const TrainConfig& t = c.train;
   std::int64_t per_step = 0;
@@ -142,6 +167,8 @@ void check_train(const RunConfig& c, std::vector<std::string>& problems) {
         t.global_batch_size, c.parallel.dp, t.micro_batch_size, per_step,
         std::max<std::int64_t>(per_step, t.global_batch_size / per_step * per_step),
         (t.global_batch_size / per_step + 1) * per_step));
+  } else {
+    check_pipeline_schedule(c, problems);
   }
   if (t.min_lr > t.lr) {
     problems.push_back(fmt::format("train.min_lr: min_lr = {} exceeds lr = {}: the schedule decays from lr down to "
@@ -192,11 +219,6 @@ void check_data_files(const RunConfig& c, std::vector<std::string>& problems) {
 std::vector<std::string> unsupported_by_trainer(const RunConfig& c) {
   std::vector<std::string> problems;
   const ParallelSection& p = c.parallel;
-  if (p.pp != 1) {
-    problems.push_back(fmt::format("parallel.pp: pp = {}: the trainer runs data, tensor and sequence parallelism so "
-                                   "far; pipeline parallelism is on the roadmap (set parallel.pp to 1)",
-                                   p.pp));
-  }
   if (c.train.dtype != DType::f32) {
     problems.push_back(fmt::format("train.dtype: {} training needs the CUDA backend, which is not built into the "
                                    "trainer yet; use f32",
@@ -217,7 +239,21 @@ MemoryEstimate memory_per_rank(const RunConfig& c) {
   const double moments = zero >= 1 ? 8.0 / replicas : 8.0;
   m.parameter_bytes = facts.parameters * (4.0 + gradient + moments) / (static_cast<double>(p.tp) * p.pp);
   const double tokens = static_cast<double>(c.train.micro_batch_size) * static_cast<double>(c.train.seq_len) / p.sp;
-  m.activation_bytes = facts.activation_bytes_per_token * tokens / (static_cast<double>(p.tp) * p.pp);
+  // A pipeline stage keeps the activations of every microbatch it has run forward but not yet
+  // backward: all of them under GPipe, at most pp under 1F1B (the first stage's warm-up), and
+  // under interleaving its warm-up's chunks (each 1/v of the stage).
+  double in_flight = 1;
+  if (p.pp > 1 && p.dp >= 1 && c.train.micro_batch_size >= 1) {
+    const double m = static_cast<double>(grad_accum_steps(c)), v = p.pp_virtual;
+    switch (p.pp_schedule) {
+      case parallel::PipelineScheduleKind::gpipe: in_flight = m; break;
+      case parallel::PipelineScheduleKind::one_f_one_b: in_flight = std::min<double>(p.pp, m); break;
+      case parallel::PipelineScheduleKind::interleaved:
+        in_flight = std::min(m * v, 2.0 * (p.pp - 1) + (v - 1) * p.pp + 1) / v;
+        break;
+    }
+  }
+  m.activation_bytes = facts.activation_bytes_per_token * tokens * in_flight / (static_cast<double>(p.tp) * p.pp);
   return m;
 }
 

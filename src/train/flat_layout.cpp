@@ -40,7 +40,20 @@ FlatLayout::FlatLayout(const std::vector<Param>& params, std::int64_t bucket_byt
     }
     return buckets_[open[buffer] - 1];
   };
-  for (std::size_t k = params.size(); k-- > 0;) {
+  // Parameters in reverse order, the isolated ones after all others (see flat_layout.h).
+  std::vector<std::size_t> order;
+  for (const bool isolated : {false, true}) {
+    for (std::size_t k = params.size(); k-- > 0;) {
+      if (params[k].isolated == isolated) order.push_back(k);
+    }
+  }
+  const auto close_open = [&](std::size_t buffer) {
+    if (open[buffer] != 0) {
+      close(open_bucket(buffer));
+      open[buffer] = 0;
+    }
+  };
+  for (const std::size_t k : order) {
     const Param& p = params[k];
     WF_CHECK(p.numel > 0, "FlatLayout: parameter {} has no elements", k);
     const std::size_t buffer = buffer_of(p.dtype);
@@ -49,6 +62,7 @@ FlatLayout::FlatLayout(const std::vector<Param>& params, std::int64_t bucket_byt
     Slot& slot = slots_[k];
     slot.buffer = buffer;
     slot.numel = p.numel;
+    if (p.isolated) close_open(buffer);
     if (split_parameters) {
       // Fixed-size buckets, a multiple of replicas so that only a buffer's last one is padded.
       const std::int64_t cap = std::max<std::int64_t>(1, bucket_bytes / element / replicas_) * replicas_;
@@ -65,17 +79,16 @@ FlatLayout::FlatLayout(const std::vector<Param>& params, std::int64_t bucket_byt
           open[buffer] = 0;
         }
       }
+      if (p.isolated) close_open(buffer);
       continue;
     }
-    if (open[buffer] != 0 && (open_bucket(buffer).numel + p.numel) * element > bucket_bytes) {
-      close(open_bucket(buffer));
-      open[buffer] = 0;
-    }
+    if (open[buffer] != 0 && (open_bucket(buffer).numel + p.numel) * element > bucket_bytes) close_open(buffer);
     Bucket& b = open_bucket(buffer);
     slot.buckets = {open[buffer] - 1};
     slot.offset = b.offset + b.numel;
     b.params.push_back(k);
     b.numel += p.numel;
+    if (p.isolated) close_open(buffer);
   }
   for (const std::size_t b : open) {
     if (b != 0) close(buckets_[b - 1]);
@@ -114,8 +127,14 @@ std::vector<FlatLayout::Param> flat_layout_params(const std::vector<Tensor>& par
   return out;
 }
 
-FlatLayout replica_layout(const std::vector<Tensor>& params, std::int64_t bucket_bytes, int replicas, int zero) {
-  return FlatLayout(flat_layout_params(params), bucket_bytes, zero > 0 ? replicas : 1, /*split_parameters=*/zero == 2);
+FlatLayout replica_layout(const std::vector<Tensor>& params, std::int64_t bucket_bytes, int replicas, int zero,
+                          const std::vector<std::size_t>& isolated) {
+  std::vector<FlatLayout::Param> flat = flat_layout_params(params);
+  for (const std::size_t k : isolated) {
+    WF_CHECK(k < flat.size(), "replica_layout: isolated parameter {} of {}", k, flat.size());
+    flat[k].isolated = true;
+  }
+  return FlatLayout(flat, bucket_bytes, zero > 0 ? replicas : 1, /*split_parameters=*/zero == 2);
 }
 
 }  // namespace wf::train

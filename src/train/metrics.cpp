@@ -27,6 +27,10 @@ std::string to_json(const StepMetrics& m) {
   j["step"] = m.step;
   j["loss"] = number(m.loss);
   if (m.val_loss >= 0) j["val_loss"] = number(m.val_loss);
+  if (m.pp_bubble >= 0) {
+    j["pp_bubble"] = number(m.pp_bubble);
+    j["pp_bubble_ideal"] = number(m.pp_bubble_ideal);
+  }
   j["lr"] = m.lr;
   j["grad_norm"] = number(m.grad_norm);
   j["step_s"] = m.step_seconds;

@@ -191,8 +191,16 @@ double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::P
 
 double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
                       comm::Group& tp, comm::Group* replicas, double max_norm) {
+  return clip_grad_norm(params, shards, tp, GradNormScope{.replicas = replicas}, max_norm);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
+                      comm::Group& tp, const GradNormScope& scope, double max_norm) {
   WF_CHECK(shards.size() == params.size(), "clip_grad_norm: {} shard descriptions for {} parameters",
            shards.size(), params.size());
+  WF_CHECK(scope.counted == nullptr || scope.counted->size() == params.size(),
+           "clip_grad_norm: {} counted flags for {} parameters", scope.counted ? scope.counted->size() : 0,
+           params.size());
   // [0]: the split parameters' squares (summed over tp), [1]: the replicated ones' (counted once).
   Tensor sums = Tensor::zeros({2}, DType::f64);
   double* s = sums.data<double>();
@@ -201,12 +209,15 @@ double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::P
     WF_CHECK(!split || (shards[i].parts == tp.size() && shards[i].group == tp.name()),
              "clip_grad_norm: parameter {} is split ({}), but not over the tensor-parallel group '{}' of {} ranks", i,
              nn::shard_str(shards[i]), tp.name(), tp.size());
+    if (scope.counted != nullptr && (*scope.counted)[i] == 0) continue;
     s[split ? 0 : 1] += grad_sum_of_squares(params[i]);
   }
   Tensor split_sum = sums.slice0(0, 1);  // a view: the tp sum lands in `sums`
   if (tp.size() > 1) tp.all_reduce(split_sum);
   // ZeRO: the other pieces of every parameter are the other replicas'.
-  if (replicas != nullptr && replicas->size() > 1) replicas->all_reduce(sums);
+  if (scope.replicas != nullptr && scope.replicas->size() > 1) scope.replicas->all_reduce(sums);
+  // Pipeline: the other parameters are the other stages'.
+  if (scope.stages != nullptr && scope.stages->size() > 1) scope.stages->all_reduce(sums);
   return clip_to(params, std::sqrt(s[0] + s[1]), max_norm);
 }
 

@@ -12,6 +12,12 @@ ParallelTraining::ParallelTraining(const config::RunConfig& config) : config_(co
   comm::Runtime& runtime = comm::Runtime::get();
   // The config alone: a loop of the program's own may train what the Trainer does not yet.
   config::validate(config_, runtime.world_size(), config::ValidateScope::any_machine);
+  // Its gradient sync is the replica group's alone: a pipeline's stages need the Trainer's schedule.
+  WF_USER_CHECK(config_.parallel.pp == 1,
+                "parallel.pp: pp = {}: ParallelTraining runs data, tensor and sequence parallelism; pipeline "
+                "parallelism needs train::Trainer (its schedule moves the activations between stages); set "
+                "parallel.pp to 1 or train with wf::train::Trainer",
+                config_.parallel.pp);
   grid_ = std::make_unique<comm::CommGrid>(comm::ProcessGrid(config_.parallel.grid(), runtime.world_size(),
                                                              runtime.rank()));
 }

@@ -42,7 +42,7 @@ ReplicaGradients::ReplicaGradients(comm::Group& replicas, std::vector<Tensor> pa
              shape_str(p.shape()), p.device().str());
   }
   stage_ = effective_zero_stage(group_.size(), options_.zero);
-  layout_ = replica_layout(params_, options_.bucket_bytes, group_.size(), stage_);
+  layout_ = replica_layout(params_, options_.bucket_bytes, group_.size(), stage_, options_.isolated);
   const auto& buffers = layout_.buffers();
   const auto& slots = layout_.slots();
   autograd::NoGradGuard no_grad;

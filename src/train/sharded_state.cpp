@@ -189,7 +189,7 @@ ShardedStateDict sharded_state_dict(nn::Module& model, AdamW& optimizer, const s
 }
 
 void load_sharded_state(CheckpointReader& reader, nn::Module& model, AdamW& optimizer,
-                        const std::vector<OptimizerSlot>& slots, int replica_rank, int tp_rank) {
+                        const std::vector<OptimizerSlot>& slots, int replica_rank, int tp_rank, bool whole_model) {
   check_slots(optimizer, slots);
   ShardedStateDict targets = model_pieces(model, replica_rank, tp_rank);
   // A model tensor of the checkpoint that this model lacks means another model, as much as one
@@ -197,7 +197,7 @@ void load_sharded_state(CheckpointReader& reader, nn::Module& model, AdamW& opti
   std::vector<std::string> extra;
   for (const CheckpointReader::TensorInfo& info : reader.tensors()) {
     const bool known = std::any_of(targets.begin(), targets.end(), [&](const ShardedTensor& t) { return t.key == info.key; });
-    if (!is_optimizer_key(info.key) && !known) extra.push_back(info.key);
+    if (whole_model && !is_optimizer_key(info.key) && !known) extra.push_back(info.key);
   }
   if (extra.size() > 8) extra.resize(8), extra.push_back("...");
   WF_USER_CHECK(extra.empty(), "checkpoint '{}' holds model tensors this model does not have ({}): it was written "

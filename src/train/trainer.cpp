@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -16,6 +20,7 @@
 #include "wallfacer/parallel/tensor_parallel.h"
 #include "wallfacer/train/checkpoint.h"
 #include "wallfacer/train/distributed_checkpoint.h"
+#include "wallfacer/train/pipeline_runner.h"
 #include "wallfacer/train/replica_gradients.h"
 #include "wallfacer/train/grad_sync.h"
 #include "wallfacer/train/peak_flops.h"
@@ -132,6 +137,7 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
               "(correct, but tp {} times the work); build its layers with models::tensor_parallel_layers",
               config_.parallel.tp, model_->name(), config_.parallel.tp);
   }
+  set_up_pipeline();
   set_grad_overlap(true, gradient_bucket_bytes(config_));
   const auto& t = config_.train;
   // A run shorter than its warmup (a quick smoke run of a preset) has the warmup cut at its end;
@@ -156,13 +162,22 @@ void Trainer::set_grad_overlap(bool overlap, std::int64_t bucket_bytes) {
            "and fit()");
   optimizer_.reset();  // holds views of the old gradient buffers
   grads_.reset();      // first: its hooks go before a new instance sets its own
-  grads_ = std::make_unique<ReplicaGradients>(
-      replicas_, params_,
-      ReplicaGradientOptions{.zero = config_.parallel.zero, .bucket_bytes = bucket_bytes, .overlap = overlap});
+  grads_ = std::make_unique<ReplicaGradients>(replicas_, params_,
+                                              ReplicaGradientOptions{.zero = config_.parallel.zero,
+                                                                     .bucket_bytes = bucket_bytes,
+                                                                     .overlap = overlap,
+                                                                     .isolated = shared_params_});
   // The optimizer updates what this replica owns: whole parameters, or under ZeRO its pieces of
   // them, which keep their parameter's weight-decay rule (matrices decay, vectors do not).
   optimizer_shards_.clear();
-  for (const auto& piece : grads_->pieces()) optimizer_shards_.push_back(shards_[piece.param]);
+  counted_in_norm_.clear();
+  // The last stage's tied embedding is a copy of the first stage's: counted (and written) once.
+  const bool holds_copies = !model_->stage().embedding;
+  for (const auto& piece : grads_->pieces()) {
+    optimizer_shards_.push_back(shards_[piece.param]);
+    const bool shared = std::find(shared_params_.begin(), shared_params_.end(), piece.param) != shared_params_.end();
+    counted_in_norm_.push_back(shared && holds_copies ? 0 : 1);
+  }
   const auto& t = config_.train;
   optimizer_ = std::make_unique<AdamW>(
       grads_->optimizer_params(),
@@ -180,13 +195,15 @@ std::vector<OptimizerSlot> Trainer::optimizer_slots() const {
   const bool first_replica = replicas_.rank() == 0;
   const bool first_tp = grid_.group("tp").rank() == 0;
   std::vector<OptimizerSlot> slots;
-  for (const auto& piece : grads_->pieces()) {
+  for (std::size_t i = 0; i < grads_->pieces().size(); ++i) {
+    const auto& piece = grads_->pieces()[i];
     const auto& [name, shard] = named[piece.param];
     slots.push_back({.name = name,
                      .shard = shard,
                      .flat_begin = piece.begin,
                      .flat_end = piece.end,
-                     .writer = (sharded_over_replicas || first_replica) && (shard.is_sharded() || first_tp)});
+                     .writer = (sharded_over_replicas || first_replica) && (shard.is_sharded() || first_tp) &&
+                               counted_in_norm_[i] != 0});
   }
   return slots;
 }
@@ -195,6 +212,45 @@ void Trainer::check_supported() const {
   // The same rules `wallfacer validate` applies (config::validate, this_machine).
   const std::vector<std::string> problems = config::unsupported_by_trainer(config_);
   WF_CHECK(problems.empty(), "the trainer cannot run this config: {}", fmt::join(problems, "; "));
+}
+
+void Trainer::set_up_pipeline() {
+  const config::ParallelSection& p = config_.parallel;
+  if (p.pp == 1) return;
+  const models::StageRange expected = models::pipeline_stage(config_, grid_.grid());
+  const auto describe = [](const models::StageRange& stage) {
+    std::vector<std::string> chunks;
+    for (const models::BlockRange& c : stage.chunks) chunks.push_back(fmt::format("[{}, {})", c.first, c.end));
+    return fmt::format("blocks {}{}{}", fmt::join(chunks, " "), stage.embedding ? " + embedding" : "",
+                       stage.head ? " + head" : "");
+  };
+  WF_USER_CHECK(model_->stage() == expected,
+                "parallel.pp = {}: model '{}' holds {} on pp rank {}, but its pipeline stage is {}; a model trained "
+                "with pipeline parallelism builds models::pipeline_stage(config, grid) (docs/adding-a-model.md)",
+                p.pp, model_->name(), describe(model_->stage()), grid_.grid().coord("pp"), describe(expected));
+  pipeline_ = std::make_unique<PipelineRunner>(
+      *model_, grid_.group("pp"),
+      parallel::PipelineSchedule(p.pp_schedule, p.pp, static_cast<int>(config::grad_accum_steps(config_)), p.pp_virtual));
+  const std::vector<nn::NamedTensor> named = model_->named_parameters();
+  for (const std::string& name : model_->pipeline_shared_parameters()) {
+    const auto it = std::find_if(named.begin(), named.end(), [&](const nn::NamedTensor& n) { return n.first == name; });
+    WF_CHECK(it != named.end(), "model '{}' shares parameter '{}' with another stage but does not hold it",
+             model_->name(), name);
+    shared_params_.push_back(static_cast<std::size_t>(it - named.begin()));
+  }
+}
+
+void Trainer::sum_shared_gradients() {
+  comm::Group& embedding = grid_.group("pp.embedding");
+  if (shared_params_.empty() || embedding.size() == 1) return;
+  // Both stages laid the shared parameter out alone (ReplicaGradientOptions::isolated), so their
+  // replicas own the same pieces of it, in the same order: summed element for element.
+  for (std::size_t i = 0; i < grads_->pieces().size(); ++i) {
+    const std::size_t param = grads_->pieces()[i].param;
+    if (std::find(shared_params_.begin(), shared_params_.end(), param) == shared_params_.end()) continue;
+    Tensor grad = grads_->optimizer_params()[i].grad();
+    embedding.all_reduce(grad);
+  }
 }
 
 void Trainer::seed_generators(const RngOffsets& offsets) {
@@ -212,10 +268,17 @@ std::int64_t Trainer::tokens_per_step() const {
   return config::global_batch_sequences(config_) * config_.train.seq_len;
 }
 
-double Trainer::compute_gradients() {
+LossTotals Trainer::run_microbatches() {
   const std::int64_t accum = config::grad_accum_steps(config_);
-  model_->train();
   LossTotals local;
+  if (pipeline_) {
+    // The schedule orders the microbatches' forwards and backwards; the reducer brackets each
+    // backward as below, the last one starting the replica reduction.
+    local = pipeline_->train_step(
+        [&](int micro) { return models::token_batch(train_loader_->get(step_, micro)); },
+        {.before = [&](bool last) { grads_->begin_backward(last); }, .after = [&] { grads_->end_backward(); }});
+    return local;
+  }
   for (std::int64_t micro = 0; micro < accum; ++micro) {
     const models::LossSum loss = model_->loss_sum(models::token_batch(train_loader_->get(step_, micro)));
     local.add(loss.sum.item(), loss.count);
@@ -224,11 +287,22 @@ double Trainer::compute_gradients() {
     autograd::backward({loss.sum});
     grads_->end_backward();
   }
+  return local;
+}
+
+double Trainer::compute_gradients() {
+  model_->train();
+  LossTotals local = run_microbatches();
   // From here on the gradients are the optimizer's: whole parameters', or this replica's pieces
   // of them under ZeRO (the same positions on every tp rank: their shards have equal shapes).
   const std::vector<Tensor>& grads = grads_->optimizer_params();
   // With activation sharding the norms (and row biases) saw 1/tp of the tokens each.
   parallel::reduce_partial_gradients(grads, optimizer_shards_, grid_.group("tp"));
+  // The tied embedding's two copies get one gradient: after the replica reduction (which has
+  // completed for every bucket), before clipping and the update read it.
+  sum_shared_gradients();
+  // Only the last stage computed losses: every stage learns the totals it normalises by.
+  if (pipeline_) local = sum_over(grid_.group("pp"), local);
   return normalise_gradients(replicas_, grads, local);
 }
 
@@ -243,7 +317,10 @@ StepResult Trainer::apply_gradients(double loss) {
   const double max_norm = config_.train.grad_clip > 0 ? config_.train.grad_clip : std::numeric_limits<double>::infinity();
   // Under ZeRO each replica holds other pieces: the norm sums them over the replicas as well.
   result.grad_norm = clip_grad_norm(grads_->optimizer_params(), optimizer_shards_, grid_.group("tp"),
-                                    grads_->zero() > 0 ? &replicas_ : nullptr, max_norm);
+                                    GradNormScope{.replicas = grads_->zero() > 0 ? &replicas_ : nullptr,
+                                                  .stages = pipeline_ ? &grid_.group("pp") : nullptr,
+                                                  .counted = &counted_in_norm_},
+                                    max_norm);
   result.lr = schedule_.lr_at(result.step);
   if (std::isfinite(result.grad_norm)) {  // the same on every rank: all take the same branch
     optimizer_->set_lr(result.lr);
@@ -272,12 +349,19 @@ double Trainer::evaluate() {
   const std::int64_t accum = config::grad_accum_steps(config_);
   LossTotals local;
   for (std::int64_t batch_index = 0; batch_index < config_.train.eval_batches; ++batch_index) {
+    if (pipeline_) {
+      const LossTotals stage = pipeline_->forward_only(
+          [&](int micro) { return models::token_batch(val_loader_->get(batch_index, micro)); }, static_cast<int>(accum));
+      local.add(stage.sum, static_cast<std::int64_t>(stage.count));
+      continue;
+    }
     for (std::int64_t micro = 0; micro < accum; ++micro) {
       const models::LossSum loss = model_->loss_sum(models::token_batch(val_loader_->get(batch_index, micro)));
       local.add(loss.sum.item(), loss.count);
     }
   }
   model_->train();
+  if (pipeline_) local = sum_over(grid_.group("pp"), local);
   return sum_over(replicas_, local).mean();
 }
 
@@ -285,7 +369,15 @@ void Trainer::save_checkpoint() {
   // A distributed checkpoint (distributed_checkpoint.h): every rank writes the pieces it is the
   // writer of (one replica per piece), rank 0 the manifest; collective and atomic.
   const int replica = replicas_.rank(), tp = grid_.group("tp").rank();
-  const ShardedStateDict pieces = sharded_state_dict(*model_, *optimizer_, optimizer_slots(), replica, tp);
+  ShardedStateDict pieces = sharded_state_dict(*model_, *optimizer_, optimizer_slots(), replica, tp);
+  if (!model_->stage().embedding) {
+    // The last stage's copy of a shared parameter: the first stage writes it.
+    for (const std::string& name : model_->pipeline_shared_parameters()) {
+      for (ShardedTensor& piece : pieces) {
+        if (piece.key == name) piece.writer = false;
+      }
+    }
+  }
   const std::map<std::string, std::string> state = {
       {"rng.offset", std::to_string(default_generator().offset())},
       {"rng.tensor_parallel.offset", std::to_string(generator_tracker().state(parallel::kTensorParallelRng).offset)},
@@ -309,7 +401,7 @@ bool Trainer::resume() {
     // Parsed first: a bad value rejects the checkpoint before anything is loaded.
     offsets = {.replicated = state_uint(c, "rng.offset").value_or(0),
                .tensor_parallel = state_uint(c, "rng.tensor_parallel.offset").value_or(0)};
-    load_sharded_state(reader, *model_, *optimizer_, slots, replica, tp);
+    load_sharded_state(reader, *model_, *optimizer_, slots, replica, tp, /*whole_model=*/!pipeline_);
     loaded_step = c.step;
   };
   // Every rank must restore the same step, yet each decides alone which checkpoint fits its
@@ -360,6 +452,19 @@ void Trainer::log_step(const StepResult& result, double val_loss) {
   const bool log_now = result.step % t.log_every == 0 || result.step == t.steps || val_loss >= 0;
   if (!log_now) return;
   StepMetrics m;
+  if (pipeline_) {
+    // Every stage's waits over its compute, summed over the pp group: the mean bubble. Its
+    // all-reduce is no training step's traffic.
+    const TrafficSnapshot before = TrafficSnapshot::take();
+    Tensor totals = Tensor::from_vector(std::vector<double>{interval_.pp_wait, interval_.pp_compute}, {2});
+    grid_.group("pp").all_reduce(totals);
+    interval_.traffic.advance(before, TrafficSnapshot::take());
+    const double wait = totals.data<double>()[0], compute = totals.data<double>()[1];
+    m.pp_bubble = compute > 0 ? wait / compute : 0.0;
+    m.pp_bubble_ideal = pipeline_->schedule().ideal_bubble();
+    write_pipeline_timeline();
+  }
+
   m.step = result.step;
   m.total_steps = t.steps;
   m.loss = result.loss;
@@ -387,6 +492,25 @@ void Trainer::log_step(const StepResult& result, double val_loss) {
   start_interval(now);
 }
 
+void Trainer::write_pipeline_timeline() const {
+  // Every rank its own file, replaced whole (written aside, then renamed): the latest logged step.
+  const std::filesystem::path dir = std::filesystem::path(config_.log.dir) / "pp-timeline";
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  const std::filesystem::path file = dir / fmt::format("pp-timeline-rank{}.json", grid_.grid().rank());
+  const std::filesystem::path partial = file.string() + ".partial";
+  {
+    std::ofstream out(partial, std::ios::trunc);
+    out << pipeline_->timeline_json() << '\n';
+    if (!out) {
+      log::warn("could not write the pipeline timeline {}: {}", file.string(), std::strerror(errno));
+      return;
+    }
+  }
+  std::filesystem::rename(partial, file, error);
+  if (error) log::warn("could not write the pipeline timeline {}: {}", file.string(), error.message());
+}
+
 void Trainer::start_interval(TrafficSnapshot traffic) {
   interval_ = Interval{};
   interval_.traffic = std::move(traffic);
@@ -406,6 +530,10 @@ void Trainer::fit(std::int64_t stop_after) {
     const StepResult result = train_step();
     interval_.steps += 1;
     interval_.seconds += result.seconds;
+    if (pipeline_) {
+      interval_.pp_wait += pipeline_->wait_seconds();
+      interval_.pp_compute += pipeline_->step_seconds() - pipeline_->wait_seconds();
+    }
     run_seconds_ += result.seconds;
     const bool eval_now = val_loader_ && t.eval_every > 0 && (step_ % t.eval_every == 0 || step_ == t.steps);
     const double val_loss = eval_now ? evaluate() : -1.0;

@@ -345,7 +345,8 @@ TEST_CASE("every group kind partitions the world consistently, in every order", 
       INFO("order " << order << ", placement " << wf::comm::placement_name(placement));
       const ProcessGrid grid(config, world, 0);
       const std::map<std::string, int> expected_sizes = {{"world", 96}, {"dp", 2},      {"tp", 3},      {"pp", 2},
-                                                         {"sp", 8},     {"sp.team", 2}, {"sp.ring", 2}, {"dp_sp", 16}};
+                                                         {"sp", 8},     {"sp.team", 2}, {"sp.ring", 2}, {"dp_sp", 16},
+                                                         {"pp.embedding", 2}};
       for (std::string_view name : ProcessGrid::group_names()) {
         const auto groups = grid.all_groups(name);
         std::vector<int> count(world, 0);
@@ -459,7 +460,7 @@ TEST_CASE("names: placements, group kinds, axes", "[comm][grid]") {
 
   const ProcessGrid grid(sp_only(4, 2, Placement::collectives_intra), 4, 0);
   CHECK_THROWS_WITH(grid.group("team"), Contains("unknown process group 'team': valid names are world, dp, tp, pp, "
-                                                 "sp, sp.team, sp.ring, dp_sp"));
+                                                 "sp, sp.team, sp.ring, dp_sp, pp.embedding"));
   CHECK_THROWS_WITH(grid.all_groups("ring"), Contains("unknown process group 'ring'"));
   CHECK_THROWS_WITH(grid.coord("cp"), Contains("unknown grid axis 'cp': valid axes are tp, sp, dp, pp"));
   CHECK_THROWS_WITH(grid.wallfacer_peers_of(4), Contains("rank 4 is outside the world of 4 ranks"));
@@ -502,4 +503,16 @@ TEST_CASE("to_table and to_json print the same layout", "[comm][grid]") {
     CHECK(entry["pp_next"].is_null());
   }
   CHECK(json["kv_team_at_step"][1] == std::vector<int>{2, 0});
+}
+
+TEST_CASE("pp4 tp2: the embedding groups pair the first and last stage; middle stages are alone", "[comm][grid]") {
+  ParallelConfig config;
+  config.tp = 2, config.pp = 4;
+  const ProcessGrid grid(config, 8, 0);  // order tp-sp-dp-pp: rank = pp·2 + tp
+  CHECK(grid.all_groups("pp.embedding") == Groups{{0, 6}, {1, 7}, {2}, {3}, {4}, {5}});
+  CHECK(grid.group("pp.embedding") == std::vector<int>{0, 6});
+  CHECK(ProcessGrid(config, 8, 7).group_rank("pp.embedding") == 1);
+  CHECK(ProcessGrid(config, 8, 3).group("pp.embedding") == std::vector<int>{3});
+  config.pp = 1, config.dp = 4;
+  CHECK(ProcessGrid(config, 8, 5).group("pp.embedding") == std::vector<int>{5});
 }

@@ -121,6 +121,20 @@ TEST_CASE("config: to_yaml reads back to the same config", "[config]") {
   odd.train.min_lr = 1e-300;
   odd.train.seed = 9'000'000'000'000'000'000;
   CHECK(parse_config(to_yaml(odd)) == odd);
+
+  // The pipeline's keys, its list of stage sizes included.
+  RunConfig pipeline;
+  pipeline.parallel.pp = 2;
+  pipeline.parallel.pp_schedule = parallel::PipelineScheduleKind::interleaved;
+  pipeline.parallel.pp_virtual = 2;
+  pipeline.parallel.pp_layers = {3, 5, 1, 7};
+  CHECK(parse_config(to_yaml(pipeline)) == pipeline);
+  CHECK(parse_config("parallel:\n  pp: 2\n  pp_layers: [3, 5]\n").parallel.pp_layers == std::vector<std::int64_t>{3, 5});
+  RunConfig listed;
+  apply_override(listed, "parallel.pp_layers=3,5");
+  CHECK(listed.parallel.pp_layers == std::vector<std::int64_t>{3, 5});
+  apply_override(listed, "parallel.pp_layers=[]");
+  CHECK(listed.parallel.pp_layers.empty());
 }
 
 TEST_CASE("config: --set overrides apply in order, before validation", "[config]") {

@@ -207,3 +207,46 @@ TEST_CASE("gpt: sampling is greedy at temperature 0, respects top-k and is repro
   for (auto id : a) CHECK(id < 32u);
   CHECK_THROWS_WITH(wf::models::generate(model, {40}, {}), Contains("outside the model's vocabulary"));
 }
+
+TEST_CASE("gpt: pipeline stages of an interleaved layout hold their chunks and chain to the whole model",
+          "[models][pipeline]") {
+  wf::config::RunConfig c;
+  c.model.set("n_layer", 8);
+  c.parallel.pp = 2;
+  c.parallel.pp_virtual = 2;
+  c.parallel.pp_schedule = wf::parallel::PipelineScheduleKind::interleaved;
+  // Chunk c of rank r is global stage c·2 + r: rank 0 holds stages 0 and 2, rank 1 stages 1 and 3.
+  using wf::models::BlockRange;
+  const wf::models::StageRange first = wf::models::pipeline_stage(c, 0), last = wf::models::pipeline_stage(c, 1);
+  CHECK(first.chunks == std::vector<BlockRange>{{0, 2}, {4, 6}});
+  CHECK(last.chunks == std::vector<BlockRange>{{2, 4}, {6, 8}});
+  CHECK((first.embedding && !first.head && !last.embedding && last.head));
+  c.parallel.pp_layers = {1, 3, 3, 1};
+  CHECK(wf::models::pipeline_stage(c, 0).chunks == std::vector<BlockRange>{{0, 1}, {4, 7}});
+  CHECK(wf::models::pipeline_stage(c, 1).chunks == std::vector<BlockRange>{{1, 4}, {7, 8}});
+  c.parallel.pp_layers = {1, 3};
+  CHECK_THROWS_WITH(wf::models::pipeline_stage(c, 0), Contains("parallel.pp_layers: [1, 3] must give the blocks"));
+  c.parallel.pp = 1, c.parallel.pp_virtual = 1, c.parallel.pp_layers = {};
+  CHECK(wf::models::pipeline_stage(c, 0) == wf::models::StageRange{});
+
+  // Two ranks' chunks, run in global stage order, are the whole model's forward and backward.
+  GptOptions whole_options = tiny(5);
+  whole_options.n_layer = 4;
+  Gpt whole(whole_options);
+  GptOptions o0 = whole_options, o1 = whole_options;
+  o0.stage = {{{0, 1}, {2, 3}}, true, false};
+  o1.stage = {{{1, 2}, {3, 4}}, false, true};
+  Gpt rank0(o0), rank1(o1);
+  const Tensor ids = random_ids(2, 8, 32, 3), targets = random_ids(2, 8, 32, 4);
+  const auto batch = wf::models::token_batch(ids, targets, positions_of(8));
+  const auto expected = whole.loss_sum(batch);
+  wf::models::StageOutput out = rank0.forward_stage(batch, Tensor(), 0);
+  out = rank1.forward_stage(batch, out.hidden, 0);
+  out = rank0.forward_stage(batch, out.hidden, 1);
+  out = rank1.forward_stage(batch, out.hidden, 1);
+  CHECK(out.loss.sum.item() == expected.sum.item());
+  CHECK(rank0.stage_hidden(batch).first == wf::Shape{2, 8, 16});
+  CHECK(rank0.pipeline_shared_parameters() == std::vector<std::string>{"token_embedding.weight"});
+  CHECK(whole.pipeline_shared_parameters().empty());
+  CHECK_THROWS_WITH(rank0.forward_stage(batch, Tensor(), 2), Contains("this stage holds model chunks 0..1, not 2"));
+}

@@ -120,7 +120,7 @@ TEST_CASE("decoders: stages hold the whole model's weights bit for bit and chain
     const DecoderOptions whole_options = wf::models::llama_decoder_options(lo);
     Llama whole(whole_options);
     // Three stages: embedding + blocks [0, 1), blocks [1, 3), blocks [3, 4) + head.
-    std::vector<wf::models::StageRange> ranges = {{0, 1, true, false}, {1, 3, false, false}, {3, 4, false, true}};
+    std::vector<wf::models::StageRange> ranges = {{{{0, 1}}, true, false}, {{{1, 3}}, false, false}, {{{3, 4}}, false, true}};
     std::vector<std::unique_ptr<Llama>> stages;
     for (const auto& range : ranges) {
       DecoderOptions o = whole_options;
@@ -169,8 +169,8 @@ TEST_CASE("decoders: stages hold the whole model's weights bit for bit and chain
     }
   }
   DecoderOptions bad = wf::models::llama_decoder_options(tiny_llama());
-  bad.stage = {3, 9, false, true};
-  CHECK_THROWS_WITH(Llama(bad), Contains("the stage's blocks [3, 9) are not inside the model's 4 blocks"));
+  bad.stage = {{{3, 9}}, false, true};
+  CHECK_THROWS_WITH(Llama(bad), Contains("the stage's chunk 0 of blocks [3, 9) is not inside the model's 4 blocks"));
 }
 
 TEST_CASE("llama: checkpointing at the attention output leaves every gradient unchanged", "[models]") {
@@ -232,7 +232,7 @@ TEST_CASE("decoders: generate serves any model with logits and names one without
   CHECK(wf::models::generate(model, {1}, {.max_new_tokens = 30}).size() == 31);
 
   DecoderOptions stage_options = wf::models::llama_decoder_options(tiny_llama());
-  stage_options.stage = {0, 2, true, false};
+  stage_options.stage = {{{0, 2}}, true, false};
   Llama stage(stage_options);
   CHECK_THROWS_WITH(wf::models::generate(stage, {1}, {}), Contains("model 'llama' does not predict tokens"));
 }

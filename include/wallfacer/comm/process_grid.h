@@ -103,7 +103,8 @@ class ProcessGrid {
   int rank() const { return rank_; }
   const WallFacerLayout& wallfacer() const { return layout_; }
 
-  // The group kinds, in the order printed: world, dp, tp, pp, sp, sp.team, sp.ring, dp_sp.
+  // The group kinds, in the order printed: world, dp, tp, pp, sp, sp.team, sp.ring, dp_sp,
+  // pp.embedding (the first and last pipeline stage of each tp, sp, dp coordinate).
   static const std::vector<std::string_view>& group_names();
 
   // This rank's group of that kind: world ranks, in group-rank order. An unknown name throws

@@ -79,7 +79,7 @@ class CommGrid {
  public:
   explicit CommGrid(const ProcessGrid& grid);
   const ProcessGrid& grid() const { return grid_; }
-  Group& group(std::string_view name);  // "world", "dp", "tp", "pp", "sp", "sp.team", "sp.ring", "dp_sp"
+  Group& group(std::string_view name);  // ProcessGrid::group_names(): "world", "dp", ..., "pp.embedding"
 
  private:
   ProcessGrid grid_;

@@ -12,6 +12,7 @@
 #include "wallfacer/comm/process_grid.h"
 #include "wallfacer/config/model_config.h"
 #include "wallfacer/core/dtype.h"
+#include "wallfacer/parallel/pipeline_schedule.h"
 #include "wallfacer/parallel/sp_attention.h"
 
 namespace wf::config {
@@ -34,6 +35,12 @@ struct ParallelSection {
   int zero = 0;
   // Gradient bucket size in MiB: one collective per bucket, started as soon as its gradients are final.
   double grad_bucket_mb = 25;
+  // Pipeline parallelism (parallel.pp > 1): the schedule of a step's microbatches
+  // (parallel/pipeline_schedule.h), the model chunks per rank for the interleaved schedule, and
+  // optionally the blocks of each (virtual) stage in global stage order (empty: an even split).
+  parallel::PipelineScheduleKind pp_schedule = parallel::PipelineScheduleKind::one_f_one_b;
+  int pp_virtual = 1;
+  std::vector<std::int64_t> pp_layers;
   comm::ParallelConfig grid() const { return {dp, tp, pp, sp, order, C, placement}; }
   friend bool operator==(const ParallelSection&, const ParallelSection&) = default;
 };

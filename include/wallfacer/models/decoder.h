@@ -52,7 +52,7 @@ struct DecoderOptions {
   std::shared_ptr<const nn::LayerFactory> layers = nullptr;  // null: the plain layers
 };
 
-// n_kv_head and d_ff with their 0 defaults resolved, end_block of the stage too.
+// n_kv_head and d_ff with their 0 defaults resolved, the stage's open block ranges too.
 DecoderOptions resolved(DecoderOptions options);
 
 // Counts of a decoder without building it, from the same options: the config summary,
@@ -103,6 +103,10 @@ Options options_from_config(const config::ModelKeys<Options>& keys, const config
   return options;
 }
 
+// A DecoderLM factory's layout part: the layers of the run's tensor parallelism and the part of
+// the model this rank's pipeline stage holds (pipeline_stage).
+void place_on_grid(DecoderOptions& options, const config::RunConfig& config, comm::CommGrid& grid);
+
 // A DecoderLM factory's common part: with sp > 1 the run's sequence-parallel attention strategy.
 std::shared_ptr<Model> with_sp_attention(std::shared_ptr<Model> model, const config::RunConfig& config,
                                          comm::CommGrid& grid);
@@ -131,7 +135,9 @@ class DecoderLM : public Model {
   std::int64_t vocab_size() const override { return options_.vocab_size; }
   std::int64_t max_context() const override { return options_.max_seq_len; }
   StageRange stage() const override { return options_.stage; }
-  StageOutput forward_stage(const Batch& batch, const Tensor& hidden) override;
+  StageOutput forward_stage(const Batch& batch, const Tensor& hidden, int chunk = 0) override;
+  std::pair<Shape, DType> stage_hidden(const Batch& batch) const override;
+  std::vector<std::string> pipeline_shared_parameters() const override;
 
   const DecoderOptions& options() const { return options_; }
   // Blocks this instance holds, in order (a stage's: its range).
@@ -141,7 +147,7 @@ class DecoderLM : public Model {
 
  private:
   Tensor embed(const Tensor& ids, const Tensor& positions);
-  Tensor run_blocks(Tensor x, const Tensor& positions);
+  Tensor run_blocks(Tensor x, const Tensor& positions, int chunk = 0);
   Tensor head(const Tensor& x);
   void check_inputs(const Tensor& ids, const Tensor& positions) const;
 
@@ -149,7 +155,8 @@ class DecoderLM : public Model {
   DecoderOptions options_;
   std::shared_ptr<nn::Embedding> token_embedding_;     // on the first stage, and on the last when tied
   std::shared_ptr<nn::Embedding> position_embedding_;  // first stage, learned positions only
-  std::vector<std::shared_ptr<nn::TransformerBlock>> blocks_;
+  std::vector<std::shared_ptr<nn::TransformerBlock>> blocks_;  // every chunk's, in order
+  std::vector<std::size_t> chunk_begin_;  // chunk c's blocks are blocks_[chunk_begin_[c], chunk_begin_[c + 1])
   std::shared_ptr<nn::Normalization> final_norm_;  // last stage
   std::shared_ptr<nn::Linear> lm_head_;            // last stage, untied only
 };

@@ -54,20 +54,34 @@ struct LossSum {
   std::int64_t count = 0;
 };
 
-// A contiguous part of a model for pipeline parallelism: the embedding (on the first stage),
-// blocks [first_block, end_block) by their global index, and the head and loss (on the last).
-// Names and seeds come from the global block index, so a stage's weights are bit for bit the
-// matching part of the whole model.
+// The part of a model one pipeline rank holds: blocks by their global index, one contiguous range
+// per model chunk (one chunk, except under the interleaved schedule, where chunk c of pp rank r is
+// global stage c·pp + r), the embedding (on the first chunk of the first stage) and the head and
+// loss (on the last chunk of the last stage). Names and seeds come from the global block index,
+// so a stage's weights are bit for bit the matching part of the whole model.
+struct BlockRange {
+  std::int64_t first = 0;
+  std::int64_t end = -1;  // -1: through the last block
+  friend bool operator==(const BlockRange&, const BlockRange&) = default;
+};
 struct StageRange {
-  std::int64_t first_block = 0;
-  std::int64_t end_block = -1;  // -1: through the last block
+  std::vector<BlockRange> chunks = {BlockRange{}};
   bool embedding = true;
   bool head = true;
   // Whether it is the whole of a model of n_blocks blocks.
   bool whole(std::int64_t n_blocks) const {
-    return first_block == 0 && (end_block < 0 || end_block == n_blocks) && embedding && head;
+    return chunks.size() == 1 && chunks[0].first == 0 && (chunks[0].end < 0 || chunks[0].end == n_blocks) &&
+           embedding && head;
   }
+  int num_chunks() const { return static_cast<int>(chunks.size()); }
+  friend bool operator==(const StageRange&, const StageRange&) = default;
 };
+
+// What pp rank `pp_rank` holds under the run's pipeline (parallel.pp, pp_virtual, pp_layers):
+// the whole model at pp = 1.
+StageRange pipeline_stage(const config::RunConfig& config, int pp_rank);
+// The same for this rank of the grid (its pp coordinate): what a model factory builds.
+StageRange pipeline_stage(const config::RunConfig& config, const comm::ProcessGrid& grid);
 
 // What one stage hands to the next: hidden states, or on the last stage the loss.
 struct StageOutput {
@@ -99,10 +113,19 @@ class Model : public nn::Module {
   // ---- stages (pipeline parallelism) ------------------------------------------------------
   // The part of the model this instance holds; the whole model by default.
   virtual StageRange stage() const { return {}; }
-  // Runs this stage: the first stage reads the batch's inputs and ignores `hidden`; the others
-  // continue from the previous stage's hidden states; the last returns the loss. The default
-  // runs the whole model (loss_sum): a model that can be built as stages overrides it.
-  virtual StageOutput forward_stage(const Batch& batch, const Tensor& hidden);
+  // Runs model chunk `chunk` of this stage: the first stage's first chunk reads the batch's
+  // inputs and ignores `hidden`; the others continue from the previous stage's hidden states;
+  // the last returns the loss. The default runs the whole model (loss_sum): a model that can be
+  // built as stages overrides it (and builds the part pipeline_stage names).
+  virtual StageOutput forward_stage(const Batch& batch, const Tensor& hidden, int chunk = 0);
+  // The shape and dtype of the hidden states stages exchange for `batch` (this rank's slice of
+  // a microbatch): what a stage receives before it runs. Models built as stages override it.
+  virtual std::pair<Shape, DType> stage_hidden(const Batch& batch) const;
+  // Parameters this stage shares with another pipeline stage (the tied token embedding, held by
+  // the first stage and as a copy by the last, which has no `embedding`): the trainer sums their
+  // gradients over the grid's pp.embedding group before the update, counts them once in the
+  // gradient norm and writes the first stage's copy to checkpoints. Empty for a whole model.
+  virtual std::vector<std::string> pipeline_shared_parameters() const { return {}; }
 };
 
 // wf::UserError naming the model when it has no logits (it cannot generate text).

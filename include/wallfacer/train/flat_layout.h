@@ -20,6 +20,11 @@
 // last holds exactly bucket_bytes rounded down to a multiple of `replicas` elements, so no padding
 // falls inside a parameter, and a replica may own several ranges of one parameter.
 //
+// An `isolated` parameter gets buckets of its own, laid after all the others of its dtype: which
+// of its elements each replica owns then depends on its size alone. Two layouts of different
+// parameter sets (the first and the last pipeline stage, which both hold the tied embedding) thus
+// split it identically, and its owned pieces can be summed element for element across them.
+//
 // The gradients of the replicas (ZeRO-0: every replica reduces every bucket in place), the
 // shards of ZeRO-1/2 (replica r reduce-scatters bucket b into its chunk, updates the parameters'
 // elements in that chunk, and all-gathers the bucket), the optimizer's slots and the
@@ -38,6 +43,8 @@ class FlatLayout {
   struct Param {
     std::int64_t numel = 0;
     DType dtype = DType::f32;
+    // In buckets of its own, after every other parameter of its dtype (see above).
+    bool isolated = false;
   };
   // One parameter's place: buffer `buffer`, elements [offset, offset + numel).
   struct Slot {
@@ -98,6 +105,8 @@ inline int effective_zero_stage(int replicas, int zero) { return replicas > 1 ? 
 // above) over `replicas` ranks: chunks for the replicas from stage 1 on, and buckets cut through
 // parameters at stage 2, whose staging buffers are whole buckets. The one place that rule lives,
 // for the reduction and its traffic prediction alike.
-FlatLayout replica_layout(const std::vector<Tensor>& params, std::int64_t bucket_bytes, int replicas, int zero);
+// `isolated`: indices of parameters laid out as FlatLayout::Param::isolated.
+FlatLayout replica_layout(const std::vector<Tensor>& params, std::int64_t bucket_bytes, int replicas, int zero,
+                          const std::vector<std::size_t>& isolated = {});
 
 }  // namespace wf::train

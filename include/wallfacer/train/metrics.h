@@ -25,6 +25,11 @@ struct StepMetrics {
   std::int64_t cached_mem_bytes = 0;  // freed bytes the caching allocator keeps for reuse, now
   double elapsed_seconds = 0;         // since the run (or the resume) started
   double val_loss = -1;               // < 0: not evaluated at this step
+  // Pipeline parallelism (pp > 1; < 0 otherwise): the measured bubble, time the pp ranks waited
+  // for a neighbour over the time they computed (mean over the pp group and the interval), and
+  // the schedule's ideal (p − 1)/m, or (p − 1)/(v·m) interleaved.
+  double pp_bubble = -1;
+  double pp_bubble_ideal = -1;
 };
 
 // The object written to metrics.jsonl, e.g. {"step":10,"loss":2.31,"lr":0.001,...}.

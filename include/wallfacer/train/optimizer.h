@@ -85,6 +85,16 @@ double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::P
 // piece is counted once: the squares are summed over tp (split parameters) and over `replicas`.
 double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
                       comm::Group& tp, comm::Group* replicas, double max_norm);
+// The same over a pipeline: `stages` (the grid's pp group) holds the other stages' parameters,
+// whose squares are summed over it too, and counted[i] = 0 leaves params[i] out of the norm while
+// still clipping it (a copy of a parameter another stage counts: the last stage's tied embedding).
+struct GradNormScope {
+  comm::Group* replicas = nullptr;
+  comm::Group* stages = nullptr;
+  const std::vector<char>* counted = nullptr;  // null: every parameter counts
+};
+double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
+                      comm::Group& tp, const GradNormScope& scope, double max_norm);
 // The key AdamW::state_dict() gives `field` of parameter `index` ("state.<index>.<field>"), and
 // its inverse (false for any other key).
 std::string adamw_state_key(std::size_t index, std::string_view field);

@@ -46,6 +46,9 @@ struct ReplicaGradientOptions {
   // ZeRO-2: how many bucket staging buffers may be in use before the oldest collective is waited
   // for: two let one bucket fill while the previous one is reduced.
   int staging_buffers = 2;
+  // Parameters in buckets of their own (FlatLayout::Param::isolated): the tied embedding of a
+  // pipeline's first and last stage, whose pieces are then summed over the pp.embedding group.
+  std::vector<std::size_t> isolated;
 };
 
 class ReplicaGradients {

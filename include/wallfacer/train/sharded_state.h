@@ -63,7 +63,9 @@ ShardedStateDict sharded_state_dict(nn::Module& model, AdamW& optimizer, const s
 // that then replace AdamW's state (load_state_dict). A parameter the checkpoint holds no
 // optimizer state for (never updated when it was written) gets none. wf::Error naming the
 // tensor when the checkpoint does not fit: a key missing or extra, another shape or dtype.
+// A checkpoint tensor the model lacks is refused too (another model), unless the model is not
+// whole (`whole_model` false: a pipeline stage, which holds only its own blocks' tensors).
 void load_sharded_state(CheckpointReader& reader, nn::Module& model, AdamW& optimizer,
-                        const std::vector<OptimizerSlot>& slots, int replica_rank, int tp_rank);
+                        const std::vector<OptimizerSlot>& slots, int replica_rank, int tp_rank, bool whole_model = true);
 
 }  // namespace wf::train

@@ -40,6 +40,7 @@
 namespace wf::train {
 
 class CheckpointStore;
+class PipelineRunner;
 class ReplicaGradients;
 
 // The token source a run config names: its training (or validation) token file, or for
@@ -111,9 +112,22 @@ class Trainer {
   std::int64_t tokens_per_step() const;
   // Every completed step of this process, in order.
   const std::vector<StepResult>& history() const { return history_; }
+  // With pp > 1: what runs this rank's part of each step's schedule (its measured timeline and
+  // bubble); null without a pipeline.
+  const PipelineRunner* pipeline() const { return pipeline_.get(); }
 
  private:
   void check_supported() const;
+  // pp > 1: checks that the model holds this rank's stage and builds the schedule's runner.
+  void set_up_pipeline();
+  // The optimizer pieces of parameters shared with another stage (the tied embedding): their
+  // gradients summed over pp.embedding, after the replica reduction and before the update.
+  void sum_shared_gradients();
+  // Loss totals of the step's microbatches on this rank (the last stage's, under pp).
+  LossTotals run_microbatches();
+  // pp > 1: this rank's latest step timeline to <log.dir>/pp-timeline/pp-timeline-rank<R>.json
+  // (scripts/plot-pipeline.sh draws them as a Gantt chart).
+  void write_pipeline_timeline() const;
   // Where the dropout streams stand: the default generator's and the tensor-parallel one's.
   struct RngOffsets {
     std::uint64_t replicated = 0;
@@ -131,6 +145,9 @@ class Trainer {
   std::vector<Tensor> params_;
   std::vector<nn::ParameterShard> shards_;  // shards_[i]: where params_[i] sits in its whole tensor
   std::unique_ptr<ReplicaGradients> grads_;
+  std::unique_ptr<PipelineRunner> pipeline_;
+  std::vector<std::size_t> shared_params_;  // indices into params_ of pipeline_shared_parameters()
+  std::vector<char> counted_in_norm_;       // per optimizer piece: 0 for a copy another stage counts
   std::vector<nn::ParameterShard> optimizer_shards_;  // [i]: the shard of optimizer parameter i's parameter
   std::unique_ptr<AdamW> optimizer_;
   CosineSchedule schedule_;
@@ -146,6 +163,7 @@ class Trainer {
     std::int64_t steps = 0;
     double seconds = 0;
     TrafficSnapshot traffic;  // at the interval's start
+    double pp_wait = 0, pp_compute = 0;  // this rank's pipeline waits and compute, summed
   } interval_;
   double run_seconds_ = 0;
   PeakFlops peak_;  // measured (or configured) when fit() starts

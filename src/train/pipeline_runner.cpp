@@ -1,0 +1,225 @@
+#include "wallfacer/train/pipeline_runner.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <utility>
+
+#include "wallfacer/autograd/engine.h"
+#include "wallfacer/autograd/grad_mode.h"
+#include "wallfacer/core/error.h"
+
+namespace wf::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Op = parallel::PipelineAction::Op;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// What one (microbatch, chunk) keeps between its forward and its backward.
+struct InFlight {
+  Tensor input;   // the received hidden states (a leaf), undefined on the first global stage
+  Tensor output;  // the hidden states sent on, or on the last global stage the loss sum
+};
+
+// A message posted but not yet waited for, with the tensor it fills or reads.
+struct Pending {
+  comm::Request request;
+  Tensor tensor;
+};
+
+}  // namespace
+
+PipelineRunner::PipelineRunner(models::Model& model, comm::Group& pp, parallel::PipelineSchedule schedule)
+    : model_(model), pp_(pp), schedule_(std::move(schedule)) {
+  WF_CHECK(pp_.size() == schedule_.stages(), "PipelineRunner: the schedule has {} stages but the pp group '{}' {} ranks",
+           schedule_.stages(), pp_.name(), pp_.size());
+  WF_CHECK(model_.stage().num_chunks() == schedule_.virtual_stages(),
+           "PipelineRunner: model '{}' holds {} model chunks on this rank but the schedule runs {}", model_.name(),
+           model_.stage().num_chunks(), schedule_.virtual_stages());
+}
+
+bool PipelineRunner::last_stage(int chunk) const {
+  return global_stage(chunk) == schedule_.stages() * schedule_.virtual_stages() - 1;
+}
+
+PipelineRunner::Peer PipelineRunner::previous(int chunk) const {
+  if (first_stage(chunk)) return {};
+  const int p = schedule_.stages(), r = pp_.rank();
+  return r > 0 ? Peer{r - 1, chunk} : Peer{p - 1, chunk - 1};
+}
+
+PipelineRunner::Peer PipelineRunner::next(int chunk) const {
+  if (last_stage(chunk)) return {};
+  const int p = schedule_.stages(), r = pp_.rank();
+  return r + 1 < p ? Peer{r + 1, chunk} : Peer{0, chunk + 1};
+}
+
+int PipelineRunner::tag(bool forward, int microbatch, int chunk) const {
+  // Unique per direction, microbatch and receiving chunk between two neighbours.
+  return 2 * (microbatch * schedule_.virtual_stages() + chunk) + (forward ? 0 : 1);
+}
+
+LossTotals PipelineRunner::train_step(const std::function<models::Batch(int)>& batch_of,
+                                      const PipelineBackwardHooks& hooks) {
+  const std::vector<parallel::PipelineAction>& actions = schedule_.actions(pp_.rank());
+  std::size_t last_backward = 0;
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    if (actions[i].op == Op::backward) last_backward = i;
+  }
+  std::map<int, models::Batch> batches;           // by microbatch, loaded at its first forward
+  std::map<std::pair<int, int>, InFlight> live;  // by (microbatch, chunk)
+  std::map<std::pair<int, int>, Pending> receives;  // by (microbatch, chunk), forward and backward alike
+  std::vector<Pending> sends;
+  LossTotals totals;
+  timeline_.clear();
+  wait_seconds_ = 0;
+  const Clock::time_point step_start = Clock::now();
+
+  const auto batch = [&](int mb) -> const models::Batch& {
+    auto it = batches.find(mb);
+    if (it == batches.end()) it = batches.emplace(mb, batch_of(mb)).first;
+    return it->second;
+  };
+  // Posts the receive action i needs, if any and not yet posted.
+  const auto post_receive = [&](std::size_t i) {
+    if (i >= actions.size()) return;
+    const parallel::PipelineAction& a = actions[i];
+    const bool forward = a.op == Op::forward;
+    const Peer from = forward ? previous(a.chunk) : next(a.chunk);
+    if (from.rank < 0 || receives.count({a.microbatch, a.chunk}) != 0) return;
+    const auto [shape, dtype] = model_.stage_hidden(batch(a.microbatch));
+    Pending pending{comm::Request(), Tensor::empty(shape, dtype)};
+    pending.request = pp_.irecv(pending.tensor, from.rank, tag(forward, a.microbatch, a.chunk));
+    receives.emplace(std::make_pair(a.microbatch, a.chunk), std::move(pending));
+  };
+  // Waits for the receive of (mb, chunk) and returns its tensor; the wait is bubble.
+  const auto received = [&](int mb, int chunk, double& waited) {
+    auto it = receives.find({mb, chunk});
+    WF_CHECK(it != receives.end(), "PipelineRunner: no receive posted for microbatch {} chunk {}", mb, chunk);
+    const Clock::time_point wait_start = Clock::now();
+    it->second.request.wait();
+    waited += seconds_between(wait_start, Clock::now());
+    Tensor t = std::move(it->second.tensor);
+    receives.erase(it);
+    return t;
+  };
+  const auto send = [&](const Tensor& t, const Peer& to, bool forward, int mb) {
+    Pending pending{comm::Request(), t};
+    pending.request = pp_.isend(pending.tensor, to.rank, tag(forward, mb, to.chunk));
+    sends.push_back(std::move(pending));
+  };
+
+  post_receive(0);
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    post_receive(i + 1);  // overlaps the next action's transfer with this one
+    const parallel::PipelineAction& a = actions[i];
+    PipelineActionTiming timing{a, seconds_between(step_start, Clock::now()), 0, 0};
+    const std::pair<int, int> key{a.microbatch, a.chunk};
+    if (a.op == Op::forward) {
+      InFlight state;
+      if (!first_stage(a.chunk)) {
+        state.input = received(a.microbatch, a.chunk, timing.wait);
+        state.input.set_requires_grad(true);
+      }
+      models::StageOutput out = model_.forward_stage(batch(a.microbatch), state.input, a.chunk);
+      if (last_stage(a.chunk)) {
+        totals.add(out.loss.sum.item(), out.loss.count);
+        state.output = std::move(out.loss.sum);
+      } else {
+        state.output = std::move(out.hidden);
+        send(state.output.detach(), next(a.chunk), /*forward=*/true, a.microbatch);
+      }
+      live.emplace(key, std::move(state));
+    } else {
+      auto it = live.find(key);
+      WF_CHECK(it != live.end(), "PipelineRunner: backward of microbatch {} chunk {} before its forward", a.microbatch,
+               a.chunk);
+      InFlight state = std::move(it->second);
+      live.erase(it);
+      if (hooks.before) hooks.before(i == last_backward);
+      if (last_stage(a.chunk)) {
+        autograd::backward({state.output});  // the gradient of the loss SUM
+      } else {
+        const Tensor grad = received(a.microbatch, a.chunk, timing.wait);
+        autograd::backward({state.output}, {grad});
+      }
+      if (hooks.after) hooks.after();
+      if (!first_stage(a.chunk)) {
+        Tensor grad = state.input.grad();
+        // An input the chunk never read (no path to its output) has no gradient: zeros.
+        if (!grad.defined()) grad = Tensor::zeros(state.input.shape(), state.input.dtype());
+        send(grad, previous(a.chunk), /*forward=*/false, a.microbatch);
+      }
+    }
+    timing.end = seconds_between(step_start, Clock::now());
+    wait_seconds_ += timing.wait;
+    timeline_.push_back(timing);
+  }
+  const Clock::time_point drain = Clock::now();
+  for (Pending& s : sends) s.request.wait();
+  wait_seconds_ += seconds_between(drain, Clock::now());
+  WF_CHECK(live.empty() && receives.empty(), "PipelineRunner: the schedule left {} forwards without a backward and {} "
+           "receives unused", live.size(), receives.size());
+  step_seconds_ = seconds_between(step_start, Clock::now());
+  return totals;
+}
+
+LossTotals PipelineRunner::forward_only(const std::function<models::Batch(int)>& batch_of, int microbatches) {
+  autograd::NoGradGuard no_grad;
+  LossTotals totals;
+  std::vector<Pending> sends;
+  for (int mb = 0; mb < microbatches; ++mb) {
+    const models::Batch batch = batch_of(mb);
+    for (int chunk = 0; chunk < schedule_.virtual_stages(); ++chunk) {
+      Tensor input;
+      if (!first_stage(chunk)) {
+        const auto [shape, dtype] = model_.stage_hidden(batch);
+        input = Tensor::empty(shape, dtype);
+        pp_.recv(input, previous(chunk).rank, tag(true, mb, chunk));
+      }
+      models::StageOutput out = model_.forward_stage(batch, input, chunk);
+      if (last_stage(chunk)) {
+        totals.add(out.loss.sum.item(), out.loss.count);
+      } else {
+        Pending pending{comm::Request(), out.hidden};
+        pending.request = pp_.isend(pending.tensor, next(chunk).rank, tag(true, mb, next(chunk).chunk));
+        sends.push_back(std::move(pending));
+      }
+    }
+  }
+  for (Pending& s : sends) s.request.wait();
+  return totals;
+}
+
+double PipelineRunner::bubble() const {
+  const double compute = step_seconds_ - wait_seconds_;
+  return compute > 0 ? wait_seconds_ / compute : 0.0;
+}
+
+std::string PipelineRunner::timeline_json() const {
+  nlohmann::ordered_json j;
+  j["rank"] = pp_.rank();
+  j["stages"] = schedule_.stages();
+  j["microbatches"] = schedule_.microbatches();
+  j["virtual"] = schedule_.virtual_stages();
+  j["schedule"] = parallel::to_string(schedule_.kind());
+  j["step_s"] = step_seconds_;
+  j["wait_s"] = wait_seconds_;
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  for (const PipelineActionTiming& t : timeline_) {
+    events.push_back({{"op", t.action.op == Op::forward ? "F" : "B"},
+                      {"mb", t.action.microbatch},
+                      {"chunk", t.action.chunk},
+                      {"start", t.start},
+                      {"end", t.end},
+                      {"wait", t.wait}});
+  }
+  j["events"] = std::move(events);
+  return j.dump();
+}
+
+}  // namespace wf::train
