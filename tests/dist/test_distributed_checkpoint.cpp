@@ -5,6 +5,9 @@
 // (whole tensors) resumes at another layout and exports to the bytes of its version 4 twin. A
 // save failing on one rank (a bad piece, another checkpoint.dir) fails on every rank alike.
 //
+// Pipeline layouts (pp 2, the tied embedding on both end stages, written by the first) take part
+// too: saved at pp2 x tp2 x sp2 and resumed at sp8 and at one process, and the other way.
+//
 // ZeRO stages take part on both sides: the optimizer state is saved as each replica's pieces
 // (flat ranges of its tp slice, 8 KiB buckets so that chunks cut through parameters) and loaded
 // into the pieces of another stage or layout.
@@ -38,8 +41,11 @@ namespace {
 struct Layout {
   int dp = 1, tp = 1, sp = 1, C = 1;
   int zero = 0;  // ZeRO stage
-  int world() const { return dp * tp * sp; }
-  std::string name() const { return fmt::format("dp{} x tp{} x sp{} (C {}), ZeRO-{}", dp, tp, sp, C, zero); }
+  int pp = 1;    // pipeline stages (1F1B over the 4 / dp microbatches)
+  int world() const { return dp * tp * sp * pp; }
+  std::string name() const {
+    return fmt::format("dp{} x pp{} x tp{} x sp{} (C {}), ZeRO-{}", dp, pp, tp, sp, C, zero);
+  }
 };
 
 wf::config::RunConfig run_config(const Layout& layout, const fs::path& dir) {
@@ -57,6 +63,7 @@ wf::config::RunConfig run_config(const Layout& layout, const fs::path& dir) {
   c.parallel.sp = layout.sp;
   c.parallel.C = layout.C;
   c.parallel.zero = layout.zero;
+  c.parallel.pp = layout.pp;
   c.parallel.grad_bucket_mb = 8.0 / 1024;  // 8 KiB buckets: ZeRO's chunks cut through parameters
   c.train.seq_len = 32;
   c.train.micro_batch_size = 1;
@@ -167,6 +174,9 @@ TEST_CASE("distributed checkpoints reshard between layouts and export the same b
       check_reshard({}, {.tp = 2, .sp = 2}, /*parity=*/true);  // one process -> tp2 x sp2
       check_reshard({.tp = 2, .sp = 2}, {.tp = 2, .sp = 2}, /*parity=*/true);
       check_reshard({}, {.tp = 2, .sp = 2, .zero = 2}, /*parity=*/true);  // one process -> tp2 x sp2 ZeRO-2
+      check_reshard({}, {.dp = 2, .pp = 2}, /*parity=*/true);             // one process -> a pipeline
+      check_reshard({.sp = 2, .pp = 2}, {.sp = 2, .pp = 2}, /*parity=*/true);  // bit for bit
+      check_reshard({.dp = 2, .zero = 2, .pp = 2}, {.tp = 2, .sp = 2}, /*parity=*/true);
       break;
     case 8:
       check_reshard({.dp = 2, .tp = 2, .sp = 2}, {.sp = 8, .C = 2}, /*parity=*/true);
@@ -177,6 +187,10 @@ TEST_CASE("distributed checkpoints reshard between layouts and export the same b
       check_reshard({.dp = 2, .tp = 2, .sp = 2, .zero = 2}, {}, /*parity=*/false);  // -> one process
       check_reshard({.dp = 2, .tp = 2, .sp = 2, .zero = 2}, {.dp = 2, .tp = 2, .sp = 2, .zero = 2},
                     /*parity=*/true);  // bit for bit
+      // A pipeline's checkpoint: saved at pp2 x tp2 x sp2, resumed at sp8 (C 2) and at one process.
+      check_reshard({.tp = 2, .sp = 2, .pp = 2}, {.sp = 8, .C = 2}, /*parity=*/true);
+      check_reshard({.tp = 2, .sp = 2, .pp = 2}, {}, /*parity=*/true);
+      check_reshard({.tp = 2, .sp = 2, .pp = 2}, {.tp = 2, .sp = 2, .pp = 2}, /*parity=*/true);  // bit for bit
       break;
     default:
       WARN("the distributed checkpoint layouts run at 2, 4 and 8 ranks; nothing to check at "
