@@ -76,36 +76,6 @@ wf::config::RunConfig pp_config(const PpLayout& layout) {
   return c;
 }
 
-double largest(const Tensor& t) {
-  double m = 0;
-  for (double x : t.to_vector<double>()) m = std::max(m, std::abs(x));
-  return m;
-}
-
-// Every parameter of this rank's stage (its tp shards) against the reference's whole tensor of
-// the same name: the largest difference relative to that tensor's largest entry.
-void check_stage(wf::models::Model& reference, wf::models::Model& stage, bool grads, double tolerance) {
-  const auto ref = reference.named_parameters();
-  const auto shards = stage.named_parameter_shards();
-  const auto mine = stage.named_parameters();
-  REQUIRE(!mine.empty());
-  for (std::size_t i = 0; i < mine.size(); ++i) {
-    const std::string& name = mine[i].first;
-    INFO(name << (grads ? " gradient" : " weight"));
-    const auto it = std::find_if(ref.begin(), ref.end(), [&](const auto& r) { return r.first == name; });
-    REQUIRE(it != ref.end());
-    const Tensor whole = grads ? it->second.grad() : it->second.detach();
-    const Tensor local = grads ? mine[i].second.grad() : mine[i].second.detach();
-    REQUIRE(local.defined());
-    const auto a = wf::train::local_slice(whole, shards[i].second, name).to_vector<double>();
-    const auto b = local.to_vector<double>();
-    REQUIRE(a.size() == b.size());
-    double worst = 0;
-    for (std::size_t k = 0; k < a.size(); ++k) worst = std::max(worst, std::abs(a[k] - b[k]));
-    CHECK(worst <= tolerance * largest(whole) + 1e-300);
-  }
-}
-
 std::vector<PpLayout> pp_layouts_for(int world) {
   using K = PipelineScheduleKind;
   switch (world) {
@@ -170,18 +140,18 @@ TEST_CASE("pipeline parity: pp layouts match single-process losses, gradients an
         CHECK(out.grad_fn()->name() == "AttentionOutputCheckpoint");
       }
     }
-    check_stage(reference->model(), parallel->model(), /*grads=*/false, 0.0);  // the same initial weights
+    check_parameters_match(reference->model(), parallel->model(), /*grads=*/false, 0.0);  // the same initial weights
     for (int step = 1; step <= config.train.steps; ++step) {
       INFO("step " << step);
       const double ref_loss = reference->compute_gradients();
       const double par_loss = parallel->compute_gradients();
       CHECK(std::abs(par_loss - ref_loss) <= 1e-10 * std::abs(ref_loss));
-      if (step == 1 && layout.zero == 0) check_stage(reference->model(), parallel->model(), /*grads=*/true, 1e-10);
+      if (step == 1 && layout.zero == 0) check_parameters_match(reference->model(), parallel->model(), /*grads=*/true, 1e-10);
       const auto r = reference->apply_gradients(ref_loss);
       const auto p = parallel->apply_gradients(par_loss);
       CHECK(std::abs(p.grad_norm - r.grad_norm) <= 1e-10 * r.grad_norm);
     }
-    check_stage(reference->model(), parallel->model(), /*grads=*/false, 1e-10);
+    check_parameters_match(reference->model(), parallel->model(), /*grads=*/false, 1e-10);
     // The schedule ran every action of this rank, and the measured bubble is a fraction.
     const auto& timeline = parallel->pipeline()->timeline();
     CHECK(timeline.size() == parallel->pipeline()->schedule().actions(grid.grid().coord("pp")).size());

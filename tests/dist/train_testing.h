@@ -3,12 +3,17 @@
 // K/V heads, the byte vocabulary, 48-token sequences (a multiple of every zigzag layout's unit
 // for P in {2, 3, 4, 8}) of synthetic tokens, one sequence per microbatch, lr 3e-3. Each test
 // sets its layout, steps, batch, schedule and seed on top.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <string>
 
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/models/model.h"
+#include "wallfacer/train/sharded_state.h"
 #include "wallfacer/train/trainer.h"
 
 namespace wf::test {
@@ -45,6 +50,40 @@ inline std::unique_ptr<train::Trainer> trainer_in(const config::RunConfig& confi
   model->to(dtype);
   return std::make_unique<train::Trainer>(config, grid, std::move(model), train::open_token_source(config, false),
                                           nullptr);
+}
+
+
+// The largest |entry| of t.
+inline double largest_entry(const Tensor& t) {
+  double m = 0;
+  for (double x : t.to_vector<double>()) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// Every parameter of `part` (this rank's tp shards of its pipeline stage, or of the whole model)
+// against the tensor of the same name in `reference` (one process, whole tensors): the largest
+// difference relative to that tensor's largest entry must be within `tolerance`. `grads`:
+// compare gradients instead of values.
+inline void check_parameters_match(models::Model& reference, models::Model& part, bool grads, double tolerance) {
+  const auto ref = reference.named_parameters();
+  const auto shards = part.named_parameter_shards();
+  const auto mine = part.named_parameters();
+  REQUIRE(!mine.empty());
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const std::string& name = mine[i].first;
+    INFO(name << " (" << nn::shard_str(shards[i].second) << ")" << (grads ? " gradient" : " weight"));
+    const auto it = std::find_if(ref.begin(), ref.end(), [&](const auto& r) { return r.first == name; });
+    REQUIRE(it != ref.end());
+    const Tensor whole = grads ? it->second.grad() : it->second.detach();
+    const Tensor local = grads ? mine[i].second.grad() : mine[i].second.detach();
+    REQUIRE(local.defined());
+    const auto a = train::local_slice(whole, shards[i].second, name).to_vector<double>();
+    const auto b = local.to_vector<double>();
+    REQUIRE(a.size() == b.size());
+    double worst = 0;
+    for (std::size_t k = 0; k < a.size(); ++k) worst = std::max(worst, std::abs(a[k] - b[k]));
+    CHECK(worst <= tolerance * largest_entry(whole) + 1e-300);
+  }
 }
 
 }  // namespace wf::test

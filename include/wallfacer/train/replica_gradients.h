@@ -48,7 +48,7 @@ struct ReplicaGradientOptions {
   int staging_buffers = 2;
   // Parameters in buckets of their own (FlatLayout::Param::isolated): the tied embedding of a
   // pipeline's first and last stage, whose pieces are then summed over the pp.embedding group.
-  std::vector<std::size_t> isolated;
+  std::vector<std::size_t> isolated = {};
 };
 
 class ReplicaGradients {
