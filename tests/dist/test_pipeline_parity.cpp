@@ -11,7 +11,8 @@
 // The matrix covers pp with each other dimension and each schedule: pp alone (GPipe, 1F1B,
 // interleaved, one microbatch, more stages than microbatches, uneven pp_layers), pp × dp, pp × sp
 // (WallFacer C 1 and C 2), pp × tp, pp × tp × sp, dp × pp × sp, pp × tp × dp with ZeRO-1,
-// interleaved × sp; tied and untied heads; activation checkpointing on and off.
+// interleaved × sp, activations sharded over tp inside the stages, LLaMA (untied, RoPE, SwiGLU) over
+// pp × sp; tied and untied heads; activation checkpointing on and off.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -47,17 +48,20 @@ struct PpLayout {
   bool checkpointed = false;
   int zero = 0;
   std::vector<std::int64_t> layers = {};
+  std::string model = "gpt";
+  bool shard_activations = false;
   std::string name() const {
-    return fmt::format("pp{} ({} v{}, {} microbatches{}) x dp{} x tp{} x sp{} C={}, {} head{}{}", pp,
+    return fmt::format("{}: pp{} ({} v{}, {} microbatches{}) x dp{} x tp{} x sp{} C={}, {} head{}{}{}", model, pp,
                        wf::parallel::to_string(schedule), virtual_stages, microbatches,
                        layers.empty() ? "" : fmt::format(", layers [{}]", fmt::join(layers, ", ")), dp, tp, sp, C,
                        tied ? "tied" : "untied", checkpointed ? ", checkpointed" : "",
-                       zero > 0 ? fmt::format(", ZeRO-{}", zero) : "");
+                       zero > 0 ? fmt::format(", ZeRO-{}", zero) : "",
+                       shard_activations ? ", activations sharded over tp" : "");
   }
 };
 
 wf::config::RunConfig pp_config(const PpLayout& layout) {
-  wf::config::RunConfig c = small_gpt_run(layout.dp, layout.sp, layout.checkpointed, "wf-parity-pp");
+  wf::config::RunConfig c = small_gpt_run(layout.dp, layout.sp, layout.checkpointed, "wf-parity-pp", layout.model);
   c.model.set("n_layer", 4);
   c.model.set("tie_embeddings", layout.tied);
   c.parallel.pp = layout.pp;
@@ -67,6 +71,7 @@ wf::config::RunConfig pp_config(const PpLayout& layout) {
   c.parallel.pp_virtual = layout.virtual_stages;
   c.parallel.pp_layers = layout.layers;
   c.parallel.zero = layout.zero;
+  c.parallel.tp_shard_activations = layout.shard_activations;
   c.parallel.grad_bucket_mb = 16.0 / 1024;  // many buckets, so the tied embedding's isolation matters
   c.train.global_batch_size = layout.dp * layout.microbatches;
   c.train.steps = 3;
@@ -90,7 +95,9 @@ std::vector<PpLayout> pp_layouts_for(int world) {
       return {{.pp = 4, .microbatches = 2},  // more stages than microbatches
               {.dp = 2, .schedule = K::gpipe, .microbatches = 2},
               {.sp = 2, .schedule = K::interleaved, .virtual_stages = 2, .checkpointed = true},
-              {.tp = 2, .tied = false}};
+              {.tp = 2, .tied = false},
+              {.tp = 2, .shard_activations = true},
+              {.sp = 2, .tied = false, .model = "llama"}};
     case 8:
       return {{.dp = 4, .schedule = K::gpipe, .microbatches = 2},
               {.dp = 4, .microbatches = 2},
