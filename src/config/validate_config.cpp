@@ -322,12 +322,19 @@ std::string summary(const RunConfig& c, int world_size) {
     strategy += fmt::format(" C {} ({})", p.C, comm::placement_name(p.placement));
   }
   const ModelFacts facts = model_facts(c);
+  std::string pipeline;
+  if (p.pp > 1) {
+    const parallel::PipelineSchedule schedule(p.pp_schedule, p.pp, static_cast<int>(grad_accum_steps(c)), p.pp_virtual);
+    pipeline = fmt::format(", pp_schedule {}{} over {} microbatches (ideal bubble {:.3f})", parallel::to_string(p.pp_schedule),
+                           p.pp_virtual > 1 ? fmt::format(" x {} chunks", p.pp_virtual) : "", schedule.microbatches(),
+                           schedule.ideal_bubble());
+  }
   return fmt::format(
-      "{} {}, {} parameters; world {} = dp {} x tp {} x pp {} x sp {}, order {}, sp_strategy {}; seq_len {} ({} "
+      "{} {}, {} parameters; world {} = dp {} x tp {} x pp {} x sp {}, order {}, sp_strategy {}{}; seq_len {} ({} "
       "tokens per sp rank, {}); {} sequences per step = dp {} x micro_batch {} x accumulation {}; {}; about {} per "
       "rank",
       c.model.name, facts.description, human_count(facts.parameters), world_size, p.dp, p.tp, p.pp, p.sp, p.order,
-      strategy, c.train.seq_len, c.train.seq_len / p.sp,
+      strategy, pipeline, c.train.seq_len, c.train.seq_len / p.sp,
       parallel::sequence_layout_name(parallel::layout_for_mask(facts.causal)),
       global_batch_sequences(c), p.dp, c.train.micro_batch_size, grad_accum_steps(c), dtype_name(c.train.dtype),
       gib(memory_per_rank(c).total()));

@@ -135,6 +135,14 @@ TEST_CASE("config: to_yaml reads back to the same config", "[config]") {
   CHECK(listed.parallel.pp_layers == std::vector<std::int64_t>{3, 5});
   apply_override(listed, "parallel.pp_layers=[]");
   CHECK(listed.parallel.pp_layers.empty());
+
+  // The summary names the schedule, its microbatches and the bubble it implies.
+  RunConfig pp2;
+  pp2.parallel.pp = 2;
+  pp2.data.source = DataSource::synthetic;
+  pp2.train.global_batch_size = 4;
+  CHECK_THAT(summary(pp2, 2), Catch::Contains("world 2 = dp 1 x tp 1 x pp 2 x sp 1") &&
+                                  Catch::Contains("pp_schedule 1f1b over 4 microbatches (ideal bubble 0.250)"));
 }
 
 TEST_CASE("config: --set overrides apply in order, before validation", "[config]") {
