@@ -154,7 +154,13 @@ void ReplicaGradients::mark_ready(std::size_t param) {
 }
 
 void ReplicaGradients::launch_ready(bool at_end) {
-  while (next_bucket_ < pending_.size() && (at_end || pending_[next_bucket_] == 0)) launch(next_bucket_++, at_end);
+  // next_bucket_ moves past a bucket only once its collective is posted: a staging buffer
+  // acquired while launching it (ZeRO-2, at the pool's cap) may wait for the buckets before it,
+  // never for itself.
+  while (next_bucket_ < pending_.size() && (at_end || pending_[next_bucket_] == 0)) {
+    launch(next_bucket_, at_end);
+    ++next_bucket_;
+  }
 }
 
 Tensor& ReplicaGradients::staging(std::size_t bucket) {

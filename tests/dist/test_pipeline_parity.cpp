@@ -11,7 +11,7 @@
 // The matrix covers pp with each other dimension and each schedule: pp alone (GPipe, 1F1B,
 // interleaved, one microbatch, more stages than microbatches, uneven pp_layers), pp × dp, pp × sp
 // (WallFacer C 1 and C 2), pp × tp, pp × tp × sp, dp × pp × sp, pp × tp × dp with ZeRO-1,
-// interleaved × sp, activations sharded over tp inside the stages, LLaMA (untied, RoPE, SwiGLU) over
+// interleaved × sp, interleaved × dp with ZeRO-2, activations sharded over tp inside the stages, LLaMA (untied, RoPE, SwiGLU) over
 // pp × sp; tied and untied heads; activation checkpointing on and off.
 #include <fmt/format.h>
 
@@ -97,7 +97,10 @@ std::vector<PpLayout> pp_layouts_for(int world) {
               {.sp = 2, .schedule = K::interleaved, .virtual_stages = 2, .checkpointed = true},
               {.tp = 2, .tied = false},
               {.tp = 2, .shard_activations = true},
-              {.sp = 2, .tied = false, .model = "llama"}};
+              {.sp = 2, .tied = false, .model = "llama"},
+              // ZeRO-2 over interleaved chunks: every backward reduce-scatters every bucket, most of
+              // them (the other chunk's) launched before any gradient reached them.
+              {.dp = 2, .schedule = K::interleaved, .virtual_stages = 2, .microbatches = 2, .zero = 2}};
     case 8:
       return {{.dp = 4, .schedule = K::gpipe, .microbatches = 2},
               {.dp = 4, .microbatches = 2},
