@@ -76,6 +76,18 @@ std::pair<Shape, DType> Model::stage_hidden(const Batch& /*batch*/) const {
           name());
 }
 
+std::vector<std::size_t> pipeline_shared_parameter_indices(const Model& model) {
+  const std::vector<nn::NamedTensor> named = model.named_parameters();
+  std::vector<std::size_t> indices;
+  for (const std::string& name : model.pipeline_shared_parameters()) {
+    const auto it = std::find_if(named.begin(), named.end(), [&](const nn::NamedTensor& n) { return n.first == name; });
+    WF_CHECK(it != named.end(), "model '{}' shares parameter '{}' with another stage but does not hold it",
+             model.name(), name);
+    indices.push_back(static_cast<std::size_t>(it - named.begin()));
+  }
+  return indices;
+}
+
 StageRange pipeline_stage(const config::RunConfig& config, int pp_rank) {
   const config::ParallelSection& p = config.parallel;
   if (p.pp == 1) return {};

@@ -6,7 +6,7 @@
 # tokens) and one sequence per micro batch with 8 per step, so every layout trains the same
 # tokens per step (dp 8 takes one each, dp 1 accumulates 8). One OpenMP thread per rank; on a
 # machine with fewer cores than ranks the ranks time-share cores and the times show it. Then dp 4
-# at ZeRO 0, 1 and 2 (below).
+# at ZeRO 0, 1 and 2, and pp 2 under 1F1B and GPipe (below).
 #   scripts/bench-layout.sh [BUILD_DIR] [extra bench layout flags, e.g. --steps 5 --json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,3 +45,10 @@ done
 echo "== mpirun -np 4, ZeRO 0,1,2 at dp4"
 bench 4 --layouts dp4 --zero 0,1,2 --set parallel.grad_bucket_mb=0.125 --set train.micro_batch_size=2 \
   --set train.global_batch_size=8 --steps 15 --check "$@"
+# Pipeline parallelism: pp 2 on 2 ranks, one OpenMP thread each (one core per rank on a 2-core
+# machine), m = 8 microbatches of one sequence (global batch 8, micro batch 1), under 1F1B and
+# GPipe one after the other: the measured bubble beside the ideal (p - 1)/m = 0.125, and per
+# stage 1F1B's step peak beside GPipe's / (m / p) + one microbatch. The config's 256-token
+# sequences, so a microbatch's compute outweighs the point-to-point latency.
+echo "== mpirun -np 2, pp 2, 1F1B and GPipe, m = 8"
+bench 2 --layouts dp1.pp2 --pp-schedule 1f1b,gpipe --set train.seq_len=256 --steps 10 --check "$@"

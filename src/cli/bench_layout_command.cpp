@@ -1,9 +1,11 @@
-// `wallfacer bench layout CFG.yaml [--set k=v]... [--layouts L,...] [--zero 0,1,2] [--steps N] [--json]
-// [--check]`: every dp × tp × sp layout of the current mpirun world (for sp > 1 each WallFacer
-// team size C with C² | sp, ring and Ulysses) that config::validate accepts, at each listed ZeRO
-// stage (default the config's; a layout whose replica group dp × sp is one rank has nothing to
-// shard and runs at stage 0 only), each trained by a train::Trainer on synthetic tokens for one
-// warm-up step and --steps measured ones. Per layout and stage:
+// `wallfacer bench layout CFG.yaml [--set k=v]... [--layouts L,...] [--zero 0,1,2] [--pp 1,2]
+// [--pp-schedule 1f1b,gpipe] [--steps N] [--json] [--check]`: every dp × tp × sp layout of the
+// current mpirun world (for sp > 1 each WallFacer team size C with C² | sp, ring and Ulysses) at
+// each listed pipeline size (default the config's parallel.pp; the layouts of world / pp for the
+// rest) and, for pp > 1, each listed schedule (default the config's), that config::validate
+// accepts, at each listed ZeRO stage (default the config's; a layout whose replica group dp × sp
+// is one rank has nothing to shard and runs at stage 0 only), each trained by a train::Trainer on
+// synthetic tokens for one warm-up step and --steps measured ones. Per layout and stage:
 //   - step time (the slowest rank's, median over the measured steps) and global tokens/s;
 //   - per-rank memory, the max over ranks: this rank's parameter tensors, the bytes it holds for
 //     gradients (ReplicaGradients::gradient_bytes: the flat buffer, the ZeRO shard, ZeRO-2's
@@ -14,12 +16,17 @@
 //     buckets, communication buffers, whichever coexist at the peak);
 //   - bytes sent per optimizer step on each process group, summed over ranks, beside
 //     train/step_traffic.h's prediction and their ratio; "exact" when every rank's count equals
-//     its own prediction.
+//     its own prediction;
+//   - with pp > 1: the measured bubble (the pipeline runners' waiting over their compute, summed
+//     over all ranks and the measured steps, as metrics.jsonl's pp_bubble) beside the schedule's
+//     ideal_bubble(), the ranks per core (world / the cores of the job's machines), and per stage
+//     (the max over its ranks) the step peak and one microbatch's forward through the stage.
 // Then, for layouts that differ only in tp (dp takes up the rest of the world), the per-rank
 // parameters + optimizer state of tp k beside tp 1's; for layouts that differ only in the ZeRO
 // stage, ZeRO-k's optimizer state, gradient bytes and step time beside ZeRO-0's, with the targets
-// at a replica group of 4. A candidate validate refuses is skipped
-// with its reason on one line. With --check the command exits 1 when a measured byte count
+// at a replica group of 4; for layouts that differ only in the schedule (1F1B and GPipe), per
+// stage 1F1B's step peak beside GPipe's / (m / p) + one microbatch. A candidate validate refuses
+// is skipped with its reason on one line. With --check the command exits 1 when a measured byte count
 // differs from its prediction.
 #include <fmt/format.h>
 
@@ -30,6 +37,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "src/cli/commands.h"
@@ -44,7 +52,9 @@
 #include "wallfacer/core/storage.h"
 #include "wallfacer/models/decoder.h"
 #include "wallfacer/models/model.h"
+#include "wallfacer/parallel/pipeline_schedule.h"
 #include "wallfacer/parallel/sequence_layout.h"
+#include "wallfacer/train/pipeline_runner.h"
 #include "wallfacer/train/replica_gradients.h"
 #include "wallfacer/train/step_traffic.h"
 #include "wallfacer/train/trainer.h"
@@ -54,18 +64,24 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
+using parallel::PipelineScheduleKind;
 using parallel::SpStrategy;
 
 // ---- layouts -------------------------------------------------------------------------------
 
-// dp, tp, sp, C, the sp strategy and the ZeRO stage of a config::ParallelSection; the rest is
-// the config's.
+// dp, tp, pp, sp, C, the sp strategy, the pipeline schedule and its chunks per rank, and the ZeRO
+// stage of a config::ParallelSection; the rest is the config's.
 using Layout = config::ParallelSection;
 
-// A --layouts entry: the layout, and its ZeRO stage when the name gives one (otherwise --zero's).
+// A --layouts entry: the layout, and what the name gives of its ZeRO stage (otherwise --zero's),
+// pipeline size (otherwise --pp's), schedule (otherwise --pp-schedule's) and chunks per rank
+// (otherwise the config's parallel.pp_virtual for interleaved, 1 for the others).
 struct LayoutSpec {
   Layout layout;
   std::optional<int> zero;
+  std::optional<int> pp;
+  std::optional<PipelineScheduleKind> schedule;
+  std::optional<int> pp_virtual;
 };
 
 struct Options {
@@ -74,6 +90,9 @@ struct Options {
   std::vector<std::string> layout_names;
   std::vector<LayoutSpec> layouts;  // parsed from layout_names; empty: config::candidate_layouts
   std::vector<int> zero;            // --zero; empty: the config's parallel.zero
+  std::vector<int> pp;              // --pp; empty: the config's parallel.pp
+  std::vector<std::string> schedule_names;
+  std::vector<PipelineScheduleKind> schedules;  // --pp-schedule; empty: the config's parallel.pp_schedule
   int steps = 3;
   bool json = false;
   bool check = false;
@@ -81,9 +100,16 @@ struct Options {
 
 int replica_group(const Layout& l) { return l.dp * l.sp; }
 
-// The layout without its stage: "dp4.tp1.sp1", "dp2.tp1.sp2.wallfacer.C1", "dp1.tp1.sp4.ulysses".
+// The layout without its stage: "dp4.tp1.sp1", "dp2.tp1.sp2.wallfacer.C1", "dp1.tp1.sp4.ulysses";
+// with pp > 1 its size and schedule after dp: "dp1.pp2.1f1b.tp1.sp2.wallfacer.C1",
+// "dp1.pp2.interleaved.v2.tp1.sp1".
 std::string grid_name(const Layout& l) {
-  std::string name = fmt::format("dp{}.tp{}.sp{}", l.dp, l.tp, l.sp);
+  std::string name = fmt::format("dp{}", l.dp);
+  if (l.pp > 1) {
+    name += fmt::format(".pp{}.{}", l.pp, parallel::to_string(l.pp_schedule));
+    if (l.pp_virtual > 1) name += fmt::format(".v{}", l.pp_virtual);
+  }
+  name += fmt::format(".tp{}.sp{}", l.tp, l.sp);
   if (l.sp == 1) return name;
   name += fmt::format(".{}", parallel::sp_strategy_name(l.sp_strategy));
   if (l.sp_strategy == SpStrategy::wallfacer) name += fmt::format(".C{}", l.C);
@@ -105,10 +131,12 @@ CLI::Validator zero_stage() {
 }
 
 // The inverse of layout_name, in any order, with defaults for what is left out: dp, tp, sp 1,
-// strategy wallfacer, C 1, and the stage --zero's ("dp2.sp2.C1" is dp2.tp1.sp2.wallfacer.C1).
+// strategy wallfacer, C 1, the stage --zero's, the pipeline size --pp's and the schedule
+// --pp-schedule's ("dp2.sp2.C1" is dp2.tp1.sp2.wallfacer.C1; "dp1.pp2.gpipe.sp2" pipelines it).
 LayoutSpec parse_layout(const std::string& text) {
   Layout l;
-  std::optional<int> zero;
+  std::optional<int> zero, pp, pp_virtual;
+  std::optional<PipelineScheduleKind> schedule;
   std::size_t at = 0;
   while (at <= text.size()) {
     const std::size_t end = std::min(text.find('.', at), text.size());
@@ -121,7 +149,13 @@ LayoutSpec parse_layout(const std::string& text) {
                     "--layouts '{}': '{}' needs a positive count (e.g. dp2.tp1.sp2.wallfacer.C1)", text, part);
       return std::stoi(digits);
     };
-    if (part.starts_with("dp")) {
+    if (part == "gpipe" || part == "1f1b" || part == "interleaved") {
+      schedule = parallel::parse_pipeline_schedule(part);
+    } else if (part.starts_with("pp")) {
+      pp = number(2);
+    } else if (part.starts_with("v")) {
+      pp_virtual = number(1);
+    } else if (part.starts_with("dp")) {
       l.dp = number(2);
     } else if (part.starts_with("tp")) {
       l.tp = number(2);
@@ -138,32 +172,60 @@ LayoutSpec parse_layout(const std::string& text) {
       try {
         l.sp_strategy = parallel::parse_sp_strategy(part);
       } catch (const Error&) {
-        WF_USER_FAIL("--layouts '{}': unknown part '{}'; expected dpN, tpN, spN, CN, zN or ring, ulysses, "
-                     "wallfacer (e.g. dp2.tp1.sp2.wallfacer.C1.z1)",
+        WF_USER_FAIL("--layouts '{}': unknown part '{}'; expected dpN, ppN, tpN, spN, CN, vN, zN, ring, ulysses, "
+                     "wallfacer or gpipe, 1f1b, interleaved (e.g. dp2.tp1.sp2.wallfacer.C1.z1, dp1.pp2.1f1b.sp2)",
                      text, part);
       }
     }
   }
-  return {l, zero};
+  return {l, zero, pp, schedule, pp_virtual};
 }
 
-// What runs, in order: each layout at each of its stages, one after the other (so a stage's
-// step time is measured beside its ZeRO-0 twin's under the same load). A replica group of one
-// rank shards nothing (ReplicaGradients runs it at stage 0 whatever it is asked), so it runs
-// once, at 0.
+// The pipeline sizes to run: --pp's, or the config's.
+std::vector<int> pipeline_sizes(const Options& o, const config::RunConfig& base) {
+  return o.pp.empty() ? std::vector<int>{base.parallel.pp} : o.pp;
+}
+
+// What runs, in order: each layout at each of its pipeline sizes, schedules and ZeRO stages, one
+// after the other (so a stage's step time is measured beside its ZeRO-0 twin's, and 1F1B's memory
+// beside GPipe's, under the same load). Without --layouts, the candidates of world / pp for each
+// pp (a pp that does not divide the world has none). A replica group of one rank shards nothing
+// (ReplicaGradients runs it at stage 0 whatever it is asked), so it runs once, at 0.
 std::vector<Layout> runs(const Options& o, const config::RunConfig& base, int world) {
+  const std::vector<int> sizes = pipeline_sizes(o, base);
   std::vector<LayoutSpec> specs = o.layouts;
   if (specs.empty()) {
-    for (const Layout& l : config::candidate_layouts(world)) specs.push_back({l, std::nullopt});
+    for (int pp : sizes) {
+      if (world % pp != 0) continue;
+      for (const Layout& l : config::candidate_layouts(world / pp)) {
+        specs.push_back({l, std::nullopt, pp, std::nullopt, std::nullopt});
+      }
+    }
   }
   const std::vector<int> listed = o.zero.empty() ? std::vector<int>{base.parallel.zero} : o.zero;
+  const std::vector<PipelineScheduleKind> schedules =
+      o.schedules.empty() ? std::vector<PipelineScheduleKind>{base.parallel.pp_schedule} : o.schedules;
   std::vector<Layout> out;
   for (const LayoutSpec& spec : specs) {
-    for (int zero : spec.zero ? std::vector<int>{*spec.zero} : listed) {
-      Layout l = spec.layout;
-      l.zero = replica_group(l) > 1 ? zero : 0;
-      const auto same = [&](const Layout& x) { return layout_name(x) == layout_name(l); };
-      if (std::none_of(out.begin(), out.end(), same)) out.push_back(l);
+    for (int pp : spec.pp ? std::vector<int>{*spec.pp} : sizes) {
+      // pp = 1 has no schedule: one run, named without it.
+      const std::vector<PipelineScheduleKind> kinds =
+          pp == 1 ? std::vector<PipelineScheduleKind>{PipelineScheduleKind::one_f_one_b}
+                  : spec.schedule ? std::vector<PipelineScheduleKind>{*spec.schedule} : schedules;
+      for (PipelineScheduleKind kind : kinds) {
+        for (int zero : spec.zero ? std::vector<int>{*spec.zero} : listed) {
+          Layout l = spec.layout;
+          l.pp = pp;
+          l.pp_schedule = kind;
+          l.pp_virtual = pp == 1 ? 1
+                         : spec.pp_virtual ? *spec.pp_virtual
+                         : kind == PipelineScheduleKind::interleaved ? base.parallel.pp_virtual
+                                                                      : 1;
+          l.zero = replica_group(l) > 1 ? zero : 0;
+          const auto same = [&](const Layout& x) { return layout_name(x) == layout_name(l); };
+          if (std::none_of(out.begin(), out.end(), same)) out.push_back(l);
+        }
+      }
     }
   }
   return out;
@@ -174,7 +236,11 @@ std::vector<Layout> runs(const Options& o, const config::RunConfig& base, int wo
 config::RunConfig layout_config(config::RunConfig c, const Layout& l, int steps) {
   c.parallel.dp = l.dp;
   c.parallel.tp = l.tp;
-  c.parallel.pp = 1;
+  // The config's stage split only where it is the config's pipeline; an even split elsewhere.
+  if (l.pp != c.parallel.pp || l.pp_virtual != c.parallel.pp_virtual) c.parallel.pp_layers.clear();
+  c.parallel.pp = l.pp;
+  c.parallel.pp_schedule = l.pp_schedule;
+  c.parallel.pp_virtual = l.pp_virtual;
   c.parallel.sp = l.sp;
   c.parallel.sp_strategy = l.sp > 1 ? l.sp_strategy : SpStrategy::wallfacer;
   c.parallel.C = l.sp > 1 && l.sp_strategy == SpStrategy::wallfacer ? l.C : 1;
@@ -225,6 +291,14 @@ struct Result {
   // how many started during the backward rather than at its end: how much ZeRO-2 can free as it
   // goes (a bucket waits in its staging buffer until every bucket before it has started).
   train::ReplicaGradients::Stats buckets;
+  // pp > 1: the microbatches m, the measured bubble (every rank's waiting over its compute, summed
+  // over ranks and steps) and the schedule's ideal one; per stage (max over its ranks) the step
+  // peak and one microbatch's forward through the stage's chunks; the job's ranks per core.
+  std::int64_t microbatches = 1;
+  double bubble = 0, ideal_bubble = 0;
+  int cores = 0, threads = 0;  // the job's cores, OpenMP threads per rank (rank 0's)
+  std::vector<std::int64_t> stage_step_peak_bytes, stage_microbatch_bytes;
+  double ranks_per_core() const { return double(layout.dp * layout.tp * layout.pp * layout.sp) / double(cores); }
   bool traffic_exact() const {
     return std::all_of(groups.begin(), groups.end(), [](const GroupRow& g) { return !g.predicted || g.exact; });
   }
@@ -263,8 +337,35 @@ std::int64_t forward_activation_bytes(models::Model& model, const config::RunCon
   const models::Batch batch = models::token_batch(ids(1), ids(2), Tensor::from_vector(positions, {n}));
   reset_peak_memory();
   const std::int64_t live_before = memory_stats().live_bytes;
-  { const models::LossSum loss = model.loss_sum(batch); }  // the graph goes with it
+  if (config.parallel.pp == 1) {
+    const models::LossSum loss = model.loss_sum(batch);  // the graph goes with it
+  } else {
+    // A pipeline stage: the microbatch through each of this rank's chunks, as PipelineRunner's
+    // forwards run them (a received input is a fresh leaf that requires grad), every chunk's
+    // graph kept until the end, as one microbatch in flight holds them.
+    const models::StageRange stage = model.stage();
+    std::vector<Tensor> kept;
+    for (int chunk = 0; chunk < stage.num_chunks(); ++chunk) {
+      Tensor input;
+      if (!(stage.embedding && chunk == 0)) {
+        const auto [shape, dtype] = model.stage_hidden(batch);
+        input = Tensor::zeros(shape, dtype);
+        input.set_requires_grad(true);
+      }
+      models::StageOutput out = model.forward_stage(batch, input, chunk);
+      kept.push_back(input);
+      kept.push_back(out.hidden.defined() ? out.hidden : out.loss.sum);
+    }
+  }
   return memory_stats().peak_bytes - live_before;
+}
+
+// The cores of the job's machines: each node's first rank counts its own.
+int job_cores(comm::Runtime& runtime) {
+  const double cores = runtime.local_rank() == 0 ? double(std::max(1U, std::thread::hardware_concurrency())) : 0.0;
+  Tensor t = Tensor::from_vector(std::vector<double>{cores}, {1});
+  runtime.world().all_reduce(t);
+  return static_cast<int>(t.to_vector<double>()[0]);
 }
 
 // The group names a row can have: the grid's, then "other" for anything else the registry counts.
@@ -327,6 +428,8 @@ Result measure(const config::RunConfig& config, int steps) {
   std::vector<std::int64_t> sent(names.size(), 0);
   std::vector<double> step_seconds;
   std::int64_t step_peak = 0;
+  const train::PipelineRunner* pipeline = trainer.pipeline();
+  double waited = 0, computed = 0;  // this rank's pipeline waits and compute over the measured steps
   for (int step = 0; step < steps; ++step) {
     world.barrier();
     const auto before = comm::TrafficRegistry::instance().snapshot();
@@ -336,6 +439,10 @@ Result measure(const config::RunConfig& config, int steps) {
     trainer.apply_gradients(trainer.compute_gradients());
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     step_peak = std::max(step_peak, memory_stats().peak_bytes - live_before);
+    if (pipeline != nullptr) {
+      waited += pipeline->wait_seconds();
+      computed += pipeline->step_seconds() - pipeline->wait_seconds();
+    }
     const std::vector<std::int64_t> delta = sent_since(before);  // before the max below counts on world
     for (std::size_t g = 0; g < names.size(); ++g) sent[g] += delta[g];
     step_seconds.push_back(max_over(world, {seconds})[0]);
@@ -360,6 +467,27 @@ Result measure(const config::RunConfig& config, int steps) {
   r.optimizer_bytes = static_cast<std::int64_t>(memory[2]);
   r.activation_bytes = static_cast<std::int64_t>(memory[3]);
   r.step_peak_bytes = static_cast<std::int64_t>(memory[4]);
+  r.microbatches = config::grad_accum_steps(config);
+  if (pipeline != nullptr) {
+    const int pp = config.parallel.pp, stage = grid.grid().coord("pp");
+    r.ideal_bubble = pipeline->schedule().ideal_bubble();
+    // Per stage, the max over its ranks: each rank fills its stage's slots, the others are 0.
+    std::vector<double> mine(2 * static_cast<std::size_t>(pp), 0.0);
+    mine[static_cast<std::size_t>(stage)] = double(step_peak);
+    mine[static_cast<std::size_t>(pp + stage)] = activations;
+    const std::vector<double> per_stage = max_over(world, mine);
+    // The bubble as metrics.jsonl's pp_bubble: waits and compute summed over the ranks.
+    Tensor totals = Tensor::from_vector(std::vector<double>{waited, computed}, {2});
+    world.all_reduce(totals);
+    const std::vector<double> waits = totals.to_vector<double>();
+    for (int s = 0; s < pp; ++s) {
+      r.stage_step_peak_bytes.push_back(static_cast<std::int64_t>(per_stage[static_cast<std::size_t>(s)]));
+      r.stage_microbatch_bytes.push_back(static_cast<std::int64_t>(per_stage[static_cast<std::size_t>(pp + s)]));
+    }
+    r.bubble = waits[1] > 0 ? waits[0] / waits[1] : 0.0;
+    r.cores = job_cores(runtime);
+    r.threads = runtime.threads();
+  }
 
   // Per group: [measured, predicted, 1 if they differ] on this rank, then summed over ranks.
   // Whether a prediction exists depends on the config only, so it is the same on every rank.
@@ -399,8 +527,8 @@ void print_header(const Options& o, const config::RunConfig& config, int world) 
               o.path.c_str(), config::model_facts(config).description.c_str(), world,
               static_cast<long long>(config.train.seq_len), static_cast<long long>(config.train.micro_batch_size),
               static_cast<long long>(config::global_batch_sequences(config) * config.train.seq_len), o.steps);
-  std::printf("memory: per rank, max over ranks, KiB; activations = peak of one microbatch's forward, step peak = "
-              "peak of a step, each above what was live before it\n");
+  std::printf("memory: per rank, max over ranks, KiB; activations = peak of one microbatch's forward (with pp: "
+              "through the rank's stage), step peak = peak of a step, each above what was live before it\n");
   std::printf("traffic: bytes sent per step on each group, summed over ranks; predicted = train/step_traffic.h; "
               "exact = every rank's count equals its prediction\n");
 }
@@ -411,6 +539,20 @@ void print_text(const Result& r) {
               layout_name(r.layout).c_str(), r.step_seconds * 1e3, tokens_per_second(r), kib(r.parameter_bytes).c_str(),
               kib(r.gradient_bytes).c_str(), kib(r.optimizer_bytes).c_str(), kib(r.activation_bytes).c_str(),
               kib(r.step_peak_bytes).c_str());
+  if (r.layout.pp > 1) {
+    const auto per_stage = [](const std::vector<std::int64_t>& bytes) {
+      std::vector<std::string> out;
+      for (std::int64_t b : bytes) out.push_back(kib(b));
+      return fmt::format("{}", fmt::join(out, " / "));
+    };
+    const int world = r.layout.dp * r.layout.tp * r.layout.pp * r.layout.sp;
+    std::printf("    pp       bubble measured %.3f  ideal %.3f (p %d, m %lld, %s)  per stage KiB: step peak %s, one "
+                "microbatch %s  (%d ranks x %d threads on %d cores: %.2f ranks per core%s)\n",
+                r.bubble, r.ideal_bubble, r.layout.pp, static_cast<long long>(r.microbatches),
+                parallel::to_string(r.layout.pp_schedule).c_str(), per_stage(r.stage_step_peak_bytes).c_str(),
+                per_stage(r.stage_microbatch_bytes).c_str(), world, r.threads, r.cores, r.ranks_per_core(),
+                r.ranks_per_core() > 1.0 ? ", oversubscribed: ranks time-share cores" : "");
+  }
   for (const GroupRow& g : r.groups) {
     std::printf("    %-8s measured %12lld  predicted %12s  ratio %6s  %s\n", g.group.c_str(),
                 static_cast<long long>(g.measured), g.predicted ? fmt::format("{}", *g.predicted).c_str() : "n/a",
@@ -426,6 +568,19 @@ Json result_json(const Result& r) {
   j["sp"] = r.layout.sp;
   j["sp_strategy"] = r.layout.sp > 1 ? parallel::sp_strategy_name(r.layout.sp_strategy) : "none";
   j["C"] = r.layout.C;
+  j["pp"] = r.layout.pp;
+  if (r.layout.pp > 1) {
+    j["pp_schedule"] = parallel::to_string(r.layout.pp_schedule);
+    j["pp_virtual"] = r.layout.pp_virtual;
+    j["microbatches"] = r.microbatches;
+    j["bubble"] = r.bubble;
+    j["bubble_ideal"] = r.ideal_bubble;
+    j["cores"] = r.cores;
+    j["threads_per_rank"] = r.threads;
+    j["ranks_per_core"] = r.ranks_per_core();
+    j["stage_step_peak_bytes"] = r.stage_step_peak_bytes;
+    j["stage_microbatch_bytes"] = r.stage_microbatch_bytes;
+  }
   j["zero"] = r.layout.zero;
   j["step_ms"] = r.step_seconds * 1e3;
   j["tokens_per_s"] = tokens_per_second(r);
@@ -581,6 +736,54 @@ void print_zero_ratios(const std::vector<Result>& results, bool json) {
   }
 }
 
+// 1F1B's memory against GPipe's: for each 1F1B result with a GPipe twin (the same layout, schedule
+// gpipe), per stage the step peak of 1F1B beside GPipe's / (m / p) + one microbatch (1F1B's run's
+// forward of one microbatch through the stage): GPipe holds all m microbatches' activations, 1F1B
+// at most p of them (min(p - stage, m)).
+void print_pp_memory(const std::vector<Result>& results, bool json) {
+  for (const Result& r : results) {
+    if (r.layout.pp == 1 || r.layout.pp_schedule != PipelineScheduleKind::one_f_one_b) continue;
+    Layout base = r.layout;
+    base.pp_schedule = PipelineScheduleKind::gpipe;
+    const auto b = std::find_if(results.begin(), results.end(),
+                                [&](const Result& x) { return layout_name(x.layout) == layout_name(base); });
+    if (b == results.end()) continue;
+    const double per = double(r.microbatches) / double(r.layout.pp);  // m / p
+    bool all_met = true;
+    Json stages = Json::array();
+    std::vector<std::string> text;
+    for (std::size_t s = 0; s < r.stage_step_peak_bytes.size() && s < b->stage_step_peak_bytes.size(); ++s) {
+      const double bound = double(b->stage_step_peak_bytes[s]) / per + double(r.stage_microbatch_bytes[s]);
+      const bool met = double(r.stage_step_peak_bytes[s]) <= bound;
+      all_met = all_met && met;
+      stages.push_back({{"stage", s},
+                        {"one_f_one_b_step_peak_bytes", r.stage_step_peak_bytes[s]},
+                        {"gpipe_step_peak_bytes", b->stage_step_peak_bytes[s]},
+                        {"microbatch_bytes", r.stage_microbatch_bytes[s]},
+                        {"bound_bytes", bound},
+                        {"met", met}});
+      text.push_back(fmt::format("stage {}: 1F1B {} KiB vs GPipe {} KiB / {:.2f} + one microbatch {} KiB = {:.1f} KiB: "
+                                 "{}",
+                                 s, kib(r.stage_step_peak_bytes[s]), kib(b->stage_step_peak_bytes[s]), per,
+                                 kib(r.stage_microbatch_bytes[s]), bound / 1024.0, met ? "met" : "NOT MET"));
+    }
+    if (json) {
+      std::printf("%s\n", Json{{"pp_memory", layout_name(r.layout)},
+                               {"baseline", layout_name(base)},
+                               {"pp", r.layout.pp},
+                               {"microbatches", r.microbatches},
+                               {"stages", stages},
+                               {"met", all_met}}
+                              .dump()
+                              .c_str());
+    } else {
+      std::printf("1F1B / GPipe step peak at %s (p %d, m %lld; target 1F1B <= GPipe / (m/p) + one microbatch): %s\n",
+                  grid_name(r.layout).c_str(), r.layout.pp, static_cast<long long>(r.microbatches),
+                  fmt::format("{}", fmt::join(text, "; ")).c_str());
+    }
+  }
+}
+
 // ---- the command ---------------------------------------------------------------------------
 
 int run(const Options& o) {
@@ -592,7 +795,21 @@ int run(const Options& o) {
   // As `wallfacer train`: the smallest machine of the job decides the memory check.
   Tensor machine = Tensor::full({1}, static_cast<double>(machine_memory_bytes()), DType::f64);
   runtime.world().all_reduce(machine, comm::ReduceOp::min);
+  if (layouts.empty()) {  // only pipeline sizes that do not divide the world
+    if (root) {
+      print_error(fmt::format("bench layout: no pipeline size of --pp divides the world of {} ranks", world));
+    }
+    return kExitRuntimeError;
+  }
   if (root && !o.json) print_header(o, layout_config(base, layouts.front(), o.steps), world);
+  if (root && o.layouts.empty()) {
+    for (int pp : pipeline_sizes(o, base)) {
+      if (world % pp == 0) continue;
+      const std::string reason = fmt::format("parallel.pp = {} does not divide the world of {} ranks", pp, world);
+      if (o.json) std::printf("%s\n", Json{{"layout", fmt::format("pp{}", pp)}, {"skipped", reason}}.dump().c_str());
+      else std::printf("%-29s skipped: %s\n", fmt::format("pp{}", pp).c_str(), reason.c_str());
+    }
+  }
 
   std::vector<Result> results;
   for (const Layout& layout : layouts) {
@@ -617,6 +834,7 @@ int run(const Options& o) {
   if (root) {
     print_tp_ratios(results, o.json);
     print_zero_ratios(results, o.json);
+    print_pp_memory(results, o.json);
   }
   if (results.empty()) {
     if (root) print_error("bench layout: no layout could run (each was skipped above)");
@@ -651,6 +869,15 @@ void add_bench_layout_command(CLI::App& bench) {
                       "parallel.zero); a layout whose replica group dp x sp is one rank runs at 0 only")
       ->delimiter(',')
       ->check(zero_stage());
+  command->add_option("--pp", o->pp,
+                      "comma-separated pipeline sizes to run, e.g. 1,2,4 (default: the config's parallel.pp); with "
+                      "pp > 1 the layouts of world / pp for the rest")
+      ->delimiter(',')
+      ->check(positive());
+  command->add_option("--pp-schedule", o->schedule_names,
+                      "comma-separated pipeline schedules to run each pp > 1 layout with: gpipe, 1f1b, interleaved "
+                      "(default: the config's parallel.pp_schedule; interleaved takes parallel.pp_virtual chunks)")
+      ->delimiter(',');
   command->add_option("--steps", o->steps, "measured steps after one warm-up step (the median is printed)")
       ->check(positive());
   command->add_flag("--json", o->json, "one JSON object per line per layout");
@@ -658,6 +885,13 @@ void add_bench_layout_command(CLI::App& bench) {
   set_action(*command, [o] {
     try {
       for (const std::string& text : o->layout_names) o->layouts.push_back(parse_layout(text));
+      for (const std::string& name : o->schedule_names) {
+        try {
+          o->schedules.push_back(parallel::parse_pipeline_schedule(name));
+        } catch (const Error& e) {
+          WF_USER_FAIL("--pp-schedule: {}", e.what());
+        }
+      }
     } catch (const Error& e) {
       print_error(e.what());
       return kExitUsageError;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "wallfacer/autograd/engine.h"
@@ -30,6 +31,23 @@ struct Pending {
   comm::Request request;
   Tensor tensor;
 };
+
+// Waits for a neighbour's message without holding a core: a stage waits for a whole forward or
+// backward of its neighbour (the bubble), and a busy wait (Request::wait spins first) would take
+// the core from the ranks and progress threads that share the machine, slowing the very stage it
+// waits for. Polls with short sleeps (each test moves the transfer on), then, past a second,
+// hands over to Request::wait, whose watchdog ends a job whose neighbour died.
+void wait_idle(comm::Request& request) {
+  const Clock::time_point start = Clock::now();
+  while (!request.test()) {
+    if (Clock::now() - start > std::chrono::seconds(1)) {
+      request.wait();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  request.wait();  // completes the request's bookkeeping (returns at once)
+}
 
 }  // namespace
 
@@ -101,7 +119,7 @@ LossTotals PipelineRunner::train_step(const std::function<models::Batch(int)>& b
     auto it = receives.find({mb, chunk});
     WF_CHECK(it != receives.end(), "PipelineRunner: no receive posted for microbatch {} chunk {}", mb, chunk);
     const Clock::time_point wait_start = Clock::now();
-    it->second.request.wait();
+    wait_idle(it->second.request);
     waited += seconds_between(wait_start, Clock::now());
     Tensor t = std::move(it->second.tensor);
     receives.erase(it);

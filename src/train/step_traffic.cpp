@@ -1,6 +1,9 @@
 #include "wallfacer/train/step_traffic.h"
 
+#include <algorithm>
+
 #include "wallfacer/core/error.h"
+#include "wallfacer/models/model.h"
 
 namespace wf::train {
 
@@ -62,7 +65,7 @@ std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy,
 
 std::int64_t tp_step_bytes(const models::DecoderOptions& options, int tp, std::int64_t tokens, std::int64_t accum,
                            std::int64_t activation_bytes, bool shard_activations,
-                           std::int64_t partial_gradient_elements) {
+                           std::int64_t partial_gradient_elements, const StageShare& stage) {
   if (tp == 1) return 0;
   const models::DecoderOptions m = models::resolved(options);
   const std::int64_t x = tokens * m.d_model * activation_bytes;  // one [B, n, d]
@@ -84,9 +87,26 @@ std::int64_t tp_step_bytes(const models::DecoderOptions& options, int tp, std::i
   }
   constexpr auto kDouble = static_cast<std::int64_t>(sizeof(double));
   const std::int64_t loss = all_reduce_bytes(tokens * kDouble, tp) + all_reduce_bytes(2 * tokens * kDouble, tp);
-  const std::int64_t microbatch = m.n_layer * per_block + embedding + head + loss;
+  const std::int64_t blocks = stage.blocks < 0 ? m.n_layer : stage.blocks;
+  const std::int64_t microbatch =
+      blocks * per_block + (stage.embedding ? embedding : 0) + (stage.head ? head + loss : 0);
   // + the clip's split sum of squares
   return accum * microbatch + partial_gradients + all_reduce_bytes(kDouble, tp);
+}
+
+std::int64_t pp_step_bytes(int pp, int pp_rank, int virtual_stages, std::int64_t microbatches,
+                           std::int64_t hidden_bytes) {
+  if (pp == 1) return 0;
+  const int stages = pp * virtual_stages;
+  std::int64_t sends = 0;  // per microbatch
+  for (int chunk = 0; chunk < virtual_stages; ++chunk) {
+    const int global = chunk * pp + pp_rank;
+    if (global + 1 < stages) ++sends;  // the hidden states forward
+    if (global > 0) ++sends;           // their gradient backward
+  }
+  constexpr std::int64_t kLossTotals = 2 * sizeof(double);  // Trainer::compute_gradients' sum over pp
+  constexpr std::int64_t kClipSums = 2 * sizeof(double);    // the other stages' squares (GradNormScope::stages)
+  return microbatches * sends * hidden_bytes + all_reduce_bytes(kLossTotals, pp) + all_reduce_bytes(kClipSums, pp);
 }
 
 GroupBytes predicted_step_traffic(const config::RunConfig& config, const models::DecoderOptions& options,
@@ -94,23 +114,25 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const models:
   const std::vector<Tensor> params = module.parameters();
   const int replicas = grid.group_size("dp_sp");
   const int zero = effective_zero_stage(replicas, config.parallel.zero);
-  const FlatLayout layout = replica_layout(params, gradient_bucket_bytes(config), replicas, zero);
+  const int pp = config.parallel.pp, pp_virtual = pp > 1 ? config.parallel.pp_virtual : 1;
+  // The parameters shared with another pipeline stage (the tied embedding), laid out isolated:
+  // the indices Trainer::set_up_pipeline passes to ReplicaGradients.
+  std::vector<std::size_t> shared;
+  if (pp > 1) {
+    if (const auto* model = dynamic_cast<const models::Model*>(&module)) shared = models::pipeline_shared_parameter_indices(*model);
+  }
+  const FlatLayout layout = replica_layout(params, gradient_bucket_bytes(config), replicas, zero, shared);
+  const int replica = zero > 0 ? grid.group_rank("dp_sp") : 0;
   // The elements reduce_partial_gradients sums over tp: of the parameters marked partial, what
   // this replica's optimizer holds (all of them, or its ZeRO pieces).
   std::int64_t partial = 0;
   const auto shards = module.parameter_shards();
   for (std::size_t k = 0; k < shards.size(); ++k) {
     if (shards[k].partial_gradient_group != "tp") continue;
-    for (const FlatLayout::Owned& owned : layout.owned(k, zero > 0 ? grid.group_rank("dp_sp") : 0)) {
-      partial += owned.end - owned.begin;
-    }
+    for (const FlatLayout::Owned& owned : layout.owned(k, replica)) partial += owned.end - owned.begin;
   }
   GroupBytes predicted;
-  const bool pipelined = config.parallel.pp > 1;
-  for (std::string_view name : comm::ProcessGrid::group_names()) {
-    predicted[std::string(name)] = pipelined ? std::nullopt : std::optional<std::int64_t>(0);
-  }
-  if (pipelined) return predicted;
+  for (std::string_view name : comm::ProcessGrid::group_names()) predicted[std::string(name)] = 0;
 
   const models::DecoderOptions m = models::resolved(options);
   const int tp = config.parallel.tp, sp = config.parallel.sp;
@@ -120,16 +142,42 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const models:
   // lse, D and the partial sums travel in the compute dtype: f64 for f64, f32 otherwise.
   const std::int64_t compute = config.train.dtype == DType::f64 ? 8 : 4;
 
+  // This rank's stage: its blocks over all its chunks, the embedding, the head.
+  const models::StageRange stage = models::pipeline_stage(config, grid);
+  StageShare share{.blocks = 0, .embedding = stage.embedding, .head = stage.head};
+  for (const models::BlockRange& chunk : stage.chunks) share.blocks += (chunk.end < 0 ? m.n_layer : chunk.end) - chunk.first;
+
   // Tensor parallelism splits the heads: each rank's attention sees n_head / tp of them.
   const parallel::AttentionDims dims{config.train.micro_batch_size, config.train.seq_len, m.n_head / tp,
                                      m.n_kv_head / tp, m.d_model / m.n_head};
-  const auto calls = m.n_layer * accum;
+  const auto calls = share.blocks * accum;
   for (const auto& [group, bytes] : sp_call_bytes(config.parallel.sp_strategy, dims, grid,
                                                   {activation, compute, compute}, m.checkpoint_attention_output)) {
     predicted[group] = calls * bytes;
   }
-  predicted["tp"] = tp_step_bytes(m, tp, tokens, accum, activation, config.parallel.tp_shard_activations, partial);
-  predicted["dp_sp"] = gradient_sync_bytes(layout, replicas, zero, accum);
+  predicted["tp"] =
+      tp_step_bytes(m, tp, tokens, accum, activation, config.parallel.tp_shard_activations, partial, share);
+  // ZeRO-2 reduce-scatters in every backward: under pp one per backward action of the schedule.
+  predicted["dp_sp"] = gradient_sync_bytes(layout, replicas, zero, accum * pp_virtual);
+  if (pp == 1) return predicted;
+
+  // The hidden states the stages exchange (DecoderLM::stage_hidden): [B, n / parts, d_model] in
+  // the parameters' dtype, parts = tp with the activations sharded over tp.
+  const std::int64_t parts = config.parallel.tp_shard_activations ? tp : 1;
+  const DType hidden_dtype = params.empty() ? config.train.dtype : params.front().dtype();
+  const std::int64_t hidden =
+      tokens / parts * m.d_model * static_cast<std::int64_t>(dtype_size(hidden_dtype));
+  predicted["pp"] = pp_step_bytes(pp, grid.coord("pp"), pp_virtual, accum, hidden);
+  // The tied embedding's pieces summed between the first and the last stage.
+  const int embedding_ranks = grid.group_size("pp.embedding");
+  std::int64_t embedding = 0;
+  for (const std::size_t k : shared) {
+    const auto element = static_cast<std::int64_t>(dtype_size(params[k].dtype()));
+    for (const FlatLayout::Owned& owned : layout.owned(k, replica)) {
+      embedding += all_reduce_bytes((owned.end - owned.begin) * element, embedding_ranks);
+    }
+  }
+  predicted["pp.embedding"] = embedding;
   return predicted;
 }
 

@@ -231,13 +231,7 @@ void Trainer::set_up_pipeline() {
   pipeline_ = std::make_unique<PipelineRunner>(
       *model_, grid_.group("pp"),
       parallel::PipelineSchedule(p.pp_schedule, p.pp, static_cast<int>(config::grad_accum_steps(config_)), p.pp_virtual));
-  const std::vector<nn::NamedTensor> named = model_->named_parameters();
-  for (const std::string& name : model_->pipeline_shared_parameters()) {
-    const auto it = std::find_if(named.begin(), named.end(), [&](const nn::NamedTensor& n) { return n.first == name; });
-    WF_CHECK(it != named.end(), "model '{}' shares parameter '{}' with another stage but does not hold it",
-             model_->name(), name);
-    shared_params_.push_back(static_cast<std::size_t>(it - named.begin()));
-  }
+  shared_params_ = models::pipeline_shared_parameter_indices(*model_);
 }
 
 void Trainer::sum_shared_gradients() {

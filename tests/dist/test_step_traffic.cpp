@@ -4,6 +4,7 @@
 // checkpoint, with two microbatches per step: each rank's bytes on each group equal the
 // prediction exactly.
 #include <map>
+#include <tuple>
 #include <string>
 #include <utility>
 
@@ -85,4 +86,56 @@ TEST_CASE("a training step sends on each group exactly the bytes step_traffic.h 
     }
   }
   CHECK(ran >= 2);  // at least dp = world, with and without the checkpoint
+}
+
+TEST_CASE("a pipelined training step sends on each group exactly the bytes step_traffic.h predicts",
+          "[dist][layout_traffic][pp]") {
+  using wf::parallel::PipelineScheduleKind;
+  const int world = runtime().world_size();
+  int ran = 0;
+  for (const int pp : {2, 4}) {
+    if (world % pp != 0) continue;
+    const int rest = world / pp;
+    // The rest of the world as dp, sp or tp; every schedule; ZeRO 0 and 2; the attention checkpoint.
+    for (const auto& [dp, tp, sp] : {std::tuple{rest, 1, 1}, {1, 1, rest}, {1, rest, 1}}) {
+      for (const PipelineScheduleKind schedule :
+           {PipelineScheduleKind::one_f_one_b, PipelineScheduleKind::gpipe, PipelineScheduleKind::interleaved}) {
+        for (const auto& [checkpointed, zero] : {std::pair{false, 0}, {true, 0}, {false, 2}}) {
+          wf::config::RunConfig config = small_gpt_run(dp, sp, checkpointed, "wf_test_step_traffic_pp");
+          config.model.set("n_layer", 4 * (schedule == PipelineScheduleKind::interleaved ? 2 : 1));
+          config.parallel.pp = pp;
+          config.parallel.tp = tp;
+          config.parallel.pp_schedule = schedule;
+          config.parallel.pp_virtual = schedule == PipelineScheduleKind::interleaved ? 2 : 1;
+          config.parallel.zero = zero;
+          if (zero > 0) config.parallel.grad_bucket_mb = 16.0 / 1024;
+          config.train.steps = 1;
+          config.train.global_batch_size = 4 * dp;  // four microbatches per step
+          if (!error_of([&] { wf::config::validate(config, world); }).empty()) continue;  // the same on every rank
+          INFO(describe(config.parallel, checkpointed) << ", pp " << pp << " " << wf::parallel::to_string(schedule));
+          wf::comm::CommGrid grid(wf::comm::ProcessGrid(config.parallel.grid(), world, runtime().rank()));
+          wf::train::Trainer trainer(config, grid);
+          const auto& decoder = dynamic_cast<const wf::models::DecoderLM&>(trainer.model());
+          const wf::train::GroupBytes predicted =
+              wf::train::predicted_step_traffic(config, decoder.options(), grid.grid(), trainer.model());
+          const auto before = TrafficRegistry::instance().snapshot();
+          trainer.train_step();
+          std::map<std::string, Traffic> measured = since(before);
+          for (const auto& [group, bytes] : predicted) {
+            INFO("group " << group);
+            REQUIRE(bytes.has_value());
+            CHECK(measured[group].bytes_sent == *bytes);
+            CHECK(measured[group].bytes_received == *bytes);
+            measured.erase(group);
+          }
+          for (const auto& [group, traffic] : measured) {
+            INFO("unpredicted group " << group);
+            CHECK(traffic == Traffic{});
+          }
+          ++ran;
+        }
+      }
+    }
+  }
+  if (world >= 2 && world % 2 == 0) CHECK(ran >= 3);
 }

@@ -128,6 +128,11 @@ class Model : public nn::Module {
   virtual std::vector<std::string> pipeline_shared_parameters() const { return {}; }
 };
 
+// Indices into model.parameters() of model.pipeline_shared_parameters(): what the trainer lays
+// out isolated and sums over pp.embedding (and the traffic prediction counts). wf::Error naming a
+// shared parameter the model does not hold.
+std::vector<std::size_t> pipeline_shared_parameter_indices(const Model& model);
+
 // wf::UserError naming the model when it has no logits (it cannot generate text).
 void require_logits(const Model& model);
 

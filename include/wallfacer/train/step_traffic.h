@@ -7,7 +7,8 @@
 // rounded down per call); sent equals received in every term.
 //
 // Per step, with A = grad_accum_steps microbatches of B sequences, n = seq_len / sp tokens per
-// rank, L = n_layer:
+// rank, L = the blocks this rank holds (n_layer without pipeline parallelism; under pp the blocks
+// of its stage's model chunks, models::pipeline_stage):
 //   sp groups  L·A attention calls, each its forward and its backward (traffic_model.h, per
 //              strategy; the dispatch over "sp", the sub-ring "sp.ring", the team "sp.team"), or
 //              with model.checkpoint_attention its forward and its replayed backward
@@ -26,17 +27,29 @@
 //              input gathered forward, reduce-scattered backward; a row layer's output the
 //              reverse; the recompute repeats both kinds' forward), entering the sharded stream
 //              after the embedding all-gathers its gradient (backward), and once per step the
-//              gradients the shards mark partial over tp (norms, row biases) are all-reduced
+//              gradients the shards mark partial over tp (norms, row biases) are all-reduced.
+//              Under pp the embedding's terms are the first stage's, the head's and the
+//              cross-entropy's the last stage's.
 //   dp_sp      the gradient reduction of replica_gradients.h over the buckets of FlatLayout
 //              (parallel.grad_bucket_mb), in the parameters' dtype: ZeRO-0 all-reduces each
 //              bucket once; ZeRO-1 reduce-scatters each (padded) bucket once and all-gathers it
-//              after the update; ZeRO-2 reduce-scatters it in every microbatch (A times) and
-//              all-gathers it once; ZeRO 1 and 2 also sum the clip's two squares over the
-//              replicas. Then the loss totals (two doubles) of normalise_gradients
-// Every other group ("world", "dp", "pp") moves nothing during a step.
-//
-// What is not predicted (std::nullopt): every group under pipeline parallelism (the trainer
-// has no schedule for it yet).
+//              after the update; ZeRO-2 reduce-scatters it in every backward (A times, under pp
+//              A·pp_virtual: one per backward action of the schedule) and all-gathers it once;
+//              ZeRO 1 and 2 also sum the clip's two squares over the replicas. Then the loss
+//              totals (two doubles) of normalise_gradients. Under pp the layout is the stage's,
+//              with the tied embedding laid out isolated (FlatLayout::Param::isolated), as the
+//              Trainer lays it out.
+//   pp         (pp > 1) PipelineRunner's P2P: per microbatch and model chunk, the hidden states
+//              [B, n (/ tp with tp_shard_activations), d_model] in the parameters' dtype sent
+//              forward unless the chunk is the last global stage, and their gradient (the same
+//              bytes) sent backward unless it is the first; then the loss totals (two doubles,
+//              Trainer::compute_gradients) and the clip's two squares (GradNormScope::stages),
+//              each one all-reduce over pp.
+//   pp.embedding  (pp > 1, tied embedding, first and last stage) one all-reduce of each optimizer
+//              piece of the embedding's gradient (Trainer::sum_shared_gradients): the whole
+//              shard at ZeRO-0, this replica's owned ranges of it at ZeRO 1 and 2.
+// Every other group ("world", "dp") moves nothing during a step.
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -60,7 +73,8 @@ using GroupBytes = std::map<std::string, std::optional<std::int64_t>>;
 std::int64_t all_reduce_bytes(std::int64_t bytes, int ranks);
 
 // The dp_sp term: the reduction of the buckets of `layout` (replica_layout's, for this stage)
-// at ZeRO stage `zero` with `accum` microbatches, and the loss totals, over `replicas` ranks.
+// at ZeRO stage `zero` with `accum` backwards per step (ZeRO-2 reduce-scatters in each), and the
+// loss totals, over `replicas` ranks.
 std::int64_t gradient_sync_bytes(const FlatLayout& layout, int replicas, int zero = 0, std::int64_t accum = 1);
 
 // The sp groups' term of one attention call (forward + backward, or forward + replayed backward
@@ -69,18 +83,34 @@ std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy,
                                                   const comm::ProcessGrid& grid, const parallel::ElementBytes& bytes,
                                                   bool checkpointed);
 
+// What a pipeline stage holds of the decoder, for the tp term: its blocks (all chunks), and
+// whether it embeds (the first stage) and runs the head and loss (the last). The default: the
+// whole model (`blocks` < 0: model.n_layer).
+struct StageShare {
+  std::int64_t blocks = -1;
+  bool embedding = true;
+  bool head = true;
+};
+
 // The tp term of one step: `tokens` = B·n per microbatch on this rank, `accum` microbatches,
 // activations of `activation_bytes` each.
 // `partial_gradient_elements`: how many parameter elements this rank's shards mark partial over
 // tp (summed once per step by parallel::reduce_partial_gradients; 0 unless activations are
-// sharded).
+// sharded). `stage`: what this rank holds under pipeline parallelism.
 std::int64_t tp_step_bytes(const models::DecoderOptions& model, int tp, std::int64_t tokens, std::int64_t accum,
                            std::int64_t activation_bytes, bool shard_activations = false,
-                           std::int64_t partial_gradient_elements = 0);
+                           std::int64_t partial_gradient_elements = 0, const StageShare& stage = {});
+
+// The pp term of one step on pp rank `pp_rank` of `pp` (> 1) with `virtual_stages` chunks each:
+// `microbatches` × (forward sends + backward sends) of `hidden_bytes` each, plus the two
+// all-reduces of two doubles (loss totals, clip squares). 0 at pp = 1.
+std::int64_t pp_step_bytes(int pp, int pp_rank, int virtual_stages, std::int64_t microbatches,
+                           std::int64_t hidden_bytes);
 
 // Every group of comm::ProcessGrid::group_names for this rank of `grid` (config's layout):
 // `model` is the trainer's decoder (resolved options), `module` the built model on this rank (its
-// parameters in order, and their shards); the bucket size and ZeRO stage are the config's.
+// parameters in order, and their shards; a models::Model also names the parameters it shares
+// with another pipeline stage); the bucket size and ZeRO stage are the config's.
 GroupBytes predicted_step_traffic(const config::RunConfig& config, const models::DecoderOptions& model,
                                   const comm::ProcessGrid& grid, const nn::Module& module);
 
