@@ -1,8 +1,8 @@
 // train/step_traffic.h against the traffic counters: one optimizer step of the Trainer on every
 // dp × tp × sp layout of this world that config::validate accepts (tp joins in once the trainer
 // runs it), for every sp strategy and WallFacer team size, with and without the attention
-// checkpoint, with two microbatches per step: each rank's bytes on each group equal the
-// prediction exactly.
+// checkpoint, with two microbatches per step; and every pipelined layout of pp 2 and 4 under each
+// schedule: each rank's bytes on each group equal the prediction exactly.
 #include <map>
 #include <tuple>
 #include <string>
@@ -39,6 +39,30 @@ std::map<std::string, Traffic> since(const std::map<std::string, Traffic>& befor
   return delta;
 }
 
+// One optimizer step of the Trainer of `config` on this world: each group's bytes sent and
+// received equal the prediction, and no other group moves anything.
+void check_one_step(const wf::config::RunConfig& config, int world) {
+  wf::comm::CommGrid grid(wf::comm::ProcessGrid(config.parallel.grid(), world, runtime().rank()));
+  wf::train::Trainer trainer(config, grid);
+  const auto& decoder = dynamic_cast<const wf::models::DecoderLM&>(trainer.model());
+  const wf::train::GroupBytes predicted =
+      wf::train::predicted_step_traffic(config, decoder.options(), grid.grid(), trainer.model());
+  const auto before = TrafficRegistry::instance().snapshot();
+  trainer.train_step();
+  std::map<std::string, Traffic> measured = since(before);
+  for (const auto& [group, bytes] : predicted) {
+    INFO("group " << group);
+    REQUIRE(bytes.has_value());  // every group is predicted
+    CHECK(measured[group].bytes_sent == *bytes);
+    CHECK(measured[group].bytes_received == *bytes);
+    measured.erase(group);
+  }
+  for (const auto& [group, traffic] : measured) {  // no other group may move anything
+    INFO("unpredicted group " << group);
+    CHECK(traffic == Traffic{});
+  }
+}
+
 }  // namespace
 
 TEST_CASE("a training step sends on each group exactly the bytes step_traffic.h predicts", "[dist][layout_traffic]") {
@@ -61,26 +85,7 @@ TEST_CASE("a training step sends on each group exactly the bytes step_traffic.h 
         config.train.global_batch_size = 2 * l.dp;  // two microbatches per step
         if (!error_of([&] { wf::config::validate(config, world); }).empty()) continue;  // the same on every rank
         INFO(describe(l, checkpointed));
-        wf::comm::CommGrid grid(wf::comm::ProcessGrid(config.parallel.grid(), world, runtime().rank()));
-        wf::train::Trainer trainer(config, grid);
-        const auto& decoder = dynamic_cast<const wf::models::DecoderLM&>(trainer.model());
-        const wf::train::GroupBytes predicted =
-            wf::train::predicted_step_traffic(config, decoder.options(), grid.grid(), trainer.model());
-
-        const auto before = TrafficRegistry::instance().snapshot();
-        trainer.train_step();
-        std::map<std::string, Traffic> measured = since(before);
-        for (const auto& [group, bytes] : predicted) {
-          INFO("group " << group);
-          REQUIRE(bytes.has_value());  // every group is predicted without pipeline parallelism
-          CHECK(measured[group].bytes_sent == *bytes);
-          CHECK(measured[group].bytes_received == *bytes);
-          measured.erase(group);
-        }
-        for (const auto& [group, traffic] : measured) {  // no other group may move anything
-          INFO("unpredicted group " << group);
-          CHECK(traffic == Traffic{});
-        }
+        check_one_step(config, world);
         ++ran;
       }
     }
@@ -113,25 +118,7 @@ TEST_CASE("a pipelined training step sends on each group exactly the bytes step_
           config.train.global_batch_size = 4 * dp;  // four microbatches per step
           if (!error_of([&] { wf::config::validate(config, world); }).empty()) continue;  // the same on every rank
           INFO(describe(config.parallel, checkpointed) << ", pp " << pp << " " << wf::parallel::to_string(schedule));
-          wf::comm::CommGrid grid(wf::comm::ProcessGrid(config.parallel.grid(), world, runtime().rank()));
-          wf::train::Trainer trainer(config, grid);
-          const auto& decoder = dynamic_cast<const wf::models::DecoderLM&>(trainer.model());
-          const wf::train::GroupBytes predicted =
-              wf::train::predicted_step_traffic(config, decoder.options(), grid.grid(), trainer.model());
-          const auto before = TrafficRegistry::instance().snapshot();
-          trainer.train_step();
-          std::map<std::string, Traffic> measured = since(before);
-          for (const auto& [group, bytes] : predicted) {
-            INFO("group " << group);
-            REQUIRE(bytes.has_value());
-            CHECK(measured[group].bytes_sent == *bytes);
-            CHECK(measured[group].bytes_received == *bytes);
-            measured.erase(group);
-          }
-          for (const auto& [group, traffic] : measured) {
-            INFO("unpredicted group " << group);
-            CHECK(traffic == Traffic{});
-          }
+          check_one_step(config, world);
           ++ran;
         }
       }
