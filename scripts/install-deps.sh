@@ -8,7 +8,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libopenmpi-dev openmpi-bin
-  libeigen3-dev libopenblas-dev
+  libeigen3-dev libopenblas-dev libdnnl-dev
   libyaml-cpp-dev libspdlog-dev libfmt-dev
   catch2 nlohmann-json3-dev libcli11-dev
   bible-kjv gnuplot-nox python3-torch

@@ -1,6 +1,5 @@
 #include "kernels/cpu/attention.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/softmax.h"
 #include "wallfacer/core/error.h"
@@ -34,19 +34,14 @@ constexpr double kMaxPartialBytes = double(std::int64_t{1} << 30);
 template <class T>
 constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
-// ---- BLAS -------------------------------------------------------------------------------
-// Row-major C = alpha·op(A)·op(B) + beta·C on one thread (OpenBLAS is pinned to one thread; the
-// tiles are parallelised with OpenMP). Leading dimensions address one head of [n, h, d].
-void tile_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-               std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m), int(n),
-              int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
-void tile_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
-               const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c,
-               std::int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m), int(n),
-              int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+// ---- GEMM ------------------------------------------------------------------------------
+// Row-major C = alpha·op(A)·op(B) + beta·C on the calling thread: the tiles are parallelised with
+// OpenMP, and gemm() inside a parallel region runs the process's default backend (oneDNN or
+// OpenBLAS, kernels/cpu/gemm.h) on one thread. Leading dimensions address one head of [n, h, d].
+template <class T>
+void tile_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+               std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  gemm<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 // ---- float rows ------------------------------------------------------------------------------

@@ -4,12 +4,16 @@
 
 #include "kernels/cpu/gemm.h"
 
+#include "kernels/cpu/gemm_onednn.h"
+#include "kernels/cpu/simd_dispatch.h"
+
 #include <cblas.h>
 #include <omp.h>
 
 #include <Eigen/Core>
 #include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threading.h"
@@ -22,23 +26,24 @@ namespace {
 constexpr std::int64_t kParallelMacs = std::int64_t{1} << 21;
 constexpr std::int64_t kMinPanel = 32;
 
-// One product's geometry, validated once and then handed to the backends unchanged.
-template <class T>
+// One product's geometry, validated once and then handed to the backends unchanged. In is the
+// operands' type, Out the result's and the scalars' (bf16 operands give f32 results).
+template <class In, class Out = In>
 struct GemmArgs {
   bool trans_a, trans_b;
   std::int64_t M, N, K;
-  T alpha;
-  const T* A;
+  Out alpha;
+  const In* A;
   std::int64_t lda;
-  const T* B;
+  const In* B;
   std::int64_t ldb;
-  T beta;
-  T* C;
+  Out beta;
+  Out* C;
   std::int64_t ldc;
 };
 
-template <class T>
-void check_gemm_args(const char* who, const GemmArgs<T>& g, bool check_pointers = true) {
+template <class Args>
+void check_gemm_args(const char* who, const Args& g, bool check_pointers = true) {
   WF_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0, "{}: sizes must be non-negative, got M={} N={} K={}",
            who, g.M, g.N, g.K);
   // Row-major storage: a matrix stored [rows, cols] needs ld >= cols. (An empty matrix may pass
@@ -64,8 +69,9 @@ void check_gemm_args(const char* who, const GemmArgs<T>& g, bool check_pointers 
 }
 
 // C = beta·C, with BLAS semantics: beta == 0 overwrites (never 0·NaN).
-template <class T>
-void scale_c(const GemmArgs<T>& g) {
+template <class Args>
+void scale_c(const Args& g) {
+  using T = std::remove_pointer_t<decltype(g.C)>;
   if (g.beta == T(1)) return;
   for (std::int64_t i = 0; i < g.M; ++i) {
     T* row = g.C + i * g.ldc;
@@ -108,23 +114,66 @@ void gemm_eigen(const GemmArgs<T>& g) {
   else accumulate(a, b);
 }
 
-// One product on the calling thread. Degenerate shapes never reach a backend so both agree.
+// oneDNN threads a call itself unless it is made inside an OpenMP parallel region; a product
+// that reaches it outside one (too small for panels) is pinned to the calling thread, like the
+// other backends.
+template <class T>
+void gemm_onednn(const GemmArgs<T>& g) {
+  if constexpr (std::is_same_v<T, float>) {
+    const ScopedNumThreads one_thread(1);
+    onednn_sgemm(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc);
+  } else {
+    init_blas_threads();
+    gemm_cblas(g);  // oneDNN has no f64 GEMM: the f64 (accuracy) path stays on OpenBLAS
+  }
+}
+
+// One product on the calling thread. Degenerate shapes never reach a backend so all agree.
 template <class T>
 void gemm_on_this_thread(const GemmArgs<T>& g, GemmBackend backend) {
   if (g.M == 0 || g.N == 0) return;
   if (g.K == 0 || g.alpha == T(0)) return scale_c(g);
-  if (backend == GemmBackend::cblas) {
-    init_blas_threads();
-    gemm_cblas(g);
-  } else {
-    gemm_eigen(g);
+  switch (backend) {
+    case GemmBackend::cblas:
+      init_blas_threads();
+      return gemm_cblas(g);
+    case GemmBackend::eigen: return gemm_eigen(g);
+    case GemmBackend::onednn: return gemm_onednn(g);
   }
 }
 
+// The stored matrix X ([rows, cols] with leading dimension ld) widened to a dense f32 copy.
+std::vector<float> widened(const bf16* x, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+  std::vector<float> out(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < cols; ++j) out[static_cast<std::size_t>(i * cols + j)] = bf16_to_float(x[i * ld + j]);
+  }
+  return out;
+}
+
+// bf16 operands, f32 result: oneDNN's bf16 matmul where the CPU multiplies bf16 natively
+// (AVX512_BF16: vdpbf16ps, or AMX), else the operands widened to f32 — exactly, every bf16 is
+// an f32 — and the f32 product of `backend`. Both accumulate in f32, so the two paths agree to
+// f32 rounding.
+void gemm_on_this_thread(const GemmArgs<bf16, float>& g, GemmBackend backend) {
+  if (g.M == 0 || g.N == 0) return;
+  if (g.K == 0 || g.alpha == 0.0f) return scale_c(g);
+  if (gemm_bf16_native()) {
+    const ScopedNumThreads one_thread(1);
+    return onednn_gemm_bf16(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc);
+  }
+  const std::int64_t a_rows = g.trans_a ? g.K : g.M, a_cols = g.trans_a ? g.M : g.K;
+  const std::int64_t b_rows = g.trans_b ? g.N : g.K, b_cols = g.trans_b ? g.K : g.N;
+  const std::vector<float> a = widened(g.A, a_rows, a_cols, g.lda), b = widened(g.B, b_rows, b_cols, g.ldb);
+  gemm_on_this_thread(GemmArgs<float>{g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, a.data(), a_cols, b.data(),
+                                      b_cols, g.beta, g.C, g.ldc},
+                      backend);
+}
+
 // The sub-product that computes C[rows r0:r1) (or columns, when split_rows is false).
-template <class T>
-GemmArgs<T> panel(const GemmArgs<T>& g, bool split_rows, std::int64_t begin, std::int64_t end) {
-  GemmArgs<T> p = g;
+template <class Args>
+Args panel(const Args& g, bool split_rows, std::int64_t begin, std::int64_t end) {
+  Args p = g;
   if (split_rows) {
     p.M = end - begin;
     p.A = g.trans_a ? g.A + begin : g.A + begin * g.lda;  // rows of op(A)
@@ -139,8 +188,8 @@ GemmArgs<T> panel(const GemmArgs<T>& g, bool split_rows, std::int64_t begin, std
 
 // Splits C into one panel per thread along its longer side. Each element of C is still
 // computed by exactly one call, on one thread, in a fixed order for a given thread count.
-template <class T>
-void gemm_in_panels(const GemmArgs<T>& g, GemmBackend backend) {
+template <class Args>
+void gemm_in_panels(const Args& g, GemmBackend backend) {
   const double macs = double(g.M) * double(g.N) * double(g.K);
   const bool split_rows = g.M >= g.N;
   const std::int64_t extent = split_rows ? g.M : g.N;
@@ -164,8 +213,8 @@ void check_fits_blas_int(const char* who, std::int64_t v, const char* name) {
            who, name, v);
 }
 
-template <class T>
-void validate(const char* who, const GemmArgs<T>& g, bool check_pointers = true) {
+template <class Args>
+void validate(const char* who, const Args& g, bool check_pointers = true) {
   check_gemm_args(who, g, check_pointers);
   check_fits_blas_int(who, g.M, "M");
   check_fits_blas_int(who, g.N, "N");
@@ -176,14 +225,6 @@ void validate(const char* who, const GemmArgs<T>& g, bool check_pointers = true)
 }
 
 }  // namespace
-
-const char* gemm_backend_name(GemmBackend backend) {
-  switch (backend) {
-    case GemmBackend::cblas: return "cblas";
-    case GemmBackend::eigen: return "eigen";
-  }
-  return "unknown";
-}
 
 template <class T>
 void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, T alpha,
@@ -249,6 +290,46 @@ void gemm_reference(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, 
       T& c = C[i * ldc + j];
       const double prior = beta == T(0) ? 0.0 : double(beta) * double(c);
       c = static_cast<T>(double(alpha) * acc + prior);
+    }
+  }
+}
+
+bool gemm_bf16_native() {
+  // AVX512_BF16 is what makes bf16 products faster than f32 ones; WF_CPU_ISA below avx512 (a
+  // test's way to run the fallback on any machine) turns it off like the other wide kernels.
+  static const bool native = onednn_available() && simd::cpu_has_avx512_bf16() && simd::lanes() == 16;
+  return native;
+}
+
+const char* gemm_bf16_path() {
+  if (gemm_bf16_native()) return "onednn bf16 matmul (AVX512_BF16), f32 accumulation";
+  return "f32 (operands widened: no AVX512_BF16, oneDNN absent, or WF_CPU_ISA below avx512)";
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+               const bf16* A, std::int64_t lda, const bf16* B, std::int64_t ldb, float beta, float* C,
+               std::int64_t ldc, GemmBackend backend) {
+  const GemmArgs<bf16, float> g{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
+  validate("gemm_bf16", g);
+  gemm_in_panels(g, backend);
+}
+
+void gemm_bf16_reference(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+                         const bf16* A, std::int64_t lda, const bf16* B, std::int64_t ldb, float beta, float* C,
+                         std::int64_t ldc) {
+  check_gemm_args("gemm_bf16_reference",
+                  GemmArgs<bf16, float>{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
+  for (std::int64_t i = 0; i < M; ++i) {
+    for (std::int64_t j = 0; j < N; ++j) {
+      double acc = 0.0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const double a = bf16_to_float(trans_a ? A[k * lda + i] : A[i * lda + k]);
+        const double b = bf16_to_float(trans_b ? B[j * ldb + k] : B[k * ldb + j]);
+        acc += a * b;
+      }
+      float& c = C[i * ldc + j];
+      const double prior = beta == 0.0f ? 0.0 : double(beta) * double(c);
+      c = static_cast<float>(double(alpha) * acc + prior);
     }
   }
 }

@@ -7,17 +7,40 @@
 // wallfacer/core/threading.h). A large product called outside a parallel region is split into
 // panels of C, one per OpenMP thread, each computed by the single-threaded backend; called
 // from inside a parallel region (e.g. a loop over heads) it simply runs on the calling thread.
-// The measured choice of default backend is written up in docs/kernels-gemm.md.
+// How the default backend is chosen, and the measurements behind it: docs/kernels-gemm.md.
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "wallfacer/core/dtype.h"
 
 namespace wf::kernels::cpu {
 
-enum class GemmBackend { cblas, eigen };
-
-// OpenBLAS (cblas) ran ~2.8x faster than Eigen single-threaded on f32 1024³ and 2048³ products
-// (100–107 vs 38 GFLOP/s; docs/kernels-gemm.md).
-constexpr GemmBackend default_gemm_backend() { return GemmBackend::cblas; }
+// cblas: OpenBLAS (f32 and f64). eigen: pure Eigen, the independent second implementation.
+// onednn: oneDNN's dnnl_sgemm (f32; an f64 product asked of it runs on OpenBLAS).
+enum class GemmBackend { cblas, eigen, onednn };
+// "openblas", "eigen", "onednn": the names WF_CPU_GEMM takes.
 const char* gemm_backend_name(GemmBackend backend);
+// The backend a WF_CPU_GEMM value names ("openblas" or "cblas", "onednn", "eigen"), or nothing.
+std::optional<GemmBackend> parse_gemm_backend(std::string_view name);
+// Whether this build can run the backend (oneDNN is optional at build time).
+bool gemm_backend_available(GemmBackend backend);
+
+// The process's default backend and why it was chosen.
+struct GemmChoice {
+  GemmBackend backend = GemmBackend::cblas;
+  std::string reason;  // e.g. "WF_CPU_GEMM=onednn", "measured at first use: onednn 112 GFLOP/s, openblas 15 ..."
+};
+// Decided once, at the first call: WF_CPU_GEMM when set (a wf::Error names the valid values
+// otherwise), else the faster of oneDNN and OpenBLAS in a ~50 ms single-thread calibration on
+// transformer-block shapes (gemm_select.cpp), else OpenBLAS when oneDNN is not built in.
+GemmChoice gemm_choice();
+// Replaces the decision: every rank of a job adopts rank 0's (comm::Runtime::init), because
+// replicas of one computation must round alike.
+void set_gemm_choice(GemmChoice choice);
+// gemm_choice().backend, cheap after the first call: the default of gemm() and gemm_batched().
+GemmBackend default_gemm_backend();
 
 // Row-major C[M, N] = alpha·op(A)·op(B) + beta·C, where op(A) is [M, K] and op(B) is [K, N].
 // A is stored [M, K] (or [K, M] when trans_a), B is stored [K, N] (or [N, K] when trans_b).
@@ -37,6 +60,23 @@ void gemm_batched(bool trans_a, bool trans_b, std::int64_t batch, std::int64_t M
                   const T* B, std::int64_t ldb, std::int64_t stride_b, T beta, T* C,
                   std::int64_t ldc, std::int64_t stride_c,
                   GemmBackend backend = default_gemm_backend());
+
+// bf16 operands, f32 accumulation and result: C[M, N] (f32) = alpha·op(A)·op(B) + beta·C, with
+// gemm()'s layout, threading and contract. Runs oneDNN's bf16 matmul where gemm_bf16_native(),
+// else widens the operands to f32 (exact) and runs `backend`'s f32 product: the results agree
+// to f32 rounding either way.
+void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+               const bf16* A, std::int64_t lda, const bf16* B, std::int64_t ldb, float beta, float* C,
+               std::int64_t ldc, GemmBackend backend = default_gemm_backend());
+// Whether bf16 products run natively: oneDNN built in, a CPU with AVX512_BF16, and WF_CPU_ISA
+// not capping the kernels below avx512 (how tests force the f32 fallback).
+bool gemm_bf16_native();
+// How gemm_bf16 runs here, in words (`wallfacer info`).
+const char* gemm_bf16_path();
+// The triple loop over the widened operands, accumulating in double: gemm_bf16's oracle.
+void gemm_bf16_reference(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+                         const bf16* A, std::int64_t lda, const bf16* B, std::int64_t ldb, float beta, float* C,
+                         std::int64_t ldc);
 
 // The obviously-correct triple loop, accumulating in double; the oracle for the tests.
 template <class T>

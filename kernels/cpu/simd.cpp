@@ -34,6 +34,14 @@ int requested_lanes() {
 
 }  // namespace
 
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 int lanes() {
   static const int picked = std::min(supported_lanes(), requested_lanes());
   return picked;

@@ -9,6 +9,9 @@ namespace wf::kernels::cpu::simd {
 // capped by the environment variable WF_CPU_ISA=avx512|avx2|sse2 (read once; tests use it to run
 // every variant on one machine). An unknown WF_CPU_ISA value is reported with a warning and ignored.
 int lanes();
+// Whether the CPU has AVX512_BF16 (vdpbf16ps: bf16 dot products with f32 accumulation), whatever
+// WF_CPU_ISA says; callers that honour the cap also check lanes().
+bool cpu_has_avx512_bf16();
 }  // namespace wf::kernels::cpu::simd
 
 // WF_SIMD_FOR_EACH_ISA(M) expands M(name, lanes, target) once per ISA the build can target, with

@@ -13,6 +13,18 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 add_library(BLAS::openblas ALIAS PkgConfig::OPENBLAS)
 
+# oneDNN (Debian's libdnnl-dev): a second f32 GEMM backend that picks its kernels from the CPU
+# itself (kernels/cpu/gemm_onednn.cpp); which one runs is measured at run time
+# (docs/kernels-gemm.md). Optional: without it the OpenBLAS backend runs everything.
+find_package(dnnl CONFIG QUIET)
+set(WF_HAVE_ONEDNN OFF)
+if(dnnl_FOUND)
+  set(WF_HAVE_ONEDNN ON)
+  message(STATUS "wallfacer: oneDNN ${dnnl_VERSION} (GEMM backend)")
+else()
+  message(STATUS "wallfacer: no oneDNN found (apt-get install libdnnl-dev): OpenBLAS runs every GEMM")
+endif()
+
 # CUDA toolkit: optional. AUTO builds the backend when the toolkit is found.
 set(WF_HAVE_CUDA OFF)
 if(NOT WF_CUDA STREQUAL "OFF")

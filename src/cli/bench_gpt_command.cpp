@@ -139,8 +139,10 @@ int run(const Options& o) {
   const StepTimes t = time_steps(model, o);
   const double flops = model.train_flops_per_token(o.seq) * static_cast<double>(tokens);
   const double gflops = flops / t.step * 1e-9;
-  // The yardstick: one thread of OpenBLAS at the MLP's first product, the model's commonest shape.
+  // The yardstick: one thread of the GEMM backend the model runs, at the MLP's first product (the
+  // model's commonest shape).
   const double sgemm = train::sgemm_gflops(tokens, g.d_ff, g.d_model, 3);
+  const std::string gemm = train::default_gemm_description();
   const int threads = num_threads();
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   Profile p;
@@ -168,6 +170,7 @@ int run(const Options& o) {
     j["sgemm_gflops_1thread"] = sgemm;
     j["sgemm_shape"] = fmt::format("{}x{}x{}", tokens, g.d_ff, g.d_model);
     j["blas"] = blas_info();
+    j["gemm"] = gemm;
     j["openblas_coretype"] = coretype ? coretype : "";
     if (o.profile) {
       j["profile_matmul_ms"] = p.matmul * 1e3;
@@ -183,11 +186,12 @@ int run(const Options& o) {
               static_cast<long long>(o.batch), static_cast<long long>(o.seq),
               static_cast<double>(model.num_parameters()) * 1e-6, static_cast<long long>(tokens));
   std::printf("threads %d, %s, OPENBLAS_CORETYPE=%s\n", threads, blas_info(), coretype ? coretype : "(unset)");
+  std::printf("gemm: %s\n", gemm.c_str());
   std::printf("step (forward+backward+AdamW): %.1f ms (median of %d; forward %.1f, backward %.1f, AdamW %.1f ms)\n",
               t.step * 1e3, o.steps, t.forward * 1e3, t.backward * 1e3, t.optimizer * 1e3);
   std::printf("tokens/s: %.1f\n", static_cast<double>(tokens) / t.step);
   std::printf("model GFLOP/step (6·N·tokens + attention): %.2f -> %.1f GFLOP/s\n", flops * 1e-9, gflops);
-  std::printf("sgemm (OpenBLAS, 1 thread, %lldx%lldx%lld): %.1f GFLOP/s; x %d thread(s) = %.1f -> step at %.2f of it\n",
+  std::printf("sgemm (the gemm above, 1 thread, %lldx%lldx%lld): %.1f GFLOP/s; x %d thread(s) = %.1f -> step at %.2f of it\n",
               static_cast<long long>(tokens), static_cast<long long>(g.d_ff), static_cast<long long>(g.d_model), sgemm,
               threads, sgemm * threads, gflops / (sgemm * threads));
   if (o.profile) {

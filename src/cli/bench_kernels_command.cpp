@@ -46,6 +46,16 @@ Row bench_gemm(std::int64_t n, kernels::cpu::GemmBackend backend, double referen
           s * 1e3, 2.0 * n * n * n / s * 1e-9, reference, 0.9};
 }
 
+// bf16 operands, f32 result: the product bf16 training runs (native where gemm_bf16_native()).
+Row bench_gemm_bf16(std::int64_t n, double reference, int iters) {
+  Tensor a = Tensor::randn({n, n}).to(DType::bf16), b = Tensor::randn({n, n}).to(DType::bf16), c = Tensor::zeros({n, n});
+  const double s = median_seconds(iters, [&] {
+    kernels::cpu::gemm_bf16(false, false, n, n, n, 1.0f, a.data<bf16>(), n, b.data<bf16>(), n, 0.0f, c.data<float>(), n);
+  });
+  return {fmt::format("gemm bf16 ({})", kernels::cpu::gemm_bf16_native() ? "onednn" : "f32 widened"),
+          fmt::format("{0}x{0}x{0}", n), s * 1e3, 2.0 * n * n * n / s * 1e-9, reference, 0};
+}
+
 std::vector<Row> bench_attention(std::int64_t n, bool causal, double reference, int iters) {
   kernels::cpu::AttentionShape shape;
   shape.batch = 1;
@@ -84,18 +94,23 @@ int run(const Options& options) {
   const std::vector<std::int64_t> gemm_sizes = options.quick ? std::vector<std::int64_t>{128} : std::vector<std::int64_t>{1024, 2048};
   const std::int64_t attn_n = options.quick ? 128 : 2048;
 
-  // One reference rate per GEMM size, and the 1024 one for attention (the yardstick).
+  // One reference rate per GEMM size (OpenBLAS); attention is measured against the default
+  // backend at the first size.
   std::vector<Row> rows;
   double attention_reference = 0;
   for (auto n : gemm_sizes) {
-    const double ref = train::sgemm_gflops(n, n, n, options.iters);
-    if (attention_reference == 0) attention_reference = ref;
+    const double ref = train::sgemm_gflops(n, n, n, options.iters, "openblas");
     rows.push_back({"openblas sgemm (reference)", fmt::format("{0}x{0}x{0}", n), 2.0 * n * n * n / ref * 1e-6, ref, ref, 0});
-    for (auto backend : {kernels::cpu::GemmBackend::cblas, kernels::cpu::GemmBackend::eigen}) {
+    for (auto backend : {kernels::cpu::GemmBackend::cblas, kernels::cpu::GemmBackend::onednn,
+                         kernels::cpu::GemmBackend::eigen}) {
+      if (!kernels::cpu::gemm_backend_available(backend)) continue;
       Row row = bench_gemm(n, backend, ref, options.iters);
       if (backend != kernels::cpu::default_gemm_backend()) row.target = 0;  // only the default has a target
+      // Attention's yardstick: the default backend's rate at the first size, which its tiles run on.
+      if (backend == kernels::cpu::default_gemm_backend() && attention_reference == 0) attention_reference = row.gflops;
       rows.push_back(row);
     }
+    rows.push_back(bench_gemm_bf16(n, ref, options.iters));
   }
   for (bool causal : {false, true}) {
     for (auto& row : bench_attention(attn_n, causal, attention_reference, options.iters)) rows.push_back(row);
@@ -120,6 +135,7 @@ int run(const Options& options) {
   }
   std::printf("wallfacer bench kernels: %d thread(s), %s, OPENBLAS_CORETYPE=%s\n", options.threads, blas_info(),
               coretype ? coretype : "(unset)");
+  std::printf("default gemm: %s\n", train::default_gemm_description().c_str());
   std::printf("%-32s %-20s %10s %10s %12s %7s %s\n", "kernel", "size", "time_ms", "GFLOP/s", "sgemm GFLOP/s", "ratio",
               "target");
   for (const auto& r : rows) {

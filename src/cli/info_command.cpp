@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_onednn.h"
 #include "kernels/cpu/simd_dispatch.h"
 #include "src/cli/commands.h"
 #include "wallfacer/build_info.h"
@@ -73,6 +75,12 @@ Json collect_info() {
   if (WF_HAVE_CUDA) backends.emplace_back("cuda");
   info["backends"] = backends;
   info["blas"] = blas_info();
+  info["onednn"] = kernels::cpu::onednn_info();
+  // The GEMM backend products run and why (WF_CPU_GEMM, or a ~50 ms measurement made now).
+  const kernels::cpu::GemmChoice gemm = kernels::cpu::gemm_choice();
+  info["gemm"]["backend"] = kernels::cpu::gemm_backend_name(gemm.backend);
+  info["gemm"]["reason"] = gemm.reason;
+  info["gemm"]["bf16"] = kernels::cpu::gemm_bf16_path();
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   info["openblas_coretype"] = coretype ? Json(coretype) : Json();
   info["openmp_threads"] = num_threads();

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <thread>
 
+#include "kernels/cpu/gemm.h"
 #include "src/comm/mpi_backend.h"
 #include "src/comm/watchdog.h"
 #include "wallfacer/core/cuda_info.h"
@@ -53,6 +54,31 @@ std::atomic<int>& argument_checks_state() {
 #endif
   static std::atomic<int> state{environment_flag("WF_COMM_CHECK", kDefault)};
   return state;
+}
+
+// Every rank runs the CPU GEMM backend rank 0 chose (kernels/cpu/gemm.h): replicas of one
+// computation (the tp ranks, a WallFacer team) must round alike, and a measurement made on each
+// rank could come out differently. A failure on rank 0 (a bad WF_CPU_GEMM) fails every rank
+// with its message. A world of one decides lazily, at its first product.
+void agree_on_gemm_backend(int rank, int world_size) {
+  if (world_size == 1) return;
+  namespace cpu = kernels::cpu;
+  int backend = -1;
+  char reason[512] = {};
+  if (rank == 0) {
+    try {
+      const cpu::GemmChoice choice = cpu::gemm_choice();
+      backend = static_cast<int>(choice.backend);
+      std::snprintf(reason, sizeof reason, "%s", choice.reason.c_str());
+    } catch (const std::exception& e) {
+      std::snprintf(reason, sizeof reason, "%s", e.what());
+    }
+  }
+  check_mpi(MPI_Bcast(&backend, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast(GEMM backend)");
+  check_mpi(MPI_Bcast(reason, sizeof reason, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast(GEMM backend reason)");
+  reason[sizeof reason - 1] = '\0';
+  WF_CHECK(backend >= 0, "{}", reason);
+  if (rank != 0) cpu::set_gemm_choice({static_cast<cpu::GemmBackend>(backend), std::string("rank 0's: ") + reason});
 }
 
 }  // namespace
@@ -117,6 +143,8 @@ Runtime& Runtime::init(int* argc, char*** argv) {
 
   g_runtime = runtime.release();
   std::atexit([] { g_runtime->finalize(); });
+  // Last: it may throw (the same error on every rank), and MPI is then finalised at exit.
+  agree_on_gemm_backend(g_runtime->rank_, g_runtime->world_size_);
   log::debug("runtime: rank {} of {}, local rank {} of {}, device {}, {} threads", g_runtime->rank_,
              g_runtime->world_size_, g_runtime->local_rank_, g_runtime->local_size_, g_runtime->device_.str(),
              g_runtime->threads_);
@@ -174,7 +202,15 @@ void Runtime::finalize() {
 }
 
 int run_main(int argc, char** argv, const std::function<int()>& body) {
-  Runtime& runtime = Runtime::init(&argc, &argv);
+  Runtime* started = nullptr;
+  try {
+    started = &Runtime::init(&argc, &argv);
+  } catch (const std::exception& e) {
+    // What init refuses, it refuses on every rank alike: each says so and ends.
+    std::fprintf(stderr, "wallfacer: error: %s\n", e.what());
+    return 1;
+  }
+  Runtime& runtime = *started;
   int status = 1;
   try {
     status = body();

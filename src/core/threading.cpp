@@ -22,6 +22,13 @@ void set_num_threads(int n) {
   omp_set_num_threads(n);
 }
 
+ScopedNumThreads::ScopedNumThreads(int n) : saved_(omp_get_max_threads()) {
+  if (n != saved_) set_num_threads(n);
+}
+ScopedNumThreads::~ScopedNumThreads() {
+  if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+}
+
 void init_blas_threads() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });

@@ -27,6 +27,63 @@ OpDims op_dims(const Tensor& t, bool transposed) {
 
 Shape batch_shape_of(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
 
+// One GEMM whatever the operands: f32 and f64 on gemm(), bf16 on gemm_bf16 (f32 result).
+template <class T>
+void gemm_into(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64_t lda,
+               const T* B, std::int64_t ldb, T beta, T* C, std::int64_t ldc) {
+  kernels::cpu::gemm<T>(ta, tb, M, N, K, T(1), A, lda, B, ldb, beta, C, ldc);
+}
+void gemm_into(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const bf16* A, std::int64_t lda,
+               const bf16* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+  kernels::cpu::gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
+
+// A batched product's shape: op(A) [M, K] times op(B) [K, N] over `batch` items, a stride of 0
+// sharing that operand across the batch.
+struct ProductGeometry {
+  bool ta, tb;
+  std::int64_t M, N, K, lda, ldb, stride_a, stride_b, batch;
+  Shape batch_shape;
+};
+
+// The products of a batch from operands of type In into a new tensor of type Out (the same for
+// f32 and f64, f32 for bf16), or their sum over the batch into one [M, N] matrix.
+template <class In, class Out>
+Tensor product(const ProductGeometry& g, const In* A, const In* B, bool sum_batch) {
+  if (!sum_batch) {
+    Shape out_shape = g.batch_shape;
+    out_shape.insert(out_shape.end(), {g.M, g.N});
+    Tensor out = Tensor::empty(out_shape, dtype_v<Out>);
+    Out* C = out.template data<Out>();
+    if constexpr (std::is_same_v<In, Out>) {
+      kernels::cpu::gemm_batched<In>(g.ta, g.tb, g.batch, g.M, g.N, g.K, In(1), A, g.lda, g.stride_a, B, g.ldb,
+                                     g.stride_b, In(0), C, g.N, g.M * g.N);
+    } else {
+      for (std::int64_t i = 0; i < g.batch; ++i) {
+        gemm_into(g.ta, g.tb, g.M, g.N, g.K, A + i * g.stride_a, g.lda, B + i * g.stride_b, g.ldb, Out(0),
+                  C + i * g.M * g.N, g.N);
+      }
+    }
+    return out;
+  }
+  // The GEMMs write every element of out (beta = 0 first), so it needs no zero fill: for the
+  // tied LM head of GPT-2 that fill alone was 154 MB of memory traffic per step.
+  if (g.batch == 0) return Tensor::zeros({g.M, g.N}, dtype_v<Out>);
+  Tensor out = Tensor::empty({g.M, g.N}, dtype_v<Out>);
+  Out* C = out.template data<Out>();
+  if (g.ta && !g.tb && g.stride_a != 0 && g.stride_b != 0) {
+    // Σ_i a_iᵀ·b_i = [a_1; …; a_B]ᵀ·[b_1; …; b_B]: stacking the batch along K is a view of the
+    // contiguous storage, so the whole sum is one GEMM with K' = batch·K.
+    gemm_into(true, false, g.M, g.N, g.batch * g.K, A, g.lda, B, g.ldb, Out(0), C, g.N);
+  } else {
+    for (std::int64_t i = 0; i < g.batch; ++i) {
+      gemm_into(g.ta, g.tb, g.M, g.N, g.K, A + i * g.stride_a, g.lda, B + i * g.stride_b, g.ldb, Out(i == 0 ? 0 : 1),
+                C, g.N);
+    }
+  }
+  return out;
+}
+
 // op(a)·op(b) for operands of at least 2 dims. Dims before the last two are a batch; a 2-D
 // operand is shared by every item of the other's batch. With sum_batch the per-item products
 // are summed into one [M, N] matrix (the gradient of a shared operand).
@@ -44,37 +101,15 @@ Tensor batched_product(const char* name, const Tensor& a, bool ta, const Tensor&
            shape_str(a.shape()), shape_str(b.shape()));
   const std::int64_t batch = shape_numel(batch_shape);
 
+  const ProductGeometry geo{ta, tb, M, N, K, a.size(-1), b.size(-1), a_batched ? a.size(-2) * a.size(-1) : 0,
+                            b_batched ? b.size(-2) * b.size(-1) : 0, batch, batch_shape};
+  if (a.dtype() == DType::bf16) {
+    // bf16 multiplies with f32 accumulation into an f32 result, rounded to bf16 once.
+    return product<bf16, float>(geo, a.data<bf16>(), b.data<bf16>(), sum_batch).to(DType::bf16);
+  }
   return ops::compute_in(name, a.dtype(), {a, b}, [&](auto tag, const TensorList& c) {
     using T = decltype(tag);
-    const T* A = c[0].template data<T>();
-    const T* B = c[1].template data<T>();
-    const std::int64_t lda = a.size(-1), ldb = b.size(-1);
-    const std::int64_t stride_a = a_batched ? a.size(-2) * lda : 0;
-    const std::int64_t stride_b = b_batched ? b.size(-2) * ldb : 0;
-    if (!sum_batch) {
-      Shape out_shape = batch_shape;
-      out_shape.insert(out_shape.end(), {M, N});
-      Tensor out = Tensor::empty(out_shape, dtype_v<T>);
-      kernels::cpu::gemm_batched<T>(ta, tb, batch, M, N, K, T(1), A, lda, stride_a, B, ldb, stride_b, T(0),
-                                    out.template data<T>(), N, M * N);
-      return out;
-    }
-    // The GEMMs write every element of out (beta = 0 first), so it needs no zero fill: for the
-    // tied LM head of GPT-2 that fill alone was 154 MB of memory traffic per step.
-    if (batch == 0) return Tensor::zeros({M, N}, dtype_v<T>);
-    Tensor out = Tensor::empty({M, N}, dtype_v<T>);
-    T* C = out.template data<T>();
-    if (ta && !tb && a_batched && b_batched) {
-      // Σ_i a_iᵀ·b_i = [a_1; …; a_B]ᵀ·[b_1; …; b_B]: stacking the batch along K is a view of the
-      // contiguous storage, so the whole sum is one GEMM with K' = batch·K.
-      kernels::cpu::gemm<T>(true, false, M, N, batch * K, T(1), A, lda, B, ldb, T(0), C, N);
-    } else {
-      for (std::int64_t i = 0; i < batch; ++i) {
-        kernels::cpu::gemm<T>(ta, tb, M, N, K, T(1), A + i * stride_a, lda, B + i * stride_b, ldb, T(i == 0 ? 0 : 1),
-                              C, N);
-      }
-    }
-    return out;
+    return product<T, T>(geo, c[0].template data<T>(), c[1].template data<T>(), sum_batch);
   });
 }
 
@@ -138,6 +173,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       name, {x, weight, bias},
       [=](Context& ctx, const TensorList& in) {
         ctx.save_for_backward({in[0], in[1]});
+        if (in[0].dtype() == DType::bf16) {
+          // bf16 multiplies, f32 accumulation and bias, one rounding to bf16 at the end.
+          Tensor y = Tensor::empty(y_shape, DType::f32);
+          float* Y = y.data<float>();
+          gemm_into(false, true, rows, out_features, in_features, in[0].data<bf16>(), in_features, in[1].data<bf16>(),
+                    in_features, 0.0f, Y, out_features);
+          if (in[2].defined()) {
+            const Tensor b = in[2].to(DType::f32);
+            kernels::cpu::add_bias<float>(rows, out_features, Y, b.data<float>(), Y);
+          }
+          return TensorList{y.to(DType::bf16)};
+        }
         return TensorList{ops::compute_in(name, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
           using T = decltype(tag);
           // y[rows, out] = x[rows, in]·Wᵀ (+ bias per row), all leading dims of x as rows.

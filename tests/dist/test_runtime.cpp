@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "dist_testing.h"
+#include "kernels/cpu/gemm.h"
 #include "src/comm/mpi_util.h"  // internal: the one MPI error helper
 #include "wallfacer/core/cuda_info.h"
 #include "wallfacer/core/threading.h"
@@ -45,6 +46,16 @@ TEST_CASE("the runtime knows the rank, the world, the node and the device", "[di
   for (std::size_t r = 0; r < all.size(); r += 2) ranks_counted += all[r + 1] * all[r];
   CHECK(nodes >= 1);
   CHECK(ranks_counted == rt.world_size());  // (ranks of each node's leader) summed = world
+}
+
+TEST_CASE("every rank runs the GEMM backend rank 0 chose", "[dist][runtime]") {
+  // Runtime::init broadcast rank 0's choice, so replicated products round alike on every rank.
+  auto group = world_group("t.runtime.gemm");
+  const auto backend = static_cast<std::int64_t>(wf::kernels::cpu::default_gemm_backend());
+  const std::vector<std::int64_t> all =
+      group->all_gather(Tensor::from_vector(std::vector<std::int64_t>{backend}, {1})).to_vector<std::int64_t>();
+  for (std::int64_t b : all) CHECK(b == all[0]);
+  CHECK_FALSE(wf::kernels::cpu::gemm_choice().reason.empty());
 }
 
 TEST_CASE("split: colors make groups ordered by key; a negative color makes none", "[dist][runtime]") {

@@ -1,4 +1,4 @@
-// gemm / gemm_batched against the double-accumulating triple loop, for both backends.
+// gemm / gemm_batched against the double-accumulating triple loop, for every backend.
 //
 // Tolerance: |C - C_ref| <= rtol · (|alpha|·|op(A)|·|op(B)| + |beta|·|C0|) elementwise, the
 // standard bound for a dot product, with rtol = 1e-5 for f32 and 1e-12 for f64.
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/simd_dispatch.h"
 #include "kernels/kernel_testing.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threading.h"
@@ -83,7 +84,12 @@ void check_case(const Case& c, GemmBackend backend, std::uint64_t seed) {
   CHECK(bad == 0);
 }
 
-const GemmBackend kBackends[] = {GemmBackend::cblas, GemmBackend::eigen};
+// Every backend this build has: oneDNN is optional at build time (CI installs it).
+const std::vector<GemmBackend> kBackends = [] {
+  std::vector<GemmBackend> backends{GemmBackend::cblas, GemmBackend::eigen};
+  if (cpu::gemm_backend_available(GemmBackend::onednn)) backends.push_back(GemmBackend::onednn);
+  return backends;
+}();
 
 }  // namespace
 
@@ -203,6 +209,30 @@ TEST_CASE("gemm rejects impossible arguments with a message", "[kernels][gemm]")
                   wf::Error);
 }
 
+TEST_CASE("GEMM backends: names, availability and the process's choice", "[kernels][gemm]") {
+  for (GemmBackend backend : {GemmBackend::cblas, GemmBackend::eigen, GemmBackend::onednn}) {
+    CHECK(cpu::parse_gemm_backend(cpu::gemm_backend_name(backend)) == backend);
+  }
+  CHECK(cpu::parse_gemm_backend("cblas") == GemmBackend::cblas);
+  CHECK_FALSE(cpu::parse_gemm_backend("mkl").has_value());
+  if (!cpu::gemm_backend_available(GemmBackend::onednn)) {
+    WARN("this build has no oneDNN (apt-get install libdnnl-dev): its GEMM cases did not run");
+    CHECK_THROWS_WITH(cpu::set_gemm_choice({GemmBackend::onednn, "test"}), Catch::Contains("libdnnl-dev"));
+  }
+  // The first decision (WF_CPU_GEMM or a measurement) names its reason; a replacement holds
+  // until the next one, and gemm() without a backend follows it.
+  const cpu::GemmChoice first = cpu::gemm_choice();
+  CHECK_FALSE(first.reason.empty());
+  CHECK(cpu::gemm_backend_available(first.backend));
+  for (GemmBackend backend : kBackends) {
+    cpu::set_gemm_choice({backend, "test"});
+    CHECK(cpu::default_gemm_backend() == backend);
+    CHECK(cpu::gemm_choice().reason == "test");
+    check_case<float>({false, true, 40, 24, 16, 1, 1.0, 0.5}, cpu::default_gemm_backend(), 900);
+  }
+  cpu::set_gemm_choice(first);
+}
+
 // Hidden benchmark (run with `test_kernels "[.bench]"`): single-threaded GFLOP/s of both
 // backends at 1024 and 2048, f32, then the default backend with every OpenMP thread.
 // The numbers behind default_gemm_backend() are in docs/kernels-gemm.md.
@@ -234,4 +264,82 @@ TEST_CASE("gemm backends benchmark", "[.bench][kernels][gemm]") {
     std::printf("f32 %lld^3, %d threads, %-5s: %7.1f GFLOP/s\n", static_cast<long long>(n),
                 wf::num_threads(), cpu::gemm_backend_name(cpu::default_gemm_backend()),
                 gflops(n, cpu::default_gemm_backend(), 3));
+}
+
+// ---- bf16 operands, f32 accumulation --------------------------------------------------------
+// Oracle: the triple loop over the widened operands in double. Every bf16 is exactly an f32 and
+// every product of two is exact in f32, so the only error left is f32 accumulation: the f32
+// bound above, rtol 1e-5. The native path (oneDNN, AVX512_BF16) and the widened fallback
+// (WF_CPU_ISA=avx2: the kernels_simd_avx2 entry) must both meet it.
+namespace {
+
+std::vector<wf::bf16> to_bf16(const std::vector<float>& x) {
+  std::vector<wf::bf16> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = wf::float_to_bf16(x[i]);
+  return out;
+}
+std::vector<float> widen(const std::vector<wf::bf16>& x) {
+  std::vector<float> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = std::abs(wf::bf16_to_float(x[i]));
+  return out;
+}
+
+void check_bf16_case(const Case& c, std::uint64_t seed) {
+  const std::int64_t a_rows = c.trans_a ? c.K : c.M, a_cols = c.trans_a ? c.M : c.K;
+  const std::int64_t b_rows = c.trans_b ? c.N : c.K, b_cols = c.trans_b ? c.K : c.N;
+  const std::int64_t lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.N + c.pad;
+  const auto A = to_bf16(randn<float, std::mt19937_64>(a_rows * lda, seed));
+  const auto B = to_bf16(randn<float, std::mt19937_64>(b_rows * ldb, seed + 1));
+  const auto C0 = randn<float, std::mt19937_64>(c.M * ldc, seed + 2);
+  const float alpha = float(c.alpha), beta = float(c.beta);
+  auto C = C0, ref = C0, bound = abs_of(C0);
+  if (c.beta == 0.0) {
+    for (std::int64_t i = 0; i < c.M; ++i)
+      for (std::int64_t j = 0; j < c.N; ++j) C[i * ldc + j] = std::numeric_limits<float>::quiet_NaN();
+  }
+  cpu::gemm_bf16(c.trans_a, c.trans_b, c.M, c.N, c.K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+  cpu::gemm_bf16_reference(c.trans_a, c.trans_b, c.M, c.N, c.K, alpha, A.data(), lda, B.data(), ldb, beta,
+                           ref.data(), ldc);
+  const auto absA = widen(A), absB = widen(B);
+  cpu::gemm_reference<float>(c.trans_a, c.trans_b, c.M, c.N, c.K, std::abs(alpha), absA.data(), lda, absB.data(), ldb,
+                             std::abs(beta), bound.data(), ldc);
+  INFO("path=" << cpu::gemm_bf16_path() << " trans_a=" << c.trans_a << " trans_b=" << c.trans_b << " M=" << c.M
+               << " N=" << c.N << " K=" << c.K << " pad=" << c.pad << " alpha=" << c.alpha << " beta=" << c.beta);
+  std::int64_t bad = 0;
+  for (std::int64_t i = 0; i < c.M; ++i) {
+    for (std::int64_t j = 0; j < ldc; ++j) {
+      const std::size_t at = static_cast<std::size_t>(i * ldc + j);
+      if (j >= c.N) {
+        bad += C[at] != C0[at];
+      } else {
+        bad += !(std::abs(double(C[at]) - double(ref[at])) <= 1e-5 * double(bound[at]) + 1e-30);
+      }
+    }
+  }
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("gemm_bf16 matches the widened double reference", "[kernels][gemm][gemm_bf16]") {
+  // Which path runs: native exactly when oneDNN is built in, the CPU has AVX512_BF16 and
+  // WF_CPU_ISA does not cap the kernels below avx512.
+  CHECK(cpu::gemm_bf16_native() == (cpu::gemm_backend_available(GemmBackend::onednn) &&
+                                    cpu::simd::cpu_has_avx512_bf16() && cpu::simd::lanes() == 16));
+  WARN("gemm_bf16 runs: " << cpu::gemm_bf16_path());
+  std::uint64_t seed = 1000;
+  const std::int64_t shapes[][3] = {{1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {64, 64, 64}, {0, 5, 3}, {4, 5, 0}, {3, 4, 1}};
+  for (const auto& s : shapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (std::int64_t pad : {0, 3}) check_bf16_case({ta, tb, s[0], s[1], s[2], pad, 1.0, 0.0}, seed++);
+  for (const auto& ab : {std::pair{-0.5, 2.0}, std::pair{0.0, 0.75}, std::pair{2.5, 0.0}, std::pair{1.0, 1.0}})
+    for (bool ta : {false, true}) check_bf16_case({ta, !ta, 9, 11, 7, 2, ab.first, ab.second}, seed++);
+  // Above the panel threshold, two threads: row and column panels.
+  ThreadCountGuard threads(2);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      check_bf16_case({ta, tb, 131, 97, 170, 1, 1.0, 0.5}, seed++);
+      check_bf16_case({ta, tb, 37, 450, 128, 2, -1.0, 0.0}, seed++);
+    }
 }

@@ -142,10 +142,47 @@ TEST_CASE("linear errors name the shapes", "[ops][linalg][errors]") {
   REQUIRE_THROWS_WITH(linear(x, w, random({4}, 3)), Catch::Contains("[4]") && Catch::Contains("[3, 4]"));
 }
 
+// bf16 products multiply in bf16 and accumulate in f32 (kernels/cpu/gemm.h: gemm_bf16), then
+// round once. The oracle is the f32 product of the widened operands, rounded the same way: the
+// two differ only in f32 summation order, which can move a result across one bf16 rounding
+// boundary — hence 1 bf16 ulp (2^-8 relative) plus a small absolute term for results near 0.
+namespace {
+constexpr double kBf16Ulp = 1.0 / 256;
+void require_bf16_close(const Tensor& actual, const Tensor& expected_f32) {
+  REQUIRE(actual.dtype() == DType::bf16);
+  require_close(actual.to(DType::f64), expected_f32.to(DType::bf16).to(DType::f64), kBf16Ulp * 0.5, kBf16Ulp);
+}
+}  // namespace
+
 TEST_CASE("bf16 linear computes in f32 and rounds once", "[ops][linalg][bf16]") {
   const Tensor x = random({3, 8}, 1, DType::bf16), w = random({5, 8}, 2, DType::bf16), b = random({5}, 3, DType::bf16);
   const Tensor y = linear(x, w, b);
-  REQUIRE(y.dtype() == DType::bf16);
   const Tensor y32 = linear(x.to(DType::f32), w.to(DType::f32), b.to(DType::f32));
-  require_close(y, y32.to(DType::bf16), 0, 0);
+  require_bf16_close(y, y32);
+  // Larger: the native kernel's blocking (and panels over two threads) come into play.
+  const Tensor xl = random({2, 70, 96}, 4, DType::bf16), wl = random({130, 96}, 5, DType::bf16);
+  require_bf16_close(linear(xl, wl), linear(xl.to(DType::f32), wl.to(DType::f32)));
+}
+
+TEST_CASE("bf16 matmul and its gradients match the f32 product of the widened operands", "[ops][linalg][bf16]") {
+  const std::int64_t M = 9, K = 33, N = 17;
+  for (const auto& c : kMatmulCases) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        INFO("a batch " << shape_str(c.a_batch) << " b batch " << shape_str(c.b_batch) << " ta " << ta << " tb " << tb);
+        Tensor a = random(stored(c.a_batch, M, K, ta), 10, DType::bf16);
+        Tensor b = random(stored(c.b_batch, K, N, tb), 11, DType::bf16);
+        Tensor a32 = a.to(DType::f32), b32 = b.to(DType::f32);
+        for (Tensor* t : {&a, &b, &a32, &b32}) t->set_requires_grad(true);
+        const Tensor y = matmul(a, b, ta, tb), y32 = matmul(a32, b32, ta, tb);
+        require_bf16_close(y, y32);
+        // The same upstream gradient, exactly representable in both.
+        const Tensor g = random(y.shape(), 12, DType::bf16);
+        y.backward(g);
+        y32.backward(g.to(DType::f32));
+        require_bf16_close(a.grad(), a32.grad());
+        require_bf16_close(b.grad(), b32.grad());
+      }
+    }
+  }
 }

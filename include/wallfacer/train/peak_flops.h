@@ -1,23 +1,27 @@
 #pragma once
 // The per-rank peak FLOP/s that model FLOP utilisation (MFU) is measured against: set in the
-// config (log.peak_gflops, e.g. a GPU's datasheet rate), or measured on this machine as OpenBLAS
-// sgemm's rate times the threads a rank computes with — the rate our GEMMs are built on, so an
-// MFU near 100 % means the step runs at the machine's matmul speed.
+// config (log.peak_gflops, e.g. a GPU's datasheet rate), or measured on this machine as the
+// default GEMM backend's sgemm rate times the threads a rank computes with — the rate our GEMMs
+// run at, so an MFU near 100 % means the step runs at the machine's matmul speed.
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "wallfacer/config/run_config.h"
 
 namespace wf::train {
 
-// GFLOP/s (2·m·n·k per product) of C[m, n] = A[m, k]·B[k, n] with OpenBLAS sgemm on one thread
-// (wallfacer keeps OpenBLAS single-threaded, core/threading.h), f32 row-major, median of `iters`
-// runs after one warm-up: also the yardstick the `wallfacer bench` commands print.
-double sgemm_gflops(std::int64_t m, std::int64_t n, std::int64_t k, int iters);
+// GFLOP/s (2·m·n·k per product) of C[m, n] = A[m, k]·B[k, n] in f32 on one thread, median of
+// `iters` runs after one warm-up, with the GEMM backend named as WF_CPU_GEMM names it
+// ("openblas", "onednn", "eigen"), or "default": the one the process runs (kernels/cpu/gemm.h).
+// OpenBLAS's rate is the yardstick the `wallfacer bench` commands print.
+double sgemm_gflops(std::int64_t m, std::int64_t n, std::int64_t k, int iters, std::string_view backend = "default");
+// The name of the backend "default" stands for, and why it was chosen.
+std::string default_gemm_description();
 
 struct PeakFlops {
   double gflops_per_rank = 0;
-  std::string source;  // "log.peak_gflops" or "measured: sgemm 91.3 GFLOP/s x 2 threads"
+  std::string source;  // "log.peak_gflops" or "measured: sgemm (onednn) 91.3 GFLOP/s x 2 threads"
 };
 
 // log.peak_gflops when it is set (> 0); otherwise measured now (about 0.1 s).
