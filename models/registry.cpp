@@ -167,6 +167,10 @@ std::shared_ptr<Model> create(const config::RunConfig& config, comm::CommGrid& g
   WF_CHECK(factory != nullptr, "model.name: model '{}' has a config schema but no factory", name);
   std::shared_ptr<Model> model = factory(config, grid);
   WF_CHECK(model != nullptr, "the factory of model '{}' returned no model", name);
+  // The run's precision policy (nn/precision.h), applied once for every model: f32 masters,
+  // computing in train.dtype.
+  const nn::PrecisionPolicy precision = nn::PrecisionPolicy::for_train_dtype(config.train.dtype);
+  if (precision.mixed()) model->set_compute_dtype(precision.compute);
   return model;
 }
 

@@ -260,7 +260,11 @@ Tensor DecoderLM::run_blocks(Tensor x, const Tensor& positions, int chunk) {
 Tensor DecoderLM::head(const Tensor& x) {
   const Tensor h = final_norm_->forward(x);
   // Vocabulary logits: split over the vocabulary under tensor parallelism (the factory reads them).
-  return lm_head_ ? lm_head_->forward(h) : token_embedding_->attend(h);
+  const Tensor logits = lm_head_ ? lm_head_->forward(h) : token_embedding_->attend(h);
+  // The loss and its softmax see the logits in the masters' dtype (nn/precision.h): from bf16
+  // logits the loss itself would come out rounded to bf16's 3 digits.
+  const DType master = (lm_head_ ? lm_head_->weight() : token_embedding_->weight()).dtype();
+  return logits.dtype() == master ? logits : cast(logits, master);
 }
 
 Tensor DecoderLM::forward(const Tensor& ids, const Tensor& positions) {
@@ -313,7 +317,7 @@ std::pair<Shape, DType> DecoderLM::stage_hidden(const Batch& batch) const {
   const Tensor& positions = batch.at("positions");
   const std::int64_t parts = nn::layers_or_default(options_.layers).activation_token_parts();
   const std::int64_t sequences = batch.contains("tokens") ? batch.at("tokens").size(0) : batch.at("targets").size(0);
-  return {{sequences, positions.size(0) / parts, options_.d_model}, parameters().front().dtype()};
+  return {{sequences, positions.size(0) / parts, options_.d_model}, compute_dtype(parameters().front().dtype())};
 }
 
 std::vector<std::string> DecoderLM::pipeline_shared_parameters() const {

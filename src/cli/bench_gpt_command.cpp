@@ -36,6 +36,7 @@ struct Options {
   std::int64_t batch = 4, seq = 64;
   int steps = 5, warmup = 1, threads = 0;  // threads 0: OMP_NUM_THREADS or the core count
   bool profile = false, json = false;
+  std::string dtype = "f32";  // f32, or bf16 mixed precision (f32 masters, nn/precision.h)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -134,6 +135,9 @@ int run(const Options& o) {
   g.d_model = o.d_model;
   models::Gpt model(g);
   g = model.options();  // with n_kv_head and d_ff resolved
+  // The precision policy train.dtype applies (models::create), applied here the same way.
+  const nn::PrecisionPolicy precision = nn::PrecisionPolicy::for_train_dtype(parse_dtype(o.dtype));
+  if (precision.mixed()) model.set_compute_dtype(precision.compute);
 
   const std::int64_t tokens = o.batch * o.seq;
   const StepTimes t = time_steps(model, o);
@@ -159,6 +163,7 @@ int run(const Options& o) {
     j["seq"] = o.seq;
     j["parameters"] = model.num_parameters();
     j["threads"] = threads;
+    j["dtype"] = o.dtype;
     j["steps"] = o.steps;
     j["ms_per_step"] = t.step * 1e3;
     j["forward_ms"] = t.forward * 1e3;
@@ -180,11 +185,13 @@ int run(const Options& o) {
     return kExitOk;
   }
   std::printf("wallfacer bench gpt: %lld layers, d %lld, %lld heads (%lld kv), vocab %lld, B %lld, T %lld: "
-              "%.1fM parameters, %lld tokens/step\n",
+              "%.1fM parameters, %lld tokens/step, %s\n",
               static_cast<long long>(g.n_layer), static_cast<long long>(g.d_model), static_cast<long long>(g.n_head),
               static_cast<long long>(g.n_kv_head), static_cast<long long>(g.vocab_size),
               static_cast<long long>(o.batch), static_cast<long long>(o.seq),
-              static_cast<double>(model.num_parameters()) * 1e-6, static_cast<long long>(tokens));
+              static_cast<double>(model.num_parameters()) * 1e-6, static_cast<long long>(tokens),
+              precision.mixed() ? "bf16 (f32 masters)" : "f32");
+  if (precision.mixed()) std::printf("bf16 products: %s\n", kernels::cpu::gemm_bf16_path());
   std::printf("threads %d, %s, OPENBLAS_CORETYPE=%s\n", threads, blas_info(), coretype ? coretype : "(unset)");
   std::printf("gemm: %s\n", gemm.c_str());
   std::printf("step (forward+backward+AdamW): %.1f ms (median of %d; forward %.1f, backward %.1f, AdamW %.1f ms)\n",
@@ -222,7 +229,9 @@ void add_bench_gpt_command(CLI::App& bench) {
   command->add_option("--warmup", o->warmup, "untimed steps first")->check(non_negative());
   command->add_option("--threads", o->threads, "CPU threads (default: OMP_NUM_THREADS or the core count)")
       ->check(non_negative());
-  command->add_flag("--profile", o->profile, "add a rough split: matmuls, attention, rest");
+  command->add_option("--dtype", o->dtype, "f32, or bf16: mixed precision as train.dtype: bf16 runs it")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  command->add_flag("--profile", o->profile, "add a rough split: matmuls, attention, rest (f32 products)");
   command->add_flag("--json", o->json, "one JSON object instead of the text");
   set_action(*command, [o] { return run(*o); });
 }

@@ -34,14 +34,14 @@ Tensor Embedding::forward(const Tensor& ids) {
   WF_CHECK(ids.dtype() == DType::i64 || ids.dtype() == DType::i32,
            "Embedding({}, {}): ids must be i64 or i32, got {}", options_.num_embeddings, options_.dim,
            dtype_name(ids.dtype()));
-  return embedding(ids, weight_);
+  return in_compute_dtype(embedding(ids, weight_));  // cast the rows looked up, not the table
 }
 
 Tensor Embedding::attend(const Tensor& h) {
   WF_CHECK(h.defined() && h.dim() >= 1 && h.size(-1) == options_.dim,
            "Embedding({}, {}): attend needs hidden states ending in {} features, got {}", options_.num_embeddings,
            options_.dim, options_.dim, h.defined() ? shape_str(h.shape()) : "undefined");
-  return linear(h, weight_);
+  return linear(h, in_compute_dtype(weight_));
 }
 
 }  // namespace wf::nn

@@ -40,7 +40,7 @@ Tensor Linear::forward(const Tensor& x) {
   WF_CHECK(x.dim() >= 1 && x.size(-1) == options_.in_features,
            "Linear(in={}, out={}): input of shape {} must end in {} features", options_.in_features,
            options_.out_features, shape_str(x.shape()), options_.in_features);
-  return linear(x, weight_, bias_);
+  return linear(x, in_compute_dtype(weight_), in_compute_dtype(bias_));
 }
 
 }  // namespace wf::nn

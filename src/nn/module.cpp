@@ -1,5 +1,7 @@
 #include "wallfacer/nn/module.h"
 
+#include "wallfacer/ops/shape_ops.h"
+
 #include <fmt/format.h>
 
 #include "wallfacer/nn/init.h"
@@ -237,6 +239,18 @@ Module& Module::to(DType dtype) {
   for (const auto& [name, t] : named_parameters()) convert_in_place(t, dtype);
   for (const auto& [name, t] : named_buffers()) convert_in_place(t, dtype);
   return *this;
+}
+
+void Module::set_compute_dtype(DType dtype) {
+  WF_CHECK(is_floating(dtype), "Module::set_compute_dtype: {} is not a floating dtype", dtype_name(dtype));
+  has_compute_dtype_ = true;
+  compute_dtype_ = dtype;
+  for (const auto& [name, child] : children_) child->set_compute_dtype(dtype);
+}
+
+Tensor Module::in_compute_dtype(const Tensor& t) const {
+  if (!has_compute_dtype_ || !t.defined() || t.dtype() == compute_dtype_) return t;
+  return cast(t, compute_dtype_);
 }
 
 std::uint64_t Module::child_seed(std::string_view name) const { return derive_seed(seed_, name); }

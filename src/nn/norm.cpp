@@ -30,7 +30,7 @@ LayerNorm::LayerNorm(std::int64_t dim, double eps, bool affine)
 
 Tensor LayerNorm::forward(const Tensor& x) {
   check_norm_input("LayerNorm", options_.dim, x);
-  if (options_.affine) return layer_norm(x, weight_, bias_, options_.eps);
+  if (options_.affine) return layer_norm(x, in_compute_dtype(weight_), in_compute_dtype(bias_), options_.eps);
   // Constant unit scale and zero shift: they need no gradient and are cheap to make.
   return layer_norm(x, Tensor::ones({options_.dim}, x.dtype()), Tensor::zeros({options_.dim}, x.dtype()),
                     options_.eps);
@@ -45,7 +45,7 @@ RMSNorm::RMSNorm(std::int64_t dim, double eps) : RMSNorm(RMSNormOptions{.dim = d
 
 Tensor RMSNorm::forward(const Tensor& x) {
   check_norm_input("RMSNorm", options_.dim, x);
-  return rms_norm(x, weight_, options_.eps);
+  return rms_norm(x, in_compute_dtype(weight_), options_.eps);
 }
 
 const char* norm_type_name(NormType type) {

@@ -163,14 +163,14 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
     li[i] = mine ? g[i] - start : 0;
     m[i] = mine ? 1.0 : 0.0;
   }
-  return reduce_from_tp(*tp_, mul(embedding(local, weight()), mask.to(weight().dtype())));
+  return in_compute_dtype(reduce_from_tp(*tp_, mul(embedding(local, weight()), mask.to(weight().dtype()))));
 }
 
 Tensor VocabParallelEmbedding::attend(const Tensor& h) {
   WF_CHECK(h.defined() && h.dim() >= 1 && h.size(-1) == options().dim,
            "VocabParallelEmbedding({}, {}): attend needs hidden states ending in {} features, got {}",
            options().num_embeddings, options().dim, options().dim, h.defined() ? shape_str(h.shape()) : "undefined");
-  return linear(column_parallel_input(*tp_, h, tp_options_), weight());
+  return linear(column_parallel_input(*tp_, h, tp_options_), in_compute_dtype(weight()));
 }
 
 namespace {
@@ -197,7 +197,7 @@ Tensor VocabParallelLinear::forward(const Tensor& x) {
            "VocabParallelLinear(in={}, vocabulary {}): input of shape {} must end in {} features",
            options().in_features, options().out_features, x.defined() ? shape_str(x.shape()) : "undefined",
            options().in_features);
-  return linear(column_parallel_input(*tp_, x, tp_options_), weight());
+  return linear(column_parallel_input(*tp_, x, tp_options_), in_compute_dtype(weight()));
 }
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& targets, comm::Group& tp,

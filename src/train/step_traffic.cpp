@@ -162,9 +162,10 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const models:
   if (pp == 1) return predicted;
 
   // The hidden states the stages exchange (DecoderLM::stage_hidden): [B, n / parts, d_model] in
-  // the parameters' dtype, parts = tp with the activations sharded over tp.
+  // the compute dtype (the parameters' own unless mixed precision), parts = tp with the activations sharded over tp.
   const std::int64_t parts = config.parallel.tp_shard_activations ? tp : 1;
-  const DType hidden_dtype = params.empty() ? config.train.dtype : params.front().dtype();
+  const nn::PrecisionPolicy precision = nn::PrecisionPolicy::for_train_dtype(config.train.dtype);
+  const DType hidden_dtype = precision.mixed() ? precision.compute : params.empty() ? config.train.dtype : params.front().dtype();
   const std::int64_t hidden =
       tokens / parts * m.d_model * static_cast<std::int64_t>(dtype_size(hidden_dtype));
   predicted["pp"] = pp_step_bytes(pp, grid.coord("pp"), pp_virtual, accum, hidden);

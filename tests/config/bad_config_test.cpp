@@ -181,8 +181,6 @@ const std::vector<BadConfig>& layout_cases() {
        4, {}, {"model.n_head: sp_strategy ulysses over parallel.sp = 4", "use ring or wallfacer"}},
       {"ulysses_kv_heads", "model:\n  n_head: 8\n  n_kv_head: 3\n  d_model: 384\nparallel:\n  sp: 4\n  sp_strategy: ulysses\n",
        4, {}, {"model.n_kv_head: n_head = 8 is not a multiple of n_kv_head = 3"}},
-      // What the trainer of this build refuses, validate refuses first (issue: "config OK" for these).
-      {"bf16_unsupported", "train:\n  dtype: bf16\n", 1, {}, {"train.dtype: bf16 training needs the CUDA backend"}},
       // Absurd sizes: refused with the memory a rank would need, never a wrapped number.
       {"huge_d_ff", "model:\n  d_ff: 4611686018427387904\n", 1, {},
        {"model: a rank would need about", "GiB for weights, gradients and AdamW state", "a machine of this job has"}},

@@ -13,6 +13,10 @@
 #   WF_PARITY_LAYOUT  the --set arguments of the layout
 #   WF_PARITY_SUMMARY what the run's config line must say ("dp 1 x tp 2 x pp 1 x sp 4")
 #   WF_PARITY_GROUP   the group whose traffic metrics.jsonl must count (tp)
+#   WF_PARITY_DTYPE   train.dtype of both runs (f32); bf16 compares bf16 mixed precision with
+#                     itself in one process, its losses within 1e-3 relative: an activation
+#                     summed in another order can round to the neighbouring bf16 (2^-8 apart),
+#                     so the runs agree less closely than in f32 (2e-5 seen at dp 2 x tp 2 x sp 2)
 #
 # smoke: the preset shrunk (2 layers, d_model 64, 64-token sequences) for 6 steps, seconds;
 # full:  the preset as it is for 20 steps (the tp issue's check), about 3 minutes on 2 cores.
@@ -34,27 +38,29 @@ run() {  # run NAME LAUNCHER... -- SETTINGS...
   local launcher=()
   while [ "$1" != "--" ]; do launcher+=("$1"); shift; done
   shift
-  "${launcher[@]}" "$exe" train "$root/configs/gpt-tiny.yaml" "${size[@]}" \
+  "${launcher[@]}" "$exe" train "$root/configs/gpt-tiny.yaml" "${size[@]}" --set train.dtype="$dtype" \
     --set train.steps="$steps" --set train.warmup_steps=2 --set train.log_every=1 --set train.eval_every=0 \
     --set data.source=synthetic --set checkpoint.dir="$work/$name/checkpoints" --set log.dir="$work/$name" \
     "$@" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; echo "FAIL: the $name run failed"; exit 1; }
 }
 np="${WF_PARITY_NP:-8}"
+dtype="${WF_PARITY_DTYPE:-f32}"
+case "$dtype" in f32) rtol=1e-4 ;; bf16) rtol=1e-3 ;; *) echo "WF_PARITY_DTYPE must be f32 or bf16, got $dtype" >&2; exit 2 ;; esac
 read -r -a layout <<< "${WF_PARITY_LAYOUT:---set parallel.dp=1 --set parallel.tp=2 --set parallel.sp=4 --set parallel.C=2}"
 expect="${WF_PARITY_SUMMARY:-dp 1 x tp 2 x pp 1 x sp 4}"
 group="${WF_PARITY_GROUP:-tp}"
 run single -- --set parallel.dp=1 --set parallel.sp=1 --set parallel.C=1
 run parallel "$mpiexec" -np "$np" "$@" -- "${layout[@]}"
 
-python3 - "$work/single/metrics.jsonl" "$work/parallel/metrics.jsonl" "$steps" "$expect" "$group" <<'PY'
+python3 - "$work/single/metrics.jsonl" "$work/parallel/metrics.jsonl" "$steps" "$expect" "$group" "$rtol" <<'PY'
 import json, sys
 single, par = ([json.loads(line) for line in open(path)] for path in sys.argv[1:3])
-steps, layout, group = int(sys.argv[3]), sys.argv[4], sys.argv[5]
+steps, layout, group, rtol = int(sys.argv[3]), sys.argv[4], sys.argv[5], float(sys.argv[6])
 assert len(single) == len(par) == steps, f"expected {steps} logged steps, got {len(single)} and {len(par)}"
 for a, b in zip(single, par):
     rel = abs(a["loss"] - b["loss"]) / abs(a["loss"])
     print(f"step {a['step']}: loss {a['loss']:.6f} (1 process) vs {b['loss']:.6f} ({layout}), relative {rel:.1e}")
-    assert rel <= 1e-4, f"step {a['step']}: the losses differ by {rel:.1e} > 1e-4"
+    assert rel <= rtol, f"step {a['step']}: the losses differ by {rel:.1e} > {rtol:.0e}"
 group_bytes = par[-1]["bytes_by_group"].get(group, 0)
 assert group_bytes > 0, f"metrics.jsonl counts no traffic on the {group} group: {par[-1]['bytes_by_group']}"
 print(f"{group} group: {group_bytes} bytes per step on rank 0")

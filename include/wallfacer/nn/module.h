@@ -26,6 +26,7 @@
 
 #include "wallfacer/core/tensor.h"
 #include "wallfacer/nn/parameter_shard.h"
+#include "wallfacer/nn/precision.h"
 #include "wallfacer/nn/state_dict.h"
 
 namespace wf::nn {
@@ -97,12 +98,26 @@ class Module {
   // convert first, then build the optimizer.
   Module& to(DType dtype);
 
+  // ---- mixed precision (nn/precision.h) ---------------------------------------------------
+  // The dtype this module and every descendant compute in: their parameters stay as they are
+  // (the f32 masters) and forward() uses them cast to it; activations leave the layers in it.
+  // Unset (the default) computes in each parameter's own dtype.
+  void set_compute_dtype(DType dtype);
+  // The compute dtype, or `fallback` when none is set.
+  DType compute_dtype(DType fallback) const { return has_compute_dtype_ ? compute_dtype_ : fallback; }
+
   // ---- seeds ----------------------------------------------------------------------------
   std::uint64_t seed() const { return seed_; }
   // The seed a child registered as `name` should be built with.
   std::uint64_t child_seed(std::string_view name) const;
   // normal(0, std²) drawn from this module's stream for parameter `name` (see init.h).
   Tensor init_normal(std::string_view name, const Shape& shape, double std) const;
+
+ protected:
+  // A tensor as this module computes with it: itself, or its differentiable cast to the compute
+  // dtype (the gradient comes back widened to the tensor's own dtype). Layers pass their
+  // parameters through it in forward(); an undefined tensor passes through.
+  Tensor in_compute_dtype(const Tensor& t) const;
 
  private:
   void add_child(std::string name, std::shared_ptr<Module> module);
@@ -112,6 +127,8 @@ class Module {
 
   std::uint64_t seed_;
   bool training_ = true;
+  bool has_compute_dtype_ = false;
+  DType compute_dtype_ = DType::f32;
   std::vector<NamedTensor> parameters_;
   std::vector<ParameterShard> parameter_shards_;  // parameter_shards_[i] describes parameters_[i]
   std::vector<NamedTensor> buffers_;
