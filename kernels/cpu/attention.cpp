@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
@@ -43,6 +44,31 @@ void tile_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::
                std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
   gemm<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
+// bf16 operands, f32 result (the bf16 kernel: every dot product in bf16, accumulated in f32).
+void tile_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const bf16* a,
+               std::int64_t lda, const bf16* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// A tile of the compute type T (P, dS) as a GEMM operand of the operands' type In: the tile
+// itself when they agree, else rounded into `scratch` — the bf16 kernel multiplies P·V and
+// dS·K in bf16, rounding P and dS as FlashAttention does on GPUs.
+template <class In, class T>
+const In* as_operand(const T* tile, std::int64_t n, std::vector<In>& scratch) {
+  if constexpr (std::is_same_v<In, T>) {
+    return tile;
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) scratch[static_cast<std::size_t>(i)] = float_to_bf16(tile[i]);
+    return scratch.data();
+  }
+}
+
+// An operand element in the compute type: exact (every bf16 is a float).
+inline float widen(bf16 x) { return bf16_to_float(x); }
+template <class T>
+T widen(T x) {
+  return x;
+}
 
 // ---- float rows ------------------------------------------------------------------------------
 // The exponentials are the largest cost after the GEMMs: the f32 rows use the SIMD primitives of
@@ -67,10 +93,10 @@ double exp_shifted_sum(double* x, std::int64_t n, double shift) {
   return sum;
 }
 
-template <class T>
-T dot(const T* x, const T* y, std::int64_t n) {
+template <class In, class T>
+T dot(const In* x, const T* y, std::int64_t n) {
   T sum = 0;
-  for (std::int64_t j = 0; j < n; ++j) sum += x[j] * y[j];
+  for (std::int64_t j = 0; j < n; ++j) sum += T(widen(x[j])) * y[j];
   return sum;
 }
 
@@ -86,14 +112,16 @@ void zero_row(T* x, std::int64_t n) {
 
 // ---- geometry and operands --------------------------------------------------------------
 // Everything a tile needs: sizes, strides, the mask and the data pointers (null where a pass
-// does not use them).
-template <class T>
+// does not use them). T is the compute type (softmax, statistics, accumulators, O and the
+// gradients), In the type of the GEMM operands Q, K, V and dO: T itself, or bf16 over float.
+template <class T, class In = T>
 struct Attention {
   AttentionShape s;
   std::int64_t group;                // query heads per kv head
   std::int64_t q_stride, kv_stride;  // elements between consecutive positions
   T scale;
-  const T *q = nullptr, *k = nullptr, *v = nullptr, *lse = nullptr, *d_o = nullptr;
+  const In *q = nullptr, *k = nullptr, *v = nullptr, *d_o = nullptr;
+  const T* lse = nullptr;
 
   explicit Attention(const AttentionShape& shape)
       : s(shape),
@@ -143,20 +171,25 @@ struct Attention {
 };
 
 // ---- forward ----------------------------------------------------------------------------
-template <class T>
+template <class T, class In = T>
 struct ForwardScratch {
   std::vector<T> scores, acc, max, sum;
+  std::vector<In> p_in;  // P rounded to In (bf16 kernel only)
   explicit ForwardScratch(std::int64_t head_dim)
-      : scores(kForwardRows * kForwardKeys), acc(kForwardRows * head_dim), max(kForwardRows), sum(kForwardRows) {}
+      : scores(kForwardRows * kForwardKeys),
+        acc(kForwardRows * head_dim),
+        max(kForwardRows),
+        sum(kForwardRows),
+        p_in(std::is_same_v<In, T> ? 0 : kForwardRows * kForwardKeys) {}
 };
 
 // Online softmax over the key tiles for query rows [i0, i0 + rows) of head h.
-template <class T>
-void forward_rows(const Attention<T>& a, T* o, T* lse, std::int64_t b, std::int64_t h, std::int64_t i0,
-                  std::int64_t rows, ForwardScratch<T>& w) {
+template <class T, class In>
+void forward_rows(const Attention<T, In>& a, T* o, T* lse, std::int64_t b, std::int64_t h, std::int64_t i0,
+                  std::int64_t rows, ForwardScratch<T, In>& w) {
   const std::int64_t d = a.s.head_dim;
   const std::int64_t hk = h / a.group;
-  const T* q = a.q + a.q_at(b, i0, h);
+  const In* q = a.q + a.q_at(b, i0, h);
   T* scores = w.scores.data();
   T* acc = w.acc.data();
   T* m = w.max.data();
@@ -186,7 +219,8 @@ void forward_rows(const Attention<T>& a, T* o, T* lse, std::int64_t b, std::int6
       m[r] = m_new;
       if (rescale != T(1)) scale_row(acc + r * d, d, rescale);
     }
-    tile_gemm(false, false, rows, d, kn, T(1), scores, kn, a.v + a.kv_at(b, k0, hk), a.kv_stride, T(1), acc, d);
+    tile_gemm(false, false, rows, d, kn, T(1), as_operand(scores, rows * kn, w.p_in), kn, a.v + a.kv_at(b, k0, hk),
+              a.kv_stride, T(1), acc, d);
   }
 
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -206,25 +240,28 @@ void forward_rows(const Attention<T>& a, T* o, T* lse, std::int64_t b, std::int6
 }
 
 // ---- backward ---------------------------------------------------------------------------
-template <class T>
+template <class T, class In = T>
 struct BackwardScratch {
   std::vector<T> p, ds, dk, dv;
+  std::vector<In> p_in, ds_in;  // P and dS rounded to In (bf16 kernel only)
   explicit BackwardScratch(std::int64_t head_dim)
       : p(kBackwardRows * kBackwardKeys),
         ds(kBackwardRows * kBackwardKeys),
         dk(kBackwardKeys * head_dim),
-        dv(kBackwardKeys * head_dim) {}
+        dv(kBackwardKeys * head_dim),
+        p_in(std::is_same_v<In, T> ? 0 : kBackwardRows * kBackwardKeys),
+        ds_in(std::is_same_v<In, T> ? 0 : kBackwardRows * kBackwardKeys) {}
 };
 
 // All contributions of key tile [k0, k0 + kn) of kv head hk: its dK, dV rows (written, or added
 // when accumulating) and its share of dQ for every query head of the group (added into dq_out,
 // which the caller owns exclusively for these rows and heads).
-template <class T>
-void backward_key_tile(const Attention<T>& a, const T* delta, T* dq_out, T* dk, T* dv, bool accumulate, std::int64_t b,
-                       std::int64_t hk, std::int64_t k0, std::int64_t kn, BackwardScratch<T>& w) {
+template <class T, class In>
+void backward_key_tile(const Attention<T, In>& a, const T* delta, T* dq_out, T* dk, T* dv, bool accumulate,
+                       std::int64_t b, std::int64_t hk, std::int64_t k0, std::int64_t kn, BackwardScratch<T, In>& w) {
   const std::int64_t d = a.s.head_dim;
-  const T* k = a.k + a.kv_at(b, k0, hk);
-  const T* v = a.v + a.kv_at(b, k0, hk);
+  const In* k = a.k + a.kv_at(b, k0, hk);
+  const In* v = a.v + a.kv_at(b, k0, hk);
   T* p = w.p.data();
   T* ds = w.ds.data();
   T* dk_acc = w.dk.data();
@@ -238,14 +275,15 @@ void backward_key_tile(const Attention<T>& a, const T* delta, T* dq_out, T* dk, 
     const std::int64_t h = hk * a.group + g;
     for (std::int64_t i0 = i_begin; i0 < a.s.q_len; i0 += kBackwardRows) {
       const std::int64_t rows = std::min(kBackwardRows, a.s.q_len - i0);
-      const T* q = a.q + a.q_at(b, i0, h);
-      const T* d_o = a.d_o + a.q_at(b, i0, h);
+      const In* q = a.q + a.q_at(b, i0, h);
+      const In* d_o = a.d_o + a.q_at(b, i0, h);
       const T* lse = a.lse + a.lse_at(b, h, i0);
       const T* delta_rows = delta + a.lse_at(b, h, i0);
 
       tile_gemm(false, true, rows, kn, d, a.scale, q, a.q_stride, k, a.kv_stride, T(0), p, kn);  // S
       a.probabilities(p, rows, kn, i0, k0, lse);                                                 // P
-      tile_gemm(true, false, kn, d, rows, T(1), p, kn, d_o, a.q_stride, T(1), dv_acc, d);        // dV += Pᵀ·dO
+      tile_gemm(true, false, kn, d, rows, T(1), as_operand(p, rows * kn, w.p_in), kn, d_o, a.q_stride, T(1), dv_acc,
+                d);                                                                              // dV += Pᵀ·dO
       tile_gemm(false, true, rows, kn, d, T(1), d_o, a.q_stride, v, a.kv_stride, T(0), ds, kn);  // dP = dO·Vᵀ
       for (std::int64_t r = 0; r < rows; ++r) {  // dS = scale·P∘(dP − D); masked P = 0 → dS = 0
         const T* p_row = p + r * kn;
@@ -254,8 +292,9 @@ void backward_key_tile(const Attention<T>& a, const T* delta, T* dq_out, T* dk, 
 #pragma omp simd
         for (std::int64_t c = 0; c < kn; ++c) ds_row[c] = a.scale * p_row[c] * (ds_row[c] - delta_r);
       }
-      tile_gemm(true, false, kn, d, rows, T(1), ds, kn, q, a.q_stride, T(1), dk_acc, d);  // dK += dSᵀ·Q
-      tile_gemm(false, false, rows, d, kn, T(1), ds, kn, k, a.kv_stride, T(1), dq_out + a.q_at(b, i0, h),
+      const In* ds_op = as_operand(ds, rows * kn, w.ds_in);
+      tile_gemm(true, false, kn, d, rows, T(1), ds_op, kn, q, a.q_stride, T(1), dk_acc, d);  // dK += dSᵀ·Q
+      tile_gemm(false, false, rows, d, kn, T(1), ds_op, kn, k, a.kv_stride, T(1), dq_out + a.q_at(b, i0, h),
                 a.q_stride);  // dQ += dS·K
     }
   }
@@ -330,12 +369,14 @@ void check_attention_shape(const AttentionShape& s, const char* what) {
 
 double attention_scale(const AttentionShape& s) { return s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(s.head_dim)); }
 
-template <class T>
-void attention_forward(const AttentionShape& shape, const T* q, const T* k, const T* v, T* o, T* lse) {
+namespace {
+
+template <class T, class In>
+void forward_impl(const AttentionShape& shape, const In* q, const In* k, const In* v, T* o, T* lse) {
   check_attention_shape(shape, "attention_forward");
   check_pointers(shape, "attention_forward", {q, o, lse}, {k, v});
   init_blas_threads();
-  Attention<T> a(shape);
+  Attention<T, In> a(shape);
   a.q = q;
   a.k = k;
   a.v = v;
@@ -345,7 +386,7 @@ void attention_forward(const AttentionShape& shape, const T* q, const T* k, cons
   const std::int64_t tasks = q_tiles * heads;
 #pragma omp parallel if (worth_threading(shape, tasks))
   {
-    ForwardScratch<T> scratch(shape.head_dim);
+    ForwardScratch<T, In> scratch(shape.head_dim);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < tasks; ++t) {
       // Last query tiles first: under a causal mask they see the most keys, and starting the
@@ -358,13 +399,13 @@ void attention_forward(const AttentionShape& shape, const T* q, const T* k, cons
   }
 }
 
-template <class T>
-void attention_backward(const AttentionShape& shape, const T* q, const T* k, const T* v, const T* o, const T* lse,
-                        const T* d_o, T* dq, T* dk, T* dv, bool accumulate, const T* d_lse) {
+template <class T, class In>
+void backward_impl(const AttentionShape& shape, const In* q, const In* k, const In* v, const T* o, const T* lse,
+                   const In* d_o, T* dq, T* dk, T* dv, bool accumulate, const T* d_lse) {
   check_attention_shape(shape, "attention_backward");
   check_pointers(shape, "attention_backward", {q, o, lse, d_o, dq}, {k, v, dk, dv});
   init_blas_threads();
-  Attention<T> a(shape);
+  Attention<T, In> a(shape);
   a.q = q;
   a.k = k;
   a.v = v;
@@ -395,7 +436,7 @@ void attention_backward(const AttentionShape& shape, const T* q, const T* k, con
   const std::int64_t tasks = groups * chunks;
 #pragma omp parallel if (worth_threading(shape, tasks))
   {
-    BackwardScratch<T> scratch(d);
+    BackwardScratch<T, In> scratch(d);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < tasks; ++t) {
       const std::int64_t chunk = t / groups, b = (t % groups) / shape.kv_heads, hk = t % shape.kv_heads;
@@ -416,6 +457,30 @@ void attention_backward(const AttentionShape& shape, const T* q, const T* k, con
   }
   // kv_len == 0 leaves no task; dk/dv are then empty. q_len == 0 still runs every key tile,
   // which writes (or adds) zero gradients.
+}
+
+}  // namespace
+
+template <class T>
+void attention_forward(const AttentionShape& shape, const T* q, const T* k, const T* v, T* o, T* lse) {
+  forward_impl<T, T>(shape, q, k, v, o, lse);
+}
+
+template <class T>
+void attention_backward(const AttentionShape& shape, const T* q, const T* k, const T* v, const T* o, const T* lse,
+                        const T* d_o, T* dq, T* dk, T* dv, bool accumulate, const T* d_lse) {
+  backward_impl<T, T>(shape, q, k, v, o, lse, d_o, dq, dk, dv, accumulate, d_lse);
+}
+
+void attention_forward_bf16(const AttentionShape& shape, const bf16* q, const bf16* k, const bf16* v, float* o,
+                            float* lse) {
+  forward_impl<float, bf16>(shape, q, k, v, o, lse);
+}
+
+void attention_backward_bf16(const AttentionShape& shape, const bf16* q, const bf16* k, const bf16* v, const float* o,
+                             const float* lse, const bf16* d_o, float* dq, float* dk, float* dv, bool accumulate,
+                             const float* d_lse) {
+  backward_impl<float, bf16>(shape, q, k, v, o, lse, d_o, dq, dk, dv, accumulate, d_lse);
 }
 
 template <class T>

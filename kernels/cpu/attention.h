@@ -21,6 +21,8 @@
 // Design notes and measured speed: docs/kernels-attention.md.
 #include <cstdint>
 
+#include "wallfacer/core/dtype.h"
+
 namespace wf::kernels::cpu {
 
 struct AttentionShape {
@@ -60,6 +62,17 @@ void attention_forward(const AttentionShape& shape, const T* q, const T* k, cons
 template <class T>
 void attention_backward(const AttentionShape& shape, const T* q, const T* k, const T* v, const T* o, const T* lse,
                         const T* d_o, T* dq, T* dk, T* dv, bool accumulate = false, const T* d_lse = nullptr);
+
+// The same with bf16 Q, K, V (and dO): every dot product — Q·Kᵀ, P·V, and in the backward
+// dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K — multiplies in bf16 and accumulates in f32 (gemm_bf16: native on
+// CPUs with AVX512_BF16, where the op layer calls these; P and dS are rounded to bf16 before
+// their products, as FlashAttention does on GPUs). The softmax, lse, D = rowsum(dO∘O), O and
+// every gradient stay f32. Tested against the f32 kernel on the widened inputs.
+void attention_forward_bf16(const AttentionShape& shape, const bf16* q, const bf16* k, const bf16* v, float* o,
+                            float* lse);
+void attention_backward_bf16(const AttentionShape& shape, const bf16* q, const bf16* k, const bf16* v, const float* o,
+                             const float* lse, const bf16* d_o, float* dq, float* dk, float* dv,
+                             bool accumulate = false, const float* d_lse = nullptr);
 
 // Merges a partial result (o_i, lse_i) — attention of the same queries over another set of
 // keys — into the running (o, lse), in place: lse ← log(e^lse + e^lse_i), o ← the matching

@@ -151,7 +151,7 @@ std::vector<float> widened(const bf16* x, std::int64_t rows, std::int64_t cols, 
   return out;
 }
 
-// bf16 operands, f32 result: oneDNN's bf16 matmul where the CPU multiplies bf16 natively
+// bf16 operands, f32 result: oneDNN's bf16 GEMM where the CPU multiplies bf16 natively
 // (AVX512_BF16: vdpbf16ps, or AMX), else the operands widened to f32 — exactly, every bf16 is
 // an f32 — and the f32 product of `backend`. Both accumulate in f32, so the two paths agree to
 // f32 rounding.
@@ -302,7 +302,7 @@ bool gemm_bf16_native() {
 }
 
 const char* gemm_bf16_path() {
-  if (gemm_bf16_native()) return "onednn bf16 matmul (AVX512_BF16), f32 accumulation";
+  if (gemm_bf16_native()) return "onednn bf16 GEMM (AVX512_BF16), f32 accumulation";
   return "f32 (operands widened: no AVX512_BF16, oneDNN absent, or WF_CPU_ISA below avx512)";
 }
 

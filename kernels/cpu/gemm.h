@@ -62,7 +62,7 @@ void gemm_batched(bool trans_a, bool trans_b, std::int64_t batch, std::int64_t M
                   GemmBackend backend = default_gemm_backend());
 
 // bf16 operands, f32 accumulation and result: C[M, N] (f32) = alpha·op(A)·op(B) + beta·C, with
-// gemm()'s layout, threading and contract. Runs oneDNN's bf16 matmul where gemm_bf16_native(),
+// gemm()'s layout, threading and contract. Runs oneDNN's bf16 GEMM where gemm_bf16_native(),
 // else widens the operands to f32 (exact) and runs `backend`'s f32 product: the results agree
 // to f32 rounding either way.
 void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,

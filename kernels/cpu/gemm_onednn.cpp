@@ -1,15 +1,22 @@
 #include "kernels/cpu/gemm_onednn.h"
 
-#include <map>
+#include <cstdint>
 #include <string>
-#include <tuple>
 
 #include "wallfacer/core/error.h"
 
 #if WF_HAVE_ONEDNN
 #include <dnnl.h>
 
-#include <dnnl.hpp>
+// oneDNN's bf16 GEMM: exported by libdnnl (DNNL_API) beside dnnl_sgemm, with the same row-major
+// contract, but declared only in its own tests' headers — so declared here, as TensorFlow's and
+// PyTorch's oneDNN integrations do. Like dnnl_sgemm it generates its kernels once per process
+// (AVX512_BF16's vdpbf16ps, or AMX tiles), so a new shape costs no JIT: a matmul primitive would
+// compile one per shape, and the attention tiles come in many.
+extern "C" dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N, dnnl_dim_t K,
+                                               float alpha, const std::uint16_t* A, dnnl_dim_t lda,
+                                               const std::uint16_t* B, dnnl_dim_t ldb, float beta, float* C,
+                                               dnnl_dim_t ldc);
 #endif
 
 namespace wf::kernels::cpu {
@@ -27,39 +34,6 @@ const char* status_name(dnnl_status_t status) {
     case dnnl_runtime_error: return "runtime error";
     default: return "error";
   }
-}
-
-// One bf16 product's geometry: what a matmul primitive is built for.
-using MatmulKey = std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                             std::int64_t, float, float>;
-
-// Row-major [rows, cols] with the given strides: a transposed operand is the stored matrix
-// read with its strides swapped, so no copy is ever made.
-dnnl::memory::desc strided(std::int64_t rows, std::int64_t cols, std::int64_t row_stride, std::int64_t col_stride,
-                           dnnl::memory::data_type type) {
-  return dnnl::memory::desc({rows, cols}, type, dnnl::memory::dims{row_stride, col_stride});
-}
-
-struct BoundMatmul {
-  dnnl::matmul primitive;
-  dnnl::memory::desc a, b, c;
-};
-
-BoundMatmul build_matmul(const MatmulKey& key, const dnnl::engine& engine) {
-  const auto& [trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta] = key;
-  using dt = dnnl::memory::data_type;
-  const auto a = trans_a ? strided(M, K, 1, lda, dt::bf16) : strided(M, K, lda, 1, dt::bf16);
-  const auto b = trans_b ? strided(K, N, 1, ldb, dt::bf16) : strided(K, N, ldb, 1, dt::bf16);
-  const auto c = strided(M, N, ldc, 1, dt::f32);
-  dnnl::primitive_attr attr;
-  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-  if (beta != 0.0f) {
-    dnnl::post_ops ops;
-    ops.append_sum(beta);  // C = alpha·A·B + beta·C, in f32
-    attr.set_post_ops(ops);
-  }
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
-  return {dnnl::matmul(pd), a, b, c};
 }
 
 }  // namespace
@@ -89,23 +63,13 @@ void onednn_sgemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, st
 void onednn_gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
                       const bf16* A, std::int64_t lda, const bf16* B, std::int64_t ldb, float beta, float* C,
                       std::int64_t ldc) {
-  // Per thread: a primitive's scratchpad is its own, so two threads must not run one at once.
-  thread_local dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  thread_local dnnl::stream stream(engine);
-  thread_local std::map<MatmulKey, BoundMatmul> built;
-  const MatmulKey key{trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta};
-  auto found = built.find(key);
-  try {
-    if (found == built.end()) found = built.emplace(key, build_matmul(key, engine)).first;
-    const BoundMatmul& m = found->second;
-    // oneDNN reads through non-const handles; the operands are only read.
-    dnnl::memory a(m.a, engine, const_cast<bf16*>(A)), b(m.b, engine, const_cast<bf16*>(B)), c(m.c, engine, C);
-    m.primitive.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-    stream.wait();
-  } catch (const dnnl::error& e) {
-    WF_FAIL("oneDNN bf16 matmul failed ({}) for M={} N={} K={} lda={} ldb={} ldc={}", e.what(), M, N, K, lda, ldb,
-            ldc);
-  }
+  static_assert(sizeof(bf16) == sizeof(std::uint16_t), "wf::bf16 is oneDNN's bfloat16_t: 16 bits");
+  const dnnl_status_t status =
+      dnnl_gemm_bf16bf16f32(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha,
+                            reinterpret_cast<const std::uint16_t*>(A), lda, reinterpret_cast<const std::uint16_t*>(B),
+                            ldb, beta, C, ldc);
+  WF_CHECK(status == dnnl_success, "oneDNN dnnl_gemm_bf16bf16f32 failed ({}) for M={} N={} K={} lda={} ldb={} ldc={}",
+           status_name(status), M, N, K, lda, ldb, ldc);
 }
 
 #else  // !WF_HAVE_ONEDNN

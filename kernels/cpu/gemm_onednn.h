@@ -23,9 +23,8 @@ void onednn_sgemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, st
                   const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
                   std::int64_t ldc);
 
-// The same with bf16 operands and an f32 result, accumulated in f32 (oneDNN's bf16 matmul:
-// vdpbf16ps, or AMX tiles where the CPU has them). Each thread keeps the primitives it built,
-// one per geometry and alpha/beta, so a training step pays the JIT cost once per shape.
+// The same with bf16 operands and an f32 result, accumulated in f32 (oneDNN's bf16 GEMM:
+// vdpbf16ps, or AMX tiles where the CPU has them; kernels generated once per process).
 void onednn_gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
                       const bf16* A, std::int64_t lda, const bf16* B, std::int64_t ldb, float beta, float* C,
                       std::int64_t ldc);

@@ -56,7 +56,9 @@ Row bench_gemm_bf16(std::int64_t n, double reference, int iters) {
           fmt::format("{0}x{0}x{0}", n), s * 1e3, 2.0 * n * n * n / s * 1e-9, reference, 0};
 }
 
-std::vector<Row> bench_attention(std::int64_t n, bool causal, double reference, int iters) {
+// Attention fwd and bwd with f32 or bf16 operands (bf16: the bf16 kernel, every dot product in
+// bf16 with f32 accumulation; run where the CPU multiplies bf16 natively, as the op layer does).
+std::vector<Row> bench_attention(std::int64_t n, bool causal, bool bf16_operands, double reference, int iters) {
   kernels::cpu::AttentionShape shape;
   shape.batch = 1;
   shape.q_len = shape.kv_len = n;
@@ -67,25 +69,40 @@ std::vector<Row> bench_attention(std::int64_t n, bool causal, double reference, 
   Tensor q = Tensor::randn(qshape), k = Tensor::randn(qshape), v = Tensor::randn(qshape), d_o = Tensor::randn(qshape);
   Tensor o = Tensor::empty(qshape), lse = Tensor::empty(lshape);
   Tensor dq = Tensor::empty(qshape), dk = Tensor::empty(qshape), dv = Tensor::empty(qshape);
+  const Tensor q16 = q.to(DType::bf16), k16 = k.to(DType::bf16), v16 = v.to(DType::bf16), d_o16 = d_o.to(DType::bf16);
   auto forward = [&] {
-    kernels::cpu::attention_forward<float>(shape, q.data<float>(), k.data<float>(), v.data<float>(), o.data<float>(),
+    if (bf16_operands) {
+      kernels::cpu::attention_forward_bf16(shape, q16.data<bf16>(), k16.data<bf16>(), v16.data<bf16>(), o.data<float>(),
                                            lse.data<float>());
+    } else {
+      kernels::cpu::attention_forward<float>(shape, q.data<float>(), k.data<float>(), v.data<float>(), o.data<float>(),
+                                             lse.data<float>());
+    }
   };
   auto backward = [&] {
-    kernels::cpu::attention_backward<float>(shape, q.data<float>(), k.data<float>(), v.data<float>(), o.data<float>(),
-                                            lse.data<float>(), d_o.data<float>(), dq.data<float>(), dk.data<float>(),
-                                            dv.data<float>());
+    if (bf16_operands) {
+      kernels::cpu::attention_backward_bf16(shape, q16.data<bf16>(), k16.data<bf16>(), v16.data<bf16>(),
+                                            o.data<float>(), lse.data<float>(), d_o16.data<bf16>(), dq.data<float>(),
+                                            dk.data<float>(), dv.data<float>());
+    } else {
+      kernels::cpu::attention_backward<float>(shape, q.data<float>(), k.data<float>(), v.data<float>(), o.data<float>(),
+                                              lse.data<float>(), d_o.data<float>(), dq.data<float>(), dk.data<float>(),
+                                              dv.data<float>());
+    }
   };
   const double fwd_s = median_seconds(iters, forward);
   const double bwd_s = median_seconds(iters, backward);
   const double fwd_flops = 4.0 * n * n * 64 * 8 * (causal ? 0.5 : 1.0);
   const double bwd_flops = 2.5 * fwd_flops;
-  const std::string size = fmt::format("B=1 h=8 d=64 n={}", n), mask = causal ? "causal" : "full";
+  const std::string size = fmt::format("B=1 h=8 d=64 n={}", n);
+  const std::string tag = fmt::format("{}, {}", causal ? "causal" : "full", bf16_operands ? "bf16" : "f32");
+  // The target is the f32 kernel's; bf16 is printed beside it.
+  const double target = bf16_operands ? 0 : 0.4;
   return {
-      {"attention fwd (" + mask + ")", size, fwd_s * 1e3, fwd_flops / fwd_s * 1e-9, reference, 0},
-      {"attention bwd (" + mask + ")", size, bwd_s * 1e3, bwd_flops / bwd_s * 1e-9, reference, 0},
-      {"attention fwd+bwd (" + mask + ")", size, (fwd_s + bwd_s) * 1e3, (fwd_flops + bwd_flops) / (fwd_s + bwd_s) * 1e-9,
-       reference, 0.4},
+      {"attention fwd (" + tag + ")", size, fwd_s * 1e3, fwd_flops / fwd_s * 1e-9, reference, 0},
+      {"attention bwd (" + tag + ")", size, bwd_s * 1e3, bwd_flops / bwd_s * 1e-9, reference, 0},
+      {"attention fwd+bwd (" + tag + ")", size, (fwd_s + bwd_s) * 1e3, (fwd_flops + bwd_flops) / (fwd_s + bwd_s) * 1e-9,
+       reference, target},
   };
 }
 
@@ -113,7 +130,12 @@ int run(const Options& options) {
     rows.push_back(bench_gemm_bf16(n, ref, options.iters));
   }
   for (bool causal : {false, true}) {
-    for (auto& row : bench_attention(attn_n, causal, attention_reference, options.iters)) rows.push_back(row);
+    for (bool bf16_operands : {false, true}) {
+      if (bf16_operands && !kernels::cpu::gemm_bf16_native()) continue;  // the op layer widens to f32 there
+      for (auto& row : bench_attention(attn_n, causal, bf16_operands, attention_reference, options.iters)) {
+        rows.push_back(row);
+      }
+    }
   }
 
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
@@ -136,6 +158,7 @@ int run(const Options& options) {
   std::printf("wallfacer bench kernels: %d thread(s), %s, OPENBLAS_CORETYPE=%s\n", options.threads, blas_info(),
               coretype ? coretype : "(unset)");
   std::printf("default gemm: %s\n", train::default_gemm_description().c_str());
+  std::printf("bf16 products: %s\n", kernels::cpu::gemm_bf16_path());
   std::printf("%-32s %-20s %10s %10s %12s %7s %s\n", "kernel", "size", "time_ms", "GFLOP/s", "sgemm GFLOP/s", "ratio",
               "target");
   for (const auto& r : rows) {

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm.h"
 #include "src/ops/common.h"
 #include "wallfacer/autograd/function.h"
 
@@ -68,6 +69,10 @@ bool any_nonzero(const Tensor& t) {
   return std::any_of(p, p + t.numel(), [](T x) { return x != T(0); });
 }
 
+// bf16 inputs run the bf16 kernel (bf16 dot products) where the CPU multiplies bf16 natively;
+// elsewhere they are widened and run the f32 kernel, which is faster there (nn/precision.h).
+bool native_bf16(DType dtype) { return dtype == DType::bf16 && kernels::cpu::gemm_bf16_native(); }
+
 // forward computes out and lse with the kernel; a replay (attention_replay) takes them from an
 // earlier forward instead. Both save the same tensors and share one backward.
 class Attention final : public autograd::Function {
@@ -79,6 +84,16 @@ class Attention final : public autograd::Function {
   // inputs: q, k, v; outputs: out [B, n_q, h, d], lse [B, h, n_q]
   TensorList forward(Context& ctx, const TensorList& in) override {
     if (is_replay_) return replay(ctx, in);
+    if (native_bf16(in[0].dtype())) {
+      // bf16 dot products, f32 softmax: out and lse come back f32, saved so for the backward,
+      // and rounded to bf16 for the caller.
+      Tensor out = Tensor::empty(in[0].shape(), DType::f32);
+      Tensor lse = Tensor::empty({shape_.batch, shape_.heads, shape_.q_len}, DType::f32);
+      kernels::cpu::attention_forward_bf16(shape_, in[0].data<bf16>(), in[1].data<bf16>(), in[2].data<bf16>(),
+                                           out.data<float>(), lse.data<float>());
+      ctx.save_for_backward({in[0], in[1], in[2], out, lse});
+      return TensorList{out.to(DType::bf16), lse.to(DType::bf16)};
+    }
     return ops::compute_in(kOp, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
       using T = decltype(tag);
       Tensor out = Tensor::empty(c[0].shape(), dtype_v<T>);
@@ -94,6 +109,20 @@ class Attention final : public autograd::Function {
   TensorList backward(Context& ctx, const TensorList& grad) override {
     if (!ctx.needs_input_grad(0) && !ctx.needs_input_grad(1) && !ctx.needs_input_grad(2)) return TensorList(3);
     const TensorList& s = ctx.saved();  // q, k, v, out, lse
+    if (native_bf16(s[0].dtype())) {
+      Tensor dq = Tensor::empty(s[0].shape(), DType::f32);
+      Tensor dk = Tensor::empty(s[1].shape(), DType::f32);
+      Tensor dv = Tensor::empty(s[2].shape(), DType::f32);
+      const Tensor out = s[3].to(DType::f32), lse = s[4].to(DType::f32), d_o = grad[0].to(DType::bf16);
+      const Tensor d_lse = grad[1].to(DType::f32);
+      kernels::cpu::attention_backward_bf16(shape_, s[0].data<bf16>(), s[1].data<bf16>(), s[2].data<bf16>(),
+                                            out.data<float>(), lse.data<float>(), d_o.data<bf16>(), dq.data<float>(),
+                                            dk.data<float>(), dv.data<float>(), /*accumulate=*/false,
+                                            any_nonzero<float>(d_lse) ? d_lse.data<float>() : nullptr);
+      return TensorList{ctx.needs_input_grad(0) ? dq.to(DType::bf16) : Tensor(),
+                        ctx.needs_input_grad(1) ? dk.to(DType::bf16) : Tensor(),
+                        ctx.needs_input_grad(2) ? dv.to(DType::bf16) : Tensor()};
+    }
     return ops::compute_in(kOp, s[0].dtype(), {s[0], s[1], s[2], s[3], s[4], grad[0], grad[1]},
                            [&](auto tag, const TensorList& c) {
                              using T = decltype(tag);

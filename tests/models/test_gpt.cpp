@@ -251,10 +251,6 @@ TEST_CASE("gpt: pipeline stages of an interleaved layout hold their chunks and c
   CHECK_THROWS_WITH(rank0.forward_stage(batch, Tensor(), 2), Contains("this stage holds model chunks 0..1, not 2"));
 }
 
-// Mixed precision (nn/precision.h): set_compute_dtype(bf16) keeps the f32 masters, computes in
-// bf16, and gives f32 gradients. Against the f32 model from the same seed: the loss within 1%
-// (bf16 keeps 8 significant bits; a 2-layer model's logits carry a few roundings each), every
-// gradient pointing the same way (cosine > 0.99) and of the same size (within 5%).
 TEST_CASE("gpt: bf16 mixed precision computes in bf16 over f32 masters and f32 gradients", "[models][bf16]") {
   GptOptions o = tiny();
   o.vocab_size = 64;
@@ -262,29 +258,6 @@ TEST_CASE("gpt: bf16 mixed precision computes in bf16 over f32 masters and f32 g
   o.d_model = 64;
   Gpt f32_model(o), bf16_model(o);
   bf16_model.set_compute_dtype(DType::bf16);
-  const Tensor ids = random_ids(3, 32, 64, 5), targets = random_ids(3, 32, 64, 6);
-  const Tensor positions = Tensor::arange(0, 32, 1, DType::i64);
-  CHECK(bf16_model.forward(ids, positions).dtype() == DType::f32);  // logits cast up for the loss
-  CHECK(bf16_model.stage_hidden(wf::models::token_batch(ids, targets, positions)).second == DType::bf16);
-  const double loss32 = f32_model.loss(ids, targets).item(), loss16 = bf16_model.loss(ids, targets).item();
-  CHECK(std::abs(loss16 - loss32) / loss32 < 0.01);
-
-  const auto g32 = gradients(f32_model, ids, targets), g16 = gradients(bf16_model, ids, targets);
-  REQUIRE(g32.size() == g16.size());
-  for (const auto& [name, a] : g32) {
-    const Tensor& b = g16.at(name);
-    INFO(name);
-    CHECK(b.dtype() == DType::f32);  // the masters' gradients, accumulated in f32
-    const auto x = a.to_vector<double>(), y = b.to_vector<double>();
-    double dot = 0, xx = 0, yy = 0;
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      dot += x[i] * y[i];
-      xx += x[i] * x[i];
-      yy += y[i] * y[i];
-    }
-    if (xx == 0) continue;  // a row no token reaches
-    CHECK(dot / std::sqrt(xx * yy) > 0.99);
-    CHECK(std::abs(std::sqrt(yy / xx) - 1.0) < 0.05);
-  }
-  for (const Tensor& p : bf16_model.parameters()) CHECK(p.dtype() == DType::f32);
+  wf::models::testing::check_mixed_precision_matches_f32(f32_model, bf16_model, random_ids(3, 32, 64, 5),
+                                                         random_ids(3, 32, 64, 6));
 }

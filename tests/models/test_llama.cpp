@@ -236,3 +236,14 @@ TEST_CASE("decoders: generate serves any model with logits and names one without
   Llama stage(stage_options);
   CHECK_THROWS_WITH(wf::models::generate(stage, {1}, {}), Contains("model 'llama' does not predict tokens"));
 }
+
+TEST_CASE("llama: bf16 mixed precision computes in bf16 over f32 masters and f32 gradients", "[models][bf16]") {
+  LlamaOptions o = tiny_llama();
+  o.d_model = 64;
+  o.d_ff = 96;
+  o.max_seq_len = 32;
+  Llama f32_model(o), bf16_model(o);
+  bf16_model.set_compute_dtype(DType::bf16);
+  wf::models::testing::check_mixed_precision_matches_f32(f32_model, bf16_model, random_ids(3, 32, 40, 7),
+                                                         random_ids(3, 32, 40, 8));
+}
