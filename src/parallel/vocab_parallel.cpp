@@ -163,7 +163,9 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
     li[i] = mine ? g[i] - start : 0;
     m[i] = mine ? 1.0 : 0.0;
   }
-  return in_compute_dtype(reduce_from_tp(*tp_, mul(embedding(local, weight()), mask.to(weight().dtype()))));
+  // Cast before the sum: each token's row lives on one rank (the others add zeros), so the sum
+  // is exact in the compute dtype, and the all-reduce moves that dtype like every activation.
+  return reduce_from_tp(*tp_, in_compute_dtype(mul(embedding(local, weight()), mask.to(weight().dtype()))));
 }
 
 Tensor VocabParallelEmbedding::attend(const Tensor& h) {

@@ -151,8 +151,11 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const models:
   const parallel::AttentionDims dims{config.train.micro_batch_size, config.train.seq_len, m.n_head / tp,
                                      m.n_kv_head / tp, m.d_model / m.n_head};
   const auto calls = share.blocks * accum;
+  // Ring and Ulysses move bf16 activations widened to f32 (parallel/sp_strategy_base.cpp).
+  const std::int64_t sp_activation =
+      config.parallel.sp_strategy == parallel::SpStrategy::wallfacer ? activation : std::max(activation, compute);
   for (const auto& [group, bytes] : sp_call_bytes(config.parallel.sp_strategy, dims, grid,
-                                                  {activation, compute, compute}, m.checkpoint_attention_output)) {
+                                                  {sp_activation, compute, compute}, m.checkpoint_attention_output)) {
     predicted[group] = calls * bytes;
   }
   predicted["tp"] =

@@ -126,3 +126,32 @@ TEST_CASE("a pipelined training step sends on each group exactly the bytes step_
   }
   if (world >= 2 && world % 2 == 0) CHECK(ran >= 3);
 }
+
+// bf16 mixed precision moves bf16 activations (tp, pp, WallFacer), f32 gradients, and f32 in
+// ring and Ulysses, which widen bf16 (parallel/sp_strategy_base.cpp): the formula knows each.
+TEST_CASE("a bf16 mixed-precision training step sends exactly the bytes step_traffic.h predicts",
+          "[dist][layout_traffic][bf16]") {
+  const int world = runtime().world_size();
+  int ran = 0;
+  for (const wf::config::ParallelSection& candidate : wf::config::candidate_layouts(world)) {
+    for (const int pp : {1, 2}) {
+      wf::config::ParallelSection l = candidate;
+      if (pp == 2) {  // the same world with two stages: halve dp, or else sp
+        if (l.dp % 2 == 0) l.dp /= 2;
+        else if (l.sp % 2 == 0 && l.sp / 2 >= 1 && l.C == 1) l.sp /= 2;
+        else continue;
+        l.pp = 2;
+      }
+      wf::config::RunConfig config = small_gpt_run(l.dp, l.sp, false, "wf_test_step_traffic_bf16");
+      config.parallel = l;
+      config.train.dtype = wf::DType::bf16;
+      config.train.steps = 1;
+      config.train.global_batch_size = 2 * l.dp;
+      if (!error_of([&] { wf::config::validate(config, world); }).empty()) continue;  // the same on every rank
+      INFO(describe(l, false) << ", pp " << l.pp << ", bf16");
+      check_one_step(config, world);
+      ++ran;
+    }
+  }
+  CHECK(ran >= 1);
+}

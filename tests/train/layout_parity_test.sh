@@ -67,6 +67,17 @@ print(f"{group} group: {group_bytes} bytes per step on rank 0")
 PY
 grep -q "$expect" "$work/parallel.log" || { echo "FAIL: the run did not use $expect"; exit 1; }
 
+if [ "$dtype" = bf16 ]; then
+  # Mixed precision keeps f32 masters (nn/precision.h): the checkpoint must hold them, not bf16.
+  "$exe" checkpoint info "$work/parallel/checkpoints" > "$work/info.txt"
+  if grep -qE '^  [^ ]+ +bf16 ' "$work/info.txt"; then
+    grep -E '^  [^ ]+ +bf16 ' "$work/info.txt" | head -3
+    echo "FAIL: the bf16 run's checkpoint holds bf16 tensors; it must hold the f32 master weights"; exit 1
+  fi
+  grep -qE '^  [^ ]+ +f32 ' "$work/info.txt" || { cat "$work/info.txt"; echo "FAIL: no f32 tensor in the checkpoint"; exit 1; }
+  echo "the bf16 run's checkpoint holds f32 master weights"
+fi
+
 "$exe" generate --checkpoint "$work/parallel/checkpoints" --prompt "And God said" --tokens 20 --seed 3 > "$work/text.out"
 bytes=$(wc -c < "$work/text.out")
 test "$bytes" -ge 13 || { echo "FAIL: generate printed $bytes bytes"; exit 1; }
