@@ -2,15 +2,26 @@
 """`wallfacer bench gpt`'s training step in PyTorch (Debian's python3-torch 1.13), for comparison.
 
     /usr/bin/python3 scripts/bench_gpt_torch.py --layers 4 --d-model 256 --heads 4 --vocab 256 \
-        --batch 4 --seq 256 --threads 1 [--steps 5 --warmup 1 --json]
+        --batch 4 --seq 256 --threads 1 [--steps 5 --warmup 1 --dtype f32|bf16 --json]
 
 The model is tests/reference/gpt_reference.py's GptReference, the one the reference test checks
-ours against, so both sides compute the same thing. Timing is the same as ours
+ours against, so both sides compute the same thing (--json prints the parameter count, which
+scripts/bench-gpt.sh checks against ours). Timing is the same as ours
 (src/cli/bench_gpt_command.cpp): random tokens, `warmup` untimed steps, then the median of
 `steps` steps of forward (mean cross-entropy) + backward + AdamW (lr 1e-4, betas 0.9/0.95,
-weight decay 0.1 on matrices only) + zero_grad.
+weight decay 0.1 on matrices only) + zero_grad. "Median" is the upper median (the element at
+n // 2 of the sorted times), as ours takes it, so with an even --steps both pick the same element.
+
+--dtype bf16 is PyTorch's usual CPU mixed precision: the forward runs under
+torch.autocast(device_type="cpu", dtype=torch.bfloat16) (matmuls in bf16, reductions such as the
+loss in f32), while the weights, their gradients and AdamW's state stay f32.
+
+--json prints one JSON object with the keys of `wallfacer bench gpt --json` that
+scripts/bench-gpt.sh reads (ms_per_step, forward_ms, backward_ms, adamw_ms, tokens_per_s, the
+shape, threads, steps) plus torch's version and the precision used.
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -36,11 +47,27 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dtype", choices=("f32", "bf16"), default="f32",
+                   help="f32, or bf16: CPU autocast mixed precision (weights and AdamW in f32)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
+    if a.steps < 1:
+        p.error("--steps must be >= 1")
+
+    if a.dtype == "bf16":
+        if not hasattr(torch, "autocast"):
+            sys.exit(f"torch {torch.__version__} has no torch.autocast: no CPU bf16 autocast")
+        precision = "bf16 autocast (torch.autocast cpu bfloat16; f32 weights, grads and AdamW)"
+
+        def forward_context():
+            return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+    else:
+        precision = "f32"
+        forward_context = contextlib.nullcontext
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
+    # max_seq_len = seq, as ours builds the model in bench gpt (the position table is part of the count).
     o = Options(vocab_size=a.vocab, max_seq_len=a.seq, n_layer=a.layers, n_head=a.heads, n_kv_head=a.kv_heads,
                 d_model=a.d_model)
     model = GptReference(o)
@@ -55,7 +82,8 @@ def main():
     step, forward, backward, update = [], [], [], []
     for i in range(a.warmup + a.steps):
         start = time.perf_counter()
-        _, loss = model.loss(inputs, targets, positions)
+        with forward_context():
+            _, loss = model.loss(inputs, targets, positions)
         f = time.perf_counter() - start
         loss.backward()
         b = time.perf_counter() - start
@@ -67,14 +95,23 @@ def main():
             forward.append(f)
             backward.append(b - f)
             update.append(s - b)
+    if not torch.isfinite(loss.detach().float()):
+        sys.exit(f"the loss is not finite ({loss.item()}): the timed steps did not compute a real step")
+    # median_high: the element at n // 2 of the sorted times, as ours (src/core/timing.h median()).
     ms = {k: 1e3 * statistics.median_high(v) for k, v in
           (("ms_per_step", step), ("forward_ms", forward), ("backward_ms", backward), ("adamw_ms", update))}
+    tokens = a.batch * a.seq
     if a.json:
-        print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(), **ms}))
+        print(json.dumps({
+            "torch": torch.__version__, "dtype": a.dtype, "precision": precision,
+            "layers": a.layers, "d_model": a.d_model, "heads": a.heads, "kv_heads": o.n_kv_head, "vocab": a.vocab,
+            "batch": a.batch, "seq": a.seq, "parameters": sum(q.numel() for q in model.parameters()),
+            "threads": torch.get_num_threads(), "steps": a.steps, "warmup": a.warmup, **ms,
+            "tokens_per_s": tokens / (ms["ms_per_step"] * 1e-3)}))
     else:
-        print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s): {ms['ms_per_step']:.1f} ms/step "
-              f"(median of {a.steps}; forward {ms['forward_ms']:.1f}, backward {ms['backward_ms']:.1f}, "
-              f"AdamW {ms['adamw_ms']:.1f} ms)")
+        print(f"torch {torch.__version__}, {precision}, {torch.get_num_threads()} thread(s): "
+              f"{ms['ms_per_step']:.1f} ms/step (median of {a.steps} after {a.warmup} warm-up; "
+              f"forward {ms['forward_ms']:.1f}, backward {ms['backward_ms']:.1f}, AdamW {ms['adamw_ms']:.1f} ms)")
     return 0
 
 
