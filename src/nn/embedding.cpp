@@ -41,7 +41,7 @@ Tensor Embedding::attend(const Tensor& h) {
   WF_CHECK(h.defined() && h.dim() >= 1 && h.size(-1) == options_.dim,
            "Embedding({}, {}): attend needs hidden states ending in {} features, got {}", options_.num_embeddings,
            options_.dim, options_.dim, h.defined() ? shape_str(h.shape()) : "undefined");
-  return linear(h, in_compute_dtype(weight_));
+  return linear(h, weight_);  // bf16 h against the f32 master under mixed precision (ops/linalg.h)
 }
 
 }  // namespace wf::nn

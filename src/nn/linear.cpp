@@ -40,7 +40,9 @@ Tensor Linear::forward(const Tensor& x) {
   WF_CHECK(x.dim() >= 1 && x.size(-1) == options_.in_features,
            "Linear(in={}, out={}): input of shape {} must end in {} features", options_.in_features,
            options_.out_features, shape_str(x.shape()), options_.in_features);
-  return linear(x, in_compute_dtype(weight_), in_compute_dtype(bias_));
+  // Under bf16 mixed precision x is bf16 and the weight its f32 master: linear() multiplies in
+  // bf16 and hands the master its gradient in f32 (ops/linalg.h), with no cast node between.
+  return linear(x, weight_, bias_);
 }
 
 }  // namespace wf::nn

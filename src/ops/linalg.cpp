@@ -154,14 +154,19 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   constexpr const char* name = "linear";
-  ops::check_same_dtype_device(name, x, weight);
+  // Mixed precision (nn/precision.h): bf16 activations against f32 master weights. The product
+  // multiplies in bf16 with a bf16 copy of the weight made here; the weight's and the bias's
+  // gradients come back f32 straight from the GEMM's f32 accumulators, never rounded to bf16.
+  const bool mixed = x.defined() && weight.defined() && x.dtype() == DType::bf16 && weight.dtype() == DType::f32;
+  const Tensor& same_as_weight = mixed ? weight : x;
+  ops::check_same_dtype_device(name, same_as_weight, weight);
   ops::check_floating(name, x, "x");
   WF_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1),
            "{}: x of shape {} does not fit weight of shape {}; expected x [..., in] and weight [out, in]", name,
            shape_str(x.shape()), shape_str(weight.shape()));
   const std::int64_t in_features = weight.size(1), out_features = weight.size(0);
   if (bias.defined()) {
-    ops::check_same_dtype_device(name, x, bias);
+    ops::check_same_dtype_device(name, same_as_weight, bias);
     WF_CHECK(bias.shape() == Shape{out_features}, "{}: bias of shape {} does not match weight of shape {}; expected [{}]",
              name, shape_str(bias.shape()), shape_str(weight.shape()), out_features);
   }
@@ -172,12 +177,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return autograd::apply_function(
       name, {x, weight, bias},
       [=](Context& ctx, const TensorList& in) {
-        ctx.save_for_backward({in[0], in[1]});
         if (in[0].dtype() == DType::bf16) {
           // bf16 multiplies, f32 accumulation and bias, one rounding to bf16 at the end.
+          const Tensor w16 = in[1].to(DType::bf16);  // the weight itself unless mixed
+          ctx.save_for_backward({in[0], w16});
           Tensor y = Tensor::empty(y_shape, DType::f32);
           float* Y = y.data<float>();
-          gemm_into(false, true, rows, out_features, in_features, in[0].data<bf16>(), in_features, in[1].data<bf16>(),
+          gemm_into(false, true, rows, out_features, in_features, in[0].data<bf16>(), in_features, w16.data<bf16>(),
                     in_features, 0.0f, Y, out_features);
           if (in[2].defined()) {
             const Tensor b = in[2].to(DType::f32);
@@ -185,6 +191,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
           }
           return TensorList{y.to(DType::bf16)};
         }
+        ctx.save_for_backward({in[0], in[1]});
         return TensorList{ops::compute_in(name, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
           using T = decltype(tag);
           // y[rows, out] = x[rows, in]·Wᵀ (+ bias per row), all leading dims of x as rows.
@@ -203,8 +210,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         Tensor dx, dW, db;
         if (ctx.needs_input_grad(0)) dx = batched_product(name, g2, false, W, false, false).view(x_shape);
         // dW = dyᵀ·x over every row of every leading dim at once: one GEMM with K = rows.
-        if (ctx.needs_input_grad(1)) dW = batched_product(name, g2, true, x2, false, false);
-        if (ctx.needs_input_grad(2)) db = sum_to_shape(g2, {out_features});
+        if (ctx.needs_input_grad(1)) {
+          dW = mixed ? product<bf16, float>({true, false, out_features, in_features, rows, out_features, in_features, 0,
+                                             0, 1, {}},
+                                            g2.data<bf16>(), x2.data<bf16>(), false)
+                     : batched_product(name, g2, true, x2, false, false);
+        }
+        if (ctx.needs_input_grad(2)) db = sum_to_shape(mixed ? g2.to(DType::f32) : g2, {out_features});
         return TensorList{dx, dW, db};
       })[0];
 }

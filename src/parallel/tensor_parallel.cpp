@@ -83,7 +83,7 @@ Tensor ColumnParallelLinear::forward(const Tensor& x) {
   check_input("ColumnParallelLinear", x, options().in_features,
               tp_options_.shard_activations ? "this rank's tokens, all features" : "the whole input, replicated over the group");
   // Every rank uses the whole input: its gradient is the sum of the ranks'.
-  const Tensor y = linear(column_parallel_input(*tp_, x, tp_options_), in_compute_dtype(weight()), in_compute_dtype(bias()));
+  const Tensor y = linear(column_parallel_input(*tp_, x, tp_options_), weight(), bias());
   return gather_output_ ? gather_from_tp(*tp_, y) : y;
 }
 
@@ -111,7 +111,7 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
   }
   const Tensor own = input_is_parallel_ ? x : scatter_to_tp(*tp_, x);
   // The bias joins after the sum, so it is counted once rather than once per rank.
-  const Tensor y = row_parallel_output(*tp_, linear(own, in_compute_dtype(weight())), tp_options_);
+  const Tensor y = row_parallel_output(*tp_, linear(own, weight()), tp_options_);
   return bias().defined() ? add(y, in_compute_dtype(bias())) : y;
 }
 

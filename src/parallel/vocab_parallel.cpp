@@ -172,7 +172,7 @@ Tensor VocabParallelEmbedding::attend(const Tensor& h) {
   WF_CHECK(h.defined() && h.dim() >= 1 && h.size(-1) == options().dim,
            "VocabParallelEmbedding({}, {}): attend needs hidden states ending in {} features, got {}",
            options().num_embeddings, options().dim, options().dim, h.defined() ? shape_str(h.shape()) : "undefined");
-  return linear(column_parallel_input(*tp_, h, tp_options_), in_compute_dtype(weight()));
+  return linear(column_parallel_input(*tp_, h, tp_options_), weight());
 }
 
 namespace {
@@ -199,7 +199,7 @@ Tensor VocabParallelLinear::forward(const Tensor& x) {
            "VocabParallelLinear(in={}, vocabulary {}): input of shape {} must end in {} features",
            options().in_features, options().out_features, x.defined() ? shape_str(x.shape()) : "undefined",
            options().in_features);
-  return linear(column_parallel_input(*tp_, x, tp_options_), in_compute_dtype(weight()));
+  return linear(column_parallel_input(*tp_, x, tp_options_), weight());
 }
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& targets, comm::Group& tp,

@@ -186,3 +186,27 @@ TEST_CASE("bf16 matmul and its gradients match the f32 product of the widened op
     }
   }
 }
+
+TEST_CASE("linear mixes bf16 activations with f32 master weights: bf16 out, f32 weight gradients",
+          "[ops][linalg][bf16]") {
+  Tensor x = random({2, 5, 24}, 20, DType::bf16), w = random({7, 24}, 21, DType::f32), b = random({7}, 22, DType::f32);
+  for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+  const Tensor y = linear(x, w, b);
+  REQUIRE(y.dtype() == DType::bf16);
+  // The oracle: the same bf16 values of x and of the rounded weight, in f32 throughout.
+  Tensor x32 = x.detach().to(DType::f32), w32 = w.detach().to(DType::bf16).to(DType::f32), b32 = b.detach().clone();
+  for (Tensor* t : {&x32, &w32, &b32}) t->set_requires_grad(true);
+  const Tensor y32 = linear(x32, w32, b32);
+  require_bf16_close(y, y32);
+  const Tensor g = random(y.shape(), 23, DType::bf16);
+  y.backward(g);
+  y32.backward(g.to(DType::f32));
+  REQUIRE(w.grad().dtype() == DType::f32);
+  REQUIRE(b.grad().dtype() == DType::f32);
+  require_bf16_close(x.grad(), x32.grad());
+  // f32 gradients straight from the f32 accumulators: as close as f32 summation order allows.
+  require_close(w.grad().to(DType::f64), w32.grad().to(DType::f64), 1e-5, 1e-5);
+  require_close(b.grad().to(DType::f64), b32.grad().to(DType::f64), 1e-5, 1e-5);
+  // Any other mix is refused, naming the dtypes.
+  CHECK_THROWS_WITH(linear(x.detach(), w.detach().to(DType::f64)), Catch::Contains("bf16") && Catch::Contains("f64"));
+}

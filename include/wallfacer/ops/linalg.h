@@ -8,6 +8,9 @@ namespace wf {
 // across the batch, e.g. a weight); the optional transposes apply to the last two dims.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 // x [..., in] · weightᵀ [in, out] + bias [out]: the layout of nn::Linear (weight [out, in]).
+// x, weight and bias share a dtype, or — mixed precision (nn/precision.h) — x is bf16 and the
+// weight and bias are f32 masters: the product multiplies in bf16 (f32 accumulation), y is bf16,
+// and the weight's and bias's gradients come back f32, never rounded to bf16.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 }  // namespace wf
