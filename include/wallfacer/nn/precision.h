@@ -6,9 +6,12 @@
 //   train.dtype  master weights, optimizer state,   weights as the GEMMs see them,
 //                gradient accumulation/reduction     activations between layers
 //   f32          f32                                 f32
-//   bf16         f32                                 bf16 (cast from the master each use)
+//   bf16         f32                                 bf16 (made from the master at each use)
 //
-// What stays f32 under bf16, and where: the softmax / log-sum-exp of attention and of the loss
+// Where: Module::set_compute_dtype marks the layers; a linear layer passes its f32 master to
+// linear(), which multiplies with a bf16 copy and returns f32 weight gradients (ops/linalg.h);
+// other layers cast their parameters (Module::in_compute_dtype); the embedding casts the rows it
+// looked up. What stays f32 under bf16, and where: the softmax / log-sum-exp of attention and of the loss
 // and the norm statistics (the ops compute in f32 whatever the tensor dtype, ops/common.h), the
 // GEMMs' accumulation (kernels/cpu/gemm.h: gemm_bf16), the logits entering the loss (the model
 // casts them up: a bf16 loss would be rounded to 3 digits), and every gradient that reaches a
