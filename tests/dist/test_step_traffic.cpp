@@ -130,7 +130,7 @@ TEST_CASE("a pipelined training step sends on each group exactly the bytes step_
 // bf16 mixed precision moves bf16 activations (tp, pp, WallFacer), f32 gradients, and f32 in
 // ring and Ulysses, which widen bf16 (parallel/sp_strategy_base.cpp): the formula knows each.
 TEST_CASE("a bf16 mixed-precision training step sends exactly the bytes step_traffic.h predicts",
-          "[dist][layout_traffic][bf16]") {
+          "[dist][layout_traffic][bf16][pp]") {
   const int world = runtime().world_size();
   int ran = 0;
   for (const wf::config::ParallelSection& candidate : wf::config::candidate_layouts(world)) {
