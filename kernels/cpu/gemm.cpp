@@ -224,6 +224,33 @@ void validate(const char* who, const Args& g, bool check_pointers = true) {
   check_fits_blas_int(who, g.ldc, "ldc");
 }
 
+// An operand element in double: exact for f32, f64 and bf16 alike.
+double as_double(bf16 x) { return bf16_to_float(x); }
+template <class T>
+double as_double(T x) {
+  return double(x);
+}
+
+// The obviously-correct triple loop of the references, accumulating in double.
+template <class Args>
+void reference_product(const char* who, const Args& g) {
+  using Out = std::remove_pointer_t<decltype(g.C)>;
+  check_gemm_args(who, g);
+  for (std::int64_t i = 0; i < g.M; ++i) {
+    for (std::int64_t j = 0; j < g.N; ++j) {
+      double acc = 0.0;
+      for (std::int64_t k = 0; k < g.K; ++k) {
+        const double a = as_double(g.trans_a ? g.A[k * g.lda + i] : g.A[i * g.lda + k]);
+        const double b = as_double(g.trans_b ? g.B[j * g.ldb + k] : g.B[k * g.ldb + j]);
+        acc += a * b;
+      }
+      Out& c = g.C[i * g.ldc + j];
+      const double prior = g.beta == Out(0) ? 0.0 : double(g.beta) * double(c);
+      c = static_cast<Out>(double(g.alpha) * acc + prior);
+    }
+  }
+}
+
 }  // namespace
 
 template <class T>
@@ -277,21 +304,7 @@ template <class T>
 void gemm_reference(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
                     T alpha, const T* A, std::int64_t lda, const T* B, std::int64_t ldb, T beta,
                     T* C, std::int64_t ldc) {
-  check_gemm_args("gemm_reference", GemmArgs<T>{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
-                                                beta, C, ldc});
-  for (std::int64_t i = 0; i < M; ++i) {
-    for (std::int64_t j = 0; j < N; ++j) {
-      double acc = 0.0;
-      for (std::int64_t k = 0; k < K; ++k) {
-        const double a = trans_a ? A[k * lda + i] : A[i * lda + k];
-        const double b = trans_b ? B[j * ldb + k] : B[k * ldb + j];
-        acc += a * b;
-      }
-      T& c = C[i * ldc + j];
-      const double prior = beta == T(0) ? 0.0 : double(beta) * double(c);
-      c = static_cast<T>(double(alpha) * acc + prior);
-    }
-  }
+  reference_product("gemm_reference", GemmArgs<T>{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
 }
 
 bool gemm_bf16_native() {
@@ -317,21 +330,8 @@ void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
 void gemm_bf16_reference(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
                          const bf16* A, std::int64_t lda, const bf16* B, std::int64_t ldb, float beta, float* C,
                          std::int64_t ldc) {
-  check_gemm_args("gemm_bf16_reference",
-                  GemmArgs<bf16, float>{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
-  for (std::int64_t i = 0; i < M; ++i) {
-    for (std::int64_t j = 0; j < N; ++j) {
-      double acc = 0.0;
-      for (std::int64_t k = 0; k < K; ++k) {
-        const double a = bf16_to_float(trans_a ? A[k * lda + i] : A[i * lda + k]);
-        const double b = bf16_to_float(trans_b ? B[j * ldb + k] : B[k * ldb + j]);
-        acc += a * b;
-      }
-      float& c = C[i * ldc + j];
-      const double prior = beta == 0.0f ? 0.0 : double(beta) * double(c);
-      c = static_cast<float>(double(alpha) * acc + prior);
-    }
-  }
+  reference_product("gemm_bf16_reference",
+                    GemmArgs<bf16, float>{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
 }
 
 #define WF_INSTANTIATE_GEMM(T)                                                                   \
