@@ -16,11 +16,18 @@ add_library(BLAS::openblas ALIAS PkgConfig::OPENBLAS)
 # oneDNN (Debian's libdnnl-dev): a second f32 GEMM backend that picks its kernels from the CPU
 # itself (kernels/cpu/gemm_onednn.cpp); which one runs is measured at run time
 # (docs/kernels-gemm.md). Optional: without it the OpenBLAS backend runs everything.
-find_package(dnnl CONFIG QUIET)
+# Found by header and library rather than through dnnl-config.cmake: Debian's config asks for
+# OpenCL (its GPU runtime) as a hard requirement, and fails the configure on a machine without
+# the OpenCL headers, although the CPU GEMM we call needs none of it.
+find_path(DNNL_INCLUDE_DIR dnnl.h)
+find_library(DNNL_LIBRARY dnnl)
 set(WF_HAVE_ONEDNN OFF)
-if(dnnl_FOUND)
+if(DNNL_INCLUDE_DIR AND DNNL_LIBRARY)
   set(WF_HAVE_ONEDNN ON)
-  message(STATUS "wallfacer: oneDNN ${dnnl_VERSION} (GEMM backend)")
+  add_library(DNNL::dnnl SHARED IMPORTED)
+  set_target_properties(DNNL::dnnl PROPERTIES IMPORTED_LOCATION ${DNNL_LIBRARY}
+                                              INTERFACE_INCLUDE_DIRECTORIES ${DNNL_INCLUDE_DIR})
+  message(STATUS "wallfacer: oneDNN ${DNNL_LIBRARY} (GEMM backend)")
 else()
   message(STATUS "wallfacer: no oneDNN found (apt-get install libdnnl-dev): OpenBLAS runs every GEMM")
 endif()
