@@ -5,7 +5,7 @@
 #   3. builds with AddressSanitizer + UndefinedBehaviorSanitizer into build-asan/ and runs ctest
 #      again (skip with WF_TEST_SANITIZE=0),
 #   4. builds the libFuzzer targets with clang into build-fuzz/ and runs each for
-#      WF_TEST_FUZZ_SECONDS (default 60) seconds (scripts/fuzz.sh; skip with WF_TEST_FUZZ=0).
+#      WF_TEST_FUZZ_SECONDS (default 30) seconds (scripts/fuzz.sh; skip with WF_TEST_FUZZ=0).
 # Ends with one line "N passed, M failed, K skipped; fuzz: F passed, G failed": the ctest counts
 # summed over both runs, then the fuzz targets that ran clean and those that crashed. Exits
 # non-zero on any failure, and on any skip: a test skips only when its oracle (PyTorch, the GPT-2
@@ -83,11 +83,11 @@ else
 fi
 
 if [ "${WF_TEST_FUZZ:-1}" != "0" ]; then
-  echo "== test.sh: fuzz targets, ${WF_TEST_FUZZ_SECONDS:-60} s each"
+  echo "== test.sh: fuzz targets, ${WF_TEST_FUZZ_SECONDS:-30} s each"
   mkdir -p build-fuzz
   fuzz_log="build-fuzz/fuzz.log"
   set +e
-  scripts/fuzz.sh "${WF_TEST_FUZZ_SECONDS:-60}" 2>&1 | tee "$fuzz_log"
+  scripts/fuzz.sh "${WF_TEST_FUZZ_SECONDS:-30}" 2>&1 | tee "$fuzz_log"
   set -e
   # Its last line, "fuzz: F passed, G failed"; without it (the build failed) every target failed.
   fuzz_summary="$(grep -E '^fuzz: [0-9]+ passed, [0-9]+ failed$' "$fuzz_log" | tail -n 1 || true)"
