@@ -164,8 +164,9 @@ Request Group::isendrecv(const Tensor& send, int dst, Tensor& recv, int src, int
 
 // ---- collectives ------------------------------------------------------------------------
 // Volumes follow traffic.h for a group of C ranks; all_reduce's 2(C−1)/C·S is rounded down to
-// whole bytes when C does not divide it. Sizes are the tensors' own (a bf16 all_reduce counts
-// bf16 bytes even though MPI moves the f32 copy).
+// whole bytes when C does not divide it. Sizes are the tensors' own: bf16 travels as bf16 (MPI's
+// bf16 ops and NCCL widen each combine to f32); an f16 reduction, or a bf16 avg, counts its own
+// bytes although MPI moves an f32 copy.
 namespace {
 void check_reduction(const Group& g, const char* primitive, DType dtype, ReduceOp op) {
   WF_CHECK(reducible(dtype), "{} on group '{}': dtype {} cannot be reduced; use f32, f64, bf16, f16, i32 or i64",

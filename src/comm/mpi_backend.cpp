@@ -1,5 +1,6 @@
 #include "src/comm/mpi_backend.h"
 
+#include <algorithm>
 #include <climits>
 #include <functional>
 #include <utility>
@@ -11,7 +12,13 @@
 namespace wf::comm {
 namespace {
 
-bool reduces_in_f32(DType dtype) { return dtype == DType::bf16 || dtype == DType::f16; }
+// bf16 travels as itself: MPI combines two bf16 buffers with the user ops below, each element
+// widened to f32, combined, and rounded once (what NCCL does for bf16), so the wire carries half
+// the bytes of an f32 copy. Except avg, whose division by the group size needs the f32 sum; and
+// f16, which MPI reduces in an f32 copy.
+bool reduces_in_f32(DType dtype, ReduceOp op) {
+  return dtype == DType::f16 || (dtype == DType::bf16 && op == ReduceOp::avg);
+}
 
 MPI_Datatype reduction_type(DType dtype) {
   switch (dtype) {
@@ -20,14 +27,51 @@ MPI_Datatype reduction_type(DType dtype) {
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
     case DType::u8: return MPI_UINT8_T;
-    case DType::bf16:
-    case DType::f16: break;  // reduced in an f32 copy
+    case DType::bf16: return MPI_UINT16_T;  // the bits; only the bf16 user ops combine them
+    case DType::f16: break;                 // reduced in an f32 copy
   }
   WF_FAIL("MPI reduction of dtype {}: convert it to f32 first", dtype_name(dtype));
 }
 
+// inout[i] = combine(in[i], inout[i]) over bf16 elements, in f32.
+template <typename Combine>
+void combine_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const bf16* a = static_cast<const bf16*>(in);
+  bf16* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = float_to_bf16(Combine{}(bf16_to_float(a[i]), bf16_to_float(b[i])));
+}
+struct Sum {
+  float operator()(float a, float b) const { return a + b; }
+};
+struct Max {
+  float operator()(float a, float b) const { return std::max(a, b); }
+};
+struct Min {
+  float operator()(float a, float b) const { return std::min(a, b); }
+};
+
+// The bf16 ops, created once per process (after MPI_Init: the first bf16 reduction comes after
+// it) and left to MPI_Finalize. Commutative: MPI may combine in any order, as for MPI_SUM.
+struct Bf16Ops {
+  MPI_Op sum, max, min;
+  Bf16Ops() {
+    check_mpi(MPI_Op_create(&combine_bf16<Sum>, 1, &sum), "MPI_Op_create (bf16 sum)");
+    check_mpi(MPI_Op_create(&combine_bf16<Max>, 1, &max), "MPI_Op_create (bf16 max)");
+    check_mpi(MPI_Op_create(&combine_bf16<Min>, 1, &min), "MPI_Op_create (bf16 min)");
+  }
+};
+
 // avg is a sum followed by a division: MPI has no average op.
-MPI_Op reduction_op(ReduceOp op) {
+MPI_Op reduction_op(ReduceOp op, DType dtype) {
+  if (dtype == DType::bf16) {
+    static const Bf16Ops bf16_ops;
+    switch (op) {
+      case ReduceOp::max: return bf16_ops.max;
+      case ReduceOp::min: return bf16_ops.min;
+      case ReduceOp::sum: return bf16_ops.sum;
+      case ReduceOp::avg: break;  // reduced in an f32 copy (reduces_in_f32)
+    }
+  }
   switch (op) {
     case ReduceOp::max: return MPI_MAX;
     case ReduceOp::min: return MPI_MIN;
@@ -46,8 +90,8 @@ void divide_in_place(Tensor& t, int divisor) {
   });
 }
 
-// The buffer MPI reduces: the tensor itself, or an f32 copy of a bf16/f16 tensor.
-Tensor reduction_buffer(const Tensor& t) { return reduces_in_f32(t.dtype()) ? t.to(DType::f32) : t; }
+// The buffer MPI reduces: the tensor itself, or an f32 copy (reduces_in_f32).
+Tensor reduction_buffer(const Tensor& t, ReduceOp op) { return reduces_in_f32(t.dtype(), op) ? t.to(DType::f32) : t; }
 
 // After MPI reduced into `reduced`: divides for avg, then copies into `target` when `reduced`
 // was a separate (f32) buffer.
@@ -276,10 +320,10 @@ Request MpiBackend::isendrecv(const Tensor& send, int dst, Tensor& recv, int src
 }
 
 void MpiBackend::all_reduce(Tensor& t, ReduceOp op) {
-  Tensor buffer = reduction_buffer(t);
+  Tensor buffer = reduction_buffer(t, op);
   blocking("all_reduce", [&] {
     return MPI_Allreduce(MPI_IN_PLACE, buffer.raw_data(), to_count(buffer.numel(), "all_reduce"),
-                         reduction_type(buffer.dtype()), reduction_op(op), comm_);
+                         reduction_type(buffer.dtype()), reduction_op(op, buffer.dtype()), comm_);
   });
   finish_reduction(buffer, t, op, size_);
 }
@@ -300,46 +344,46 @@ Request MpiBackend::start_collective(const char* primitive, const std::function<
 // MPI_Iallreduce (libnbc), moved by the progress thread while the caller computes; the
 // Request's completion divides for avg and copies the result back.
 Request MpiBackend::iall_reduce(Tensor& t, ReduceOp op) {
-  Tensor buffer = reduction_buffer(t);
+  Tensor buffer = reduction_buffer(t, op);
   return start_collective(
       "iall_reduce",
       [&](MPI_Request* request) {
         return MPI_Iallreduce(MPI_IN_PLACE, buffer.raw_data(), to_count(buffer.numel(), "iall_reduce"),
-                              reduction_type(buffer.dtype()), reduction_op(op), comm_, request);
+                              reduction_type(buffer.dtype()), reduction_op(op, buffer.dtype()), comm_, request);
       },
       [this, target = t, buffer, op]() mutable { finish_reduction(buffer, target, op, size_); });
 }
 
 namespace {
 // What MPI reduce-scatters: the input itself (a copy when it overlaps the output), or f32
-// copies of a bf16/f16 input and output; `receive` is the output when no copy is needed.
+// copies of the input and output (reduces_in_f32); `receive` is the output when no copy is needed.
 struct ScatterBuffers {
   Tensor send, receive;
 };
-ScatterBuffers scatter_buffers(const Tensor& input, const Tensor& output) {
-  if (reduces_in_f32(input.dtype())) return {input.to(DType::f32), Tensor::empty(output.shape(), DType::f32)};
+ScatterBuffers scatter_buffers(const Tensor& input, const Tensor& output, ReduceOp op) {
+  if (reduces_in_f32(input.dtype(), op)) return {input.to(DType::f32), Tensor::empty(output.shape(), DType::f32)};
   return {distinct_from(input, output), output};
 }
 }  // namespace
 
 void MpiBackend::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
-  ScatterBuffers b = scatter_buffers(input, output);
+  ScatterBuffers b = scatter_buffers(input, output, op);
   blocking("reduce_scatter", [&] {
     return MPI_Reduce_scatter_block(b.send.raw_data(), b.receive.raw_data(),
                                     to_count(b.receive.numel(), "reduce_scatter"), reduction_type(b.send.dtype()),
-                                    reduction_op(op), comm_);
+                                    reduction_op(op, b.send.dtype()), comm_);
   });
   finish_reduction(b.receive, output, op, size_);
 }
 
 Request MpiBackend::ireduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
-  ScatterBuffers b = scatter_buffers(input, output);
+  ScatterBuffers b = scatter_buffers(input, output, op);
   return start_collective(
       "ireduce_scatter",
       [&](MPI_Request* request) {
         return MPI_Ireduce_scatter_block(b.send.raw_data(), b.receive.raw_data(),
                                          to_count(b.receive.numel(), "ireduce_scatter"),
-                                         reduction_type(b.send.dtype()), reduction_op(op), comm_, request);
+                                         reduction_type(b.send.dtype()), reduction_op(op, b.send.dtype()), comm_, request);
       },
       [this, b, target = output, op]() mutable { finish_reduction(b.receive, target, op, size_); });
 }

@@ -177,6 +177,7 @@ std::vector<Field> make_fields() {
       boolean(KEY(parallel, tp_shard_activations)),
       integer(KEY(parallel, zero), 0, 2),
       number(KEY(parallel, grad_bucket_mb), 0.0, false),
+      choice(KEY(parallel, grad_reduce_dtype), kDtypes),
       choice(KEY(parallel, pp_schedule), kPipelineSchedules),
       integer(KEY(parallel, pp_virtual), 1),
       integer_list(KEY(parallel, pp_layers), 1),

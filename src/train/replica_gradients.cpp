@@ -35,6 +35,8 @@ std::int64_t bytes_of(const std::vector<Tensor>& tensors) {
 ReplicaGradients::ReplicaGradients(comm::Group& replicas, std::vector<Tensor> params, ReplicaGradientOptions options)
     : group_(replicas), params_(std::move(params)), options_(options) {
   WF_CHECK(options_.zero >= 0 && options_.zero <= 2, "ZeRO stage {} does not exist; use 0, 1 or 2", options_.zero);
+  WF_CHECK(options_.reduce_dtype == DType::f32 || options_.reduce_dtype == DType::bf16,
+           "ReplicaGradients: gradients are reduced in f32 or bf16, not {}", dtype_name(options_.reduce_dtype));
   WF_CHECK(options_.staging_buffers >= 1, "ReplicaGradients: staging_buffers must be at least 1, got {}",
            options_.staging_buffers);
   for (const Tensor& p : params_) {
@@ -78,6 +80,7 @@ ReplicaGradients::ReplicaGradients(comm::Group& replicas, std::vector<Tensor> pa
   pending_.assign(n_buckets, 0);
   requests_.resize(n_buckets);
   output_.resize(n_buckets);
+  wire_.resize(n_buckets);
   staging_.resize(n_buckets);
   staging_base_.resize(n_buckets);
   largest_bucket_.assign(buffers.size(), 0);
@@ -205,31 +208,45 @@ void ReplicaGradients::stage_part(std::size_t param, std::size_t bucket) {
 void ReplicaGradients::launch(std::size_t bucket, bool at_end) {
   const auto& b = layout_.buckets()[bucket];
   switch (stage_) {
-    case 0:
-      output_[bucket] = bucket_view(grad_buffers_[b.buffer], bucket);
-      requests_[bucket] = group_.iall_reduce(output_[bucket]);
-      break;
+    case 0: post_all_reduce(bucket, bucket_view(grad_buffers_[b.buffer], bucket)); break;
     case 1:
-      output_[bucket] = chunk_view(grad_shards_[b.buffer], bucket);
-      requests_[bucket] = group_.ireduce_scatter(bucket_view(grad_buffers_[b.buffer], bucket), output_[bucket]);
+      post_reduce_scatter(bucket, bucket_view(grad_buffers_[b.buffer], bucket), chunk_view(grad_shards_[b.buffer], bucket));
       break;
     default: {
       for (std::size_t k : b.params) {
         if (!ready_[k]) stage_part(k, bucket);  // no hook staged it: overlap off, or no gradient reached it
       }
-      Tensor& input = staging(bucket);
+      const Tensor& input = staging(bucket);
       // The first reduction of the step writes the shard; later microbatches' are added to it.
-      output_[bucket] = written_[bucket] ? Tensor::empty({b.chunk}, input.dtype())
-                                         : chunk_view(grad_shards_[b.buffer], bucket);
-      requests_[bucket] = group_.ireduce_scatter(input, output_[bucket]);
+      post_reduce_scatter(bucket, input,
+                          written_[bucket] ? Tensor::empty({b.chunk}, input.dtype()) : chunk_view(grad_shards_[b.buffer], bucket));
     }
   }
   if (last_microbatch_) ++(at_end ? stats_.launched_at_end : stats_.launched_in_backward);
 }
 
+DType ReplicaGradients::wire_dtype(DType gradients) const {
+  return gradients == DType::f32 ? options_.reduce_dtype : gradients;
+}
+
+void ReplicaGradients::post_all_reduce(std::size_t bucket, const Tensor& grads) {
+  output_[bucket] = grads;
+  wire_[bucket] = grads.to(wire_dtype(grads.dtype()));  // grads itself unless narrowed
+  requests_[bucket] = group_.iall_reduce(wire_[bucket]);
+}
+
+void ReplicaGradients::post_reduce_scatter(std::size_t bucket, const Tensor& input, const Tensor& output) {
+  const DType wire = wire_dtype(input.dtype());
+  output_[bucket] = output;
+  wire_[bucket] = wire == output.dtype() ? output : Tensor::empty(output.shape(), wire);
+  requests_[bucket] = group_.ireduce_scatter(input.to(wire), wire_[bucket]);
+}
+
 void ReplicaGradients::complete(std::size_t bucket) {
   std::exchange(requests_[bucket], {}).wait();
   Tensor received = std::exchange(output_[bucket], {});
+  const Tensor wire = std::exchange(wire_[bucket], {});
+  if (!wire.is_same(received)) received.copy_(wire);  // widened back from the narrower wire dtype
   if (stage_ != 2) return;
   Tensor shard = chunk_view(grad_shards_[layout_.buckets()[bucket].buffer], bucket);
   if (written_[bucket]) autograd::accumulate_into(shard, received);  // a later microbatch's

@@ -9,7 +9,8 @@ namespace wf::train {
 
 std::int64_t all_reduce_bytes(std::int64_t bytes, int ranks) { return 2 * (ranks - 1) * bytes / ranks; }
 
-std::int64_t gradient_sync_bytes(const FlatLayout& layout, int replicas, int zero, std::int64_t accum) {
+std::int64_t gradient_sync_bytes(const FlatLayout& layout, int replicas, int zero, std::int64_t accum,
+                                 DType reduce_dtype) {
   // A group of one makes no call at all (ReplicaGradients, sum_over), which the formulas give
   // too: (1 − 1)·S = 0. It shards nothing either.
   zero = effective_zero_stage(replicas, zero);
@@ -17,11 +18,16 @@ std::int64_t gradient_sync_bytes(const FlatLayout& layout, int replicas, int zer
   const auto scatter = [replicas](std::int64_t bytes) { return (replicas - 1) * (bytes / replicas); };
   std::int64_t sent = 0;
   for (const auto& bucket : layout.buckets()) {
-    const std::int64_t bytes = bucket.numel * static_cast<std::int64_t>(dtype_size(layout.buffers()[bucket.buffer].dtype));
+    // Gradients travel in the reduce dtype when their buffer is f32 (ReplicaGradients::wire_dtype);
+    // the parameters' all-gather in their own.
+    const DType dtype = layout.buffers()[bucket.buffer].dtype;
+    const std::int64_t bytes = bucket.numel * static_cast<std::int64_t>(dtype_size(dtype));
+    const std::int64_t gradient_bytes =
+        bucket.numel * static_cast<std::int64_t>(dtype_size(dtype == DType::f32 ? reduce_dtype : dtype));
     if (zero == 0) {
-      sent += all_reduce_bytes(bytes, replicas);
+      sent += all_reduce_bytes(gradient_bytes, replicas);
     } else {
-      sent += (zero == 2 ? accum : 1) * scatter(bytes) + scatter(bytes);  // gradients in, parameters out
+      sent += (zero == 2 ? accum : 1) * scatter(gradient_bytes) + scatter(bytes);  // gradients in, parameters out
     }
   }
   constexpr std::int64_t kLossTotals = 2 * sizeof(double);  // (loss sum, count): normalise_gradients
@@ -161,7 +167,7 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const models:
   predicted["tp"] =
       tp_step_bytes(m, tp, tokens, accum, activation, config.parallel.tp_shard_activations, partial, share);
   // ZeRO-2 reduce-scatters in every backward: under pp one per backward action of the schedule.
-  predicted["dp_sp"] = gradient_sync_bytes(layout, replicas, zero, accum * pp_virtual);
+  predicted["dp_sp"] = gradient_sync_bytes(layout, replicas, zero, accum * pp_virtual, config.parallel.grad_reduce_dtype);
   if (pp == 1) return predicted;
 
   // The hidden states the stages exchange (DecoderLM::stage_hidden): [B, n / parts, d_model] in

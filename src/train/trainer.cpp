@@ -166,6 +166,7 @@ void Trainer::set_grad_overlap(bool overlap, std::int64_t bucket_bytes) {
                                               ReplicaGradientOptions{.zero = config_.parallel.zero,
                                                                      .bucket_bytes = bucket_bytes,
                                                                      .overlap = overlap,
+                                                                     .reduce_dtype = config_.parallel.grad_reduce_dtype,
                                                                      .isolated = shared_params_});
   // The optimizer updates what this replica owns: whole parameters, or under ZeRO its pieces of
   // them, which keep their parameter's weight-decay rule (matrices decay, vectors do not).

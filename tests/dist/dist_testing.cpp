@@ -55,6 +55,38 @@ double reduction_tolerance(DType dtype) {
   }
 }
 
+Tensor abs_sum_of_inputs(int ranks, const Shape& shape, DType dtype, std::uint64_t seed) {
+  Tensor acc = Tensor::zeros(shape, DType::f64);
+  double* a = acc.data<double>();
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<double> x = input_of(r, shape, dtype, seed).to_vector<double>();
+    for (std::size_t i = 0; i < x.size(); ++i) a[i] += std::abs(x[i]);
+  }
+  return acc;
+}
+
+std::string sum_mismatch(const Tensor& actual, const Tensor& expected, const Tensor& abs_sum, int ranks, int results) {
+  const int roundoff_bits = actual.dtype() == DType::bf16  ? 8
+                            : actual.dtype() == DType::f16 ? 11
+                            : actual.dtype() == DType::f32 ? 24
+                            : actual.dtype() == DType::f64 ? 53
+                                                           : 0;
+  if (roundoff_bits == 0) return mismatch(actual.to(DType::f64), expected.to(DType::f64));
+  const std::vector<double> a = actual.to_vector<double>(), e = expected.to_vector<double>(),
+                            bound = abs_sum.to_vector<double>();
+  if (a.size() != e.size() || a.size() != bound.size()) {
+    return fmt::format("{} elements, expected {} (bounds for {})", a.size(), e.size(), bound.size());
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double tolerance = results * ranks * std::ldexp(bound[i], -roundoff_bits);
+    if (!(std::abs(a[i] - e[i]) <= tolerance)) {
+      return fmt::format("element {}: got {}, expected {} (a {} sum over {} ranks: tolerance {})", i, a[i], e[i],
+                         dtype_name(actual.dtype()), ranks, tolerance);
+    }
+  }
+  return {};
+}
+
 comm::Traffic one_call(std::int64_t bytes_sent, std::int64_t bytes_received) {
   return {bytes_sent > 0 ? 1 : 0, bytes_sent, bytes_received > 0 ? 1 : 0, bytes_received};
 }

@@ -53,6 +53,18 @@ std::string mismatch(const Tensor& actual, const Tensor& expected, double tolera
 // ulps of f32 / f64 for a different summation order, zero for integers.
 double reduction_tolerance(DType dtype);
 
+// Σ_r |input_of(r, shape, dtype, seed)| over `ranks` ranks, in f64: what bounds every partial
+// sum of a reduction of those inputs.
+Tensor abs_sum_of_inputs(int ranks, const Shape& shape, DType dtype, std::uint64_t seed);
+
+// Empty when `actual`, a sum over `ranks` ranks, is within what the reduction may round from
+// `expected`: each of its ranks − 1 combines, and a final conversion, rounds by at most the
+// dtype's unit roundoff (bf16 2^-8, which reduces in bf16 with f32 combines; f16 2^-11; f32
+// 2^-24; f64 2^-53) of a partial sum, itself at most `abs_sum` (abs_sum_of_inputs). Comparing
+// two rounded results, pass `results` = 2. Integers compare exactly.
+std::string sum_mismatch(const Tensor& actual, const Tensor& expected, const Tensor& abs_sum, int ranks,
+                         int results = 1);
+
 // The counters of one call: a message per direction that moved any bytes.
 comm::Traffic one_call(std::int64_t bytes_sent, std::int64_t bytes_received);
 

@@ -89,11 +89,12 @@ TEST_CASE("ireduce_scatter / iall_gather give the blocking forms' results and th
     group->ireduce_scatter(input, scattered).wait();
     const Tensor blocking = group->reduce_scatter(input);
     const Tensor reference = reference_sum(C, full, dtype, seed).slice0(me * n, (me + 1) * n);
-    CHECK(reduction_mismatch(scattered, reference, C) == "");
+    const Tensor abs_sum = abs_sum_of_inputs(C, full, dtype, seed).slice0(me * n, (me + 1) * n);
+    CHECK(sum_mismatch(scattered, reference, abs_sum, C) == "");
     if (C <= 2) {
       CHECK(same_bytes(scattered, blocking));
     } else {
-      CHECK(reduction_mismatch(scattered, blocking, C) == "");
+      CHECK(sum_mismatch(scattered, blocking, abs_sum, C, /*results=*/2) == "");
     }
 
     const Tensor mine = input_of(me, piece, dtype, seed + 1);
@@ -126,8 +127,8 @@ TEST_CASE("ireduce_scatter / iall_gather on flat views at an offset leave the ne
     PaddedView gradients(11, C * n, dtype), shard(3, n, dtype);
     gradients.view.copy_(input_of(me, {C * n}, dtype, seed));
     group->ireduce_scatter(gradients.view, shard.view).wait();
-    CHECK(reduction_mismatch(shard.view, reference_sum(C, {C * n}, dtype, seed).slice0(me * n, (me + 1) * n), C) ==
-          "");
+    CHECK(sum_mismatch(shard.view, reference_sum(C, {C * n}, dtype, seed).slice0(me * n, (me + 1) * n),
+                       abs_sum_of_inputs(C, {C * n}, dtype, seed).slice0(me * n, (me + 1) * n), C) == "");
     CHECK(shard.neighbours_untouched());
     CHECK(gradients.neighbours_untouched());
     CHECK(same_bytes(gradients.view, input_of(me, {C * n}, dtype, seed)));  // the input is only read
@@ -198,7 +199,8 @@ TEST_CASE("ireduce_scatter / iall_gather: several in flight around compute, coun
       CHECK(same_bytes(outputs[i], concat_inputs(C, {c.n}, c.dtype, seed)));
     } else {
       const Tensor reference = reference_sum(C, {C * c.n}, c.dtype, seed).slice0(me * c.n, (me + 1) * c.n);
-      CHECK(reduction_mismatch(outputs[i], reference, C) == "");
+      CHECK(sum_mismatch(outputs[i], reference,
+                         abs_sum_of_inputs(C, {C * c.n}, c.dtype, seed).slice0(me * c.n, (me + 1) * c.n), C) == "");
     }
   }
   // Nothing else was counted.

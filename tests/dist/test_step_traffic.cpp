@@ -127,8 +127,9 @@ TEST_CASE("a pipelined training step sends on each group exactly the bytes step_
   if (world >= 2 && world % 2 == 0) CHECK(ran >= 3);
 }
 
-// bf16 mixed precision moves bf16 activations (tp, pp, WallFacer), f32 gradients, and f32 in
-// ring and Ulysses, which widen bf16 (parallel/sp_strategy_base.cpp): the formula knows each.
+// bf16 mixed precision moves bf16 activations (tp, pp, WallFacer), f32 gradients (or bf16 ones,
+// parallel.grad_reduce_dtype), and f32 in ring and Ulysses, which widen bf16
+// (parallel/sp_strategy_base.cpp): the formula knows each.
 TEST_CASE("a bf16 mixed-precision training step sends exactly the bytes step_traffic.h predicts",
           "[dist][layout_traffic][bf16][pp]") {
   const int world = runtime().world_size();
@@ -142,15 +143,20 @@ TEST_CASE("a bf16 mixed-precision training step sends exactly the bytes step_tra
         else continue;
         l.pp = 2;
       }
-      wf::config::RunConfig config = small_gpt_run(l.dp, l.sp, false, "wf_test_step_traffic_bf16");
-      config.parallel = l;
-      config.train.dtype = wf::DType::bf16;
-      config.train.steps = 1;
-      config.train.global_batch_size = 2 * l.dp;
-      if (!error_of([&] { wf::config::validate(config, world); }).empty()) continue;  // the same on every rank
-      INFO(describe(l, false) << ", pp " << l.pp << ", bf16");
-      check_one_step(config, world);
-      ++ran;
+      // Without pipelining, gradients reduced in f32 and in bf16 (parallel.grad_reduce_dtype).
+      for (const wf::DType reduce : {wf::DType::f32, wf::DType::bf16}) {
+        if (pp == 2 && reduce == wf::DType::bf16) continue;
+        wf::config::RunConfig config = small_gpt_run(l.dp, l.sp, false, "wf_test_step_traffic_bf16");
+        config.parallel = l;
+        config.parallel.grad_reduce_dtype = reduce;
+        config.train.dtype = wf::DType::bf16;
+        config.train.steps = 1;
+        config.train.global_batch_size = 2 * l.dp;
+        if (!error_of([&] { wf::config::validate(config, world); }).empty()) continue;  // the same on every rank
+        INFO(describe(l, false) << ", pp " << l.pp << ", bf16, gradients reduced in " << wf::dtype_name(reduce));
+        check_one_step(config, world);
+        ++ran;
+      }
     }
   }
   CHECK(ran >= 1);

@@ -27,6 +27,7 @@
 #include "wallfacer/models/model.h"
 #include "wallfacer/ops/ops.h"
 #include "wallfacer/train/replica_gradients.h"
+#include "wallfacer/train/step_traffic.h"
 #include "wallfacer/train/trainer.h"
 
 using wf::Tensor;
@@ -239,6 +240,73 @@ TEST_CASE("ReplicaGradients: sums over replicas and microbatches, skipped parame
         for (std::int64_t i = 0; i < sizes[k]; ++i) CHECK(params[k].at(i) == 100.0 * static_cast<double>(k) + i);
       }
       grads.zero_grad();
+    }
+  }
+}
+
+// parallel.grad_reduce_dtype: bf16. Each rank's f32 gradient is rounded to bf16, every combine
+// adds two bf16 values in f32 and rounds once, and the sum is widened back into f32. With
+// positive terms the error is below one bf16 rounding (2^-8 relative) per term and per combine,
+// so |got − exact| ≤ 2R·2^-8·exact; with two replicas the result is exactly
+// bf16(bf16(a) + bf16(b)), which pins the f32 accumulation (a bf16 accumulation of the same two
+// terms agrees, but any third term would round twice).
+TEST_CASE("ReplicaGradients: gradients reduced in bf16 with f32 accumulation, at every ZeRO stage",
+          "[dist][train][zero][bf16]") {
+  auto group = world_group("t.replica_gradients_bf16");
+  const int R = group->size(), rank = group->rank();
+  const std::vector<std::int64_t> sizes = {9, 4, 6};
+  // Positive and well inside bf16's range; rank-dependent so the replicas differ.
+  const auto value = [](int r, std::size_t k, std::int64_t i) {
+    return 1.0f + 0.37f * static_cast<float>(r) + 0.011f * static_cast<float>(i) + 0.29f * static_cast<float>(k);
+  };
+  for (int zero : {0, 1, 2}) {
+    INFO("ZeRO-" << zero);
+    std::vector<Tensor> params;
+    for (std::int64_t n : sizes) {
+      params.push_back(Tensor::zeros({n}, wf::DType::f32));
+      params.back().set_requires_grad(true);
+    }
+    wf::train::ReplicaGradients grads(*group, params,
+                                      {.zero = zero, .bucket_bytes = 32, .reduce_dtype = wf::DType::bf16});
+    const std::int64_t before = group->traffic().total().bytes_sent;
+    grads.begin_backward(true);
+    Tensor loss = Tensor::zeros({}, wf::DType::f32);
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      std::vector<float> x(static_cast<std::size_t>(sizes[k]));
+      for (std::int64_t i = 0; i < sizes[k]; ++i) x[static_cast<std::size_t>(i)] = value(rank, k, i);
+      loss = wf::add(loss, wf::sum(wf::mul(params[k], Tensor::from_vector(x, {sizes[k]}))));
+    }
+    loss.backward();
+    grads.end_backward();
+    // The bytes are the bf16 buckets': what gradient_sync_bytes predicts for bf16, less the loss
+    // totals the Trainer adds (not sent here).
+    const std::int64_t loss_totals = R > 1 ? wf::train::all_reduce_bytes(2 * sizeof(double), R) : 0;
+    const std::int64_t clip = R > 1 && zero > 0 ? loss_totals : 0;
+    const std::int64_t gathers = [&] {  // ZeRO ≥ 1's parameter all-gather, not posted yet
+      if (R == 1 || zero == 0) return std::int64_t{0};
+      std::int64_t bytes = 0;
+      for (const auto& b : grads.layout().buckets()) bytes += (R - 1) * (b.numel * 4 / R);
+      return bytes;
+    }();
+    CHECK(group->traffic().total().bytes_sent - before ==
+          wf::train::gradient_sync_bytes(grads.layout(), R, zero, 1, wf::DType::bf16) - loss_totals - clip - gathers);
+    for (std::size_t p = 0; p < grads.pieces().size(); ++p) {
+      const auto& piece = grads.pieces()[p];
+      const Tensor g = grads.optimizer_params()[p].grad();
+      for (std::int64_t i = piece.begin; i < piece.end; ++i) {
+        double exact = 0;
+        for (int r = 0; r < R; ++r) exact += value(r, piece.param, i);
+        const double got = g.at(i - piece.begin);
+        if (R == 1) {
+          CHECK(got == static_cast<double>(value(0, piece.param, i)));  // nothing reduced, nothing rounded
+        } else if (R == 2) {
+          const float a = wf::bf16_to_float(wf::float_to_bf16(value(0, piece.param, i)));
+          const float b = wf::bf16_to_float(wf::float_to_bf16(value(1, piece.param, i)));
+          CHECK(got == static_cast<double>(wf::bf16_to_float(wf::float_to_bf16(a + b))));
+        } else {
+          CHECK(std::abs(got - exact) <= 2.0 * R * std::ldexp(1.0, -8) * exact);
+        }
+      }
     }
   }
 }

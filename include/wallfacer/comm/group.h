@@ -7,7 +7,8 @@
 //   reduce_scatter: input [size·n, ...] → output [n, ...], this rank's slice of the reduction
 //   all_to_all:     input [size·n, ...] → output [size·n, ...]; slice i goes to rank i
 //   all_gather_v:   input [n_r, ...] on rank r (n_r may differ, may be 0) → output [Σ n_r, ...]
-// bf16/f16 reductions on the CPU accumulate in f32.
+// bf16 reductions travel in bf16 and widen each combine to f32, rounding once per combine (as
+// NCCL does); f16 reductions on the CPU run in an f32 copy.
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -35,6 +35,9 @@ struct ParallelSection {
   int zero = 0;
   // Gradient bucket size in MiB: one collective per bucket, started as soon as its gradients are final.
   double grad_bucket_mb = 25;
+  // The dtype gradients are reduced in over the replica group: f32, or bf16 (half the bytes;
+  // every combine still adds in f32, and accumulation and the optimizer stay f32).
+  DType grad_reduce_dtype = DType::f32;
   // Pipeline parallelism (parallel.pp > 1): the schedule of a step's microbatches
   // (parallel/pipeline_schedule.h), the model chunks per rank for the interleaved schedule, and
   // optionally the blocks of each (virtual) stage in global stage order (empty: an even split).

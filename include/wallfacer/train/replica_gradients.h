@@ -46,6 +46,11 @@ struct ReplicaGradientOptions {
   // ZeRO-2: how many bucket staging buffers may be in use before the oldest collective is waited
   // for: two let one bucket fill while the previous one is reduced.
   int staging_buffers = 2;
+  // The dtype f32 gradients travel in: f32, or bf16 (parallel.grad_reduce_dtype), which halves
+  // the bytes: each bucket is rounded to bf16 for its collective, summed with every combine in
+  // f32 (comm/group.h), and widened back into the f32 gradients. Accumulation over microbatches
+  // and the optimizer stay f32.
+  DType reduce_dtype = DType::f32;
   // Parameters in buckets of their own (FlatLayout::Param::isolated): the tied embedding of a
   // pipeline's first and last stage, whose pieces are then summed over the pp.embedding group.
   std::vector<std::size_t> isolated = {};
@@ -103,6 +108,11 @@ class ReplicaGradients {
   void mark_ready(std::size_t param);  // its gradient is final: staged (ZeRO-2), its bucket one closer
   void launch_ready(bool at_end);
   void launch(std::size_t bucket, bool at_end);
+  // Post the bucket's collective, writing `output` (`grads` in place for the all-reduce): on
+  // copies in the wire dtype when that is narrower, which complete() widens back.
+  void post_all_reduce(std::size_t bucket, const Tensor& grads);
+  void post_reduce_scatter(std::size_t bucket, const Tensor& input, const Tensor& output);
+  DType wire_dtype(DType gradients) const;
   void complete(std::size_t bucket);  // waits for the bucket's collective and finishes it
   void complete_all();
   // ZeRO-2: the staging buffer of `bucket` (acquired from the pool on first use), and the copy of
@@ -137,6 +147,7 @@ class ReplicaGradients {
   // Per bucket in flight: the tensor its collective writes (the buffer's view, or for a later
   // microbatch under ZeRO-2 a chunk to add to the shard).
   std::vector<Tensor> output_;
+  std::vector<Tensor> wire_;  // per bucket in flight: what the collective writes (output_ unless narrowed)
   std::vector<char> written_;            // ZeRO-2: per bucket, the shard holds this step's sum so far
   std::vector<Tensor> staging_;          // ZeRO-2: per bucket, while in use
   std::vector<Tensor> staging_base_;     // ZeRO-2: per bucket, the pool buffer its staging view is of

@@ -75,7 +75,8 @@ std::int64_t all_reduce_bytes(std::int64_t bytes, int ranks);
 // The dp_sp term: the reduction of the buckets of `layout` (replica_layout's, for this stage)
 // at ZeRO stage `zero` with `accum` backwards per step (ZeRO-2 reduce-scatters in each), and the
 // loss totals, over `replicas` ranks.
-std::int64_t gradient_sync_bytes(const FlatLayout& layout, int replicas, int zero = 0, std::int64_t accum = 1);
+std::int64_t gradient_sync_bytes(const FlatLayout& layout, int replicas, int zero = 0, std::int64_t accum = 1,
+                                 DType reduce_dtype = DType::f32);
 
 // The sp groups' term of one attention call (forward + backward, or forward + replayed backward
 // when `checkpointed`) on this rank: {"sp", "sp.team", "sp.ring"} → bytes sent.
