@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <optional>
+#include <type_traits>
 
 #include "kernels/cpu/attention.h"
 #include "wallfacer/core/error.h"
@@ -163,8 +164,9 @@ void check_inputs(const char* what, const Tensor& q, const std::vector<TokenRun>
   WF_CHECK(q.defined() && k.defined() && v.defined(), "{}: q, k and v must be defined", what);
   WF_CHECK(q.dim() == 4 && k.dim() == 4, "{}: q must be [B, n_q, h, d] and k, v [B, n_k, h_kv, d], got q {} and k {}",
            what, shape_str(q.shape()), shape_str(k.shape()));
-  WF_CHECK(q.dtype() == DType::f32 || q.dtype() == DType::f64,
-           "{}: dtype {} is not supported (f32 or f64; convert with .to(DType::f32))", what, dtype_name(q.dtype()));
+  WF_CHECK(q.dtype() == DType::f32 || q.dtype() == DType::f64 || q.dtype() == DType::bf16,
+           "{}: dtype {} is not supported (f32, f64 or bf16; convert with .to(DType::f32))", what,
+           dtype_name(q.dtype()));
   check_same(what, q, "q", q.shape(), q.dtype());
   check_same(what, k, "k", k.shape(), q.dtype());
   check_same(what, v, "v", k.shape(), q.dtype());
@@ -180,6 +182,41 @@ void check_inputs(const char* what, const Tensor& q, const std::vector<TokenRun>
 
 Shape lse_shape(const Tensor& q) { return {q.size(0), q.size(2), q.size(1)}; }
 
+// The dtype of o, lse and the gradients: the inputs' own, f32 for bf16 inputs.
+DType accumulator_dtype(DType input) { return input == DType::bf16 ? DType::f32 : input; }
+
+// Calls `body(In{}, T{})` with the input type and the accumulator type of `input`.
+template <class Body>
+void dispatch_block_types(DType input, Body&& body) {
+  switch (input) {
+    case DType::f32: return body(float{}, float{});
+    case DType::f64: return body(double{}, double{});
+    case DType::bf16: return body(bf16{}, float{});
+    default: WF_FAIL("block attention: dtype {} is not supported", dtype_name(input));
+  }
+}
+
+// The kernels for inputs of type In accumulating in T: bf16 inputs multiply in bf16 with f32
+// accumulation (attention_forward_bf16), the others in their own type.
+template <class In, class T>
+void forward_kernel(const AttentionShape& s, const In* q, const In* k, const In* v, T* o, T* lse) {
+  if constexpr (std::is_same_v<In, bf16>) {
+    kernels::cpu::attention_forward_bf16(s, q, k, v, o, lse);
+  } else {
+    kernels::cpu::attention_forward<T>(s, q, k, v, o, lse);
+  }
+}
+
+template <class In, class T>
+void backward_kernel(const AttentionShape& s, const In* q, const In* k, const In* v, const T* o, const T* lse,
+                     const In* d_o, T* dq, T* dk, T* dv, const T* d_lse) {
+  if constexpr (std::is_same_v<In, bf16>) {
+    kernels::cpu::attention_backward_bf16(s, q, k, v, o, lse, d_o, dq, dk, dv, /*accumulate=*/true, d_lse);
+  } else {
+    kernels::cpu::attention_backward<T>(s, q, k, v, o, lse, d_o, dq, dk, dv, /*accumulate=*/true, d_lse);
+  }
+}
+
 }  // namespace
 
 BlockAttentionStats block_attention_forward(const Tensor& q, const std::vector<TokenRun>& q_runs, const Tensor& k,
@@ -187,11 +224,13 @@ BlockAttentionStats block_attention_forward(const Tensor& q, const std::vector<T
                                             double scale, Tensor& o, Tensor& lse) {
   constexpr const char* kWhat = "block_attention_forward";
   check_inputs(kWhat, q, q_runs, k, v, kv_runs);
-  check_same(kWhat, o, "o", q.shape(), q.dtype());
-  check_same(kWhat, lse, "lse", lse_shape(q), q.dtype());
+  const DType acc = accumulator_dtype(q.dtype());
+  check_same(kWhat, o, "o", q.shape(), acc);
+  check_same(kWhat, lse, "lse", lse_shape(q), acc);
   const Plan plan = plan_blocks(q_runs, kv_runs, causal);
-  dispatch_float(q.dtype(), kWhat, [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_block_types(q.dtype(), [&](auto in_tag, auto acc_tag) {
+    using In = decltype(in_tag);
+    using T = decltype(acc_tag);
     KvRunCache k_rows{k, plan, kv_runs}, v_rows{v, plan, kv_runs};
     for (std::size_t b = 0; b < plan.blocks.size();) {
       const std::size_t i = plan.blocks[b].q_run;
@@ -202,8 +241,8 @@ BlockAttentionStats block_attention_forward(const Tensor& q, const std::vector<T
       for (; b < plan.blocks.size() && plan.blocks[b].q_run == i; ++b) {
         const std::size_t j = plan.blocks[b].kv_run;
         const AttentionShape s = block_shape(q, k, q_runs[i], kv_runs[j], plan.blocks[b].mask, scale);
-        kernels::cpu::attention_forward<T>(s, q_r.data<T>(), k_rows.get(j).template data<T>(),
-                                           v_rows.get(j).template data<T>(), o_i.data<T>(), lse_i.data<T>());
+        forward_kernel<In, T>(s, q_r.data<In>(), k_rows.get(j).template data<In>(), v_rows.get(j).template data<In>(),
+                              o_i.data<T>(), lse_i.data<T>());
         kernels::cpu::attention_merge<T>(s.batch, s.q_len, s.heads, s.head_dim, o_r.data<T>(), lse_r.data<T>(),
                                          o_i.data<T>(), lse_i.data<T>());
       }
@@ -220,16 +259,18 @@ BlockAttentionStats block_attention_backward(const Tensor& q, const std::vector<
                                              const Tensor& d_lse, Tensor& dq, Tensor& dk, Tensor& dv) {
   constexpr const char* kWhat = "block_attention_backward";
   check_inputs(kWhat, q, q_runs, k, v, kv_runs);
-  check_same(kWhat, o, "o", q.shape(), q.dtype());
-  check_same(kWhat, lse, "lse", lse_shape(q), q.dtype());
+  const DType acc = accumulator_dtype(q.dtype());
+  check_same(kWhat, o, "o", q.shape(), acc);
+  check_same(kWhat, lse, "lse", lse_shape(q), acc);
   check_same(kWhat, d_o, "d_o", q.shape(), q.dtype());
-  if (d_lse.defined()) check_same(kWhat, d_lse, "d_lse", lse_shape(q), q.dtype());
-  check_same(kWhat, dq, "dq", q.shape(), q.dtype());
-  check_same(kWhat, dk, "dk", k.shape(), q.dtype());
-  check_same(kWhat, dv, "dv", k.shape(), q.dtype());
+  if (d_lse.defined()) check_same(kWhat, d_lse, "d_lse", lse_shape(q), acc);
+  check_same(kWhat, dq, "dq", q.shape(), acc);
+  check_same(kWhat, dk, "dk", k.shape(), acc);
+  check_same(kWhat, dv, "dv", k.shape(), acc);
   const Plan plan = plan_blocks(q_runs, kv_runs, causal);
-  dispatch_float(q.dtype(), kWhat, [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_block_types(q.dtype(), [&](auto in_tag, auto acc_tag) {
+    using In = decltype(in_tag);
+    using T = decltype(acc_tag);
     KvRunCache k_rows{k, plan, kv_runs}, v_rows{v, plan, kv_runs}, dk_rows{dk, plan, kv_runs},
         dv_rows{dv, plan, kv_runs};
     for (std::size_t b = 0; b < plan.blocks.size();) {
@@ -242,10 +283,10 @@ BlockAttentionStats block_attention_backward(const Tensor& q, const std::vector<
       for (; b < plan.blocks.size() && plan.blocks[b].q_run == i; ++b) {
         const std::size_t j = plan.blocks[b].kv_run;
         const AttentionShape s = block_shape(q, k, q_runs[i], kv_runs[j], plan.blocks[b].mask, scale);
-        kernels::cpu::attention_backward<T>(
-            s, q_r.data<T>(), k_rows.get(j).template data<T>(), v_rows.get(j).template data<T>(), o_r.data<T>(),
-            lse_r.data<T>(), do_r.data<T>(), dq_r.data<T>(), dk_rows.get(j).template data<T>(),
-            dv_rows.get(j).template data<T>(), /*accumulate=*/true, dlse_r.defined() ? dlse_r.data<T>() : nullptr);
+        backward_kernel<In, T>(s, q_r.data<In>(), k_rows.get(j).template data<In>(), v_rows.get(j).template data<In>(),
+                               o_r.data<T>(), lse_r.data<T>(), do_r.data<In>(), dq_r.data<T>(),
+                               dk_rows.get(j).template data<T>(), dv_rows.get(j).template data<T>(),
+                               dlse_r.defined() ? dlse_r.data<T>() : nullptr);
       }
       store_run_rows(dq, 1, start, dq_r);
     }

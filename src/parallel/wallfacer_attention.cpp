@@ -20,7 +20,8 @@
 //
 // Dtypes: Q, K, V, O and dO travel in the activation dtype (the inputs'); lse, D and the
 // partial sums (o before the reduce-scatter, every dQ, dK, dV) in the compute dtype — f64 for
-// f64 inputs, f32 otherwise — which is what ElementBytes::stats / ::partial count.
+// f64 inputs, f32 otherwise — which is what ElementBytes::stats / ::partial count. bf16 blocks
+// multiply in bf16 where the CPU does so natively (multiply_dtype_of).
 #include "src/parallel/wallfacer_attention.h"
 
 #include <algorithm>
@@ -31,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "src/parallel/sp_strategy_base.h"
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/core/error.h"
@@ -55,6 +57,14 @@ enum Tag : int {
 };
 
 DType compute_dtype_of(DType activation) { return activation == DType::f64 ? DType::f64 : DType::f32; }
+
+// The dtype the blocks multiply in: bf16 activations as they are where the CPU multiplies bf16
+// natively (block_attention's bf16 kernels: bf16 dot products, f32 accumulation), else widened
+// to the compute dtype once, before the ring, which is cheaper than the kernels' widened
+// fallback widening every tile.
+DType multiply_dtype_of(DType activation) {
+  return activation == DType::bf16 && kernels::cpu::gemm_bf16_native() ? DType::bf16 : compute_dtype_of(activation);
+}
 
 std::vector<Tensor> empty_like(const std::vector<Tensor>& tensors) {
   std::vector<Tensor> out;
@@ -413,7 +423,8 @@ class WallFacerFunction final : public autograd::Function {
     // The ring. With keep_forward_kv the step-0 K/V stays untouched for the backward; otherwise
     // its buffer receives again from step 1 on — unless it is the caller's own k, v (C = 1 and a
     // self-dispatch hand back the inputs themselves).
-    const Tensor q = q_team.to(cdt);
+    const DType mul = multiply_dtype_of(act);
+    const Tensor q = q_team.to(mul);
     Tensor o = Tensor::zeros(q.shape(), cdt);
     Tensor lse = Tensor::full({q.size(0), q.size(2), q.size(1)}, -std::numeric_limits<double>::infinity(), cdt);
     const bool kv0_reusable = !options_.keep_forward_kv && !kv0[0].shares_storage_with(in[1]);
@@ -430,7 +441,7 @@ class WallFacerFunction final : public autograd::Function {
         next = buffer;
         transfer.emplace(*r.ring, current, r.ring_next, next, r.ring_prev, kRingKvTag);
       }
-      work += block_attention_forward(q, r.team_runs, current[0].to(cdt), current[1].to(cdt),
+      work += block_attention_forward(q, r.team_runs, current[0].to(mul), current[1].to(mul),
                                       r.kv_runs[static_cast<std::size_t>(i)], options_.causal, options_.scale, o, lse);
       if (shift) {
         transfer->wait();
@@ -476,7 +487,8 @@ class WallFacerFunction final : public autograd::Function {
     // 2. The K/V this rank held at forward step 0, which stays here throughout.
     const std::vector<Tensor> kv = options_.keep_forward_kv ? std::vector<Tensor>{saved[3], saved[4]}
                                                             : dispatch(gather_team(*r.team, {saved[3], saved[4]}, 1));
-    const Tensor k = kv[0].to(cdt), v = kv[1].to(cdt);
+    const DType mul = multiply_dtype_of(act);
+    const Tensor k = kv[0].to(mul), v = kv[1].to(mul);
     Tensor dk = Tensor::zeros(k.shape(), cdt), dv = Tensor::zeros(v.shape(), cdt);
 
     // 3. The query bundles travel the sub-ring. Q, dO, lse*, −D are read-only: they go on to
@@ -500,9 +512,9 @@ class WallFacerFunction final : public autograd::Function {
         transfer.emplace(*r.ring, bundle, r.ring_next, next, r.ring_prev, kBundleTag);
       }
       dq = Tensor::zeros(zero_o.shape(), cdt);
-      work += block_attention_backward(bundle[0].to(cdt), r.bundle_runs[static_cast<std::size_t>(i)], k, v,
+      work += block_attention_backward(bundle[0].to(mul), r.bundle_runs[static_cast<std::size_t>(i)], k, v,
                                        r.kv_runs[0], options_.causal, options_.scale, zero_o, bundle[2],
-                                       bundle[1].to(cdt), bundle[3], dq, dk, dv);
+                                       bundle[1].to(mul), bundle[3], dq, dk, dv);
       if (i > 0) {
         dq_transfer->wait();
         detail::add_into(dq, dq_in[0]);

@@ -351,8 +351,10 @@ TEST_CASE("wallfacer attention moves bf16 activations with fp32 statistics and p
     SpCase c = wallfacer_case(C, true, 1, 2, DType::bf16);
     c.bytes = wf::parallel::ElementBytes{2, 4, 4};
     c.keep_forward_kv = false;
-    // Inputs are bf16 (the reference uses the same rounded values); outputs and gradients are
-    // computed in f32 and rounded to bf16 once: a few 2^-8 of the largest value.
+    // Inputs are bf16 (the reference uses the same rounded values); the blocks multiply in bf16
+    // with f32 accumulation where the CPU does so natively (P and dS rounded to bf16 before their
+    // products), else in f32; outputs and gradients are rounded to bf16 once: a few 2^-8 of the
+    // largest value either way.
     run_local(c, Placement::collectives_intra, 0.0, 2e-2, reference_for(c, 0.0));
   }
 }

@@ -29,7 +29,9 @@ struct BlockAttentionStats {
 
 // Folds the attention of q [B, nq, h, d] (positions q_runs) over k, v [B, nk, h_kv, d]
 // (positions kv_runs) into the running (o [B, nq, h, d], lse [B, h, nq]) with the
-// overflow-safe log-sum-exp merge. Start from o = 0, lse = −inf. f32 or f64.
+// overflow-safe log-sum-exp merge. Start from o = 0, lse = −inf. f32 or f64; or bf16 q, k, v
+// (and d_o) with f32 o, lse and gradients: the dot products multiply in bf16 and accumulate in
+// f32 (kernels/cpu/attention.h's bf16 kernels, native on CPUs with AVX512_BF16).
 BlockAttentionStats block_attention_forward(const Tensor& q, const std::vector<TokenRun>& q_runs, const Tensor& k,
                                             const Tensor& v, const std::vector<TokenRun>& kv_runs, bool causal,
                                             double scale, Tensor& o, Tensor& lse);
