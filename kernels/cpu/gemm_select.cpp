@@ -1,4 +1,5 @@
-// The process's default GEMM backend: WF_CPU_GEMM, or a short measurement at first use.
+// The process's default GEMM backend: WF_CPU_GEMM, or a short measurement at first use, kept
+// per machine in a cache file so that every later run makes the same choice.
 //
 // Why measure instead of fixing one: which library is faster depends on the CPU and on how
 // OpenBLAS was told to run on it. On a Zen 5 machine with OPENBLAS_CORETYPE=Haswell oneDNN ran
@@ -11,12 +12,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
 #include <fmt/format.h>
 #include <mutex>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_onednn.h"
+#include "src/core/atomic_file.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threading.h"
 
@@ -31,6 +37,12 @@ struct CalibrationShape {
 constexpr CalibrationShape kCalibrationShapes[] = {{256, 1024, 256}, {128, 256, 64}};
 constexpr int kCalibrationRounds = 3;                    // backends alternate A B A B A B
 constexpr double kSecondsPerMeasurement = 2.5e-3;        // per shape, backend and round
+// OpenBLAS is chosen only when it is this much faster than oneDNN. The backends round
+// differently, so a choice that flipped between two runs of one config (a near tie measured
+// under load, as on AMD EPYC here: onednn 97, openblas 88 GFLOP/s) would make them differ in the
+// last bits, and a resumed run would not continue its uninterrupted twin bit for bit. oneDNN was
+// at least level on every machine measured (docs/kernels-gemm.md), so a tie goes to it.
+constexpr double kOpenblasMargin = 1.25;
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -82,6 +94,76 @@ std::vector<double> calibrate(const std::vector<GemmBackend>& backends) {
   return gflops;
 }
 
+// ---- the calibration's cache -------------------------------------------------------------
+// A measurement made under load can tip either way where the backends are close, and two runs
+// of one config must round alike (a resumed run continues its uninterrupted twin bit for bit),
+// so the first measurement on a machine is kept: one file,
+//   $WF_CACHE_DIR/gemm-backend.txt   (default $XDG_CACHE_HOME/wallfacer, else ~/.cache/wallfacer)
+// holding the key it was measured under, the backend and the measurement. A file with another
+// key (another CPU, OpenBLAS core type or oneDNN) is measured again and replaced; any file that
+// cannot be read or written is ignored: the process measures as if there were none.
+
+std::filesystem::path cache_file() {
+  namespace fs = std::filesystem;
+  fs::path dir;
+  if (const char* d = std::getenv("WF_CACHE_DIR"); d != nullptr && *d != '\0') {
+    dir = d;
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+    dir = fs::path(x) / "wallfacer";
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    dir = fs::path(home) / ".cache" / "wallfacer";
+  } else {
+    return {};
+  }
+  return dir / "gemm-backend.txt";
+}
+
+// What the measurement depends on: the CPU (its model lines in /proc/cpuinfo), OpenBLAS's core
+// type and the oneDNN build.
+std::string calibration_key() {
+  std::string cpu;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line) && !line.empty();) {
+    if (line.rfind("vendor_id", 0) == 0 || line.rfind("cpu family", 0) == 0 || line.rfind("model", 0) == 0) {
+      cpu += line.substr(line.find(':') + 1) + ";";
+    }
+  }
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  return fmt::format("cpu{} OPENBLAS_CORETYPE={}; {}", cpu, coretype != nullptr ? coretype : "", onednn_info());
+}
+
+std::optional<GemmChoice> read_cached_choice(const std::filesystem::path& file, const std::string& key) {
+  std::ifstream in(file);
+  std::string cached_key, name, reason;
+  if (!std::getline(in, cached_key) || !std::getline(in, name) || !std::getline(in, reason) || cached_key != key) {
+    return std::nullopt;
+  }
+  const auto backend = parse_gemm_backend(name);
+  if (!backend || !gemm_backend_available(*backend)) return std::nullopt;
+  return GemmChoice{*backend, fmt::format("cached in {}: {}", file.string(), reason)};
+}
+
+void write_cached_choice(const std::filesystem::path& file, const std::string& key, const GemmChoice& choice) {
+  try {
+    std::filesystem::create_directories(file.parent_path());
+    const std::string text = fmt::format("{}\n{}\n{}\n", key, gemm_backend_name(choice.backend), choice.reason);
+    detail::write_file_atomically(file.string(), {{text.data(), text.size()}}, "GEMM calibration cache");
+  } catch (const std::exception&) {
+    // A read-only home or a full disk: the next process measures again.
+  }
+}
+
+GemmChoice measure() {
+  const std::vector<GemmBackend> backends{GemmBackend::onednn, GemmBackend::cblas};
+  const std::vector<double> gflops = calibrate(backends);
+  const std::size_t chosen = gflops[1] >= kOpenblasMargin * gflops[0] ? 1 : 0;
+  return {backends[chosen], fmt::format("measured at first use: onednn {:.1f} GFLOP/s, openblas {:.1f} GFLOP/s "
+                                        "(f32, 1 thread, {}x{}x{} and {}x{}x{}; openblas only from {:.2f}x)",
+                                        gflops[0], gflops[1], kCalibrationShapes[0].M, kCalibrationShapes[0].N,
+                                        kCalibrationShapes[0].K, kCalibrationShapes[1].M, kCalibrationShapes[1].N,
+                                        kCalibrationShapes[1].K, kOpenblasMargin)};
+}
+
 GemmChoice decide() {
   if (const char* env = std::getenv("WF_CPU_GEMM"); env != nullptr && *env != '\0') {
     const auto backend = parse_gemm_backend(env);
@@ -91,14 +173,14 @@ GemmChoice decide() {
     return {*backend, fmt::format("WF_CPU_GEMM={}", env)};
   }
   if (!onednn_available()) return {GemmBackend::cblas, fmt::format("oneDNN: {}", onednn_info())};
-  const std::vector<GemmBackend> backends{GemmBackend::onednn, GemmBackend::cblas};
-  const std::vector<double> gflops = calibrate(backends);
-  const std::size_t faster = gflops[0] >= gflops[1] ? 0 : 1;
-  return {backends[faster], fmt::format("measured at first use: onednn {:.1f} GFLOP/s, openblas {:.1f} GFLOP/s "
-                                        "(f32, 1 thread, {}x{}x{} and {}x{}x{})",
-                                        gflops[0], gflops[1], kCalibrationShapes[0].M, kCalibrationShapes[0].N,
-                                        kCalibrationShapes[0].K, kCalibrationShapes[1].M, kCalibrationShapes[1].N,
-                                        kCalibrationShapes[1].K)};
+  const std::filesystem::path file = cache_file();
+  const std::string key = calibration_key();
+  if (!file.empty()) {
+    if (auto cached = read_cached_choice(file, key)) return *cached;
+  }
+  GemmChoice measured = measure();
+  if (!file.empty()) write_cached_choice(file, key, measured);
+  return measured;
 }
 
 std::mutex& choice_mutex() {
