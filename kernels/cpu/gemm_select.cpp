@@ -174,12 +174,11 @@ GemmChoice decide() {
   }
   if (!onednn_available()) return {GemmBackend::cblas, fmt::format("oneDNN: {}", onednn_info())};
   const std::filesystem::path file = cache_file();
+  if (file.empty()) return measure();  // nowhere to keep it
   const std::string key = calibration_key();
-  if (!file.empty()) {
-    if (auto cached = read_cached_choice(file, key)) return *cached;
-  }
+  if (auto cached = read_cached_choice(file, key)) return *cached;
   GemmChoice measured = measure();
-  if (!file.empty()) write_cached_choice(file, key, measured);
+  write_cached_choice(file, key, measured);
   return measured;
 }
 

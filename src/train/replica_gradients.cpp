@@ -225,18 +225,14 @@ void ReplicaGradients::launch(std::size_t bucket, bool at_end) {
   if (last_microbatch_) ++(at_end ? stats_.launched_at_end : stats_.launched_in_backward);
 }
 
-DType ReplicaGradients::wire_dtype(DType gradients) const {
-  return gradients == DType::f32 ? options_.reduce_dtype : gradients;
-}
-
 void ReplicaGradients::post_all_reduce(std::size_t bucket, const Tensor& grads) {
   output_[bucket] = grads;
-  wire_[bucket] = grads.to(wire_dtype(grads.dtype()));  // grads itself unless narrowed
+  wire_[bucket] = grads.to(gradient_wire_dtype(grads.dtype(), options_.reduce_dtype));  // grads itself unless narrowed
   requests_[bucket] = group_.iall_reduce(wire_[bucket]);
 }
 
 void ReplicaGradients::post_reduce_scatter(std::size_t bucket, const Tensor& input, const Tensor& output) {
-  const DType wire = wire_dtype(input.dtype());
+  const DType wire = gradient_wire_dtype(input.dtype(), options_.reduce_dtype);
   output_[bucket] = output;
   wire_[bucket] = wire == output.dtype() ? output : Tensor::empty(output.shape(), wire);
   requests_[bucket] = group_.ireduce_scatter(input.to(wire), wire_[bucket]);

@@ -18,12 +18,11 @@ std::int64_t gradient_sync_bytes(const FlatLayout& layout, int replicas, int zer
   const auto scatter = [replicas](std::int64_t bytes) { return (replicas - 1) * (bytes / replicas); };
   std::int64_t sent = 0;
   for (const auto& bucket : layout.buckets()) {
-    // Gradients travel in the reduce dtype when their buffer is f32 (ReplicaGradients::wire_dtype);
-    // the parameters' all-gather in their own.
+    // Gradients travel in their wire dtype, the parameters' all-gather in their own.
     const DType dtype = layout.buffers()[bucket.buffer].dtype;
     const std::int64_t bytes = bucket.numel * static_cast<std::int64_t>(dtype_size(dtype));
     const std::int64_t gradient_bytes =
-        bucket.numel * static_cast<std::int64_t>(dtype_size(dtype == DType::f32 ? reduce_dtype : dtype));
+        bucket.numel * static_cast<std::int64_t>(dtype_size(gradient_wire_dtype(dtype, reduce_dtype)));
     if (zero == 0) {
       sent += all_reduce_bytes(gradient_bytes, replicas);
     } else {

@@ -101,6 +101,12 @@ std::vector<FlatLayout::Param> flat_layout_params(const std::vector<Tensor>& par
 
 // The ZeRO stage a replica group of `replicas` ranks runs: a group of one shards nothing (0).
 inline int effective_zero_stage(int replicas, int zero) { return replicas > 1 ? zero : 0; }
+// The dtype a buffer of `gradients` travels in over the replica group (ReplicaGradients, and
+// step_traffic.h's prediction of it): f32 gradients in `reduce_dtype` (parallel.grad_reduce_dtype,
+// f32 or bf16), any other dtype as itself.
+inline DType gradient_wire_dtype(DType gradients, DType reduce_dtype) {
+  return gradients == DType::f32 ? reduce_dtype : gradients;
+}
 // The layout of the Trainer's gradients (ReplicaGradients) at ZeRO stage `zero` (effective, as
 // above) over `replicas` ranks: chunks for the replicas from stage 1 on, and buckets cut through
 // parameters at stage 2, whose staging buffers are whole buckets. The one place that rule lives,

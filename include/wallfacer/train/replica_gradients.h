@@ -109,10 +109,10 @@ class ReplicaGradients {
   void launch_ready(bool at_end);
   void launch(std::size_t bucket, bool at_end);
   // Post the bucket's collective, writing `output` (`grads` in place for the all-reduce): on
-  // copies in the wire dtype when that is narrower, which complete() widens back.
+  // copies in the wire dtype (gradient_wire_dtype) when that is narrower, which complete() widens
+  // back.
   void post_all_reduce(std::size_t bucket, const Tensor& grads);
   void post_reduce_scatter(std::size_t bucket, const Tensor& input, const Tensor& output);
-  DType wire_dtype(DType gradients) const;
   void complete(std::size_t bucket);  // waits for the bucket's collective and finishes it
   void complete_all();
   // ZeRO-2: the staging buffer of `bucket` (acquired from the pool on first use), and the copy of
