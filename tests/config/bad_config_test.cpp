@@ -64,6 +64,8 @@ const std::vector<BadConfig>& load_time_cases() {
       {"bad_norm", "model:\n  norm: batchnorm\n", 1, {}, {"model.norm: 'batchnorm'", "one of layernorm, rmsnorm"}},
       {"bad_positions", "model:\n  positions: alibi\n", 1, {}, {"model.positions", "one of learned, rope"}},
       {"bad_dtype", "train:\n  dtype: f16\n", 1, {}, {"train.dtype: 'f16'", "one of f32, bf16"}},
+      {"bad_grad_reduce_dtype", "parallel:\n  grad_reduce_dtype: f16\n", 1, {},
+       {"parallel.grad_reduce_dtype: 'f16' is not a valid choice; expected one of f32, bf16"}},
       {"bad_tokenizer", "data:\n  tokenizer: bpe\n", 1, {}, {"data.tokenizer", "one of byte, gpt2"}},
       {"bad_bool", "model:\n  tie_embeddings: maybe\n", 1, {}, {"model.tie_embeddings: 'maybe' is not a boolean; expected true or false"}},
       {"bad_model_name", "model:\n  name: dit\n", 1, {},
