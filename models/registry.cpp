@@ -16,8 +16,12 @@ namespace {
 
 // Function-local statics: registrations run from other translation units' static
 // initialisers, whose order relative to this file is unspecified.
-std::map<std::string, ModelFactory>& registry() {
-  static std::map<std::string, ModelFactory> factories;
+struct Registered {
+  ModelFactory model;
+  BatchSourceFactory batches;  // null: token windows
+};
+std::map<std::string, Registered, std::less<>>& registry() {
+  static std::map<std::string, Registered, std::less<>> factories;
   return factories;
 }
 std::mutex& registry_mutex() {
@@ -135,7 +139,7 @@ std::shared_ptr<const nn::LayerFactory> tensor_parallel_layers(const config::Run
       grid.group("tp"), parallel::TensorParallelOptions{.shard_activations = config.parallel.tp_shard_activations});
 }
 
-void register_model(config::ModelSchema schema, ModelFactory factory) {
+void register_model(config::ModelSchema schema, ModelFactory factory, BatchSourceFactory batches) {
   WF_CHECK(factory != nullptr, "register_model: model '{}' needs a factory", schema.name);
   const std::string name = schema.name;
   {
@@ -145,7 +149,13 @@ void register_model(config::ModelSchema schema, ModelFactory factory) {
   }
   config::register_model_schema(std::move(schema));  // checks the schema before the factory is kept
   std::lock_guard lock(registry_mutex());
-  registry().emplace(name, std::move(factory));
+  registry().emplace(name, Registered{std::move(factory), std::move(batches)});
+}
+
+BatchSourceFactory batch_source_factory(std::string_view name) {
+  std::lock_guard lock(registry_mutex());
+  const auto it = registry().find(name);
+  return it == registry().end() ? nullptr : it->second.batches;
 }
 
 std::vector<std::string> registered_models() {
@@ -161,7 +171,7 @@ std::shared_ptr<Model> create(const config::RunConfig& config, comm::CommGrid& g
   {
     std::lock_guard lock(registry_mutex());
     const auto it = registry().find(name);
-    if (it != registry().end()) factory = it->second;
+    if (it != registry().end()) factory = it->second.model;
   }
   if (factory == nullptr) config::model_schema(name);  // throws: names the registered models
   WF_CHECK(factory != nullptr, "model.name: model '{}' has a config schema but no factory", name);

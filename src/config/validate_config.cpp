@@ -195,10 +195,34 @@ std::string unreadable_reason(const std::string& path) {
   return directory ? "it is a directory" : "it is not a regular file";
 }
 
+// The IDX image and label files of an image model (DiT).
+void check_image_files(const RunConfig& c, std::vector<std::string>& problems) {
+  const auto check = [&](std::string_view key, const std::string& path, std::string_view pair_key,
+                         const std::string& pair) {
+    if (path.empty() && pair.empty()) return;  // no validation set
+    if (path.empty()) {
+      problems.push_back(fmt::format("{}: is empty but {} is '{}': give both the images and their labels", key,
+                                     pair_key, pair));
+      return;
+    }
+    const std::string reason = unreadable_reason(path);
+    if (reason.empty()) return;
+    problems.push_back(fmt::format(
+        "{}: cannot read the IDX file '{}': {}; point it at an IDX file (Fashion-MNIST: apt-get install "
+        "dataset-fashion-mnist, files under /usr/share/dataset-fashion-mnist), or set data.source to synthetic",
+        key, path, reason));
+  };
+  check("data.train_path", c.data.train_path, "data.train_labels_path", c.data.train_labels_path);
+  check("data.train_labels_path", c.data.train_labels_path, "data.train_path", c.data.train_path);
+  check("data.val_path", c.data.val_path, "data.val_labels_path", c.data.val_labels_path);
+  check("data.val_labels_path", c.data.val_labels_path, "data.val_path", c.data.val_path);
+}
+
 // The token files of a file source, which `train` opens at once: on this machine only (another
-// machine of the job may hold them).
+// machine of the job may hold them); an image model's IDX files.
 void check_data_files(const RunConfig& c, std::vector<std::string>& problems) {
   if (c.data.source != DataSource::file) return;
+  if (model_schema(c.model.name).image_data) return check_image_files(c, problems);
   const auto check = [&](std::string_view key, const std::string& path) {
     if (path.empty()) return;  // no validation set
     const std::string reason = unreadable_reason(path);

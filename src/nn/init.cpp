@@ -1,6 +1,7 @@
 #include "wallfacer/nn/init.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace wf::nn {
 namespace {
@@ -37,15 +38,30 @@ Tensor normal_init(const Shape& shape, std::uint64_t stream_seed, double std, st
   return t;
 }
 
-Tensor normal_init_slice(const Shape& global_shape, std::int64_t dim, std::int64_t start, std::int64_t length,
-                         std::uint64_t stream_seed, double std) {
+Tensor uniform_init(const Shape& shape, std::uint64_t stream_seed, double std, std::uint64_t first_index) {
+  WF_CHECK(std >= 0.0, "uniform_init: std must be >= 0, got {}", std);
+  Tensor t = Tensor::rand_at(shape, stream_seed, first_index, DType::f32);
+  float* p = t.data<float>();
+  const float bound = static_cast<float>(std::sqrt(3.0) * std);  // uniform(−a, a) has std a/√3
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = bound * (2.0f * p[i] - 1.0f);
+  return t;
+}
+
+Tensor random_init(InitDistribution distribution, const Shape& shape, std::uint64_t stream_seed, double std,
+                   std::uint64_t first_index) {
+  return distribution == InitDistribution::uniform ? uniform_init(shape, stream_seed, std, first_index)
+                                                   : normal_init(shape, stream_seed, std, first_index);
+}
+
+Tensor init_slice(const Shape& global_shape, std::int64_t dim, std::int64_t start, std::int64_t length,
+                  std::uint64_t stream_seed, double std, InitDistribution distribution) {
   const auto ndim = static_cast<std::int64_t>(global_shape.size());
-  WF_CHECK(dim >= -ndim && dim < ndim, "normal_init_slice: dim {} is out of range for shape {}", dim,
+  WF_CHECK(dim >= -ndim && dim < ndim, "init_slice: dim {} is out of range for shape {}", dim,
            shape_str(global_shape));
   const std::int64_t d = normalize_dim(dim, ndim);
   const std::int64_t extent = global_shape[static_cast<std::size_t>(d)];
   WF_CHECK(start >= 0 && length >= 0 && start + length <= extent,
-           "normal_init_slice: [{}, {}) is not within dim {} (extent {}) of shape {}", start, start + length, d, extent,
+           "init_slice: [{}, {}) is not within dim {} (extent {}) of shape {}", start, start + length, d, extent,
            shape_str(global_shape));
   // The whole tensor as [outer, extent, inner]: the slice is `outer` runs of length·inner
   // elements, run o starting at stream index (o·extent + start)·inner.
@@ -54,22 +70,23 @@ Tensor normal_init_slice(const Shape& global_shape, std::int64_t dim, std::int64
   for (std::int64_t i = d + 1; i < ndim; ++i) inner *= global_shape[static_cast<std::size_t>(i)];
   Shape local = global_shape;
   local[static_cast<std::size_t>(d)] = length;
-  if (outer == 1) return normal_init(local, stream_seed, std, static_cast<std::uint64_t>(start * inner));
+  if (outer == 1) return random_init(distribution, local, stream_seed, std, static_cast<std::uint64_t>(start * inner));
 
   Tensor out = Tensor::empty(local, DType::f32);
   const std::int64_t run = length * inner;
   float* p = out.data<float>();
   for (std::int64_t o = 0; o < outer; ++o) {
-    // Each run through normal_init itself, so the values are its values exactly.
-    const Tensor part = normal_init({run}, stream_seed, std, static_cast<std::uint64_t>((o * extent + start) * inner));
+    // Each run through random_init itself, so the values are its values exactly.
+    const Tensor part =
+        random_init(distribution, {run}, stream_seed, std, static_cast<std::uint64_t>((o * extent + start) * inner));
     std::copy_n(part.data<float>(), run, p + o * run);
   }
   return out;
 }
 
-Tensor normal_init_shard(const ParameterShard& shard, std::uint64_t stream_seed, double std) {
-  if (!shard.is_sharded()) return normal_init(shard.global_shape, stream_seed, std);
-  return normal_init_slice(shard.global_shape, shard.dim, shard.start(), shard.length(), stream_seed, std);
+Tensor init_shard(const ParameterShard& shard, std::uint64_t stream_seed, double std, InitDistribution distribution) {
+  if (!shard.is_sharded()) return random_init(distribution, shard.global_shape, stream_seed, std);
+  return init_slice(shard.global_shape, shard.dim, shard.start(), shard.length(), stream_seed, std, distribution);
 }
 
 Tensor normal_init_padded_rows(const ParameterShard& shard, std::int64_t real_rows, std::uint64_t stream_seed,
@@ -77,7 +94,7 @@ Tensor normal_init_padded_rows(const ParameterShard& shard, std::int64_t real_ro
   WF_CHECK(shard.global_shape.size() == 2 && shard.dim <= 0 && real_rows <= shard.global_shape[0],
            "normal_init_padded_rows: the shard ({}) must be a whole or row-split matrix of at least {} rows",
            shard_str(shard), real_rows);
-  Tensor w = normal_init_shard(shard, stream_seed, std);
+  Tensor w = init_shard(shard, stream_seed, std);
   const std::int64_t cols = shard.global_shape[1];
   const std::int64_t first_pad = std::clamp(real_rows - shard.start(), std::int64_t{0}, w.size(0));
   std::fill(w.data<float>() + first_pad * cols, w.data<float>() + w.numel(), 0.0f);

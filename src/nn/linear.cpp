@@ -1,5 +1,7 @@
 #include "wallfacer/nn/linear.h"
 
+#include <cmath>
+
 #include "wallfacer/nn/init.h"
 #include "wallfacer/ops/linalg.h"
 
@@ -25,10 +27,14 @@ Linear::Linear(const LinearOptions& options, const ParameterShard& weight_shard,
            "in] split by rows, without bias) and [out]",
            options.in_features, options.out_features, shard_str(weight_shard), shard_str(bias_shard));
   const std::uint64_t weight_seed = derive_seed(seed(), "weight");
+  const bool xavier = options.weight_init == WeightInit::xavier_uniform;
+  const double weight_std =
+      xavier ? std::sqrt(2.0 / static_cast<double>(options.in_features + options.out_features)) : options.init_std;
   weight_ = register_parameter(
       "weight",
       padded ? normal_init_padded_rows(weight_shard, options.out_features, weight_seed, options.init_std)
-             : normal_init_shard(weight_shard, weight_seed, options.init_std),
+             : init_shard(weight_shard, weight_seed, weight_std,
+                          xavier ? InitDistribution::uniform : InitDistribution::normal),
       weight_shard);
   if (options.bias) bias_ = register_parameter("bias", Tensor::zeros(bias_shard.local_shape()), bias_shard);
 }

@@ -21,7 +21,7 @@ std::shared_ptr<Linear> projection(Module& parent, const MLPOptions& o, const ch
   return parent.register_module(
       name, layers_or_default(o.layers).linear(
                 LinearOptions{.in_features = in, .out_features = out, .bias = o.bias, .init_std = std,
-                              .seed = parent.child_seed(name)},
+                              .weight_init = o.weight_init, .seed = parent.child_seed(name)},
                 role));
 }
 

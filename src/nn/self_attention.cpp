@@ -28,12 +28,14 @@ SelfAttention::SelfAttention(const SelfAttentionOptions& options)
                                                             .out_features = qkv_width,
                                                             .bias = options.bias,
                                                             .init_std = options.init_std,
+                                                            .weight_init = options.weight_init,
                                                             .seed = child_seed("qkv")},
                                               LinearRole::column));
   proj_ = register_module("proj", layers.linear(LinearOptions{.in_features = d,
                                                               .out_features = d,
                                                               .bias = options.bias,
                                                               .init_std = out_std,
+                                                              .weight_init = options.weight_init,
                                                               .seed = child_seed("proj")},
                                                 LinearRole::row));
   dropout_ = register_module("dropout", layers.dropout(options.dropout, ActivationRegion::replicated));

@@ -55,18 +55,23 @@ std::shared_ptr<data::TokenSource> open_token_source(const config::RunConfig& c,
 
 namespace {
 
-// The training loader's options (shuffled); validation uses the same with shuffle off.
-data::LoaderOptions loader_options(const config::RunConfig& c, comm::CommGrid& grid, const models::Model& model) {
-  data::LoaderOptions o;
-  o.seq_len = c.train.seq_len;
-  o.micro_batch_size = c.train.micro_batch_size;
-  o.grad_accum_steps = config::grad_accum_steps(c);
-  o.dp_size = c.parallel.dp;
-  o.dp_rank = grid.grid().coord("dp");
-  o.shard = parallel::sp_shard(models::sp_attention_config(c, model.causal()), grid);
-  o.seed = static_cast<std::uint64_t>(c.train.seed);
-  o.shuffle = true;
-  return o;
+// A token model's sources: its token files (or synthetic tokens) through the token loader.
+std::unique_ptr<models::BatchSource> token_batches(const config::RunConfig& c, comm::CommGrid& grid,
+                                                   const models::Model& model, std::shared_ptr<data::TokenSource> source,
+                                                   bool validation) {
+  if (source == nullptr) return nullptr;
+  return std::make_unique<models::TokenBatchSource>(
+      data::BatchLoader(std::move(source), models::loader_options(c, grid, model, validation)));
+}
+
+// The sources of a run: the model's registered batch factory, or its token files.
+std::unique_ptr<models::BatchSource> run_batches(const config::RunConfig& c, comm::CommGrid& grid,
+                                                 const models::Model& model, bool validation) {
+  if (validation && c.train.eval_every <= 0) return nullptr;
+  if (const models::BatchSourceFactory factory = models::batch_source_factory(c.model.name)) {
+    return factory(c, grid, model, validation);
+  }
+  return token_batches(c, grid, model, open_token_source(c, validation), validation);
 }
 
 // Dropout draws from the default generator. Each replica (dp, sp and pp coordinate) has its own
@@ -120,14 +125,25 @@ TrafficSnapshot TrafficSnapshot::take() {
 }
 
 Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid)
-    : Trainer(config, grid, models::create(config, grid), open_token_source(config, false),
-              config.train.eval_every > 0 ? open_token_source(config, true) : nullptr) {}
+    : Trainer(config, grid, models::create(config, grid), std::unique_ptr<models::BatchSource>(),
+              std::unique_ptr<models::BatchSource>()) {}
 
 Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::shared_ptr<models::Model> model,
                  std::shared_ptr<data::TokenSource> train, std::shared_ptr<data::TokenSource> val)
+    : Trainer(config, grid, model, token_batches(config, grid, *model, std::move(train), false),
+              token_batches(config, grid, *model, std::move(val), true)) {}
+
+Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::shared_ptr<models::Model> model,
+                 std::unique_ptr<models::BatchSource> train, std::unique_ptr<models::BatchSource> val)
     : config_(config), grid_(grid), replicas_(grid.group("dp_sp")), model_(std::move(model)) {
   check_supported();
-  WF_CHECK(model_ != nullptr && train != nullptr, "Trainer: a model and a training data source are required");
+  WF_CHECK(model_ != nullptr, "Trainer: a model is required");
+  // No sources given (the config constructor): the run's own.
+  if (train == nullptr) {
+    train = run_batches(config_, grid_, *model_, false);
+    val = run_batches(config_, grid_, *model_, true);
+  }
+  WF_CHECK(train != nullptr, "Trainer: a training data source is required");
   params_ = model_->parameters();
   shards_ = model_->parameter_shards();
   if (config_.parallel.tp > 1 && std::none_of(shards_.begin(), shards_.end(), [](const nn::ParameterShard& s) {
@@ -144,12 +160,8 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
   // config::notes warns about it.
   schedule_ = CosineSchedule{
       .base_lr = t.lr, .min_lr = t.min_lr, .warmup_steps = std::min(t.warmup_steps, t.steps), .total_steps = t.steps};
-  data::LoaderOptions options = loader_options(config_, grid_, *model_);
-  train_loader_ = std::make_unique<data::BatchLoader>(std::move(train), options);
-  if (val) {
-    options.shuffle = false;
-    val_loader_ = std::make_unique<data::BatchLoader>(std::move(val), options);
-  }
+  train_batches_ = std::move(train);
+  val_batches_ = std::move(val);
   checkpoints_ = std::make_unique<CheckpointStore>(config_.checkpoint.dir, config_.checkpoint.keep_last);
   seed_generators({});
 }
@@ -270,12 +282,12 @@ LossTotals Trainer::run_microbatches() {
     // The schedule orders the microbatches' forwards and backwards; the reducer brackets each
     // backward as below, the last one starting the replica reduction.
     local = pipeline_->train_step(
-        [&](int micro) { return models::token_batch(train_loader_->get(step_, micro)); },
+        [&](int micro) { return train_batches_->get(step_, micro); },
         {.before = [&](bool last) { grads_->begin_backward(last); }, .after = [&] { grads_->end_backward(); }});
     return local;
   }
   for (std::int64_t micro = 0; micro < accum; ++micro) {
-    const models::LossSum loss = model_->loss_sum(models::token_batch(train_loader_->get(step_, micro)));
+    const models::LossSum loss = model_->loss_sum(train_batches_->get(step_, micro));
     local.add(loss.sum.item(), loss.count);
     grads_->begin_backward(/*last_microbatch=*/micro + 1 == accum);
     // The gradient of the loss SUM: normalised below, once, by the global count.
@@ -338,7 +350,7 @@ StepResult Trainer::train_step() {
 }
 
 double Trainer::evaluate() {
-  WF_CHECK(val_loader_ != nullptr, "evaluate: no validation data (set data.val_path)");
+  WF_CHECK(val_batches_ != nullptr, "evaluate: no validation data (set data.val_path)");
   autograd::NoGradGuard no_grad;
   model_->eval();
   const std::int64_t accum = config::grad_accum_steps(config_);
@@ -346,12 +358,12 @@ double Trainer::evaluate() {
   for (std::int64_t batch_index = 0; batch_index < config_.train.eval_batches; ++batch_index) {
     if (pipeline_) {
       const LossTotals stage = pipeline_->forward_only(
-          [&](int micro) { return models::token_batch(val_loader_->get(batch_index, micro)); }, static_cast<int>(accum));
+          [&](int micro) { return val_batches_->get(batch_index, micro); }, static_cast<int>(accum));
       local.add(stage.sum, static_cast<std::int64_t>(stage.count));
       continue;
     }
     for (std::int64_t micro = 0; micro < accum; ++micro) {
-      const models::LossSum loss = model_->loss_sum(models::token_batch(val_loader_->get(batch_index, micro)));
+      const models::LossSum loss = model_->loss_sum(val_batches_->get(batch_index, micro));
       local.add(loss.sum.item(), loss.count);
     }
   }
@@ -530,7 +542,7 @@ void Trainer::fit(std::int64_t stop_after) {
       interval_.pp_compute += pipeline_->step_seconds() - pipeline_->wait_seconds();
     }
     run_seconds_ += result.seconds;
-    const bool eval_now = val_loader_ && t.eval_every > 0 && (step_ % t.eval_every == 0 || step_ == t.steps);
+    const bool eval_now = val_batches_ && t.eval_every > 0 && (step_ % t.eval_every == 0 || step_ == t.steps);
     const double val_loss = eval_now ? evaluate() : -1.0;
     log_step(result, val_loss);
     const auto& c = config_.checkpoint;

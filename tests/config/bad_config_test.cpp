@@ -68,8 +68,8 @@ const std::vector<BadConfig>& load_time_cases() {
        {"parallel.grad_reduce_dtype: 'f16' is not a valid choice; expected one of f32, bf16"}},
       {"bad_tokenizer", "data:\n  tokenizer: bpe\n", 1, {}, {"data.tokenizer", "one of byte, gpt2"}},
       {"bad_bool", "model:\n  tie_embeddings: maybe\n", 1, {}, {"model.tie_embeddings: 'maybe' is not a boolean; expected true or false"}},
-      {"bad_model_name", "model:\n  name: dit\n", 1, {},
-       {"bad_model_name.yaml:2: model.name: 'dit' is not a registered model", "the registered models are gpt, llama"}},
+      {"bad_model_name", "model:\n  name: unet\n", 1, {},
+       {"bad_model_name.yaml:2: model.name: 'unet' is not a registered model", "the registered models are dit, gpt, llama"}},
       {"misspelt_model_name", "model:\n  name: lama\n", 1, {}, {"(did you mean 'llama'?)"}},
       // A model's keys are its own: LLaMA has no learned positions and no norm choice.
       {"key_of_another_model", "model:\n  name: llama\n  positions: rope\n", 1, {},

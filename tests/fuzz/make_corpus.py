@@ -7,6 +7,7 @@ of it.
 Each target gets real valid inputs, so the fuzzer starts past the format checks, and a few
 edge cases that sit just beside them. Run from anywhere; the files are small and deterministic.
 """
+import gzip
 import json
 import pathlib
 import shutil
@@ -65,6 +66,30 @@ def token_file_seeds():
     write("token_file", "count-too-large", token_file(2, [1, 2], count=3))
     write("token_file", "width-3", token_file(3, [], count=0))
     write("token_file", "header-only-truncated", token_file(2, [])[:20])
+
+
+# ---- IDX images: u8 resize | u16 images length | images file | labels file ----------------------
+def idx(dims, payload, type_code=0x08):
+    return bytes([0, 0, type_code, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + payload
+
+
+def idx_pair(images, labels, resize=0):
+    return struct.pack("<BH", resize, len(images)) + images + labels
+
+
+def idx_seeds():
+    pixels = bytes((7 * i) % 256 for i in range(3 * 4 * 4))
+    images, labels = idx([3, 4, 4], pixels), idx([3], bytes([0, 9, 2]))
+    write("idx", "raw", idx_pair(images, labels))
+    write("idx", "raw-resize-8", idx_pair(images, labels, resize=7))
+    # mtime=0: the same bytes on every run.
+    write("idx", "gzipped", idx_pair(gzip.compress(images, mtime=0), gzip.compress(labels, mtime=0), resize=3))
+    write("idx", "count-mismatch", idx_pair(images, idx([2], bytes([0, 1]))))
+    write("idx", "truncated", idx_pair(images[:-5], labels))
+    write("idx", "trailing", idx_pair(images, labels + b"xyz"))
+    write("idx", "swapped", idx_pair(labels, images))
+    write("idx", "float32", idx_pair(idx([1, 1, 1], bytes(4), type_code=0x0D), idx([1], bytes(1))))
+    write("idx", "huge-count", idx_pair(idx([1 << 30, 1, 2], bytes(8)), idx([1 << 30], bytes(4))))
 
 
 # ---- run configs: the shipped tiny ones and a few edge cases -----------------------------------
@@ -126,11 +151,12 @@ def checkpoint_seeds():
 
 
 if __name__ == "__main__":
-    for target in ("safetensors", "token_file", "config", "gpt2_tokenizer"):
+    for target in ("safetensors", "token_file", "config", "gpt2_tokenizer", "idx"):
         shutil.rmtree(CORPUS / target, ignore_errors=True)
         (CORPUS / target).mkdir(parents=True)
     safetensors_seeds()
     token_file_seeds()
+    idx_seeds()
     config_seeds()
     gpt2_seeds()
     checkpoint_seeds()

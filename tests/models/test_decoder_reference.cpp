@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "models/model_testing.h"
+#include "models/reference_testing.h"
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/models/gpt.h"
@@ -34,16 +35,9 @@ using wf::models::DecoderOptions;
 using wf::models::GptOptions;
 
 using wf::models::testing::random_ids;
+using namespace wf::models::testing;
 
 namespace {
-
-constexpr double kRelTolerance = 1e-5;
-constexpr double kAbsFloor = 1e-9;
-const char* const kPython = "/usr/bin/python3";
-
-bool python_has_torch() {
-  return std::system((std::string(kPython) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0;
-}
 
 struct Case {
   std::string label;
@@ -91,24 +85,6 @@ std::map<std::string, std::string> metadata(const DecoderOptions& o) {
           {"norm_eps", fmt::format("{}", o.norm_eps)}};
 }
 
-
-// max |a − b| / max |b|: the error relative to the reference tensor's scale.
-struct Error {
-  double max_abs = 0, scale = 0;
-  bool ok() const { return max_abs <= kRelTolerance * scale + kAbsFloor; }
-  double relative() const { return scale > 0 ? max_abs / scale : max_abs; }
-};
-
-Error compare(const Tensor& ours, const Tensor& reference) {
-  REQUIRE(ours.shape() == reference.shape());
-  const auto x = ours.to_vector<double>(), y = reference.to_vector<double>();
-  Error e;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    e.max_abs = std::max(e.max_abs, std::abs(x[i] - y[i]));
-    e.scale = std::max(e.scale, std::abs(y[i]));
-  }
-  return e;
-}
 
 // One model and batch: everything the test needs to write the input file and compare the output.
 struct Run {
@@ -181,7 +157,7 @@ TEST_CASE("decoders: GPT and LLaMA logits, loss and gradients match PyTorch (tes
     double worst = 0;
     std::string worst_name;
     auto check = [&](const std::string& name, const Tensor& ours, const Tensor& reference) {
-      const Error e = compare(ours, reference);
+      const ReferenceError e = compare_to_reference(ours, reference);
       INFO(name << ": max |ours - torch| = " << e.max_abs << ", max |torch| = " << e.scale);
       CHECK(e.ok());
       if (e.relative() > worst) worst = e.relative(), worst_name = name;

@@ -1,5 +1,5 @@
 // ParameterShard (which slice of a parameter a rank holds), its registration on Module, and
-// normal_init_slice / normal_init_shard: a slice drawn alone is bit for bit the slice of the
+// init_slice / init_shard: a slice drawn alone is bit for bit the slice of the
 // whole draw, along any dim.
 #include <catch2/catch.hpp>
 
@@ -88,7 +88,7 @@ TEST_CASE("Module: parameters are whole by default; a shard is registered with i
                     Contains("has shape [3, 3] but its shard (dim 0 slice 0/4 of [8, 3] over tp) holds [2, 3]"));
 }
 
-TEST_CASE("normal_init_slice: any slice along any dim is bit for bit the slice of the whole draw",
+TEST_CASE("init_slice: any slice along any dim is bit for bit the slice of the whole draw",
           "[nn][shard][init]") {
   struct Case {
     Shape shape;
@@ -107,22 +107,22 @@ TEST_CASE("normal_init_slice: any slice along any dim is bit for bit the slice o
   for (const Case& c : cases) {
     INFO(wf::shape_str(c.shape) << " dim " << c.dim << " [" << c.start << ", " << c.start + c.length << ")");
     const Tensor whole = normal_init(c.shape, kStream, 0.02);
-    const Tensor slice = normal_init_slice(c.shape, c.dim, c.start, c.length, kStream, 0.02);
+    const Tensor slice = init_slice(c.shape, c.dim, c.start, c.length, kStream, 0.02);
     CHECK(same_bits(slice, wf::narrow(whole, c.dim, c.start, c.length)));
   }
-  CHECK_THROWS_WITH(normal_init_slice({12, 8}, 1, 6, 3, kStream, 0.02), Contains("not within dim 1"));
-  CHECK_THROWS_WITH(normal_init_slice({12, 8}, 2, 0, 1, kStream, 0.02), Contains("out of range"));
+  CHECK_THROWS_WITH(init_slice({12, 8}, 1, 6, 3, kStream, 0.02), Contains("not within dim 1"));
+  CHECK_THROWS_WITH(init_slice({12, 8}, 2, 0, 1, kStream, 0.02), Contains("out of range"));
 }
 
-TEST_CASE("normal_init_shard: the ranks' shards put together are the whole draw", "[nn][shard][init]") {
+TEST_CASE("init_shard: the ranks' shards put together are the whole draw", "[nn][shard][init]") {
   const Shape shape{12, 6};
   const Tensor whole = normal_init(shape, kStream, 0.5);
-  CHECK(same_bits(normal_init_shard(ParameterShard::replicated(shape), kStream, 0.5), whole));
+  CHECK(same_bits(init_shard(ParameterShard::replicated(shape), kStream, 0.5), whole));
   for (int dim = 0; dim < 2; ++dim) {
     for (int parts : {1, 2, 3}) {
       std::vector<Tensor> pieces;
       for (int r = 0; r < parts; ++r)
-        pieces.push_back(normal_init_shard(ParameterShard::split("tp", shape, dim, parts, r), kStream, 0.5));
+        pieces.push_back(init_shard(ParameterShard::split("tp", shape, dim, parts, r), kStream, 0.5));
       CHECK(same_bits(wf::cat(pieces, dim), whole));
     }
   }

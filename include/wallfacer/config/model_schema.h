@@ -66,6 +66,9 @@ struct ModelSchema {
   std::function<void(const RunConfig&, std::vector<std::string>& problems)> validate;
   // Required; called only when validate found no problem.
   std::function<ModelFacts(const RunConfig&)> facts;
+  // What data.train_path and val_path hold: token files (language models) or IDX image files
+  // with their labels in data.train_labels_path and val_labels_path (image models).
+  bool image_data = false;
 
   const ModelKey* find(std::string_view key) const;  // nullptr when the model has no such key
   std::vector<std::string> key_names() const;

@@ -74,6 +74,9 @@ struct DataConfig {
   DataSource source = DataSource::file;  // synthetic: seeded random tokens (benchmarks, any seq_len)
   std::string train_path = "data/kjv/train.bin";  // a token file from `wallfacer prepare-text`
   std::string val_path;  // empty: no validation set (then train.eval_every must be 0)
+  // Image models (DiT): the IDX label files beside the IDX image files train_path and val_path.
+  std::string train_labels_path;
+  std::string val_labels_path;
   TokenizerKind tokenizer = TokenizerKind::byte;
   friend bool operator==(const DataConfig&, const DataConfig&) = default;
 };

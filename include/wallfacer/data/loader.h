@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "wallfacer/core/tensor.h"
+#include "wallfacer/data/sample_order.h"
 #include "wallfacer/parallel/sp_attention.h"
 
 namespace wf::data {
@@ -91,23 +92,12 @@ class BatchLoader {
   const TokenSource& source() const { return *source_; }
 
  private:
-  std::shared_ptr<const std::vector<std::int64_t>> permutation(std::int64_t epoch) const;
-
   std::shared_ptr<TokenSource> source_;
   LoaderOptions options_;
   std::vector<parallel::TokenRun> runs_;
   std::vector<std::int64_t> positions_;
   std::int64_t samples_per_epoch_ = 0;
-
-  // The permutations of the two most recently used epochs (a step may straddle two), behind a
-  // pointer so the loader stays movable.
-  struct PermutationCache;
-  std::unique_ptr<PermutationCache> cache_;
+  std::unique_ptr<SampleOrder> order_;  // built once the source's sample count is known
 };
-
-// The seeded permutation of [0, n) for one epoch: Fisher–Yates over a splitmix64 stream keyed
-// by (seed, epoch), with unbiased bounded draws. Fixed here (never std::shuffle, whose
-// algorithm differs between standard libraries) so the order is the same on every platform.
-std::vector<std::int64_t> epoch_permutation(std::int64_t n, std::uint64_t seed, std::int64_t epoch);
 
 }  // namespace wf::data

@@ -24,6 +24,7 @@
 #include "wallfacer/config/model_schema.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/data/loader.h"
+#include "wallfacer/models/batch_source.h"
 #include "wallfacer/nn/layer_factory.h"
 #include "wallfacer/nn/module.h"
 #include "wallfacer/parallel/sp_attention.h"
@@ -149,9 +150,13 @@ parallel::SpAttentionConfig sp_attention_config(const config::RunConfig& config)
 // that replicates them) and attention wired to the grid's sequence-parallel groups.
 using ModelFactory = std::function<std::shared_ptr<Model>(const config::RunConfig&, comm::CommGrid&)>;
 
-// Registers a model: its config schema (whose name is the model's name; keys, rules, facts) and
-// its factory. wf::Error when the name is taken. After this `model.name: <name>` works in YAML.
-void register_model(config::ModelSchema schema, ModelFactory factory);
+// Registers a model: its config schema (whose name is the model's name; keys, rules, facts), its
+// factory and, for a model that does not read token windows, the factory of its batches
+// (batch_source.h; null: the token loader). wf::Error when the name is taken. After this
+// `model.name: <name>` works in YAML.
+void register_model(config::ModelSchema schema, ModelFactory factory, BatchSourceFactory batches = nullptr);
+// The batch factory model `name` registered; null for a token model (or an unknown name).
+BatchSourceFactory batch_source_factory(std::string_view name);
 // Builds the model config.model names; wf::Error listing the registered names when unknown.
 std::shared_ptr<Model> create(const config::RunConfig& config, comm::CommGrid& grid);
 std::vector<std::string> registered_models();  // sorted
@@ -159,8 +164,8 @@ std::vector<std::string> registered_models();  // sorted
 // Registers a model at load time:
 //   static const wf::models::ModelRegistration reg(llama_schema(), make_llama);
 struct ModelRegistration {
-  ModelRegistration(config::ModelSchema schema, ModelFactory factory) {
-    register_model(std::move(schema), std::move(factory));
+  ModelRegistration(config::ModelSchema schema, ModelFactory factory, BatchSourceFactory batches = nullptr) {
+    register_model(std::move(schema), std::move(factory), std::move(batches));
   }
 };
 

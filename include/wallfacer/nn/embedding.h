@@ -35,7 +35,7 @@ class Embedding : public Module {
   // whole table and this rank holds the rows of weight that `weight_shard` says. The shard's
   // global shape may have more rows than num_embeddings (a vocabulary padded to split evenly):
   // the real rows are drawn as exactly those rows of the whole table's initial weight
-  // (normal_init_shard), the padded ones (index >= num_embeddings) are zeros.
+  // (init_shard), the padded ones (index >= num_embeddings) are zeros.
   Embedding(const EmbeddingOptions& options, const ParameterShard& weight_shard);
 
  private:

@@ -1,17 +1,21 @@
 #pragma once
-// Linear: y = x · weightᵀ + bias, weight [out, in] (PyTorch's layout), GPT-2 initialisation:
-// weight ~ normal(0, init_std²), bias zeros.
+// Linear: y = x · weightᵀ + bias, weight [out, in] (PyTorch's layout), bias zeros and the
+// weight either GPT-2's normal(0, init_std²) or Xavier/Glorot uniform (DiT, ViT), whose bound
+// √(6 / (in + out)) comes from the whole layer's fans, also when tensor parallelism splits it.
 #include <cstdint>
 
 #include "wallfacer/nn/module.h"
 
 namespace wf::nn {
 
+enum class WeightInit { normal, xavier_uniform };
+
 struct LinearOptions {
   std::int64_t in_features = 0;
   std::int64_t out_features = 0;
   bool bias = true;
-  double init_std = 0.02;
+  double init_std = 0.02;  // normal init; init_std 0 makes a zero-initialised layer
+  WeightInit weight_init = WeightInit::normal;
   std::uint64_t seed = 0;
 };
 
@@ -32,7 +36,7 @@ class Linear : public Module {
   // For the tensor-parallel subclasses (parallel/tensor_parallel.h): `options` describe the
   // whole layer and this rank holds the slices of weight [out, in] and bias [out] that the two
   // shards say. Each slice is drawn as exactly that slice of the whole layer's initial weight
-  // (normal_init_shard), so a layer split over any number of ranks is the whole layer cut up.
+  // (init_shard), so a layer split over any number of ranks is the whole layer cut up.
   // A vocabulary head's weight shard may describe [rows > out, in] split by rows (the
   // vocabulary padded to split evenly; no bias): the padding rows are zeros.
   Linear(const LinearOptions& options, const ParameterShard& weight_shard, const ParameterShard& bias_shard);

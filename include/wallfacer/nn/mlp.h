@@ -37,6 +37,7 @@ struct MLPOptions {
   // Init std of the output projection, which writes into the residual stream; GPT-2 uses
   // 0.02/√(2·n_layer). 0 → init_std.
   double out_init_std = 0.0;
+  WeightInit weight_init = WeightInit::normal;  // xavier_uniform ignores the stds (DiT)
   std::uint64_t seed = 0;
   std::shared_ptr<const LayerFactory> layers = nullptr;  // null: the plain layers
 };

@@ -36,6 +36,7 @@ struct SelfAttentionOptions {
   bool bias = true;
   double init_std = 0.02;
   double out_init_std = 0.0;  // output projection (writes to the residual stream); 0 → init_std
+  WeightInit weight_init = WeightInit::normal;  // xavier_uniform ignores the stds (DiT)
   bool rope = false;
   double rope_theta = 10000.0;
   std::uint64_t seed = 0;

@@ -41,7 +41,7 @@
 // get_cuda_rng_tracker().fork()).
 //
 // Initialisation: each rank's weight is bit for bit its slice of the whole layer's weight drawn
-// with the same seed (nn::normal_init_shard), and each parameter says which slice it is
+// with the same seed (nn::init_shard), and each parameter says which slice it is
 // (Module::parameter_shard). A model built with TensorParallelLayers over tp ranks therefore
 // starts from exactly the single-process model, cut up.
 //

@@ -69,12 +69,15 @@ struct StepResult {
 class Trainer {
  public:
   // Builds the model from the registry (model.name), the data sources from the data section
-  // (a token file, or seeded random tokens when data.source is synthetic), AdamW and the
-  // schedule. Throws wf::Error (the same on every rank) for what the trainer does not support.
+  // (the model's registered batch source, or for a language model a token file or seeded random
+  // tokens when data.source is synthetic), AdamW and the schedule. Throws wf::Error (the same on every rank) for what the trainer does not support.
   Trainer(const config::RunConfig& config, comm::CommGrid& grid);
   // The same with a given model and sources (tests, embedding programs). `val` may be null.
   Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::shared_ptr<models::Model> model,
           std::shared_ptr<data::TokenSource> train, std::shared_ptr<data::TokenSource> val);
+  // The same with any model's batch sources (batch_source.h). `val` may be null.
+  Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::shared_ptr<models::Model> model,
+          std::unique_ptr<models::BatchSource> train, std::unique_ptr<models::BatchSource> val);
   ~Trainer();
 
   // Restores the newest valid checkpoint of checkpoint.dir (every rank loads the same one);
@@ -151,8 +154,8 @@ class Trainer {
   std::vector<nn::ParameterShard> optimizer_shards_;  // [i]: the shard of optimizer parameter i's parameter
   std::unique_ptr<AdamW> optimizer_;
   CosineSchedule schedule_;
-  std::unique_ptr<data::BatchLoader> train_loader_;
-  std::unique_ptr<data::BatchLoader> val_loader_;
+  std::unique_ptr<models::BatchSource> train_batches_;
+  std::unique_ptr<models::BatchSource> val_batches_;
   std::unique_ptr<CheckpointStore> checkpoints_;
   std::unique_ptr<MetricsLog> metrics_;
   std::int64_t step_ = 0;
