@@ -32,7 +32,10 @@ constexpr IdxRole kLabelsRole{"labels", 1, "[N]", "train-labels-idx1-ubyte.gz"};
 
 constexpr unsigned char kIdxUnsignedByte = 0x08;
 constexpr int kGzipBufferBytes = 1 << 17;             // zlib's default 8 KiB makes many small reads
-constexpr std::int64_t kReadChunkBytes = 1 << 24;     // the payload grows by this, never by the header's word
+// The payload buffer grows by what has arrived so far (doubling), from 64 KiB up to 16 MiB a step:
+// never by the header's word alone.
+constexpr std::int64_t kFirstReadBytes = 1 << 16;
+constexpr std::int64_t kMaxReadBytes = 1 << 24;
 constexpr std::int64_t kMaxTrailingCount = 1 << 20;   // trailing bytes counted for the message, at most
 
 std::string how_to_fix(const IdxRole& role) {
@@ -105,11 +108,11 @@ class IdxStream {
 
   [[noreturn]] void fail_stream() const {
     int code = Z_OK;
-    const char* message = ::gzerror(file_, &code);
-    if (code == Z_ERRNO) WF_USER_FAIL("{}: cannot read it: {}", name(), wf::detail::errno_text());
-    // zlib prefixes the message with the file's name, which for gzdopen is "<fd:N>".
-    std::string reason = message;
+    std::string reason = ::gzerror(file_, &code);
+    // zlib prefixes its message with the file's name, which for gzdopen is "<fd:N>".
     if (reason.rfind("<fd:", 0) == 0 && reason.find(": ") != std::string::npos) reason.erase(0, reason.find(": ") + 2);
+    // Z_ERRNO: the system refused the read (zlib's message is strerror's).
+    if (code == Z_ERRNO) WF_USER_FAIL("{}: cannot read it: {}", name(), reason);
     WF_USER_FAIL("{} is a corrupt gzip stream ({}); {}", name(), reason, how_to_fix(role_));
   }
 
@@ -175,8 +178,8 @@ std::vector<std::int64_t> read_header(IdxStream& in) {
   std::vector<std::int64_t> dims(static_cast<std::size_t>(role.rank));
   for (std::size_t d = 0; d < dims.size(); ++d) dims[d] = big_endian_u32(raw.data() + 4 * d);
   WF_USER_CHECK(std::find(dims.begin(), dims.end(), 0) == dims.end(),
-                "{} has an empty extent: its header says {} = {}; an IDX {} file needs at least one non-empty "
-                "entry; {}",
+                "{} has an empty extent: its header says {} = {}, and every extent of an IDX {} file must be at "
+                "least 1; {}",
                 in.name(), role.layout, shape_str(dims), role.what, how_to_fix(role));
   std::int64_t bytes = 1;
   for (const std::int64_t d : dims) {
@@ -201,12 +204,12 @@ std::int64_t count_trailing(IdxStream& in) {
 
 // Reads exactly `bytes` bytes of payload and checks nothing follows. The buffer grows with the
 // data that really arrives, so a header that promises more than the file holds never makes this
-// allocate more than one chunk beyond the file's contents.
+// allocate much more than the file's contents (at most twice them, or 64 KiB).
 std::vector<std::uint8_t> read_payload(IdxStream& in, const std::vector<std::int64_t>& dims, std::int64_t bytes) {
   std::vector<std::uint8_t> data;
   std::int64_t have = 0;
   while (have < bytes) {
-    const std::int64_t want = std::min(kReadChunkBytes, bytes - have);
+    const std::int64_t want = std::min(bytes - have, std::clamp(have, kFirstReadBytes, kMaxReadBytes));
     data.resize(static_cast<std::size_t>(have + want));
     const std::int64_t got = in.read(data.data() + have, want);
     have += got;

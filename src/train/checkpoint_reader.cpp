@@ -9,6 +9,7 @@
 #include "src/train/piece_runs.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/train/distributed_checkpoint.h"
+#include "wallfacer/train/optimizer.h"
 #include "wallfacer/train/safetensors.h"
 
 namespace wf::train {
@@ -74,8 +75,8 @@ std::vector<CheckpointReader::TensorInfo> parse_index(const Json& manifest, cons
 }  // namespace
 
 bool is_optimizer_key(std::string_view key) {
-  for (const std::string_view field : {".step", ".exp_avg", ".exp_avg_sq"}) {
-    if (key.size() > field.size() && key.ends_with(field)) return true;
+  for (const std::string_view field : kAdamWStateFields) {
+    if (key.size() > field.size() + 1 && key.ends_with(field) && key[key.size() - field.size() - 1] == '.') return true;
   }
   return false;
 }

@@ -1,5 +1,7 @@
 #include "wallfacer/train/optimizer.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <charconv>
@@ -19,6 +21,7 @@ void check_options(const AdamWOptions& o) {
            "AdamW: betas must be in [0, 1), got beta1={} beta2={}", o.beta1, o.beta2);
   WF_CHECK(o.eps >= 0.0, "AdamW: eps must be >= 0, got {}", o.eps);
   WF_CHECK(o.weight_decay >= 0.0, "AdamW: weight_decay must be >= 0, got {}", o.weight_decay);
+  WF_CHECK(o.ema_decay >= 0.0 && o.ema_decay < 1.0, "AdamW: ema_decay must be in [0, 1), got {}", o.ema_decay);
 }
 
 // The gradient of `param` in the parameter's dtype (a copy only when the dtypes differ).
@@ -62,6 +65,7 @@ void AdamW::step() {
       s.exp_avg = Tensor::zeros(param.shape(), param.dtype());
       s.exp_avg_sq = Tensor::zeros(param.shape(), param.dtype());
     }
+    if (options_.ema_decay > 0 && !s.ema.defined()) s.ema = param.clone();  // the value before the first update
     ++s.step;
     const kernels::cpu::AdamWParams hyper{.lr = options_.lr,
                                           .beta1 = options_.beta1,
@@ -73,6 +77,12 @@ void AdamW::step() {
       using T = decltype(tag);
       kernels::cpu::adamw_step<T>(param.numel(), param.data<T>(), grad.data<T>(), s.exp_avg.data<T>(),
                                   s.exp_avg_sq.data<T>(), hyper);
+      if (options_.ema_decay > 0) {
+        const T d = static_cast<T>(options_.ema_decay);
+        T* ema = s.ema.data<T>();
+        const T* p = param.data<T>();
+        for (std::int64_t k = 0; k < param.numel(); ++k) ema[k] = d * ema[k] + (T(1) - d) * p[k];
+      }
     });
   }
 }
@@ -101,6 +111,11 @@ std::int64_t AdamW::step_count(std::size_t param) const {
   return state_[param].step;
 }
 
+const Tensor& AdamW::ema(std::size_t param) const {
+  WF_CHECK(param < params_.size(), "AdamW: parameter index {} out of range ({} parameters)", param, params_.size());
+  return state_[param].ema;
+}
+
 nn::StateDict AdamW::state_dict() const {
   nn::StateDict out;
   for (std::size_t i = 0; i < state_.size(); ++i) {
@@ -109,6 +124,7 @@ nn::StateDict AdamW::state_dict() const {
     out.insert(adamw_state_key(i, "step"), Tensor::scalar(static_cast<double>(s.step), DType::i64));
     out.insert(adamw_state_key(i, "exp_avg"), s.exp_avg.clone());
     out.insert(adamw_state_key(i, "exp_avg_sq"), s.exp_avg_sq.clone());
+    if (s.ema.defined()) out.insert(adamw_state_key(i, "ema"), s.ema.clone());
   }
   return out;
 }
@@ -135,7 +151,8 @@ void AdamW::load_state_dict(const nn::StateDict& state) {
   }
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (!present[i]) continue;
-    for (const char* field : {"step", "exp_avg", "exp_avg_sq"}) {
+    for (const std::string_view field : kAdamWStateFields) {
+      if (!adamw_field_required(field)) continue;
       const std::string key = adamw_state_key(i, field);
       if (!state.contains(key)) problems.push_back(fmt::format("missing key '{}'", key));
     }
@@ -146,13 +163,17 @@ void AdamW::load_state_dict(const nn::StateDict& state) {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     ParamState& s = state_[i];
     if (!present[i]) {
-      s.exp_avg = s.exp_avg_sq = Tensor();
+      s.exp_avg = s.exp_avg_sq = s.ema = Tensor();
       s.step = 0;
       continue;
     }
     s.step = static_cast<std::int64_t>(state.at(adamw_state_key(i, "step")).item());
     s.exp_avg = state.at(adamw_state_key(i, "exp_avg")).to(params_[i].dtype()).clone();
     s.exp_avg_sq = state.at(adamw_state_key(i, "exp_avg_sq")).to(params_[i].dtype()).clone();
+    const std::string ema_key = adamw_state_key(i, "ema");
+    s.ema = state.contains(ema_key) ? state.at(ema_key).to(params_[i].dtype()).clone()
+            : options_.ema_decay > 0 ? params_[i].detach().clone()
+                                     : Tensor();
   }
 }
 
@@ -243,7 +264,7 @@ bool parse_adamw_state_key(std::string_view key, std::size_t& index, std::string
   const auto [end, error] = std::from_chars(key.data(), key.data() + dot, index);
   if (error != std::errc() || end != key.data() + dot) return false;
   field = std::string(key.substr(dot + 1));
-  return field == "step" || field == "exp_avg" || field == "exp_avg_sq";
+  return std::find(kAdamWStateFields.begin(), kAdamWStateFields.end(), field) != kAdamWStateFields.end();
 }
 
 }  // namespace wf::train

@@ -28,7 +28,7 @@ std::map<std::string, std::size_t, std::less<>> parameter_indices(const std::vec
 }
 
 // What AdamW keeps per parameter, under "<parameter name>.<field>" in a checkpoint.
-constexpr std::array<std::string_view, 3> kAdamWFields = {"step", "exp_avg", "exp_avg_sq"};
+constexpr const auto& kAdamWFields = kAdamWStateFields;
 
 }  // namespace
 
@@ -79,6 +79,7 @@ WholeState gather_whole_state(const nn::Module& model, const AdamW& optimizer, c
     if (!moments.contains(adamw_state_key(i, "step"))) continue;  // not updated yet (on every rank alike)
     const auto& [name, shard] = shards[i];
     for (const std::string_view field : kAdamWFields) {
+      if (!moments.contains(adamw_state_key(i, field))) continue;  // an optional field (ema) not kept
       const Tensor& t = moments.at(adamw_state_key(i, field));
       out.optimizer.insert(fmt::format("{}.{}", name, field), field == "step" ? t : gather_whole(t, shard, grid));
     }
@@ -97,7 +98,7 @@ void load_whole_state(const WholeState& state, nn::Module& model, AdamW& optimiz
   }
   // Checked by name here, so that a message names the parameter, not AdamW's position for it.
   std::vector<std::string> problems;
-  std::map<std::size_t, int> fields_of;  // parameter index → how many of its fields the state has
+  std::map<std::size_t, int> fields_of;  // parameter index → how many of its required fields the state has
   for (const auto& [key, tensor] : state.optimizer) {
     const auto dot = key.rfind('.');
     const auto it = dot == std::string::npos ? index.end() : index.find(std::string_view(key).substr(0, dot));
@@ -107,15 +108,15 @@ void load_whole_state(const WholeState& state, nn::Module& model, AdamW& optimiz
     } else if (std::find(kAdamWFields.begin(), kAdamWFields.end(), field) == kAdamWFields.end()) {
       problems.push_back(fmt::format("'{}' is not an AdamW field ({})", key, fmt::join(kAdamWFields, ", ")));
     } else {
-      ++fields_of[it->second];
+      fields_of[it->second] += adamw_field_required(field) ? 1 : 0;
       local_optimizer.insert(adamw_state_key(it->second, field),
                              field == "step" ? tensor : local_slice(tensor, shards[it->second].second, key));
     }
   }
   for (const auto& [i, count] : fields_of) {
-    if (count != static_cast<int>(kAdamWFields.size())) {
-      problems.push_back(fmt::format("'{}' has only {} of its {} AdamW fields ({})", shards[i].first, count,
-                                     kAdamWFields.size(), fmt::join(kAdamWFields, ", ")));
+    if (count != 3) {
+      problems.push_back(fmt::format("'{}' has only {} of its 3 AdamW fields (step, exp_avg, exp_avg_sq)",
+                                     shards[i].first, count));
     }
   }
   WF_USER_CHECK(problems.empty(),
@@ -154,14 +155,16 @@ void check_slots(const AdamW& optimizer, const std::vector<OptimizerSlot>& slots
   }
 }
 
-// The pieces of slot `slot`'s optimizer fields, their data `step` and `moments` (null: omitted).
+// The pieces of slot `slot`'s optimizer fields, their data `step`, the moments and the EMA (an
+// undefined ema: none kept).
 void add_slot_pieces(ShardedStateDict& pieces, const OptimizerSlot& slot, const Tensor& step, const Tensor& exp_avg,
-                     const Tensor& exp_avg_sq) {
+                     const Tensor& exp_avg_sq, const Tensor& ema) {
   // One writer of the step count over all slots and tp slices of the parameter.
   const bool step_writer = slot.writer && slot.flat_begin == 0 && slot.shard.index == 0;
   pieces.push_back({slot.name + ".step", nn::ParameterShard::replicated({}), 0, 1, step_writer, step});
   pieces.push_back({slot.name + ".exp_avg", slot.shard, slot.flat_begin, slot.flat_end, slot.writer, exp_avg});
   pieces.push_back({slot.name + ".exp_avg_sq", slot.shard, slot.flat_begin, slot.flat_end, slot.writer, exp_avg_sq});
+  if (ema.defined()) pieces.push_back({slot.name + ".ema", slot.shard, slot.flat_begin, slot.flat_end, slot.writer, ema});
 }
 
 }  // namespace
@@ -182,8 +185,9 @@ ShardedStateDict sharded_state_dict(nn::Module& model, AdamW& optimizer, const s
   const nn::StateDict moments = optimizer.state_dict();
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (!moments.contains(adamw_state_key(i, "step"))) continue;  // not updated yet (on every rank alike)
+    const std::string ema = adamw_state_key(i, "ema");
     add_slot_pieces(pieces, slots[i], moments.at(adamw_state_key(i, "step")), moments.at(adamw_state_key(i, "exp_avg")),
-                    moments.at(adamw_state_key(i, "exp_avg_sq")));
+                    moments.at(adamw_state_key(i, "exp_avg_sq")), moments.contains(ema) ? moments.at(ema) : Tensor());
   }
   return pieces;
 }
@@ -202,20 +206,28 @@ void load_sharded_state(CheckpointReader& reader, nn::Module& model, AdamW& opti
   if (extra.size() > 8) extra.resize(8), extra.push_back("...");
   WF_USER_CHECK(extra.empty(), "checkpoint '{}' holds model tensors this model does not have ({}): it was written "
                 "for another model", reader.dir(), fmt::join(extra, ", "));
+  const std::size_t model_targets = targets.size();
   std::vector<std::size_t> with_state;  // the slots whose state the checkpoint holds
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (reader.find(slots[i].name + ".step") == nullptr) continue;
     const Tensor& param = optimizer.params()[i];
+    const bool ema = reader.find(slots[i].name + ".ema") != nullptr;
     add_slot_pieces(targets, slots[i], Tensor::zeros({}, DType::i64), Tensor::zeros(param.shape(), param.dtype()),
-                    Tensor::zeros(param.shape(), param.dtype()));
+                    Tensor::zeros(param.shape(), param.dtype()),
+                    ema ? Tensor::zeros(param.shape(), param.dtype()) : Tensor());
     with_state.push_back(i);
   }
   reader.load(targets);
   nn::StateDict state;
-  // The optimizer's targets follow the model's, three per slot with state, in slot order.
-  std::size_t next = targets.size() - 3 * with_state.size();
+  // The optimizer's targets follow the model's, in slot order, each slot's fields in
+  // kAdamWFields order (those it has).
+  std::size_t next = model_targets;
   for (const std::size_t i : with_state) {
-    for (const std::string_view field : kAdamWFields) state.insert(adamw_state_key(i, field), targets[next++].data);
+    for (const std::string_view field : kAdamWFields) {
+      if (next < targets.size() && targets[next].key == slots[i].name + "." + std::string(field)) {
+        state.insert(adamw_state_key(i, field), targets[next++].data);
+      }
+    }
   }
   optimizer.load_state_dict(state);
 }

@@ -72,6 +72,7 @@ wf::config::RunConfig run_config(const Layout& layout, const fs::path& dir) {
   c.train.lr = 3e-3;
   c.train.warmup_steps = 1;
   c.train.seed = 5;
+  c.train.ema_decay = 0.9;  // the EMA is optimizer state: sharded, saved and resharded with the moments
   c.data.source = wf::config::DataSource::synthetic;
   c.checkpoint.dir = dir.string();
   c.log.dir = dir.string();

@@ -53,6 +53,39 @@ TEST_CASE("AdamW: three steps equal the textbook update", "[nn]") {
   CHECK(optimizer.step_count(0) == 3);
 }
 
+TEST_CASE("AdamW: the EMA starts at the initial weights, follows d·ema + (1 − d)·param and round-trips", "[nn]") {
+  const AdamWOptions o{.lr = 0.05, .ema_decay = 0.8};
+  const std::vector<double> initial{0.5, -1.0, 2.0, 0.0};
+  Tensor param = leaf(initial, {2, 2});
+  AdamW optimizer({param}, o);
+  CHECK(!optimizer.ema(0).defined());
+  std::vector<double> ema = initial;
+  for (int t = 1; t <= 3; ++t) {
+    std::vector<double> g(4);
+    for (std::size_t i = 0; i < 4; ++i) g[i] = grad_at(t, i);
+    param.set_grad(Tensor::from_vector(g, {2, 2}));
+    optimizer.step();
+    for (std::size_t i = 0; i < 4; ++i) {
+      ema[i] = 0.8 * ema[i] + 0.2 * param.at(static_cast<std::int64_t>(i));
+      CHECK(optimizer.ema(0).at(static_cast<std::int64_t>(i)) == Approx(ema[i]).epsilon(1e-12));
+    }
+  }
+  const wf::nn::StateDict state = optimizer.state_dict();
+  REQUIRE(state.contains(wf::train::adamw_state_key(0, "ema")));
+  Tensor other = leaf(initial, {2, 2});
+  AdamW restored({other}, o);
+  restored.load_state_dict(state);
+  CHECK(max_abs_diff(restored.ema(0), optimizer.ema(0)) == 0.0);
+  // A state saved without an EMA starts it from the parameter as it is.
+  wf::nn::StateDict without;
+  for (const auto& [key, tensor] : state) {
+    if (key != wf::train::adamw_state_key(0, "ema")) without.insert(key, tensor);
+  }
+  AdamW started({other}, o);
+  started.load_state_dict(without);
+  CHECK(max_abs_diff(started.ema(0), other) == 0.0);
+}
+
 TEST_CASE("AdamW: 1-D parameters get no weight decay; undefined grads are skipped", "[nn]") {
   Tensor matrix = leaf({1.0, 2.0, 3.0, 4.0}, {2, 2});
   Tensor bias = leaf({1.0, 2.0}, {2});

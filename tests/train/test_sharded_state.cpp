@@ -45,7 +45,7 @@ TEST_CASE("load_whole_state names the parameters whose optimizer state does not 
     state.optimizer.insert("weight.momentum", Tensor::zeros({2, 3}));
     CHECK_THROWS_WITH(wf::train::load_whole_state(state, layer, optimizer),
                       Catch::Contains("'head.weight.exp_avg' names no parameter of the model") &&
-                          Catch::Contains("'weight.momentum' is not an AdamW field (step, exp_avg, exp_avg_sq)"));
+                          Catch::Contains("'weight.momentum' is not an AdamW field (step, exp_avg, exp_avg_sq, ema)"));
   }
   SECTION("a parameter with only some of its fields") {
     state.optimizer.insert("bias.exp_avg", Tensor::zeros({2}));

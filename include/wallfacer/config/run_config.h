@@ -62,6 +62,9 @@ struct TrainConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double grad_clip = 1.0;  // global grad-norm clip; 0 disables
+  // > 0: the optimizer keeps an EMA of the weights with this decay (in checkpoints; DiT samples
+  // with it). 0: none.
+  double ema_decay = 0.0;
   std::int64_t log_every = 10;
   std::int64_t eval_every = 0;  // 0: never
   std::int64_t eval_batches = 4;  // global batches per validation

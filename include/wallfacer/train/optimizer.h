@@ -5,6 +5,7 @@
 // Weight decay: by default it applies to parameters with 2 or more dims (matrices, embeddings)
 // and NOT to 1-D parameters (biases, norm weights), the usual GPT recipe. set_weight_decay
 // overrides it per parameter.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -24,7 +25,18 @@ struct AdamWOptions {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
+  // > 0: keep an exponential moving average of every parameter, updated after each step,
+  // ema = d·ema + (1 − d)·param, starting from the parameter's value before its first update
+  // (DiT samples with the EMA weights). Kept per parameter piece like the moments, so ZeRO shards
+  // it and checkpoints hold it as "<parameter>.ema".
+  double ema_decay = 0.0;
 };
+
+// The fields of AdamW's state per parameter, under these names in state dicts and checkpoints:
+// "step", "exp_avg" and "exp_avg_sq" once the parameter has been updated, and "ema" with
+// ema_decay > 0 (optional: a state without it is complete).
+inline constexpr std::array<std::string_view, 4> kAdamWStateFields = {"step", "exp_avg", "exp_avg_sq", "ema"};
+inline bool adamw_field_required(std::string_view field) { return field != "ema"; }
 
 class AdamW {
  public:
@@ -49,16 +61,21 @@ class AdamW {
   std::int64_t step_count(std::size_t param) const;
 
   // Per parameter i that has been updated: "state.<i>.step" (i64 scalar), "state.<i>.exp_avg"
-  // and "state.<i>.exp_avg_sq" (the parameter's shape and dtype). Tensors are copies.
+  // and "state.<i>.exp_avg_sq" (the parameter's shape and dtype), and "state.<i>.ema" when an
+  // EMA is kept. Tensors are copies.
   nn::StateDict state_dict() const;
   // Replaces the whole state; wf::Error listing every unknown key, missing companion entry and
   // shape mismatch (nothing changes when a check fails).
+  // A state without "ema" starts the EMA (with ema_decay > 0) from the parameter's value.
   void load_state_dict(const nn::StateDict& state);
+  // The EMA of parameter `param`; undefined before its first update or without ema_decay.
+  const Tensor& ema(std::size_t param) const;
 
  private:
   struct ParamState {
     Tensor exp_avg;     // undefined until the first step
     Tensor exp_avg_sq;
+    Tensor ema;  // with ema_decay > 0
     std::int64_t step = 0;
     bool weight_decay = true;
   };
