@@ -50,6 +50,10 @@ void add_train_command(CLI::App& app);
 // (generate_command.cpp).
 void add_generate_command(CLI::App& app);
 
+// `wallfacer sample CFG.yaml --checkpoint DIR --class K --n N --out FILE.png`: draws images from a
+// trained diffusion model (sample_command.cpp).
+void add_sample_command(CLI::App& app);
+
 // `wallfacer checkpoint info DIR` and `wallfacer checkpoint export DIR OUT.safetensors
 // [--optimizer]` (checkpoint_command.cpp).
 void add_checkpoint_command(CLI::App& app);

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "src/cli/checkpoint_option.h"
 #include "src/cli/commands.h"
 #include "src/cli/option_checks.h"
 #include "src/cli/terminal_text.h"
@@ -29,33 +30,11 @@ struct GenerateCommandOptions {
   models::GenerateOptions sampling;
 };
 
-train::Checkpoint load_checkpoint(const std::string& path) {
-  WF_USER_CHECK(std::filesystem::exists(path),
-                "--checkpoint {}: no such file or directory; give checkpoint.dir of a run or one of its step-* "
-                "directories",
-                path);
-  if (std::filesystem::exists(std::filesystem::path(path) / "manifest.json")) {
-    return train::CheckpointStore(std::filesystem::path(path).parent_path().string(), 0).load(path);
-  }
-  std::optional<train::Checkpoint> latest = train::CheckpointStore(path, 0).load_latest();
-  WF_USER_CHECK(latest.has_value(),
-                "--checkpoint {}: holds no complete checkpoint (no step-*/manifest.json); train first or point at "
-                "checkpoint.dir of a run",
-                path);
-  return std::move(*latest);
-}
-
 int generate(const GenerateCommandOptions& o) {
-  const train::Checkpoint checkpoint = load_checkpoint(o.checkpoint);
-  config::RunConfig config = config::parse_config(checkpoint.config_yaml, {}, o.checkpoint + "/manifest.json");
-  // Sampling runs in this one process, whatever layout the model was trained with.
-  config.parallel = config::ParallelSection{};
-  try {
-    config::validate(config, 1, config::ValidateScope::any_machine);
-  } catch (const Error& e) {
-    WF_USER_FAIL("--checkpoint {}: the run config saved in the checkpoint is not valid here: {}", o.checkpoint,
-                 e.what());
-  }
+  const train::Checkpoint checkpoint = load_checkpoint_option(o.checkpoint);
+  const config::RunConfig config = single_process_config(
+      config::parse_config(checkpoint.config_yaml, {}, o.checkpoint + "/manifest.json"),
+      fmt::format("--checkpoint {} (the run config saved in it)", o.checkpoint));
   comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), 1, 0));
   const std::shared_ptr<models::Model> model = models::create(config, grid);
   models::require_logits(*model);  // before loading weights a model cannot use

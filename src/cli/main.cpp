@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
   add_prepare_text_command(app);
   add_train_command(app);
   add_generate_command(app);
+  add_sample_command(app);
   add_checkpoint_command(app);
   CLI::App& bench = add_bench_group(app);
   add_bench_kernels_command(bench);

@@ -134,4 +134,17 @@ class Dit : public Model {
 
 std::shared_ptr<Model> make_dit(const config::RunConfig& config, comm::CommGrid& grid);
 
+// Class-conditional sampling with classifier-free guidance (DiT's forward_with_cfg): each step
+// runs the model on the batch twice over, with the labels and with the null class, and predicts
+// uncond + guidance·(cond − uncond) (the variance channels of learn_sigma are not used: DDIM
+// with η = 0 and Euler need none). guidance 1 is the conditional model alone and needs no null
+// class. One process, no grad. Images [n, C, H, W] (or [n, F, C, H, W]) in about [−1, 1].
+struct DitSampleOptions {
+  std::vector<std::int64_t> labels;  // one image per label
+  double guidance = 4.0;
+  std::int64_t steps = 50;   // DDIM (ddpm) or Euler (flow) steps
+  std::uint64_t seed = 0;    // the initial noise
+};
+Tensor sample_dit(Dit& model, const DitSampleOptions& options);
+
 }  // namespace wf::models
