@@ -32,13 +32,13 @@ struct SampleCommandOptions {
 
 // The checkpoint's EMA of each parameter ("<name>.ema") in place of its weights; how many.
 std::size_t use_ema_weights(const train::Checkpoint& checkpoint, nn::Module& model) {
-  nn::StateDict weights = model.state_dict();
+  nn::StateDict weights;
   std::size_t replaced = 0;
-  for (const auto& [name, tensor] : model.named_parameters()) {
+  for (const auto& [name, tensor] : model.state_dict()) {
     const std::string key = name + ".ema";
-    if (!checkpoint.optimizer.contains(key)) continue;
-    weights.insert(name, checkpoint.optimizer.at(key));
-    ++replaced;
+    const bool averaged = checkpoint.optimizer.contains(key);
+    weights.insert(name, averaged ? checkpoint.optimizer.at(key) : tensor);
+    replaced += averaged ? 1 : 0;
   }
   model.load_state_dict(weights);
   return replaced;
