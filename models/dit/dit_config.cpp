@@ -138,6 +138,18 @@ void check_dit(const DitOptions& o, const config::RunConfig& c, std::vector<std:
   }
 }
 
+DecoderOptions dit_block_shape(const DitOptions& o) {
+  DecoderOptions shape;
+  shape.n_layer = o.n_layer;
+  shape.n_head = o.n_head;
+  shape.n_kv_head = o.n_head;
+  shape.d_model = o.d_model;
+  shape.d_ff = o.d_ff();
+  shape.feed_forward = nn::FeedForwardKind::mlp;
+  shape.checkpoint_attention_output = o.checkpoint_attention_output;
+  return shape;
+}
+
 std::shared_ptr<Model> make_dit(const config::RunConfig& config, comm::CommGrid& grid) {
   DitOptions options = dit_options(config);
   options.layers = tensor_parallel_layers(config, grid);

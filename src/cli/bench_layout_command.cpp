@@ -6,7 +6,8 @@
 // accepts, at each listed ZeRO stage (default the config's; a layout whose replica group dp × sp
 // is one rank has nothing to shard and runs at stage 0 only), each trained by a train::Trainer on
 // synthetic tokens for one warm-up step and --steps measured ones. Per layout and stage:
-//   - step time (the slowest rank's, median over the measured steps) and global tokens/s;
+//   - step time (the slowest rank's, median over the measured steps), global tokens/s and the
+//     achieved model GFLOP/s (tokens/s × Model::train_flops_per_token);
 //   - per-rank memory, the max over ranks: this rank's parameter tensors, the bytes it holds for
 //     gradients (ReplicaGradients::gradient_bytes: the flat buffer, the ZeRO shard, ZeRO-2's
 //     staging pool), AdamW's two moments; the activations: the allocator's peak during
@@ -51,6 +52,7 @@
 #include "wallfacer/core/rng.h"
 #include "wallfacer/core/storage.h"
 #include "wallfacer/models/decoder.h"
+#include "wallfacer/models/dit.h"
 #include "wallfacer/models/model.h"
 #include "wallfacer/parallel/pipeline_schedule.h"
 #include "wallfacer/parallel/sequence_layout.h"
@@ -282,6 +284,7 @@ struct GroupRow {
 struct Result {
   Layout layout;
   std::int64_t tokens_per_step = 0;
+  double flops_per_token = 0;  // the model's training FLOPs (Model::train_flops_per_token)
   double step_seconds = 0;
   // Per rank, the max over ranks.
   std::int64_t parameter_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, activation_bytes = 0, step_peak_bytes = 0;
@@ -319,10 +322,13 @@ std::int64_t optimizer_state_bytes(const train::AdamW& optimizer) {
   return bytes;
 }
 
-// The allocator's peak during one microbatch's forward (no backward) above what was live before
-// it, on seeded tokens at this rank's positions: the same ids on every rank, which tensor
-// parallelism needs (its ranks share their input) and the others do not mind.
-std::int64_t forward_activation_bytes(models::Model& model, const config::RunConfig& config, comm::CommGrid& grid) {
+// One microbatch of this rank: the model's own batch source (DiT's images and draws), or seeded
+// tokens at this rank's positions: the same ids on every rank, which tensor parallelism needs
+// (its ranks share their input) and the others do not mind.
+models::Batch bench_batch(models::Model& model, const config::RunConfig& config, comm::CommGrid& grid) {
+  if (const models::BatchSourceFactory factory = models::batch_source_factory(config.model.name)) {
+    return factory(config, grid, model, false)->get(0, 0);
+  }
   const parallel::SpShard shard = parallel::sp_shard(models::sp_attention_config(config, model.causal()), grid);
   const std::vector<std::int64_t> positions = parallel::run_positions(shard.runs());
   const auto n = static_cast<std::int64_t>(positions.size());
@@ -334,7 +340,12 @@ std::int64_t forward_activation_bytes(models::Model& model, const config::RunCon
     }
     return Tensor::from_vector(v, {B, n});
   };
-  const models::Batch batch = models::token_batch(ids(1), ids(2), Tensor::from_vector(positions, {n}));
+  return models::token_batch(ids(1), ids(2), Tensor::from_vector(positions, {n}));
+}
+
+// The allocator's peak during one microbatch's forward (no backward) above what was live before it.
+std::int64_t forward_activation_bytes(models::Model& model, const config::RunConfig& config, comm::CommGrid& grid) {
+  const models::Batch batch = bench_batch(model, config, grid);
   reset_peak_memory();
   const std::int64_t live_before = memory_stats().live_bytes;
   if (config.parallel.pp == 1) {
@@ -389,14 +400,18 @@ std::vector<std::int64_t> sent_since(const std::map<std::string, comm::Traffic>&
 }
 
 // This rank's predicted bytes per step by group_names(): train/step_traffic.h for a decoder (the
-// registry's gpt and llama), nothing for another model; "other" groups are never used.
+// registry's gpt and llama) and for DiT, nothing for another model; "other" groups are never used.
 std::vector<std::optional<std::int64_t>> predictions(const models::Model& model, const config::RunConfig& config,
                                                      const comm::ProcessGrid& grid) {
   const std::vector<std::string> names = group_names();
   std::vector<std::optional<std::int64_t>> out(names.size());
-  const auto* decoder = dynamic_cast<const models::DecoderLM*>(&model);
-  if (decoder == nullptr) return out;
-  const train::GroupBytes predicted = train::predicted_step_traffic(config, decoder->options(), grid, model);
+  std::optional<train::TrafficShape> shape;
+  if (const auto* decoder = dynamic_cast<const models::DecoderLM*>(&model)) shape = train::TrafficShape{decoder->options()};
+  if (const auto* dit = dynamic_cast<const models::Dit*>(&model)) {
+    shape = train::TrafficShape{models::dit_block_shape(dit->options()), /*vocabulary=*/false, /*extra_hidden_rows=*/1};
+  }
+  if (!shape) return out;
+  const train::GroupBytes predicted = train::predicted_step_traffic(config, *shape, grid, model);
   for (std::size_t g = 0; g < names.size(); ++g) {
     const auto p = predicted.find(names[g]);
     out[g] = p != predicted.end() ? p->second : std::optional<std::int64_t>(0);
@@ -452,6 +467,7 @@ Result measure(const config::RunConfig& config, int steps) {
   r.layout = config.parallel;
   r.buckets = trainer.gradients().last_stats();
   r.tokens_per_step = trainer.tokens_per_step();
+  r.flops_per_token = trainer.model().train_flops_per_token(config.train.seq_len);
   r.step_seconds = median(step_seconds);
   const double activations = double(forward_activation_bytes(trainer.model(), config, grid));
   // The gradients as ReplicaGradients holds them, not the parameters' grad(): ZeRO-2 frees those
@@ -518,6 +534,8 @@ std::string ratio_text(const GroupRow& g) {
 }
 
 double tokens_per_second(const Result& r) { return double(r.tokens_per_step) / r.step_seconds; }
+// Achieved model FLOP/s of the whole job: tokens/s × the model's training FLOPs per token.
+double gflops_per_second(const Result& r) { return tokens_per_second(r) * r.flops_per_token / 1e9; }
 
 std::int64_t state_bytes(const Result& r) { return r.parameter_bytes + r.optimizer_bytes; }
 
@@ -534,9 +552,10 @@ void print_header(const Options& o, const config::RunConfig& config, int world) 
 }
 
 void print_text(const Result& r) {
-  std::printf("%-29s step %8.2f ms %9.1f tokens/s  params %8s  grads %8s  optimizer %8s  activations %8s  step peak "
-              "%8s\n",
-              layout_name(r.layout).c_str(), r.step_seconds * 1e3, tokens_per_second(r), kib(r.parameter_bytes).c_str(),
+  std::printf("%-29s step %8.2f ms %9.1f tokens/s %7.1f GFLOP/s  params %8s  grads %8s  optimizer %8s  activations "
+              "%8s  step peak %8s\n",
+              layout_name(r.layout).c_str(), r.step_seconds * 1e3, tokens_per_second(r), gflops_per_second(r),
+              kib(r.parameter_bytes).c_str(),
               kib(r.gradient_bytes).c_str(), kib(r.optimizer_bytes).c_str(), kib(r.activation_bytes).c_str(),
               kib(r.step_peak_bytes).c_str());
   if (r.layout.pp > 1) {
@@ -584,6 +603,7 @@ Json result_json(const Result& r) {
   j["zero"] = r.layout.zero;
   j["step_ms"] = r.step_seconds * 1e3;
   j["tokens_per_s"] = tokens_per_second(r);
+  j["gflops_per_s"] = gflops_per_second(r);
   j["tokens_per_step"] = r.tokens_per_step;
   j["parameter_bytes"] = r.parameter_bytes;
   j["gradient_bytes"] = r.gradient_bytes;

@@ -116,6 +116,11 @@ std::int64_t pp_step_bytes(int pp, int pp_rank, int virtual_stages, std::int64_t
 
 GroupBytes predicted_step_traffic(const config::RunConfig& config, const models::DecoderOptions& options,
                                   const comm::ProcessGrid& grid, const nn::Module& module) {
+  return predicted_step_traffic(config, TrafficShape{.blocks = options}, grid, module);
+}
+
+GroupBytes predicted_step_traffic(const config::RunConfig& config, const TrafficShape& shape,
+                                  const comm::ProcessGrid& grid, const nn::Module& module) {
   const std::vector<Tensor> params = module.parameters();
   const int replicas = grid.group_size("dp_sp");
   const int zero = effective_zero_stage(replicas, config.parallel.zero);
@@ -139,7 +144,7 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const models:
   GroupBytes predicted;
   for (std::string_view name : comm::ProcessGrid::group_names()) predicted[std::string(name)] = 0;
 
-  const models::DecoderOptions m = models::resolved(options);
+  const models::DecoderOptions m = models::resolved(shape.blocks);
   const int tp = config.parallel.tp, sp = config.parallel.sp;
   const std::int64_t accum = config::grad_accum_steps(config);
   const std::int64_t tokens = config.train.micro_batch_size * config.train.seq_len / sp;  // per rank
@@ -149,7 +154,7 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const models:
 
   // This rank's stage: its blocks over all its chunks, the embedding, the head.
   const models::StageRange stage = models::pipeline_stage(config, grid);
-  StageShare share{.blocks = 0, .embedding = stage.embedding, .head = stage.head};
+  StageShare share{.blocks = 0, .embedding = stage.embedding && shape.vocabulary, .head = stage.head && shape.vocabulary};
   for (const models::BlockRange& chunk : stage.chunks) share.blocks += (chunk.end < 0 ? m.n_layer : chunk.end) - chunk.first;
 
   // Tensor parallelism splits the heads: each rank's attention sees n_head / tp of them.
@@ -174,8 +179,8 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const models:
   const std::int64_t parts = config.parallel.tp_shard_activations ? tp : 1;
   const nn::PrecisionPolicy precision = nn::PrecisionPolicy::for_train_dtype(config.train.dtype);
   const DType hidden_dtype = precision.mixed() ? precision.compute : params.empty() ? config.train.dtype : params.front().dtype();
-  const std::int64_t hidden =
-      tokens / parts * m.d_model * static_cast<std::int64_t>(dtype_size(hidden_dtype));
+  const std::int64_t rows = tokens / parts + config.train.micro_batch_size * shape.extra_hidden_rows;
+  const std::int64_t hidden = rows * m.d_model * static_cast<std::int64_t>(dtype_size(hidden_dtype));
   predicted["pp"] = pp_step_bytes(pp, grid.coord("pp"), pp_virtual, accum, hidden);
   // The tied embedding's pieces summed between the first and the last stage.
   const int embedding_ranks = grid.group_size("pp.embedding");

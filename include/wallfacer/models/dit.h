@@ -28,6 +28,7 @@
 #include <memory>
 #include <vector>
 
+#include "wallfacer/models/decoder.h"
 #include "wallfacer/models/diffusion.h"
 #include "wallfacer/models/model.h"
 #include "wallfacer/nn/adaln.h"
@@ -133,6 +134,10 @@ class Dit : public Model {
 };
 
 std::shared_ptr<Model> make_dit(const config::RunConfig& config, comm::CommGrid& grid);
+
+// DiT's blocks in the terms of a decoder's options (layers, heads, d_model, the MLP's width, the
+// checkpoint): what the communication formulas need of them (train/step_traffic.h).
+DecoderOptions dit_block_shape(const DitOptions& options);
 
 // Class-conditional sampling with classifier-free guidance (DiT's forward_with_cfg): each step
 // runs the model on the batch twice over, with the labels and with the null class, and predicts

@@ -108,11 +108,25 @@ std::int64_t tp_step_bytes(const models::DecoderOptions& model, int tp, std::int
 std::int64_t pp_step_bytes(int pp, int pp_rank, int virtual_stages, std::int64_t microbatches,
                            std::int64_t hidden_bytes);
 
+// What the formulas read of a model besides its parameters: its blocks' shapes as a decoder's
+// options (layers, heads, widths, the feed-forward, the checkpoint); whether its tp term has a
+// vocabulary embedding and head (a decoder) or only the blocks (DiT, whose embedders and final
+// layer are replicated); and the rows a stage's hidden states hold per sequence beyond its
+// tokens (DiT's conditioning row, models/dit.h).
+struct TrafficShape {
+  models::DecoderOptions blocks;
+  bool vocabulary = true;
+  std::int64_t extra_hidden_rows = 0;
+};
+
 // Every group of comm::ProcessGrid::group_names for this rank of `grid` (config's layout):
 // `model` is the trainer's decoder (resolved options), `module` the built model on this rank (its
 // parameters in order, and their shards; a models::Model also names the parameters it shares
 // with another pipeline stage); the bucket size and ZeRO stage are the config's.
 GroupBytes predicted_step_traffic(const config::RunConfig& config, const models::DecoderOptions& model,
+                                  const comm::ProcessGrid& grid, const nn::Module& module);
+// The same for any model the shape describes.
+GroupBytes predicted_step_traffic(const config::RunConfig& config, const TrafficShape& shape,
                                   const comm::ProcessGrid& grid, const nn::Module& module);
 
 }  // namespace wf::train
