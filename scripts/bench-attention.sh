@@ -15,12 +15,7 @@ cores=$(nproc)
 if [ "$cores" -lt "$ranks" ]; then
   echo "note: $ranks ranks on $cores cores: oversubscribed, ranks time-share cores"
 fi
-# The flags of the dist tests (tests/CMakeLists.txt, WF_MPIEXEC_FLAGS) for Open MPI.
-mpi_flags=()
-if mpirun --version 2>&1 | grep -q "Open MPI\|OpenRTE"; then
-  mpi_flags=(--oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1
-             --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1)
-fi
+source scripts/mpi-flags.sh
 for mask in causal full; do
   echo "== mask $mask"
   OMP_NUM_THREADS=1 mpirun -np "$ranks" "${mpi_flags[@]}" "$build/wallfacer" bench attention \

@@ -15,11 +15,7 @@ build=${1:-build}
 shift || true
 [ -x "$build/wallfacer" ] || scripts/build.sh "$build"
 cores=$(nproc)
-mpi_flags=()
-if mpirun --version 2>&1 | grep -q "Open MPI\|OpenRTE"; then
-  mpi_flags=(--oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1
-             --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1)
-fi
+source scripts/mpi-flags.sh
 dit_s=(configs/dit-fashion.yaml --set data.source=synthetic
        --set model.image_size=128 --set model.in_channels=3 --set model.patch_size=2
        --set model.d_model=384 --set model.n_layer=12 --set model.n_head=6

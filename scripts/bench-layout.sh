@@ -14,12 +14,7 @@ build=${1:-build}
 shift || true
 [ -x "$build/wallfacer" ] || scripts/build.sh "$build"
 cores=$(nproc)
-# The flags of the dist tests (tests/CMakeLists.txt, WF_MPIEXEC_FLAGS) for Open MPI.
-mpi_flags=()
-if mpirun --version 2>&1 | grep -q "Open MPI\|OpenRTE"; then
-  mpi_flags=(--oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1
-             --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1)
-fi
+source scripts/mpi-flags.sh
 tiny=(configs/gpt-tiny.yaml --set train.seq_len=64 --set train.micro_batch_size=1 --set train.global_batch_size=8)
 bench() {  # RANKS [bench layout flags...]
   local ranks=$1

@@ -138,42 +138,17 @@ Run run_ours(const Case& c, const fs::path& dir, int index) {
 
 TEST_CASE("decoders: GPT and LLaMA logits, loss and gradients match PyTorch (tests/reference/gpt_reference.py)",
           "[models][reference][.torch]") {
-  INFO(kPython << " cannot import torch (Debian: apt-get install python3-torch)");
-  REQUIRE(python_has_torch());
   const fs::path dir = fs::temp_directory_path() / fmt::format("wf_gpt_reference_{}", ::getpid());
   fs::create_directories(dir);
-
   std::vector<Run> runs;
-  for (const auto& c : cases()) runs.push_back(run_ours(c, dir, static_cast<int>(runs.size())));
-
-  // One Python start for every case: importing torch takes seconds.
-  std::string command = fmt::format("{} {}/tests/reference/gpt_reference.py", kPython, WF_SOURCE_DIR);
-  for (const auto& r : runs) command += " " + r.in + " " + r.out;
-  REQUIRE(std::system(command.c_str()) == 0);
-
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const auto& c : cases()) {
+    runs.push_back(run_ours(c, dir, static_cast<int>(runs.size())));
+    files.emplace_back(runs.back().in, runs.back().out);
+  }
+  run_reference_script("gpt_reference.py", files);
   for (const auto& r : runs) {
-    INFO(r.c.label);
-    const auto ref = wf::train::load_safetensors(r.out).tensors;
-    double worst = 0;
-    std::string worst_name;
-    auto check = [&](const std::string& name, const Tensor& ours, const Tensor& reference) {
-      const ReferenceError e = compare_to_reference(ours, reference);
-      INFO(name << ": max |ours - torch| = " << e.max_abs << ", max |torch| = " << e.scale);
-      CHECK(e.ok());
-      if (e.relative() > worst) worst = e.relative(), worst_name = name;
-    };
-    check("logits", r.logits, ref.at("logits"));
-    check("loss", r.loss, ref.at("loss"));
-    std::size_t grads = 0;
-    for (const auto& [name, p] : r.model->named_parameters()) {
-      REQUIRE(p.grad().defined());
-      check("grad " + name, p.grad(), ref.at("grad." + name));
-      ++grads;
-    }
-    CHECK(ref.size() == grads + 2);  // nothing in the reference that we lack
-    std::printf("vs PyTorch, %s: loss %.7f, worst relative error %.2e (%s) over logits, loss and %zu gradients "
-                "(limit %.0e)\n",
-                r.c.label.c_str(), r.loss.to_vector<double>()[0], worst, worst_name.c_str(), grads, kRelTolerance);
+    check_against_reference(r.c.label, r.out, {{"logits", r.logits}, {"loss", r.loss}}, *r.model, r.loss.item());
   }
   std::error_code ignored;
   fs::remove_all(dir, ignored);

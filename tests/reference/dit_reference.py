@@ -63,7 +63,6 @@ Loss, flow (rectified flow; learn_sigma must be false): x_t = (1 - t) x0 + t noi
   out = model(x_t, 1000 t, labels), loss = mean((out - (noise - x0))^2) over every element.
 Dropout is not modelled: label dropout happened before IN (the labels given are used as they are).
 """
-import argparse
 import math
 import os
 import sys
@@ -75,7 +74,7 @@ import torch.nn.functional as F
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from read_safetensors import read_safetensors  # noqa: E402  (the shared reader)
-from gpt_reference import write_safetensors  # noqa: E402  (the same writer as the GPT reference)
+from gpt_reference import main_over_pairs, write_safetensors  # noqa: E402  (shared with the GPT reference)
 
 FREQUENCY_CHANNELS = 256  # the official TimestepEmbedder's frequency_embedding_size
 LN_EPS = 1e-6
@@ -412,17 +411,5 @@ def run(input_path, output_path, dtype):
           f"{len(params)} gradients -> {output_path}")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("files", nargs="+", metavar="IN OUT")
-    parser.add_argument("--dtype", choices=["float64", "float32"], default="float64")
-    args = parser.parse_args()
-    if len(args.files) % 2:
-        parser.error("give input and output files in pairs: IN OUT [IN OUT ...]")
-    for i in range(0, len(args.files), 2):
-        run(args.files[i], args.files[i + 1], getattr(torch, args.dtype))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_over_pairs(__doc__.split("\n")[0], run))

@@ -233,17 +233,18 @@ def run(input_path, output_path, dtype):
           f"{len(params)} gradients -> {output_path}")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main_over_pairs(description, run_pair):
+    """The command line every reference shares: IN OUT pairs, run_pair(IN, OUT, dtype) on each."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("files", nargs="+", metavar="IN OUT")
     parser.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     args = parser.parse_args()
     if len(args.files) % 2:
         parser.error("give input and output files in pairs: IN OUT [IN OUT ...]")
     for i in range(0, len(args.files), 2):
-        run(args.files[i], args.files[i + 1], getattr(torch, args.dtype))
+        run_pair(args.files[i], args.files[i + 1], getattr(torch, args.dtype))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_over_pairs(__doc__.split("\n")[0], run))
