@@ -19,6 +19,11 @@
 // Replay (activation checkpointing at the attention output): the Function saves the replayed
 // out and lse in place of the ones its forward would compute; no attention runs and nothing
 // travels until the backward, which is the ordinary one.
+//
+// Dtypes: K and V travel in the activation dtype (bf16 under bf16 mixed precision); O, lse and the
+// dK, dV accumulators are kept and sent in the compute dtype (f32, or f64 for f64), which is what
+// ElementBytes::activation and ::partial count. The blocks multiply in multiply_dtype_of: bf16
+// where the CPU does so natively, else widened per step.
 #include "src/parallel/ring_attention.h"
 
 #include <limits>
@@ -54,14 +59,16 @@ class RingAttentionFunction final : public autograd::Function {
   // inputs: q, k, v (this rank's shard); outputs: o, lse (the replayed ones, if any)
   TensorList forward(Context& ctx, const TensorList& in) override {
     const Tensor &q = in[0], &k = in[1], &v = in[2];
+    const DType act = q.dtype(), cdt = detail::compute_dtype_of(act), mul = detail::multiply_dtype_of(act);
     if (replayed_) {  // the backward needs exactly what the forward below saves
       const AttentionResult r = std::move(*replayed_);
       replayed_.reset();
-      ctx.save_for_backward({q, k, v, r.out, r.lse});
+      ctx.save_for_backward({q, k, v, r.out.to(cdt), r.lse.to(cdt)});
       return {r.out, r.lse};
     }
-    Tensor o = Tensor::zeros(q.shape(), q.dtype());
-    Tensor lse = Tensor::full({q.size(0), q.size(2), q.size(1)}, -std::numeric_limits<double>::infinity(), q.dtype());
+    const Tensor q_mul = q.to(mul);
+    Tensor o = Tensor::zeros(q.shape(), cdt);
+    Tensor lse = Tensor::full({q.size(0), q.size(2), q.size(1)}, -std::numeric_limits<double>::infinity(), cdt);
     BlockAttentionStats work;
     Tensor held = detail::pack_pair(k, v);
     Tensor incoming = Tensor::empty(held.shape(), held.dtype());
@@ -72,8 +79,8 @@ class RingAttentionFunction final : public autograd::Function {
         recv = sp_.irecv(incoming, prev(), kTagKv);
         send = sp_.isend(held, next(), kTagKv);
       }
-      work += block_attention_forward(q, my_runs(), pair_half(held, 0), pair_half(held, 1), owner_runs(step), causal_,
-                                      scale_, o, lse);
+      work += block_attention_forward(q_mul, my_runs(), pair_half(held, 0).to(mul), pair_half(held, 1).to(mul),
+                                      owner_runs(step), causal_, scale_, o, lse);
       if (shift) {
         recv.wait();
         send.wait();
@@ -82,22 +89,25 @@ class RingAttentionFunction final : public autograd::Function {
     }
     work_->forward = work;
     ctx.save_for_backward({q, k, v, o, lse});
-    return {o, lse};
+    return {o.to(act), lse.to(act)};
   }
 
   TensorList backward(Context& ctx, const TensorList& grad) override {
-    const TensorList& s = ctx.saved();  // q, k, v, o, lse
-    const Tensor &q = s[0], &o = s[3], &lse = s[4], &d_o = grad[0];
-    const Tensor d_lse = any_nonzero(grad[1]) ? grad[1] : Tensor();  // local only: skipping it is safe
-    Tensor dq = Tensor::zeros(q.shape(), q.dtype());
+    const TensorList& s = ctx.saved();  // q, k, v, o, lse (o and lse in the compute dtype)
+    const DType act = s[0].dtype(), cdt = detail::compute_dtype_of(act), mul = detail::multiply_dtype_of(act);
+    const Tensor q = s[0].to(mul), &o = s[3], &lse = s[4];
+    const Tensor d_o = (grad[0].defined() ? grad[0] : Tensor::zeros(s[0].shape(), act)).to(mul);
+    const Tensor d_lse_in = grad[1].defined() ? grad[1].to(cdt) : Tensor();
+    const Tensor d_lse = any_nonzero(d_lse_in) ? d_lse_in : Tensor();  // local only: skipping it is safe
+    Tensor dq = Tensor::zeros(q.shape(), cdt);
     BlockAttentionStats work;
 
     Tensor held = detail::pack_pair(s[1], s[2]);
     Tensor incoming = Tensor::empty(held.shape(), held.dtype());
     // share[step % 2]: this step's dK, dV share, then (plus what came from ring prev) the
     // accumulator sent on; two buffers because the previous one may still be being sent.
-    Tensor share[2] = {Tensor::empty(held.shape(), held.dtype()), Tensor::empty(held.shape(), held.dtype())};
-    Tensor accumulated = Tensor::empty(held.shape(), held.dtype());  // from ring prev
+    Tensor share[2] = {Tensor::empty(held.shape(), cdt), Tensor::empty(held.shape(), cdt)};
+    Tensor accumulated = Tensor::empty(held.shape(), cdt);  // from ring prev
     comm::Request acc_recv, acc_send;
     for (int step = 0; step < P(); ++step) {
       const bool shift = step + 1 < P();
@@ -109,8 +119,8 @@ class RingAttentionFunction final : public autograd::Function {
       Tensor& mine = share[step % 2];
       mine.zero_();
       Tensor dk = pair_half(mine, 0), dv = pair_half(mine, 1);
-      work += block_attention_backward(q, my_runs(), pair_half(held, 0), pair_half(held, 1), owner_runs(step),
-                                       causal_, scale_, o, lse, d_o, d_lse, dq, dk, dv);
+      work += block_attention_backward(q, my_runs(), pair_half(held, 0).to(mul), pair_half(held, 1).to(mul),
+                                       owner_runs(step), causal_, scale_, o, lse, d_o, d_lse, dq, dk, dv);
       if (step > 0) {  // the accumulator of the block held now, from ring prev
         acc_recv.wait();
         acc_send.wait();
@@ -132,7 +142,9 @@ class RingAttentionFunction final : public autograd::Function {
       acc_recv.wait();
       acc_send.wait();
     }
-    return {dq, pair_half(home, 0).clone(), pair_half(home, 1).clone()};
+    // Fresh tensors in the inputs' dtype (the accumulators are reused views of one buffer).
+    const auto owned = [act](const Tensor& t) { return t.dtype() == act ? t.clone() : t.to(act); };
+    return {dq.to(act), owned(pair_half(home, 0)), owned(pair_half(home, 1))};
   }
 
   std::string name() const override { return "RingAttention"; }
@@ -169,6 +181,7 @@ class RingAttentionFunction final : public autograd::Function {
 class RingAttention final : public detail::SpStrategyBase {
  public:
   RingAttention(const SpAttentionConfig& config, comm::Group& sp) : SpStrategyBase("ring", config, sp) {}
+  bool moves_bf16() const override { return true; }
 
  private:
   AttentionResult run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,

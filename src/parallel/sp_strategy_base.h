@@ -39,6 +39,9 @@ class SpStrategyBase : public nn::AttentionStrategy, public SpAttentionWork {
   AttentionResult replay(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
                          const AttentionResult& saved) final;
   std::string name() const override { return name_; }
+  // Whether run() takes bf16 q, k, v itself (moving bf16, multiplying per multiply_dtype_of);
+  // otherwise forward and replay widen them to f32 around run() and round the results.
+  virtual bool moves_bf16() const { return false; }
   BlockAttentionStats last_forward_work() const override { return work_->forward; }
   BlockAttentionStats last_backward_work() const override { return work_->backward; }
 
@@ -46,7 +49,8 @@ class SpStrategyBase : public nn::AttentionStrategy, public SpAttentionWork {
   // Checks N against the C = 1 layout over the sp group (the same message on every rank).
   SpStrategyBase(std::string name, const SpAttentionConfig& config, comm::Group& sp);
 
-  // wf::Error unless q [B, N/P, h, d], k = v [B, N/P, h_kv, d] (h_kv | h, f32 or f64, CPU) and
+  // wf::Error unless q [B, N/P, h, d], k = v [B, N/P, h_kv, d] (h_kv | h, f32 or f64 — or bf16
+  // for a strategy that moves_bf16 — CPU) and
   // options carry no offsets (global positions come from the layout).
   void check_call(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) const;
 
@@ -62,6 +66,16 @@ class SpStrategyBase : public nn::AttentionStrategy, public SpAttentionWork {
   std::vector<std::vector<TokenRun>> runs_;  // runs_[ρ]: the tokens sp rank ρ holds
   std::shared_ptr<WorkRecord> work_ = std::make_shared<WorkRecord>();
 };
+
+// ---- dtypes under mixed precision ------------------------------------------------------------
+// What travels is the activation dtype (the inputs': bf16 under bf16 mixed precision); lse, D
+// and every partial sum (o before its last rescale, dQ, dK, dV) are kept and sent in the compute
+// dtype: f64 for f64 inputs, f32 otherwise.
+DType compute_dtype_of(DType activation);
+// The dtype the blocks multiply in: bf16 activations as they are where the CPU multiplies bf16
+// natively (block_attention's bf16 kernels: bf16 dot products, f32 accumulation), else widened
+// to the compute dtype.
+DType multiply_dtype_of(DType activation);
 
 // ---- raw tensor helpers (no autograd) ------------------------------------------------------
 

@@ -56,15 +56,10 @@ enum Tag : int {
   kDkvOriginTag = 7150,  // backward: dK, dV back to the K/V's origin (initial_recv)
 };
 
-DType compute_dtype_of(DType activation) { return activation == DType::f64 ? DType::f64 : DType::f32; }
-
-// The dtype the blocks multiply in: bf16 activations as they are where the CPU multiplies bf16
-// natively (block_attention's bf16 kernels: bf16 dot products, f32 accumulation), else widened
-// to the compute dtype once, before the ring, which is cheaper than the kernels' widened
+using detail::compute_dtype_of;
+// Widened once, before the ring, where the CPU has no bf16 products: cheaper than the kernels'
 // fallback widening every tile.
-DType multiply_dtype_of(DType activation) {
-  return activation == DType::bf16 && kernels::cpu::gemm_bf16_native() ? DType::bf16 : compute_dtype_of(activation);
-}
+using detail::multiply_dtype_of;
 
 std::vector<Tensor> empty_like(const std::vector<Tensor>& tensors) {
   std::vector<Tensor> out;

@@ -161,9 +161,10 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const Traffic
   const parallel::AttentionDims dims{config.train.micro_batch_size, config.train.seq_len, m.n_head / tp,
                                      m.n_kv_head / tp, m.d_model / m.n_head};
   const auto calls = share.blocks * accum;
-  // Ring and Ulysses move bf16 activations widened to f32 (parallel/sp_strategy_base.cpp).
+  // Ulysses moves bf16 activations widened to f32 (parallel/sp_strategy_base.cpp); ring and
+  // WallFacer move them as they are.
   const std::int64_t sp_activation =
-      config.parallel.sp_strategy == parallel::SpStrategy::wallfacer ? activation : std::max(activation, compute);
+      config.parallel.sp_strategy == parallel::SpStrategy::ulysses ? std::max(activation, compute) : activation;
   for (const auto& [group, bytes] : sp_call_bytes(config.parallel.sp_strategy, dims, grid,
                                                   {sp_activation, compute, compute}, m.checkpoint_attention_output)) {
     predicted[group] = calls * bytes;

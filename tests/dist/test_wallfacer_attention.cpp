@@ -150,18 +150,18 @@ struct LocalRun {
   BlockAttentionStats forward_work, backward_work;
 };
 
-// One forward and backward through WallFacer on `placement`'s grid, checked on this rank's
-// shard: values against `ref` = reference_for(c, scale) (within `tolerance`), traffic against
+// One forward and backward through the case's strategy (WallFacer, or ring) on `placement`'s
+// grid, checked on this rank's shard: values against `ref` = reference_for(c, scale) (within `tolerance`), traffic against
 // the model per rank and summed, forward work against the layout's prediction.
 LocalRun run_local(const SpCase& c, Placement placement, double scale, double tolerance,
                    const ReferenceAttention& ref) {
   const int P = runtime().world_size();
   INFO(describe(c, placement, scale));
   wf::comm::CommGrid& grid = sp_grid(c.C, placement);
-  const wf::parallel::SpAttentionConfig config{SpStrategy::wallfacer, c.layout_or_default(), c.N, c.keep_forward_kv};
+  const wf::parallel::SpAttentionConfig config{c.strategy, c.layout_or_default(), c.N, c.keep_forward_kv};
   const wf::parallel::SpShard shard = wf::parallel::sp_shard(config, grid);
   const std::vector<std::int64_t> positions = wf::parallel::run_positions(shard.runs());
-  const std::shared_ptr<wf::nn::AttentionStrategy> strategy = wf::parallel::make_wallfacer_attention(config, grid);
+  const std::shared_ptr<wf::nn::AttentionStrategy> strategy = wf::parallel::make_sp_attention(config, grid);
 
   Tensor q = shard.shard(ref.q), k = shard.shard(ref.k), v = shard.shard(ref.v);
   q.set_requires_grad();
@@ -193,8 +193,10 @@ LocalRun run_local(const SpCase& c, Placement placement, double scale, double to
   const auto& work = dynamic_cast<const wf::parallel::SpAttentionWork&>(*strategy);
   run.forward_work = work.last_forward_work();
   run.backward_work = work.last_backward_work();
-  CHECK(run.forward_work.unmasked_pairs ==
-        wf::parallel::wallfacer_rank_work_pairs(c.layout_or_default(), c.N, P, c.C, l, c.causal));
+  if (c.strategy == SpStrategy::wallfacer) {
+    CHECK(run.forward_work.unmasked_pairs ==
+          wf::parallel::wallfacer_rank_work_pairs(c.layout_or_default(), c.N, P, c.C, l, c.causal));
+  }
   return run;
 }
 
@@ -346,9 +348,13 @@ TEST_CASE("wallfacer attention with C = 1 is ring attention", "[dist][sp][wallfa
   }
 }
 
-TEST_CASE("wallfacer attention moves bf16 activations with fp32 statistics and partial sums", "[dist][sp][wallfacer]") {
-  for (int C : team_sizes()) {
+TEST_CASE("wallfacer and ring attention move bf16 activations with fp32 statistics and partial sums",
+          "[dist][sp][wallfacer][bf16]") {
+  std::vector<std::pair<SpStrategy, int>> strategies = {{SpStrategy::ring, 1}};
+  for (int C : team_sizes()) strategies.emplace_back(SpStrategy::wallfacer, C);
+  for (const auto& [strategy, C] : strategies) {
     SpCase c = wallfacer_case(C, true, 1, 2, DType::bf16);
+    c.strategy = strategy;  // ring: K, V travel bf16, the dK, dV accumulators f32
     c.bytes = wf::parallel::ElementBytes{2, 4, 4};
     c.keep_forward_kv = false;
     // Inputs are bf16 (the reference uses the same rounded values); the blocks multiply in bf16
