@@ -152,6 +152,35 @@ TEST_CASE("dit: a fresh adaLN-Zero block is the identity and a fresh DiT predict
   for (const float v : out.to_vector<float>()) REQUIRE(v == 0.0f);
 }
 
+TEST_CASE("dit: a video model patchifies frames x rows x cols with 3-D positions and trains on clips",
+          "[models][dit]") {
+  DitOptions o = tiny_dit();
+  o.frames = 3;
+  Dit model(o);
+  randomise(model, 0.2, 81);
+  CHECK(o.num_patches() == 3 * 4 * 4);
+  const Tensor clips = random_images({2, 3, 2, 8, 8}, 83);
+  const Tensor out = model.forward(clips, Tensor::from_vector(std::vector<double>{4, 800}, {2}),
+                                   Tensor::from_vector(std::vector<std::int64_t>{0, 3}, {2}));
+  CHECK(out.shape() == Shape({2, 3, 2, 8, 8}));
+  // The temporal table tells frames apart: the same frame content at another time step differs.
+  const Tensor table = nn::sincos_3d(o.d_model, 3, 4, 4);
+  const auto t = table.to_vector<float>();
+  CHECK(std::vector<float>(t.begin(), t.begin() + 16) != std::vector<float>(t.begin() + 16 * 16, t.begin() + 17 * 16));
+  Batch batch;
+  batch.set("images", clips).set("noise", random_images({2, 3, 2, 8, 8}, 84));
+  batch.set("times", Tensor::from_vector(std::vector<double>{4, 800}, {2}));
+  batch.set("labels", Tensor::from_vector(std::vector<std::int64_t>{0, 3}, {2}));
+  batch.set("positions", models::testing::positions_of(o.num_patches()));
+  const LossSum loss = model.loss_sum(batch);
+  CHECK(loss.count == clips.numel());
+  autograd::backward({loss.sum});
+  for (const auto& [name, p] : model.named_parameters()) {
+    INFO(name);
+    CHECK(p.grad().defined());
+  }
+}
+
 TEST_CASE("dit: the parameter count formula equals the built model's; the registry builds it from its keys",
           "[models][dit]") {
   for (const bool learn_sigma : {false, true}) {
