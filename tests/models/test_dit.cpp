@@ -136,7 +136,7 @@ TEST_CASE("dit: a fresh adaLN-Zero block is the identity and a fresh DiT predict
   const Tensor x = random_images({2, 6, 16}, 7), c = random_images({2, 16}, 8);
   CHECK(block.forward(x, c, models::testing::positions_of(6)).to_vector<float>() == x.to_vector<float>());
   // Xavier-uniform: |w| < √(6 / (fan_in + fan_out)), with the spread of a uniform.
-  const Tensor& w = block.attention().named_parameters().front().second;
+  const Tensor w = block.attention().named_parameters().front().second;  // a handle: the list is a temporary
   const double bound = std::sqrt(6.0 / (16.0 + 48.0));
   double sum_sq = 0;
   for (const float v : w.to_vector<float>()) {
