@@ -68,6 +68,16 @@ const std::vector<BadConfig>& load_time_cases() {
        {"parallel.grad_reduce_dtype: 'f16' is not a valid choice; expected one of f32, bf16"}},
       {"bad_tokenizer", "data:\n  tokenizer: bpe\n", 1, {}, {"data.tokenizer", "one of byte, gpt2"}},
       {"bad_bool", "model:\n  tie_embeddings: maybe\n", 1, {}, {"model.tie_embeddings: 'maybe' is not a boolean; expected true or false"}},
+      // DiT's own rules: its sequence is its patches; the flow process has no variance to learn;
+      // its modulation needs every token on each tp rank.
+      {"dit_seq_len", "model:\n  name: dit\n  image_size: 32\n  patch_size: 4\ndata:\n  source: synthetic\n", 1, {},
+       {"train.seq_len: DiT's sequence is its patches", "set train.seq_len: 64"}},
+      {"dit_flow_sigma", "model:\n  name: dit\n  diffusion: flow\n  learn_sigma: true\ntrain:\n  seq_len: 256\ndata:\n  source: synthetic\n",
+       1, {}, {"model.learn_sigma: the flow process predicts a velocity"}},
+      {"dit_tp_shard", "model:\n  name: dit\ntrain:\n  seq_len: 256\nparallel:\n  tp: 2\n  tp_shard_activations: true\ndata:\n  source: synthetic\n",
+       2, {}, {"parallel.tp_shard_activations: DiT's adaLN modulation"}},
+      {"dit_missing_labels", "model:\n  name: dit\ntrain:\n  seq_len: 256\ndata:\n  train_path: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\n",
+       1, {}, {"data.train_labels_path: is empty but data.train_path is", "give both the images and their labels"}},
       {"bad_model_name", "model:\n  name: unet\n", 1, {},
        {"bad_model_name.yaml:2: model.name: 'unet' is not a registered model", "the registered models are dit, gpt, llama"}},
       {"misspelt_model_name", "model:\n  name: lama\n", 1, {}, {"(did you mean 'llama'?)"}},

@@ -1,5 +1,6 @@
 #pragma once
 // All of wf::nn: Module and the transformer layers.
+#include "wallfacer/nn/adaln.h"
 #include "wallfacer/nn/attention_checkpoint.h"
 #include "wallfacer/nn/attention_strategy.h"
 #include "wallfacer/nn/dropout.h"
@@ -12,5 +13,7 @@
 #include "wallfacer/nn/norm.h"
 #include "wallfacer/nn/parameter_shard.h"
 #include "wallfacer/nn/self_attention.h"
+#include "wallfacer/nn/sincos_position.h"
 #include "wallfacer/nn/state_dict.h"
+#include "wallfacer/nn/timestep_embedder.h"
 #include "wallfacer/nn/transformer_block.h"
