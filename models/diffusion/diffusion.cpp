@@ -1,5 +1,6 @@
 #include "wallfacer/models/diffusion.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "wallfacer/autograd/function.h"
@@ -32,6 +33,14 @@ double approx_cdf_derivative(double u) {
 std::pair<double, double> clamped_log(double p) {
   constexpr double kFloor = 1e-12;
   return p >= kFloor ? std::pair{std::log(p), 1.0 / p} : std::pair{std::log(kFloor), 0.0};
+}
+
+// x clamped to [−1, 1] elementwise (a copy).
+Tensor clamp_unit(const Tensor& x) {
+  Tensor out = x.to(DType::f32).clone();
+  float* p = out.data<float>();
+  for (std::int64_t i = 0; i < out.numel(); ++i) p[i] = std::clamp(p[i], -1.0f, 1.0f);
+  return out.to(x.dtype());
 }
 
 }  // namespace
@@ -198,7 +207,7 @@ Tensor Diffusion::vb_sum(const Tensor& variance, const Tensor& eps, const Tensor
   return autograd::apply_function("diffusion_vb", {variance}, forward, backward)[0];
 }
 
-Tensor Diffusion::sample(const Denoiser& model, const Tensor& noise, std::int64_t steps) const {
+Tensor Diffusion::sample(const Denoiser& model, const Tensor& noise, std::int64_t steps, bool clip_x0) const {
   WF_CHECK(steps >= 1, "Diffusion: sampling needs at least one step, got {}", steps);
   autograd::NoGradGuard no_grad;
   const auto batch = static_cast<std::size_t>(noise.size(0));
@@ -221,9 +230,13 @@ Tensor Diffusion::sample(const Denoiser& model, const Tensor& noise, std::int64_
     const std::int64_t t = times[static_cast<std::size_t>(i)];
     const double ab = alphas_cumprod_[static_cast<std::size_t>(t)];
     const double ab_prev = i > 0 ? alphas_cumprod_[static_cast<std::size_t>(times[static_cast<std::size_t>(i - 1)])] : 1.0;
-    const Tensor eps = model(x, std::vector<double>(batch, static_cast<double>(t)));
+    Tensor eps = model(x, std::vector<double>(batch, static_cast<double>(t)));
     // x̂₀ = (x_t − √(1−ᾱ)·ε)/√ᾱ;  x_prev = √ᾱ_prev·x̂₀ + √(1−ᾱ_prev)·ε.
-    const Tensor x0 = scale(sub(x, scale(eps, std::sqrt(1.0 - ab))), 1.0 / std::sqrt(ab));
+    Tensor x0 = scale(sub(x, scale(eps, std::sqrt(1.0 - ab))), 1.0 / std::sqrt(ab));
+    if (clip_x0) {
+      x0 = clamp_unit(x0);
+      eps = scale(sub(x, scale(x0, std::sqrt(ab))), 1.0 / std::sqrt(1.0 - ab));  // the ε of the clamped x̂₀
+    }
     x = add(scale(x0, std::sqrt(ab_prev)), scale(eps, std::sqrt(1.0 - ab_prev)));
   }
   return x;

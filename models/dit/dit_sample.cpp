@@ -40,7 +40,7 @@ Tensor sample_dit(Dit& model, const DitSampleOptions& options) {
     const Tensor cond = narrow(out, 0, 0, n), uncond = narrow(out, 0, n, n);
     return add(uncond, scale(sub(cond, uncond), options.guidance));
   };
-  return model.diffusion().sample(denoise, noise, options.steps);
+  return model.diffusion().sample(denoise, noise, options.steps, options.clip);
 }
 
 }  // namespace wf::models

@@ -96,6 +96,8 @@ void add_sample_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--seed", options->sampling.seed, "Seed of the initial noise")->capture_default_str();
   command->add_flag("--no-ema", options->no_ema, "Use the trained weights even where the checkpoint holds their EMA");
+  command->add_flag("--no-clip", [options](std::int64_t) { options->sampling.clip = false; },
+                    "ddpm: do not clamp each step's predicted image to [-1, 1] (for unbounded data such as latents)");
   set_action(*command, [options] { return comm::run_main(0, nullptr, [&] { return sample(*options); }); });
 }
 

@@ -277,6 +277,18 @@ TEST_CASE("dit: DDIM and Euler recover x0 from an exact denoiser; the schedule i
     const auto a = out.to_vector<float>(), b = x0.to_vector<float>();
     for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == Approx(b[i]).margin(2e-3));
   }
+  // Clamping x̂₀ to [−1, 1] changes nothing for data inside it, and bounds a wrong denoiser's images.
+  const Tensor pixels = add_scalar(scale(Tensor::rand_at({2, 3, 4, 4}, 33, 0), 2.0), -1.0);
+  const Diffusion::Denoiser exact_pixels_eps = [&](const Tensor& x_t, const std::vector<double>& times) {
+    const double ab = ddpm.alpha_bar(static_cast<std::int64_t>(times[0]));
+    return scale(sub(x_t, scale(pixels, std::sqrt(ab))), 1.0 / std::sqrt(1.0 - ab));
+  };
+  const auto clipped = ddpm.sample(exact_pixels_eps, ddpm.noised(pixels, noise, std::vector<double>(2, 999.0)), 50,
+                                   /*clip_x0=*/true).to_vector<float>();
+  const auto px = pixels.to_vector<float>();
+  for (std::size_t i = 0; i < px.size(); ++i) REQUIRE(clipped[i] == Approx(px[i]).margin(2e-3));
+  const Diffusion::Denoiser zero_eps = [&](const Tensor& x_t, const std::vector<double>&) { return scale(x_t, 0.0); };
+  for (const float v : ddpm.sample(zero_eps, start, 20, true).to_vector<float>()) REQUIRE(std::abs(v) <= 1.0f + 1e-6f);
   Diffusion flow({.kind = DiffusionKind::flow});
   const Diffusion::Denoiser exact_velocity = [&](const Tensor&, const std::vector<double>& times) {
     CHECK(times[0] > 0);  // model times 1000·t, t in (0, 1]

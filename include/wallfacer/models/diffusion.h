@@ -61,7 +61,9 @@ class Diffusion {
   using Denoiser = std::function<Tensor(const Tensor& x_t, const std::vector<double>& model_times)>;
   // x₀ from x_T = `noise` in `steps` steps: DDIM (η = 0) over `steps` evenly spaced timesteps for
   // ddpm (the model sees the original timestep numbers), Euler from t = 1 to 0 for flow. No grad.
-  Tensor sample(const Denoiser& model, const Tensor& noise, std::int64_t steps) const;
+  // `clip_x0`: each DDIM step clamps its x̂₀ to [−1, 1] and takes ε from the clamped x̂₀ (DDPM's
+  // clip_denoised, for data known to lie there: pixels; DiT's unbounded latents leave it off).
+  Tensor sample(const Denoiser& model, const Tensor& noise, std::int64_t steps, bool clip_x0 = false) const;
 
   // Schedule constants (ddpm), for tests: ᾱ_t and the posterior log-variance (clipped) at t.
   double alpha_bar(std::int64_t t) const { return alphas_cumprod_.at(static_cast<std::size_t>(t)); }

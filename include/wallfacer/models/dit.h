@@ -149,6 +149,9 @@ struct DitSampleOptions {
   double guidance = 4.0;
   std::int64_t steps = 50;   // DDIM (ddpm) or Euler (flow) steps
   std::uint64_t seed = 0;    // the initial noise
+  // ddpm: clamp each step's x̂₀ to the data's [−1, 1] (pixel images from data/idx_images.h; off
+  // for unbounded inputs such as VAE latents, as DiT samples them).
+  bool clip = true;
 };
 Tensor sample_dit(Dit& model, const DitSampleOptions& options);
 
