@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A tiny class-conditional DiT learns Fashion-MNIST: configs/dit-fashion.yaml shrunk to 16x16
-# images (4x4 patches: 16 tokens), 2 blocks of width 64, trained 300 steps of DDPM on 2 ranks of
-# WallFacer sequence parallelism (sp 2), must reach a validation loss (ε-MSE on the test split)
-# below 0.15; then `wallfacer sample` must write a PNG grid of the right size from its checkpoint
-# with the EMA weights.
+# images (4x4 patches: 16 tokens), 2 blocks of width 64, trained 300 steps of DDPM (ε-prediction,
+# whatever process the preset uses) on 2 ranks of WallFacer sequence parallelism (sp 2), must reach
+# a validation loss (ε-MSE on the test split) below 0.15; then `wallfacer sample` must write a PNG
+# grid of the right size from its checkpoint with the EMA weights.
 #
 # Why that threshold: a fresh DiT predicts 0 (zero-initialised final layer), loss exactly 1.0;
 # predicting ε = x_t scores 0.30; and the best predictor that knows each pixel's mean and
@@ -25,7 +25,7 @@ if [ ! -f "$data/train-images-idx3-ubyte.gz" ] || [ ! -f "$data/t10k-labels-idx1
 fi
 
 args=("$root/configs/dit-fashion.yaml"
-  --set parallel.sp=2 --set parallel.C=1 --set model.image_size=16 --set model.d_model=64 --set model.n_layer=2
+  --set parallel.sp=2 --set parallel.C=1 --set model.diffusion=ddpm --set model.image_size=16 --set model.d_model=64 --set model.n_layer=2
   --set model.n_head=4 --set train.seq_len=16 --set train.steps=300 --set train.lr=1e-3 --set train.warmup_steps=20
   --set train.eval_every=100 --set train.eval_batches=8 --set train.log_every=50 --set train.ema_decay=0.99
   --set data.train_path="$data/train-images-idx3-ubyte.gz" --set data.train_labels_path="$data/train-labels-idx1-ubyte.gz"
