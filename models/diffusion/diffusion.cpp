@@ -123,15 +123,17 @@ Tensor Diffusion::target(const Tensor& x0, const Tensor& noise) const {
 
 Tensor Diffusion::loss_sum(const Tensor& prediction, const Tensor& variance, const Tensor& target, const Tensor& x0,
                            const Tensor& x_t, const std::vector<double>& t) const {
-  WF_CHECK(prediction.shape() == target.shape() && x0.shape() == target.shape() && x_t.shape() == target.shape(),
-           "diffusion loss: prediction {}, target {}, x0 {} and x_t {} must have one shape", shape_str(prediction.shape()),
-           shape_str(target.shape()), shape_str(x0.shape()), shape_str(x_t.shape()));
+  WF_CHECK(prediction.shape() == target.shape(), "diffusion loss: prediction {} and target {} must have one shape",
+           shape_str(prediction.shape()), shape_str(target.shape()));
   const Tensor error = sub(prediction, target);
   Tensor loss = sum(mul(error, error));
   if (options_.learn_sigma) {
-    WF_CHECK(variance.defined() && variance.shape() == prediction.shape(),
-             "diffusion loss: learn_sigma needs the variance output of prediction's shape {}",
-             shape_str(prediction.shape()));
+    WF_CHECK(variance.defined() && variance.shape() == prediction.shape() && x0.shape() == target.shape() &&
+                 x_t.shape() == target.shape(),
+             "diffusion loss: learn_sigma needs the variance output, x0 and x_t of prediction's shape {}; got {}, {} "
+             "and {}",
+             shape_str(prediction.shape()), variance.defined() ? shape_str(variance.shape()) : "none",
+             x0.defined() ? shape_str(x0.shape()) : "none", x_t.defined() ? shape_str(x_t.shape()) : "none");
     loss = add(loss, vb_sum(variance, prediction.detach(), x0, x_t, t));
   }
   return loss;

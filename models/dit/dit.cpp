@@ -1,7 +1,6 @@
 // DiT: the model (include/wallfacer/models/dit.h). Its keys and registration are in dit_config.cpp.
 #include "wallfacer/models/dit.h"
 
-#include <cstring>
 
 #include "wallfacer/autograd/grad_mode.h"
 #include "wallfacer/nn/sincos_position.h"
@@ -43,26 +42,6 @@ Tensor unpatchify(const Tensor& y, std::int64_t patch, std::int64_t frames, std:
   const Tensor v = permute(reshape(y, {B, frames, grid, grid, patch, patch, channels}), {0, 1, 6, 2, 4, 3, 5});
   if (frames == 1) return reshape(v, {B, channels, grid * patch, grid * patch});
   return reshape(v, {B, frames, channels, grid * patch, grid * patch});
-}
-
-Tensor select_tokens(const Tensor& x, const Tensor& positions) {
-  WF_CHECK(x.dim() == 3 && positions.dim() == 1 && positions.dtype() == DType::i64,
-           "select_tokens: expected x [B, N, k] and positions [n] i64, got {} and {}", shape_str(x.shape()),
-           shape_str(positions.shape()));
-  WF_CHECK(!x.requires_grad(), "select_tokens: x must not require grad (it selects inputs and targets)");
-  const std::int64_t B = x.size(0), N = x.size(1), k = x.size(2), n = positions.numel();
-  Tensor out = Tensor::empty({B, n, k}, x.dtype());
-  const std::size_t row = static_cast<std::size_t>(k) * dtype_size(x.dtype());
-  const auto* src = static_cast<const char*>(x.raw_data());
-  auto* dst = static_cast<char*>(out.raw_data());
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t p = positions.data<std::int64_t>()[i];
-    WF_CHECK(p >= 0 && p < N, "select_tokens: position {} is outside the sequence's {} tokens", p, N);
-    for (std::int64_t b = 0; b < B; ++b) {
-      std::memcpy(dst + static_cast<std::size_t>(b * n + i) * row, src + static_cast<std::size_t>(b * N + p) * row, row);
-    }
-  }
-  return out;
 }
 
 Dit::Dit(const DitOptions& options) : Model(options.seed), options_(options), diffusion_(options.diffusion_options()) {
@@ -160,15 +139,17 @@ Dit::Noised Dit::noised_inputs(const Batch& batch) const {
   in.times.assign(times.data<double>(), times.data<double>() + times.numel());
   const Tensor& noise = batch.at("noise");
   const Tensor x_t = diffusion_.noised(images, noise, in.times);
-  in.tokens = select_tokens(patchify(x_t, o.patch_size, o.frames, false), positions);
+  in.tokens = nn::select_rows(patchify(x_t, o.patch_size, o.frames, false), positions);
   // Targets in the final layer's output order, as [B, n, p·p, C].
   const auto output_order = [&](const Tensor& image) {
-    const Tensor t = select_tokens(patchify(image, o.patch_size, o.frames, true), positions);
+    const Tensor t = nn::select_rows(patchify(image, o.patch_size, o.frames, true), positions);
     return reshape(t, {t.size(0), t.size(1), o.patch_size * o.patch_size, o.in_channels});
   };
   in.target = output_order(diffusion_.target(images, noise));
-  in.x0 = output_order(images);
-  in.x_t = output_order(x_t);
+  if (o.learn_sigma) {  // the variational bound's posterior needs them
+    in.x0 = output_order(images);
+    in.x_t = output_order(x_t);
+  }
   return in;
 }
 

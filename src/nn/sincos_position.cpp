@@ -1,5 +1,6 @@
 #include "wallfacer/nn/sincos_position.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -62,19 +63,24 @@ Tensor sincos_3d(std::int64_t dim, std::int64_t frames, std::int64_t rows, std::
 
 Tensor sincos_2d(std::int64_t dim, std::int64_t rows, std::int64_t cols) { return sincos_3d(dim, 1, rows, cols); }
 
-Tensor select_rows(const Tensor& table, const Tensor& positions) {
-  WF_CHECK(table.dim() == 2 && positions.dim() == 1 && positions.dtype() == DType::i64,
-           "select_rows: expected a [N, d] table and [n] i64 positions, got {} and {} {}", shape_str(table.shape()),
+Tensor select_rows(const Tensor& x, const Tensor& positions) {
+  WF_CHECK(x.dim() >= 2 && positions.dim() == 1 && positions.dtype() == DType::i64,
+           "select_rows: expected x [..., N, d] and positions [n] i64, got {} and {} {}", shape_str(x.shape()),
            dtype_name(positions.dtype()), shape_str(positions.shape()));
-  const std::int64_t n = positions.numel(), d = table.size(1);
-  const Tensor& src = table;
-  Tensor out = Tensor::empty({n, d}, src.dtype());
-  const std::size_t row_bytes = static_cast<std::size_t>(d) * dtype_size(src.dtype());
+  WF_CHECK(!x.requires_grad(), "select_rows: x must not require grad (it selects tables, inputs and targets)");
+  const std::int64_t N = x.size(-2), n = positions.numel(), outer = x.numel() / std::max<std::int64_t>(N * x.size(-1), 1);
+  Shape shape = x.shape();
+  shape[shape.size() - 2] = n;
+  Tensor out = Tensor::empty(shape, x.dtype());
+  const std::size_t row = static_cast<std::size_t>(x.size(-1)) * dtype_size(x.dtype());
+  const auto* src = static_cast<const char*>(x.raw_data());
+  auto* dst = static_cast<char*>(out.raw_data());
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t p = positions.data<std::int64_t>()[i];
-    WF_CHECK(p >= 0 && p < table.size(0), "select_rows: position {} is outside the table's {} rows", p, table.size(0));
-    std::memcpy(static_cast<char*>(out.raw_data()) + static_cast<std::size_t>(i) * row_bytes,
-                static_cast<const char*>(src.raw_data()) + static_cast<std::size_t>(p) * row_bytes, row_bytes);
+    WF_CHECK(p >= 0 && p < N, "select_rows: position {} is outside the {} rows", p, N);
+    for (std::int64_t b = 0; b < outer; ++b) {
+      std::memcpy(dst + static_cast<std::size_t>(b * n + i) * row, src + static_cast<std::size_t>(b * N + p) * row, row);
+    }
   }
   return out;
 }

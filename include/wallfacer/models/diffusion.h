@@ -51,7 +51,8 @@ class Diffusion {
   // The loss SUM over every element of prediction [B, ...] (differentiable in prediction and
   // variance): Σ (prediction − target)², plus with learn_sigma Σ L_vb(variance), whose
   // per-element terms are DiT's (KL in bits; the decoder NLL at t = 0) with the mean from the
-  // prediction with its gradient stopped. x0 and x_t have prediction's shape; t one per sample.
+  // prediction with its gradient stopped. x0 and x_t (read with learn_sigma only; may be
+  // undefined otherwise) have prediction's shape; t one per sample.
   Tensor loss_sum(const Tensor& prediction, const Tensor& variance, const Tensor& target, const Tensor& x0,
                   const Tensor& x_t, const std::vector<double>& t) const;
 

@@ -82,8 +82,6 @@ Tensor patchify(const Tensor& x, std::int64_t patch, std::int64_t frames, bool p
 // The inverse of patchify(·, pixel_major = true) for the model's output: [B, N, p·p·C] → [B, C, H, W]
 // (or [B, F, C, H, W] when frames > 1). Differentiable.
 Tensor unpatchify(const Tensor& y, std::int64_t patch, std::int64_t frames, std::int64_t grid, std::int64_t channels);
-// Tokens `positions` [n] (i64) of x [B, N, k] → [B, n, k] (no grad: inputs and targets).
-Tensor select_tokens(const Tensor& x, const Tensor& positions);
 
 class Dit : public Model {
  public:
@@ -116,7 +114,8 @@ class Dit : public Model {
   // The training inputs of a batch: x_t, target, x0 patch sequences at this rank's positions.
   struct Noised {
     Tensor tokens;   // [B, n, C·p·p] x_t in patchify order (the model's input)
-    Tensor target, x0, x_t;  // [B, n, p·p, C] in the output order
+    Tensor target;     // [B, n, p·p, C] in the output order
+    Tensor x0, x_t;    // the same; with learn_sigma only (the bound's posterior)
     std::vector<double> times;
   };
   Noised noised_inputs(const Batch& batch) const;

@@ -24,7 +24,9 @@ Tensor sincos_2d(std::int64_t dim, std::int64_t rows, std::int64_t cols);
 // [frames·rows·cols, dim] f32; frames = 1 is exactly sincos_2d. dim must be a multiple of 4.
 Tensor sincos_3d(std::int64_t dim, std::int64_t frames, std::int64_t rows, std::int64_t cols);
 
-// Rows `positions` [n] (i64, each in [0, table.size(0))) of table [N, d] → [n, d] (not differentiable).
-Tensor select_rows(const Tensor& table, const Tensor& positions);
+// Rows `positions` [n] (i64, each in [0, N)) along dim −2 of x [..., N, d] → [..., n, d], for
+// every leading index (not differentiable; x must not require grad): a table's rows, or a
+// batch's tokens at a rank's positions.
+Tensor select_rows(const Tensor& x, const Tensor& positions);
 
 }  // namespace wf::nn
