@@ -87,14 +87,7 @@ std::unique_ptr<BatchSource> make_dit_batches(const config::RunConfig& c, comm::
   const std::int64_t samples = dataset->images.size(0) / o.frames;
   WF_USER_CHECK(samples > 0, "DiT: {} holds fewer than model.frames = {} images: no sample", dataset->description,
                 o.frames);
-  data::SampleOrderOptions order{.samples_per_epoch = samples,
-                                 .micro_batch_size = loader.micro_batch_size,
-                                 .grad_accum_steps = loader.grad_accum_steps,
-                                 .dp_size = loader.dp_size,
-                                 .dp_rank = loader.dp_rank,
-                                 .seed = loader.seed,
-                                 .shuffle = loader.shuffle};
-  return std::make_unique<DitBatchSource>(std::move(dataset), o, order,
+  return std::make_unique<DitBatchSource>(std::move(dataset), o, data::sample_order_options(loader, samples),
                                           parallel::run_positions(loader.shard.runs()),
                                           DitDrawSeeds::for_run(static_cast<std::uint64_t>(c.train.seed), validation),
                                           /*drop_labels=*/!validation);

@@ -23,6 +23,16 @@ void check_options(const LoaderOptions& o) {
 
 }  // namespace
 
+SampleOrderOptions sample_order_options(const LoaderOptions& o, std::int64_t samples_per_epoch) {
+  return {.samples_per_epoch = samples_per_epoch,
+          .micro_batch_size = o.micro_batch_size,
+          .grad_accum_steps = o.grad_accum_steps,
+          .dp_size = o.dp_size,
+          .dp_rank = o.dp_rank,
+          .seed = o.seed,
+          .shuffle = o.shuffle};
+}
+
 BatchLoader::BatchLoader(std::shared_ptr<TokenSource> source, LoaderOptions options)
     : source_(std::move(source)), options_(std::move(options)) {
   WF_CHECK(source_ != nullptr, "BatchLoader: no token source");
@@ -33,13 +43,7 @@ BatchLoader::BatchLoader(std::shared_ptr<TokenSource> source, LoaderOptions opti
            "BatchLoader: {} holds {} tokens, too few for one sequence of seq_len {} (it needs at least {} tokens: "
            "{} inputs and the next token as the last target); use a shorter train.seq_len or more data",
            source_->describe(), source_->size(), N, N + 1, N);
-  order_ = std::make_unique<SampleOrder>(SampleOrderOptions{.samples_per_epoch = samples_per_epoch_,
-                                                             .micro_batch_size = options_.micro_batch_size,
-                                                             .grad_accum_steps = options_.grad_accum_steps,
-                                                             .dp_size = options_.dp_size,
-                                                             .dp_rank = options_.dp_rank,
-                                                             .seed = options_.seed,
-                                                             .shuffle = options_.shuffle});
+  order_ = std::make_unique<SampleOrder>(sample_order_options(options_, samples_per_epoch_));
   runs_ = options_.shard.runs();
   positions_ = parallel::run_positions(runs_);
 }

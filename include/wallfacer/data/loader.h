@@ -61,6 +61,10 @@ struct Batch {
   std::vector<std::int64_t> samples;  // the window index of each row (logs, tests)
 };
 
+// The sample order of a loader's options over `samples_per_epoch` samples: its micro batch,
+// accumulation, dp slice, seed and shuffling (the token loader's, and any other source's).
+SampleOrderOptions sample_order_options(const LoaderOptions& options, std::int64_t samples_per_epoch);
+
 class BatchLoader {
  public:
   // Throws wf::Error naming the option and the rule when the options are inconsistent, and
