@@ -313,39 +313,20 @@ std::int64_t tensor_bytes(const std::vector<Tensor>& tensors) {
   return bytes;
 }
 
-// AdamW's moments (its state_dict's exp_avg and exp_avg_sq; the step counts are scalars).
+// AdamW's per-parameter tensors: the moments, and the EMA when kept (the step counts are scalars).
 std::int64_t optimizer_state_bytes(const train::AdamW& optimizer) {
   std::int64_t bytes = 0;
   for (const auto& [key, tensor] : optimizer.state_dict()) {
-    if (key.ends_with(".exp_avg") || key.ends_with(".exp_avg_sq")) bytes += static_cast<std::int64_t>(tensor.nbytes());
+    if (!key.ends_with(".step")) bytes += static_cast<std::int64_t>(tensor.nbytes());
   }
   return bytes;
 }
 
-// One microbatch of this rank: the model's own batch source (DiT's images and draws), or seeded
-// tokens at this rank's positions: the same ids on every rank, which tensor parallelism needs
-// (its ranks share their input) and the others do not mind.
-models::Batch bench_batch(models::Model& model, const config::RunConfig& config, comm::CommGrid& grid) {
-  if (const models::BatchSourceFactory factory = models::batch_source_factory(config.model.name)) {
-    return factory(config, grid, model, false)->get(0, 0);
-  }
-  const parallel::SpShard shard = parallel::sp_shard(models::sp_attention_config(config, model.causal()), grid);
-  const std::vector<std::int64_t> positions = parallel::run_positions(shard.runs());
-  const auto n = static_cast<std::int64_t>(positions.size());
-  const std::int64_t B = config.train.micro_batch_size;
-  const auto ids = [&](std::uint64_t seed) {
-    std::vector<std::int64_t> v(static_cast<std::size_t>(B * n));
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      v[i] = static_cast<std::int64_t>(uniform_at(seed, i) * static_cast<double>(model.vocab_size()));
-    }
-    return Tensor::from_vector(v, {B, n});
-  };
-  return models::token_batch(ids(1), ids(2), Tensor::from_vector(positions, {n}));
-}
-
-// The allocator's peak during one microbatch's forward (no backward) above what was live before it.
-std::int64_t forward_activation_bytes(models::Model& model, const config::RunConfig& config, comm::CommGrid& grid) {
-  const models::Batch batch = bench_batch(model, config, grid);
+// The allocator's peak during one microbatch's forward (no backward) above what was live before
+// it, on the trainer's first microbatch (tokens, or DiT's images and draws).
+std::int64_t forward_activation_bytes(models::Model& model, const config::RunConfig& config,
+                                      const models::BatchSource& batches) {
+  const models::Batch batch = batches.get(0, 0);
   reset_peak_memory();
   const std::int64_t live_before = memory_stats().live_bytes;
   if (config.parallel.pp == 1) {
@@ -469,7 +450,7 @@ Result measure(const config::RunConfig& config, int steps) {
   r.tokens_per_step = trainer.tokens_per_step();
   r.flops_per_token = trainer.model().train_flops_per_token(config.train.seq_len);
   r.step_seconds = median(step_seconds);
-  const double activations = double(forward_activation_bytes(trainer.model(), config, grid));
+  const double activations = double(forward_activation_bytes(trainer.model(), config, trainer.batches()));
   // The gradients as ReplicaGradients holds them, not the parameters' grad(): ZeRO-2 frees those
   // once they are staged (the sum would read 0), and the flat buffer, the shard and the staging
   // pool (its high-water mark over the steps so far) are what the rank keeps.

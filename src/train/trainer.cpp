@@ -64,6 +64,11 @@ std::unique_ptr<models::BatchSource> token_batches(const config::RunConfig& c, c
       data::BatchLoader(std::move(source), models::loader_options(c, grid, model, validation)));
 }
 
+const models::Model& required(const std::shared_ptr<models::Model>& model) {
+  WF_CHECK(model != nullptr, "Trainer: a model and a training data source are required");
+  return *model;
+}
+
 // The sources of a run: the model's registered batch factory, or its token files.
 std::unique_ptr<models::BatchSource> run_batches(const config::RunConfig& c, comm::CommGrid& grid,
                                                  const models::Model& model, bool validation) {
@@ -125,25 +130,22 @@ TrafficSnapshot TrafficSnapshot::take() {
 }
 
 Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid)
-    : Trainer(config, grid, models::create(config, grid), std::unique_ptr<models::BatchSource>(),
-              std::unique_ptr<models::BatchSource>()) {}
+    : Trainer(config, grid, models::create(config, grid)) {}
+
+Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::shared_ptr<models::Model> model)
+    : Trainer(config, grid, model, run_batches(config, grid, required(model), false),
+              run_batches(config, grid, required(model), true)) {}
 
 Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::shared_ptr<models::Model> model,
                  std::shared_ptr<data::TokenSource> train, std::shared_ptr<data::TokenSource> val)
-    : Trainer(config, grid, model, token_batches(config, grid, *model, std::move(train), false),
-              token_batches(config, grid, *model, std::move(val), true)) {}
+    : Trainer(config, grid, model, token_batches(config, grid, required(model), std::move(train), false),
+              token_batches(config, grid, required(model), std::move(val), true)) {}
 
 Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::shared_ptr<models::Model> model,
                  std::unique_ptr<models::BatchSource> train, std::unique_ptr<models::BatchSource> val)
     : config_(config), grid_(grid), replicas_(grid.group("dp_sp")), model_(std::move(model)) {
   check_supported();
-  WF_CHECK(model_ != nullptr, "Trainer: a model is required");
-  // No sources given (the config constructor): the run's own.
-  if (train == nullptr) {
-    train = run_batches(config_, grid_, *model_, false);
-    val = run_batches(config_, grid_, *model_, true);
-  }
-  WF_CHECK(train != nullptr, "Trainer: a training data source is required");
+  WF_CHECK(model_ != nullptr && train != nullptr, "Trainer: a model and a training data source are required");
   params_ = model_->parameters();
   shards_ = model_->parameter_shards();
   if (config_.parallel.tp > 1 && std::none_of(shards_.begin(), shards_.end(), [](const nn::ParameterShard& s) {

@@ -109,6 +109,8 @@ class Trainer {
 
   std::int64_t step() const { return step_; }
   models::Model& model() { return *model_; }
+  // Where the training microbatches come from (tokens, or a model's own batch source).
+  const models::BatchSource& batches() const { return *train_batches_; }
   AdamW& optimizer() { return *optimizer_; }
   const config::RunConfig& config() const { return config_; }
   // The tokens (all ranks) per optimizer step.
@@ -120,6 +122,8 @@ class Trainer {
   const PipelineRunner* pipeline() const { return pipeline_.get(); }
 
  private:
+  // The config constructor's second step: `model` with the run's own sources.
+  Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::shared_ptr<models::Model> model);
   void check_supported() const;
   // pp > 1: checks that the model holds this rank's stage and builds the schedule's runner.
   void set_up_pipeline();
