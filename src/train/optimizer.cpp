@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <iterator>
 #include <cmath>
 #include <string>
 #include <string_view>
 
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/optimizer.h"
 #include "wallfacer/autograd/grad_mode.h"
 
@@ -77,11 +79,10 @@ void AdamW::step() {
       using T = decltype(tag);
       kernels::cpu::adamw_step<T>(param.numel(), param.data<T>(), grad.data<T>(), s.exp_avg.data<T>(),
                                   s.exp_avg_sq.data<T>(), hyper);
-      if (options_.ema_decay > 0) {
+      if (options_.ema_decay > 0) {  // ema = d·ema + (1 − d)·param
         const T d = static_cast<T>(options_.ema_decay);
-        T* ema = s.ema.data<T>();
-        const T* p = param.data<T>();
-        for (std::int64_t k = 0; k < param.numel(); ++k) ema[k] = d * ema[k] + (T(1) - d) * p[k];
+        kernels::cpu::scale_inplace<T>(param.numel(), s.ema.data<T>(), d);
+        kernels::cpu::add_scaled<T>(param.numel(), T(1) - d, param.data<T>(), s.ema.data<T>());
       }
     });
   }
@@ -151,8 +152,7 @@ void AdamW::load_state_dict(const nn::StateDict& state) {
   }
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (!present[i]) continue;
-    for (const std::string_view field : kAdamWStateFields) {
-      if (!adamw_field_required(field)) continue;
+    for (const std::string_view field : adamw_required_fields()) {
       const std::string key = adamw_state_key(i, field);
       if (!state.contains(key)) problems.push_back(fmt::format("missing key '{}'", key));
     }
@@ -251,6 +251,12 @@ void scale_gradients(const std::vector<Tensor>& params, double factor) {
       kernels::cpu::scale_inplace<T>(g.numel(), g.data<T>(), static_cast<T>(factor));
     });
   }
+}
+
+std::vector<std::string_view> adamw_required_fields() {
+  std::vector<std::string_view> fields;
+  std::copy_if(kAdamWStateFields.begin(), kAdamWStateFields.end(), std::back_inserter(fields), adamw_field_required);
+  return fields;
 }
 
 std::string adamw_state_key(std::size_t index, std::string_view field) { return fmt::format("state.{}.{}", index, field); }

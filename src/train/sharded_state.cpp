@@ -27,8 +27,6 @@ std::map<std::string, std::size_t, std::less<>> parameter_indices(const std::vec
   return index;
 }
 
-// What AdamW keeps per parameter, under "<parameter name>.<field>" in a checkpoint.
-constexpr const auto& kAdamWFields = kAdamWStateFields;
 
 }  // namespace
 
@@ -78,7 +76,7 @@ WholeState gather_whole_state(const nn::Module& model, const AdamW& optimizer, c
   for (std::size_t i = 0; i < shards.size(); ++i) {
     if (!moments.contains(adamw_state_key(i, "step"))) continue;  // not updated yet (on every rank alike)
     const auto& [name, shard] = shards[i];
-    for (const std::string_view field : kAdamWFields) {
+    for (const std::string_view field : kAdamWStateFields) {
       if (!moments.contains(adamw_state_key(i, field))) continue;  // an optional field (ema) not kept
       const Tensor& t = moments.at(adamw_state_key(i, field));
       out.optimizer.insert(fmt::format("{}.{}", name, field), field == "step" ? t : gather_whole(t, shard, grid));
@@ -105,8 +103,8 @@ void load_whole_state(const WholeState& state, nn::Module& model, AdamW& optimiz
     const std::string field = dot == std::string::npos ? std::string() : key.substr(dot + 1);
     if (it == index.end()) {
       problems.push_back(fmt::format("'{}' names no parameter of the model", key));
-    } else if (std::find(kAdamWFields.begin(), kAdamWFields.end(), field) == kAdamWFields.end()) {
-      problems.push_back(fmt::format("'{}' is not an AdamW field ({})", key, fmt::join(kAdamWFields, ", ")));
+    } else if (std::find(kAdamWStateFields.begin(), kAdamWStateFields.end(), field) == kAdamWStateFields.end()) {
+      problems.push_back(fmt::format("'{}' is not an AdamW field ({})", key, fmt::join(kAdamWStateFields, ", ")));
     } else {
       fields_of[it->second] += adamw_field_required(field) ? 1 : 0;
       local_optimizer.insert(adamw_state_key(it->second, field),
@@ -114,9 +112,10 @@ void load_whole_state(const WholeState& state, nn::Module& model, AdamW& optimiz
     }
   }
   for (const auto& [i, count] : fields_of) {
-    if (count != 3) {
-      problems.push_back(fmt::format("'{}' has only {} of its 3 AdamW fields (step, exp_avg, exp_avg_sq)",
-                                     shards[i].first, count));
+    const std::vector<std::string_view> required = adamw_required_fields();
+    if (count != static_cast<int>(required.size())) {
+      problems.push_back(fmt::format("'{}' has only {} of its {} AdamW fields ({})", shards[i].first, count,
+                                     required.size(), fmt::join(required, ", ")));
     }
   }
   WF_USER_CHECK(problems.empty(),
@@ -220,10 +219,10 @@ void load_sharded_state(CheckpointReader& reader, nn::Module& model, AdamW& opti
   reader.load(targets);
   nn::StateDict state;
   // The optimizer's targets follow the model's, in slot order, each slot's fields in
-  // kAdamWFields order (those it has).
+  // kAdamWStateFields order (those it has).
   std::size_t next = model_targets;
   for (const std::size_t i : with_state) {
-    for (const std::string_view field : kAdamWFields) {
+    for (const std::string_view field : kAdamWStateFields) {
       if (next < targets.size() && targets[next].key == slots[i].name + "." + std::string(field)) {
         state.insert(adamw_state_key(i, field), targets[next++].data);
       }

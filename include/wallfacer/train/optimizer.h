@@ -37,6 +37,8 @@ struct AdamWOptions {
 // ema_decay > 0 (optional: a state without it is complete).
 inline constexpr std::array<std::string_view, 4> kAdamWStateFields = {"step", "exp_avg", "exp_avg_sq", "ema"};
 inline bool adamw_field_required(std::string_view field) { return field != "ema"; }
+// The fields every updated parameter's state holds: "step", "exp_avg", "exp_avg_sq".
+std::vector<std::string_view> adamw_required_fields();
 
 class AdamW {
  public:
