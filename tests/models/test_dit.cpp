@@ -417,3 +417,26 @@ TEST_CASE("dit: the batch source draws each sample's time, noise and label dropo
   for (const double t : whole.at("times").to_vector<double>()) CHECK((t >= 0 && t < 1000 && t == std::floor(t)));
   for (const std::int64_t y : whole.at("labels").to_vector<std::int64_t>()) CHECK((y >= 0 && y <= 5));
 }
+
+TEST_CASE("dit: data that does not fit the model, and sampling requests it cannot serve, fail with the fix",
+          "[models][dit][data]") {
+  DitOptions o = tiny_dit();  // 2 channels, 8x8, 5 classes
+  const std::vector<std::int64_t> positions = {0, 1, 2, 3};
+  const DitDrawSeeds seeds = DitDrawSeeds::for_run(1, false);
+  const data::SampleOrderOptions order{.samples_per_epoch = 4};
+  const auto three_channels = std::make_shared<data::ImageDataset>(data::synthetic_images(4, 3, 8, 5, 1));
+  CHECK_THROWS_WITH(DitBatchSource(three_channels, o, order, positions, seeds, true),
+                    Contains("model.in_channels = 2") && Contains("set model.in_channels and model.image_size"));
+  const auto more_classes = std::make_shared<data::ImageDataset>(data::synthetic_images(40, 2, 8, 10, 1));
+  CHECK_THROWS_WITH(DitBatchSource(more_classes, o, order, positions, seeds, true),
+                    Contains("model.num_classes is 5") && Contains("raise model.num_classes"));
+
+  Dit model(o);
+  CHECK_THROWS_WITH(sample_dit(model, {.labels = {5}}), Contains("class 5 is outside the model's classes 0..4"));
+  CHECK_THROWS_WITH(sample_dit(model, {}), Contains("no images asked for"));
+  DitOptions unguided = o;
+  unguided.class_dropout = 0.0;
+  Dit no_null(unguided);
+  CHECK_THROWS_WITH(sample_dit(no_null, {.labels = {1}, .guidance = 4.0}), Contains("needs the null class"));
+  CHECK(sample_dit(no_null, {.labels = {1}, .guidance = 1.0, .steps = 2}).shape() == Shape({1, 2, 8, 8}));
+}
