@@ -19,14 +19,16 @@ constexpr std::array<std::string_view, 4> kAxisNames = {"tp", "sp", "dp", "pp"};
 constexpr int kTp = 0, kSp = 1, kDp = 2, kPp = 3;
 
 // What a group kind varies: world axes, or the WallFacer sub-dimensions of the sp axis.
-enum class Dim { tp, sp, dp, pp, team_group, ring_pos, member };
+// ulysses and wallfacer split the sp axis into the hybrid's U × W; team_group, ring_pos and
+// member split the WallFacer group again.
+enum class Dim { tp, sp, dp, pp, ulysses, wallfacer, team_group, ring_pos, member };
 
-constexpr std::array<std::string_view, 9> kGroupNames = {"world",   "dp",      "tp",    "pp",          "sp",
-                                                         "sp.team", "sp.ring", "dp_sp", "pp.embedding"};
+constexpr std::array<std::string_view, 11> kGroupNames = {
+    "world", "dp", "tp", "pp", "sp", "sp.ulysses", "sp.wallfacer", "sp.team", "sp.ring", "dp_sp", "pp.embedding"};
 constexpr int kWorldGroup = 0;
 // The first and the last pipeline stage of one (tp, sp, dp) coordinate, which both hold the tied
 // token embedding and sum its gradient (Megatron's embedding group); a middle stage is alone.
-constexpr int kEmbeddingGroup = 8;
+constexpr int kEmbeddingGroup = 10;
 
 std::string join_ints(const std::vector<int>& values, std::string_view separator) {
   return fmt::format("{}", fmt::join(values, separator));
@@ -115,8 +117,10 @@ std::vector<Dim> varying_dims(int kind, const int (&order)[4]) {
     case 2: return {Dim::tp};
     case 3: return {Dim::pp};
     case 4: return {Dim::sp};
-    case 5: return {Dim::member};
-    case 6: return {Dim::ring_pos};
+    case 5: return {Dim::ulysses};
+    case 6: return {Dim::wallfacer};
+    case 7: return {Dim::member};
+    case 8: return {Dim::ring_pos};
     default: return {Dim::dp, Dim::sp};  // dp_sp: sp fastest
   }
 }
@@ -171,6 +175,17 @@ std::string placement_note(int sp, int C) {
                      "collectives-intra and p2p-intra place the ranks identically; the placement cannot matter",
                      sp);
 }
+
+namespace {
+// Every U dividing sp, ascending.
+std::vector<int> divisors_of(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+}  // namespace
 
 std::vector<int> valid_team_sizes(int sp) {
   std::vector<int> sizes;
@@ -279,13 +294,26 @@ void ProcessGrid::validate(const ParallelConfig& config, int world_size) {
                       world_fit_hint(sizes, world_size)));
     }
   }
-  if (config.sp >= 1) {
-    const bool fits = config.C >= 1 && static_cast<std::int64_t>(config.C) * config.C <= config.sp &&
-                      config.sp % (config.C * config.C) == 0;
-    if (!fits) {
+  const bool u_fits = config.sp >= 1 && config.U >= 1 && config.U <= config.sp && config.sp % config.U == 0;
+  if (config.sp >= 1 && !u_fits) {
+    problems.push_back(fmt::format(
+        "U = {} does not divide sp = {}: the Ulysses degree of ulysses-wallfacer must be a divisor of sp (the sp group "
+        "is U Ulysses ranks times sp/U WallFacer ranks); valid U for sp = {}: {}",
+        config.U, config.sp, config.sp, join_ints(divisors_of(config.sp), ", ")));
+  }
+  if (u_fits) {
+    const int W = config.sp / config.U;  // the WallFacer group C² must divide
+    const bool fits =
+        config.C >= 1 && static_cast<std::int64_t>(config.C) * config.C <= W && W % (config.C * config.C) == 0;
+    if (!fits && config.U == 1) {
       problems.push_back(fmt::format(
           "C = {} does not fit sp = {}: WallFacer needs C >= 1 with C*C dividing sp; valid C for sp = {}: {}", config.C,
           config.sp, config.sp, join_ints(valid_team_sizes(config.sp), ", ")));
+    } else if (!fits) {
+      problems.push_back(fmt::format(
+          "C = {} does not fit sp / U = {} / {} = {}: WallFacer runs over groups of sp/U ranks and needs C >= 1 with "
+          "C*C dividing sp/U; valid C for sp/U = {}: {} (or choose another U)",
+          config.C, config.sp, config.U, W, W, join_ints(valid_team_sizes(W), ", ")));
     }
   }
   if (std::string problem = order_problem(config.order); !problem.empty()) problems.push_back(std::move(problem));
@@ -308,7 +336,7 @@ ProcessGrid::ProcessGrid(ParallelConfig config, int world_size, int rank)
     : config_(validated(std::move(config), world_size)),
       world_size_(world_size),
       rank_(rank),
-      layout_(config_.sp, config_.C, config_.placement),
+      layout_(config_.sp / config_.U, config_.C, config_.placement),
       size_{config_.tp, config_.sp, config_.dp, config_.pp} {
   check_rank(rank);
   const auto tokens = split_order(config_.order);
@@ -367,12 +395,15 @@ std::vector<int> ProcessGrid::members(int kind, int rank) const {
     last_stage.world[kPp] = last;
     return last == 0 ? std::vector<int>{rank} : std::vector<int>{rank_of(first_stage), rank_of(last_stage)};
   }
-  const SpPosition base_position = layout_.position(base.world[kSp]);
+  const int base_u = ulysses_index(base.world[kSp]), base_w = wallfacer_index(base.world[kSp]);
+  const SpPosition base_position = layout_.position(base_w);
   const std::vector<Dim> dims = varying_dims(kind, order_);
   std::vector<int> extent;
   int total = 1;
   for (Dim dim : dims) {
     switch (dim) {
+      case Dim::ulysses: extent.push_back(config_.U); break;
+      case Dim::wallfacer: extent.push_back(layout_.ranks()); break;
       case Dim::team_group:
       case Dim::member: extent.push_back(layout_.team_size()); break;
       case Dim::ring_pos: extent.push_back(layout_.ring_size()); break;
@@ -385,20 +416,24 @@ std::vector<int> ProcessGrid::members(int kind, int rank) const {
   for (int n = 0; n < total; ++n) {
     Coords c = base;
     SpPosition p = base_position;
-    bool sub_dims = false;
+    int u = base_u, w = base_w;
+    bool sub_dims = false, positions = false;
     int rest = n;
     for (std::size_t k = dims.size(); k-- > 0;) {
       const int value = rest % extent[k];
       rest /= extent[k];
       switch (dims[k]) {
-        case Dim::team_group: p.team_group = value; break;
-        case Dim::ring_pos: p.ring_pos = value; break;
-        case Dim::member: p.member = value; break;
+        case Dim::ulysses: u = value; break;
+        case Dim::wallfacer: w = value; break;
+        case Dim::team_group: p.team_group = value, positions = true; break;
+        case Dim::ring_pos: p.ring_pos = value, positions = true; break;
+        case Dim::member: p.member = value, positions = true; break;
         default: c.world[static_cast<int>(dims[k])] = value; continue;
       }
       sub_dims = true;
     }
-    if (sub_dims) c.world[kSp] = layout_.sp_index(p);
+    if (positions) w = layout_.sp_index(p);
+    if (sub_dims) c.world[kSp] = sp_index_of(u, w);
     result.push_back(rank_of(c));
   }
   return result;
@@ -436,6 +471,31 @@ int ProcessGrid::coord_of(std::string_view axis, int rank) const {
   return coords_of(rank).world[it - kAxisNames.begin()];
 }
 
+int ProcessGrid::ulysses_index(int sp_index) const {
+  WF_CHECK(sp_index >= 0 && sp_index < config_.sp, "sp index {} is outside the sp group of {} ranks", sp_index,
+           config_.sp);
+  return config_.ulysses_inner ? sp_index % config_.U : sp_index / layout_.ranks();
+}
+
+int ProcessGrid::wallfacer_index(int sp_index) const {
+  WF_CHECK(sp_index >= 0 && sp_index < config_.sp, "sp index {} is outside the sp group of {} ranks", sp_index,
+           config_.sp);
+  return config_.ulysses_inner ? sp_index / config_.U : sp_index % layout_.ranks();
+}
+
+int ProcessGrid::sp_index_of(int ulysses_index, int wallfacer_index) const {
+  WF_CHECK(ulysses_index >= 0 && ulysses_index < config_.U && wallfacer_index >= 0 &&
+               wallfacer_index < layout_.ranks(),
+           "Ulysses index {} / WallFacer index {} is outside U = {}, sp/U = {}", ulysses_index, wallfacer_index,
+           config_.U, layout_.ranks());
+  return config_.ulysses_inner ? wallfacer_index * config_.U + ulysses_index
+                               : ulysses_index * layout_.ranks() + wallfacer_index;
+}
+
+int ProcessGrid::sp_logical_index(int sp_index) const {
+  return layout_.logical_index(wallfacer_index(sp_index)) * config_.U + ulysses_index(sp_index);
+}
+
 int ProcessGrid::sp_index_to_rank(int rank, int sp_index) const {
   Coords c = coords_of(rank);
   c.world[kSp] = sp_index;
@@ -443,12 +503,14 @@ int ProcessGrid::sp_index_to_rank(int rank, int sp_index) const {
 }
 
 WallFacerPeers ProcessGrid::wallfacer_peers_of(int rank) const {
-  const int s = coords_of(rank).world[kSp];
+  const int sp = coords_of(rank).world[kSp], u = ulysses_index(sp), s = wallfacer_index(sp);
   const SpPosition p = layout_.position(s);
-  return {sp_index_to_rank(rank, layout_.initial_send(s)),
-          sp_index_to_rank(rank, layout_.initial_recv(s)),
-          sp_index_to_rank(rank, layout_.ring_next(s)),
-          sp_index_to_rank(rank, layout_.ring_prev(s)),
+  // The peers share the rank's Ulysses index: they are in its WallFacer group.
+  const auto peer = [&](int w) { return sp_index_to_rank(rank, sp_index_of(u, w)); };
+  return {peer(layout_.initial_send(s)),
+          peer(layout_.initial_recv(s)),
+          peer(layout_.ring_next(s)),
+          peer(layout_.ring_prev(s)),
           layout_.team(s),
           p.member,
           p.team_group,
@@ -481,11 +543,18 @@ std::string ProcessGrid::to_table() const {
       "wallfacer: C = {} ({} teams of {} per sp group), G = {} (C*C = {} sub-rings of {} rank{}), placement {}\n\n",
       cfg.C, layout_.num_teams(), cfg.C, layout_.ring_size(), cfg.C * cfg.C, layout_.ring_size(),
       layout_.ring_size() == 1 ? "" : "s", placement_name(cfg.placement));
+  if (cfg.U > 1) {
+    out.erase(out.size() - 2);  // the WallFacer line describes one WallFacer group of sp/U ranks
+    out += fmt::format(" in each WallFacer group of sp/U = {} ranks\n", layout_.ranks());
+    out += fmt::format("ulysses: U = {} (all-to-all over sp.ulysses), {} ranks adjacent (sp index = {})\n\n", cfg.U,
+                       cfg.ulysses_inner ? "Ulysses" : "WallFacer",
+                       cfg.ulysses_inner ? fmt::format("w*{} + u", cfg.U) : fmt::format("u*{} + w", layout_.ranks()));
+  }
 
   out += "groups (world ranks in group-rank order):\n";
   for (std::string_view name : kGroupNames) {
     const auto groups = all_groups(name);
-    const std::string head = fmt::format("  {:<8} {:>4} x {:<4} ", name, groups.size(), groups.front().size());
+    const std::string head = fmt::format("  {:<12} {:>4} x {:<4} ", name, groups.size(), groups.front().size());
     out += head;
     append_wrapped_groups(out, groups, head.size());
   }
@@ -507,8 +576,10 @@ std::string ProcessGrid::to_table() const {
         peer_text(pp_neighbor_of(r, -1)));
   }
 
-  out += "\nK/V held by each sp index at each ring step (team number; the same in every sp group):\n";
-  out += fmt::format("  {:>8} {:>9}", "sp index", "team.mbr");
+  out += cfg.U > 1 ? "\nK/V held by each WallFacer index at each ring step (team number; the same in every WallFacer "
+                     "group):\n"
+                   : "\nK/V held by each sp index at each ring step (team number; the same in every sp group):\n";
+  out += fmt::format("  {:>8} {:>9}", cfg.U > 1 ? "wf index" : "sp index", "team.mbr");
   for (int step = 0; step < layout_.ring_size(); ++step) out += fmt::format(" {:>6}", fmt::format("step{}", step));
   out += '\n';
   for (int s = 0; s < layout_.ranks(); ++s) {
@@ -530,11 +601,14 @@ std::string ProcessGrid::to_json(int indent) const {
                    {"sp", config_.sp},
                    {"order", config_.order},
                    {"C", config_.C},
-                   {"placement", placement_name(config_.placement)}};
+                   {"placement", placement_name(config_.placement)},
+                   {"U", config_.U},
+                   {"ulysses_inner", config_.ulysses_inner}};
   doc["wallfacer"] = {{"teams", layout_.num_teams()},
                       {"team_size", layout_.team_size()},
                       {"ring_size", layout_.ring_size()},
-                      {"sub_rings", config_.C * config_.C}};
+                      {"sub_rings", config_.C * config_.C},
+                      {"group_size", layout_.ranks()}};  // sp/U ranks: the WallFacer group
   Json strides = Json::object();
   for (int k = 0; k < 4; ++k) strides[std::string(kAxisNames[order_[k]])] = stride_[order_[k]];
   doc["strides"] = strides;
@@ -548,6 +622,8 @@ std::string ProcessGrid::to_json(int indent) const {
     Json entry;
     entry["rank"] = r;
     entry["coords"] = {{"tp", c.world[kTp]}, {"sp", c.world[kSp]}, {"dp", c.world[kDp]}, {"pp", c.world[kPp]}};
+    entry["ulysses_index"] = ulysses_index(c.world[kSp]);
+    entry["wallfacer_index"] = wallfacer_index(c.world[kSp]);
     entry["wallfacer"] = {{"team", w.team},
                           {"member", w.member},
                           {"team_group", w.team_group},

@@ -346,6 +346,7 @@ TEST_CASE("every group kind partitions the world consistently, in every order", 
       const ProcessGrid grid(config, world, 0);
       const std::map<std::string, int> expected_sizes = {{"world", 96}, {"dp", 2},      {"tp", 3},      {"pp", 2},
                                                          {"sp", 8},     {"sp.team", 2}, {"sp.ring", 2}, {"dp_sp", 16},
+                                                         {"sp.ulysses", 1}, {"sp.wallfacer", 8},
                                                          {"pp.embedding", 2}};
       for (std::string_view name : ProcessGrid::group_names()) {
         const auto groups = grid.all_groups(name);
@@ -376,6 +377,123 @@ TEST_CASE("every group kind partitions the world consistently, in every order", 
       }
     }
   }
+}
+
+// ---- the ulysses-wallfacer hybrid: U Ulysses ranks x sp/U WallFacer ranks -----------------
+
+ParallelConfig hybrid(int sp, int U, int C, bool ulysses_inner, int dp = 1) {
+  ParallelConfig config = sp_only(sp, C, Placement::collectives_intra);
+  config.U = U;
+  config.ulysses_inner = ulysses_inner;
+  config.dp = dp;
+  return config;
+}
+
+TEST_CASE("sp8 U=2 C=2, Ulysses ranks inner: all-to-all pairs, WallFacer groups of 4 split into teams",
+          "[comm][grid][ulysses_wallfacer]") {
+  const ProcessGrid grid(hybrid(8, 2, 2, true), 8, 0);  // sp index = w*2 + u
+  CHECK(grid.all_groups("sp") == Groups{{0, 1, 2, 3, 4, 5, 6, 7}});
+  CHECK(grid.all_groups("sp.ulysses") == Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+  CHECK(grid.all_groups("sp.wallfacer") == Groups{{0, 2, 4, 6}, {1, 3, 5, 7}});
+  CHECK(grid.all_groups("sp.team") == Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}});
+  CHECK(grid.all_groups("sp.ring") == Groups{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}});  // G = 4 / 2² = 1
+  CHECK(grid.wallfacer().ranks() == 4);
+  // The WallFacer layout of 4 (P = 4, C = 2: teams {0, 1}, {2, 3}) inside each WallFacer group:
+  // the dispatch sends w 1 <-> 2 and keeps 0 and 3, so world 2 <-> 4 and 3 <-> 5.
+  CHECK(send_map(grid) == std::vector<int>{0, 1, 4, 5, 2, 3, 6, 7});
+  CHECK(recv_map(grid) == send_map(grid));
+  for (int s = 0; s < 8; ++s) {
+    CHECK(grid.ulysses_index(s) == s % 2);
+    CHECK(grid.wallfacer_index(s) == s / 2);
+    CHECK(grid.sp_index_of(s % 2, s / 2) == s);
+    CHECK(grid.sp_logical_index(s) == s);  // collectives-intra: logical w = w
+  }
+}
+
+TEST_CASE("sp8 U=2 C=2, WallFacer ranks inner: the WallFacer groups are adjacent", "[comm][grid][ulysses_wallfacer]") {
+  const ProcessGrid grid(hybrid(8, 2, 2, false), 8, 5);  // sp index = u*4 + w
+  CHECK(grid.all_groups("sp.ulysses") == Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+  CHECK(grid.all_groups("sp.wallfacer") == Groups{{0, 1, 2, 3}, {4, 5, 6, 7}});
+  CHECK(grid.all_groups("sp.team") == Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+  CHECK(grid.group("sp.ulysses") == std::vector<int>{1, 5});
+  CHECK(grid.group_rank("sp.ulysses") == 1);
+  CHECK(grid.group_rank("sp.wallfacer") == 1);
+  CHECK(send_map(grid) == std::vector<int>{0, 2, 1, 3, 4, 6, 5, 7});
+  CHECK(grid.ulysses_index(5) == 1);
+  CHECK(grid.wallfacer_index(5) == 1);
+  CHECK(grid.sp_logical_index(5) == 1 * 2 + 1);  // l = w·U + u
+}
+
+TEST_CASE("sp8 U=2 C=1 in dp 2: sub-rings of 4 inside each WallFacer group, peers inside it",
+          "[comm][grid][ulysses_wallfacer]") {
+  const ProcessGrid grid(hybrid(8, 2, 1, true, 2), 16, 9);  // order tp-sp-dp-pp: rank = dp*8 + sp
+  CHECK(grid.all_groups("sp.ring") == Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}});
+  CHECK(grid.all_groups("sp.wallfacer") == grid.all_groups("sp.ring"));
+  CHECK(grid.group("sp.ulysses") == std::vector<int>{8, 9});
+  CHECK(next_map(grid) == std::vector<int>{2, 3, 4, 5, 6, 7, 0, 1, 10, 11, 12, 13, 14, 15, 8, 9});
+  CHECK(prev_map(grid) == std::vector<int>{6, 7, 0, 1, 2, 3, 4, 5, 14, 15, 8, 9, 10, 11, 12, 13});
+  CHECK(grid.all_groups("dp_sp").size() == 1);
+}
+
+TEST_CASE("U = 1: sp.wallfacer is the sp group and sp.ulysses single ranks", "[comm][grid][ulysses_wallfacer]") {
+  const ProcessGrid grid(sp_only(8, 2, Placement::p2p_intra), 8, 3);
+  CHECK(grid.all_groups("sp.wallfacer") == grid.all_groups("sp"));
+  CHECK(grid.all_groups("sp.ulysses") == Groups{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}});
+  for (int s = 0; s < 8; ++s) CHECK(grid.sp_logical_index(s) == grid.wallfacer().logical_index(s));
+}
+
+TEST_CASE("the hybrid's groups partition the world in every order", "[comm][grid][ulysses_wallfacer]") {
+  for (const std::string order : {"tp-sp-dp-pp", "dp-pp-tp-sp"}) {
+    for (bool inner : {true, false}) {
+      ParallelConfig config = hybrid(16, 2, 2, inner, 2);
+      config.tp = 2;
+      config.order = order;
+      const int world = 64;
+      const std::map<std::string, int> sizes = {{"sp.ulysses", 2}, {"sp.wallfacer", 8}, {"sp.team", 2}, {"sp.ring", 2}};
+      const ProcessGrid grid(config, world, 0);
+      for (const auto& [name, size] : sizes) {
+        std::vector<int> count(world, 0);
+        for (const auto& group : grid.all_groups(name)) {
+          REQUIRE(static_cast<int>(group.size()) == size);
+          for (int index = 0; index < size; ++index) {
+            const int member = group[static_cast<std::size_t>(index)];
+            ++count[static_cast<std::size_t>(member)];
+            const ProcessGrid view(config, world, member);
+            REQUIRE(view.group(name) == group);
+            REQUIRE(view.group_rank(name) == index);
+          }
+        }
+        REQUIRE(std::all_of(count.begin(), count.end(), [](int c) { return c == 1; }));
+      }
+      for (int r = 0; r < world; ++r) {  // the WallFacer peers stay in the rank's WallFacer group
+        const ProcessGrid view(config, world, r);
+        const auto& group = view.group("sp.wallfacer");
+        const auto peers = view.wallfacer_peers();
+        for (int peer : {peers.initial_send, peers.initial_recv, peers.ring_next, peers.ring_prev}) {
+          REQUIRE(std::find(group.begin(), group.end(), peer) != group.end());
+        }
+        REQUIRE(view.group_rank("sp.ulysses") == view.ulysses_index(view.coord("sp")));
+        REQUIRE(view.group_rank("sp.wallfacer") == view.wallfacer_index(view.coord("sp")));
+      }
+    }
+  }
+}
+
+TEST_CASE("the hybrid in to_table and to_json", "[comm][grid][ulysses_wallfacer]") {
+  const ProcessGrid grid(hybrid(8, 2, 2, false), 8, 0);
+  const std::string table = grid.to_table();
+  CHECK_THAT(table, Contains("in each WallFacer group of sp/U = 4 ranks"));
+  CHECK_THAT(table, Contains("ulysses: U = 2 (all-to-all over sp.ulysses), WallFacer ranks adjacent (sp index = u*4 + w)"));
+  CHECK_THAT(table, Contains("sp.ulysses      4 x 2    [0 4] [1 5] [2 6] [3 7]"));
+  CHECK_THAT(table, Contains("sp.wallfacer    2 x 4    [0 1 2 3] [4 5 6 7]"));
+  CHECK_THAT(table, Contains("wf index"));
+  const auto json = nlohmann::json::parse(grid.to_json());
+  CHECK(json["config"]["U"] == 2);
+  CHECK(json["config"]["ulysses_inner"] == false);
+  CHECK(json["wallfacer"]["group_size"] == 4);
+  CHECK(json["groups"]["sp.ulysses"].get<Groups>() == grid.all_groups("sp.ulysses"));
+  CHECK(json["ranks"][5]["ulysses_index"] == 1);
+  CHECK(json["ranks"][5]["wallfacer_index"] == 1);
 }
 
 // ---- validation -------------------------------------------------------------------------
@@ -420,6 +538,22 @@ TEST_CASE("validation: one message naming every problem", "[comm][grid]") {
     config.C = 16;
     CHECK_THAT(validation_message(config, 64), Contains("valid C for sp = 64: 1, 2, 4, 8"));
   }
+  SECTION("U must divide sp, and C*C must divide sp/U") {
+    config.sp = 8, config.dp = 1, config.tp = 1;
+    config.U = 3;
+    CHECK_THAT(validation_message(config, 8),
+               Contains("U = 3 does not divide sp = 8: the Ulysses degree of ulysses-wallfacer must be a divisor of "
+                        "sp (the sp group is U Ulysses ranks times sp/U WallFacer ranks); valid U for sp = 8: 1, 2, 4, "
+                        "8"));
+    config.U = 0;
+    CHECK_THAT(validation_message(config, 8), Contains("U = 0 does not divide sp = 8"));
+    config.U = 4, config.C = 2;
+    CHECK_THAT(validation_message(config, 8),
+               Contains("C = 2 does not fit sp / U = 8 / 4 = 2: WallFacer runs over groups of sp/U ranks and needs C "
+                        ">= 1 with C*C dividing sp/U; valid C for sp/U = 2: 1 (or choose another U)"));
+    config.U = 2;
+    CHECK_NOTHROW(ProcessGrid::validate(config, 8));
+  }
   SECTION("order must be a permutation of tp, sp, dp, pp") {
     config.order = "tp-sp-dp-xx";
     CHECK_THAT(validation_message(config, 16), Contains("order 'tp-sp-dp-xx'"));
@@ -460,7 +594,7 @@ TEST_CASE("names: placements, group kinds, axes", "[comm][grid]") {
 
   const ProcessGrid grid(sp_only(4, 2, Placement::collectives_intra), 4, 0);
   CHECK_THROWS_WITH(grid.group("team"), Contains("unknown process group 'team': valid names are world, dp, tp, pp, "
-                                                 "sp, sp.team, sp.ring, dp_sp, pp.embedding"));
+                                                 "sp, sp.ulysses, sp.wallfacer, sp.team, sp.ring, dp_sp, pp.embedding"));
   CHECK_THROWS_WITH(grid.all_groups("ring"), Contains("unknown process group 'ring'"));
   CHECK_THROWS_WITH(grid.coord("cp"), Contains("unknown grid axis 'cp': valid axes are tp, sp, dp, pp"));
   CHECK_THROWS_WITH(grid.wallfacer_peers_of(4), Contains("rank 4 is outside the world of 4 ranks"));
@@ -481,7 +615,7 @@ TEST_CASE("to_table and to_json print the same layout", "[comm][grid]") {
   const std::string table = grid.to_table();
   CHECK_THAT(table, Contains("process grid: 16 ranks = dp 2 x tp 1 x pp 1 x sp 8, order tp-sp-dp-pp"));
   CHECK_THAT(table, Contains("placement p2p-intra"));
-  CHECK_THAT(table, Contains("sp.team     8 x 2    [0 2] [1 3] [4 6] [5 7] [8 10] [9 11] [12 14] [13 15]"));
+  CHECK_THAT(table, Contains("sp.team         8 x 2    [0 2] [1 3] [4 6] [5 7] [8 10] [9 11] [12 14] [13 15]"));
   CHECK_THAT(table, Contains("init-send"));
   CHECK_THAT(table, Contains("ring-last"));
 

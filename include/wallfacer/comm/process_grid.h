@@ -31,8 +31,15 @@ struct ParallelConfig {
   // Rank decomposition, innermost (fastest varying) first: a permutation of tp, sp, dp, pp.
   // The default puts tensor-parallel ranks next to each other so they share a node.
   std::string order = "tp-sp-dp-pp";
-  int C = 1;  // WallFacer team size; C = 1 is plain ring attention. C² must divide sp.
+  int C = 1;  // WallFacer team size; C = 1 is plain ring attention. C² must divide sp / U.
   Placement placement = Placement::collectives_intra;
+  // Ulysses degree of the ulysses-wallfacer hybrid: the sp group is U Ulysses ranks (an
+  // all-to-all group, "sp.ulysses") times W = sp/U WallFacer ranks ("sp.wallfacer", which the
+  // teams and sub-rings split). U = 1 (every other strategy) makes sp.wallfacer the sp group.
+  int U = 1;
+  // Which of the two sits on adjacent sp indices: the Ulysses ranks (sp index = w·U + u, USP's
+  // default: the all-to-all stays on a node) or the WallFacer ranks (sp index = u·W + w).
+  bool ulysses_inner = true;
 };
 
 // Every team size C ≥ 1 with C² dividing sp, ascending (the scheduler's search space).
@@ -101,10 +108,23 @@ class ProcessGrid {
   const ParallelConfig& config() const { return config_; }
   int world_size() const { return world_size_; }
   int rank() const { return rank_; }
+  // The WallFacer layout of one WallFacer group (sp/U ranks; the sp group when U = 1): its
+  // indices are wallfacer indices, a rank's position in "sp.wallfacer".
   const WallFacerLayout& wallfacer() const { return layout_; }
 
-  // The group kinds, in the order printed: world, dp, tp, pp, sp, sp.team, sp.ring, dp_sp,
-  // pp.embedding (the first and last pipeline stage of each tp, sp, dp coordinate).
+  // The sp group as U Ulysses ranks × W = sp/U WallFacer ranks (ParallelConfig::U,
+  // ulysses_inner). All take and return indices inside one sp group.
+  int ulysses_index(int sp_index) const;    // u: position in "sp.ulysses"
+  int wallfacer_index(int sp_index) const;  // w: position in "sp.wallfacer"
+  int sp_index_of(int ulysses_index, int wallfacer_index) const;
+  // The rank's logical sp index, the one the sequence layout is cut by (sequence_layout.h):
+  // l·U + u with l = wallfacer().logical_index(w). With U = 1 it is WallFacer's logical index.
+  int sp_logical_index(int sp_index) const;
+
+  // The group kinds, in the order printed: world, dp, tp, pp, sp, sp.ulysses (the hybrid's
+  // all-to-all group of U ranks), sp.wallfacer (its WallFacer group of sp/U ranks: the dispatch
+  // group; the sp group when U = 1), sp.team, sp.ring (inside sp.wallfacer), dp_sp, pp.embedding
+  // (the first and last pipeline stage of each tp, sp, dp coordinate).
   static const std::vector<std::string_view>& group_names();
 
   // This rank's group of that kind: world ranks, in group-rank order. An unknown name throws
