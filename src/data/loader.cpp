@@ -16,7 +16,7 @@ void check_options(const LoaderOptions& o) {
            "BatchLoader: the sp shard is for sequences of {} tokens but seq_len is {}; build the shard "
            "(parallel::sp_shard) with the same sequence length",
            o.shard.seq_len, o.seq_len);
-  parallel::check_sequence_length(o.shard.layout, o.seq_len, o.shard.P, o.shard.C);
+  parallel::check_sequence_length(o.shard.layout, o.seq_len, o.shard.P, o.shard.C, o.shard.U);
   WF_CHECK(o.shard.logical_index >= 0 && o.shard.logical_index < o.shard.P,
            "BatchLoader: sp logical index {} is not a rank of an sp group of {}", o.shard.logical_index, o.shard.P);
 }

@@ -73,19 +73,39 @@ std::vector<TokenRun> team_runs(SequenceLayout layout, std::int64_t N, int P, in
 
 }  // namespace
 
-std::int64_t sequence_length_multiple(SequenceLayout layout, int P, int C) {
-  check_team_split(P, C);
+namespace {
+void check_ulysses_split(int P, int U) {
+  WF_CHECK(U >= 1 && P >= 1 && P % U == 0, "sequence layout: the Ulysses degree U = {} must be >= 1 and divide P = {}",
+           U, P);
+}
+}  // namespace
+
+std::int64_t sequence_length_multiple(SequenceLayout layout, int P, int C, int U) {
+  check_ulysses_split(P, U);
+  const int W = P / U;
+  check_team_split(W, C);
   (void)sequence_layout_name(layout);  // rejects values outside the enum
-  if (layout == SequenceLayout::contiguous) return P;
-  return std::lcm(static_cast<std::int64_t>(P), 2 * static_cast<std::int64_t>(P / C));
+  const auto single = [layout](std::int64_t ranks, std::int64_t team) {
+    return layout == SequenceLayout::contiguous ? ranks : std::lcm(ranks, 2 * (ranks / team));
+  };
+  if (U == 1) return single(P, C);
+  // The W shards need single(W, C) | N; each shard's N/W tokens need single(U, 1) | N/W.
+  return std::lcm(single(W, C), W * single(U, 1));
 }
 
-void check_sequence_length(SequenceLayout layout, std::int64_t N, int P, int C) {
-  const std::int64_t multiple = sequence_length_multiple(layout, P, C);
+void check_sequence_length(SequenceLayout layout, std::int64_t N, int P, int C, int U) {
+  const std::int64_t multiple = sequence_length_multiple(layout, P, C, U);
   if (N > 0 && N % multiple == 0) return;
   const std::int64_t below = N > 0 ? N / multiple * multiple : 0, above = N > 0 ? below + multiple : multiple;
   const std::string nearest =
       below > 0 ? fmt::format("{} or {}", below, above) : fmt::format("{}", above);
+  if (U > 1) {
+    WF_FAIL("{} sequence layout: N = {} tokens cannot be split over P = {} ranks as U = {} Ulysses ranks times "
+            "P/U = {} WallFacer ranks in teams of C = {}: it needs N divisible by {}{}; nearest valid N: {}",
+            sequence_layout_name(layout), N, P, U, P / U, C, multiple,
+            layout == SequenceLayout::contiguous ? " = P" : " = 2·P (each WallFacer shard's tokens in 2·U chunks)",
+            nearest);
+  }
   const std::string why =
       layout == SequenceLayout::contiguous
           ? fmt::format("N divisible by P = {}", P)
@@ -102,11 +122,20 @@ std::vector<TokenRun> team_tokens(SequenceLayout layout, std::int64_t N, int P, 
   return team_runs(layout, N, P, C, team);
 }
 
-std::vector<TokenRun> rank_tokens(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index) {
-  check_sequence_length(layout, N, P, C);
+std::vector<TokenRun> rank_tokens(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index, int U) {
+  check_sequence_length(layout, N, P, C, U);
   check_logical_index(P, logical_index);
-  const std::int64_t local = N / P;
-  return slice_runs(team_runs(layout, N, P, C, logical_index / C), (logical_index % C) * local, local);
+  const int W = P / U;
+  const std::int64_t shard = N / W;  // a WallFacer member's tokens
+  const int s = logical_index / U;
+  const std::vector<TokenRun> storage = slice_runs(team_runs(layout, N, W, C, s / C), (s % C) * shard, shard);
+  if (U == 1) return storage;
+  // Ulysses rank u's part of the shard: the C = 1 layout over U ranks, of storage indices.
+  std::vector<TokenRun> runs;
+  for (const TokenRun& indices : rank_tokens(layout, shard, U, 1, logical_index % U)) {
+    for (const TokenRun& run : slice_runs(storage, indices.start, indices.length)) append_run(runs, run);
+  }
+  return runs;
 }
 
 std::vector<std::int64_t> run_positions(const std::vector<TokenRun>& runs) {
@@ -117,8 +146,9 @@ std::vector<std::int64_t> run_positions(const std::vector<TokenRun>& runs) {
   return positions;
 }
 
-std::vector<std::int64_t> position_ids(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index) {
-  return run_positions(rank_tokens(layout, N, P, C, logical_index));
+std::vector<std::int64_t> position_ids(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index,
+                                       int U) {
+  return run_positions(rank_tokens(layout, N, P, C, logical_index, U));
 }
 
 // ---- shard / unshard -------------------------------------------------------------------------
@@ -159,10 +189,10 @@ void check_sequence_tensor(const Tensor& t, const char* what) {
 
 }  // namespace
 
-Tensor shard_sequence(const Tensor& global, SequenceLayout layout, int P, int C, int logical_index) {
+Tensor shard_sequence(const Tensor& global, SequenceLayout layout, int P, int C, int logical_index, int U) {
   check_sequence_tensor(global, "shard_sequence");
   const std::int64_t N = global.size(1);
-  const std::vector<TokenRun> runs = rank_tokens(layout, N, P, C, logical_index);
+  const std::vector<TokenRun> runs = rank_tokens(layout, N, P, C, logical_index, U);
   Shape local_shape = global.shape();
   local_shape[1] = N / P;
   Tensor local = Tensor::empty(local_shape, global.dtype());
@@ -172,7 +202,7 @@ Tensor shard_sequence(const Tensor& global, SequenceLayout layout, int P, int C,
   return local;
 }
 
-Tensor unshard_sequence(const std::vector<Tensor>& locals, SequenceLayout layout, int P, int C) {
+Tensor unshard_sequence(const std::vector<Tensor>& locals, SequenceLayout layout, int P, int C, int U) {
   WF_CHECK(P >= 1 && static_cast<int>(locals.size()) == P, "unshard_sequence: {} local tensors for P = {} ranks",
            locals.size(), P);
   check_sequence_tensor(locals[0], "unshard_sequence");
@@ -189,7 +219,7 @@ Tensor unshard_sequence(const std::vector<Tensor>& locals, SequenceLayout layout
   global_shape[1] = N;
   Tensor global = Tensor::empty(global_shape, locals[0].dtype());
   for (int l = 0; l < P; ++l) {
-    copy_runs(rank_tokens(layout, N, P, C, l), global.size(0), N, n, token_row_bytes(global),
+    copy_runs(rank_tokens(layout, N, P, C, l, U), global.size(0), N, n, token_row_bytes(global),
               static_cast<char*>(global.raw_data()),
               static_cast<char*>(const_cast<void*>(locals[static_cast<std::size_t>(l)].raw_data())),
               /*to_local=*/false);

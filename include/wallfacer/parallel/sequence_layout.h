@@ -7,6 +7,13 @@
 // Ranks are named by their LOGICAL sp index l = t·C + m (team t, member m), which is what
 // comm::WallFacerLayout::logical_index returns; the placement only decides where l lives.
 // Ring attention and Ulysses are the case C = 1 (l = the rank).
+//
+// The ulysses-wallfacer hybrid (U > 1 below) composes two layouts: WallFacer's over W = P/U
+// logical shards (teams of C), and inside each shard — in its storage order, which is what the
+// Ulysses all-to-all gathers — the same layout with C = 1 over the shard's U Ulysses ranks.
+// Rank l = s·U + u holds the tokens at storage indices rank_tokens(layout, N/W, U, 1, u) of
+// shard s = rank_tokens(layout, N, W, C, s). U = 1 is WallFacer's layout; U = P (W = 1, whose
+// one shard is the whole sequence in order) is Ulysses'.
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -37,31 +44,35 @@ struct TokenRun {
 
 // N must be a multiple of this for the layout to split N tokens over P ranks in teams of C:
 // contiguous: P; zigzag: lcm(P, 2T) with T = P/C (the member slices need P | N, the 2T chunks
-// need 2T | N). Throws wf::Error unless P ≥ 1, C ≥ 1 and C divides P.
-std::int64_t sequence_length_multiple(SequenceLayout layout, int P, int C);
-// Throws wf::Error naming N, P, C, the layout and the nearest valid N values unless N > 0 is a
-// multiple of sequence_length_multiple(layout, P, C).
-void check_sequence_length(SequenceLayout layout, std::int64_t N, int P, int C);
+// need 2T | N). With U > 1 (the hybrid): lcm(the multiple over W = P/U in teams of C, W times
+// the C = 1 multiple over U), which is P (contiguous) or 2P (zigzag). Throws wf::Error unless
+// P ≥ 1, C ≥ 1, U ≥ 1, U divides P and C divides P/U.
+std::int64_t sequence_length_multiple(SequenceLayout layout, int P, int C, int U = 1);
+// Throws wf::Error naming N, P, C (and U), the layout and the nearest valid N values unless
+// N > 0 is a multiple of sequence_length_multiple(layout, P, C, U).
+void check_sequence_length(SequenceLayout layout, std::int64_t N, int P, int C, int U = 1);
 
 // The tokens logical rank l holds, in storage order, as maximal contiguous runs.
 //   contiguous: one run [l·N/P, (l+1)·N/P).
 //   zigzag: chunks of N/(2T) tokens; team t's storage is chunk t then chunk 2T−1−t, and member
 //     m holds the m-th N/P slice of that storage, so a slice may straddle the two chunks (two
 //     runs; one when the chunks touch, t = T−1). C = 1 is the usual {r, 2P−1−r} zigzag.
-std::vector<TokenRun> rank_tokens(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index);
+//   U > 1 (the hybrid): the composition in the header comment, l = s·U + u.
+std::vector<TokenRun> rank_tokens(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index, int U = 1);
 // What team t holds after the team all-gather: its members' runs in member order, merged.
 std::vector<TokenRun> team_tokens(SequenceLayout layout, std::int64_t N, int P, int C, int team);
 // The global position of each of rank l's N/P tokens, in storage order (for RoPE and learned
 // position embeddings, which must follow true positions, never storage order).
-std::vector<std::int64_t> position_ids(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index);
+std::vector<std::int64_t> position_ids(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index,
+                                       int U = 1);
 // Expands runs into positions.
 std::vector<std::int64_t> run_positions(const std::vector<TokenRun>& runs);
 
 // global [B, N, ...] (CPU, any dtype) → rank l's [B, N/P, ...]: a copy of its runs, in storage
 // order. The sequence is dim 1. Raw data copies: no autograd history is recorded.
-Tensor shard_sequence(const Tensor& global, SequenceLayout layout, int P, int C, int logical_index);
+Tensor shard_sequence(const Tensor& global, SequenceLayout layout, int P, int C, int logical_index, int U = 1);
 // The inverse: locals[l] is logical rank l's [B, N/P, ...]; returns the global [B, N, ...].
-Tensor unshard_sequence(const std::vector<Tensor>& locals, SequenceLayout layout, int P, int C);
+Tensor unshard_sequence(const std::vector<Tensor>& locals, SequenceLayout layout, int P, int C, int U = 1);
 
 // ---- block masks -------------------------------------------------------------------------
 
