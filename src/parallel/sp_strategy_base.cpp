@@ -14,11 +14,25 @@ DType multiply_dtype_of(DType activation) {
   return activation == DType::bf16 && kernels::cpu::gemm_bf16_native() ? DType::bf16 : compute_dtype_of(activation);
 }
 
+namespace {
+std::vector<int> identity(int P) {
+  std::vector<int> out(static_cast<std::size_t>(P));
+  for (int r = 0; r < P; ++r) out[static_cast<std::size_t>(r)] = r;
+  return out;
+}
+}  // namespace
+
 SpStrategyBase::SpStrategyBase(std::string name, const SpAttentionConfig& config, comm::Group& sp)
+    : SpStrategyBase(std::move(name), config, sp, 1, 1, identity(sp.size())) {}
+
+SpStrategyBase::SpStrategyBase(std::string name, const SpAttentionConfig& config, comm::Group& sp, int C, int U,
+                               const std::vector<int>& logical)
     : name_(std::move(name)), config_(config), sp_(sp), P_(sp.size()), rank_(sp.rank()) {
-  check_sequence_length(config_.layout, config_.seq_len, P_, 1);
+  check_sequence_length(config_.layout, config_.seq_len, P_, C, U);
+  WF_CHECK(static_cast<int>(logical.size()) == P_, "{} attention: {} logical indices for {} sp ranks", name_,
+           logical.size(), P_);
   runs_.reserve(static_cast<std::size_t>(P_));
-  for (int r = 0; r < P_; ++r) runs_.push_back(rank_tokens(config_.layout, config_.seq_len, P_, 1, r));
+  for (int l : logical) runs_.push_back(rank_tokens(config_.layout, config_.seq_len, P_, C, l, U));
 }
 
 void SpStrategyBase::check_call(const Tensor& q, const Tensor& k, const Tensor& v,

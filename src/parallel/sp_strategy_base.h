@@ -1,6 +1,6 @@
 #pragma once
-// What ring attention and Ulysses share (internal to src/parallel): the sp group, the C = 1
-// sequence layout of every sp rank, the checks of a call's local shard, forward() and replay()
+// What ring attention, Ulysses and the ulysses-wallfacer hybrid share (internal to
+// src/parallel): the sp group, the sequence layout of every sp rank, the checks of a call's local shard, forward() and replay()
 // over one strategy-specific run(), the work counters the tests read (SpAttentionWork), and
 // small raw-tensor helpers for packing messages. WallFacer uses the replay check and the
 // helpers.
@@ -48,6 +48,10 @@ class SpStrategyBase : public nn::AttentionStrategy, public SpAttentionWork {
  protected:
   // Checks N against the C = 1 layout over the sp group (the same message on every rank).
   SpStrategyBase(std::string name, const SpAttentionConfig& config, comm::Group& sp);
+  // The same for a layout cut with teams of C and Ulysses degree U (sequence_layout.h);
+  // logical[ρ] is sp rank ρ's logical sp index.
+  SpStrategyBase(std::string name, const SpAttentionConfig& config, comm::Group& sp, int C, int U,
+                 const std::vector<int>& logical);
 
   // wf::Error unless q [B, N/P, h, d], k = v [B, N/P, h_kv, d] (h_kv | h, f32 or f64 — or bf16
   // for a strategy that moves_bf16 — CPU) and

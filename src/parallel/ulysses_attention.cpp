@@ -38,6 +38,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "src/parallel/sp_strategy_base.h"
+#include "src/parallel/ulysses_exchange.h"
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/parallel/ulysses_heads.h"
@@ -47,102 +48,12 @@ namespace {
 
 using autograd::Context;
 using autograd::TensorList;
-using Positions = std::vector<std::vector<std::int64_t>>;  // [rank][i]: global position of its i-th token
-
-// One tensor taking part in an exchange, addressed as elements (batch b, token i, head, c) with
-// c < width: q, k, v, o and their gradients are [B, tokens, heads, width]; lse and its gradient
-// are [B, heads, tokens] with width 1.
-struct Field {
-  Tensor t;
-  std::int64_t tokens, heads, width;
-  bool heads_first;
-  std::int64_t at(std::int64_t b, std::int64_t i, std::int64_t head) const {
-    return heads_first ? (b * heads + head) * tokens + i : ((b * tokens + i) * heads + head) * width;
-  }
-};
-Field tokens_major(const Tensor& t) { return {t, t.size(1), t.size(2), t.size(3), false}; }
-Field heads_major(const Tensor& t) { return {t, t.size(2), t.size(1), 1, true}; }
-
-enum class Side { sequence, heads };
-
-// What walk_block does with each element: pack it into the message, or unpack the message into
-// it, overwriting or adding (the sum over the ranks that shared a replicated kv head).
-enum class Move { pack, unpack, unpack_add };
-
-// Copies the block a rank exchanges with `peer` for one field to or from a buffer and returns
-// the position after it. The block holds (b, i, hh, c) for b < B, i < N/P, hh < the
-// head-sharded field's head count `heads_per_rank`, in that order. On the sequence side that is
-// this rank's token i and global head peer·H/P + hh, H = f.heads, the field's global head count
-// (for a replicated kv head, H < P, it is the kv head the peer's query heads read); on the head
-// side it is the peer's i-th token (at its global position) and local head hh. Sender and
-// receiver walk the same order, so the block a rank packs for a peer is exactly what that peer
-// unpacks from it.
-template <class T>
-T* walk_block(const Field& f, Side side, int peer, int P, std::int64_t heads_per_rank,
-              const std::vector<std::int64_t>& peer_tokens, T* block, Move move) {
-  T* base = const_cast<T*>(f.t.data<T>());
-  const auto n = static_cast<std::int64_t>(peer_tokens.size());
-  const std::int64_t first_head = side == Side::sequence ? peer * f.heads / P : 0;
-  for (std::int64_t b = 0; b < f.t.size(0); ++b) {
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::int64_t token = side == Side::sequence ? i : peer_tokens[static_cast<std::size_t>(i)];
-      for (std::int64_t hh = 0; hh < heads_per_rank; ++hh) {
-        T* element = base + f.at(b, token, first_head + hh);
-        switch (move) {
-          case Move::pack: std::copy_n(element, f.width, block); break;
-          case Move::unpack: std::copy_n(block, f.width, element); break;
-          case Move::unpack_add:
-            for (std::int64_t c = 0; c < f.width; ++c) element[c] += block[c];
-            break;
-        }
-        block += f.width;
-      }
-    }
-  }
-  return block;
-}
-
-// Moves `from` (held on side `from_side`) into `to` (the other side) with one all-to-all.
-// from[j] and to[j] are the same tensor on the two sides. A field with fewer global heads than
-// P (a replicated kv head or its gradient) is copied to every sharer on the way to the head side
-// and summed over them on the way back.
-template <class T>
-void exchange(comm::Group& sp, const Positions& positions, Side from_side, const std::vector<Field>& from,
-              const std::vector<Field>& to) {
-  const int P = sp.size();
-  const Side to_side = from_side == Side::sequence ? Side::heads : Side::sequence;
-  const auto heads_per_rank = [&](std::size_t j) { return (from_side == Side::heads ? from[j] : to[j]).heads; };
-  const auto replicated = [&](std::size_t j) { return (from_side == Side::sequence ? from[j] : to[j]).heads < P; };
-  std::int64_t block = 0;
-  for (std::size_t j = 0; j < from.size(); ++j) {
-    block += from[j].t.size(0) * static_cast<std::int64_t>(positions[0].size()) * heads_per_rank(j) * from[j].width;
-  }
-  Tensor send = Tensor::empty({P * block}, dtype_v<T>);
-  T* p = send.data<T>();
-  for (int peer = 0; peer < P; ++peer) {
-    for (std::size_t j = 0; j < from.size(); ++j) {
-      p = walk_block<T>(from[j], from_side, peer, P, heads_per_rank(j), positions[static_cast<std::size_t>(peer)], p,
-                        Move::pack);
-    }
-  }
-  Tensor received = send;  // a group of one exchanges with itself
-  if (P > 1) received = sp.all_to_all(send);
-  std::vector<Move> unpack(to.size(), Move::unpack);
-  for (std::size_t j = 0; j < to.size(); ++j) {
-    if (to_side == Side::sequence && replicated(j)) {
-      Tensor sum = to[j].t;  // shares the storage
-      sum.zero_();           // the sharers' blocks add up in it
-      unpack[j] = Move::unpack_add;
-    }
-  }
-  p = received.data<T>();
-  for (int peer = 0; peer < P; ++peer) {
-    for (std::size_t j = 0; j < to.size(); ++j) {
-      p = walk_block<T>(to[j], to_side, peer, P, heads_per_rank(j), positions[static_cast<std::size_t>(peer)], p,
-                        unpack[j]);
-    }
-  }
-}
+using detail::Field;
+using detail::heads_major;
+using detail::Positions;  // [rank][i]: global position of its i-th token
+using detail::Side;
+using detail::tokens_major;
+using detail::ulysses_exchange;
 
 // The head-sharded side of one call: every token, h/P query heads and their kv heads.
 struct HeadSide {
@@ -182,12 +93,12 @@ class UlyssesAttentionFunction final : public autograd::Function {
     return dispatch_float(q.dtype(), "ulysses attention", [&](auto tag) {
       using T = decltype(tag);
       HeadSide h(s, q.dtype());
-      exchange<T>(sp_, positions_, Side::sequence, {tokens_major(q), tokens_major(k), tokens_major(v)},
+      ulysses_exchange(sp_, positions_, Side::sequence, {tokens_major(q), tokens_major(k), tokens_major(v)},
                   {tokens_major(h.q), tokens_major(h.k), tokens_major(h.v)});
       kernels::cpu::attention_forward<T>(s, h.q.data<T>(), h.k.data<T>(), h.v.data<T>(), h.o.data<T>(),
                                          h.lse.data<T>());
       Tensor o = Tensor::empty(q.shape(), q.dtype()), lse = Tensor::empty({q.size(0), q.size(2), q.size(1)}, q.dtype());
-      exchange<T>(sp_, positions_, Side::heads, {tokens_major(h.o), heads_major(h.lse)},
+      ulysses_exchange(sp_, positions_, Side::heads, {tokens_major(h.o), heads_major(h.lse)},
                   {tokens_major(o), heads_major(lse)});
       work_->forward = work(s);
       ctx.save_for_backward({h.q, h.k, h.v, h.o, h.lse});
@@ -217,7 +128,7 @@ class UlyssesAttentionFunction final : public autograd::Function {
         to.insert(to.end(), {tokens_major(h->q), tokens_major(h->k), tokens_major(h->v), tokens_major(h->o),
                              heads_major(h->lse)});
       }
-      exchange<T>(sp_, positions_, Side::sequence, from, to);
+      ulysses_exchange(sp_, positions_, Side::sequence, from, to);
       const Tensor &qh = h ? h->q : saved[0], &kh = h ? h->k : saved[1], &vh = h ? h->v : saved[2],
                    &oh = h ? h->o : saved[3], &lseh = h ? h->lse : saved[4];
       Tensor dqh = Tensor::empty(qh.shape(), dtype), dkh = Tensor::empty(kh.shape(), dtype),
@@ -229,7 +140,7 @@ class UlyssesAttentionFunction final : public autograd::Function {
       Tensor dq = Tensor::empty({s.batch, n, s.heads * P, s.head_dim}, dtype);
       Tensor dk = Tensor::empty({s.batch, n, kv_heads_, s.head_dim}, dtype);
       Tensor dv = Tensor::empty(dk.shape(), dtype);
-      exchange<T>(sp_, positions_, Side::heads, {tokens_major(dqh), tokens_major(dkh), tokens_major(dvh)},
+      ulysses_exchange(sp_, positions_, Side::heads, {tokens_major(dqh), tokens_major(dkh), tokens_major(dvh)},
                   {tokens_major(dq), tokens_major(dk), tokens_major(dv)});
       work_->backward = work(s);
       return TensorList{dq, dk, dv};

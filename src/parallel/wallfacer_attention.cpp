@@ -67,12 +67,16 @@ std::vector<Tensor> empty_like(const std::vector<Tensor>& tensors) {
   return out;
 }
 
+}  // namespace
+
 // ---- where this rank sits ----------------------------------------------------------------
+
+namespace detail {
 
 // This rank's groups, peers (as ranks of the group each message uses) and the token runs of
 // every block it computes. Fixed for the strategy's lifetime.
 struct WallFacerRank {
-  comm::Group* sp = nullptr;    // dispatch and its inverse, by sp index
+  comm::Group* sp = nullptr;    // dispatch and its inverse, by WallFacer index (the sp group, or sp.wallfacer)
   comm::Group* team = nullptr;  // all-gathers and reduce-scatters, by member
   comm::Group* ring = nullptr;  // ring shifts, by sub-ring position
   SequenceLayout layout = SequenceLayout::zigzag;
@@ -87,11 +91,13 @@ struct WallFacerRank {
   std::int64_t local_tokens() const { return seq_len / P; }
 };
 
-WallFacerRank locate(const SpAttentionConfig& config, comm::CommGrid& grid) {
+std::shared_ptr<const WallFacerRank> locate_wallfacer(const SpAttentionConfig& config, comm::CommGrid& grid,
+                                                     const char* dispatch_group) {
   const comm::ProcessGrid& pg = grid.grid();
   const comm::WallFacerLayout& wl = pg.wallfacer();
-  WallFacerRank r;
-  r.sp = &grid.group("sp");
+  auto located = std::make_shared<WallFacerRank>();
+  WallFacerRank& r = *located;
+  r.sp = &grid.group(dispatch_group);
   r.team = &grid.group("sp.team");
   r.ring = &grid.group("sp.ring");
   r.layout = config.layout;
@@ -101,7 +107,7 @@ WallFacerRank locate(const SpAttentionConfig& config, comm::CommGrid& grid) {
   r.G = wl.ring_size();
   check_sequence_length(r.layout, r.seq_len, r.P, r.C);
 
-  const int me = r.sp->rank();  // the physical sp index
+  const int me = r.sp->rank();  // the physical WallFacer index (the sp index when U = 1)
   const comm::SpPosition pos = wl.position(me);
   r.member = pos.member;
   r.dispatch_to = wl.initial_send(me);
@@ -117,9 +123,9 @@ WallFacerRank locate(const SpAttentionConfig& config, comm::CommGrid& grid) {
                r.sp->world_ranks()[r.dispatch_from] == peers.initial_recv &&
                r.ring->world_ranks()[r.ring_next] == peers.ring_next &&
                r.ring->world_ranks()[r.ring_prev] == peers.ring_prev,
-           "{}: the grid's sp groups (sp {} ranks, sp.team {}, sp.ring {}) do not match its WallFacer layout "
+           "{}: the grid's sp groups ({} {} ranks, sp.team {}, sp.ring {}) do not match its WallFacer layout "
            "(P = {}, C = {}, G = {})",
-           kWhat, r.sp->size(), r.team->size(), r.ring->size(), r.P, r.C, r.G);
+           kWhat, dispatch_group, r.sp->size(), r.team->size(), r.ring->size(), r.P, r.C, r.G);
 
   const int team = wl.team(me);
   r.team_runs = team_tokens(r.layout, r.seq_len, r.P, r.C, team);
@@ -129,8 +135,14 @@ WallFacerRank locate(const SpAttentionConfig& config, comm::CommGrid& grid) {
     const int bundle_team = pos.team_group * r.G + (pos.ring_pos - i + r.G) % r.G;
     r.bundle_runs.push_back(team_tokens(r.layout, r.seq_len, r.P, r.C, bundle_team));
   }
-  return r;
+  return located;
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::WallFacerRank;
 
 // ---- team collectives over the sequence dim ------------------------------------------------
 // A member's shard [outer, n, inner] (sequence along `seq_dim`) is slice m of the team tensor
@@ -380,11 +392,7 @@ Tensor minus_delta(const Tensor& d_o, const Tensor& o, const Tensor& d_lse) {
 
 // ---- the autograd function -----------------------------------------------------------------
 
-struct CallOptions {
-  bool causal = false;
-  double scale = 0;
-  bool keep_forward_kv = true;
-};
+using CallOptions = detail::WallFacerCall;
 
 // inputs q [B, n, h, d], k, v [B, n, h_kv, d]; outputs out [B, n, h, d], lse [B, h, n].
 class WallFacerFunction final : public autograd::Function {
@@ -557,7 +565,7 @@ class WallFacerFunction final : public autograd::Function {
 class WallFacerAttention final : public nn::AttentionStrategy, public SpAttentionWork {
  public:
   WallFacerAttention(const SpAttentionConfig& config, comm::CommGrid& grid)
-      : rank_(std::make_shared<const WallFacerRank>(locate(config, grid))), keep_forward_kv_(config.keep_forward_kv) {}
+      : rank_(detail::locate_wallfacer(config, grid, "sp")), keep_forward_kv_(config.keep_forward_kv) {}
 
   AttentionResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) override {
     check_inputs(q, k, v, options);
@@ -612,6 +620,13 @@ class WallFacerAttention final : public nn::AttentionStrategy, public SpAttentio
 };
 
 }  // namespace
+
+std::shared_ptr<autograd::Function> detail::make_wallfacer_function(std::shared_ptr<const WallFacerRank> rank,
+                                                                    const WallFacerCall& call,
+                                                                    std::shared_ptr<WorkRecord> work,
+                                                                    Replayed replayed) {
+  return std::make_shared<WallFacerFunction>(std::move(rank), call, std::move(work), std::move(replayed));
+}
 
 std::shared_ptr<nn::AttentionStrategy> make_wallfacer_attention(const SpAttentionConfig& config, comm::CommGrid& grid) {
   return std::make_shared<WallFacerAttention>(config, grid);

@@ -8,6 +8,8 @@
 // SpStrategy::wallfacer; docs/sequence-parallelism.md describes it.
 #include <memory>
 
+#include "src/parallel/sp_strategy_base.h"
+#include "wallfacer/autograd/function.h"
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/nn/attention_strategy.h"
 #include "wallfacer/parallel/sp_attention.h"
@@ -18,5 +20,29 @@ namespace wf::parallel {
 // grid's "sp", "sp.team" and "sp.ring" groups, which must outlive it and every backward pass
 // through it. wf::Error when config.seq_len does not split over the layout.
 std::shared_ptr<nn::AttentionStrategy> make_wallfacer_attention(const SpAttentionConfig& config, comm::CommGrid& grid);
+
+namespace detail {
+
+// The pieces the ulysses-wallfacer hybrid runs WallFacer with (on its head-sharded tensors):
+// this rank's place in the WallFacer group (groups, peers, the runs of every block), with the
+// dispatch over `dispatch_group` ("sp" for WallFacer, "sp.wallfacer" for the hybrid) and the
+// teams and sub-rings of "sp.team", "sp.ring". config.seq_len is the whole sequence.
+struct WallFacerRank;
+std::shared_ptr<const WallFacerRank> locate_wallfacer(const SpAttentionConfig& config, comm::CommGrid& grid,
+                                                     const char* dispatch_group);
+
+struct WallFacerCall {
+  bool causal = false;
+  double scale = 0;
+  bool keep_forward_kv = true;
+};
+// WallFacer's autograd Function (inputs q, k, v of this member; outputs out, lse), to apply or
+// to drive by hand: its forward and backward take a Context of the caller's. A replay
+// (`replayed` set) moves nothing in the forward and re-dispatches K/V in the backward.
+std::shared_ptr<autograd::Function> make_wallfacer_function(std::shared_ptr<const WallFacerRank> rank,
+                                                            const WallFacerCall& call,
+                                                            std::shared_ptr<WorkRecord> work, Replayed replayed);
+
+}  // namespace detail
 
 }  // namespace wf::parallel

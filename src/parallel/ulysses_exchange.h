@@ -1,0 +1,44 @@
+#pragma once
+// The Ulysses all-to-all (internal to src/parallel): moves tensors between the sequence-sharded
+// side (this rank's tokens, every head) and the head-sharded side (every rank's tokens, a share
+// of the heads) of a group of ranks in one message. Ulysses attention uses it over the sp group;
+// the ulysses-wallfacer hybrid over its "sp.ulysses" group, where the head side holds a
+// WallFacer member's shard in storage order.
+#include <cstdint>
+#include <vector>
+
+#include "wallfacer/comm/group.h"
+#include "wallfacer/core/tensor.h"
+
+namespace wf::parallel::detail {
+
+// [rank][i]: where group rank `rank`'s i-th token sits on the head side's token dim (Ulysses:
+// its global position; the hybrid: its index in the WallFacer member's storage).
+using Positions = std::vector<std::vector<std::int64_t>>;
+
+// One tensor taking part in an exchange, addressed as elements (batch b, token i, head, c) with
+// c < width: q, k, v, o and their gradients are [B, tokens, heads, width]; lse and its gradient
+// are [B, heads, tokens] with width 1.
+struct Field {
+  Tensor t;
+  std::int64_t tokens, heads, width;
+  bool heads_first;
+  std::int64_t at(std::int64_t b, std::int64_t i, std::int64_t head) const {
+    return heads_first ? (b * heads + head) * tokens + i : ((b * tokens + i) * heads + head) * width;
+  }
+};
+Field tokens_major(const Tensor& t);  // [B, tokens, heads, width]
+Field heads_major(const Tensor& t);   // [B, heads, tokens]
+
+enum class Side { sequence, heads };
+
+// Moves `from` (held on side `from_side`) into `to` (the other side) with one all-to-all over
+// `group` (no message for a group of one). from[j] and to[j] are the same tensor on the two
+// sides, all f32 or all f64. Head-side rank r holds heads [r·H/P, (r+1)·H/P) of a field with H
+// global heads; a field with fewer global heads than P (a replicated kv head or its gradient,
+// ulysses_heads.h) is copied to every sharer on the way to the head side and summed over them,
+// in rank order, on the way back.
+void ulysses_exchange(comm::Group& group, const Positions& positions, Side from_side, const std::vector<Field>& from,
+                      const std::vector<Field>& to);
+
+}  // namespace wf::parallel::detail
