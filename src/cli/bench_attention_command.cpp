@@ -111,7 +111,7 @@ double min_over_ranks(comm::Group& group, double value) { return -max_over_ranks
 
 // The formula for one rank (by logical sp index) and the sum over ranks.
 SpTraffic formula_traffic(SpStrategy strategy, const Problem& pr, int P, int C, int logical, Pass pass) {
-  return parallel::sp_attention_traffic(strategy, pr.dims(), P, C, logical, pass, pr.bytes(),
+  return parallel::sp_attention_traffic(strategy, pr.dims(), P, /*U=*/1, C, logical, pass, pr.bytes(),
                                         parallel::BackwardKv::keep_forward);
 }
 SpTraffic formula_total(SpStrategy strategy, const Problem& pr, int P, int C, Pass pass) {
@@ -179,6 +179,9 @@ Schedule compute_schedule(SpStrategy strategy, const Problem& pr, comm::CommGrid
       }
       break;
     }
+    case SpStrategy::ulysses_wallfacer:  // refused with the options
+      WF_FAIL("bench attention measures ring, ulysses and wallfacer; time ulysses-wallfacer layouts with "
+              "`wallfacer bench layout`");
   }
   return s;
 }
@@ -534,6 +537,9 @@ int run(const Options& o) {
                    o.dtype == "f64" ? DType::f64 : DType::f32};
   std::vector<SpStrategy> strategies;
   for (const std::string& name : o.strategies) strategies.push_back(parallel::parse_sp_strategy(name));
+  WF_USER_CHECK(std::count(strategies.begin(), strategies.end(), SpStrategy::ulysses_wallfacer) == 0,
+                "bench attention: --strategies takes ring, ulysses, wallfacer; time ulysses-wallfacer layouts with "
+                "`wallfacer bench layout` (parallel.U)");
   const bool wallfacer = std::count(strategies.begin(), strategies.end(), SpStrategy::wallfacer) > 0;
   const std::vector<int> team_sizes = o.team_sizes.empty() ? comm::valid_team_sizes(P) : o.team_sizes;
   if (const std::string problem = world_problem(o, pr, P, team_sizes, wallfacer); !problem.empty()) {

@@ -3,6 +3,7 @@
 
 #include "src/parallel/ring_attention.h"
 #include "src/parallel/ulysses_attention.h"
+#include "src/parallel/ulysses_wallfacer_attention.h"
 #include "wallfacer/core/error.h"
 
 #if __has_include("src/parallel/wallfacer_attention.h")
@@ -20,7 +21,8 @@ std::shared_ptr<nn::AttentionStrategy> make_wallfacer_attention(const SpAttentio
 }
 #endif
 
-constexpr SpStrategy kStrategies[] = {SpStrategy::ring, SpStrategy::ulysses, SpStrategy::wallfacer};
+constexpr SpStrategy kStrategies[] = {SpStrategy::ring, SpStrategy::ulysses, SpStrategy::wallfacer,
+                                      SpStrategy::ulysses_wallfacer};
 
 }  // namespace
 
@@ -29,6 +31,7 @@ const char* sp_strategy_name(SpStrategy s) {
     case SpStrategy::ring: return "ring";
     case SpStrategy::ulysses: return "ulysses";
     case SpStrategy::wallfacer: return "wallfacer";
+    case SpStrategy::ulysses_wallfacer: return "ulysses-wallfacer";
   }
   WF_FAIL("unknown sp strategy {}", static_cast<int>(s));
 }
@@ -37,7 +40,8 @@ SpStrategy parse_sp_strategy(std::string_view name) {
   for (SpStrategy s : kStrategies) {
     if (name == sp_strategy_name(s)) return s;
   }
-  WF_FAIL("unknown sequence-parallel strategy '{}'; the strategies are ring, ulysses, wallfacer", name);
+  WF_FAIL("unknown sequence-parallel strategy '{}'; the strategies are ring, ulysses, wallfacer, ulysses-wallfacer",
+          name);
 }
 
 SpShard sp_shard(const SpAttentionConfig& config, const comm::CommGrid& grid) {
@@ -47,13 +51,14 @@ SpShard sp_shard(const SpAttentionConfig& config, const comm::CommGrid& grid) {
   shard.seq_len = config.seq_len;
   shard.P = g.group_size("sp");
   const int sp_index = g.group_rank("sp");
-  if (config.strategy == SpStrategy::wallfacer) {
+  if (config.strategy == SpStrategy::wallfacer || config.strategy == SpStrategy::ulysses_wallfacer) {
     shard.C = g.config().C;
-    shard.logical_index = g.wallfacer().logical_index(sp_index);
+    shard.U = config.strategy == SpStrategy::ulysses_wallfacer ? g.config().U : 1;
+    shard.logical_index = g.sp_logical_index(sp_index);
   } else {
     shard.logical_index = sp_index;  // ring and Ulysses: C = 1 over the physical sp index
   }
-  check_sequence_length(shard.layout, shard.seq_len, shard.P, shard.C);
+  check_sequence_length(shard.layout, shard.seq_len, shard.P, shard.C, shard.U);
   return shard;
 }
 
@@ -67,6 +72,7 @@ std::shared_ptr<nn::AttentionStrategy> make_sp_attention(const SpAttentionConfig
     case SpStrategy::ring: return make_ring_attention(config, sp);
     case SpStrategy::ulysses: return make_ulysses_attention(config, sp);
     case SpStrategy::wallfacer: return make_wallfacer_attention(config, grid);
+    case SpStrategy::ulysses_wallfacer: return make_ulysses_wallfacer_attention(config, grid);
   }
   WF_FAIL("unknown sp strategy {}", static_cast<int>(config.strategy));
 }

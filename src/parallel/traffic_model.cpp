@@ -132,18 +132,43 @@ std::int64_t wallfacer_dispatch_bytes(const AttentionDims& dims, int P, int C, i
   return sent;
 }
 
-SpTraffic sp_attention_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int C, int logical_index,
+UlyssesWallFacerDims ulysses_wallfacer_dims(const AttentionDims& dims, int P, int U) {
+  WF_CHECK(U >= 1 && P >= 1 && P % U == 0, "traffic model: the Ulysses degree U = {} must be >= 1 and divide P = {}",
+           U, P);
+  const std::string problem = ulysses_heads_problem(dims.heads, dims.kv_heads, U);
+  WF_CHECK(problem.empty(), "traffic model: ulysses-wallfacer with U = {} (the 'P' below): {}", U, problem);
+  const int W = P / U;
+  WF_CHECK(dims.seq_len > 0 && dims.seq_len % P == 0,
+           "traffic model: N = {} tokens must be a positive multiple of P = {}", dims.seq_len, P);
+  AttentionDims ulysses = dims, wallfacer = dims;
+  ulysses.seq_len = dims.seq_len / W;  // the member's shard, over U ranks
+  wallfacer.heads = dims.heads / U;
+  wallfacer.kv_heads = ulysses_kv_heads_per_rank(dims.kv_heads, U);
+  return {ulysses, wallfacer};
+}
+
+SpTraffic ulysses_wallfacer_traffic(const AttentionDims& dims, int P, int U, int C, int logical_index, Pass pass,
+                                    const ElementBytes& bytes, BackwardKv backward_kv) {
+  const UlyssesWallFacerDims parts = ulysses_wallfacer_dims(dims, P, U);
+  SpTraffic t = ulysses_traffic(parts.ulysses, U, pass, bytes);
+  t += wallfacer_traffic(parts.wallfacer, P / U, C, logical_index / U, pass, bytes, backward_kv);
+  return t;
+}
+
+SpTraffic sp_attention_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int U, int C, int logical_index,
                                Pass pass, const ElementBytes& bytes, BackwardKv backward_kv) {
   switch (strategy) {
     case SpStrategy::ring: return ring_attention_traffic(dims, P, pass, bytes);
     case SpStrategy::ulysses: return ulysses_traffic(dims, P, pass, bytes);
     case SpStrategy::wallfacer: return wallfacer_traffic(dims, P, C, logical_index, pass, bytes, backward_kv);
+    case SpStrategy::ulysses_wallfacer:
+      return ulysses_wallfacer_traffic(dims, P, U, C, logical_index, pass, bytes, backward_kv);
   }
   WF_FAIL("traffic model: unknown sp strategy {}", static_cast<int>(strategy));
 }
 
-SpTraffic sp_replay_backward_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int C, int logical_index,
-                                     const ElementBytes& bytes) {
+SpTraffic sp_replay_backward_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int U, int C,
+                                     int logical_index, const ElementBytes& bytes) {
   switch (strategy) {
     case SpStrategy::ring: return ring_attention_traffic(dims, P, Pass::backward, bytes);
     case SpStrategy::ulysses: {
@@ -155,6 +180,12 @@ SpTraffic sp_replay_backward_traffic(SpStrategy strategy, const AttentionDims& d
       const LocalSizes e = local_sizes(dims, P, bytes);
       SpTraffic t = wallfacer_traffic(dims, P, C, logical_index, Pass::backward, bytes, BackwardKv::redispatch);
       t += symmetric(0, all_gather_bytes(e.q * bytes.activation + e.rows * bytes.stats, C));
+      return t;
+    }
+    case SpStrategy::ulysses_wallfacer: {
+      const UlyssesWallFacerDims parts = ulysses_wallfacer_dims(dims, P, U);
+      SpTraffic t = sp_replay_backward_traffic(SpStrategy::ulysses, parts.ulysses, U, 1, 1, 0, bytes);
+      t += sp_replay_backward_traffic(SpStrategy::wallfacer, parts.wallfacer, P / U, 1, C, logical_index / U, bytes);
       return t;
     }
   }

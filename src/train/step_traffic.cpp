@@ -38,32 +38,53 @@ std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy,
                                                   const comm::ProcessGrid& grid, const parallel::ElementBytes& bytes,
                                                   bool checkpointed) {
   using parallel::Pass;
-  std::map<std::string, std::int64_t> sent{{"sp", 0}, {"sp.team", 0}, {"sp.ring", 0}};
+  std::map<std::string, std::int64_t> sent{
+      {"sp", 0}, {"sp.ulysses", 0}, {"sp.wallfacer", 0}, {"sp.team", 0}, {"sp.ring", 0}};
   const int P = grid.group_size("sp");
   if (P == 1) return sent;
-  const bool wallfacer = strategy == parallel::SpStrategy::wallfacer;
+  // The hybrid at U = 1 is WallFacer and at U = P Ulysses (make_ulysses_wallfacer_attention).
+  const int U = strategy == parallel::SpStrategy::ulysses_wallfacer ? grid.config().U : 1;
+  if (strategy == parallel::SpStrategy::ulysses_wallfacer && (U == 1 || U == P)) {
+    return sp_call_bytes(U == 1 ? parallel::SpStrategy::wallfacer : parallel::SpStrategy::ulysses, dims, grid, bytes,
+                         checkpointed);
+  }
+  const bool hybrid = strategy == parallel::SpStrategy::ulysses_wallfacer;
+  const bool wallfacer = strategy == parallel::SpStrategy::wallfacer || hybrid;
   const int C = wallfacer ? grid.wallfacer().team_size() : 1;
-  const int logical = wallfacer ? grid.wallfacer().logical_index(grid.coord("sp")) : grid.coord("sp");
+  const int logical = wallfacer ? grid.sp_logical_index(grid.coord("sp")) : grid.coord("sp");
   // The model's strategies keep the forward's K/V for the backward (SpAttentionConfig's
   // default); a replay re-dispatches them.
   const parallel::BackwardKv backward_kv = checkpointed ? parallel::BackwardKv::redispatch
                                                         : parallel::BackwardKv::keep_forward;
   parallel::SpTraffic call =
-      parallel::sp_attention_traffic(strategy, dims, P, C, logical, Pass::forward, bytes, backward_kv);
-  call += checkpointed ? parallel::sp_replay_backward_traffic(strategy, dims, P, C, logical, bytes)
-                       : parallel::sp_attention_traffic(strategy, dims, P, C, logical, Pass::backward, bytes,
+      parallel::sp_attention_traffic(strategy, dims, P, U, C, logical, Pass::forward, bytes, backward_kv);
+  call += checkpointed ? parallel::sp_replay_backward_traffic(strategy, dims, P, U, C, logical, bytes)
+                       : parallel::sp_attention_traffic(strategy, dims, P, U, C, logical, Pass::backward, bytes,
                                                         backward_kv);
   if (!wallfacer) {  // ring and Ulysses communicate over the sp group only
     sent["sp"] = call.p2p_sent + call.collective_sent;
     return sent;
   }
-  // WallFacer: the collectives in the team, the dispatch over the sp group, the rest of the
-  // P2P on the sub-ring.
+  // WallFacer: the collectives in the team, the dispatch over the sp group (the hybrid's
+  // WallFacer group), the rest of the P2P on the sub-ring. The hybrid's all-to-alls are its
+  // only collectives outside the team: the Ulysses part of its formula.
+  const parallel::AttentionDims wallfacer_dims = hybrid ? parallel::ulysses_wallfacer_dims(dims, P, U).wallfacer : dims;
+  const int W = P / U, logical_w = logical / U;
   const std::int64_t dispatch =
-      parallel::wallfacer_dispatch_bytes(dims, P, C, logical, Pass::forward, bytes, backward_kv) +
-      parallel::wallfacer_dispatch_bytes(dims, P, C, logical, Pass::backward, bytes, backward_kv);
-  sent["sp.team"] = call.collective_sent;
-  sent["sp"] = dispatch;
+      parallel::wallfacer_dispatch_bytes(wallfacer_dims, W, C, logical_w, Pass::forward, bytes, backward_kv) +
+      parallel::wallfacer_dispatch_bytes(wallfacer_dims, W, C, logical_w, Pass::backward, bytes, backward_kv);
+  std::int64_t all_to_all = 0;
+  if (hybrid) {
+    const parallel::AttentionDims ulysses_dims = parallel::ulysses_wallfacer_dims(dims, P, U).ulysses;
+    const parallel::SpTraffic u =
+        checkpointed ? parallel::sp_replay_backward_traffic(parallel::SpStrategy::ulysses, ulysses_dims, U, 1, 1, 0,
+                                                            bytes)
+                     : parallel::ulysses_traffic(ulysses_dims, U, Pass::backward, bytes);
+    all_to_all = parallel::ulysses_traffic(ulysses_dims, U, Pass::forward, bytes).collective_sent + u.collective_sent;
+  }
+  sent["sp.ulysses"] = all_to_all;
+  sent["sp.team"] = call.collective_sent - all_to_all;
+  sent[hybrid ? "sp.wallfacer" : "sp"] = dispatch;
   sent["sp.ring"] = call.p2p_sent - dispatch;
   return sent;
 }
@@ -161,10 +182,12 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const Traffic
   const parallel::AttentionDims dims{config.train.micro_batch_size, config.train.seq_len, m.n_head / tp,
                                      m.n_kv_head / tp, m.d_model / m.n_head};
   const auto calls = share.blocks * accum;
-  // Ulysses moves bf16 activations widened to f32 (parallel/sp_strategy_base.cpp); ring and
-  // WallFacer move them as they are.
-  const std::int64_t sp_activation =
-      config.parallel.sp_strategy == parallel::SpStrategy::ulysses ? std::max(activation, compute) : activation;
+  // Ulysses and the ulysses-wallfacer hybrid (but at U = 1, where it is WallFacer) move bf16
+  // activations widened to f32 (parallel/sp_strategy_base.cpp); ring and WallFacer move them
+  // as they are.
+  const bool widens = config.parallel.sp_strategy == parallel::SpStrategy::ulysses ||
+                      (config.parallel.sp_strategy == parallel::SpStrategy::ulysses_wallfacer && config.parallel.U > 1);
+  const std::int64_t sp_activation = widens ? std::max(activation, compute) : activation;
   for (const auto& [group, bytes] : sp_call_bytes(config.parallel.sp_strategy, dims, grid,
                                                   {sp_activation, compute, compute}, m.checkpoint_attention_output)) {
     predicted[group] = calls * bytes;

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "parallel/attention_testing.h"
@@ -34,14 +35,16 @@ double SpCaseResult::max_error() const { return std::max({error_o, error_lse, er
 
 double sp_tolerance(DType dtype) { return dtype == DType::f64 ? 1e-10 : 1e-5; }
 
-comm::CommGrid& sp_grid(int C, comm::Placement placement) {
-  static std::map<std::pair<int, comm::Placement>, std::unique_ptr<comm::CommGrid>> grids;
-  std::unique_ptr<comm::CommGrid>& grid = grids[{C, placement}];
+comm::CommGrid& sp_grid(int C, comm::Placement placement, int U, bool ulysses_inner) {
+  static std::map<std::tuple<int, comm::Placement, int, bool>, std::unique_ptr<comm::CommGrid>> grids;
+  std::unique_ptr<comm::CommGrid>& grid = grids[{C, placement, U, ulysses_inner}];
   if (!grid) {
     comm::ParallelConfig config;
     config.sp = runtime().world_size();
     config.C = C;
     config.placement = placement;
+    config.U = U;
+    config.ulysses_inner = ulysses_inner;
     grid = std::make_unique<comm::CommGrid>(comm::ProcessGrid(config, runtime().world_size(), runtime().rank()));
   }
   return *grid;
@@ -61,8 +64,9 @@ std::string str(const SpTraffic& t) {
 }
 
 std::string describe(const SpCase& c, int P) {
-  return fmt::format("{} P = {} C = {} {} {} B = {} h = {} h_kv = {} d = {} N = {} {}",
-                     parallel::sp_strategy_name(c.strategy), P, c.C, c.causal ? "causal" : "full",
+  return fmt::format("{} P = {} U = {} ({}) C = {} {} {} B = {} h = {} h_kv = {} d = {} N = {} {}",
+                     parallel::sp_strategy_name(c.strategy), P, c.U, c.ulysses_inner ? "inner" : "outer", c.C,
+                     c.causal ? "causal" : "full",
                      parallel::sequence_layout_name(c.layout_or_default()), c.B, c.h, c.h_kv, c.d, c.N,
                      dtype_name(c.dtype));
 }
@@ -81,6 +85,10 @@ std::int64_t expected_pairs(const SpCase& c, int P, int logical_index) {
     case SpStrategy::ulysses: return c.causal ? c.N * (c.N + 1) / 2 : c.N * c.N;  // every token, h/P heads
     case SpStrategy::wallfacer:
       return parallel::wallfacer_rank_work_pairs(c.layout_or_default(), c.N, P, c.C, logical_index, c.causal);
+    case SpStrategy::ulysses_wallfacer:  // WallFacer's work over the sp/U ranks of its group, for h/U heads
+      if (c.U == P) return c.causal ? c.N * (c.N + 1) / 2 : c.N * c.N;
+      return parallel::wallfacer_rank_work_pairs(c.layout_or_default(), c.N, P / c.U, c.C, logical_index / c.U,
+                                                 c.causal);
   }
   return -1;
 }
@@ -89,7 +97,8 @@ std::int64_t expected_pairs(const SpCase& c, int P, int logical_index) {
 std::vector<int> logical_indices(const SpCase& c, const comm::CommGrid& grid) {
   std::vector<int> logical;
   for (int r = 0; r < grid.grid().group_size("sp"); ++r) {
-    logical.push_back(c.strategy == SpStrategy::wallfacer ? grid.grid().wallfacer().logical_index(r) : r);
+    const bool wallfacer = c.strategy == SpStrategy::wallfacer || c.strategy == SpStrategy::ulysses_wallfacer;
+    logical.push_back(wallfacer ? grid.grid().sp_logical_index(r) : r);
   }
   return logical;
 }
@@ -98,7 +107,7 @@ std::vector<int> logical_indices(const SpCase& c, const comm::CommGrid& grid) {
 
 SpTraffic expected_sp_traffic(const SpCase& c, int P, int logical_index, Pass pass) {
   return parallel::sp_attention_traffic(
-      c.strategy, {c.B, c.N, c.h, c.h_kv, c.d}, P, c.C, logical_index, pass, c.bytes_or_default(),
+      c.strategy, {c.B, c.N, c.h, c.h_kv, c.d}, P, c.U, c.C, logical_index, pass, c.bytes_or_default(),
       c.keep_forward_kv ? parallel::BackwardKv::keep_forward : parallel::BackwardKv::redispatch);
 }
 
@@ -111,7 +120,7 @@ SpTraffic expected_sp_traffic_total(const SpCase& c, int P, Pass pass) {
 SpCaseResult run_sp_case(const SpCase& c) {
   const int P = runtime().world_size();
   INFO(describe(c, P));
-  comm::CommGrid& grid = sp_grid(c.C);
+  comm::CommGrid& grid = sp_grid(c.C, comm::Placement::collectives_intra, c.U, c.ulysses_inner);
   comm::Group& sp = grid.group("sp");
   const SequenceLayout layout = c.layout_or_default();
   const parallel::SpAttentionConfig config{c.strategy, layout, c.N, c.keep_forward_kv};
@@ -164,7 +173,7 @@ SpCaseResult run_sp_case(const SpCase& c) {
                              Tensor::zeros(ref.k.shape(), c.dtype)};
   for (int r = 0; r < P; ++r) {
     const std::vector<std::int64_t> theirs = parallel::run_positions(
-        parallel::rank_tokens(layout, c.N, P, shard.C, logical[static_cast<std::size_t>(r)]));
+        parallel::rank_tokens(layout, c.N, P, shard.C, logical[static_cast<std::size_t>(r)], shard.U));
     at = r * per_rank;
     for (std::size_t j = 0; j < local.size(); ++j) {
       const Tensor piece = all.slice0(at, at + local[j].numel()).view(local[j].shape());
@@ -192,7 +201,8 @@ SpCaseResult run_sp_case(const SpCase& c) {
   // Work: every rank's unmasked pairs against the layout's work functions.
   if (const auto* work = dynamic_cast<const parallel::SpAttentionWork*>(strategy.get())) {
     const parallel::BlockAttentionStats fwd = work->last_forward_work(), bwd = work->last_backward_work();
-    if (c.strategy != SpStrategy::wallfacer) CHECK(bwd == fwd);  // the backward revisits the forward's blocks
+    // The backward revisits the forward's blocks, except WallFacer's (and the hybrid's WallFacer part).
+    if (c.strategy != SpStrategy::wallfacer && c.strategy != SpStrategy::ulysses_wallfacer) CHECK(bwd == fwd);
     const Tensor mine = Tensor::from_vector(std::vector<std::int64_t>{fwd.unmasked_pairs}, {1});
     const std::vector<std::int64_t> pairs = sp.all_gather(mine).to_vector<std::int64_t>();
     result.forward_pairs.assign(static_cast<std::size_t>(P), 0);

@@ -1,6 +1,6 @@
 #pragma once
 // Sequence-parallel attention cases for test_dist, written once for every strategy (ring,
-// Ulysses, WallFacer): run_sp_case shards a global random problem over the world (sp = world
+// Ulysses, WallFacer, ulysses-wallfacer): run_sp_case shards a global random problem over the world (sp = world
 // size), runs forward and backward through make_sp_attention, and checks on every rank
 //   - output, lse and dQ, dK, dV, gathered over the ranks, against the naive f64 reference on the
 //     whole sequence (relative error; f64 ≤ 1e-10, f32 ≤ 1e-5);
@@ -24,6 +24,8 @@ namespace wf::test {
 struct SpCase {
   parallel::SpStrategy strategy = parallel::SpStrategy::ring;
   int C = 1;  // WallFacer team size (the grid's C); ring and Ulysses ignore it
+  int U = 1;  // ulysses-wallfacer's Ulysses degree (the grid's U); 1 for the other strategies
+  bool ulysses_inner = true;
   bool causal = true;
   std::int64_t B = 1, h = 4, h_kv = 4, d = 4, N = 0;
   DType dtype = DType::f64;
@@ -57,7 +59,8 @@ double sp_tolerance(DType dtype);  // f64 1e-10, f32 1e-5
 // The grid of the world with sp = world size, team size C and a placement, made on first use and
 // kept (its communicators are collective to create: every rank reaches the first use of each
 // (C, placement) together). run_sp_case uses the default placement, collectives-intra.
-comm::CommGrid& sp_grid(int C, comm::Placement placement = comm::Placement::collectives_intra);
+comm::CommGrid& sp_grid(int C, comm::Placement placement = comm::Placement::collectives_intra, int U = 1,
+                        bool ulysses_inner = true);
 
 // Each value's maximum over the world's ranks (a collective).
 std::vector<double> max_over_world(std::vector<double> values);

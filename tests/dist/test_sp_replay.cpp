@@ -1,4 +1,4 @@
-// AttentionStrategy::replay for ring, Ulysses and WallFacer attention (activation checkpointing
+// AttentionStrategy::replay for ring, Ulysses, WallFacer and ulysses-wallfacer attention (activation checkpointing
 // at the attention output): a forward without a graph gives `saved`; replay on fresh leaves
 // q, k, v must hand back saved.out and saved.lse, compute no attention and send nothing, and its
 // backward must give the gradients of an ordinary forward + backward on the same inputs. All
@@ -7,8 +7,9 @@
 //
 // Cases, at every world size the suite runs: ring (any P), Ulysses (h = 4, h_kv = 2 where its
 // head rule allows it, and h = 2P, h_kv = 1: the kv head replicated on every rank), WallFacer
-// with C = 1 and C = 2 (C² | P) under both placements; causal zigzag and full contiguous; GQA
-// h = 4, h_kv = 2; a loss of O alone and one with a gradient on lse too.
+// with C = 1 and C = 2 (C² | P) under both placements, ulysses-wallfacer with every U strictly
+// between 1 and P and C ≤ 2 (C² | P/U; U = 2 in both orders); causal zigzag and full contiguous;
+// GQA h = 4, h_kv = 2; a loss of O alone and one with a gradient on lse too.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -50,8 +51,9 @@ struct ReplayCase {
 
 std::string describe(const ReplayCase& r) {
   const SpCase& c = r.c;
-  return fmt::format("{} P = {} C = {} {} {} h = {} h_kv = {} {} lse grad {}",
-                     wf::parallel::sp_strategy_name(c.strategy), runtime().world_size(), c.C,
+  return fmt::format("{} P = {} U = {} ({}) C = {} {} {} h = {} h_kv = {} {} lse grad {}",
+                     wf::parallel::sp_strategy_name(c.strategy), runtime().world_size(), c.U,
+                     c.ulysses_inner ? "inner" : "outer", c.C,
                      wf::comm::placement_name(r.placement),
                      c.causal ? "causal zigzag" : "full contiguous", c.h, c.h_kv, wf::dtype_name(c.dtype), c.lse_grad);
 }
@@ -60,12 +62,15 @@ std::string describe(const ReplayCase& r) {
 std::vector<ReplayCase> replay_cases() {
   const int P = runtime().world_size();
   std::vector<ReplayCase> cases;
-  const auto add = [&](SpStrategy strategy, int C, Placement placement, std::int64_t h = 4, std::int64_t h_kv = 2) {
+  const auto add = [&](SpStrategy strategy, int C, Placement placement, std::int64_t h = 4, std::int64_t h_kv = 2,
+                       int U = 1, bool ulysses_inner = true) {
     for (bool causal : {true, false}) {
       for (bool lse_grad : {false, true}) {
         ReplayCase r;
         r.c.strategy = strategy;
         r.c.C = C;
+        r.c.U = U;
+        r.c.ulysses_inner = ulysses_inner;
         r.c.causal = causal;
         r.c.h = h;
         r.c.h_kv = h_kv;
@@ -87,6 +92,14 @@ std::vector<ReplayCase> replay_cases() {
       add(SpStrategy::wallfacer, C, placement);
     }
   }
+  for (int U = 2; U < P; ++U) {
+    if (P % U != 0) continue;
+    for (int C : wf::comm::valid_team_sizes(P / U)) {
+      if (C > 2) continue;
+      add(SpStrategy::ulysses_wallfacer, C, Placement::collectives_intra, 4, 2, U);
+      if (U == 2) add(SpStrategy::ulysses_wallfacer, C, Placement::p2p_intra, 4, 2, U, /*ulysses_inner=*/false);
+    }
+  }
   return cases;
 }
 
@@ -95,7 +108,7 @@ std::vector<ReplayCase> replay_cases() {
 // in the dO all-gather and lse in the D all-gather).
 SpTraffic expected_replay_backward(const SpCase& c, int logical_index) {
   return wf::parallel::sp_replay_backward_traffic(c.strategy, {c.B, c.N, c.h, c.h_kv, c.d}, runtime().world_size(),
-                                                  c.C, logical_index, c.bytes_or_default());
+                                                  c.U, c.C, logical_index, c.bytes_or_default());
 }
 
 double max_abs_difference(const Tensor& a, const Tensor& b) {
@@ -128,7 +141,7 @@ void reset_traffic() { wf::comm::TrafficRegistry::instance().reset(); }
 std::vector<double> run_replay_case(const ReplayCase& r) {
   const SpCase& c = r.c;
   INFO(describe(r));
-  wf::comm::CommGrid& grid = sp_grid(c.C, r.placement);
+  wf::comm::CommGrid& grid = sp_grid(c.C, r.placement, c.U, c.ulysses_inner);
   const wf::parallel::SpAttentionConfig config{c.strategy, c.layout_or_default(), c.N, /*keep_forward_kv=*/true};
   const wf::parallel::SpShard shard = wf::parallel::sp_shard(config, grid);
   const std::shared_ptr<wf::nn::AttentionStrategy> strategy = wf::parallel::make_sp_attention(config, grid);
@@ -226,7 +239,7 @@ TEST_CASE("sp attention replay: the saved result, no attention, no message, and 
   }
   if (runtime().rank() == 0) {
     fmt::print("sp replay P = {}: {} cases (ring, ulysses scattered and replicated kv heads, wallfacer C ≤ 2 both "
-               "placements), "
+               "placements, ulysses-wallfacer 1 < U < P), "
                "max |replay − ordinary| out {:.1e} lse {:.1e} dq {:.1e} dk {:.1e} dv {:.1e}\n",
                runtime().world_size(), cases.size(), worst[0], worst[1], worst[2], worst[3], worst[4]);
   }

@@ -23,7 +23,12 @@ enum class DataSource { file, synthetic };
 struct ParallelSection {
   int dp = 1, tp = 1, pp = 1, sp = 1;
   std::string order = "tp-sp-dp-pp";  // innermost first, as comm::ParallelConfig::order
-  int C = 1;                          // WallFacer team size; only sp_strategy wallfacer uses C > 1
+  int C = 1;                          // WallFacer team size; only wallfacer and ulysses-wallfacer use C > 1
+  // sp_strategy ulysses-wallfacer: the Ulysses degree U (U | sp, C² | sp/U) and whether the U
+  // Ulysses ranks are adjacent (true, USP's default) or the sp/U WallFacer ranks are
+  // (comm::ParallelConfig). Every other strategy needs U = 1.
+  int U = 1;
+  bool ulysses_inner = true;
   comm::Placement placement = comm::Placement::collectives_intra;
   parallel::SpStrategy sp_strategy = parallel::SpStrategy::wallfacer;
   // Megatron's "sequence parallelism" inside tp: the residual stream, norms and residual dropout
@@ -44,7 +49,12 @@ struct ParallelSection {
   parallel::PipelineScheduleKind pp_schedule = parallel::PipelineScheduleKind::one_f_one_b;
   int pp_virtual = 1;
   std::vector<std::int64_t> pp_layers;
-  comm::ParallelConfig grid() const { return {dp, tp, pp, sp, order, C, placement}; }
+  // The ranks the strategy's all-to-all scatters each tp rank's heads over (ulysses_heads.h):
+  // sp for ulysses, U for ulysses-wallfacer, 1 (none) otherwise; and, for messages, the key
+  // that sets it: "sp_strategy ulysses over parallel.sp = 4".
+  int ulysses_degree() const;
+  std::string ulysses_degree_text() const;
+  comm::ParallelConfig grid() const { return {dp, tp, pp, sp, order, C, placement, U, ulysses_inner}; }
   friend bool operator==(const ParallelSection&, const ParallelSection&) = default;
 };
 
@@ -171,7 +181,8 @@ std::int64_t global_batch_sequences(const RunConfig& config);
 
 // Every layout of `world_size` ranks without pipeline parallelism, by tp then sp: each
 // dp × tp × sp = world_size, and for sp > 1 WallFacer with each team size C (C² | sp), then ring
-// and Ulysses; order and placement are `base`'s. Whether a config can run one is validate's
+// and Ulysses, then ulysses-wallfacer with each U (1 < U < sp, U | sp) and each C (C² | sp/U);
+// order, placement and ulysses_inner are `base`'s. Whether a config can run one is validate's
 // verdict (`wallfacer bench layout` runs those it accepts).
 std::vector<ParallelSection> candidate_layouts(int world_size, const ParallelSection& base = {});
 

@@ -11,6 +11,11 @@
 //              P must divide h, and divide or be divided by h_kv (ulysses_heads.h)
 //   wallfacer  teams of C ranks, C² sub-rings of G = P/C² ranks (wallfacer-algorithm.md);
 //              C = 1 behaves exactly as ring attention
+//   ulysses-wallfacer  the hybrid (USP's Ulysses × ring, with WallFacer as the ring): an
+//              all-to-all over U Ulysses ranks makes U·N/P tokens × h/U heads, WallFacer runs
+//              over the sp/U-rank WallFacer group on them, an all-to-all brings O back. U and
+//              the order of the two come from the grid (ParallelConfig::U, ulysses_inner);
+//              U = 1 behaves exactly as wallfacer, U = P exactly as ulysses
 #include <memory>
 #include <string>
 
@@ -22,7 +27,7 @@
 
 namespace wf::parallel {
 
-enum class SpStrategy { ring, ulysses, wallfacer };
+enum class SpStrategy { ring, ulysses, wallfacer, ulysses_wallfacer };
 const char* sp_strategy_name(SpStrategy s);
 SpStrategy parse_sp_strategy(std::string_view name);  // wf::Error listing the valid names
 
@@ -37,17 +42,20 @@ struct SpAttentionConfig {
 
 // Which tokens this rank holds under a strategy: the arguments the sequence_layout.h functions
 // take (ring and Ulysses lay out with C = 1 over the physical sp index; WallFacer with the
-// grid's C over the rank's logical index). Data loaders and tests shard with this.
+// grid's C over the rank's logical index; the hybrid with the grid's C and U over
+// ProcessGrid::sp_logical_index). Data loaders and tests shard with this.
 struct SpShard {
   SequenceLayout layout = SequenceLayout::contiguous;
   std::int64_t seq_len = 0;
   int P = 1, C = 1, logical_index = 0;
-  std::vector<TokenRun> runs() const { return rank_tokens(layout, seq_len, P, C, logical_index); }
-  Tensor shard(const Tensor& global) const { return shard_sequence(global, layout, P, C, logical_index); }
+  int U = 1;  // the hybrid's Ulysses degree (sequence_layout.h); 1 for every other strategy
+  std::vector<TokenRun> runs() const { return rank_tokens(layout, seq_len, P, C, logical_index, U); }
+  Tensor shard(const Tensor& global) const { return shard_sequence(global, layout, P, C, logical_index, U); }
 };
 SpShard sp_shard(const SpAttentionConfig& config, const comm::CommGrid& grid);
 
-// Builds the strategy for this rank from the grid's sp groups ("sp", "sp.team", "sp.ring").
+// Builds the strategy for this rank from the grid's sp groups ("sp", "sp.team", "sp.ring"; the
+// hybrid also "sp.ulysses" and "sp.wallfacer").
 // Validates the configuration (sequence length divisibility, Ulysses head counts) with one
 // message that is the same on every rank.
 std::shared_ptr<nn::AttentionStrategy> make_sp_attention(const SpAttentionConfig& config, comm::CommGrid& grid);

@@ -36,12 +36,24 @@
 //   of which over the sp group ("sp": the dispatch partners): forward 2·C·E_kv·a·[not self];
 //   backward [not self]·(2·C·E_kv·p + [redispatch] 2·C·E_kv·a); the rest of the P2P is on the
 //   sub-ring ("sp.ring") and every collective in the team ("sp.team")
+// ulysses-wallfacer (U Ulysses ranks × W = P/U WallFacer ranks in teams of C), per rank at
+// logical sp index l = l_W·U + u (comm::ProcessGrid::sp_logical_index): the sum of its parts,
+//   Ulysses   the Ulysses formula over U ranks for the member's N/W tokens (so its local slice
+//             is the rank's own n = N/P tokens, all h heads), collectives on "sp.ulysses"
+//   WallFacer the WallFacer formula over W ranks for N tokens, h/U query heads and h_kv' =
+//             max(1, h_kv/U) kv heads (ulysses_heads.h), at WallFacer logical index l_W: its
+//             dispatch on "sp.wallfacer", the rest on "sp.team" and "sp.ring"
+//   (ulysses_wallfacer_dims gives the two parts' dims). Every element is counted in the bytes
+//   passed: under bf16 the hybrid moves f32 (it widens, as Ulysses does), except at U = 1,
+//   where it is WallFacer itself (and at U = P Ulysses itself).
 // A call replayed under activation checkpointing (AttentionStrategy::replay) sends nothing in
 // the replay; its backward moves (test_sp_replay.cpp measures it):
 //   ring       the ordinary backward
 //   Ulysses    forward + backward: the replay's q, k, v in and o, lse back ride in the backward
 //   WallFacer  the backward with K/V re-dispatched, plus (C−1)·(E·a + R·s): q joins the dO
 //              all-gather and lse the D all-gather (the replay kept only the member's rows)
+//   ulysses-wallfacer  its Ulysses part's replayed backward (forward + backward: q, k, v, o,
+//              lse ride in the dO all-to-all) plus its WallFacer part's replayed backward
 // Sent equals received for every rank in every case.
 #include <cstdint>
 
@@ -104,14 +116,26 @@ SpTraffic wallfacer_traffic(const AttentionDims& dims, int P, int C, int logical
 std::int64_t wallfacer_dispatch_bytes(const AttentionDims& dims, int P, int C, int logical_index, Pass pass,
                                       const ElementBytes& bytes = {}, BackwardKv backward_kv = BackwardKv::redispatch);
 
-// The formula of `strategy` for one rank: C and logical_index matter to WallFacer only, and
-// backward_kv to its backward only.
-SpTraffic sp_attention_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int C, int logical_index,
+// The two parts of the ulysses-wallfacer hybrid (header comment): the Ulysses all-to-all's
+// dims (over U ranks: N/W tokens, every head) and WallFacer's (over W = P/U ranks: N tokens,
+// the heads one Ulysses rank holds). Needs U | P and the heads to follow ulysses_heads.h for U.
+struct UlyssesWallFacerDims {
+  AttentionDims ulysses, wallfacer;
+};
+UlyssesWallFacerDims ulysses_wallfacer_dims(const AttentionDims& dims, int P, int U);
+// Per rank, named by its logical sp index l = l_W·U + u. Needs C² dividing P/U.
+SpTraffic ulysses_wallfacer_traffic(const AttentionDims& dims, int P, int U, int C, int logical_index, Pass pass,
+                                    const ElementBytes& bytes = {}, BackwardKv backward_kv = BackwardKv::redispatch);
+
+// The formula of `strategy` for one rank: C and logical_index matter to WallFacer and the
+// hybrid only, U (the hybrid's Ulysses degree; 1 otherwise) to the hybrid only, and
+// backward_kv to their backward only.
+SpTraffic sp_attention_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int U, int C, int logical_index,
                                Pass pass, const ElementBytes& bytes = {},
                                BackwardKv backward_kv = BackwardKv::keep_forward);
 // The backward of a replayed call (activation checkpointing at the attention output), per rank.
-SpTraffic sp_replay_backward_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int C, int logical_index,
-                                     const ElementBytes& bytes = {});
+SpTraffic sp_replay_backward_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int U, int C,
+                                     int logical_index, const ElementBytes& bytes = {});
 
 // Sums over the P ranks.
 SpTraffic ring_attention_traffic_total(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes = {});
