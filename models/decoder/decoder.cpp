@@ -112,16 +112,16 @@ void check_decoder(const DecoderOptions& options, const config::RunConfig& c, st
                                          m.feed_forward == nn::FeedForwardKind::swiglu
                                              ? "the SwiGLU feed-forward's d_ff units (gate and up columns, down rows)"
                                              : "the MLP feed-forward's d_ff units (up columns, down rows)"));
-  if (p.sp_strategy == parallel::SpStrategy::ulysses && m.n_head % p.tp == 0 && m.n_kv_head % p.tp == 0 &&
-      m.n_head % m.n_kv_head == 0) {
-    // Ulysses scatters each tp rank's heads over sp (kv heads replicated when there are fewer).
+  if (p.ulysses_degree() > 1 && m.n_head % p.tp == 0 && m.n_kv_head % p.tp == 0 && m.n_head % m.n_kv_head == 0) {
+    // Ulysses (or the hybrid's Ulysses part) scatters each tp rank's heads over its ranks (kv
+    // heads replicated when there are fewer).
     const std::int64_t heads = m.n_head / p.tp, kv_heads = m.n_kv_head / p.tp;
-    const std::string problem = parallel::ulysses_heads_problem(heads, kv_heads, p.sp);
+    const std::string problem = parallel::ulysses_heads_problem(heads, kv_heads, p.ulysses_degree());
     require(problem.empty(),
-            fmt::format("model.n_head: sp_strategy ulysses over parallel.sp = {} scatters the heads of each tp rank, "
+            fmt::format("model.n_head: {} scatters the heads of each tp rank, "
                         "n_head / parallel.tp = {} / {} = {} query heads and n_kv_head / parallel.tp = {} / {} = {} kv "
                         "heads (h and h_kv below; n_head and n_kv_head are tp times them): {}",
-                        p.sp, m.n_head, p.tp, heads, m.n_kv_head, p.tp, kv_heads, problem));
+                        p.ulysses_degree_text(), m.n_head, p.tp, heads, m.n_kv_head, p.tp, kv_heads, problem));
   }
 }
 

@@ -130,11 +130,11 @@ void check_dit(const DitOptions& o, const config::RunConfig& c, std::vector<std:
   };
   require_split(config::tp_split_problem(c, "n_head", o.n_head, "whole attention heads"));
   require_split(config::tp_split_problem(c, "mlp_ratio", o.d_ff(), "the MLP's d_model · mlp_ratio hidden units"));
-  if (p.sp_strategy == parallel::SpStrategy::ulysses && o.n_head % p.tp == 0) {
-    const std::string problem = parallel::ulysses_heads_problem(o.n_head / p.tp, o.n_head / p.tp, p.sp);
-    require(problem.empty(), fmt::format("model.n_head: sp_strategy ulysses over parallel.sp = {} scatters the n_head / "
-                                         "parallel.tp = {} heads of each tp rank: {}",
-                                         p.sp, o.n_head / p.tp, problem));
+  if (p.ulysses_degree() > 1 && o.n_head % p.tp == 0) {
+    const std::string problem = parallel::ulysses_heads_problem(o.n_head / p.tp, o.n_head / p.tp, p.ulysses_degree());
+    require(problem.empty(), fmt::format("model.n_head: {} scatters the n_head / parallel.tp = {} heads of each tp "
+                                         "rank: {}",
+                                         p.ulysses_degree_text(), o.n_head / p.tp, problem));
   }
 }
 

@@ -114,7 +114,12 @@ std::string grid_name(const Layout& l) {
   name += fmt::format(".tp{}.sp{}", l.tp, l.sp);
   if (l.sp == 1) return name;
   name += fmt::format(".{}", parallel::sp_strategy_name(l.sp_strategy));
-  if (l.sp_strategy == SpStrategy::wallfacer) name += fmt::format(".C{}", l.C);
+  if (l.sp_strategy == SpStrategy::ulysses_wallfacer) {
+    name += fmt::format(".U{}{}", l.U, l.ulysses_inner ? "" : ".outer");
+  }
+  if (l.sp_strategy == SpStrategy::wallfacer || l.sp_strategy == SpStrategy::ulysses_wallfacer) {
+    name += fmt::format(".C{}", l.C);
+  }
   return name;
 }
 
@@ -165,6 +170,10 @@ LayoutSpec parse_layout(const std::string& text) {
       l.sp = number(2);
     } else if (part.starts_with("C")) {
       l.C = number(1);
+    } else if (part.starts_with("U")) {
+      l.U = number(1);
+    } else if (part == "outer") {  // ulysses-wallfacer with the WallFacer ranks adjacent
+      l.ulysses_inner = false;
     } else if (part.starts_with("z")) {
       std::string stage = part.substr(1);
       const std::string problem = zero_stage()(stage);
@@ -174,8 +183,9 @@ LayoutSpec parse_layout(const std::string& text) {
       try {
         l.sp_strategy = parallel::parse_sp_strategy(part);
       } catch (const Error&) {
-        WF_USER_FAIL("--layouts '{}': unknown part '{}'; expected dpN, ppN, tpN, spN, CN, vN, zN, ring, ulysses, "
-                     "wallfacer or gpipe, 1f1b, interleaved (e.g. dp2.tp1.sp2.wallfacer.C1.z1, dp1.pp2.1f1b.sp2)",
+        WF_USER_FAIL("--layouts '{}': unknown part '{}'; expected dpN, ppN, tpN, spN, CN, UN, outer, vN, zN, ring, "
+                     "ulysses, wallfacer, ulysses-wallfacer or gpipe, 1f1b, interleaved (e.g. "
+                     "dp2.tp1.sp2.wallfacer.C1.z1, dp1.pp2.1f1b.sp2, dp1.tp1.sp8.ulysses-wallfacer.U2.C2)",
                      text, part);
       }
     }
@@ -245,7 +255,10 @@ config::RunConfig layout_config(config::RunConfig c, const Layout& l, int steps)
   c.parallel.pp_virtual = l.pp_virtual;
   c.parallel.sp = l.sp;
   c.parallel.sp_strategy = l.sp > 1 ? l.sp_strategy : SpStrategy::wallfacer;
-  c.parallel.C = l.sp > 1 && l.sp_strategy == SpStrategy::wallfacer ? l.C : 1;
+  const bool teams = l.sp_strategy == SpStrategy::wallfacer || l.sp_strategy == SpStrategy::ulysses_wallfacer;
+  c.parallel.C = l.sp > 1 && teams ? l.C : 1;
+  c.parallel.U = l.sp > 1 && l.sp_strategy == SpStrategy::ulysses_wallfacer ? l.U : 1;
+  c.parallel.ulysses_inner = l.ulysses_inner;
   c.parallel.zero = l.zero;
   c.data.source = config::DataSource::synthetic;
   c.train.steps = 1 + steps;
@@ -568,6 +581,8 @@ Json result_json(const Result& r) {
   j["sp"] = r.layout.sp;
   j["sp_strategy"] = r.layout.sp > 1 ? parallel::sp_strategy_name(r.layout.sp_strategy) : "none";
   j["C"] = r.layout.C;
+  j["U"] = r.layout.U;
+  j["ulysses_inner"] = r.layout.ulysses_inner;
   j["pp"] = r.layout.pp;
   if (r.layout.pp > 1) {
     j["pp_schedule"] = parallel::to_string(r.layout.pp_schedule);

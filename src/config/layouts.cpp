@@ -8,7 +8,7 @@ namespace wf::config {
 std::vector<ParallelSection> candidate_layouts(int world_size, const ParallelSection& base) {
   WF_CHECK(world_size >= 1, "candidate_layouts: the world needs at least one rank, got {}", world_size);
   std::vector<ParallelSection> out;
-  const auto add = [&](int dp, int tp, int sp, parallel::SpStrategy strategy, int C) {
+  const auto add = [&](int dp, int tp, int sp, parallel::SpStrategy strategy, int C, int U = 1) {
     ParallelSection p = base;
     p.dp = dp;
     p.tp = tp;
@@ -16,6 +16,7 @@ std::vector<ParallelSection> candidate_layouts(int world_size, const ParallelSec
     p.sp = sp;
     p.sp_strategy = strategy;
     p.C = C;
+    p.U = U;
     out.push_back(p);
   };
   for (int tp = 1; tp <= world_size; ++tp) {
@@ -30,6 +31,11 @@ std::vector<ParallelSection> candidate_layouts(int world_size, const ParallelSec
       for (int C : comm::valid_team_sizes(sp)) add(dp, tp, sp, parallel::SpStrategy::wallfacer, C);
       add(dp, tp, sp, parallel::SpStrategy::ring, 1);
       add(dp, tp, sp, parallel::SpStrategy::ulysses, 1);
+      // The hybrid where both parts exist: U = 1 is wallfacer and U = sp ulysses, listed above.
+      for (int U = 2; U < sp; ++U) {
+        if (sp % U != 0) continue;
+        for (int C : comm::valid_team_sizes(sp / U)) add(dp, tp, sp, parallel::SpStrategy::ulysses_wallfacer, C, U);
+      }
     }
   }
   return out;

@@ -29,7 +29,8 @@ Choices<E> named_choices(std::initializer_list<E> values, auto name_of) {
 }
 // The strategy and placement names come from their own modules, so a renamed one stays in step.
 const Choices<parallel::SpStrategy> kStrategies = named_choices(
-    {parallel::SpStrategy::ring, parallel::SpStrategy::ulysses, parallel::SpStrategy::wallfacer},
+    {parallel::SpStrategy::ring, parallel::SpStrategy::ulysses, parallel::SpStrategy::wallfacer,
+     parallel::SpStrategy::ulysses_wallfacer},
     parallel::sp_strategy_name);
 const Choices<comm::Placement> kPlacements = named_choices(
     {comm::Placement::collectives_intra, comm::Placement::p2p_intra}, comm::placement_name);
@@ -174,6 +175,8 @@ std::vector<Field> make_fields() {
       integer(KEY(parallel, C), 1),
       choice(KEY(parallel, placement), kPlacements),
       choice(KEY(parallel, sp_strategy), kStrategies),
+      integer(KEY(parallel, U), 1),
+      boolean(KEY(parallel, ulysses_inner)),
       boolean(KEY(parallel, tp_shard_activations)),
       integer(KEY(parallel, zero), 0, 2),
       number(KEY(parallel, grad_bucket_mb), 0.0, false),

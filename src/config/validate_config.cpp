@@ -25,10 +25,18 @@
 namespace wf::config {
 namespace {
 
-const char* const kGridKeys = "parallel.dp, parallel.tp, parallel.pp, parallel.sp, parallel.C, parallel.order";
+const char* const kGridKeys =
+    "parallel.dp, parallel.tp, parallel.pp, parallel.sp, parallel.C, parallel.U, parallel.order";
 
+bool has_teams(const ParallelSection& p) {
+  return p.sp_strategy == parallel::SpStrategy::wallfacer || p.sp_strategy == parallel::SpStrategy::ulysses_wallfacer;
+}
 // The team size the sequence layout is cut with: WallFacer's C; ring and Ulysses have no teams.
-int layout_team_size(const ParallelSection& p) { return p.sp_strategy == parallel::SpStrategy::wallfacer ? p.C : 1; }
+int layout_team_size(const ParallelSection& p) { return has_teams(p) ? p.C : 1; }
+// The Ulysses degree the sequence layout is cut with: the hybrid's U, else 1.
+int layout_ulysses_degree(const ParallelSection& p) {
+  return p.sp_strategy == parallel::SpStrategy::ulysses_wallfacer ? p.U : 1;
+}
 
 // false when the grid itself is invalid: the checks after it divide by its sizes.
 bool check_layout(const RunConfig& c, int world_size, std::vector<std::string>& problems) {
@@ -45,11 +53,17 @@ bool check_layout(const RunConfig& c, int world_size, std::vector<std::string>& 
     problems.push_back(fmt::format("{}: {}", kGridKeys, rule));
     return false;
   }
-  if (p.C > 1 && p.sp_strategy != parallel::SpStrategy::wallfacer) {
+  if (p.C > 1 && !has_teams(p)) {
     problems.push_back(fmt::format(
         "parallel.C: C = {} is the WallFacer team size, but parallel.sp_strategy {} has no teams: set C to 1 or "
-        "sp_strategy to wallfacer",
+        "sp_strategy to wallfacer (or ulysses-wallfacer)",
         p.C, parallel::sp_strategy_name(p.sp_strategy)));
+  }
+  if (p.U > 1 && p.sp_strategy != parallel::SpStrategy::ulysses_wallfacer) {
+    problems.push_back(fmt::format(
+        "parallel.U: U = {} is the Ulysses degree of the ulysses-wallfacer hybrid, but parallel.sp_strategy is {}: "
+        "set U to 1 or sp_strategy to ulysses-wallfacer",
+        p.U, parallel::sp_strategy_name(p.sp_strategy)));
   }
   return true;
 }
@@ -59,7 +73,7 @@ void check_sequence_layout(const RunConfig& c, const ModelFacts& facts, std::vec
   const ParallelSection& p = c.parallel;
   const parallel::SequenceLayout layout = parallel::layout_for_mask(facts.causal);
   try {
-    parallel::check_sequence_length(layout, c.train.seq_len, p.sp, layout_team_size(p));
+    parallel::check_sequence_length(layout, c.train.seq_len, p.sp, layout_team_size(p), layout_ulysses_degree(p));
   } catch (const Error& e) {
     problems.push_back(fmt::format("train.seq_len: sp_strategy {} over parallel.sp = {} ranks: {}",
                                    parallel::sp_strategy_name(p.sp_strategy), p.sp,
@@ -68,7 +82,8 @@ void check_sequence_layout(const RunConfig& c, const ModelFacts& facts, std::vec
   // Activation sharding splits each rank's tokens (seq_len / sp of them) over tp.
   if (p.tp_shard_activations && p.sp > 0 && c.train.seq_len % p.sp == 0 && (c.train.seq_len / p.sp) % p.tp != 0) {
     // The valid lengths also fit the layout: multiples of lcm(its multiple, sp x tp).
-    const std::int64_t layout_multiple = parallel::sequence_length_multiple(layout, p.sp, layout_team_size(p));
+    const std::int64_t layout_multiple =
+        parallel::sequence_length_multiple(layout, p.sp, layout_team_size(p), layout_ulysses_degree(p));
     const std::int64_t multiple = std::lcm(layout_multiple, std::int64_t{p.sp} * p.tp);
     const std::int64_t below = c.train.seq_len / multiple * multiple, above = below + multiple;
     problems.push_back(fmt::format("parallel.tp_shard_activations: each rank's seq_len / sp = {} / {} = {} tokens do "
@@ -298,6 +313,18 @@ void validate(const RunConfig& config, int world_size, ValidateScope scope, doub
   WF_USER_CHECK(problems.empty(), "invalid config for a world of {} ranks: {}", world_size, fmt::join(problems, "; "));
 }
 
+int ParallelSection::ulysses_degree() const {
+  if (sp_strategy == parallel::SpStrategy::ulysses) return sp;
+  return sp_strategy == parallel::SpStrategy::ulysses_wallfacer ? U : 1;
+}
+
+std::string ParallelSection::ulysses_degree_text() const {
+  if (sp_strategy == parallel::SpStrategy::ulysses_wallfacer) {
+    return fmt::format("sp_strategy ulysses-wallfacer over parallel.U = {}", U);
+  }
+  return fmt::format("sp_strategy {} over parallel.sp = {}", parallel::sp_strategy_name(sp_strategy), sp);
+}
+
 std::vector<std::string> notes(const RunConfig& c) {
   std::vector<std::string> out;
   if (c.parallel.zero > 0 && c.parallel.dp * c.parallel.sp == 1) {
@@ -312,8 +339,14 @@ std::vector<std::string> notes(const RunConfig& c) {
                               c.train.warmup_steps, c.train.steps, c.train.steps));
   }
   const ParallelSection& p = c.parallel;
-  if (p.sp_strategy == parallel::SpStrategy::wallfacer) {
-    if (std::string note = comm::placement_note(p.sp, p.C); !note.empty()) out.push_back(std::move(note));
+  if (has_teams(p)) {
+    if (std::string note = comm::placement_note(p.sp / layout_ulysses_degree(p), p.C); !note.empty()) {
+      out.push_back(std::move(note));
+    }
+  }
+  if (p.sp_strategy == parallel::SpStrategy::ulysses_wallfacer && (p.U == 1 || p.U == p.sp) && p.sp > 1) {
+    out.push_back(fmt::format("parallel.U: with U = {} the ulysses-wallfacer hybrid is exactly {} (no {} part)", p.U,
+                              p.U == 1 ? "wallfacer" : "ulysses", p.U == 1 ? "Ulysses" : "WallFacer"));
   }
   return out;
 }
@@ -338,9 +371,10 @@ std::string human_count(double n) {
 std::string summary(const RunConfig& c, int world_size) {
   const ParallelSection& p = c.parallel;
   std::string strategy = parallel::sp_strategy_name(p.sp_strategy);
-  if (p.sp_strategy == parallel::SpStrategy::wallfacer) {
-    strategy += fmt::format(" C {} ({})", p.C, comm::placement_name(p.placement));
+  if (p.sp_strategy == parallel::SpStrategy::ulysses_wallfacer) {
+    strategy += fmt::format(" U {} ({} inner)", p.U, p.ulysses_inner ? "Ulysses" : "WallFacer");
   }
+  if (has_teams(p)) strategy += fmt::format(" C {} ({})", p.C, comm::placement_name(p.placement));
   const ModelFacts facts = model_facts(c);
   std::string pipeline;
   if (p.pp > 1) {

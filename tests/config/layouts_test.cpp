@@ -10,11 +10,12 @@
 namespace wf::config {
 namespace {
 
-// "dp.tp.sp.strategy.C" of each layout, in order.
+// "dp.tp.sp.strategy.C" of each layout, in order (".U" after it for the hybrid).
 std::vector<std::string> names(const std::vector<ParallelSection>& layouts) {
   std::vector<std::string> out;
   for (const ParallelSection& p : layouts) {
-    out.push_back(fmt::format("{}.{}.{}.{}.{}", p.dp, p.tp, p.sp, parallel::sp_strategy_name(p.sp_strategy), p.C));
+    out.push_back(fmt::format("{}.{}.{}.{}.{}", p.dp, p.tp, p.sp, parallel::sp_strategy_name(p.sp_strategy), p.C) +
+                  (p.sp_strategy == parallel::SpStrategy::ulysses_wallfacer ? fmt::format(".U{}", p.U) : ""));
   }
   return out;
 }
@@ -27,12 +28,35 @@ TEST_CASE("candidate layouts of 4 ranks: by tp then sp, every strategy and team 
   CHECK(names(layouts) == std::vector<std::string>{
                               "4.1.1.wallfacer.1", "2.1.2.wallfacer.1", "2.1.2.ring.1", "2.1.2.ulysses.1",
                               "1.1.4.wallfacer.1", "1.1.4.wallfacer.2", "1.1.4.ring.1", "1.1.4.ulysses.1",
-                              "2.2.1.wallfacer.1", "1.2.2.wallfacer.1", "1.2.2.ring.1", "1.2.2.ulysses.1",
+                              "1.1.4.ulysses-wallfacer.1.U2", "2.2.1.wallfacer.1", "1.2.2.wallfacer.1", "1.2.2.ring.1", "1.2.2.ulysses.1",
                               "1.4.1.wallfacer.1"});
   for (const ParallelSection& p : layouts) {
     CHECK(p.pp == 1);
     CHECK(p.order == base.order);  // the rest is the base's
+    CHECK(p.U == (p.sp_strategy == parallel::SpStrategy::ulysses_wallfacer ? 2 : 1));
   }
+}
+
+TEST_CASE("candidate layouts of 16 ranks: the hybrid for every U strictly between 1 and sp and every C", "[config]") {
+  ParallelSection base;
+  base.ulysses_inner = false;
+  std::vector<std::string> hybrids;
+  for (const ParallelSection& p : candidate_layouts(16, base)) {
+    if (p.sp_strategy != parallel::SpStrategy::ulysses_wallfacer) continue;
+    CHECK_FALSE(p.ulysses_inner);  // the base's
+    hybrids.push_back(names({p}).front());
+  }
+  CHECK(hybrids == std::vector<std::string>{
+                       "4.1.4.ulysses-wallfacer.1.U2",                                  // tp 1, sp 4
+                       "2.1.8.ulysses-wallfacer.1.U2", "2.1.8.ulysses-wallfacer.2.U2",  // sp 8
+                       "2.1.8.ulysses-wallfacer.1.U4",
+                       "1.1.16.ulysses-wallfacer.1.U2", "1.1.16.ulysses-wallfacer.2.U2",  // sp 16
+                       "1.1.16.ulysses-wallfacer.1.U4", "1.1.16.ulysses-wallfacer.2.U4",
+                       "1.1.16.ulysses-wallfacer.1.U8",
+                       "2.2.4.ulysses-wallfacer.1.U2",                                  // tp 2
+                       "1.2.8.ulysses-wallfacer.1.U2", "1.2.8.ulysses-wallfacer.2.U2",
+                       "1.2.8.ulysses-wallfacer.1.U4",
+                       "1.4.4.ulysses-wallfacer.1.U2"});                                // tp 4
 }
 
 TEST_CASE("candidate layouts: one rank, a prime world, and no duplicates at 16", "[config]") {
