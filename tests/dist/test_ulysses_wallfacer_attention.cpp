@@ -1,0 +1,164 @@
+// The ulysses-wallfacer hybrid (src/parallel/ulysses_wallfacer_attention.cpp) with the whole world
+// as one sp group of U Ulysses ranks × P/U WallFacer ranks, for every U strictly between 1 and P
+// (P = 4: U = 2 with C = 1; P = 8: U = 2 with C = 1 and 2, U = 4 with C = 1), both orders of
+// the two dimensions; smaller worlds have no such U and skip.
+//
+// Through the shared run_sp_case (sp_testing.h): output, lse and dQ, dK, dV against naive f64
+// attention (f64 ≤ 1e-10, f32 ≤ 1e-5 relative), the traffic counters of the sp groups against
+// traffic_model.h's ulysses_wallfacer_traffic per rank and summed, and every rank's attention
+// work; causal (zigzag) and full (contiguous), MHA and GQA with the kv heads split over U and
+// replicated (h_kv < U). Then: U = 1 and U = P are wallfacer and ulysses bit for bit, and bf16
+// inputs give exactly the f32 results on the rounded inputs, rounded (the hybrid widens bf16).
+// Sizes are tiny (N = 6·P zigzag, 5·P contiguous, d = 8).
+#include <fmt/format.h>
+
+#include <memory>
+#include <vector>
+
+#include "parallel/attention_testing.h"
+#include "sp_testing.h"
+#include "wallfacer/autograd/engine.h"
+
+using wf::DType;
+using wf::Tensor;
+using wf::parallel::SequenceLayout;
+using wf::parallel::SpStrategy;
+using namespace wf::test;
+
+namespace {
+
+struct HybridLayout {
+  int U, C;
+};
+
+// Every (U, C) of the world with 1 < U < P, U | P, C ≤ 2 and C² | P/U.
+std::vector<HybridLayout> hybrid_layouts() {
+  const int P = runtime().world_size();
+  std::vector<HybridLayout> out;
+  for (int U = 2; U < P; ++U) {
+    if (P % U != 0) continue;
+    for (int C : wf::comm::valid_team_sizes(P / U)) {
+      if (C <= 2) out.push_back({U, C});
+    }
+  }
+  return out;
+}
+
+SpCase hybrid_case(HybridLayout l, bool ulysses_inner, bool causal, std::int64_t h_kv, DType dtype) {
+  SpCase c;
+  c.strategy = SpStrategy::ulysses_wallfacer;
+  c.U = l.U;
+  c.C = l.C;
+  c.ulysses_inner = ulysses_inner;
+  c.causal = causal;
+  c.B = 2;
+  c.h = 4;
+  c.h_kv = h_kv;
+  c.d = 8;
+  c.dtype = dtype;
+  const int P = runtime().world_size();
+  c.N = causal ? 6 * P : 5 * P;  // zigzag needs 2P | N; never a power of two
+  return c;
+}
+
+bool bitwise_equal(const SpCaseResult& a, const SpCaseResult& b) {
+  return mismatch(a.o, b.o).empty() && mismatch(a.lse, b.lse).empty() && mismatch(a.dq, b.dq).empty() &&
+         mismatch(a.dk, b.dk).empty() && mismatch(a.dv, b.dv).empty();
+}
+
+}  // namespace
+
+TEST_CASE("ulysses-wallfacer attention: output, lse and gradients against f64 attention, traffic and work per rank",
+          "[dist][sp][ulysses_wallfacer]") {
+  const std::vector<HybridLayout> layouts = hybrid_layouts();
+  if (layouts.empty()) {
+    SUCCEED("no U with 1 < U < P at this world size");
+    return;
+  }
+  double worst = 0;
+  int cases = 0;
+  for (const HybridLayout& l : layouts) {
+    for (bool inner : {true, false}) {
+      for (bool causal : {true, false}) {
+        // h_kv 4: MHA; 2: GQA split over U = 2, replicated at U = 4; 1: replicated on every rank.
+        for (std::int64_t h_kv : {4, 2, 1}) {
+          worst = std::max(worst, run_sp_case(hybrid_case(l, inner, causal, h_kv, DType::f64)).max_error());
+          ++cases;
+        }
+      }
+    }
+    // f32, and the redispatching backward.
+    SpCase c = hybrid_case(l, true, true, 2, DType::f32);
+    c.keep_forward_kv = false;
+    run_sp_case(c);
+    ++cases;
+  }
+  if (runtime().rank() == 0) {
+    fmt::print("ulysses-wallfacer P = {}: {} cases, worst f64 relative error {:.1e}\n", runtime().world_size(), cases,
+               worst);
+  }
+}
+
+TEST_CASE("ulysses-wallfacer with U = 1 is wallfacer and with U = P is ulysses, bit for bit",
+          "[dist][sp][ulysses_wallfacer]") {
+  const int P = runtime().world_size();
+  if (P < 2) return;
+  for (int C : wf::comm::valid_team_sizes(P)) {
+    if (C > 2) continue;
+    SpCase wallfacer = hybrid_case({1, C}, true, true, 2, DType::f64);
+    const SpCaseResult hybrid = run_sp_case(wallfacer);
+    wallfacer.strategy = SpStrategy::wallfacer;
+    wallfacer.U = 1;
+    const SpCaseResult plain = run_sp_case(wallfacer);
+    CHECK(bitwise_equal(hybrid, plain));
+    CHECK(hybrid.total_forward == plain.total_forward);
+    CHECK(hybrid.total_backward == plain.total_backward);
+  }
+  for (bool causal : {true, false}) {
+    SpCase ulysses = hybrid_case({P, 1}, true, causal, 2, DType::f64);
+    ulysses.h = 2 * P;  // P | h; h_kv = 2 splits or is replicated
+    const SpCaseResult hybrid = run_sp_case(ulysses);
+    ulysses.strategy = SpStrategy::ulysses;
+    ulysses.U = 1;
+    const SpCaseResult plain = run_sp_case(ulysses);
+    CHECK(bitwise_equal(hybrid, plain));
+    CHECK(hybrid.total_forward == plain.total_forward);
+    CHECK(hybrid.total_backward == plain.total_backward);
+  }
+}
+
+TEST_CASE("ulysses-wallfacer with bf16 inputs: the f32 results on the rounded inputs, rounded",
+          "[dist][sp][ulysses_wallfacer]") {
+  const std::vector<HybridLayout> layouts = hybrid_layouts();
+  const int P = runtime().world_size();
+  for (const HybridLayout& l : layouts) {
+    const SpCase c = hybrid_case(l, true, true, 2, DType::f32);
+    wf::comm::CommGrid& grid = sp_grid(c.C, wf::comm::Placement::collectives_intra, c.U, c.ulysses_inner);
+    const wf::parallel::SpAttentionConfig config{c.strategy, c.layout_or_default(), c.N, true};
+    const wf::parallel::SpShard shard = wf::parallel::sp_shard(config, grid);
+    const auto attention = wf::parallel::make_sp_attention(config, grid);
+    ReferenceAttention ref = reference_attention({c.B, c.N, c.h, c.h_kv, c.d}, true, DType::f32, 700);
+    const std::vector<std::int64_t> positions = wf::parallel::run_positions(shard.runs());
+    wf::AttentionOptions options;
+    options.causal = true;
+    // Runs the strategy on this rank's shard in `dtype` (inputs rounded to bf16 first either way):
+    // out, lse, dq, dk, dv.
+    const auto run = [&](DType dtype) {
+      std::vector<Tensor> leaves;
+      for (const Tensor* t : {&ref.q, &ref.k, &ref.v}) {
+        leaves.push_back(shard.shard(t->to(DType::bf16)).to(dtype));
+        leaves.back().set_requires_grad();
+      }
+      const wf::AttentionResult r = attention->forward(leaves[0], leaves[1], leaves[2], options);
+      wf::autograd::backward({r.out, r.lse}, {shard.shard(ref.d_o.to(DType::bf16)).to(dtype),
+                                              take_positions(ref.d_lse.to(DType::bf16), 2, positions).to(dtype)});
+      return std::vector<Tensor>{r.out, r.lse, leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
+    };
+    const std::vector<Tensor> bf16 = run(DType::bf16), f32 = run(DType::f32);
+    for (std::size_t i = 0; i < bf16.size(); ++i) {
+      INFO("U = " << l.U << ", C = " << l.C << ", P = " << P << ", result " << i << " (out, lse, dq, dk, dv)");
+      REQUIRE(bf16[i].dtype() == DType::bf16);
+      CHECK(mismatch(bf16[i], f32[i].to(DType::bf16)).empty());
+    }
+  }
+}
