@@ -125,7 +125,36 @@ const std::vector<BadConfig>& layout_cases() {
       {"seq_len_wallfacer_teams", "parallel:\n  sp: 16\n  C: 2\ntrain:\n  seq_len: 1000\n", 16, {},
        {"train.seq_len", "in teams of C = 2", "nearest valid N: 992 or 1008"}},
       {"team_without_wallfacer", "parallel:\n  sp: 4\n  C: 2\n  sp_strategy: ring\n", 4, {},
-       {"parallel.C: C = 2 is the WallFacer team size, but parallel.sp_strategy ring has no teams"}},
+       {"parallel.C: C = 2 is the WallFacer team size, but parallel.sp_strategy ring has no teams: set C to 1 or "
+        "sp_strategy to wallfacer (or ulysses-wallfacer)"}},
+      // The ulysses-wallfacer hybrid: U | sp, C² | sp/U, U only with the hybrid, its heads for U,
+      // the sequence length for its layout.
+      {"hybrid_u_not_dividing", "parallel:\n  sp: 8\n  U: 3\n  sp_strategy: ulysses-wallfacer\n", 8, {},
+       {"parallel.dp, parallel.tp, parallel.pp, parallel.sp, parallel.C, parallel.U, parallel.order: U = 3 does not "
+        "divide sp = 8: the Ulysses degree of ulysses-wallfacer must be a divisor of sp (the sp group is U Ulysses "
+        "ranks times sp/U WallFacer ranks); valid U for sp = 8: 1, 2, 4, 8"}},
+      {"hybrid_team_does_not_fit", "parallel:\n  sp: 8\n  U: 4\n  C: 2\n  sp_strategy: ulysses-wallfacer\n", 8, {},
+       {"C = 2 does not fit sp / U = 8 / 4 = 2: WallFacer runs over groups of sp/U ranks and needs C >= 1 with C*C "
+        "dividing sp/U; valid C for sp/U = 2: 1 (or choose another U)"}},
+      {"u_without_hybrid", "parallel:\n  sp: 4\n  U: 2\n  sp_strategy: wallfacer\n", 4, {},
+       {"parallel.U: U = 2 is the Ulysses degree of the ulysses-wallfacer hybrid, but parallel.sp_strategy is "
+        "wallfacer: set U to 1 or sp_strategy to ulysses-wallfacer"}},
+      {"hybrid_heads", "model:\n  n_head: 6\n  n_kv_head: 6\n  d_model: 384\nparallel:\n  sp: 8\n  U: 4\n"
+       "  sp_strategy: ulysses-wallfacer\n", 8, {},
+       {"model.n_head: sp_strategy ulysses-wallfacer over parallel.U = 4 scatters the heads of each tp rank, n_head / "
+        "parallel.tp = 6 / 1 = 6 query heads and n_kv_head / parallel.tp = 6 / 1 = 6 kv heads (h and h_kv below; "
+        "n_head and n_kv_head are tp times them): h = 6 query heads and h_kv = 6 kv heads do not split over the sp "
+        "size P = 4"}},
+      {"hybrid_heads_per_tp_rank", "model:\n  n_head: 4\n  n_kv_head: 4\nparallel:\n  tp: 2\n  sp: 8\n  U: 4\n"
+       "  sp_strategy: ulysses-wallfacer\n", 16, {},
+       {"model.n_head: sp_strategy ulysses-wallfacer over parallel.U = 4 scatters the heads of each tp rank, n_head / "
+        "parallel.tp = 4 / 2 = 2 query heads"}},
+      {"hybrid_seq_len", "parallel:\n  sp: 4\n  U: 2\n  sp_strategy: ulysses-wallfacer\ntrain:\n  seq_len: 100\n", 4,
+       {},
+       {"train.seq_len: sp_strategy ulysses-wallfacer over parallel.sp = 4 ranks: zigzag sequence layout: N = 100 "
+        "tokens cannot be split over P = 4 ranks as U = 2 Ulysses ranks times P/U = 2 WallFacer ranks in teams of C "
+        "= 1: it needs N divisible by 8 = 2·P (each WallFacer shard's tokens in 2·U chunks); nearest valid N: 96 or "
+        "104"}},
       // Tensor parallelism: whole heads and d_ff units per tp rank; the tp values listed divide
       // the value and the world. (Each message is among the problems beside the trainer's own
       // "parallel.tp" one while the trainer has no tensor parallelism.)
@@ -253,6 +282,10 @@ TEST_CASE("config: a run shorter than its warmup trains with a note that the war
   REQUIRE(n.size() == 1);
   CHECK_THAT(n[0], Catch::Contains("train.warmup_steps: 100 warmup steps exceed train.steps = 30") &&
                        Catch::Contains("the warmup is cut at step 30"));
+  // The hybrid at U = 1 or U = sp is one of its parts, and validate says so.
+  const RunConfig hybrid_u1 = parse_config("parallel:\n  sp: 4\n  sp_strategy: ulysses-wallfacer\n");
+  CHECK_THAT(notes(hybrid_u1).at(0), Catch::Contains("parallel.U: with U = 1 the ulysses-wallfacer hybrid is exactly "
+                                                     "wallfacer (no Ulysses part)"));
   // sp = C x C: the placement cannot matter, and validate says so.
   const RunConfig square = parse_config("parallel:\n  sp: 4\n  C: 2\n");
   CHECK_THAT(notes(square).at(0), Catch::Contains("the placement cannot matter"));

@@ -135,6 +135,26 @@ TEST_CASE("config: to_yaml reads back to the same config", "[config]") {
   apply_override(listed, "parallel.pp_layers=[]");
   CHECK(listed.parallel.pp_layers.empty());
 
+  // The hybrid's keys: parallel.U and parallel.ulysses_inner, and the grid they give.
+  RunConfig hybrid;
+  hybrid.parallel.sp = 8;
+  hybrid.parallel.C = 2;
+  hybrid.parallel.U = 2;
+  hybrid.parallel.ulysses_inner = false;
+  hybrid.parallel.sp_strategy = parallel::SpStrategy::ulysses_wallfacer;
+  CHECK(parse_config(to_yaml(hybrid)) == hybrid);
+  CHECK_THAT(to_yaml(hybrid), Catch::Contains("sp_strategy: ulysses-wallfacer") && Catch::Contains("U: 2") &&
+                                  Catch::Contains("ulysses_inner: false"));
+  const RunConfig read = parse_config("parallel:\n  sp: 8\n  U: 4\n  ulysses_inner: no\n  sp_strategy: ulysses-wallfacer\n");
+  CHECK(read.parallel.U == 4);
+  CHECK_FALSE(read.parallel.ulysses_inner);
+  CHECK(read.parallel.grid().U == 4);
+  CHECK_FALSE(read.parallel.grid().ulysses_inner);
+  CHECK(RunConfig{}.parallel.U == 1);
+  CHECK(RunConfig{}.parallel.ulysses_inner);
+  hybrid.data.source = DataSource::synthetic;
+  CHECK_THAT(summary(hybrid, 8), Catch::Contains("sp_strategy ulysses-wallfacer U 2 (WallFacer inner) C 2"));
+
   // The summary names the schedule, its microbatches and the bubble it implies.
   RunConfig pp2;
   pp2.parallel.pp = 2;

@@ -361,3 +361,76 @@ TEST_CASE("ring and full-mask work: zigzag ring balanced, contiguous causal ring
     }
   }
 }
+
+// ---- the ulysses-wallfacer hybrid (U > 1) ----------------------------------------------------
+
+TEST_CASE("hybrid layout: each WallFacer shard's storage split over its U Ulysses ranks, every token once",
+          "[parallel][ulysses_wallfacer]") {
+  for (int P : {4, 6, 8, 12, 16}) {
+    for (int U = 1; U <= P; ++U) {
+      if (P % U != 0) continue;
+      for (int C : dividing_team_sizes(P / U)) {
+        for (SequenceLayout layout : kBothLayouts) {
+          const std::int64_t multiple = wf::parallel::sequence_length_multiple(layout, P, C, U);
+          if (U > 1) CHECK(multiple == (layout == SequenceLayout::contiguous ? P : 2 * P));
+          const int W = P / U;
+          for (std::int64_t N : {multiple, 3 * multiple}) {
+            INFO(wf::parallel::sequence_layout_name(layout) << " N = " << N << " P = " << P << " U = " << U
+                                                            << " C = " << C);
+            std::vector<int> holders(static_cast<std::size_t>(N), 0);
+            for (int s = 0; s < W; ++s) {
+              // The shard the all-to-all gathers, in storage order: its U parts at their storage indices.
+              const Positions shard = wf::parallel::position_ids(layout, N, W, C, s);
+              Positions gathered(shard.size(), -1);
+              for (int u = 0; u < U; ++u) {
+                const Positions mine = wf::parallel::position_ids(layout, N, P, C, s * U + u, U);
+                REQUIRE(static_cast<std::int64_t>(mine.size()) == N / P);
+                // U = 1: the whole shard in order (N/W need not split into two chunks then).
+                const Positions at =
+                    U == 1 ? range_positions(0, N / W) : wf::parallel::position_ids(layout, N / W, U, 1, u);
+                for (std::size_t i = 0; i < mine.size(); ++i) {
+                  gathered[static_cast<std::size_t>(at[i])] = mine[i];
+                  holders[static_cast<std::size_t>(mine[i])] += 1;
+                }
+              }
+              CHECK(gathered == shard);
+            }
+            CHECK(std::all_of(holders.begin(), holders.end(), [](int n) { return n == 1; }));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("hybrid layout: U = 1 is WallFacer's, U = P Ulysses', contiguous is contiguous over P",
+          "[parallel][ulysses_wallfacer]") {
+  const std::int64_t N = 96;
+  for (int l = 0; l < 8; ++l) {
+    CHECK(wf::parallel::rank_tokens(SequenceLayout::zigzag, N, 8, 2, l, 1) ==
+          wf::parallel::rank_tokens(SequenceLayout::zigzag, N, 8, 2, l));
+    CHECK(wf::parallel::rank_tokens(SequenceLayout::zigzag, N, 8, 1, l, 8) ==
+          wf::parallel::rank_tokens(SequenceLayout::zigzag, N, 8, 1, l));
+    CHECK(wf::parallel::rank_tokens(SequenceLayout::contiguous, N, 8, 2, l, 2) ==
+          wf::parallel::rank_tokens(SequenceLayout::contiguous, N, 8, 1, l));
+  }
+  // P = 8, U = 2, C = 2, N = 32: in WallFacer's P = 4, C = 2 zigzag team 0 holds chunks 0 and 3
+  // of 4 ([0, 8) and [24, 32)) and its member 1 (shard 1) the second half of that storage,
+  // [24, 32); the shard's two Ulysses ranks (l = 2, 3) hold its storage chunks {0, 3} and {1, 2}
+  // of 4 (2 tokens each).
+  CHECK(wf::parallel::rank_tokens(SequenceLayout::zigzag, 32, 8, 2, 2, 2) ==
+        std::vector<TokenRun>{{24, 2}, {30, 2}});
+  CHECK(wf::parallel::rank_tokens(SequenceLayout::zigzag, 32, 8, 2, 3, 2) == std::vector<TokenRun>{{26, 4}});
+  CHECK_THAT(error_of([] { wf::parallel::check_sequence_length(SequenceLayout::zigzag, 100, 4, 1, 2); }),
+             Contains("N = 100 tokens cannot be split over P = 4 ranks as U = 2 Ulysses ranks times P/U = 2 "
+                      "WallFacer ranks in teams of C = 1: it needs N divisible by 8") &&
+                 Contains("nearest valid N: 96 or 104"));
+  CHECK_THAT(error_of([] { (void)wf::parallel::sequence_length_multiple(SequenceLayout::zigzag, 8, 1, 3); }),
+             Contains("the Ulysses degree U = 3 must be >= 1 and divide P = 8"));
+  // shard / unshard with U: the identity.
+  const wf::Tensor global = wf::Tensor::randn_at({2, 32, 3}, 5, 0);
+  std::vector<wf::Tensor> locals;
+  for (int l = 0; l < 8; ++l) locals.push_back(wf::parallel::shard_sequence(global, SequenceLayout::zigzag, 8, 2, l, 2));
+  CHECK(wf::parallel::unshard_sequence(locals, SequenceLayout::zigzag, 8, 2, 2).to_vector<float>() ==
+        global.to_vector<float>());
+}

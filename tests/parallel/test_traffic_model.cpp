@@ -345,3 +345,62 @@ TEST_CASE("traffic model rejects dims that do not split", "[parallel]") {
   CHECK_THAT(error_of([&] { wf::parallel::wallfacer_traffic({1, 32, 4, 2, 8}, 8, 2, 9, Pass::forward); }),
              Contains("sp index 9"));
 }
+
+TEST_CASE("ulysses-wallfacer traffic: the Ulysses part over U plus the WallFacer part over P/U",
+          "[parallel][ulysses_wallfacer]") {
+  // P = 8, U = 2, C = 2: Ulysses over pairs with n = 4 tokens, h = 4, h_kv = 2 (E = 256, E_kv =
+  // 128, R = 32): 2·(E + E_kv)·4·(1/2) + R·4·(1/2) = 1600 bytes of all-to-all. WallFacer over
+  // W = 4 with N/W = 8 tokens, h/U = 2, h_kv/U = 1 (E' = 256, E_kv' = 128, R' = 32), G = 1:
+  // collectives (C−1)·(E'a + 2E_kv'a + C·R's + E'p) = 3328, P2P the dispatch 2·C·E_kv'·a = 2048
+  // except on the self-dispatching WallFacer ranks 0 and 3 (logical 0, 1, 6, 7).
+  const AttentionDims dims{2, 32, 4, 2, 8};
+  const ElementBytes same{4, 4, 4};
+  for (int l = 0; l < 8; ++l) {
+    const bool self = l / 2 == 0 || l / 2 == 3;
+    const std::int64_t p2p = self ? 0 : 2048;
+    CHECK(wf::parallel::ulysses_wallfacer_traffic(dims, 8, 2, 2, l, Pass::forward, same) ==
+          SpTraffic{p2p, p2p, 4928, 4928});
+    CHECK(wf::parallel::sp_attention_traffic(wf::parallel::SpStrategy::ulysses_wallfacer, dims, 8, 2, 2, l,
+                                             Pass::forward, same) == SpTraffic{p2p, p2p, 4928, 4928});
+  }
+  for (int P : {4, 8, 16}) {
+    const AttentionDims d{2, 6 * P, 2 * P, 2, 5};
+    for (int U = 1; U <= P; ++U) {
+      if (P % U != 0) continue;
+      for (int C : wf::comm::valid_team_sizes(P / U)) {
+        for (Pass pass : {Pass::forward, Pass::backward}) {
+          for (BackwardKv kv : {BackwardKv::redispatch, BackwardKv::keep_forward}) {
+            for (int l = 0; l < P; ++l) {
+              INFO("P = " << P << ", U = " << U << ", C = " << C << ", logical " << l);
+              const wf::parallel::UlyssesWallFacerDims parts = wf::parallel::ulysses_wallfacer_dims(d, P, U);
+              CHECK(parts.ulysses.seq_len == d.seq_len / (P / U));
+              CHECK(parts.wallfacer.heads == d.heads / U);
+              SpTraffic sum = wf::parallel::ulysses_traffic(parts.ulysses, U, pass, kBytes);
+              sum += wf::parallel::wallfacer_traffic(parts.wallfacer, P / U, C, l / U, pass, kBytes, kv);
+              const SpTraffic hybrid = wf::parallel::ulysses_wallfacer_traffic(d, P, U, C, l, pass, kBytes, kv);
+              CHECK(hybrid == sum);
+              // U = 1 is WallFacer's formula and U = P (C = 1) Ulysses'.
+              if (U == 1) CHECK(hybrid == wf::parallel::wallfacer_traffic(d, P, C, l, pass, kBytes, kv));
+              if (U == P) CHECK(hybrid == wf::parallel::ulysses_traffic(d, P, pass, kBytes));
+            }
+          }
+        }
+        for (int l = 0; l < P; ++l) {  // the replayed backward: both parts' replayed backwards
+          SpTraffic replay = wf::parallel::ulysses_traffic(wf::parallel::ulysses_wallfacer_dims(d, P, U).ulysses, U,
+                                                           Pass::forward, kBytes);
+          replay += wf::parallel::ulysses_traffic(wf::parallel::ulysses_wallfacer_dims(d, P, U).ulysses, U,
+                                                  Pass::backward, kBytes);
+          replay += wf::parallel::sp_replay_backward_traffic(wf::parallel::SpStrategy::wallfacer,
+                                                             wf::parallel::ulysses_wallfacer_dims(d, P, U).wallfacer,
+                                                             P / U, 1, C, l / U, kBytes);
+          CHECK(wf::parallel::sp_replay_backward_traffic(wf::parallel::SpStrategy::ulysses_wallfacer, d, P, U, C, l,
+                                                         kBytes) == replay);
+        }
+      }
+    }
+  }
+  CHECK_THAT(error_of([&] { wf::parallel::ulysses_wallfacer_traffic(dims, 8, 3, 1, 0, Pass::forward); }),
+             Contains("the Ulysses degree U = 3 must be >= 1 and divide P = 8"));
+  CHECK_THAT(error_of([&] { wf::parallel::ulysses_wallfacer_traffic({2, 32, 6, 6, 8}, 8, 4, 1, 0, Pass::forward); }),
+             Contains("ulysses-wallfacer with U = 4") && Contains("h = 6 query heads"));
+}
