@@ -24,6 +24,9 @@ namespace {
 std::string describe(const wf::config::ParallelSection& l, bool checkpointed) {
   return "dp " + std::to_string(l.dp) + ", tp " + std::to_string(l.tp) + ", sp " + std::to_string(l.sp) + " " +
          wf::parallel::sp_strategy_name(l.sp_strategy) + " C " + std::to_string(l.C) +
+         (l.sp_strategy == wf::parallel::SpStrategy::ulysses_wallfacer
+              ? " U " + std::to_string(l.U) + (l.ulysses_inner ? " (Ulysses inner)" : " (WallFacer inner)")
+              : "") +
          (checkpointed ? ", checkpoint_attention" : "") + (l.tp_shard_activations ? ", activations sharded" : "") +
          (l.zero > 0 ? ", ZeRO-" + std::to_string(l.zero) : "");
 }
@@ -91,6 +94,27 @@ TEST_CASE("a training step sends on each group exactly the bytes step_traffic.h 
     }
   }
   CHECK(ran >= 2);  // at least dp = world, with and without the checkpoint
+}
+
+// The candidates put the hybrid's Ulysses ranks inner; here its WallFacer ranks are, which moves
+// every group's ranks but none of the bytes (sp.ulysses, sp.wallfacer, sp.team, sp.ring).
+TEST_CASE("a training step with ulysses-wallfacer, WallFacer ranks inner, sends the predicted bytes",
+          "[dist][layout_traffic][ulysses_wallfacer]") {
+  const int world = runtime().world_size();
+  for (const wf::config::ParallelSection& candidate : wf::config::candidate_layouts(world)) {
+    if (candidate.sp_strategy != wf::parallel::SpStrategy::ulysses_wallfacer || candidate.tp > 1) continue;
+    for (const bool checkpointed : {false, true}) {
+      wf::config::ParallelSection l = candidate;
+      l.ulysses_inner = false;
+      wf::config::RunConfig config = small_gpt_run(l.dp, l.sp, checkpointed, "wf_test_step_traffic_hybrid");
+      config.parallel = l;
+      config.train.steps = 1;
+      config.train.global_batch_size = 2 * l.dp;
+      if (!error_of([&] { wf::config::validate(config, world); }).empty()) continue;  // the same on every rank
+      INFO(describe(l, checkpointed));
+      check_one_step(config, world);
+    }
+  }
 }
 
 TEST_CASE("a pipelined training step sends on each group exactly the bytes step_traffic.h predicts",

@@ -28,9 +28,10 @@ struct Layout {
   wf::parallel::SpStrategy strategy = wf::parallel::SpStrategy::wallfacer;
   bool checkpoint_attention = false;
   std::string model = "gpt";
+  int U = 1;  // ulysses-wallfacer's Ulysses degree
   std::string name() const {
-    return fmt::format("{}: dp{} x sp{} {} C={}{}", model, dp, sp, wf::parallel::sp_strategy_name(strategy), C,
-                       checkpoint_attention ? " + checkpoint at attention output" : "");
+    return fmt::format("{}: dp{} x sp{} {} C={}{}{}", model, dp, sp, wf::parallel::sp_strategy_name(strategy), C,
+                       U > 1 ? fmt::format(" U={}", U) : "", checkpoint_attention ? " + checkpoint at attention output" : "");
   }
 };
 
@@ -39,6 +40,7 @@ wf::config::RunConfig parity_config(const Layout& layout, const std::string& tag
       small_gpt_run(layout.dp, layout.sp, layout.checkpoint_attention, fmt::format("wf-parity-{}", tag), layout.model);
   // Ulysses with 2 kv heads: over sp 4 each kv head is replicated on 2 ranks.
   c.parallel.C = layout.C;
+  c.parallel.U = layout.U;
   c.parallel.sp_strategy = layout.strategy;
   c.train.steps = 4;
   // Gradient accumulation of global / dp steps: 8 at dp 1 down to 1 at dp 8 (6 for a world of 3).
@@ -70,6 +72,8 @@ std::vector<Layout> layouts_for(int world) {
   if (4 % world == 0) out.push_back({.sp = world, .strategy = SpStrategy::ulysses});
   if (world == 8) out.push_back({.dp = 2, .sp = 4, .C = 2, .checkpoint_attention = true});
   if (world == 2) out.push_back({.sp = 2, .strategy = SpStrategy::ring, .checkpoint_attention = true});
+  // The ulysses-wallfacer hybrid: the 4 heads over U = 2 Ulysses ranks, WallFacer over pairs.
+  if (world == 4) out.push_back({.sp = 4, .strategy = SpStrategy::ulysses_wallfacer, .U = 2});
   return out;
 }
 
@@ -88,7 +92,7 @@ TEST_CASE("training parity: every dp x sp layout matches single-process losses a
     INFO(layout.name());
     const wf::config::RunConfig config = parity_config(layout, "par");
     Layout single = layout;
-    single.dp = single.sp = single.C = 1;
+    single.dp = single.sp = single.C = single.U = 1;
     const wf::config::RunConfig ref_config = parity_config(single, fmt::format("ref-{}", runtime().rank()));
     wf::comm::CommGrid ref_grid(wf::comm::ProcessGrid(ref_config.parallel.grid(), 1, 0));
     wf::config::validate(config, world);
