@@ -56,15 +56,9 @@ using detail::tokens_major;
 using detail::ulysses_exchange;
 
 // The head-sharded side of one call: every token, h/P query heads and their kv heads.
-struct HeadSide {
-  Tensor q, k, v, o, lse;
-  HeadSide(const kernels::cpu::AttentionShape& s, DType dtype)
-      : q(Tensor::empty({s.batch, s.q_len, s.heads, s.head_dim}, dtype)),
-        k(Tensor::empty({s.batch, s.kv_len, s.kv_heads, s.head_dim}, dtype)),
-        v(Tensor::empty(k.shape(), dtype)),
-        o(Tensor::empty(q.shape(), dtype)),
-        lse(Tensor::empty({s.batch, s.heads, s.q_len}, dtype)) {}
-};
+detail::HeadSide head_side(const kernels::cpu::AttentionShape& s, DType dtype) {
+  return {s.batch, s.q_len, s.heads, s.kv_heads, s.head_dim, dtype};
+}
 
 class UlyssesAttentionFunction final : public autograd::Function {
  public:
@@ -83,16 +77,11 @@ class UlyssesAttentionFunction final : public autograd::Function {
   // lse; in a replay the sequence-sharded ones (q, k, v and the replayed o, lse).
   TensorList forward(Context& ctx, const TensorList& in) override {
     const Tensor &q = in[0], &k = in[1], &v = in[2];
-    if (replayed_) {
-      const AttentionResult r = std::move(*replayed_);
-      replayed_.reset();
-      ctx.save_for_backward({q, k, v, r.out, r.lse});
-      return {r.out, r.lse};
-    }
+    if (auto replay = detail::save_replay(ctx, in, replayed_)) return *replay;
     const kernels::cpu::AttentionShape s = shape_of(q, k);
     return dispatch_float(q.dtype(), "ulysses attention", [&](auto tag) {
       using T = decltype(tag);
-      HeadSide h(s, q.dtype());
+      detail::HeadSide h = head_side(s, q.dtype());
       ulysses_exchange(sp_, positions_, Side::sequence, {tokens_major(q), tokens_major(k), tokens_major(v)},
                   {tokens_major(h.q), tokens_major(h.k), tokens_major(h.v)});
       kernels::cpu::attention_forward<T>(s, h.q.data<T>(), h.k.data<T>(), h.v.data<T>(), h.o.data<T>(),
@@ -120,13 +109,10 @@ class UlyssesAttentionFunction final : public autograd::Function {
       Tensor doh = Tensor::empty({s.batch, s.q_len, s.heads, s.head_dim}, dtype);
       Tensor dlseh = Tensor::empty({s.batch, s.heads, s.q_len}, dtype);
       std::vector<Field> from{tokens_major(grad[0]), heads_major(grad[1])}, to{tokens_major(doh), heads_major(dlseh)};
-      std::optional<HeadSide> h;
+      std::optional<detail::HeadSide> h;
       if (sequence_side_saved_) {  // the replay's inputs and result travel with dO
-        h.emplace(s, dtype);
-        from.insert(from.end(), {tokens_major(saved[0]), tokens_major(saved[1]), tokens_major(saved[2]),
-                                 tokens_major(saved[3]), heads_major(saved[4])});
-        to.insert(to.end(), {tokens_major(h->q), tokens_major(h->k), tokens_major(h->v), tokens_major(h->o),
-                             heads_major(h->lse)});
+        h.emplace(head_side(s, dtype));
+        detail::add_replayed_fields(saved, *h, from, to);
       }
       ulysses_exchange(sp_, positions_, Side::sequence, from, to);
       const Tensor &qh = h ? h->q : saved[0], &kh = h ? h->k : saved[1], &vh = h ? h->v : saved[2],

@@ -93,6 +93,31 @@ void exchange(comm::Group& sp, const Positions& positions, Side from_side, const
 
 }  // namespace
 
+HeadSide::HeadSide(std::int64_t batch, std::int64_t tokens, std::int64_t heads, std::int64_t kv_heads,
+                   std::int64_t head_dim, DType dtype)
+    : q(Tensor::empty({batch, tokens, heads, head_dim}, dtype)),
+      k(Tensor::empty({batch, tokens, kv_heads, head_dim}, dtype)),
+      v(Tensor::empty(k.shape(), dtype)),
+      o(Tensor::empty(q.shape(), dtype)),
+      lse(Tensor::empty({batch, heads, tokens}, dtype)) {}
+
+std::optional<autograd::TensorList> save_replay(autograd::Context& ctx, const autograd::TensorList& in,
+                                                Replayed& replayed) {
+  if (!replayed) return std::nullopt;
+  const AttentionResult r = std::move(*replayed);
+  replayed.reset();
+  ctx.save_for_backward({in[0], in[1], in[2], r.out, r.lse});
+  return autograd::TensorList{r.out, r.lse};
+}
+
+void add_replayed_fields(const autograd::TensorList& saved, HeadSide& h, std::vector<Field>& from,
+                         std::vector<Field>& to) {
+  from.insert(from.end(), {tokens_major(saved[0]), tokens_major(saved[1]), tokens_major(saved[2]),
+                           tokens_major(saved[3]), heads_major(saved[4])});
+  to.insert(to.end(),
+            {tokens_major(h.q), tokens_major(h.k), tokens_major(h.v), tokens_major(h.o), heads_major(h.lse)});
+}
+
 void ulysses_exchange(comm::Group& group, const Positions& positions, Side from_side, const std::vector<Field>& from,
                       const std::vector<Field>& to) {
   WF_CHECK(!from.empty() && from.size() == to.size(), "ulysses exchange: {} tensors to send but {} to receive",

@@ -5,8 +5,11 @@
 // the ulysses-wallfacer hybrid over its "sp.ulysses" group, where the head side holds a
 // WallFacer member's shard in storage order.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "src/parallel/sp_strategy_base.h"
+#include "wallfacer/autograd/function.h"
 #include "wallfacer/comm/group.h"
 #include "wallfacer/core/tensor.h"
 
@@ -40,5 +43,23 @@ enum class Side { sequence, heads };
 // in rank order, on the way back.
 void ulysses_exchange(comm::Group& group, const Positions& positions, Side from_side, const std::vector<Field>& from,
                       const std::vector<Field>& to);
+
+// The head side of one call: `tokens` tokens, `heads` query heads and `kv_heads` kv heads:
+// q, o [B, tokens, heads, d], k, v [B, tokens, kv_heads, d], lse [B, heads, tokens].
+struct HeadSide {
+  Tensor q, k, v, o, lse;
+  HeadSide(std::int64_t batch, std::int64_t tokens, std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim,
+           DType dtype);
+};
+
+// The replay of a strategy built on this exchange (Ulysses, the hybrid): its autograd Function's
+// forward saves the sequence-sharded q, k, v (`in`) and the replayed out, lse, moves nothing,
+// and returns them. std::nullopt (and nothing saved) when `replayed` is not set.
+std::optional<autograd::TensorList> save_replay(autograd::Context& ctx, const autograd::TensorList& in,
+                                                Replayed& replayed);
+// In the replay's backward, the saved q, k, v, out, lse travel to the head side `h` with dO:
+// appends them to the exchange's fields.
+void add_replayed_fields(const autograd::TensorList& saved, HeadSide& h, std::vector<Field>& from,
+                         std::vector<Field>& to);
 
 }  // namespace wf::parallel::detail

@@ -45,6 +45,7 @@ namespace {
 using autograd::Context;
 using autograd::TensorList;
 using detail::Field;
+using detail::HeadSide;
 using detail::heads_major;
 using detail::Positions;
 using detail::Side;
@@ -52,17 +53,6 @@ using detail::tokens_major;
 using detail::ulysses_exchange;
 
 constexpr const char* kWhat = "ulysses-wallfacer attention";
-
-// The head side of one call: the member's U·n tokens, h/U query heads and their kv heads.
-struct HeadSide {
-  Tensor q, k, v, o, lse;
-  HeadSide(std::int64_t B, std::int64_t tokens, std::int64_t heads, std::int64_t kv_heads, std::int64_t d, DType dtype)
-      : q(Tensor::empty({B, tokens, heads, d}, dtype)),
-        k(Tensor::empty({B, tokens, kv_heads, d}, dtype)),
-        v(Tensor::empty(k.shape(), dtype)),
-        o(Tensor::empty(q.shape(), dtype)),
-        lse(Tensor::empty({B, heads, tokens}, dtype)) {}
-};
 
 class UlyssesWallFacerFunction final : public autograd::Function {
  public:
@@ -82,12 +72,7 @@ class UlyssesWallFacerFunction final : public autograd::Function {
   // on the head side; in a replay the sequence-sharded q, k, v and the replayed o, lse.
   TensorList forward(Context& ctx, const TensorList& in) override {
     const Tensor &q = in[0], &k = in[1], &v = in[2];
-    if (replayed_) {
-      const AttentionResult r = std::move(*replayed_);
-      replayed_.reset();
-      ctx.save_for_backward({q, k, v, r.out, r.lse});
-      return {r.out, r.lse};
-    }
+    if (auto replay = detail::save_replay(ctx, in, replayed_)) return *replay;
     HeadSide h = head_side(q.size(0), q.size(1), q.size(2), q.size(3), q.dtype());
     ulysses_exchange(ulysses_, *positions_, Side::sequence, {tokens_major(q), tokens_major(k), tokens_major(v)},
                      {tokens_major(h.q), tokens_major(h.k), tokens_major(h.v)});
@@ -111,12 +96,7 @@ class UlyssesWallFacerFunction final : public autograd::Function {
     HeadSide h = head_side(B, n, heads, d, dtype);  // h.o, h.lse: dO and d_lse, or the replay's tensors
     Tensor doh = Tensor::empty(h.q.shape(), dtype), dlseh = Tensor::empty(h.lse.shape(), dtype);
     std::vector<Field> from{tokens_major(d_out), heads_major(grad[1])}, to{tokens_major(doh), heads_major(dlseh)};
-    if (sequence_side_saved_) {  // the replay's inputs and result travel with dO
-      from.insert(from.end(), {tokens_major(saved[0]), tokens_major(saved[1]), tokens_major(saved[2]),
-                               tokens_major(saved[3]), heads_major(saved[4])});
-      to.insert(to.end(), {tokens_major(h.q), tokens_major(h.k), tokens_major(h.v), tokens_major(h.o),
-                           heads_major(h.lse)});
-    }
+    if (sequence_side_saved_) detail::add_replayed_fields(saved, h, from, to);  // the replay's tensors travel with dO
     ulysses_exchange(ulysses_, *positions_, Side::sequence, from, to);
 
     Context inner = inner_context();
@@ -139,7 +119,8 @@ class UlyssesWallFacerFunction final : public autograd::Function {
   std::string name() const override { return "UlyssesWallFacerAttention"; }
 
  private:
-  // From the sequence side's q [B, n, heads, d].
+  // The member's U·n tokens, h/U query heads and their kv heads, from the sequence side's q
+  // [B, n, heads, d].
   HeadSide head_side(std::int64_t B, std::int64_t n, std::int64_t heads, std::int64_t d, DType dtype) const {
     const int U = ulysses_.size();
     return HeadSide(B, n * U, heads / U, ulysses_kv_heads_per_rank(kv_heads_, U), d, dtype);

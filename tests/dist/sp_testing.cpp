@@ -216,6 +216,11 @@ SpCaseResult run_sp_case(const SpCase& c) {
   return result;
 }
 
+bool bitwise_equal(const SpCaseResult& a, const SpCaseResult& b) {
+  return mismatch(a.o, b.o).empty() && mismatch(a.lse, b.lse).empty() && mismatch(a.dq, b.dq).empty() &&
+         mismatch(a.dk, b.dk).empty() && mismatch(a.dv, b.dv).empty();
+}
+
 SpCaseResult run_sp_case(SpStrategy strategy, int P, int C, bool causal, std::int64_t B, std::int64_t h,
                          std::int64_t h_kv, std::int64_t d, std::int64_t N, DType dtype) {
   REQUIRE(P == runtime().world_size());

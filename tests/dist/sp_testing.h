@@ -70,6 +70,8 @@ parallel::SpTraffic expected_sp_traffic(const SpCase& c, int P, int logical_inde
 parallel::SpTraffic expected_sp_traffic_total(const SpCase& c, int P, parallel::Pass pass);
 
 SpCaseResult run_sp_case(const SpCase& c);
+// Whether two cases gave the same o, lse, dq, dk and dv, bit for bit.
+bool bitwise_equal(const SpCaseResult& a, const SpCaseResult& b);
 // The same for the common parameters; P must be the world size.
 SpCaseResult run_sp_case(parallel::SpStrategy strategy, int P, int C, bool causal, std::int64_t B, std::int64_t h,
                          std::int64_t h_kv, std::int64_t d, std::int64_t N, DType dtype);

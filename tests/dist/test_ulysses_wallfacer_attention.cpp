@@ -61,11 +61,6 @@ SpCase hybrid_case(HybridLayout l, bool ulysses_inner, bool causal, std::int64_t
   return c;
 }
 
-bool bitwise_equal(const SpCaseResult& a, const SpCaseResult& b) {
-  return mismatch(a.o, b.o).empty() && mismatch(a.lse, b.lse).empty() && mismatch(a.dq, b.dq).empty() &&
-         mismatch(a.dk, b.dk).empty() && mismatch(a.dv, b.dv).empty();
-}
-
 }  // namespace
 
 TEST_CASE("ulysses-wallfacer attention: output, lse and gradients against f64 attention, traffic and work per rank",
@@ -103,27 +98,23 @@ TEST_CASE("ulysses-wallfacer with U = 1 is wallfacer and with U = P is ulysses, 
           "[dist][sp][ulysses_wallfacer]") {
   const int P = runtime().world_size();
   if (P < 2) return;
+  // The hybrid case against the same case under `plain` (on the grid of U = 1).
+  const auto same_as = [](SpCase c, SpStrategy plain) {
+    const SpCaseResult hybrid = run_sp_case(c);
+    c.strategy = plain;
+    c.U = 1;
+    const SpCaseResult expected = run_sp_case(c);
+    CHECK(bitwise_equal(hybrid, expected));
+    CHECK(hybrid.total_forward == expected.total_forward);
+    CHECK(hybrid.total_backward == expected.total_backward);
+  };
   for (int C : wf::comm::valid_team_sizes(P)) {
-    if (C > 2) continue;
-    SpCase wallfacer = hybrid_case({1, C}, true, true, 2, DType::f64);
-    const SpCaseResult hybrid = run_sp_case(wallfacer);
-    wallfacer.strategy = SpStrategy::wallfacer;
-    wallfacer.U = 1;
-    const SpCaseResult plain = run_sp_case(wallfacer);
-    CHECK(bitwise_equal(hybrid, plain));
-    CHECK(hybrid.total_forward == plain.total_forward);
-    CHECK(hybrid.total_backward == plain.total_backward);
+    if (C <= 2) same_as(hybrid_case({1, C}, true, true, 2, DType::f64), SpStrategy::wallfacer);
   }
   for (bool causal : {true, false}) {
-    SpCase ulysses = hybrid_case({P, 1}, true, causal, 2, DType::f64);
-    ulysses.h = 2 * P;  // P | h; h_kv = 2 splits or is replicated
-    const SpCaseResult hybrid = run_sp_case(ulysses);
-    ulysses.strategy = SpStrategy::ulysses;
-    ulysses.U = 1;
-    const SpCaseResult plain = run_sp_case(ulysses);
-    CHECK(bitwise_equal(hybrid, plain));
-    CHECK(hybrid.total_forward == plain.total_forward);
-    CHECK(hybrid.total_backward == plain.total_backward);
+    SpCase c = hybrid_case({P, 1}, true, causal, 2, DType::f64);
+    c.h = 2 * P;  // P | h; h_kv = 2 splits or is replicated
+    same_as(c, SpStrategy::ulysses);
   }
 }
 

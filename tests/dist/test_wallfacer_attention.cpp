@@ -71,11 +71,6 @@ void print_on_rank0(const std::string& line) {
   if (runtime().rank() == 0) fmt::print("{}\n", line);
 }
 
-bool bitwise_equal(const SpCaseResult& a, const SpCaseResult& b) {
-  return mismatch(a.o, b.o).empty() && mismatch(a.lse, b.lse).empty() && mismatch(a.dq, b.dq).empty() &&
-         mismatch(a.dk, b.dk).empty() && mismatch(a.dv, b.dv).empty();
-}
-
 // Largest error of each output over a set of cases.
 struct WorstErrors {
   std::array<double, 5> e{};  // o, lse, dq, dk, dv
