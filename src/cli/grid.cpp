@@ -42,6 +42,11 @@ void add_grid_command(CLI::App& app) {
   command->add_option("--sp", options->config.sp, "Sequence-parallel size (P)")->capture_default_str();
   command->add_option("-C,--C", options->config.C, "WallFacer team size; C*C must divide sp (1 = ring attention)")
       ->capture_default_str();
+  command->add_option("--U", options->config.U,
+                      "Ulysses degree of sp_strategy ulysses-wallfacer: U | sp, C*C | sp/U (1: no Ulysses part)")
+      ->capture_default_str();
+  command->add_flag("!--ulysses-outer", options->config.ulysses_inner,
+                    "With --U: put the WallFacer ranks adjacent instead of the Ulysses ranks");
   command
       ->add_option("--placement", options->placement,
                    "collectives-intra (team members adjacent) or p2p-intra (sub-ring members adjacent)")
@@ -57,7 +62,7 @@ void add_grid_command(CLI::App& app) {
     const std::string text = options->as_json ? grid.to_json(2) + "\n" : grid.to_table();
     std::fputs(text.c_str(), stdout);
     // On stderr, so that --json output stays one document.
-    if (const std::string note = comm::placement_note(config.sp, config.C); !note.empty()) {
+    if (const std::string note = comm::placement_note(config.sp / std::max(config.U, 1), config.C); !note.empty()) {
       std::fprintf(stderr, "note: %s\n", note.c_str());
     }
     return kExitOk;

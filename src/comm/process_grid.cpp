@@ -539,17 +539,19 @@ std::string ProcessGrid::to_table() const {
   if (strides.empty()) strides.emplace_back("0");
   out += fmt::format("process grid: {} ranks = dp {} x tp {} x pp {} x sp {}, order {} (rank = {})\n", world_size_,
                      cfg.dp, cfg.tp, cfg.pp, cfg.sp, cfg.order, fmt::join(strides, " + "));
+  // With U > 1 the WallFacer line describes each WallFacer group of sp/U ranks.
+  const std::string group = cfg.U > 1 ? fmt::format("WallFacer group of sp/U = {} ranks", layout_.ranks())
+                                      : std::string("sp group");
   out += fmt::format(
-      "wallfacer: C = {} ({} teams of {} per sp group), G = {} (C*C = {} sub-rings of {} rank{}), placement {}\n\n",
-      cfg.C, layout_.num_teams(), cfg.C, layout_.ring_size(), cfg.C * cfg.C, layout_.ring_size(),
+      "wallfacer: C = {} ({} teams of {} per {}), G = {} (C*C = {} sub-rings of {} rank{}), placement {}\n", cfg.C,
+      layout_.num_teams(), cfg.C, group, layout_.ring_size(), cfg.C * cfg.C, layout_.ring_size(),
       layout_.ring_size() == 1 ? "" : "s", placement_name(cfg.placement));
   if (cfg.U > 1) {
-    out.erase(out.size() - 2);  // the WallFacer line describes one WallFacer group of sp/U ranks
-    out += fmt::format(" in each WallFacer group of sp/U = {} ranks\n", layout_.ranks());
-    out += fmt::format("ulysses: U = {} (all-to-all over sp.ulysses), {} ranks adjacent (sp index = {})\n\n", cfg.U,
+    out += fmt::format("ulysses: U = {} (all-to-all over sp.ulysses), {} ranks adjacent (sp index = {})\n", cfg.U,
                        cfg.ulysses_inner ? "Ulysses" : "WallFacer",
                        cfg.ulysses_inner ? fmt::format("w*{} + u", cfg.U) : fmt::format("u*{} + w", layout_.ranks()));
   }
+  out += '\n';
 
   out += "groups (world ranks in group-rank order):\n";
   for (std::string_view name : kGroupNames) {

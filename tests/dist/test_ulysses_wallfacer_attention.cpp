@@ -21,7 +21,6 @@
 
 using wf::DType;
 using wf::Tensor;
-using wf::parallel::SequenceLayout;
 using wf::parallel::SpStrategy;
 using namespace wf::test;
 
