@@ -567,7 +567,7 @@ void print_text(const Result& r) {
                 r.ranks_per_core() > 1.0 ? ", oversubscribed: ranks time-share cores" : "");
   }
   for (const GroupRow& g : r.groups) {
-    std::printf("    %-8s measured %12lld  predicted %12s  ratio %6s  %s\n", g.group.c_str(),
+    std::printf("    %-12s measured %12lld  predicted %12s  ratio %6s  %s\n", g.group.c_str(),
                 static_cast<long long>(g.measured), g.predicted ? fmt::format("{}", *g.predicted).c_str() : "n/a",
                 ratio_text(g).c_str(), !g.predicted ? "" : g.exact ? "exact" : "DIFFERS");
   }
