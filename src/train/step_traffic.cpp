@@ -38,8 +38,7 @@ std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy,
                                                   const comm::ProcessGrid& grid, const parallel::ElementBytes& bytes,
                                                   bool checkpointed) {
   using parallel::Pass;
-  std::map<std::string, std::int64_t> sent{
-      {"sp", 0}, {"sp.ulysses", 0}, {"sp.wallfacer", 0}, {"sp.team", 0}, {"sp.ring", 0}};
+  std::map<std::string, std::int64_t> sent{{"sp", 0}, {"sp.team", 0}, {"sp.ring", 0}};
   const int P = grid.group_size("sp");
   if (P == 1) return sent;
   // The hybrid at U = 1 is WallFacer and at U = P Ulysses (make_ulysses_wallfacer_attention).
@@ -65,9 +64,9 @@ std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy,
     sent["sp"] = call.p2p_sent + call.collective_sent;
     return sent;
   }
-  // WallFacer: the collectives in the team, the dispatch over the sp group (the hybrid's
-  // WallFacer group), the rest of the P2P on the sub-ring. The hybrid's all-to-alls are its
-  // only collectives outside the team: the Ulysses part of its formula.
+  // WallFacer: the collectives in the team, the dispatch over the sp group, the rest of the P2P
+  // on the sub-ring. The hybrid: the same for its WallFacer part (the dispatch over its
+  // WallFacer group), and its all-to-alls, its Ulysses part, over sp.ulysses.
   const parallel::AttentionDims wallfacer_dims = hybrid ? parallel::ulysses_wallfacer_dims(dims, P, U).wallfacer : dims;
   const int W = P / U, logical_w = logical / U;
   const std::int64_t dispatch =
@@ -76,13 +75,13 @@ std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy,
   std::int64_t all_to_all = 0;
   if (hybrid) {
     const parallel::AttentionDims ulysses_dims = parallel::ulysses_wallfacer_dims(dims, P, U).ulysses;
-    const parallel::SpTraffic u =
-        checkpointed ? parallel::sp_replay_backward_traffic(parallel::SpStrategy::ulysses, ulysses_dims, U, 1, 1, 0,
-                                                            bytes)
-                     : parallel::ulysses_traffic(ulysses_dims, U, Pass::backward, bytes);
-    all_to_all = parallel::ulysses_traffic(ulysses_dims, U, Pass::forward, bytes).collective_sent + u.collective_sent;
+    all_to_all = parallel::ulysses_traffic(ulysses_dims, U, Pass::forward, bytes).collective_sent +
+                 (checkpointed ? parallel::sp_replay_backward_traffic(parallel::SpStrategy::ulysses, ulysses_dims, U,
+                                                                      1, 1, 0, bytes)
+                               : parallel::ulysses_traffic(ulysses_dims, U, Pass::backward, bytes))
+                     .collective_sent;
+    sent["sp.ulysses"] = all_to_all;
   }
-  sent["sp.ulysses"] = all_to_all;
   sent["sp.team"] = call.collective_sent - all_to_all;
   sent[hybrid ? "sp.wallfacer" : "sp"] = dispatch;
   sent["sp.ring"] = call.p2p_sent - dispatch;

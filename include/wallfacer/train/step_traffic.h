@@ -79,8 +79,9 @@ std::int64_t gradient_sync_bytes(const FlatLayout& layout, int replicas, int zer
                                  DType reduce_dtype = DType::f32);
 
 // The sp groups' term of one attention call (forward + backward, or forward + replayed backward
-// when `checkpointed`) on this rank: {"sp", "sp.ulysses", "sp.wallfacer", "sp.team", "sp.ring"}
-// → bytes sent (the hybrid's all-to-alls on sp.ulysses, its dispatch on sp.wallfacer).
+// when `checkpointed`) on this rank: {"sp", "sp.team", "sp.ring"} → bytes sent; for
+// ulysses-wallfacer with 1 < U < sp also "sp.ulysses" (its all-to-alls) and "sp.wallfacer" (its
+// dispatch).
 std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy, const parallel::AttentionDims& dims,
                                                   const comm::ProcessGrid& grid, const parallel::ElementBytes& bytes,
                                                   bool checkpointed);
