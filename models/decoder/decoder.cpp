@@ -144,6 +144,9 @@ config::ModelSchema decoder_schema(std::string name, std::vector<config::ModelKe
     facts.max_seq_len = o.max_seq_len;
     facts.n_layer = o.n_layer;
     facts.activation_bytes_per_token = decoder_activation_bytes_per_token(o);
+    facts.blocks = {.n_layer = o.n_layer, .n_head = o.n_head, .n_kv_head = o.n_kv_head, .d_model = o.d_model,
+                    .d_ff = o.d_ff, .feed_forward_matrices = static_cast<int>(feed_forward_matrices(o)),
+                    .checkpoint_attention = o.checkpoint_attention_output, .head_width = o.vocab_size};
     return facts;
   };
   return schema;
