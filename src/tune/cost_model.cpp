@@ -206,7 +206,7 @@ Shape shape_of(const config::RunConfig& c) {
   s.accum = config::grad_accum_steps(c);
   s.tokens = static_cast<double>(s.batch) * (static_cast<double>(s.seq) / s.sp + static_cast<double>(s.blocks.extra_rows));
   s.dtype = c.train.dtype;
-  s.a = static_cast<double>(dtype_size(c.train.dtype == DType::bf16 ? DType::bf16 : DType::f32));
+  s.a = static_cast<double>(dtype_size(c.train.dtype));
   return s;
 }
 
@@ -244,7 +244,7 @@ models::DecoderOptions decoder_options_of(const Shape& s) {
   return o;
 }
 
-CallSizes call_sizes(const Shape& s, const DeviceSpec& device) {
+CallSizes call_sizes(const Shape& s, const DeviceSpec& device, const parallel::ElementBytes& bytes) {
   const config::BlockShape& b = s.blocks;
   const double hd = static_cast<double>(b.d_model) / static_cast<double>(b.n_head);
   const double n = static_cast<double>(s.seq) / s.sp, B = static_cast<double>(s.batch);
@@ -255,7 +255,9 @@ CallSizes call_sizes(const Shape& s, const DeviceSpec& device) {
   z.R = B * n * h;
   z.h = h;
   z.h_kv = h_kv;
-  z.a = s.a;
+  z.a = static_cast<double>(bytes.activation);
+  z.s = static_cast<double>(bytes.stats);
+  z.p = static_cast<double>(bytes.partial);
   // This rank's share of the visible (query, key) pairs: n queries against the whole sequence,
   // half of it under a causal mask (zigzag balances the halves over the ranks).
   const double N = static_cast<double>(s.seq);
@@ -282,7 +284,7 @@ std::map<std::string, std::vector<double>> sp_call_bytes_per_rank(const config::
   one_node.intra_node = {100, 1};
   const Network net(one_node);
   const comm::ProcessGrid grid(config.parallel.grid(), world, 0);
-  SpCall call(grid, net, call_sizes(s, one_node.device));
+  SpCall call(grid, net, call_sizes(s, one_node.device, train::sp_element_bytes(config)));
   call.run(config.parallel.sp_strategy, s.blocks.checkpoint_attention);
   return call.sent();
 }
@@ -311,7 +313,7 @@ Prediction predict_step(const config::RunConfig& config, const ClusterSpec& clus
                           ? 3.0 * 2.0 * rows * static_cast<double>(s.blocks.d_model) * static_cast<double>(s.blocks.head_width) /
                                 s.tp / matmul_rate
                           : 0.0;
-  SpCall call(grid, net, call_sizes(s, dev));
+  SpCall call(grid, net, call_sizes(s, dev, train::sp_element_bytes(config)));
   call.qkv_seconds_ = rows * qkv_flops_per_row(s) / matmul_rate;
   const CallTime attention = call.run(config.parallel.sp_strategy, ckpt);
 
@@ -394,7 +396,7 @@ Prediction predict_step(const config::RunConfig& config, const ClusterSpec& clus
   add(out.memory, "optimizer", base.optimizer_bytes);
   add(out.memory, "activations", base.activation_bytes);
   // The strategy's buffers at one layer's attention, in local-q units A = E·a.
-  const CallSizes z = call_sizes(s, dev);
+  const CallSizes z = call_sizes(s, dev, train::sp_element_bytes(config));
   const double A = z.E * z.a, Akv = z.E_kv * z.a, partial = z.E * z.p, partial_kv = z.E_kv * z.p;
   const int C = config.parallel.sp_strategy == SpStrategy::wallfacer ? grid.wallfacer().team_size() : 1;
   double buffers = A + 2 * Akv;  // local q, k, v
