@@ -278,7 +278,12 @@ MemoryEstimate memory_per_rank(const RunConfig& c) {
         break;
     }
   }
-  m.activation_bytes = facts.activation_bytes_per_token * tokens * in_flight / (static_cast<double>(p.tp) * p.pp);
+  // Tensor parallelism splits the heads' and feed-forward's activations; the d_model-wide rest
+  // only with tp_shard_activations.
+  const double replicated = facts.activation_bytes_per_token_tp_replicated;
+  const double per_token = (facts.activation_bytes_per_token - replicated) / p.tp +
+                           replicated / (p.tp_shard_activations ? p.tp : 1);
+  m.activation_bytes = per_token * tokens * in_flight / p.pp;
   return m;
 }
 

@@ -66,6 +66,10 @@ struct ModelFacts {
   // Activation bytes one token keeps for the backward through the whole model (f32), for the
   // memory estimate `validate` prints and checks.
   double activation_bytes_per_token = 0;
+  // The part of it every tensor-parallel rank holds whole (the residual stream, the norms' and
+  // the blocks' d_model-wide inputs and outputs) unless parallel.tp_shard_activations splits it;
+  // the rest (heads, the feed-forward's hidden, vocabulary-parallel logits) tp splits.
+  double activation_bytes_per_token_tp_replicated = 0;
   BlockShape blocks;
 };
 
