@@ -23,7 +23,26 @@ double DeviceSpec::attention_flops(DType dtype, bool backward) const {
   return 1e12 * peak * (backward ? attention_efficiency_backward : attention_efficiency_forward);
 }
 
+const char* primitive_name(Primitive primitive) {
+  switch (primitive) {
+    case Primitive::p2p: return "p2p";
+    case Primitive::all_gather: return "all_gather";
+    case Primitive::reduce_scatter: return "reduce_scatter";
+    case Primitive::all_reduce: return "all_reduce";
+    case Primitive::all_to_all: return "all_to_all";
+  }
+  return "?";
+}
+
+LinkRate LinkSpec::rate(Primitive primitive) const {
+  const auto it = per_primitive.find(primitive);
+  return it != per_primitive.end() ? it->second : LinkRate{bandwidth_gbs, latency_us};
+}
+
 namespace {
+
+constexpr Primitive kPrimitives[] = {Primitive::p2p, Primitive::all_gather, Primitive::reduce_scatter,
+                                     Primitive::all_reduce, Primitive::all_to_all};
 
 // Datasheet numbers, dense (no 2:4 sparsity), SXM parts. Efficiencies: large bf16 GEMMs reach
 // ~70% of peak with cuBLAS on A100 and H100; FlashAttention-2 reports 50–73% of A100 peak in the
@@ -92,6 +111,8 @@ class MappingReader {
     }
     return *this;
   }
+  // Declares `key` as known without reading it (an optional child that is absent).
+  void child_optional(const std::string& key) { known_.push_back(key); }
   MappingReader& child(const std::string& key, const std::function<void(MappingReader&)>& read) {
     known_.push_back(key);
     const YAML::Node v = node_[key];
@@ -123,6 +144,27 @@ class MappingReader {
 
 void read_link(MappingReader& r, LinkSpec& link) {
   r.number("bandwidth_gbs", link.bandwidth_gbs).number("latency_us", link.latency_us);
+  // Optional per primitive: `all_reduce: {bandwidth_gbs: 480, latency_us: 6}`.
+  for (const Primitive p : kPrimitives) {
+    if (!r.node()[primitive_name(p)]) {
+      r.child_optional(primitive_name(p));
+      continue;
+    }
+    r.child(primitive_name(p), [&](MappingReader& x) {
+      LinkRate rate;
+      x.number("bandwidth_gbs", rate.bandwidth_gbs).number("latency_us", rate.latency_us);
+      link.per_primitive[p] = rate;
+    });
+  }
+}
+
+std::string link_yaml(const LinkSpec& link) {
+  std::string out = fmt::format("{{bandwidth_gbs: {:.6g}, latency_us: {:.6g}", link.bandwidth_gbs, link.latency_us);
+  for (const auto& [p, rate] : link.per_primitive) {
+    out += fmt::format(", {}: {{bandwidth_gbs: {:.6g}, latency_us: {:.6g}}}", primitive_name(p), rate.bandwidth_gbs,
+                       rate.latency_us);
+  }
+  return out + "}";
 }
 
 }  // namespace
@@ -206,12 +248,8 @@ std::string to_yaml(const ClusterSpec& c, const std::vector<std::string>& commen
       "  memory_gbs: {:.6g}\n",
       d.name, d.memory_gib, d.matmul_tflops_bf16, d.matmul_tflops_f32, d.matmul_efficiency,
       d.attention_efficiency_forward, d.attention_efficiency_backward, d.memory_gbs);
-  out += fmt::format("links:\n  intra_node: {{bandwidth_gbs: {:.6g}, latency_us: {:.6g}}}\n", c.intra_node.bandwidth_gbs,
-                     c.intra_node.latency_us);
-  if (c.inter_node.bandwidth_gbs > 0) {
-    out += fmt::format("  inter_node: {{bandwidth_gbs: {:.6g}, latency_us: {:.6g}}}\n", c.inter_node.bandwidth_gbs,
-                       c.inter_node.latency_us);
-  }
+  out += fmt::format("links:\n  intra_node: {}\n", link_yaml(c.intra_node));
+  if (c.inter_node.bandwidth_gbs > 0) out += fmt::format("  inter_node: {}\n", link_yaml(c.inter_node));
   if (c.node_egress_gbs > 0) out += fmt::format("  node_egress_gbs: {:.6g}\n", c.node_egress_gbs);
   out += fmt::format("overlap: {:.6g}\n", c.overlap);
   return out;

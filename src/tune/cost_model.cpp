@@ -29,6 +29,7 @@ const Term& Prediction::dominant() const {
 namespace {
 
 using parallel::SpStrategy;
+constexpr Primitive kGather = Primitive::all_gather, kScatter = Primitive::reduce_scatter;
 
 // Exposed time of communication m scheduled beside compute c: what the overlap fraction does not hide.
 double beside(double c, double m, double overlap) { return c + m - overlap * std::min(c, m); }
@@ -70,12 +71,12 @@ class SpCall {
 
  private:
   // ---- the phases, each timed on every group at once and counted per rank -------------------
-  double ring_collective(const char* kind, double bytes, int steps) {
+  double ring_collective(const char* kind, double bytes, int steps, Primitive primitive) {
     const RankGroups groups = grid_.all_groups(kind);
     for (const auto& g : groups) {
       if (g.size() > 1) for (int r : g) sent_[kind][static_cast<std::size_t>(r)] += bytes;
     }
-    return net_.ring_seconds(groups, bytes, steps);
+    return net_.ring_seconds(groups, bytes, steps, primitive);
   }
   double all_to_all(double bytes) {
     const auto groups = grid_.all_groups("sp");
@@ -137,23 +138,23 @@ class SpCall {
     const double ov = overlap();
     // Forward. The Q and K all-gathers hide behind the K and V projections (qkv_seconds_ is the
     // whole QKV GEMM; two thirds of it come after the Q gather starts).
-    const double gather_q = ring_collective("sp.team", (C - 1) * E * a, C - 1);
-    const double gather_k = ring_collective("sp.team", (C - 1) * Ekv * a, C - 1);
-    const double gather_v = ring_collective("sp.team", (C - 1) * Ekv * a, C - 1);
+    const double gather_q = ring_collective("sp.team", (C - 1) * E * a, C - 1, kGather);
+    const double gather_k = ring_collective("sp.team", (C - 1) * Ekv * a, C - 1, kGather);
+    const double gather_v = ring_collective("sp.team", (C - 1) * Ekv * a, C - 1, kGather);
     double exposed = gather_q + gather_k + gather_v - ov * std::min(gather_q + gather_k, qkv_seconds_ * 2.0 / 3.0);
     const double kv_team = 2 * C * Ekv * a;
     exposed += exchange("sp", kv_team, send_to);
     const double f = z_.forward_seconds / G, b = z_.backward_seconds / G;
     const double shift = exchange("sp.ring", kv_team, next, G - 1);
     exposed += (G - 1) * (beside(f, shift, ov) - f);
-    exposed += ring_collective("sp.team", (C - 1) * C * R * s, C - 1);  // the members' lse
-    exposed += ring_collective("sp.team", (C - 1) * E * p, C - 1);      // partial O, reduce-scattered
+    exposed += ring_collective("sp.team", (C - 1) * C * R * s, C - 1, kGather);  // the members' lse
+    exposed += ring_collective("sp.team", (C - 1) * E * p, C - 1, kScatter);     // partial O, reduce-scattered
     // Backward: dO and D gathered (with the replay, q and lse too, and K/V re-gathered and
     // re-dispatched); the query bundle travels; dQ home; dK, dV back; the team's reduce-scatters.
-    exposed += ring_collective("sp.team", (C - 1) * (E * a + R * s), C - 1);
+    exposed += ring_collective("sp.team", (C - 1) * (E * a + R * s), C - 1, kGather);
     if (checkpointed) {
-      exposed += ring_collective("sp.team", (C - 1) * (E * a + R * s), C - 1);
-      exposed += ring_collective("sp.team", 2 * (C - 1) * Ekv * a, C - 1);
+      exposed += ring_collective("sp.team", (C - 1) * (E * a + R * s), C - 1, kGather);
+      exposed += ring_collective("sp.team", 2 * (C - 1) * Ekv * a, C - 1, kGather);
       exposed += exchange("sp", kv_team, send_to);
     }
     const double bundle = C * (2 * E * a + 2 * R * s + E * p);
@@ -161,7 +162,7 @@ class SpCall {
     exposed += (G - 1) * (beside(b, bundle_shift, ov) - b);
     if (G > 1) exposed += exchange("sp.ring", C * E * p, next);  // dQ home
     exposed += exchange("sp", 2 * C * Ekv * p, recv_from);         // dK, dV to the K/V's origin
-    exposed += ring_collective("sp.team", (C - 1) * (E * p + 2 * Ekv * p), C - 1);
+    exposed += ring_collective("sp.team", (C - 1) * (E * p + 2 * Ekv * p), C - 1, kScatter);
     t_.compute += z_.forward_seconds + z_.backward_seconds;
     t_.exposed += exposed;
   }
@@ -327,7 +328,8 @@ Prediction predict_step(const config::RunConfig& config, const ClusterSpec& clus
   const double tp_calls_per_block = (s.blocks.feed_forward_matrices == 3 ? 2 : 1) + 1 + 2 * (1 + recompute);
   const double tp_calls = static_cast<double>(s.accum) * (L * tp_calls_per_block + 3);
   const double tp_time = s.tp > 1 ? net.ring_seconds(grid.all_groups("tp"), tp_bytes_step,
-                                                     static_cast<int>(std::max(1.0, tp_calls * 2 * (s.tp - 1))))
+                                                     static_cast<int>(std::max(1.0, tp_calls * 2 * (s.tp - 1))),
+                                                     Primitive::all_reduce)
                                   : 0.0;
 
   const double stage_matmul = L * block_matmul + head;
@@ -362,11 +364,11 @@ Prediction predict_step(const config::RunConfig& config, const ClusterSpec& clus
     const auto groups = grid.all_groups("dp_sp");
     const double last_backward = microbatch * 2.0 / 3.0;
     if (zero == 0) {
-      const double t = net.ring_seconds(groups, 2 * (R - 1) / R * grad_bytes, 2 * (replicas - 1));
+      const double t = net.ring_seconds(groups, 2 * (R - 1) / R * grad_bytes, 2 * (replicas - 1), Primitive::all_reduce);
       dp_time = t - ov * std::min(t, last_backward);
     } else {
-      const double scatter = net.ring_seconds(groups, (R - 1) / R * grad_bytes, replicas - 1);
-      const double gather = net.ring_seconds(groups, (R - 1) / R * shard * 4.0, replicas - 1);
+      const double scatter = net.ring_seconds(groups, (R - 1) / R * grad_bytes, replicas - 1, kScatter);
+      const double gather = net.ring_seconds(groups, (R - 1) / R * shard * 4.0, replicas - 1, kGather);
       const double scatters = zero == 2 ? m : 1.0;  // ZeRO-2: one per backward, each beside its own
       dp_time = scatters * (scatter - ov * std::min(scatter, last_backward)) + gather;
     }

@@ -15,8 +15,9 @@ Network::Network(const ClusterSpec& cluster) : cluster_(cluster) {
            "tune::Network: cluster '{}' has {} nodes but no inter-node bandwidth", cluster.name, cluster.nodes);
 }
 
-double Network::phase_seconds(const std::vector<Flow>& flows) const {
+double Network::phase_seconds(const std::vector<Flow>& flows, Primitive primitive) const {
   const ClusterSpec& c = cluster_;
+  const LinkRate intra = c.intra_node.rate(primitive), inter = c.inter_node.rate(primitive);
   // Bytes per resource: a device's link out and in (one per link class), a node's NICs out and in.
   std::map<int, double> device_out_intra, device_in_intra, device_out_inter, device_in_inter, node_out, node_in;
   bool any = false, crosses = false;
@@ -41,19 +42,19 @@ double Network::phase_seconds(const std::vector<Flow>& flows) const {
   const auto worst = [&](const std::map<int, double>& load, double gbs) {
     for (const auto& kv : load) seconds = std::max(seconds, kv.second / (gbs * 1e9));
   };
-  worst(device_out_intra, c.intra_node.bandwidth_gbs);
-  worst(device_in_intra, c.intra_node.bandwidth_gbs);
+  worst(device_out_intra, intra.bandwidth_gbs);
+  worst(device_in_intra, intra.bandwidth_gbs);
   if (crosses) {
-    worst(device_out_inter, c.inter_node.bandwidth_gbs);
-    worst(device_in_inter, c.inter_node.bandwidth_gbs);
+    worst(device_out_inter, inter.bandwidth_gbs);
+    worst(device_in_inter, inter.bandwidth_gbs);
     worst(node_out, c.node_egress_gbs);
     worst(node_in, c.node_egress_gbs);
   }
-  const double latency = crosses ? std::max(c.inter_node.latency_us, c.intra_node.latency_us) : c.intra_node.latency_us;
+  const double latency = crosses ? std::max(inter.latency_us, intra.latency_us) : intra.latency_us;
   return seconds + latency * 1e-6;
 }
 
-double Network::ring_seconds(const RankGroups& groups, double bytes_per_rank, int steps) const {
+double Network::ring_seconds(const RankGroups& groups, double bytes_per_rank, int steps, Primitive primitive) const {
   if (steps <= 0 || bytes_per_rank <= 0) return 0;
   std::vector<Flow> flows;
   for (const std::vector<int>& g : groups) {
@@ -61,7 +62,7 @@ double Network::ring_seconds(const RankGroups& groups, double bytes_per_rank, in
     if (n < 2) continue;
     for (std::size_t i = 0; i < n; ++i) flows.push_back({g[i], g[(i + 1) % n], bytes_per_rank / steps});
   }
-  return steps * phase_seconds(flows);
+  return steps * phase_seconds(flows, primitive);
 }
 
 double Network::all_to_all_seconds(const RankGroups& groups, double bytes_per_rank) const {
@@ -81,12 +82,12 @@ double Network::all_to_all_seconds(const RankGroups& groups, double bytes_per_ra
   if (flows.empty()) return 0;
   // One phase for the bandwidth; its latency once per peer (NCCL posts a send and a receive
   // for each).
-  const double one = phase_seconds(flows);
+  const double one = phase_seconds(flows, Primitive::all_to_all);
   const bool crosses = std::any_of(flows.begin(), flows.end(), [&](const Flow& f) {
     return cluster_.node_of(f.src) != cluster_.node_of(f.dst);
   });
-  const double latency = (crosses ? std::max(cluster_.inter_node.latency_us, cluster_.intra_node.latency_us)
-                                  : cluster_.intra_node.latency_us) * 1e-6;
+  const double intra = cluster_.intra_node.rate(Primitive::all_to_all).latency_us;
+  const double latency = (crosses ? std::max(cluster_.inter_node.rate(Primitive::all_to_all).latency_us, intra) : intra) * 1e-6;
   return one + latency * static_cast<double>(largest - 2);
 }
 

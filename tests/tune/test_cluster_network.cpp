@@ -55,6 +55,10 @@ TEST_CASE("every cluster file under clusters/ loads with its datasheet numbers",
   CHECK(h100.device.memory_gib == 80);
   CHECK(h100.device.matmul_tflops_bf16 == 989);
   CHECK(h100.node_egress_gbs == 368);
+  // NVLS: the all-reduce has its own rate; the other primitives take the link's.
+  CHECK(h100.intra_node.rate(Primitive::all_reduce).bandwidth_gbs == 480);
+  CHECK(h100.intra_node.rate(Primitive::all_gather).bandwidth_gbs == 370);
+  CHECK(h100.intra_node.rate(Primitive::p2p).latency_us == 3.7);
   const ClusterSpec a100 = load_cluster(std::string(WF_SOURCE_DIR) + "/clusters/a100-16x2.yaml");
   CHECK(a100.nodes == 2);
   CHECK(a100.devices_per_node == 16);
@@ -62,8 +66,12 @@ TEST_CASE("every cluster file under clusters/ loads with its datasheet numbers",
 }
 
 TEST_CASE("a cluster file round-trips through to_yaml", "[tune]") {
-  const ClusterSpec c = two_by_two();
+  ClusterSpec c = two_by_two();
+  c.inter_node.per_primitive[Primitive::all_to_all] = {7, 9};
   const ClusterSpec back = parse_cluster(to_yaml(c, {"a comment"}));
+  CHECK(back.inter_node.rate(Primitive::all_to_all).bandwidth_gbs == 7);
+  CHECK(back.inter_node.rate(Primitive::all_to_all).latency_us == 9);
+  CHECK(back.inter_node.rate(Primitive::p2p).bandwidth_gbs == 10);
   CHECK(back.nodes == c.nodes);
   CHECK(back.devices_per_node == c.devices_per_node);
   CHECK(back.device.matmul_tflops_bf16 == c.device.matmul_tflops_bf16);
@@ -88,6 +96,9 @@ TEST_CASE("a bad cluster file names the key and the fix", "[tune]") {
   CHECK_THAT(error_of("nodes: 0\n" + head.substr(9) + links), Catch::Contains("'nodes' must be a positive number, got 0"));
   CHECK_THAT(error_of(head + links + "overlap: 2\n"), Catch::Contains("'overlap' is a fraction in (0, 1], got 2"));
   CHECK_THAT(error_of("- a list\n"), Catch::Contains("a cluster file is a mapping"));
+  CHECK_THAT(error_of(head + links.substr(0, links.find('}')) + ", all_reduse: {bandwidth_gbs: 1, latency_us: 1}}\n" +
+                      links.substr(links.find('}') + 2)),
+             Catch::Contains("unknown key 'links.intra_node.all_reduse' (did you mean 'all_reduce'?)"));
   CHECK_THROWS_WITH(load_cluster("/nonexistent/cluster.yaml"), Catch::Contains("/nonexistent/cluster.yaml"));
 }
 
@@ -116,6 +127,12 @@ TEST_CASE("a phase lasts as long as its most loaded link, plus one latency", "[t
   // its node (0.01 s) and 2 GB out (0.2 s per flow link); node 0 sends 4 GB out at 15 GB/s.
   CHECK(net.all_to_all_seconds({{0, 1, 2, 3}}, 3 * GB) == Approx(4.0 / 15 + 5e-6 * 3));
   CHECK_THROWS_WITH(net.phase_seconds({{0, 9, GB}}), Catch::Contains("leaves the cluster's 4 devices"));
+  // A primitive with its own rate: the all-reduce at 200 GB/s inside a node.
+  ClusterSpec fast = two_by_two();
+  fast.intra_node.per_primitive[Primitive::all_reduce] = {200, 2};
+  const Network nvls(fast);
+  CHECK(nvls.ring_seconds({{0, 1}}, GB, 2, Primitive::all_reduce) == Approx(2 * (0.5 * GB / (200 * GB) + 2e-6)));
+  CHECK(nvls.ring_seconds({{0, 1}}, GB, 2, Primitive::all_gather) == Approx(2 * (0.5 * GB / (100 * GB) + 1e-6)));
 }
 
 }  // namespace

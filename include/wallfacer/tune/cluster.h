@@ -11,6 +11,7 @@
 // or input (reduce-scatter) of S bytes takes (n−1)/n·S / busbw, an all-reduce twice that; one
 // point-to-point message of S bytes takes S / bandwidth. Those are exactly the bytes
 // parallel/traffic_model.h counts per rank, so the two meet without conversion.
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,10 +39,23 @@ struct DeviceSpec {
   double attention_flops(DType dtype, bool backward) const;
 };
 
-// One link class: what a device gets for one primitive.
-struct LinkSpec {
+// The communication primitives, each with its own α–β where a link class says so (NCCL's
+// all-reduce on NVSwitch runs in-switch at a higher bus bandwidth than a ring all-gather; a P2P
+// pays its own latency).
+enum class Primitive { p2p, all_gather, reduce_scatter, all_reduce, all_to_all };
+const char* primitive_name(Primitive primitive);  // "p2p", "all_gather", ...
+
+struct LinkRate {
   double bandwidth_gbs = 0;  // bus bandwidth of a collective, and one P2P flow's bandwidth
   double latency_us = 0;     // α: per message, and per step of a ring collective
+};
+
+// One link class: its rate for every primitive, unless a primitive has its own.
+struct LinkSpec {
+  double bandwidth_gbs = 0;
+  double latency_us = 0;
+  std::map<Primitive, LinkRate> per_primitive;
+  LinkRate rate(Primitive primitive) const;
 };
 
 struct ClusterSpec {

@@ -29,13 +29,14 @@ class Network {
  public:
   explicit Network(const ClusterSpec& cluster);
 
-  // Seconds until every flow of one phase has arrived (0 for no bytes).
-  double phase_seconds(const std::vector<Flow>& flows) const;
+  // Seconds until every flow of one phase of `primitive` has arrived (0 for no bytes).
+  double phase_seconds(const std::vector<Flow>& flows, Primitive primitive = Primitive::p2p) const;
 
   // A ring collective on every group at once, each rank sending `bytes_per_rank` in total over
   // `steps` ring steps (what traffic_model.h counts: an all-gather of an output S over n ranks
   // is (n−1)/n·S in n − 1 steps; an all-reduce 2(n−1)/n·S in 2(n − 1)). 0 for groups of one.
-  double ring_seconds(const RankGroups& groups, double bytes_per_rank, int steps) const;
+  double ring_seconds(const RankGroups& groups, double bytes_per_rank, int steps,
+                      Primitive primitive = Primitive::all_gather) const;
   // An all-to-all on every group at once: each rank sends bytes_per_rank / (n − 1) to each peer.
   double all_to_all_seconds(const RankGroups& groups, double bytes_per_rank) const;
   // Every rank r sends `bytes` to peer[r] (peer[r] == r: nothing), all at once.
