@@ -73,6 +73,15 @@ double decoder_activation_bytes_per_token(const DecoderOptions& options) {
   return 4.0 * (static_cast<double>(o.n_layer) * per_layer + head + 2 * d);
 }
 
+double decoder_activation_bytes_per_token_tp_replicated(const DecoderOptions& options) {
+  const DecoderOptions o = resolved(options);
+  const double d = static_cast<double>(o.d_model);
+  // The d_model-wide values above: with the checkpoint the block's input and attention output,
+  // otherwise the norms' inputs and outputs, the projection and the residuals; and the embedding.
+  const double per_layer = o.checkpoint_attention_output ? 2 * d : 6 * d;
+  return 4.0 * (static_cast<double>(o.n_layer) * per_layer + 2 * d);
+}
+
 std::string decoder_description(const DecoderOptions& options) {
   const DecoderOptions o = resolved(options);
   return fmt::format("{} layers, d_model {}, {} heads ({} kv), d_ff {} {}", o.n_layer, o.d_model, o.n_head,
@@ -144,6 +153,10 @@ config::ModelSchema decoder_schema(std::string name, std::vector<config::ModelKe
     facts.max_seq_len = o.max_seq_len;
     facts.n_layer = o.n_layer;
     facts.activation_bytes_per_token = decoder_activation_bytes_per_token(o);
+    facts.activation_bytes_per_token_tp_replicated = decoder_activation_bytes_per_token_tp_replicated(o);
+    facts.blocks = {.n_layer = o.n_layer, .n_head = o.n_head, .n_kv_head = o.n_kv_head, .d_model = o.d_model,
+                    .d_ff = o.d_ff, .feed_forward_matrices = static_cast<int>(feed_forward_matrices(o)),
+                    .checkpoint_attention = o.checkpoint_attention_output, .head_width = o.vocab_size};
     return facts;
   };
   return schema;

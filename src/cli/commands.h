@@ -2,7 +2,6 @@
 // The subcommands of the `wallfacer` executable. Each lives in its own file and registers
 // itself on its parent through one add_*_command function; main.cpp only wires them up.
 //
-// Planned, one file each: add_tune_command(app).
 #include <CLI/CLI.hpp>
 
 #include <functional>
@@ -53,6 +52,10 @@ void add_generate_command(CLI::App& app);
 // `wallfacer sample CFG.yaml --checkpoint DIR --class K --n N --out FILE.png`: draws images from a
 // trained diffusion model (sample_command.cpp).
 void add_sample_command(CLI::App& app);
+
+// `wallfacer tune --model CFG.yaml --cluster FILE.yaml [--world N] [--seq N] [--sp-only] [--json]`:
+// ranks the layouts of a world by predicted step time (tune_command.cpp, docs/tuning.md).
+void add_tune_command(CLI::App& app);
 
 // `wallfacer checkpoint info DIR` and `wallfacer checkpoint export DIR OUT.safetensors
 // [--optimizer]` (checkpoint_command.cpp).

@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   add_generate_command(app);
   add_sample_command(app);
   add_checkpoint_command(app);
+  add_tune_command(app);
   CLI::App& bench = add_bench_group(app);
   add_bench_kernels_command(bench);
   add_bench_comm_command(bench);

@@ -142,7 +142,7 @@ void check_memory(const RunConfig& c, ValidateScope scope, double machine_bytes,
       "model: a rank would need about {} ({} for weights, gradients and AdamW state, {} for the activations of one "
       "micro batch), but {}: shrink the model's sizes (its model.* keys) or train.micro_batch_size / "
       "train.seq_len, or split it over more ranks",
-      gib(need.total()), gib(need.parameter_bytes), gib(need.activation_bytes),
+      gib(need.total()), gib(need.parameter_bytes()), gib(need.activation_bytes),
       scope == ValidateScope::this_machine ? fmt::format("a machine of this job has {}", gib(have)) : fmt::format("no machine has more than {}", gib(have))));
 }
 
@@ -271,8 +271,13 @@ MemoryEstimate memory_per_rank(const RunConfig& c) {
   const double replicas = static_cast<double>(p.dp) * p.sp;
   const int zero = replicas > 1 ? p.zero : 0;
   const double gradient = zero == 2 ? 4.0 / replicas : 4.0 + (zero == 1 ? 4.0 / replicas : 0.0);
-  const double moments = zero >= 1 ? 8.0 / replicas : 8.0;
-  m.parameter_bytes = facts.parameters * (4.0 + gradient + moments) / (static_cast<double>(p.tp) * p.pp);
+  // The moments, and the EMA of the weights when one is kept (train.ema_decay).
+  const double state = c.train.ema_decay > 0 ? 12.0 : 8.0;
+  const double moments = zero >= 1 ? state / replicas : state;
+  const double shard = facts.parameters / (static_cast<double>(p.tp) * p.pp);
+  m.weight_bytes = 4.0 * shard;
+  m.gradient_bytes = gradient * shard;
+  m.optimizer_bytes = moments * shard;
   const double tokens = static_cast<double>(c.train.micro_batch_size) * static_cast<double>(c.train.seq_len) / p.sp;
   // A pipeline stage keeps the activations of every microbatch it has run forward but not yet
   // backward: all of them under GPipe, at most pp under 1F1B (the first stage's warm-up), and
@@ -288,11 +293,17 @@ MemoryEstimate memory_per_rank(const RunConfig& c) {
         break;
     }
   }
-  m.activation_bytes = facts.activation_bytes_per_token * tokens * in_flight / (static_cast<double>(p.tp) * p.pp);
+  // Tensor parallelism splits the heads' and feed-forward's activations; the d_model-wide rest
+  // only with tp_shard_activations.
+  const double replicated = facts.activation_bytes_per_token_tp_replicated;
+  const double per_token = (facts.activation_bytes_per_token - replicated) / p.tp +
+                           replicated / (p.tp_shard_activations ? p.tp : 1);
+  m.activation_bytes = per_token * tokens * in_flight / p.pp;
   return m;
 }
 
-void validate(const RunConfig& config, int world_size, ValidateScope scope, double machine_bytes) {
+std::vector<std::string> validation_problems(const RunConfig& config, int world_size, ValidateScope scope,
+                                             double machine_bytes) {
   std::vector<std::string> problems;
   const bool layout_ok = check_layout(config, world_size, problems);
   if (layout_ok) {
@@ -310,6 +321,11 @@ void validate(const RunConfig& config, int world_size, ValidateScope scope, doub
   }
   if (problems.empty()) check_memory(config, scope, machine_bytes, problems);
   if (scope == ValidateScope::this_machine) check_data_files(config, problems);
+  return problems;
+}
+
+void validate(const RunConfig& config, int world_size, ValidateScope scope, double machine_bytes) {
+  const std::vector<std::string> problems = validation_problems(config, world_size, scope, machine_bytes);
   WF_USER_CHECK(problems.empty(), "invalid config for a world of {} ranks: {}", world_size, fmt::join(problems, "; "));
 }
 

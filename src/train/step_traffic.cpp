@@ -34,6 +34,19 @@ std::int64_t gradient_sync_bytes(const FlatLayout& layout, int replicas, int zer
   return sent + all_reduce_bytes(kLossTotals, replicas) + (zero > 0 ? all_reduce_bytes(kClipSums, replicas) : 0);
 }
 
+parallel::ElementBytes sp_element_bytes(const config::RunConfig& config) {
+  const auto activation = static_cast<std::int64_t>(dtype_size(config.train.dtype));
+  // lse, D and the partial sums travel in the compute dtype: f64 for f64, f32 otherwise.
+  const std::int64_t compute = config.train.dtype == DType::f64 ? 8 : 4;
+  // Ulysses and the ulysses-wallfacer hybrid (but at U = 1, where it is WallFacer) move bf16
+  // activations widened to f32 (parallel/sp_strategy_base.cpp); ring and WallFacer move them
+  // as they are.
+  const bool widens = config.parallel.sp_strategy == parallel::SpStrategy::ulysses ||
+                      (config.parallel.sp_strategy == parallel::SpStrategy::ulysses_wallfacer && config.parallel.U > 1);
+  const std::int64_t moved = widens ? std::max(activation, compute) : activation;
+  return {moved, compute, compute};
+}
+
 std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy, const parallel::AttentionDims& dims,
                                                   const comm::ProcessGrid& grid, const parallel::ElementBytes& bytes,
                                                   bool checkpointed) {
@@ -169,8 +182,6 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const Traffic
   const std::int64_t accum = config::grad_accum_steps(config);
   const std::int64_t tokens = config.train.micro_batch_size * config.train.seq_len / sp;  // per rank
   const auto activation = static_cast<std::int64_t>(dtype_size(config.train.dtype));
-  // lse, D and the partial sums travel in the compute dtype: f64 for f64, f32 otherwise.
-  const std::int64_t compute = config.train.dtype == DType::f64 ? 8 : 4;
 
   // This rank's stage: its blocks over all its chunks, the embedding, the head.
   const models::StageRange stage = models::pipeline_stage(config, grid);
@@ -181,14 +192,8 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const Traffic
   const parallel::AttentionDims dims{config.train.micro_batch_size, config.train.seq_len, m.n_head / tp,
                                      m.n_kv_head / tp, m.d_model / m.n_head};
   const auto calls = share.blocks * accum;
-  // Ulysses and the ulysses-wallfacer hybrid (but at U = 1, where it is WallFacer) move bf16
-  // activations widened to f32 (parallel/sp_strategy_base.cpp); ring and WallFacer move them
-  // as they are.
-  const bool widens = config.parallel.sp_strategy == parallel::SpStrategy::ulysses ||
-                      (config.parallel.sp_strategy == parallel::SpStrategy::ulysses_wallfacer && config.parallel.U > 1);
-  const std::int64_t sp_activation = widens ? std::max(activation, compute) : activation;
-  for (const auto& [group, bytes] : sp_call_bytes(config.parallel.sp_strategy, dims, grid,
-                                                  {sp_activation, compute, compute}, m.checkpoint_attention_output)) {
+  for (const auto& [group, bytes] : sp_call_bytes(config.parallel.sp_strategy, dims, grid, sp_element_bytes(config),
+                                                  m.checkpoint_attention_output)) {
     predicted[group] = calls * bytes;
   }
   predicted["tp"] =

@@ -44,6 +44,16 @@ struct ModelKey {
   std::function<std::string(std::string_view text, std::string& canonical)> check;
 };
 
+// The shape of a model's repeated transformer blocks: what a cost model needs to predict a
+// training step without building the model (`wallfacer tune`, tune/cost_model.h).
+struct BlockShape {
+  std::int64_t n_layer = 0, n_head = 0, n_kv_head = 0, d_model = 0, d_ff = 0;
+  int feed_forward_matrices = 2;      // d_model × d_ff matrices in the feed-forward: GELU MLP 2, SwiGLU 3
+  bool checkpoint_attention = false;  // the activation checkpoint at the attention output
+  std::int64_t head_width = 0;        // the output layer's width (a vocabulary; 0: no large head)
+  std::int64_t extra_rows = 0;        // rows a sequence carries besides its tokens (DiT's conditioning)
+};
+
 // What the config layer knows of a configured model without building it.
 struct ModelFacts {
   std::string description;            // for the config summary: "4 layers, d_model 256, 4 heads (4 kv)"
@@ -56,6 +66,11 @@ struct ModelFacts {
   // Activation bytes one token keeps for the backward through the whole model (f32), for the
   // memory estimate `validate` prints and checks.
   double activation_bytes_per_token = 0;
+  // The part of it every tensor-parallel rank holds whole (the residual stream, the norms' and
+  // the blocks' d_model-wide inputs and outputs) unless parallel.tp_shard_activations splits it;
+  // the rest (heads, the feed-forward's hidden, vocabulary-parallel logits) tp splits.
+  double activation_bytes_per_token_tp_replicated = 0;
+  BlockShape blocks;
 };
 
 struct ModelSchema {

@@ -157,6 +157,10 @@ enum class ValidateScope {
 // it so every rank decides alike); 0: this machine's (machine_memory_bytes).
 void validate(const RunConfig& config, int world_size, ValidateScope scope = ValidateScope::this_machine,
               double machine_bytes = 0);
+// validate's findings without the throw, one "key: rule" line each (empty: valid). What
+// `wallfacer tune` prints as the reason a layout is excluded.
+std::vector<std::string> validation_problems(const RunConfig& config, int world_size,
+                                             ValidateScope scope = ValidateScope::this_machine, double machine_bytes = 0);
 // The rules of the trainer in this build ("parallel.tp: ..."), empty when it can train the
 // config; validate (this_machine) and the Trainer both apply them.
 std::vector<std::string> unsupported_by_trainer(const RunConfig& config);
@@ -165,8 +169,10 @@ std::vector<std::string> unsupported_by_trainer(const RunConfig& config);
 // by tp × pp) plus the activations of one micro batch (the model's bytes per token times the
 // tokens a rank holds). Doubles: absurd configs must not wrap.
 struct MemoryEstimate {
-  double parameter_bytes = 0, activation_bytes = 0;
-  double total() const { return parameter_bytes + activation_bytes; }
+  double weight_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0;  // optimizer: AdamW's moments (and EMA)
+  double activation_bytes = 0;
+  double parameter_bytes() const { return weight_bytes + gradient_bytes + optimizer_bytes; }
+  double total() const { return parameter_bytes() + activation_bytes; }
 };
 MemoryEstimate memory_per_rank(const RunConfig& config);
 

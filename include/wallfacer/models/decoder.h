@@ -60,6 +60,8 @@ DecoderOptions resolved(DecoderOptions options);
 double decoder_parameter_count(const DecoderOptions& options);  // whole model (exact below 2^53)
 double decoder_train_flops_per_token(const DecoderOptions& options, std::int64_t seq_len);
 double decoder_activation_bytes_per_token(const DecoderOptions& options);
+// The part of it that tensor parallelism does not split (config::ModelFacts).
+double decoder_activation_bytes_per_token_tp_replicated(const DecoderOptions& options);
 std::string decoder_description(const DecoderOptions& options);  // "4 layers, d_model 256, 4 heads (2 kv)"
 
 // The rules a decoder's options must satisfy, against the layout too (heads over tp and the

@@ -1,0 +1,186 @@
+// `wallfacer tune --model CFG.yaml --cluster FILE.yaml [--world N] [--seq N] [--sp-only] [--top K]
+// [--json] [--set k=v]... [--write-best OUT.yaml]`: ranks every layout of a world for the model
+// on a described cluster without running it (tune/search.h, tune/cost_model.h), prints the top
+// layouts with their predicted step time, memory and dominant cost, and why the best wins.
+// docs/tuning.md explains the model and its validation.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/cli/commands.h"
+#include "wallfacer/config/model_schema.h"
+#include "wallfacer/config/run_config.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/tune/search.h"
+
+namespace wf::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+struct TuneOptions {
+  std::string model;
+  std::string cluster;
+  int world = 0;
+  std::int64_t seq = 0;
+  bool sp_only = false;
+  int top = 10;
+  bool json = false;
+  std::vector<std::string> overrides;
+  std::string write_best;
+};
+
+double gib(double bytes) { return bytes / double(1 << 30); }
+
+bool checkpointed(const config::RunConfig& c) {
+  const auto* schema = config::find_model_schema(c.model.name);
+  return schema != nullptr && schema->find("checkpoint_attention") != nullptr && c.model.get("checkpoint_attention") == "true";
+}
+
+Json terms_json(const std::vector<tune::Term>& terms) {
+  Json j = Json::object();
+  for (const tune::Term& t : terms) j[t.name] = t.value;
+  return j;
+}
+
+Json candidate_json(const tune::Candidate& c) {
+  const config::ParallelSection& p = c.config.parallel;
+  Json j;
+  j["layout"] = tune::layout_label(c.config);
+  j["dp"] = p.dp;
+  j["tp"] = p.tp;
+  j["pp"] = p.pp;
+  j["sp"] = p.sp;
+  j["strategy"] = p.sp > 1 ? parallel::sp_strategy_name(p.sp_strategy) : "none";
+  j["C"] = p.sp_strategy == parallel::SpStrategy::wallfacer ? p.C : 1;
+  j["U"] = p.sp_strategy == parallel::SpStrategy::ulysses ? p.sp : 1;
+  j["placement"] = comm::placement_name(p.placement);
+  j["zero"] = p.zero;
+  j["checkpoint_attention"] = checkpointed(c.config);
+  j["pp_schedule"] = parallel::to_string(p.pp_schedule);
+  j["pp_virtual"] = p.pp_virtual;
+  j["micro_batch_size"] = c.config.train.micro_batch_size;
+  if (!c.excluded.empty()) {
+    j["excluded"] = c.excluded;
+    return j;
+  }
+  const tune::Prediction& r = c.prediction;
+  j["step_s"] = r.step_seconds;
+  j["tokens_per_s"] = r.tokens_per_second;
+  j["memory_bytes"] = r.memory_bytes();
+  j["memory"] = terms_json(r.memory);
+  j["time"] = terms_json(r.time);
+  j["dominant"] = r.dominant().name;
+  Json traffic = Json::object();
+  for (const auto& [group, bytes] : r.traffic) traffic[group] = bytes;
+  j["traffic_bytes"] = traffic;
+  return j;
+}
+
+// "sp communication 1.20 s (61%), attention 0.50 s (25%), ..." largest first.
+std::string breakdown(const tune::Prediction& p) {
+  std::vector<tune::Term> terms = p.time;
+  std::sort(terms.begin(), terms.end(), [](const tune::Term& a, const tune::Term& b) { return a.value > b.value; });
+  std::string out;
+  for (const tune::Term& t : terms) {
+    out += fmt::format("{}{} {:.3g} s ({:.0f}%)", out.empty() ? "" : ", ", t.name, t.value, 100 * t.value / p.step_seconds);
+  }
+  return out;
+}
+
+void print_table(const std::vector<tune::Candidate>& all, const TuneOptions& o, const tune::ClusterSpec& cluster,
+                 int world) {
+  int runnable = 0;
+  for (const tune::Candidate& c : all) runnable += c.excluded.empty() ? 1 : 0;
+  const config::RunConfig& any = all.front().config;
+  std::printf("wallfacer tune: %s on %s (%d nodes x %d %s), world %d, seq %lld, %lld sequences per step, %s%s\n",
+              any.model.name.c_str(), cluster.name.c_str(), cluster.nodes, cluster.devices_per_node,
+              cluster.device.name.c_str(), world, static_cast<long long>(any.train.seq_len),
+              static_cast<long long>(config::global_batch_sequences(any)), dtype_name(any.train.dtype),
+              o.sp_only ? ", sp only" : "");
+  std::printf("%zu layouts: %d predicted, %zu excluded (--json lists every one with its reason)\n\n", all.size(),
+              runnable, all.size() - static_cast<std::size_t>(runnable));
+  if (runnable == 0) {
+    std::printf("no layout can run; the first reasons:\n");
+    for (std::size_t i = 0; i < all.size() && i < 5; ++i) {
+      std::printf("  %s: %s\n", tune::layout_label(all[i].config).c_str(), all[i].excluded.c_str());
+    }
+    return;
+  }
+  std::printf("%4s  %-58s %10s %12s %10s  %s\n", "rank", "layout", "step s", "tokens/s", "GiB/rank", "dominant");
+  for (int i = 0; i < runnable && i < o.top; ++i) {
+    const tune::Candidate& c = all[static_cast<std::size_t>(i)];
+    const tune::Prediction& p = c.prediction;
+    std::printf("%4d  %-58s %10.4g %12.4g %10.2f  %s (%.0f%%)\n", i + 1, tune::layout_label(c.config).c_str(),
+                p.step_seconds, p.tokens_per_second, gib(p.memory_bytes()), p.dominant().name.c_str(),
+                100 * p.dominant().value / p.step_seconds);
+  }
+  // Why the best wins: its breakdown, beside the best layout of every other strategy.
+  const tune::Candidate& best = all.front();
+  std::printf("\nbest: %s, %.4g s per step, %.4g tokens/s, %.2f GiB per rank\n  time: %s\n",
+              tune::layout_label(best.config).c_str(), best.prediction.step_seconds, best.prediction.tokens_per_second,
+              gib(best.prediction.memory_bytes()), breakdown(best.prediction).c_str());
+  std::vector<std::string> seen{tune::strategy_label(best.config)};
+  for (int i = 1; i < runnable; ++i) {
+    const tune::Candidate& c = all[static_cast<std::size_t>(i)];
+    const std::string strategy = tune::strategy_label(c.config);
+    if (std::find(seen.begin(), seen.end(), strategy) != seen.end()) continue;
+    seen.push_back(strategy);
+    std::printf("  best %s: %s, %.4g s (%.2fx the best's step): %s\n", strategy.c_str(),
+                tune::layout_label(c.config).c_str(), c.prediction.step_seconds,
+                c.prediction.step_seconds / best.prediction.step_seconds, breakdown(c.prediction).c_str());
+  }
+}
+
+int run_tune(const TuneOptions& o) {
+  WF_USER_CHECK(!o.cluster.empty(), "wallfacer tune: --cluster FILE.yaml is required (clusters/ holds the paper's "
+                                    "clusters, e.g. clusters/h100-8x8.yaml)");
+  const config::RunConfig user = config::load_config(o.model, o.overrides);
+  const tune::ClusterSpec cluster = tune::load_cluster(o.cluster);
+  const tune::SearchOptions search{.world = o.world, .sp_only = o.sp_only, .seq_len = o.seq};
+  const std::vector<tune::Candidate> all = tune::search_layouts(user, cluster, search);
+  const int world = o.world > 0 ? o.world : cluster.devices();
+  if (o.json) {
+    for (const tune::Candidate& c : all) std::printf("%s\n", candidate_json(c).dump().c_str());
+  } else {
+    print_table(all, o, cluster, world);
+  }
+  if (!o.write_best.empty()) {
+    WF_USER_CHECK(!all.empty() && all.front().excluded.empty(),
+                  "--write-best {}: no layout can run, so there is nothing to write", o.write_best);
+    std::ofstream out(o.write_best);
+    out << "# The best layout `wallfacer tune` predicted for " << o.model << " on " << cluster.name << " (world "
+        << world << "): " << tune::layout_label(all.front().config) << "\n"
+        << config::to_yaml(all.front().config);
+    WF_USER_CHECK(out.good(), "--write-best {}: cannot write the file", o.write_best);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_tune_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand(
+      "tune", "Rank every layout of a world for a model on a described cluster by predicted step time");
+  auto o = std::make_shared<TuneOptions>();
+  command->add_option("--model", o->model, "The run config whose model and batch to lay out, e.g. configs/gpt-7b.yaml")
+      ->required();
+  command->add_option("--cluster", o->cluster, "The cluster file, e.g. clusters/h100-8x8.yaml");
+  command->add_option("--world", o->world, "Ranks to lay out (default: every device of the cluster)")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--seq", o->seq, "Sequence length (default: the config's train.seq_len)")
+      ->check(CLI::PositiveNumber);
+  command->add_flag("--sp-only", o->sp_only, "Only sequence parallelism over the whole world (dp = tp = pp = 1)");
+  command->add_option("--top", o->top, "Layouts the table shows")->capture_default_str()->check(CLI::PositiveNumber);
+  command->add_flag("--json", o->json, "One JSON object per line per layout, excluded ones with their reason");
+  command->add_option("--set", o->overrides, "Override one key of the config, e.g. --set train.dtype=bf16 (repeatable)");
+  command->add_option("--write-best", o->write_best, "Write the best layout as a run config ready for `wallfacer train`");
+  set_action(*command, [o] { return run_tune(*o); });
+}
+
+}  // namespace wf::cli

@@ -1,0 +1,434 @@
+// tune::predict_step: the cost model of tune/cost_model.h.
+#include "wallfacer/tune/cost_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "wallfacer/comm/process_grid.h"
+#include "wallfacer/config/model_schema.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/models/model.h"
+#include "wallfacer/train/step_traffic.h"
+#include "wallfacer/tune/network.h"
+
+namespace wf::tune {
+
+double Prediction::memory_bytes() const {
+  double sum = 0;
+  for (const Term& t : memory) sum += t.value;
+  return sum;
+}
+
+const Term& Prediction::dominant() const {
+  WF_CHECK(!time.empty(), "Prediction::dominant: no time terms");
+  return *std::max_element(time.begin(), time.end(), [](const Term& a, const Term& b) { return a.value < b.value; });
+}
+
+namespace {
+
+using parallel::SpStrategy;
+constexpr Primitive kGather = Primitive::all_gather, kScatter = Primitive::reduce_scatter;
+
+// Exposed time of communication m scheduled beside compute c: what the overlap fraction does not hide.
+double beside(double c, double m, double overlap) { return c + m - overlap * std::min(c, m); }
+
+// The sizes one attention call works on, per rank (traffic_model.h's names).
+struct CallSizes {
+  double E = 0, E_kv = 0, R = 0;  // elements of a local q (and o), of a local k; lse values
+  double h = 1, h_kv = 1;         // query and kv heads per rank (n_head / tp, n_kv_head / tp)
+  double a = 4, s = 4, p = 4;     // bytes: activations, statistics, partial sums
+  double forward_seconds = 0;     // this rank's attention kernel time over the whole call, forward
+  double backward_seconds = 0;    // and backward
+};
+
+// Time of one attention call, split into the kernel's work and the exposed communication, and
+// the bytes each rank sent on each sp group kind.
+struct CallTime {
+  double compute = 0, exposed = 0;
+};
+
+class SpCall {
+ public:
+  SpCall(const comm::ProcessGrid& grid, const Network& net, const CallSizes& z)
+      : grid_(grid), net_(net), z_(z), world_(grid.world_size()) {
+    for (const char* g : {"sp", "sp.team", "sp.ring"}) sent_[g].assign(static_cast<std::size_t>(world_), 0.0);
+  }
+
+  // Forward then backward (replayed when `checkpointed`) of `strategy`.
+  CallTime run(SpStrategy strategy, bool checkpointed) {
+    const int P = grid_.config().sp;
+    if (P == 1) return {z_.forward_seconds + z_.backward_seconds, 0};
+    switch (strategy) {
+      case SpStrategy::ring: ring(); break;
+      case SpStrategy::ulysses: ulysses(checkpointed); break;
+      case SpStrategy::wallfacer: wallfacer(checkpointed); break;
+    }
+    return t_;
+  }
+  const std::map<std::string, std::vector<double>>& sent() const { return sent_; }
+
+ private:
+  // ---- the phases, each timed on every group at once and counted per rank -------------------
+  double ring_collective(const char* kind, double bytes, int steps, Primitive primitive) {
+    const RankGroups groups = grid_.all_groups(kind);
+    for (const auto& g : groups) {
+      if (g.size() > 1) for (int r : g) sent_[kind][static_cast<std::size_t>(r)] += bytes;
+    }
+    return net_.ring_seconds(groups, bytes, steps, primitive);
+  }
+  double all_to_all(double bytes) {
+    const auto groups = grid_.all_groups("sp");
+    for (const auto& g : groups) for (int r : g) sent_["sp"][static_cast<std::size_t>(r)] += bytes;
+    return net_.all_to_all_seconds(groups, bytes);
+  }
+  // Every rank sends `bytes` to peer(rank), counted on `kind` `times` times; the time of one.
+  template <class Peer>
+  double exchange(const char* kind, double bytes, Peer peer, int times = 1) {
+    if (times <= 0) return 0;
+    std::vector<int> to(static_cast<std::size_t>(world_));
+    for (int r = 0; r < world_; ++r) {
+      to[static_cast<std::size_t>(r)] = peer(r);
+      if (peer(r) != r) sent_[kind][static_cast<std::size_t>(r)] += times * bytes;
+    }
+    return net_.exchange_seconds(to, bytes);
+  }
+  int ring_next(int r) const {  // ring attention: the next rank of the sp group
+    const auto g = grid_.group_of("sp", r);
+    const int i = grid_.coord_of("sp", r);
+    return g[static_cast<std::size_t>((i + 1) % static_cast<int>(g.size()))];
+  }
+  double overlap() const { return net_.cluster().overlap; }
+
+  // ---- ring attention: P blocks, P − 1 shifts of K, V (and dK, dV in the backward) ----------
+  void ring() {
+    const int P = grid_.config().sp;
+    const auto next = [&](int r) { return ring_next(r); };
+    const double f = z_.forward_seconds / P, b = z_.backward_seconds / P;
+    const double kv = 2 * z_.E_kv * z_.a, dkv = 2 * z_.E_kv * z_.p;
+    const double fwd_shift = exchange("sp", kv, next, P - 1);
+    const double bwd_shift = exchange("sp", kv + dkv, next, P - 1);
+    const double home = exchange("sp", dkv, next);
+    t_.compute += z_.forward_seconds + z_.backward_seconds;
+    t_.exposed += (P - 1) * (beside(f, fwd_shift, overlap()) - f) + (P - 1) * (beside(b, bwd_shift, overlap()) - b) + home;
+  }
+
+  // ---- Ulysses: all-to-alls in, local attention on h/P heads, all-to-alls out ---------------
+  void ulysses(bool checkpointed) {
+    const int P = grid_.config().sp;
+    const double rho = std::max(1.0, static_cast<double>(P) / z_.h_kv);
+    const auto A = [P](double S) { return (P - 1) * (S / P); };
+    const double q_in = A(z_.E * z_.a), kv_in = 2 * A(rho * z_.E_kv * z_.a), o_out = A(z_.E * z_.a), lse = A(z_.R * z_.s);
+    double comm = all_to_all(q_in + kv_in) + all_to_all(o_out + lse);                  // forward
+    comm += all_to_all(A(z_.E * z_.a) + lse) + all_to_all(A(z_.E * z_.a) + kv_in);       // dO, d_lse in; dQ, dK, dV out
+    if (checkpointed) comm += all_to_all(q_in + kv_in) + all_to_all(o_out + lse);     // the replay's inputs and outputs
+    t_.compute += z_.forward_seconds + z_.backward_seconds;
+    t_.exposed += comm;
+  }
+
+  // ---- WallFacer: team all-gathers, dispatch, G ring steps, team reduce-scatter --------------
+  void wallfacer(bool checkpointed) {
+    const comm::WallFacerLayout& w = grid_.wallfacer();
+    const int C = w.team_size(), G = w.ring_size();
+    const auto send_to = [&](int r) { return grid_.wallfacer_peers_of(r).initial_send; };
+    const auto recv_from = [&](int r) { return grid_.wallfacer_peers_of(r).initial_recv; };
+    const auto next = [&](int r) { return grid_.wallfacer_peers_of(r).ring_next; };
+    const double a = z_.a, s = z_.s, p = z_.p, E = z_.E, Ekv = z_.E_kv, R = z_.R;
+    const double ov = overlap();
+    // Forward. The Q and K all-gathers hide behind the K and V projections (qkv_seconds_ is the
+    // whole QKV GEMM; two thirds of it come after the Q gather starts).
+    const double gather_q = ring_collective("sp.team", (C - 1) * E * a, C - 1, kGather);
+    const double gather_k = ring_collective("sp.team", (C - 1) * Ekv * a, C - 1, kGather);
+    const double gather_v = ring_collective("sp.team", (C - 1) * Ekv * a, C - 1, kGather);
+    double exposed = gather_q + gather_k + gather_v - ov * std::min(gather_q + gather_k, qkv_seconds_ * 2.0 / 3.0);
+    const double kv_team = 2 * C * Ekv * a;
+    exposed += exchange("sp", kv_team, send_to);
+    const double f = z_.forward_seconds / G, b = z_.backward_seconds / G;
+    const double shift = exchange("sp.ring", kv_team, next, G - 1);
+    exposed += (G - 1) * (beside(f, shift, ov) - f);
+    exposed += ring_collective("sp.team", (C - 1) * C * R * s, C - 1, kGather);  // the members' lse
+    exposed += ring_collective("sp.team", (C - 1) * E * p, C - 1, kScatter);     // partial O, reduce-scattered
+    // Backward: dO and D gathered (with the replay, q and lse too, and K/V re-gathered and
+    // re-dispatched); the query bundle travels; dQ home; dK, dV back; the team's reduce-scatters.
+    exposed += ring_collective("sp.team", (C - 1) * (E * a + R * s), C - 1, kGather);
+    if (checkpointed) {
+      exposed += ring_collective("sp.team", (C - 1) * (E * a + R * s), C - 1, kGather);
+      exposed += ring_collective("sp.team", 2 * (C - 1) * Ekv * a, C - 1, kGather);
+      exposed += exchange("sp", kv_team, send_to);
+    }
+    const double bundle = C * (2 * E * a + 2 * R * s + E * p);
+    const double bundle_shift = exchange("sp.ring", bundle, next, G - 1);
+    exposed += (G - 1) * (beside(b, bundle_shift, ov) - b);
+    if (G > 1) exposed += exchange("sp.ring", C * E * p, next);  // dQ home
+    exposed += exchange("sp", 2 * C * Ekv * p, recv_from);         // dK, dV to the K/V's origin
+    exposed += ring_collective("sp.team", (C - 1) * (E * p + 2 * Ekv * p), C - 1, kScatter);
+    t_.compute += z_.forward_seconds + z_.backward_seconds;
+    t_.exposed += exposed;
+  }
+
+ public:
+  double qkv_seconds_ = 0;  // the QKV projection's forward GEMM (what the gathers hide behind)
+
+ private:
+  const comm::ProcessGrid& grid_;
+  const Network& net_;
+  CallSizes z_;
+  int world_;
+  CallTime t_;
+  std::map<std::string, std::vector<double>> sent_;
+};
+
+// Everything predict_step derives from the config before timing it.
+struct Shape {
+  config::BlockShape blocks;
+  double parameters = 0;
+  bool causal = true;
+  int dp = 1, tp = 1, pp = 1, sp = 1, v = 1;
+  std::int64_t batch = 1, seq = 0, accum = 1;
+  double tokens = 0;  // rows per rank per microbatch: B·(N/sp + extra rows)
+  DType dtype = DType::f32;
+  double a = 4;       // activation bytes
+};
+
+Shape shape_of(const config::RunConfig& c) {
+  const config::ModelFacts facts = config::model_facts(c);
+  Shape s;
+  s.blocks = facts.blocks;
+  WF_USER_CHECK(s.blocks.n_layer > 0 && s.blocks.d_model > 0 && s.blocks.n_head > 0,
+                "wallfacer tune: model '{}' does not describe its blocks (config::ModelFacts::blocks), which the cost "
+                "model needs; fill them in its schema's facts", c.model.name);
+  s.parameters = facts.parameters;
+  s.causal = facts.causal;
+  const config::ParallelSection& p = c.parallel;
+  s.dp = p.dp, s.tp = p.tp, s.pp = p.pp, s.sp = p.sp, s.v = p.pp > 1 ? p.pp_virtual : 1;
+  s.batch = c.train.micro_batch_size;
+  s.seq = c.train.seq_len;
+  s.accum = config::grad_accum_steps(c);
+  s.tokens = static_cast<double>(s.batch) * (static_cast<double>(s.seq) / s.sp + static_cast<double>(s.blocks.extra_rows));
+  s.dtype = c.train.dtype;
+  s.a = static_cast<double>(dtype_size(c.train.dtype));
+  return s;
+}
+
+// FLOPs of one block's GEMMs, forward, per row (tensor parallelism splits them).
+double block_matmul_flops_per_row(const Shape& s) {
+  const config::BlockShape& b = s.blocks;
+  const double d = static_cast<double>(b.d_model), hd = d / static_cast<double>(b.n_head);
+  const double qkv = d * static_cast<double>(b.n_head + 2 * b.n_kv_head) * hd;
+  return 2.0 * (qkv + d * d + b.feed_forward_matrices * d * static_cast<double>(b.d_ff)) / s.tp;
+}
+
+double qkv_flops_per_row(const Shape& s) {
+  const config::BlockShape& b = s.blocks;
+  const double d = static_cast<double>(b.d_model), hd = d / static_cast<double>(b.n_head);
+  return 2.0 * d * static_cast<double>(b.n_head + 2 * b.n_kv_head) * hd / s.tp;
+}
+
+// Bytes the elementwise ops of one block move per row, forward: the norms, residual adds and
+// the activation function read and write their tensors once.
+double block_elementwise_bytes_per_row(const Shape& s) {
+  const double d = static_cast<double>(s.blocks.d_model), ff = static_cast<double>(s.blocks.d_ff);
+  return s.a * (12 * d + 3 * ff * (s.blocks.feed_forward_matrices - 1) / s.tp);
+}
+
+models::DecoderOptions decoder_options_of(const Shape& s) {
+  models::DecoderOptions o;
+  o.n_layer = s.blocks.n_layer;
+  o.n_head = s.blocks.n_head;
+  o.n_kv_head = s.blocks.n_kv_head;
+  o.d_model = s.blocks.d_model;
+  o.d_ff = s.blocks.d_ff;
+  o.vocab_size = std::max<std::int64_t>(1, s.blocks.head_width);
+  o.feed_forward = s.blocks.feed_forward_matrices == 3 ? nn::FeedForwardKind::swiglu : nn::FeedForwardKind::mlp;
+  o.checkpoint_attention_output = s.blocks.checkpoint_attention;
+  return o;
+}
+
+CallSizes call_sizes(const Shape& s, const DeviceSpec& device, const parallel::ElementBytes& bytes) {
+  const config::BlockShape& b = s.blocks;
+  const double hd = static_cast<double>(b.d_model) / static_cast<double>(b.n_head);
+  const double n = static_cast<double>(s.seq) / s.sp, B = static_cast<double>(s.batch);
+  const double h = static_cast<double>(b.n_head) / s.tp, h_kv = static_cast<double>(b.n_kv_head) / s.tp;
+  CallSizes z;
+  z.E = B * n * h * hd;
+  z.E_kv = B * n * h_kv * hd;
+  z.R = B * n * h;
+  z.h = h;
+  z.h_kv = h_kv;
+  z.a = static_cast<double>(bytes.activation);
+  z.s = static_cast<double>(bytes.stats);
+  z.p = static_cast<double>(bytes.partial);
+  // This rank's share of the visible (query, key) pairs: n queries against the whole sequence,
+  // half of it under a causal mask (zigzag balances the halves over the ranks).
+  const double N = static_cast<double>(s.seq);
+  const double pairs = B * h * n * (s.causal ? (N + 1) / 2 : N);
+  const double flops = 4.0 * hd * pairs;
+  z.forward_seconds = flops / device.attention_flops(s.dtype, false);
+  z.backward_seconds = 2.5 * flops / device.attention_flops(s.dtype, true);
+  return z;
+}
+
+void add(std::vector<Term>& terms, const std::string& name, double value) {
+  if (value > 0) terms.push_back({name, value});
+}
+
+}  // namespace
+
+std::map<std::string, std::vector<double>> sp_call_bytes_per_rank(const config::RunConfig& config) {
+  const Shape s = shape_of(config);
+  const int world = s.dp * s.tp * s.pp * s.sp;
+  ClusterSpec one_node;
+  one_node.nodes = 1;
+  one_node.devices_per_node = world;
+  one_node.device = device_preset("h100-80gb");
+  one_node.intra_node = {100, 1};
+  const Network net(one_node);
+  const comm::ProcessGrid grid(config.parallel.grid(), world, 0);
+  SpCall call(grid, net, call_sizes(s, one_node.device, train::sp_element_bytes(config)));
+  call.run(config.parallel.sp_strategy, s.blocks.checkpoint_attention);
+  return call.sent();
+}
+
+Prediction predict_step(const config::RunConfig& config, const ClusterSpec& cluster) {
+  const Shape s = shape_of(config);
+  const int world = s.dp * s.tp * s.pp * s.sp;
+  WF_USER_CHECK(world <= cluster.devices(), "wallfacer tune: the layout needs {} ranks but cluster '{}' has {} devices "
+                "({} nodes x {}); pass --world {} or fewer", world, cluster.name, cluster.devices(), cluster.nodes,
+                cluster.devices_per_node, cluster.devices());
+  const Network net(cluster);
+  const DeviceSpec& dev = cluster.device;
+  const comm::ProcessGrid grid(config.parallel.grid(), world, 0);
+  const double ov = cluster.overlap;
+  const double matmul_rate = dev.matmul_flops(s.dtype), mem_rate = dev.memory_gbs * 1e9;
+  const bool ckpt = s.blocks.checkpoint_attention;
+  const double recompute = ckpt ? 1.0 : 0.0;
+
+  // ---- one microbatch through one stage -----------------------------------------------------
+  // Blocks on the busiest stage (the last: it also runs the head), per model chunk.
+  const double L = static_cast<double>(s.blocks.n_layer) / s.pp;
+  const double rows = s.tokens;
+  const double block_matmul = rows * block_matmul_flops_per_row(s) * (3.0 + recompute) / matmul_rate;
+  const double block_elementwise = rows * block_elementwise_bytes_per_row(s) * (3.0 + recompute) / mem_rate;
+  const double head = s.blocks.head_width > 0
+                          ? 3.0 * 2.0 * rows * static_cast<double>(s.blocks.d_model) * static_cast<double>(s.blocks.head_width) /
+                                s.tp / matmul_rate
+                          : 0.0;
+  SpCall call(grid, net, call_sizes(s, dev, train::sp_element_bytes(config)));
+  call.qkv_seconds_ = rows * qkv_flops_per_row(s) / matmul_rate;
+  const CallTime attention = call.run(config.parallel.sp_strategy, ckpt);
+
+  // tp: its all-reduces (train/step_traffic.h's count), exposed, over the tp groups.
+  const models::DecoderOptions options = decoder_options_of(s);
+  const train::StageShare stage_share{.blocks = static_cast<std::int64_t>(L), .embedding = s.pp == 1,
+                                      .head = s.blocks.head_width > 0};
+  const auto tp_bytes_step = static_cast<double>(train::tp_step_bytes(
+      options, s.tp, static_cast<std::int64_t>(rows), s.accum, static_cast<std::int64_t>(s.a),
+      config.parallel.tp_shard_activations, 0, stage_share));
+  const double tp_calls_per_block = (s.blocks.feed_forward_matrices == 3 ? 2 : 1) + 1 + 2 * (1 + recompute);
+  const double tp_calls = static_cast<double>(s.accum) * (L * tp_calls_per_block + 3);
+  const double tp_time = s.tp > 1 ? net.ring_seconds(grid.all_groups("tp"), tp_bytes_step,
+                                                     static_cast<int>(std::max(1.0, tp_calls * 2 * (s.tp - 1))),
+                                                     Primitive::all_reduce)
+                                  : 0.0;
+
+  const double stage_matmul = L * block_matmul + head;
+  const double stage_elementwise = L * block_elementwise;
+  const double stage_attention = L * attention.compute;
+  const double stage_sp = L * attention.exposed;
+  const double microbatch = stage_matmul + stage_elementwise + stage_attention + stage_sp;
+
+  // ---- the schedule of the step's microbatches -----------------------------------------------
+  const double m = static_cast<double>(s.accum);
+  double bubble = 0, pp_time = 0;
+  if (s.pp > 1) {
+    bubble = (s.pp - 1.0) / s.v * microbatch;  // (m·v + pp − 1)/v slots of one chunk each, less m·v
+    const double hidden = rows * static_cast<double>(s.blocks.d_model) * s.a;
+    std::vector<int> next(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) {  // each stage to the next (the last sends nothing)
+      const std::vector<int> pipeline = grid.group_of("pp", r);
+      const int stage = grid.coord_of("pp", r);
+      next[static_cast<std::size_t>(r)] = stage + 1 < s.pp ? pipeline[static_cast<std::size_t>(stage + 1)] : r;
+    }
+    pp_time = 2.0 * m * s.v * net.exchange_seconds(next, hidden);
+  }
+
+  // ---- gradient reduction over dp × sp, and the optimizer -------------------------------------
+  const int replicas = s.dp * s.sp;
+  const int zero = replicas > 1 ? config.parallel.zero : 0;
+  const double shard = s.parameters / (static_cast<double>(s.tp) * s.pp);
+  const double grad_bytes = shard * static_cast<double>(dtype_size(config.parallel.grad_reduce_dtype));
+  const double R = replicas;
+  double dp_time = 0;
+  if (replicas > 1) {
+    const auto groups = grid.all_groups("dp_sp");
+    const double last_backward = microbatch * 2.0 / 3.0;
+    if (zero == 0) {
+      const double t = net.ring_seconds(groups, 2 * (R - 1) / R * grad_bytes, 2 * (replicas - 1), Primitive::all_reduce);
+      dp_time = t - ov * std::min(t, last_backward);
+    } else {
+      const double scatter = net.ring_seconds(groups, (R - 1) / R * grad_bytes, replicas - 1, kScatter);
+      const double gather = net.ring_seconds(groups, (R - 1) / R * shard * 4.0, replicas - 1, kGather);
+      const double scatters = zero == 2 ? m : 1.0;  // ZeRO-2: one per backward, each beside its own
+      dp_time = scatters * (scatter - ov * std::min(scatter, last_backward)) + gather;
+    }
+  }
+  // AdamW reads the weight, gradient and two moments and writes three of them, in f32.
+  const double optimizer_elements = zero >= 1 ? shard / R : shard;
+  const double optimizer = optimizer_elements * 28.0 / mem_rate;
+
+  Prediction out;
+  add(out.time, "matmul", m * stage_matmul);
+  add(out.time, "attention", m * stage_attention);
+  add(out.time, "elementwise", m * stage_elementwise);
+  add(out.time, "sp communication", m * stage_sp);
+  add(out.time, "tp communication", tp_time);
+  add(out.time, "pp bubble", bubble);
+  add(out.time, "pp communication", pp_time);
+  add(out.time, "dp communication", dp_time);
+  add(out.time, "optimizer", optimizer);
+  for (const Term& t : out.time) out.step_seconds += t.value;
+  out.tokens_per_second =
+      static_cast<double>(config::global_batch_sequences(config)) * static_cast<double>(s.seq) / out.step_seconds;
+
+  // ---- memory per rank --------------------------------------------------------------------------
+  const config::MemoryEstimate base = config::memory_per_rank(config);
+  add(out.memory, "weights", base.weight_bytes);
+  add(out.memory, "gradients", base.gradient_bytes);
+  add(out.memory, "optimizer", base.optimizer_bytes);
+  add(out.memory, "activations", base.activation_bytes);
+  // The strategy's buffers at one layer's attention, in local-q units A = E·a.
+  const CallSizes z = call_sizes(s, dev, train::sp_element_bytes(config));
+  const double A = z.E * z.a, Akv = z.E_kv * z.a, partial = z.E * z.p, partial_kv = z.E_kv * z.p;
+  const int C = config.parallel.sp_strategy == SpStrategy::wallfacer ? grid.wallfacer().team_size() : 1;
+  double buffers = A + 2 * Akv;  // local q, k, v
+  if (s.sp > 1) {
+    switch (config.parallel.sp_strategy) {
+      case SpStrategy::ring: buffers += 2 * 2 * Akv + 2 * partial_kv * 2; break;  // K, V (and dK, dV) in flight, double
+      case SpStrategy::ulysses: buffers += 2 * (A + 2 * Akv) + 2 * A; break;     // head-sharded q, k, v, o and grads
+      case SpStrategy::wallfacer:
+        buffers += C * (A + 2 * Akv)               // the team's q, k, v
+                   + 2 * C * Akv * 3               // kept, current and next K/V
+                   + C * partial                   // partial O
+                   + 2 * C * (2 * A + partial)     // the query bundle, double-buffered
+                   + 2 * C * partial_kv;           // dK, dV partials
+        break;
+    }
+  }
+  add(out.memory, "attention buffers", buffers);
+  // The backward's recompute of one block: its full activations for the rows of one microbatch.
+  const double d = static_cast<double>(s.blocks.d_model), ff = static_cast<double>(s.blocks.d_ff);
+  add(out.memory, "recompute", ckpt ? rows * s.a * (6 * d + (s.blocks.feed_forward_matrices + 1) * ff / s.tp) : 0.0);
+
+  // ---- traffic of rank 0 by group --------------------------------------------------------------
+  const double calls = m * L;
+  for (const auto& [kind, bytes] : call.sent()) out.traffic[kind] = calls * bytes[0];
+  out.traffic["tp"] = tp_bytes_step;
+  out.traffic["dp_sp"] = replicas > 1 ? (zero == 0 ? 2 * (R - 1) / R * grad_bytes
+                                                   : (zero == 2 ? m : 1.0) * (R - 1) / R * grad_bytes +
+                                                         (R - 1) / R * shard * 4.0)
+                                      : 0.0;
+  return out;
+}
+
+}  // namespace wf::tune
