@@ -1,8 +1,8 @@
 #pragma once
 // What ring attention, Ulysses and the ulysses-wallfacer hybrid share (internal to
-// src/parallel): the sp group, the sequence layout of every sp rank, the checks of a call's local shard, forward() and replay()
-// over one strategy-specific run(), the work counters the tests read (SpAttentionWork), and
-// small raw-tensor helpers for packing messages. WallFacer uses the replay check and the
+// src/parallel): the sp group, the sequence layout of every sp rank, the checks of a call's
+// local shard, forward() and replay() over one strategy-specific run(), the work counters the
+// tests read (SpAttentionWork), and small raw-tensor helpers for packing messages. WallFacer uses the replay check and the
 // helpers.
 #include <memory>
 #include <optional>

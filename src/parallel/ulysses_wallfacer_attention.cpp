@@ -93,17 +93,21 @@ class UlyssesWallFacerFunction final : public autograd::Function {
     WF_CHECK(grad[1].dtype() == dtype, "{} backward: the gradients of o and lse must share a dtype, got {} and {}",
              kWhat, dtype_name(dtype), dtype_name(grad[1].dtype()));
     const std::int64_t B = d_out.size(0), n = d_out.size(1), heads = d_out.size(2), d = d_out.size(3);
-    HeadSide h = head_side(B, n, heads, d, dtype);  // h.o, h.lse: dO and d_lse, or the replay's tensors
-    Tensor doh = Tensor::empty(h.q.shape(), dtype), dlseh = Tensor::empty(h.lse.shape(), dtype);
+    const int U = ulysses_.size();
+    Tensor doh = Tensor::empty({B, n * U, heads / U, d}, dtype), dlseh = Tensor::empty({B, heads / U, n * U}, dtype);
     std::vector<Field> from{tokens_major(d_out), heads_major(grad[1])}, to{tokens_major(doh), heads_major(dlseh)};
-    if (sequence_side_saved_) detail::add_replayed_fields(saved, h, from, to);  // the replay's tensors travel with dO
+    std::optional<HeadSide> h;
+    if (sequence_side_saved_) {  // the replay's q, k, v, o, lse travel with dO
+      h.emplace(head_side(B, n, heads, d, dtype));
+      detail::add_replayed_fields(saved, *h, from, to);
+    }
     ulysses_exchange(ulysses_, *positions_, Side::sequence, from, to);
 
     Context inner = inner_context();
     std::shared_ptr<autograd::Function> wallfacer = wallfacer_;
-    if (sequence_side_saved_) {  // WallFacer's replay: it saves, moves nothing
-      wallfacer = detail::make_wallfacer_function(rank_, call_, work_, AttentionResult{h.o, h.lse});
-      (void)wallfacer->forward(inner, {h.q, h.k, h.v});
+    if (h) {  // WallFacer's replay: it saves, moves nothing
+      wallfacer = detail::make_wallfacer_function(rank_, call_, work_, AttentionResult{h->o, h->lse});
+      (void)wallfacer->forward(inner, {h->q, h->k, h->v});
     } else {
       inner.save_for_backward(saved);
     }
@@ -111,7 +115,8 @@ class UlyssesWallFacerFunction final : public autograd::Function {
 
     Tensor dq = Tensor::empty(d_out.shape(), dtype), dk = Tensor::empty({B, n, kv_heads_, d}, dtype);
     Tensor dv = Tensor::empty(dk.shape(), dtype);
-    ulysses_exchange(ulysses_, *positions_, Side::heads, {tokens_major(gh[0]), tokens_major(gh[1]), tokens_major(gh[2])},
+    ulysses_exchange(ulysses_, *positions_, Side::heads,
+                     {tokens_major(gh[0]), tokens_major(gh[1]), tokens_major(gh[2])},
                      {tokens_major(dq), tokens_major(dk), tokens_major(dv)});
     return {dq, dk, dv};
   }

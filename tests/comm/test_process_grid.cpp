@@ -483,7 +483,8 @@ TEST_CASE("the hybrid in to_table and to_json", "[comm][grid][ulysses_wallfacer]
   const ProcessGrid grid(hybrid(8, 2, 2, false), 8, 0);
   const std::string table = grid.to_table();
   CHECK_THAT(table, Contains("wallfacer: C = 2 (2 teams of 2 per WallFacer group of sp/U = 4 ranks), G = 1"));
-  CHECK_THAT(table, Contains("ulysses: U = 2 (all-to-all over sp.ulysses), WallFacer ranks adjacent (sp index = u*4 + w)"));
+  CHECK_THAT(table,
+             Contains("ulysses: U = 2 (all-to-all over sp.ulysses), WallFacer ranks adjacent (sp index = u*4 + w)"));
   CHECK_THAT(table, Contains("sp.ulysses      4 x 2    [0 4] [1 5] [2 6] [3 7]"));
   CHECK_THAT(table, Contains("sp.wallfacer    2 x 4    [0 1 2 3] [4 5 6 7]"));
   CHECK_THAT(table, Contains("wf index"));

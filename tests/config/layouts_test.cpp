@@ -28,7 +28,8 @@ TEST_CASE("candidate layouts of 4 ranks: by tp then sp, every strategy and team 
   CHECK(names(layouts) == std::vector<std::string>{
                               "4.1.1.wallfacer.1", "2.1.2.wallfacer.1", "2.1.2.ring.1", "2.1.2.ulysses.1",
                               "1.1.4.wallfacer.1", "1.1.4.wallfacer.2", "1.1.4.ring.1", "1.1.4.ulysses.1",
-                              "1.1.4.ulysses-wallfacer.1.U2", "2.2.1.wallfacer.1", "1.2.2.wallfacer.1", "1.2.2.ring.1", "1.2.2.ulysses.1",
+                              "1.1.4.ulysses-wallfacer.1.U2", "2.2.1.wallfacer.1", "1.2.2.wallfacer.1", "1.2.2.ring.1",
+                              "1.2.2.ulysses.1",
                               "1.4.1.wallfacer.1"});
   for (const ParallelSection& p : layouts) {
     CHECK(p.pp == 1);

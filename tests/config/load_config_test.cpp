@@ -145,7 +145,8 @@ TEST_CASE("config: to_yaml reads back to the same config", "[config]") {
   CHECK(parse_config(to_yaml(hybrid)) == hybrid);
   CHECK_THAT(to_yaml(hybrid), Catch::Contains("sp_strategy: ulysses-wallfacer") && Catch::Contains("U: 2") &&
                                   Catch::Contains("ulysses_inner: false"));
-  const RunConfig read = parse_config("parallel:\n  sp: 8\n  U: 4\n  ulysses_inner: no\n  sp_strategy: ulysses-wallfacer\n");
+  const RunConfig read =
+      parse_config("parallel:\n  sp: 8\n  U: 4\n  ulysses_inner: no\n  sp_strategy: ulysses-wallfacer\n");
   CHECK(read.parallel.U == 4);
   CHECK_FALSE(read.parallel.ulysses_inner);
   CHECK(read.parallel.grid().U == 4);

@@ -31,7 +31,8 @@ struct Layout {
   int U = 1;  // ulysses-wallfacer's Ulysses degree
   std::string name() const {
     return fmt::format("{}: dp{} x sp{} {} C={}{}{}", model, dp, sp, wf::parallel::sp_strategy_name(strategy), C,
-                       U > 1 ? fmt::format(" U={}", U) : "", checkpoint_attention ? " + checkpoint at attention output" : "");
+                       U > 1 ? fmt::format(" U={}", U) : "",
+                       checkpoint_attention ? " + checkpoint at attention output" : "");
   }
 };
 

@@ -430,7 +430,9 @@ TEST_CASE("hybrid layout: U = 1 is WallFacer's, U = P Ulysses', contiguous is co
   // shard / unshard with U: the identity.
   const wf::Tensor global = wf::Tensor::randn_at({2, 32, 3}, 5, 0);
   std::vector<wf::Tensor> locals;
-  for (int l = 0; l < 8; ++l) locals.push_back(wf::parallel::shard_sequence(global, SequenceLayout::zigzag, 8, 2, l, 2));
+  for (int l = 0; l < 8; ++l) {
+    locals.push_back(wf::parallel::shard_sequence(global, SequenceLayout::zigzag, 8, 2, l, 2));
+  }
   CHECK(wf::parallel::unshard_sequence(locals, SequenceLayout::zigzag, 8, 2, 2).to_vector<float>() ==
         global.to_vector<float>());
 }
