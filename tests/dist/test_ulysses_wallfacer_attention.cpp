@@ -111,8 +111,9 @@ TEST_CASE("ulysses-wallfacer with U = 1 is wallfacer and with U = P is ulysses, 
     if (C <= 2) same_as(hybrid_case({1, C}, true, true, 2, DType::f64), SpStrategy::wallfacer);
   }
   for (bool causal : {true, false}) {
-    SpCase c = hybrid_case({P, 1}, true, causal, 2, DType::f64);
-    c.h = 2 * P;  // P | h; h_kv = 2 splits or is replicated
+    // P | h = 2P; the kv heads replicated on every rank (causal) or split over them (full).
+    SpCase c = hybrid_case({P, 1}, true, causal, causal ? 1 : P, DType::f64);
+    c.h = 2 * P;
     same_as(c, SpStrategy::ulysses);
   }
 }
