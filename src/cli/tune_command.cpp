@@ -57,8 +57,12 @@ Json candidate_json(const tune::Candidate& c) {
   j["pp"] = p.pp;
   j["sp"] = p.sp;
   j["strategy"] = p.sp > 1 ? parallel::sp_strategy_name(p.sp_strategy) : "none";
-  j["C"] = p.sp_strategy == parallel::SpStrategy::wallfacer ? p.C : 1;
-  j["U"] = p.sp_strategy == parallel::SpStrategy::ulysses ? p.sp : 1;
+  const bool teams = p.sp_strategy == parallel::SpStrategy::wallfacer ||
+                     p.sp_strategy == parallel::SpStrategy::ulysses_wallfacer;
+  j["C"] = teams ? p.C : 1;
+  j["U"] = p.sp_strategy == parallel::SpStrategy::ulysses ? p.sp
+           : p.sp_strategy == parallel::SpStrategy::ulysses_wallfacer ? p.U : 1;
+  j["ulysses_inner"] = p.ulysses_inner;
   j["placement"] = comm::placement_name(p.placement);
   j["zero"] = p.zero;
   j["checkpoint_attention"] = checkpointed(c.config);
@@ -112,11 +116,11 @@ void print_table(const std::vector<tune::Candidate>& all, const TuneOptions& o, 
     }
     return;
   }
-  std::printf("%4s  %-58s %10s %12s %10s  %s\n", "rank", "layout", "step s", "tokens/s", "GiB/rank", "dominant");
+  std::printf("%4s  %-74s %10s %12s %10s  %s\n", "rank", "layout", "step s", "tokens/s", "GiB/rank", "dominant");
   for (int i = 0; i < runnable && i < o.top; ++i) {
     const tune::Candidate& c = all[static_cast<std::size_t>(i)];
     const tune::Prediction& p = c.prediction;
-    std::printf("%4d  %-58s %10.4g %12.4g %10.2f  %s (%.0f%%)\n", i + 1, tune::layout_label(c.config).c_str(),
+    std::printf("%4d  %-74s %10.4g %12.4g %10.2f  %s (%.0f%%)\n", i + 1, tune::layout_label(c.config).c_str(),
                 p.step_seconds, p.tokens_per_second, gib(p.memory_bytes()), p.dominant().name.c_str(),
                 100 * p.dominant().value / p.step_seconds);
   }

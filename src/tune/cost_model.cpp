@@ -34,13 +34,32 @@ constexpr Primitive kGather = Primitive::all_gather, kScatter = Primitive::reduc
 // Exposed time of communication m scheduled beside compute c: what the overlap fraction does not hide.
 double beside(double c, double m, double overlap) { return c + m - overlap * std::min(c, m); }
 
-// The sizes one attention call works on, per rank (traffic_model.h's names).
+// The sizes one strategy (or one part of the hybrid) works on over P ranks, per rank
+// (traffic_model.h's names).
 struct CallSizes {
   double E = 0, E_kv = 0, R = 0;  // elements of a local q (and o), of a local k; lse values
-  double h = 1, h_kv = 1;         // query and kv heads per rank (n_head / tp, n_kv_head / tp)
+  double h = 1, h_kv = 1;         // query and kv heads
   double a = 4, s = 4, p = 4;     // bytes: activations, statistics, partial sums
-  double forward_seconds = 0;     // this rank's attention kernel time over the whole call, forward
-  double backward_seconds = 0;    // and backward
+};
+
+CallSizes sizes_of(const parallel::AttentionDims& d, int P, const parallel::ElementBytes& bytes) {
+  const double n = static_cast<double>(d.seq_len) / P, B = static_cast<double>(d.batch);
+  const double hd = static_cast<double>(d.head_dim);
+  CallSizes z;
+  z.h = static_cast<double>(d.heads);
+  z.h_kv = static_cast<double>(d.kv_heads);
+  z.E = B * n * z.h * hd;
+  z.E_kv = B * n * z.h_kv * hd;
+  z.R = B * n * z.h;
+  z.a = static_cast<double>(bytes.activation);
+  z.s = static_cast<double>(bytes.stats);
+  z.p = static_cast<double>(bytes.partial);
+  return z;
+}
+
+// This rank's attention kernel time over one call, forward and backward.
+struct KernelTime {
+  double forward = 0, backward = 0;
 };
 
 // Time of one attention call, split into the kernel's work and the exposed communication, and
@@ -51,19 +70,35 @@ struct CallTime {
 
 class SpCall {
  public:
-  SpCall(const comm::ProcessGrid& grid, const Network& net, const CallSizes& z)
-      : grid_(grid), net_(net), z_(z), world_(grid.world_size()) {
-    for (const char* g : {"sp", "sp.team", "sp.ring"}) sent_[g].assign(static_cast<std::size_t>(world_), 0.0);
+  // `dims`: the attention call of one rank's tp shard (heads / tp) over the whole sequence.
+  SpCall(const comm::ProcessGrid& grid, const Network& net, const parallel::AttentionDims& dims,
+         const parallel::ElementBytes& bytes, const KernelTime& kernel)
+      : grid_(grid), net_(net), dims_(dims), bytes_(bytes), kernel_(kernel), world_(grid.world_size()) {
+    for (const char* g : {"sp", "sp.team", "sp.ring", "sp.ulysses", "sp.wallfacer"}) {
+      sent_[g].assign(static_cast<std::size_t>(world_), 0.0);
+    }
   }
 
   // Forward then backward (replayed when `checkpointed`) of `strategy`.
   CallTime run(SpStrategy strategy, bool checkpointed) {
-    const int P = grid_.config().sp;
-    if (P == 1) return {z_.forward_seconds + z_.backward_seconds, 0};
+    const int P = grid_.config().sp, U = grid_.config().U;
+    t_.compute = kernel_.forward + kernel_.backward;
+    if (P == 1) return t_;
+    // The hybrid at U = 1 is WallFacer and at U = P Ulysses (make_ulysses_wallfacer_attention).
+    if (strategy == SpStrategy::ulysses_wallfacer && (U == 1 || U == P)) {
+      strategy = U == 1 ? SpStrategy::wallfacer : SpStrategy::ulysses;
+    }
     switch (strategy) {
-      case SpStrategy::ring: ring(); break;
-      case SpStrategy::ulysses: ulysses(checkpointed); break;
-      case SpStrategy::wallfacer: wallfacer(checkpointed); break;
+      case SpStrategy::ring: ring(sizes_of(dims_, P, bytes_)); break;
+      case SpStrategy::ulysses: ulysses("sp", sizes_of(dims_, P, bytes_), P, checkpointed); break;
+      case SpStrategy::wallfacer: wallfacer("sp", sizes_of(dims_, P, bytes_), checkpointed); break;
+      case SpStrategy::ulysses_wallfacer: {
+        // The Ulysses all-to-alls over U ranks around WallFacer over P/U ranks on h/U heads.
+        const parallel::UlyssesWallFacerDims parts = parallel::ulysses_wallfacer_dims(dims_, P, U);
+        ulysses("sp.ulysses", sizes_of(parts.ulysses, U, bytes_), U, checkpointed);
+        wallfacer("sp.wallfacer", sizes_of(parts.wallfacer, P / U, bytes_), checkpointed);
+        break;
+      }
     }
     return t_;
   }
@@ -78,9 +113,9 @@ class SpCall {
     }
     return net_.ring_seconds(groups, bytes, steps, primitive);
   }
-  double all_to_all(double bytes) {
-    const auto groups = grid_.all_groups("sp");
-    for (const auto& g : groups) for (int r : g) sent_["sp"][static_cast<std::size_t>(r)] += bytes;
+  double all_to_all(const char* kind, double bytes) {
+    const auto groups = grid_.all_groups(kind);
+    for (const auto& g : groups) for (int r : g) sent_[kind][static_cast<std::size_t>(r)] += bytes;
     return net_.all_to_all_seconds(groups, bytes);
   }
   // Every rank sends `bytes` to peer(rank), counted on `kind` `times` times; the time of one.
@@ -102,39 +137,37 @@ class SpCall {
   double overlap() const { return net_.cluster().overlap; }
 
   // ---- ring attention: P blocks, P − 1 shifts of K, V (and dK, dV in the backward) ----------
-  void ring() {
+  void ring(const CallSizes& z) {
     const int P = grid_.config().sp;
     const auto next = [&](int r) { return ring_next(r); };
-    const double f = z_.forward_seconds / P, b = z_.backward_seconds / P;
-    const double kv = 2 * z_.E_kv * z_.a, dkv = 2 * z_.E_kv * z_.p;
+    const double f = kernel_.forward / P, b = kernel_.backward / P;
+    const double kv = 2 * z.E_kv * z.a, dkv = 2 * z.E_kv * z.p;
     const double fwd_shift = exchange("sp", kv, next, P - 1);
     const double bwd_shift = exchange("sp", kv + dkv, next, P - 1);
     const double home = exchange("sp", dkv, next);
-    t_.compute += z_.forward_seconds + z_.backward_seconds;
     t_.exposed += (P - 1) * (beside(f, fwd_shift, overlap()) - f) + (P - 1) * (beside(b, bwd_shift, overlap()) - b) + home;
   }
 
-  // ---- Ulysses: all-to-alls in, local attention on h/P heads, all-to-alls out ---------------
-  void ulysses(bool checkpointed) {
-    const int P = grid_.config().sp;
-    const double rho = std::max(1.0, static_cast<double>(P) / z_.h_kv);
+  // ---- Ulysses over the P ranks of `kind`: all-to-alls in, local attention on h/P heads, out --
+  void ulysses(const char* kind, const CallSizes& z, int P, bool checkpointed) {
+    const double rho = std::max(1.0, static_cast<double>(P) / z.h_kv);
     const auto A = [P](double S) { return (P - 1) * (S / P); };
-    const double q_in = A(z_.E * z_.a), kv_in = 2 * A(rho * z_.E_kv * z_.a), o_out = A(z_.E * z_.a), lse = A(z_.R * z_.s);
-    double comm = all_to_all(q_in + kv_in) + all_to_all(o_out + lse);                  // forward
-    comm += all_to_all(A(z_.E * z_.a) + lse) + all_to_all(A(z_.E * z_.a) + kv_in);       // dO, d_lse in; dQ, dK, dV out
-    if (checkpointed) comm += all_to_all(q_in + kv_in) + all_to_all(o_out + lse);     // the replay's inputs and outputs
-    t_.compute += z_.forward_seconds + z_.backward_seconds;
+    const double q_in = A(z.E * z.a), kv_in = 2 * A(rho * z.E_kv * z.a), o_out = A(z.E * z.a), lse = A(z.R * z.s);
+    double comm = all_to_all(kind, q_in + kv_in) + all_to_all(kind, o_out + lse);          // forward
+    comm += all_to_all(kind, A(z.E * z.a) + lse) + all_to_all(kind, A(z.E * z.a) + kv_in);  // dO, d_lse in; dQ, dK, dV out
+    if (checkpointed) comm += all_to_all(kind, q_in + kv_in) + all_to_all(kind, o_out + lse);  // the replay's
     t_.exposed += comm;
   }
 
-  // ---- WallFacer: team all-gathers, dispatch, G ring steps, team reduce-scatter --------------
-  void wallfacer(bool checkpointed) {
+  // ---- WallFacer (its dispatch over `dispatch`): team all-gathers, dispatch, G ring steps, team
+  // reduce-scatter --------------------------------------------------------------------------
+  void wallfacer(const char* dispatch, const CallSizes& z, bool checkpointed) {
     const comm::WallFacerLayout& w = grid_.wallfacer();
     const int C = w.team_size(), G = w.ring_size();
     const auto send_to = [&](int r) { return grid_.wallfacer_peers_of(r).initial_send; };
     const auto recv_from = [&](int r) { return grid_.wallfacer_peers_of(r).initial_recv; };
     const auto next = [&](int r) { return grid_.wallfacer_peers_of(r).ring_next; };
-    const double a = z_.a, s = z_.s, p = z_.p, E = z_.E, Ekv = z_.E_kv, R = z_.R;
+    const double a = z.a, s = z.s, p = z.p, E = z.E, Ekv = z.E_kv, R = z.R;
     const double ov = overlap();
     // Forward. The Q and K all-gathers hide behind the K and V projections (qkv_seconds_ is the
     // whole QKV GEMM; two thirds of it come after the Q gather starts).
@@ -143,8 +176,8 @@ class SpCall {
     const double gather_v = ring_collective("sp.team", (C - 1) * Ekv * a, C - 1, kGather);
     double exposed = gather_q + gather_k + gather_v - ov * std::min(gather_q + gather_k, qkv_seconds_ * 2.0 / 3.0);
     const double kv_team = 2 * C * Ekv * a;
-    exposed += exchange("sp", kv_team, send_to);
-    const double f = z_.forward_seconds / G, b = z_.backward_seconds / G;
+    exposed += exchange(dispatch, kv_team, send_to);
+    const double f = kernel_.forward / G, b = kernel_.backward / G;
     const double shift = exchange("sp.ring", kv_team, next, G - 1);
     exposed += (G - 1) * (beside(f, shift, ov) - f);
     exposed += ring_collective("sp.team", (C - 1) * C * R * s, C - 1, kGather);  // the members' lse
@@ -155,15 +188,14 @@ class SpCall {
     if (checkpointed) {
       exposed += ring_collective("sp.team", (C - 1) * (E * a + R * s), C - 1, kGather);
       exposed += ring_collective("sp.team", 2 * (C - 1) * Ekv * a, C - 1, kGather);
-      exposed += exchange("sp", kv_team, send_to);
+      exposed += exchange(dispatch, kv_team, send_to);
     }
     const double bundle = C * (2 * E * a + 2 * R * s + E * p);
     const double bundle_shift = exchange("sp.ring", bundle, next, G - 1);
     exposed += (G - 1) * (beside(b, bundle_shift, ov) - b);
     if (G > 1) exposed += exchange("sp.ring", C * E * p, next);  // dQ home
-    exposed += exchange("sp", 2 * C * Ekv * p, recv_from);         // dK, dV to the K/V's origin
+    exposed += exchange(dispatch, 2 * C * Ekv * p, recv_from);     // dK, dV to the K/V's origin
     exposed += ring_collective("sp.team", (C - 1) * (E * p + 2 * Ekv * p), C - 1, kScatter);
-    t_.compute += z_.forward_seconds + z_.backward_seconds;
     t_.exposed += exposed;
   }
 
@@ -173,7 +205,9 @@ class SpCall {
  private:
   const comm::ProcessGrid& grid_;
   const Network& net_;
-  CallSizes z_;
+  parallel::AttentionDims dims_;
+  parallel::ElementBytes bytes_;
+  KernelTime kernel_;
   int world_;
   CallTime t_;
   std::map<std::string, std::vector<double>> sent_;
@@ -245,28 +279,37 @@ models::DecoderOptions decoder_options_of(const Shape& s) {
   return o;
 }
 
-CallSizes call_sizes(const Shape& s, const DeviceSpec& device, const parallel::ElementBytes& bytes) {
+// One rank's attention call: its tp shard's heads over the whole sequence.
+parallel::AttentionDims attention_dims(const Shape& s) {
   const config::BlockShape& b = s.blocks;
-  const double hd = static_cast<double>(b.d_model) / static_cast<double>(b.n_head);
-  const double n = static_cast<double>(s.seq) / s.sp, B = static_cast<double>(s.batch);
-  const double h = static_cast<double>(b.n_head) / s.tp, h_kv = static_cast<double>(b.n_kv_head) / s.tp;
-  CallSizes z;
-  z.E = B * n * h * hd;
-  z.E_kv = B * n * h_kv * hd;
-  z.R = B * n * h;
-  z.h = h;
-  z.h_kv = h_kv;
-  z.a = static_cast<double>(bytes.activation);
-  z.s = static_cast<double>(bytes.stats);
-  z.p = static_cast<double>(bytes.partial);
+  return {s.batch, s.seq, b.n_head / s.tp, b.n_kv_head / s.tp, b.d_model / b.n_head};
+}
+
+KernelTime kernel_time(const Shape& s, const DeviceSpec& device) {
+  const parallel::AttentionDims d = attention_dims(s);
   // This rank's share of the visible (query, key) pairs: n queries against the whole sequence,
   // half of it under a causal mask (zigzag balances the halves over the ranks).
-  const double N = static_cast<double>(s.seq);
-  const double pairs = B * h * n * (s.causal ? (N + 1) / 2 : N);
-  const double flops = 4.0 * hd * pairs;
-  z.forward_seconds = flops / device.attention_flops(s.dtype, false);
-  z.backward_seconds = 2.5 * flops / device.attention_flops(s.dtype, true);
-  return z;
+  const double n = static_cast<double>(s.seq) / s.sp, N = static_cast<double>(s.seq);
+  const double pairs = static_cast<double>(d.batch * d.heads) * n * (s.causal ? (N + 1) / 2 : N);
+  const double flops = 4.0 * static_cast<double>(d.head_dim) * pairs;
+  return {flops / device.attention_flops(s.dtype, false), 2.5 * flops / device.attention_flops(s.dtype, true)};
+}
+
+// The buffers a strategy holds at the peak of one layer's attention beyond the local q, k, v.
+double strategy_buffers(SpStrategy strategy, const CallSizes& z, int C) {
+  const double A = z.E * z.a, Akv = z.E_kv * z.a, partial = z.E * z.p, partial_kv = z.E_kv * z.p;
+  switch (strategy) {
+    case SpStrategy::ring: return 2 * 2 * Akv + 2 * partial_kv * 2;  // K, V (and dK, dV) in flight, double-buffered
+    case SpStrategy::ulysses: return 2 * (A + 2 * Akv) + 2 * A;      // head-sharded q, k, v, o and their gradients
+    case SpStrategy::wallfacer:
+      return C * (A + 2 * Akv)            // the team's q, k, v
+             + 2 * C * Akv * 3            // kept, current and next K/V
+             + C * partial                // partial O
+             + 2 * C * (2 * A + partial)  // the query bundle, double-buffered
+             + 2 * C * partial_kv;        // dK, dV partials
+    case SpStrategy::ulysses_wallfacer: break;  // the sum of its parts (predict_step)
+  }
+  return 0;
 }
 
 void add(std::vector<Term>& terms, const std::string& name, double value) {
@@ -285,7 +328,7 @@ std::map<std::string, std::vector<double>> sp_call_bytes_per_rank(const config::
   one_node.intra_node = {100, 1};
   const Network net(one_node);
   const comm::ProcessGrid grid(config.parallel.grid(), world, 0);
-  SpCall call(grid, net, call_sizes(s, one_node.device, train::sp_element_bytes(config)));
+  SpCall call(grid, net, attention_dims(s), train::sp_element_bytes(config), kernel_time(s, one_node.device));
   call.run(config.parallel.sp_strategy, s.blocks.checkpoint_attention);
   return call.sent();
 }
@@ -314,7 +357,7 @@ Prediction predict_step(const config::RunConfig& config, const ClusterSpec& clus
                           ? 3.0 * 2.0 * rows * static_cast<double>(s.blocks.d_model) * static_cast<double>(s.blocks.head_width) /
                                 s.tp / matmul_rate
                           : 0.0;
-  SpCall call(grid, net, call_sizes(s, dev, train::sp_element_bytes(config)));
+  SpCall call(grid, net, attention_dims(s), train::sp_element_bytes(config), kernel_time(s, dev));
   call.qkv_seconds_ = rows * qkv_flops_per_row(s) / matmul_rate;
   const CallTime attention = call.run(config.parallel.sp_strategy, ckpt);
 
@@ -398,21 +441,21 @@ Prediction predict_step(const config::RunConfig& config, const ClusterSpec& clus
   add(out.memory, "optimizer", base.optimizer_bytes);
   add(out.memory, "activations", base.activation_bytes);
   // The strategy's buffers at one layer's attention, in local-q units A = E·a.
-  const CallSizes z = call_sizes(s, dev, train::sp_element_bytes(config));
-  const double A = z.E * z.a, Akv = z.E_kv * z.a, partial = z.E * z.p, partial_kv = z.E_kv * z.p;
-  const int C = config.parallel.sp_strategy == SpStrategy::wallfacer ? grid.wallfacer().team_size() : 1;
-  double buffers = A + 2 * Akv;  // local q, k, v
+  const parallel::ElementBytes element = train::sp_element_bytes(config);
+  const parallel::AttentionDims dims = attention_dims(s);
+  const CallSizes z = sizes_of(dims, s.sp, element);
+  const int C = grid.wallfacer().team_size(), U = config.parallel.U;
+  double buffers = z.E * z.a + 2 * z.E_kv * z.a;  // local q, k, v
   if (s.sp > 1) {
-    switch (config.parallel.sp_strategy) {
-      case SpStrategy::ring: buffers += 2 * 2 * Akv + 2 * partial_kv * 2; break;  // K, V (and dK, dV) in flight, double
-      case SpStrategy::ulysses: buffers += 2 * (A + 2 * Akv) + 2 * A; break;     // head-sharded q, k, v, o and grads
-      case SpStrategy::wallfacer:
-        buffers += C * (A + 2 * Akv)               // the team's q, k, v
-                   + 2 * C * Akv * 3               // kept, current and next K/V
-                   + C * partial                   // partial O
-                   + 2 * C * (2 * A + partial)     // the query bundle, double-buffered
-                   + 2 * C * partial_kv;           // dK, dV partials
-        break;
+    const SpStrategy strategy = config.parallel.sp_strategy;
+    if (strategy == SpStrategy::ulysses_wallfacer && U > 1 && U < s.sp) {
+      const parallel::UlyssesWallFacerDims parts = parallel::ulysses_wallfacer_dims(dims, s.sp, U);
+      buffers += strategy_buffers(SpStrategy::ulysses, sizes_of(parts.ulysses, U, element), 1) +
+                 strategy_buffers(SpStrategy::wallfacer, sizes_of(parts.wallfacer, s.sp / U, element), C);
+    } else if (strategy == SpStrategy::ulysses_wallfacer) {
+      buffers += strategy_buffers(U == 1 ? SpStrategy::wallfacer : SpStrategy::ulysses, z, C);
+    } else {
+      buffers += strategy_buffers(strategy, z, strategy == SpStrategy::wallfacer ? C : 1);
     }
   }
   add(out.memory, "attention buffers", buffers);

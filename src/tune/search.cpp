@@ -28,21 +28,32 @@ bool has_model_key(const config::RunConfig& c, std::string_view key) {
   return config::model_schema(c.model.name).find(key) != nullptr;
 }
 
-// The sp variants of a group of sp ranks: (strategy, C, placement).
+// The sp variants of a group of sp ranks: (strategy, C, placement, U, which dimension is inner).
 struct SpVariant {
   SpStrategy strategy;
-  int C;
-  comm::Placement placement;
+  int C = 1;
+  comm::Placement placement = comm::Placement::collectives_intra;
+  int U = 1;
+  bool ulysses_inner = true;
 };
 std::vector<SpVariant> sp_variants(int sp) {
-  if (sp == 1) return {{SpStrategy::wallfacer, 1, comm::Placement::collectives_intra}};
-  std::vector<SpVariant> out{{SpStrategy::ring, 1, comm::Placement::collectives_intra},
-                             {SpStrategy::ulysses, 1, comm::Placement::collectives_intra}};
-  for (int C : comm::valid_team_sizes(sp)) {
-    if (C == 1) continue;  // WallFacer with C = 1 is ring attention
-    out.push_back({SpStrategy::wallfacer, C, comm::Placement::collectives_intra});
-    // With sp = C² every sub-ring is one rank: both placements put the ranks in the same places.
-    if (sp != C * C) out.push_back({SpStrategy::wallfacer, C, comm::Placement::p2p_intra});
+  if (sp == 1) return {{SpStrategy::wallfacer}};
+  std::vector<SpVariant> out{{SpStrategy::ring}, {SpStrategy::ulysses}};
+  // WallFacer over `ranks` ranks: every C > min_c with C² | ranks, in both placements (with
+  // ranks = C² every sub-ring is one rank, so both put the ranks in the same places).
+  const auto teams = [&](SpStrategy strategy, int ranks, int min_c, int U, bool inner) {
+    for (int C : comm::valid_team_sizes(ranks)) {
+      if (C <= min_c) continue;
+      out.push_back({strategy, C, comm::Placement::collectives_intra, U, inner});
+      if (ranks != C * C && C > 1) out.push_back({strategy, C, comm::Placement::p2p_intra, U, inner});
+    }
+  };
+  teams(SpStrategy::wallfacer, sp, 1, 1, true);  // WallFacer with C = 1 is ring attention
+  // The hybrid: U Ulysses ranks × sp/U WallFacer ranks (C = 1: USP's Ulysses × ring), with
+  // either dimension on adjacent ranks. U = 1 and U = sp are WallFacer and Ulysses themselves.
+  for (int U = 2; U < sp; ++U) {
+    if (sp % U != 0) continue;
+    for (const bool inner : {true, false}) teams(SpStrategy::ulysses_wallfacer, sp / U, 0, U, inner);
   }
   return out;
 }
@@ -74,7 +85,7 @@ std::string strategy_label(const config::RunConfig& c) {
   const config::ParallelSection& p = c.parallel;
   if (p.sp == 1) return "none";
   if (p.sp_strategy == SpStrategy::wallfacer) return fmt::format("wallfacer-{}", p.C);
-  return parallel::sp_strategy_name(p.sp_strategy);
+  return parallel::sp_strategy_name(p.sp_strategy);  // the hybrid: every U and C together
 }
 
 std::string layout_label(const config::RunConfig& c) {
@@ -82,7 +93,10 @@ std::string layout_label(const config::RunConfig& c) {
   std::string name = fmt::format("dp{}.tp{}.pp{}.sp{}", p.dp, p.tp, p.pp, p.sp);
   if (p.sp > 1) {
     name += fmt::format(".{}", parallel::sp_strategy_name(p.sp_strategy));
-    if (p.sp_strategy == SpStrategy::wallfacer) {
+    if (p.sp_strategy == SpStrategy::ulysses_wallfacer) {
+      name += fmt::format(".U{}.{}", p.U, p.ulysses_inner ? "inner" : "outer");
+    }
+    if (p.sp_strategy == SpStrategy::wallfacer || p.sp_strategy == SpStrategy::ulysses_wallfacer) {
       name += fmt::format(".C{}.{}", p.C, comm::placement_name(p.placement));
     }
   }
@@ -146,6 +160,7 @@ std::vector<Candidate> search_layouts(const config::RunConfig& user, const Clust
                   config::ParallelSection& p = c.parallel;
                   p.dp = dp, p.tp = tp, p.pp = pp, p.sp = sp;
                   p.sp_strategy = v.strategy, p.C = v.C, p.placement = v.placement;
+                  p.U = v.U, p.ulysses_inner = v.ulysses_inner;
                   p.pp_schedule = schedule.kind, p.pp_virtual = schedule.chunks;
                   p.pp_layers.clear();
                   p.zero = zero;

@@ -45,6 +45,12 @@ TEST_CASE("the cost model's sp bytes equal the traffic formulas on every rank", 
       "{tp: 2, sp: 4, sp_strategy: wallfacer, C: 2, placement: p2p-intra}",
       "{tp: 2, sp: 4, sp_strategy: ulysses, order: sp-tp-dp-pp}",
       "{pp: 2, sp: 4, sp_strategy: ring}",
+      "{sp: 4, sp_strategy: ulysses-wallfacer, U: 2}",
+      "{sp: 8, sp_strategy: ulysses-wallfacer, U: 2, C: 2}",
+      "{sp: 8, sp_strategy: ulysses-wallfacer, U: 2, C: 2, ulysses_inner: false}",
+      "{sp: 8, sp_strategy: ulysses-wallfacer, U: 4, ulysses_inner: false}",
+      "{tp: 2, sp: 4, sp_strategy: ulysses-wallfacer, U: 2, order: sp-tp-dp-pp}",
+      "{sp: 4, sp_strategy: ulysses-wallfacer, U: 4}",
   };
   for (const char* layout : layouts) {
     for (const bool checkpoint : {false, true}) {
@@ -124,7 +130,12 @@ const Candidate& find(const std::vector<Candidate>& all, const std::string& labe
 }
 
 TEST_CASE("the search of 4 ranks, sp only: every strategy, team size, ZeRO stage, checkpoint and micro batch", "[tune]") {
-  const auto all = search_layouts(tiny("{}"), one_node(4), {.world = 4, .sp_only = true});
+  const auto everything = search_layouts(tiny("{}"), one_node(4), {.world = 4, .sp_only = true});
+  CHECK(everything.size() == 54 + 36);
+  std::vector<Candidate> all;
+  for (const Candidate& c : everything) {
+    if (c.config.parallel.sp_strategy != parallel::SpStrategy::ulysses_wallfacer) all.push_back(c);
+  }
   CHECK(labels(all, false) == std::set<std::string>{
       "dp1.tp1.pp1.sp4.ring.mb2.z0",      "dp1.tp1.pp1.sp4.ring.mb2.z0.ckpt",      "dp1.tp1.pp1.sp4.ring.mb2.z1",
       "dp1.tp1.pp1.sp4.ring.mb2.z1.ckpt", "dp1.tp1.pp1.sp4.ring.mb2.z2",           "dp1.tp1.pp1.sp4.ring.mb2.z2.ckpt",
@@ -158,6 +169,21 @@ TEST_CASE("the search of 4 ranks, sp only: every strategy, team size, ZeRO stage
       "dp1.tp1.pp1.sp4.wallfacer.C2.collectives-intra.z2.ckpt",
   });
   CHECK(labels(all, true).empty());
+  // The hybrid's Ulysses degree 2 × a WallFacer group of 2 (C = 1 only: C² | 2), either
+  // dimension inner: 36 more.
+  const auto hybrids = search_layouts(tiny("{}"), one_node(4), {.world = 4, .sp_only = true});
+  std::set<std::string> hybrid;
+  for (const std::string& label : labels(hybrids, false)) {
+    if (label.find("ulysses-wallfacer") != std::string::npos && label.ends_with(".z0")) hybrid.insert(label);
+  }
+  CHECK(hybrid == std::set<std::string>{
+      "dp1.tp1.pp1.sp4.ulysses-wallfacer.U2.inner.C1.collectives-intra.mb2.z0",
+      "dp1.tp1.pp1.sp4.ulysses-wallfacer.U2.inner.C1.collectives-intra.mb4.z0",
+      "dp1.tp1.pp1.sp4.ulysses-wallfacer.U2.inner.C1.collectives-intra.z0",
+      "dp1.tp1.pp1.sp4.ulysses-wallfacer.U2.outer.C1.collectives-intra.mb2.z0",
+      "dp1.tp1.pp1.sp4.ulysses-wallfacer.U2.outer.C1.collectives-intra.mb4.z0",
+      "dp1.tp1.pp1.sp4.ulysses-wallfacer.U2.outer.C1.collectives-intra.z0",
+  });
   // Ranked: fastest first.
   CHECK(std::is_sorted(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
     return a.prediction.step_seconds < b.prediction.step_seconds;

@@ -5,8 +5,9 @@
 //
 // The space, for a world of W ranks: every dp × tp × pp × sp = W; under pp each schedule (1F1B,
 // GPipe, interleaved with 2 chunks) and every micro batch size that divides the batch; under sp
-// ring attention, Ulysses and WallFacer with every C > 1 with C² | sp in both placements (one
-// where the placements coincide, sp = C²); ZeRO 0, 1, 2 where the replica group has more than
+// ring attention, Ulysses, WallFacer with every C > 1 with C² | sp in both placements (one
+// where the placements coincide, sp = C²), and the ulysses-wallfacer hybrid with every Ulysses
+// degree 1 < U < sp, either dimension inner, every C with C² | sp/U and both placements; ZeRO 0, 1, 2 where the replica group has more than
 // one rank; the activation checkpoint at the attention output on and off where the model has one.
 // Order and the other keys stay the config's.
 #include <cstdint>
@@ -39,10 +40,12 @@ config::RunConfig with_seq_len(config::RunConfig config, std::int64_t seq_len);
 std::vector<Candidate> search_layouts(const config::RunConfig& base, const ClusterSpec& cluster,
                                       const SearchOptions& options);
 
-// A layout's name: "dp1.tp1.pp1.sp32.wallfacer.C4.collectives-intra.z2.ckpt" (the strategy
-// part only with sp > 1, the schedule with pp > 1, "mb2" for a micro batch of 2).
+// A layout's name: "dp1.tp1.pp1.sp32.wallfacer.C4.collectives-intra.z2.ckpt",
+// "dp1.tp1.pp1.sp32.ulysses-wallfacer.U8.inner.C2.collectives-intra.z2" (the strategy part only
+// with sp > 1, the schedule with pp > 1, "mb2" for a micro batch of 2).
 std::string layout_label(const config::RunConfig& config);
-// The strategy name with its C: "ring", "ulysses", "wallfacer-4"; "none" without sp.
+// The strategy name, WallFacer's with its C: "ring", "ulysses", "wallfacer-4",
+// "ulysses-wallfacer"; "none" without sp.
 std::string strategy_label(const config::RunConfig& config);
 
 }  // namespace wf::tune
