@@ -62,7 +62,7 @@ void add_grid_command(CLI::App& app) {
     const std::string text = options->as_json ? grid.to_json(2) + "\n" : grid.to_table();
     std::fputs(text.c_str(), stdout);
     // On stderr, so that --json output stays one document.
-    if (const std::string note = comm::placement_note(config.sp / std::max(config.U, 1), config.C); !note.empty()) {
+    if (const std::string note = comm::placement_note(config.sp, config.C, config.U); !note.empty()) {
       std::fprintf(stderr, "note: %s\n", note.c_str());
     }
     return kExitOk;

@@ -169,11 +169,15 @@ Placement parse_placement(std::string_view name) {
       name);
 }
 
-std::string placement_note(int sp, int C) {
-  if (C <= 1 || sp != C * C) return "";
-  return fmt::format("parallel.placement: with sp = {} = C x C the sub-rings are single ranks (no ring steps), so "
+std::string placement_note(int sp, int C, int U) {
+  U = std::max(U, 1);
+  const int ranks = sp / U;  // the WallFacer group
+  if (C <= 1 || ranks != C * C) return "";
+  const std::string group = U > 1 ? fmt::format("the WallFacer group of sp / U = {} / {} = {}", sp, U, ranks)
+                                  : fmt::format("sp = {}", sp);
+  return fmt::format("parallel.placement: with {} = C x C ranks the sub-rings are single ranks (no ring steps), so "
                      "collectives-intra and p2p-intra place the ranks identically; the placement cannot matter",
-                     sp);
+                     group);
 }
 
 namespace {

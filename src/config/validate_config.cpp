@@ -356,7 +356,7 @@ std::vector<std::string> notes(const RunConfig& c) {
   }
   const ParallelSection& p = c.parallel;
   if (has_teams(p)) {
-    if (std::string note = comm::placement_note(p.sp / layout_ulysses_degree(p), p.C); !note.empty()) {
+    if (std::string note = comm::placement_note(p.sp, p.C, layout_ulysses_degree(p)); !note.empty()) {
       out.push_back(std::move(note));
     }
   }

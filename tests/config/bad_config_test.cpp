@@ -288,7 +288,10 @@ TEST_CASE("config: a run shorter than its warmup trains with a note that the war
                                                      "wallfacer (no Ulysses part)"));
   // sp = C x C: the placement cannot matter, and validate says so.
   const RunConfig square = parse_config("parallel:\n  sp: 4\n  C: 2\n");
-  CHECK_THAT(notes(square).at(0), Catch::Contains("the placement cannot matter"));
+  CHECK_THAT(notes(square).at(0), Catch::Contains("with sp = 4 = C x C ranks") && Catch::Contains("the placement cannot matter"));
+  // The hybrid's WallFacer group is sp / U: there the note names it.
+  const RunConfig square_group = parse_config("parallel:\n  sp: 8\n  U: 2\n  C: 2\n  sp_strategy: ulysses-wallfacer\n");
+  CHECK_THAT(notes(square_group).at(0), Catch::Contains("with the WallFacer group of sp / U = 8 / 2 = 4 = C x C ranks"));
   CHECK(notes(RunConfig{}).empty());
 }
 

@@ -24,7 +24,7 @@ std::string_view placement_name(Placement placement);
 Placement parse_placement(std::string_view name);
 // A remark when the placement cannot matter for sp ranks in teams of C: with sp = C·C (C > 1) every
 // sub-ring is one rank, so both placements put the ranks in the same places; "" otherwise.
-std::string placement_note(int sp, int C);
+std::string placement_note(int sp, int C, int U = 1);  // U: the hybrid's Ulysses degree (its WallFacer group is sp/U)
 
 struct ParallelConfig {
   int dp = 1, tp = 1, pp = 1, sp = 1;
