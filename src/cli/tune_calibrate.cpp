@@ -143,6 +143,29 @@ double memory_bandwidth(comm::Group& world, double target) {
   return 3.0 * static_cast<double>(n) * 4.0 / seconds;
 }
 
+// Forward GEMMs of a block's MLP shape (512 x 256 by 256 x 256, wf::linear) repeated for about
+// `seconds` on the slowest rank: the compute that communication is timed beside. The same number
+// of repetitions on every rank.
+class GemmLoop {
+ public:
+  GemmLoop(comm::Group& world, double seconds)
+      : x_(Tensor::randn_at({512, 256}, 10, 0)), w_(Tensor::randn_at({256, 256}, 11, 0)) {
+    const double one = max_over(world, median_seconds(5, [this] { once(); }));
+    reps_ = static_cast<int>(std::clamp(std::round(seconds / one), 1.0, 1e5));
+  }
+  void run() const {
+    for (int i = 0; i < reps_; ++i) once();
+  }
+
+ private:
+  void once() const {
+    const autograd::NoGradGuard no_grad;
+    linear(x_, w_);
+  }
+  Tensor x_, w_;
+  int reps_ = 1;
+};
+
 // ---- communication ---------------------------------------------------------------------------
 
 constexpr std::int64_t kSmallBytes = 64, kLargeBytes = 8 << 20;
@@ -199,16 +222,8 @@ struct Overlap {
 Overlap overlap(comm::Group& world, double seconds_per_exchange) {
   const int n = world.size(), me = world.rank();
   Tensor send = Tensor::zeros({kLargeBytes / 4}), recv = Tensor::zeros({kLargeBytes / 4});
-  const Tensor x = Tensor::randn_at({512, 256}, 10, 0), w = Tensor::randn_at({1024, 256}, 11, 0);
-  const auto gemm = [&] {
-    const autograd::NoGradGuard no_grad;
-    linear(x, w);
-  };
-  const double one = max_over(world, median_seconds(3, gemm));
-  const int reps = static_cast<int>(std::clamp(std::round(seconds_per_exchange / one), 1.0, 1e5));
-  const auto compute = [&] {
-    for (int i = 0; i < reps; ++i) gemm();
-  };
+  const GemmLoop gemms(world, seconds_per_exchange);
+  const auto compute = [&] { gemms.run(); };
   const auto timed = [&](const std::function<void()>& body) {
     world.barrier();
     const Clock::time_point start = Clock::now();
@@ -241,22 +256,16 @@ struct SyncCost {
   double collective_us = 0, p2p_us = 0;
 };
 
-SyncCost sync_cost(comm::Group& world, const CommTimes& tight, double compute_seconds) {
+SyncCost sync_cost(comm::Group& world, const CommTimes& tight, double compute_seconds, double target) {
   const int n = world.size(), me = world.rank();
-  const Tensor x = Tensor::randn_at({512, 256}, 12, 0), w = Tensor::randn_at({256, 256}, 13, 0);
-  const auto gemm = [&] {
-    const autograd::NoGradGuard no_grad;
-    linear(x, w);
-  };
-  const double one = max_over(world, median_seconds(5, gemm));
-  const int reps = static_cast<int>(std::clamp(std::round(compute_seconds / one), 1.0, 1e5));
-  constexpr int kCalls = 40;
+  const GemmLoop gemms(world, compute_seconds);
+  const int kCalls = static_cast<int>(std::clamp(target / compute_seconds, 5.0, 1000.0));  // calls per loop
   Tensor small = Tensor::zeros({kSmallBytes / 4}), send = Tensor::zeros({kSmallBytes / 4}),
          recv = Tensor::zeros({kSmallBytes / 4});
   const auto loop = [&](const std::function<void()>& call) {
     return seconds_per_call(world, 0, [&] {  // one repetition per round: the loop is long enough
       for (int i = 0; i < kCalls; ++i) {
-        for (int r = 0; r < reps; ++r) gemm();
+        gemms.run();
         if (call) call();
       }
     });
@@ -317,7 +326,7 @@ int run_tune_calibrate(const CalibrateOptions& o) {
     times = comm_times(world, o.seconds);
     link = fit_link(times, n);
     ov = overlap(world, times.p2p_large);
-    sync = sync_cost(world, times, 2e-3);
+    sync = sync_cost(world, times, 2e-3, o.seconds);
   } else {
     // One rank sends nothing: a link the model never uses, positive as the format wants.
     link.link = {memory / 2 * 1e-9, 1.0};
@@ -349,6 +358,8 @@ int run_tune_calibrate(const CalibrateOptions& o) {
   d.memory_gbs = memory * 1e-9;
   c.intra_node = link.link;
   c.overlap = std::clamp(ov.fraction, 1e-3, 1.0);  // the format wants (0, 1]
+  c.sync_p2p_us = sync.p2p_us;
+  c.sync_collective_us = sync.collective_us;
 
   std::time_t now = std::time(nullptr);
   std::vector<std::string> comment{
