@@ -27,7 +27,7 @@ for world in $worlds; do
   cal=$out/calibration-$world.yaml
   echo "== world $world: calibrate, measure every layout ($steps steps each), predict"
   OMP_NUM_THREADS=1 mpirun -np "$world" "${mpi_flags[@]}" "$build/wallfacer" tune --calibrate --out "$cal" >/dev/null
-  grep -E '^# (GEMM|attention|memory|ring|all_reduce|sync|overlap)' "$cal"
+  grep -E '^# (GEMM|attention|memory|p2p|all_reduce|all_gather|reduce_scatter|all_to_all|sync|overlap)' "$cal"
   OMP_NUM_THREADS=1 mpirun -np "$world" "${mpi_flags[@]}" "$build/wallfacer" bench layout "${model[@]}" \
     --steps "$steps" --json >"$out/bench-$world.jsonl"
   "$build/wallfacer" tune --model "${model[@]}" --world "$world" --cluster "$cal" --json >"$out/tune-$world.jsonl"

@@ -8,9 +8,14 @@
 //   - the flash attention op (wf::attention), causal, forward and backward, counted as the cost
 //     model counts it: 4·d per visible (query, key) pair forward, 2.5 × that backward;
 //   - memory bandwidth: wf::add on activation-sized tensors (reads two, writes one);
-//   - α–β of the world group: a ring sendrecv (every rank sends to the next) and an all-reduce,
-//     each at a small and a large size; the link's latency and bandwidth are fitted to those four
-//     times in the network model's own formulas (tune/network.h);
+//   - α–β of the world group per primitive: a ring sendrecv (every rank sends to the next),
+//     all-reduce, all-gather, reduce-scatter and all-to-all, each at a small and a large size,
+//     fitted in the network model's own formulas (tune/network.h): the P2P's is the link's rate,
+//     the collectives' their own (LinkSpec::per_primitive). The latency is timed as training
+//     pays it: a small call made between GEMMs (about 2 ms of them per rank), as what it adds to
+//     a loop of those GEMMs. Back to back, calls find every peer already inside the library;
+//     between computations, where ranks share cores and run in turns of the scheduler, a call
+//     also waits until its peers have had their turn (its back-to-back time is recorded beside);
 //   - overlap: an isendrecv around the ring beside a GEMM loop of about the same length, timed
 //     alone and together: (compute + comm − both) / min(compute, comm), the fraction the cost
 //     model's beside() hides.
@@ -30,6 +35,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "src/cli/commands.h"
@@ -168,50 +174,86 @@ class GemmLoop {
 
 // ---- communication ---------------------------------------------------------------------------
 
-constexpr std::int64_t kSmallBytes = 64, kLargeBytes = 8 << 20;
+// One primitive of the world group timed at a small and a large size (the size of NCCL-tests:
+// the all-reduce buffer, the all-gather output, the reduce-scatter input, the all-to-all buffer,
+// the sendrecv message), and its α–β fitted in the network model's own form (tune/network.h):
+// t = steps·α + share·S/β, with steps and share per primitive over n ranks:
+//   p2p (ring sendrecv: every rank sends to the next)  1 step,        share 1
+//   all_reduce                                          2(n − 1),      2(n − 1)/n
+//   all_gather, reduce_scatter                          n − 1,         (n − 1)/n
+//   all_to_all                                          n − 1 (α per peer), (n − 1)/n
+// α from the small size between GEMMs, β from the slope between the sizes back to back.
+constexpr std::int64_t kSmallBytes = 64, kLargeBytes = 1 << 20;
+constexpr double kComputeBetweenCalls = 2e-3;  // seconds of GEMMs per rank between two calls
 
-struct CommTimes {
-  double p2p_small = 0, p2p_large = 0, all_reduce_small = 0, all_reduce_large = 0;  // seconds per call
+struct PrimitiveTimes {
+  tune::Primitive primitive;
+  double small = 0, large = 0;              // seconds per call as a step makes it (small: between GEMMs)
+  double tight_small = 0, tight_large = 0;  // seconds per call back to back
+  tune::LinkRate rate;                      // α from `small`, β from the back-to-back slope
 };
 
-CommTimes comm_times(comm::Group& world, double target) {
-  const int n = world.size(), me = world.rank();
-  const auto f32 = [](std::int64_t bytes) { return Tensor::zeros({bytes / 4}, DType::f32); };
-  CommTimes t;
-  const auto ring = [&](std::int64_t bytes) {
-    Tensor send = f32(bytes), recv = f32(bytes);
-    return seconds_per_call(world, target, [&] { world.sendrecv(send, (me + 1) % n, recv, (me + n - 1) % n); });
+// Seconds one `call` adds to ~kComputeBetweenCalls of GEMMs when made after them, on every rank at
+// once: per round a loop of GEMMs alone and the same loop with the call after each GEMM block,
+// back to back, so that a slow phase of a shared machine falls on both; the median of the rounds'
+// differences, per call.
+double seconds_between_gemms(comm::Group& world, const GemmLoop& gemms, int calls, const std::function<void()>& call) {
+  const auto loop = [&](bool with_call) {
+    world.barrier();
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < calls; ++i) {
+      gemms.run();
+      if (with_call) call();
+    }
+    return max_over(world, seconds_since(start));
   };
-  const auto all_reduce = [&](std::int64_t bytes) {
-    Tensor x = f32(bytes);  // zeros: the sums stay finite
-    return seconds_per_call(world, target, [&] { world.all_reduce(x); });
-  };
-  t.p2p_small = ring(kSmallBytes);
-  t.p2p_large = ring(kLargeBytes);
-  t.all_reduce_small = all_reduce(kSmallBytes);
-  t.all_reduce_large = all_reduce(kLargeBytes);
-  return t;
+  loop(true);  // warm-up
+  std::vector<double> added;
+  for (int round = 0; round < kRounds; ++round) {
+    const double alone = loop(false);
+    added.push_back(loop(true) - alone);
+  }
+  return median(added) / calls;
 }
 
-// The link of the network model fitted to the four times: a P2P of S bytes takes α + S/β; a ring
-// all-reduce over n ranks 2(n − 1) steps of α + S/(n·β) (tune/network.h). Each primitive gives its
-// own α (small size) and β (the slope between the sizes); the link takes the mean α and the
-// harmonic mean β (the β that gives the same total time to one large message of each kind).
-struct FittedLink {
-  double p2p_latency_us = 0, p2p_gbs = 0, all_reduce_latency_us = 0, all_reduce_busbw_gbs = 0;
-  tune::LinkSpec link;
-};
-
-FittedLink fit_link(const CommTimes& t, int n) {
-  FittedLink f;
-  const double dS = static_cast<double>(kLargeBytes - kSmallBytes), steps = 2.0 * (n - 1);
-  f.p2p_latency_us = t.p2p_small * 1e6;
-  f.p2p_gbs = dS / std::max(t.p2p_large - t.p2p_small, 1e-9) * 1e-9;
-  f.all_reduce_latency_us = t.all_reduce_small / steps * 1e6;
-  f.all_reduce_busbw_gbs = steps / n * dS / std::max(t.all_reduce_large - t.all_reduce_small, 1e-9) * 1e-9;
-  f.link.latency_us = std::max(0.01, (f.p2p_latency_us + f.all_reduce_latency_us) / 2);
-  f.link.bandwidth_gbs = 2.0 / (1.0 / f.p2p_gbs + 1.0 / f.all_reduce_busbw_gbs);
-  return f;
+std::vector<PrimitiveTimes> comm_times(comm::Group& world, double target) {
+  const int n = world.size(), me = world.rank();
+  const GemmLoop gemms(world, kComputeBetweenCalls);
+  const int calls = static_cast<int>(std::clamp(target / kComputeBetweenCalls / 2, 3.0, 50.0));
+  const auto f32 = [](std::int64_t bytes) { return Tensor::zeros({bytes / 4}, DType::f32); };  // zeros: sums stay finite
+  std::vector<PrimitiveTimes> out;
+  for (tune::Primitive p : {tune::Primitive::p2p, tune::Primitive::all_reduce, tune::Primitive::all_gather,
+                            tune::Primitive::reduce_scatter, tune::Primitive::all_to_all}) {
+    // A call of `p` on a buffer of `bytes` (rounded to n f32 pieces): back to back, and for the
+    // small size also between GEMMs (the latency a step pays; the large size's bandwidth is the
+    // copies', which compute beside it does not change).
+    const auto time = [&](std::int64_t bytes, bool between) {
+      const std::int64_t piece = std::max<std::int64_t>(4, bytes / n / 4 * 4);
+      Tensor whole = f32(piece * n), part = f32(piece), send = f32(bytes), recv = f32(bytes), out = f32(piece * n);
+      std::function<void()> call;
+      switch (p) {
+        case tune::Primitive::p2p: call = [&] { world.sendrecv(send, (me + 1) % n, recv, (me + n - 1) % n); }; break;
+        case tune::Primitive::all_reduce: call = [&] { world.all_reduce(send); }; break;
+        case tune::Primitive::all_gather: call = [&] { world.all_gather(part, whole); }; break;
+        case tune::Primitive::reduce_scatter: call = [&] { world.reduce_scatter(whole, part); }; break;
+        case tune::Primitive::all_to_all: call = [&] { world.all_to_all(whole, out); }; break;
+      }
+      const double tight = seconds_per_call(world, target, call);
+      // Between GEMMs: the difference of two timings, never below the call's own time.
+      return std::pair{tight, between ? std::max(tight, seconds_between_gemms(world, gemms, calls, call)) : tight};
+    };
+    PrimitiveTimes t{p};
+    std::tie(t.tight_small, t.small) = time(kSmallBytes, true);
+    std::tie(t.tight_large, t.large) = time(kLargeBytes, false);
+    const bool p2p = p == tune::Primitive::p2p, all_reduce = p == tune::Primitive::all_reduce;
+    const double steps = p2p ? 1.0 : all_reduce ? 2.0 * (n - 1) : n - 1.0;
+    const double share = p2p ? 1.0 : all_reduce ? 2.0 * (n - 1) / n : (n - 1.0) / n;
+    const double slope = std::max(t.tight_large - t.tight_small, 1e-9) / static_cast<double>(kLargeBytes - kSmallBytes);
+    t.rate.bandwidth_gbs = share / slope * 1e-9;
+    t.rate.latency_us = std::max(0.01, t.small / steps * 1e6);
+    out.push_back(t);
+  }
+  return out;
 }
 
 struct Overlap {
@@ -242,39 +284,6 @@ Overlap overlap(comm::Group& world, double seconds_per_exchange) {
     fraction.push_back((c.back() + m.back() - b.back()) / std::min(c.back(), m.back()));
   }
   return {median(c) * 1e3, median(m) * 1e3, median(b) * 1e3, median(fraction)};
-}
-
-// ---- synchronisation between computing ranks -------------------------------------------------
-
-// What one blocking call costs beyond its tight-loop time when the ranks compute between calls, as
-// a training step does: ranks that share cores run in turns of the scheduler, so a call waits until
-// its last peer has been scheduled again and reached it (on dedicated cores, ~0). Per call: a loop
-// of (GEMMs of about `compute_seconds`; the call) against the same GEMMs alone, less the call's own
-// time in a tight loop. For the world's all-reduce (every rank waits for the last) and the ring
-// sendrecv (each for its neighbours).
-struct SyncCost {
-  double collective_us = 0, p2p_us = 0;
-};
-
-SyncCost sync_cost(comm::Group& world, const CommTimes& tight, double compute_seconds, double target) {
-  const int n = world.size(), me = world.rank();
-  const GemmLoop gemms(world, compute_seconds);
-  const int kCalls = static_cast<int>(std::clamp(target / compute_seconds, 5.0, 1000.0));  // calls per loop
-  Tensor small = Tensor::zeros({kSmallBytes / 4}), send = Tensor::zeros({kSmallBytes / 4}),
-         recv = Tensor::zeros({kSmallBytes / 4});
-  const auto loop = [&](const std::function<void()>& call) {
-    return seconds_per_call(world, 0, [&] {  // one repetition per round: the loop is long enough
-      for (int i = 0; i < kCalls; ++i) {
-        gemms.run();
-        if (call) call();
-      }
-    });
-  };
-  const double alone = loop(nullptr);
-  const double all_reduce = loop([&] { world.all_reduce(small); });
-  const double ring = loop([&] { world.sendrecv(send, (me + 1) % n, recv, (me + n - 1) % n); });
-  return {std::max(0.0, (all_reduce - alone) / kCalls - tight.all_reduce_small) * 1e6,
-          std::max(0.0, (ring - alone) / kCalls - tight.p2p_small) * 1e6};
 }
 
 // ---- the file --------------------------------------------------------------------------------
@@ -318,19 +327,11 @@ int run_tune_calibrate(const CalibrateOptions& o) {
   const double bf16 = gemm_flops(world, DType::bf16, o.seconds);
   const AttentionRates attn = attention_flops(world, o.seconds);
   const double memory = memory_bandwidth(world, o.seconds);
-  FittedLink link;
-  CommTimes times;
+  std::vector<PrimitiveTimes> times;
   Overlap ov;
-  SyncCost sync;
   if (n > 1) {
     times = comm_times(world, o.seconds);
-    link = fit_link(times, n);
-    ov = overlap(world, times.p2p_large);
-    sync = sync_cost(world, times, 2e-3, o.seconds);
-  } else {
-    // One rank sends nothing: a link the model never uses, positive as the format wants.
-    link.link = {memory / 2 * 1e-9, 1.0};
-    ov.fraction = 1.0;
+    ov = overlap(world, times.front().tight_large);  // GEMMs as long as the exchange
   }
   const double load_after = load_average();
   if (!root) return kExitOk;
@@ -356,10 +357,19 @@ int run_tune_calibrate(const CalibrateOptions& o) {
   d.attention_efficiency_forward = attn.forward / f32_peak;
   d.attention_efficiency_backward = attn.backward / f32_peak;
   d.memory_gbs = memory * 1e-9;
-  c.intra_node = link.link;
+  if (n > 1) {
+    // The link's own rate is the P2P's; each collective has its own (LinkSpec::per_primitive).
+    c.intra_node.bandwidth_gbs = times.front().rate.bandwidth_gbs;
+    c.intra_node.latency_us = times.front().rate.latency_us;
+    for (const PrimitiveTimes& t : times) {
+      if (t.primitive != tune::Primitive::p2p) c.intra_node.per_primitive[t.primitive] = t.rate;
+    }
+  } else {  // one rank sends nothing: a link the model never uses, positive as the format wants
+    c.intra_node.bandwidth_gbs = memory / 2 * 1e-9;
+    c.intra_node.latency_us = 1.0;
+    ov.fraction = 1.0;
+  }
   c.overlap = std::clamp(ov.fraction, 1e-3, 1.0);  // the format wants (0, 1]
-  c.sync_p2p_us = sync.p2p_us;
-  c.sync_collective_us = sync.collective_us;
 
   std::time_t now = std::time(nullptr);
   std::vector<std::string> comment{
@@ -376,17 +386,12 @@ int run_tune_calibrate(const CalibrateOptions& o) {
       fmt::format("memory (wf::add, 4 MiB operands): {:.2f} GB/s per rank", memory * 1e-9),
   };
   if (n > 1) {
-    comment.push_back(fmt::format("ring sendrecv: {} B {:.1f} us, {} MiB {:.3f} ms -> latency {:.1f} us, {:.3f} GB/s",
-                                  kSmallBytes, times.p2p_small * 1e6, kLargeBytes >> 20, times.p2p_large * 1e3,
-                                  link.p2p_latency_us, link.p2p_gbs));
-    comment.push_back(fmt::format("all_reduce: {} B {:.1f} us, {} MiB {:.3f} ms -> latency {:.1f} us per ring step, "
-                                  "bus bandwidth {:.3f} GB/s",
-                                  kSmallBytes, times.all_reduce_small * 1e6, kLargeBytes >> 20,
-                                  times.all_reduce_large * 1e3, link.all_reduce_latency_us, link.all_reduce_busbw_gbs));
-    comment.push_back(fmt::format("links.intra_node: mean latency, harmonic mean bandwidth of the two"));
-    comment.push_back(fmt::format("sync between ~2 ms of GEMMs per rank: all_reduce {:.1f} us, ring sendrecv {:.1f} us "
-                                  "per call beyond its tight-loop time",
-                                  sync.collective_us, sync.p2p_us));
+    for (const PrimitiveTimes& t : times) {
+      comment.push_back(fmt::format("{}: {} B {:.1f} us between GEMMs ({:.1f} us back to back), {} MiB {:.3f} ms -> latency {:.2f} "
+                                    "us per step, bandwidth {:.3f} GB/s",
+                                    tune::primitive_name(t.primitive), kSmallBytes, t.small * 1e6, t.tight_small * 1e6,
+                                    kLargeBytes >> 20, t.large * 1e3, t.rate.latency_us, t.rate.bandwidth_gbs));
+    }
     comment.push_back(fmt::format("overlap: isendrecv {} MiB {:.2f} ms, GEMMs {:.2f} ms, both {:.2f} ms -> {:.3f} "
                                   "(median of rounds){}",
                                   kLargeBytes >> 20, ov.comm_ms, ov.compute_ms, ov.both_ms, ov.fraction,

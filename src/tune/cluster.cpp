@@ -222,7 +222,6 @@ ClusterSpec parse_cluster(std::string_view yaml, std::string_view source) {
     }
   });
   r.fraction("overlap", c.overlap);
-  r.number("sync_p2p_us", c.sync_p2p_us, false).number("sync_collective_us", c.sync_collective_us, false);
   r.check_unknown();
   return c;
 }
@@ -253,8 +252,6 @@ std::string to_yaml(const ClusterSpec& c, const std::vector<std::string>& commen
   if (c.inter_node.bandwidth_gbs > 0) out += fmt::format("  inter_node: {}\n", link_yaml(c.inter_node));
   if (c.node_egress_gbs > 0) out += fmt::format("  node_egress_gbs: {:.6g}\n", c.node_egress_gbs);
   out += fmt::format("overlap: {:.6g}\n", c.overlap);
-  if (c.sync_p2p_us > 0) out += fmt::format("sync_p2p_us: {:.6g}\n", c.sync_p2p_us);
-  if (c.sync_collective_us > 0) out += fmt::format("sync_collective_us: {:.6g}\n", c.sync_collective_us);
   return out;
 }
 

@@ -370,11 +370,9 @@ Prediction predict_step(const config::RunConfig& config, const ClusterSpec& clus
       config.parallel.tp_shard_activations, 0, stage_share));
   const double tp_calls_per_block = (s.blocks.feed_forward_matrices == 3 ? 2 : 1) + 1 + 2 * (1 + recompute);
   const double tp_calls = static_cast<double>(s.accum) * (L * tp_calls_per_block + 3);
-  // Each of the tp_calls all-reduces waits for its peers once (ClusterSpec::sync_*: ranks that
-  // share cores; 0 on dedicated devices).
   const double tp_time = s.tp > 1 ? net.ring_seconds(grid.all_groups("tp"), tp_bytes_step,
                                                      static_cast<int>(std::max(1.0, tp_calls * 2 * (s.tp - 1))),
-                                                     Primitive::all_reduce, tp_calls)
+                                                     Primitive::all_reduce)
                                   : 0.0;
 
   const double stage_matmul = L * block_matmul + head;

@@ -54,27 +54,7 @@ double Network::phase_seconds(const std::vector<Flow>& flows, Primitive primitiv
   return seconds + latency * 1e-6;
 }
 
-double Network::p2p_sync_seconds() const { return cluster_.sync_p2p_us * 1e-6; }
-
-double Network::collective_sync_seconds(int ranks) const {
-  const ClusterSpec& c = cluster_;
-  if (ranks < 2) return 0;
-  const int all = c.devices();
-  if (all <= 2) return c.sync_collective_us * 1e-6;
-  const double share = std::min(1.0, static_cast<double>(ranks - 2) / (all - 2));
-  return (c.sync_p2p_us + share * (c.sync_collective_us - c.sync_p2p_us)) * 1e-6;
-}
-
-namespace {
-std::size_t largest_group(const RankGroups& groups) {
-  std::size_t n = 0;
-  for (const std::vector<int>& g : groups) n = std::max(n, g.size());
-  return n;
-}
-}  // namespace
-
-double Network::ring_seconds(const RankGroups& groups, double bytes_per_rank, int steps, Primitive primitive,
-                             double calls) const {
+double Network::ring_seconds(const RankGroups& groups, double bytes_per_rank, int steps, Primitive primitive) const {
   if (steps <= 0 || bytes_per_rank <= 0) return 0;
   std::vector<Flow> flows;
   for (const std::vector<int>& g : groups) {
@@ -82,8 +62,7 @@ double Network::ring_seconds(const RankGroups& groups, double bytes_per_rank, in
     if (n < 2) continue;
     for (std::size_t i = 0; i < n; ++i) flows.push_back({g[i], g[(i + 1) % n], bytes_per_rank / steps});
   }
-  if (flows.empty()) return 0;
-  return steps * phase_seconds(flows, primitive) + calls * collective_sync_seconds(static_cast<int>(largest_group(groups)));
+  return steps * phase_seconds(flows, primitive);
 }
 
 double Network::all_to_all_seconds(const RankGroups& groups, double bytes_per_rank) const {
@@ -109,14 +88,13 @@ double Network::all_to_all_seconds(const RankGroups& groups, double bytes_per_ra
   });
   const double intra = cluster_.intra_node.rate(Primitive::all_to_all).latency_us;
   const double latency = (crosses ? std::max(cluster_.inter_node.rate(Primitive::all_to_all).latency_us, intra) : intra) * 1e-6;
-  return one + latency * static_cast<double>(largest - 2) + collective_sync_seconds(static_cast<int>(largest));
+  return one + latency * static_cast<double>(largest - 2);
 }
 
 double Network::exchange_seconds(const std::vector<int>& peer, double bytes) const {
   std::vector<Flow> flows;
   for (std::size_t r = 0; r < peer.size(); ++r) flows.push_back({static_cast<int>(r), peer[r], bytes});
-  const double seconds = phase_seconds(flows);
-  return seconds > 0 ? seconds + p2p_sync_seconds() : 0.0;
+  return phase_seconds(flows);
 }
 
 }  // namespace wf::tune

@@ -34,7 +34,7 @@ within 1e-4 10000 "$bandwidth" links.intra_node.bandwidth_gbs
 within 1e-3 1e6 "$latency" links.intra_node.latency_us
 for comment in "^# Written by .mpirun -np 2 wallfacer tune --calibrate. on .* at 20" "^# world 2 rank.*load average" \
                "^# GEMM .*f32 [0-9.]+ GFLOP/s, bf16 [0-9.]+ GFLOP/s" "^# attention .*forward [0-9.]+ GFLOP/s" \
-               "^# ring sendrecv: 64 B" "^# all_reduce: 64 B" "^# overlap: isendrecv"; do
+               "^# p2p: 64 B [0-9.]+ us between GEMMs" "^# all_reduce: 64 B" "^# all_to_all: 64 B" "^# overlap: isendrecv"; do
   grep -Eq "$comment" "$out" || fail "no comment line matching '$comment'"
 done
 # load_cluster reads it: the prediction runs on it (the cluster holds a world of 2).

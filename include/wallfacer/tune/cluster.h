@@ -73,14 +73,6 @@ struct ClusterSpec {
   // NCCL's kernels do; CPU ranks that copy their own messages through shared memory partly
   // do): the fraction of a P2P or collective hidden behind the compute it is scheduled beside.
   double overlap = 1.0;
-  // The wait of one blocking communication call for its peers, beyond the link's latency, when
-  // the ranks compute between calls (microseconds; optional keys, 0 when absent). Dedicated
-  // devices have none. CPU ranks that share cores (mpirun with more ranks than cores, or beside
-  // other work) run in turns of the OS scheduler, so a call waits until its peers have had their
-  // turn and reached it; `wallfacer tune --calibrate` measures it for a point-to-point exchange
-  // and for a collective over every device (tune/network.h interpolates smaller groups).
-  double sync_p2p_us = 0;
-  double sync_collective_us = 0;
 
   int devices() const { return nodes * devices_per_node; }
   int node_of(int rank) const { return rank / devices_per_node; }

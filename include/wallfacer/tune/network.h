@@ -8,9 +8,6 @@
 // such phases over the ring of each group, all groups of a kind at once, which is how every
 // rank of an SPMD step meets them: ten teams all-gathering on one node share its NICs.
 //
-// Each call (a collective, an all-to-all, an exchange) also waits once for its peers where ranks
-// share cores (ClusterSpec::sync_*_us; 0 on dedicated devices).
-//
 // This is the whole of the network model; docs/tuning.md explains why it is enough to rank
 // layouts (which links a layout's traffic crosses, and how many flows share them).
 #include <cstdint>
@@ -38,19 +35,12 @@ class Network {
   // A ring collective on every group at once, each rank sending `bytes_per_rank` in total over
   // `steps` ring steps (what traffic_model.h counts: an all-gather of an output S over n ranks
   // is (n−1)/n·S in n − 1 steps; an all-reduce 2(n−1)/n·S in 2(n − 1)). 0 for groups of one.
-  // `calls`: how many collectives those steps make (each waits for its peers once).
   double ring_seconds(const RankGroups& groups, double bytes_per_rank, int steps,
-                      Primitive primitive = Primitive::all_gather, double calls = 1) const;
+                      Primitive primitive = Primitive::all_gather) const;
   // An all-to-all on every group at once: each rank sends bytes_per_rank / (n − 1) to each peer.
   double all_to_all_seconds(const RankGroups& groups, double bytes_per_rank) const;
   // Every rank r sends `bytes` to peer[r] (peer[r] == r: nothing), all at once.
   double exchange_seconds(const std::vector<int>& peer, double bytes) const;
-
-  // The wait of one blocking call for its peers (ClusterSpec::sync_*_us): an exchange's, or a
-  // collective's over groups of `ranks`, interpolated by size between the exchange's (2 ranks)
-  // and the collective over every device's, as --calibrate measured them.
-  double p2p_sync_seconds() const;
-  double collective_sync_seconds(int ranks) const;
 
   const ClusterSpec& cluster() const { return cluster_; }
 
