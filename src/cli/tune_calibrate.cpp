@@ -193,33 +193,24 @@ struct PrimitiveTimes {
   tune::LinkRate rate;                      // α from `small`, β from the back-to-back slope
 };
 
-// Seconds one `call` adds to ~kComputeBetweenCalls of GEMMs when made after them, on every rank at
-// once: per round a loop of GEMMs alone and the same loop with the call after each GEMM block,
-// back to back, so that a slow phase of a shared machine falls on both; the median of the rounds'
-// differences, per call.
-double seconds_between_gemms(comm::Group& world, const GemmLoop& gemms, int calls, const std::function<void()>& call) {
-  const auto loop = [&](bool with_call) {
-    world.barrier();
-    const Clock::time_point start = Clock::now();
-    for (int i = 0; i < calls; ++i) {
-      gemms.run();
-      if (with_call) call();
-    }
-    return max_over(world, seconds_since(start));
-  };
-  loop(true);  // warm-up
-  std::vector<double> added;
-  for (int round = 0; round < kRounds; ++round) {
-    const double alone = loop(false);
-    added.push_back(loop(true) - alone);
-  }
-  return median(added) / calls;
+// A loop of `calls` blocks of GEMMs (~kComputeBetweenCalls each), with `call` after each block when
+// given, on every rank at once: seconds per block, the best of kRounds rounds (seconds_per_call).
+// What a call adds to a block is the difference of the two bests: other processes on the machine
+// only add time, to either loop.
+double gemm_blocks_seconds(comm::Group& world, const GemmLoop& gemms, int calls, const std::function<void()>& call) {
+  return seconds_per_call(world, 0, [&] {
+           for (int i = 0; i < calls; ++i) {
+             gemms.run();
+             if (call) call();
+           }
+         }) / calls;
 }
 
 std::vector<PrimitiveTimes> comm_times(comm::Group& world, double target) {
   const int n = world.size(), me = world.rank();
   const GemmLoop gemms(world, kComputeBetweenCalls);
-  const int calls = static_cast<int>(std::clamp(target / kComputeBetweenCalls / 2, 3.0, 50.0));
+  const int calls = static_cast<int>(std::clamp(0.8 * target / kComputeBetweenCalls, 3.0, 100.0));
+  const double alone = gemm_blocks_seconds(world, gemms, calls, nullptr);
   const auto f32 = [](std::int64_t bytes) { return Tensor::zeros({bytes / 4}, DType::f32); };  // zeros: sums stay finite
   std::vector<PrimitiveTimes> out;
   for (tune::Primitive p : {tune::Primitive::p2p, tune::Primitive::all_reduce, tune::Primitive::all_gather,
@@ -240,7 +231,7 @@ std::vector<PrimitiveTimes> comm_times(comm::Group& world, double target) {
       }
       const double tight = seconds_per_call(world, target, call);
       // Between GEMMs: the difference of two timings, never below the call's own time.
-      return std::pair{tight, between ? std::max(tight, seconds_between_gemms(world, gemms, calls, call)) : tight};
+      return std::pair{tight, between ? std::max(tight, gemm_blocks_seconds(world, gemms, calls, call) - alone) : tight};
     };
     PrimitiveTimes t{p};
     std::tie(t.tight_small, t.small) = time(kSmallBytes, true);

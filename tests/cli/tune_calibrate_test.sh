@@ -28,10 +28,18 @@ for key in matmul_efficiency attention_efficiency_forward attention_efficiency_b
   within 1e-4 1 "$(value $key)" "$key"
 done
 within 0.01 10000 "$(value memory_gbs)" memory_gbs
-bandwidth=$(sed -n 's/.*intra_node: {bandwidth_gbs: \([-0-9.e+]*\), latency_us: \([-0-9.e+]*\)}.*/\1/p' "$out")
-latency=$(sed -n 's/.*intra_node: {bandwidth_gbs: \([-0-9.e+]*\), latency_us: \([-0-9.e+]*\)}.*/\2/p' "$out")
-within 1e-4 10000 "$bandwidth" links.intra_node.bandwidth_gbs
-within 1e-3 1e6 "$latency" links.intra_node.latency_us
+# intra_node: {bandwidth_gbs: B, latency_us: L, all_reduce: {bandwidth_gbs: B, latency_us: L}, ...}: the
+# link's (P2P) rate, then each collective's; every one of the five primitives.
+link=$(grep "intra_node: {" "$out")
+rates=$(grep -oE "bandwidth_gbs: [-0-9.e+]+, latency_us: [-0-9.e+]+" <<<"$link")
+[ "$(wc -l <<<"$rates")" = 5 ] || fail "expected the link's rate and 4 collectives' in '$link'"
+while read -r _ bandwidth _ latency; do
+  within 1e-4 10000 "${bandwidth%,}" links.intra_node.bandwidth_gbs
+  within 1e-3 1e6 "$latency" links.intra_node.latency_us
+done <<<"$rates"
+for primitive in all_reduce all_gather reduce_scatter all_to_all; do
+  grep -q "$primitive: {bandwidth_gbs" <<<"$link" || fail "no $primitive rate in '$link'"
+done
 for comment in "^# Written by .mpirun -np 2 wallfacer tune --calibrate. on .* at 20" "^# world 2 rank.*load average" \
                "^# GEMM .*f32 [0-9.]+ GFLOP/s, bf16 [0-9.]+ GFLOP/s" "^# attention .*forward [0-9.]+ GFLOP/s" \
                "^# p2p: 64 B [0-9.]+ us between GEMMs" "^# all_reduce: 64 B" "^# all_to_all: 64 B" "^# overlap: isendrecv"; do
