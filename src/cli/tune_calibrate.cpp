@@ -19,9 +19,9 @@
 //   - overlap: an isendrecv around the ring beside a GEMM loop of about the same length, timed
 //     alone and together: (compute + comm − both) / min(compute, comm), the fraction the cost
 //     model's beside() hides.
-// A time is the slowest rank's (a synchronous step waits for it), per call, the best of 5 rounds:
-// the sharing of cores within the job is in every round, while other processes on the machine
-// (builds, tests) only ever add time.
+// A time is the slowest rank's (a synchronous step waits for it), per call, the median of 5
+// rounds: what a step meets on this machine as it is (other processes included, as `wallfacer
+// bench layout` reports the median step), not its best moment.
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -67,7 +67,7 @@ double max_over(comm::Group& world, double value) {
 
 // Seconds per call of `call`, run by every rank at once: one warm-up, a pilot call that fixes the
 // repetitions (the same on every rank, so all ranks keep working until the slowest is done), then
-// kRounds timed rounds after a barrier; each round's time is the slowest rank's. The best round.
+// kRounds timed rounds after a barrier; each round's time is the slowest rank's. The median round.
 double seconds_per_call(comm::Group& world, double target_seconds, const std::function<void()>& call) {
   call();
   const Clock::time_point pilot = Clock::now();
@@ -81,7 +81,7 @@ double seconds_per_call(comm::Group& world, double target_seconds, const std::fu
     for (int i = 0; i < reps; ++i) call();
     rounds.push_back(max_over(world, seconds_since(start)) / reps);
   }
-  return *std::min_element(rounds.begin(), rounds.end());
+  return median(rounds);
 }
 
 // ---- compute ---------------------------------------------------------------------------------
@@ -194,9 +194,8 @@ struct PrimitiveTimes {
 };
 
 // A loop of `calls` blocks of GEMMs (~kComputeBetweenCalls each), with `call` after each block when
-// given, on every rank at once: seconds per block, the best of kRounds rounds (seconds_per_call).
-// What a call adds to a block is the difference of the two bests: other processes on the machine
-// only add time, to either loop.
+// given, on every rank at once: seconds per block, the median of kRounds rounds (seconds_per_call).
+// What a call adds to a block is the difference of the two.
 double gemm_blocks_seconds(comm::Group& world, const GemmLoop& gemms, int calls, const std::function<void()>& call) {
   return seconds_per_call(world, 0, [&] {
            for (int i = 0; i < calls; ++i) {
@@ -368,7 +367,7 @@ int run_tune_calibrate(const CalibrateOptions& o) {
                   hostname(), fmt::localtime(now)),
       fmt::format("world {} rank(s) x {} OpenMP thread(s), {} cores; load average {:.2f} before, {:.2f} after", n,
                   runtime.threads(), std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)), load_before, load_after),
-      "Every rank measured at the same time; each number is the slowest rank's, best of 5 rounds.",
+      "Every rank measured at the same time; each number is the slowest rank's, median of 5 rounds.",
       fmt::format("GEMM (wf::linear fwd+bwd, 512 rows, d 256 / ff 1024): f32 {:.2f} GFLOP/s, bf16 {:.2f} GFLOP/s per rank",
                   f32 * 1e-9, bf16 * 1e-9),
       fmt::format("attention (wf::attention, causal, n 1024, 4 heads of 64): forward {:.2f} GFLOP/s, backward {:.2f} "

@@ -236,8 +236,8 @@ void add_tune_command(CLI::App& app) {
                     "bandwidth, overlap) and write a cluster file of the world");
   command->add_option("--out", o->calibration.out, "--calibrate: the cluster file to write")->capture_default_str();
   command->add_option("--calibrate-seconds", o->calibration.seconds,
-                      "--calibrate: timed seconds per round of each measurement (5 rounds, the best kept; the tests "
-                      "shorten it)")
+                      "--calibrate: timed seconds per round of each measurement (5 rounds, the median kept; the "
+                      "tests shorten it)")
       ->capture_default_str()
       ->check(in_range(1e-3, 60.0));
   command->add_option("--profile", o->profile,

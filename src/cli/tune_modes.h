@@ -16,7 +16,7 @@ std::string cluster_path_or_default(const std::string& given);
 
 struct CalibrateOptions {
   std::string out = "calibration.yaml";
-  double seconds = 0.1;  // timed seconds per measurement round (five rounds, the best kept)
+  double seconds = 0.1;  // timed seconds per measurement round (five rounds, the median kept)
 };
 // Under mpirun (or alone): every rank measures at the same time; rank 0 writes `out`.
 int run_tune_calibrate(const CalibrateOptions& options);
