@@ -11,11 +11,12 @@
 //   - α–β of the world group per primitive: a ring sendrecv (every rank sends to the next),
 //     all-reduce, all-gather, reduce-scatter and all-to-all, each at a small and a large size,
 //     fitted in the network model's own formulas (tune/network.h): the P2P's is the link's rate,
-//     the collectives' their own (LinkSpec::per_primitive). The latency is timed as training
-//     pays it: a small call made between GEMMs (about 2 ms of them per rank), as what it adds to
-//     a loop of those GEMMs. Back to back, calls find every peer already inside the library;
-//     between computations, where ranks share cores and run in turns of the scheduler, a call
-//     also waits until its peers have had their turn (its back-to-back time is recorded beside);
+//     the collectives' their own (LinkSpec::per_primitive). Each call is timed as training makes
+//     it: between GEMMs (about 2 ms of them per rank), as what it adds to a loop of those GEMMs.
+//     Back to back, calls find every peer already inside the library; between computations, where
+//     ranks share cores (with each other or with other processes) and run in turns of the
+//     scheduler, a call also waits until its peers have had their turn, and a blocking collective
+//     moves its pieces only while all of its ranks run (its back-to-back time is recorded beside);
 //   - overlap: an isendrecv around the ring beside a GEMM loop of about the same length, timed
 //     alone and together: (compute + comm − both) / min(compute, comm), the fraction the cost
 //     model's beside() hides.
@@ -182,15 +183,15 @@ class GemmLoop {
 //   all_reduce                                          2(n − 1),      2(n − 1)/n
 //   all_gather, reduce_scatter                          n − 1,         (n − 1)/n
 //   all_to_all                                          n − 1 (α per peer), (n − 1)/n
-// α from the small size between GEMMs, β from the slope between the sizes back to back.
+// α from the small size, β from the slope between the sizes, both timed between GEMMs.
 constexpr std::int64_t kSmallBytes = 64, kLargeBytes = 1 << 20;
 constexpr double kComputeBetweenCalls = 2e-3;  // seconds of GEMMs per rank between two calls
 
 struct PrimitiveTimes {
   tune::Primitive primitive;
-  double small = 0, large = 0;              // seconds per call as a step makes it (small: between GEMMs)
+  double small = 0, large = 0;              // seconds per call between GEMMs, as a step makes it
   double tight_small = 0, tight_large = 0;  // seconds per call back to back
-  tune::LinkRate rate;                      // α from `small`, β from the back-to-back slope
+  tune::LinkRate rate;                      // fitted to small and large
 };
 
 // A loop of `calls` blocks of GEMMs (~kComputeBetweenCalls each), with `call` after each block when
@@ -214,10 +215,11 @@ std::vector<PrimitiveTimes> comm_times(comm::Group& world, double target) {
   std::vector<PrimitiveTimes> out;
   for (tune::Primitive p : {tune::Primitive::p2p, tune::Primitive::all_reduce, tune::Primitive::all_gather,
                             tune::Primitive::reduce_scatter, tune::Primitive::all_to_all}) {
-    // A call of `p` on a buffer of `bytes` (rounded to n f32 pieces): back to back, and for the
-    // small size also between GEMMs (the latency a step pays; the large size's bandwidth is the
-    // copies', which compute beside it does not change).
-    const auto time = [&](std::int64_t bytes, bool between) {
+    // A call of `p` on a buffer of `bytes` (rounded to n f32 pieces): (back to back, between GEMMs).
+    // The large calls between fewer GEMM blocks: where cores are contended they take far longer
+    // than back to back (a blocking collective moves its pieces only while all of its ranks
+    // run), and the loop must stay short.
+    const auto time = [&](std::int64_t bytes, int blocks) {
       const std::int64_t piece = std::max<std::int64_t>(4, bytes / n / 4 * 4);
       Tensor whole = f32(piece * n), part = f32(piece), send = f32(bytes), recv = f32(bytes), out = f32(piece * n);
       std::function<void()> call;
@@ -230,15 +232,18 @@ std::vector<PrimitiveTimes> comm_times(comm::Group& world, double target) {
       }
       const double tight = seconds_per_call(world, target, call);
       // Between GEMMs: the difference of two timings, never below the call's own time.
-      return std::pair{tight, between ? std::max(tight, gemm_blocks_seconds(world, gemms, calls, call) - alone) : tight};
+      return std::pair{tight, std::max(tight, gemm_blocks_seconds(world, gemms, blocks, call) - alone)};
     };
     PrimitiveTimes t{p};
-    std::tie(t.tight_small, t.small) = time(kSmallBytes, true);
-    std::tie(t.tight_large, t.large) = time(kLargeBytes, false);
+    std::tie(t.tight_small, t.small) = time(kSmallBytes, calls);
+    std::tie(t.tight_large, t.large) = time(kLargeBytes, std::max(2, calls / 8));
     const bool p2p = p == tune::Primitive::p2p, all_reduce = p == tune::Primitive::all_reduce;
     const double steps = p2p ? 1.0 : all_reduce ? 2.0 * (n - 1) : n - 1.0;
     const double share = p2p ? 1.0 : all_reduce ? 2.0 * (n - 1) / n : (n - 1.0) / n;
-    const double slope = std::max(t.tight_large - t.tight_small, 1e-9) / static_cast<double>(kLargeBytes - kSmallBytes);
+    // Per byte: never faster than back to back (two noisy differences can make the large call
+    // look cheaper than the small one).
+    const double bytes = static_cast<double>(kLargeBytes - kSmallBytes);
+    const double slope = std::max({t.large - t.small, t.tight_large - t.tight_small, 1e-9}) / bytes;
     t.rate.bandwidth_gbs = share / slope * 1e-9;
     t.rate.latency_us = std::max(0.01, t.small / steps * 1e6);
     out.push_back(t);
@@ -377,10 +382,11 @@ int run_tune_calibrate(const CalibrateOptions& o) {
   };
   if (n > 1) {
     for (const PrimitiveTimes& t : times) {
-      comment.push_back(fmt::format("{}: {} B {:.1f} us between GEMMs ({:.1f} us back to back), {} MiB {:.3f} ms -> latency {:.2f} "
-                                    "us per step, bandwidth {:.3f} GB/s",
-                                    tune::primitive_name(t.primitive), kSmallBytes, t.small * 1e6, t.tight_small * 1e6,
-                                    kLargeBytes >> 20, t.large * 1e3, t.rate.latency_us, t.rate.bandwidth_gbs));
+      comment.push_back(fmt::format("{}: {} B {:.1f} us, {} MiB {:.3f} ms between GEMMs ({:.1f} us, {:.3f} ms back to back) -> "
+                                    "latency {:.2f} us per step, bandwidth {:.3f} GB/s",
+                                    tune::primitive_name(t.primitive), kSmallBytes, t.small * 1e6, kLargeBytes >> 20,
+                                    t.large * 1e3, t.tight_small * 1e6, t.tight_large * 1e3, t.rate.latency_us,
+                                    t.rate.bandwidth_gbs));
     }
     comment.push_back(fmt::format("overlap: isendrecv {} MiB {:.2f} ms, GEMMs {:.2f} ms, both {:.2f} ms -> {:.3f} "
                                   "(median of rounds){}",

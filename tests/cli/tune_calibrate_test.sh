@@ -42,7 +42,7 @@ for primitive in all_reduce all_gather reduce_scatter all_to_all; do
 done
 for comment in "^# Written by .mpirun -np 2 wallfacer tune --calibrate. on .* at 20" "^# world 2 rank.*load average" \
                "^# GEMM .*f32 [0-9.]+ GFLOP/s, bf16 [0-9.]+ GFLOP/s" "^# attention .*forward [0-9.]+ GFLOP/s" \
-               "^# p2p: 64 B [0-9.]+ us between GEMMs" "^# all_reduce: 64 B" "^# all_to_all: 64 B" "^# overlap: isendrecv"; do
+               "^# p2p: 64 B [0-9.]+ us, 1 MiB [0-9.]+ ms between GEMMs" "^# all_reduce: 64 B" "^# all_to_all: 64 B" "^# overlap: isendrecv"; do
   grep -Eq "$comment" "$out" || fail "no comment line matching '$comment'"
 done
 # load_cluster reads it: the prediction runs on it (the cluster holds a world of 2).
