@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "src/cli/commands.h"
+#include "src/cli/rank_agreement.h"
 #include "src/cli/tune_modes.h"
 #include "src/core/atomic_file.h"
 #include "src/core/timing.h"
@@ -305,11 +306,10 @@ double load_average() {
   return getloadavg(load, 1) == 1 ? load[0] : -1.0;
 }
 
-}  // namespace
-
-int run_tune_calibrate(const CalibrateOptions& o) {
+int calibrate(const CalibrateOptions& o) {
   comm::Runtime& runtime = comm::Runtime::get();
   comm::Group& world = runtime.world();
+  check_on_rank0_for_all(world, [&] { check_writable(o.out, "--out"); });
   const int n = world.size();
   const bool root = world.rank() == 0;
   const double load_before = load_average();
@@ -401,6 +401,12 @@ int run_tune_calibrate(const CalibrateOptions& o) {
   std::printf("wrote %s (use it with `wallfacer tune --cluster %s`, the default when it is in the working directory)\n",
               o.out.c_str(), o.out.c_str());
   return kExitOk;
+}
+
+}  // namespace
+
+int run_tune_calibrate(const CalibrateOptions& options) {
+  return run_with_shared_errors(comm::Runtime::get().world(), [&] { return calibrate(options); });
 }
 
 }  // namespace wf::cli

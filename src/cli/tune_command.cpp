@@ -9,6 +9,7 @@
 // --cluster defaults to calibration.yaml in the working directory when that file exists.
 // docs/tuning.md explains the model and its validation.
 #include <fmt/format.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -209,6 +210,15 @@ std::string cluster_path_or_default(const std::string& given) {
                 "with `mpirun -np N wallfacer tune --calibrate`",
                 kDefault);
   return kDefault;
+}
+
+void check_writable(const std::string& path, const char* option) {
+  if (path.empty()) return;
+  const bool existed = access(path.c_str(), F_OK) == 0;
+  std::ofstream probe(path, std::ios::app);
+  WF_USER_CHECK(probe.good(), "{} {}: cannot write the file (does its directory exist?)", option, path);
+  probe.close();
+  if (!existed) std::remove(path.c_str());
 }
 
 void add_tune_command(CLI::App& app) {

@@ -73,16 +73,6 @@ std::string find_gnuplot() {
   return "";
 }
 
-// An output file can be created: checked before the layouts run (minutes), not after.
-void check_writable(const std::string& path, const char* option) {
-  if (path.empty()) return;
-  const bool existed = access(path.c_str(), F_OK) == 0;
-  std::ofstream probe(path, std::ios::app);
-  WF_USER_CHECK(probe.good(), "{} {}: cannot write the file (does its directory exist?)", option, path);
-  probe.close();
-  if (!existed) std::remove(path.c_str());
-}
-
 // Everything refusable, on rank 0 (the verdict is shared by check_on_rank0_for_all).
 void check_input(const ProfileOptions& o, int world) {
   make_plan(o, world);

@@ -48,4 +48,12 @@ done
 # load_cluster reads it: the prediction runs on it (the cluster holds a world of 2).
 "$exe" tune --model "$src/configs/gpt-tiny.yaml" --cluster "$out" --world 2 --top 3 | tee /dev/stderr |
   grep -q "^best: " || fail "wallfacer tune did not predict with the calibrated file"
+# An unwritable --out is refused before measuring: one message, printed once (rank 0), exit 1.
+set +e
+err=$("$mpiexec" -np 2 "$@" "$exe" tune --calibrate --out /no-such-dir/calibration.yaml 2>&1 >/dev/null)
+status=$?
+set -e
+[ "$status" != 0 ] || fail "an unwritable --out did not fail"
+[ "$(grep -c "^wallfacer: error: --out /no-such-dir/calibration.yaml: cannot write the file" <<<"$err")" = 1 ] ||
+  fail "expected the --out message exactly once, got: $err"
 echo "PASS"
