@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "src/cli/commands.h"
+#include "src/cli/layout_measure.h"
 #include "src/cli/option_checks.h"
 #include "src/core/timing.h"
 #include "wallfacer/comm/runtime.h"
@@ -260,10 +261,7 @@ config::RunConfig layout_config(config::RunConfig c, const Layout& l, int steps)
   c.parallel.U = l.sp > 1 && l.sp_strategy == SpStrategy::ulysses_wallfacer ? l.U : 1;
   c.parallel.ulysses_inner = l.ulysses_inner;
   c.parallel.zero = l.zero;
-  c.data.source = config::DataSource::synthetic;
-  c.train.steps = 1 + steps;
-  c.train.eval_every = 0;
-  return c;
+  return measurement_config(std::move(c), steps);
 }
 
 // validate's message without its "invalid config for a world of N ranks: " opening.
@@ -285,237 +283,8 @@ std::string short_reason(const std::string& reason) {
   return line;
 }
 
-// ---- measuring -----------------------------------------------------------------------------
 
-struct GroupRow {
-  std::string group;
-  std::int64_t measured = 0;            // per step, summed over ranks
-  std::optional<std::int64_t> predicted;  // per step, summed over ranks
-  bool exact = false;                   // every rank's count equals its prediction
-};
-
-struct Result {
-  Layout layout;
-  std::int64_t tokens_per_step = 0;
-  double flops_per_token = 0;  // the model's training FLOPs (Model::train_flops_per_token)
-  double step_seconds = 0;
-  // Per rank, the max over ranks.
-  std::int64_t parameter_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, activation_bytes = 0, step_peak_bytes = 0;
-  std::int64_t persistent_gradient_bytes = 0;  // gradient_bytes without ZeRO-2's staging pool
-  std::vector<GroupRow> groups;  // the groups that sent or were predicted to send something
-  // Rank 0's gradient buckets in the last measured step (the same layout on every replica), and
-  // how many started during the backward rather than at its end: how much ZeRO-2 can free as it
-  // goes (a bucket waits in its staging buffer until every bucket before it has started).
-  train::ReplicaGradients::Stats buckets;
-  // pp > 1: the microbatches m, the measured bubble (every rank's waiting over its compute, summed
-  // over ranks and steps) and the schedule's ideal one; per stage (max over its ranks) the step
-  // peak and one microbatch's forward through the stage's chunks; the job's ranks per core.
-  std::int64_t microbatches = 1;
-  double bubble = 0, ideal_bubble = 0;
-  int cores = 0, threads = 0;  // the job's cores, OpenMP threads per rank (rank 0's)
-  std::vector<std::int64_t> stage_step_peak_bytes, stage_microbatch_bytes;
-  double ranks_per_core() const { return double(layout.dp * layout.tp * layout.pp * layout.sp) / double(cores); }
-  bool traffic_exact() const {
-    return std::all_of(groups.begin(), groups.end(), [](const GroupRow& g) { return !g.predicted || g.exact; });
-  }
-};
-
-std::int64_t tensor_bytes(const std::vector<Tensor>& tensors) {
-  std::int64_t bytes = 0;
-  for (const Tensor& t : tensors) bytes += t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0;
-  return bytes;
-}
-
-// AdamW's per-parameter tensors: the moments, and the EMA when kept (the step counts are scalars).
-std::int64_t optimizer_state_bytes(const train::AdamW& optimizer) {
-  std::int64_t bytes = 0;
-  for (const auto& [key, tensor] : optimizer.state_dict()) {
-    if (!key.ends_with(".step")) bytes += static_cast<std::int64_t>(tensor.nbytes());
-  }
-  return bytes;
-}
-
-// The allocator's peak during one microbatch's forward (no backward) above what was live before
-// it, on the trainer's first microbatch (tokens, or DiT's images and draws).
-std::int64_t forward_activation_bytes(models::Model& model, const config::RunConfig& config,
-                                      const models::BatchSource& batches) {
-  const models::Batch batch = batches.get(0, 0);
-  reset_peak_memory();
-  const std::int64_t live_before = memory_stats().live_bytes;
-  if (config.parallel.pp == 1) {
-    const models::LossSum loss = model.loss_sum(batch);  // the graph goes with it
-  } else {
-    // A pipeline stage: the microbatch through each of this rank's chunks, as PipelineRunner's
-    // forwards run them (a received input is a fresh leaf that requires grad), every chunk's
-    // graph kept until the end, as one microbatch in flight holds them.
-    const models::StageRange stage = model.stage();
-    std::vector<Tensor> kept;
-    for (int chunk = 0; chunk < stage.num_chunks(); ++chunk) {
-      Tensor input;
-      if (!(stage.embedding && chunk == 0)) {
-        const auto [shape, dtype] = model.stage_hidden(batch);
-        input = Tensor::zeros(shape, dtype);
-        input.set_requires_grad(true);
-      }
-      models::StageOutput out = model.forward_stage(batch, input, chunk);
-      kept.push_back(input);
-      kept.push_back(out.hidden.defined() ? out.hidden : out.loss.sum);
-    }
-  }
-  return memory_stats().peak_bytes - live_before;
-}
-
-// The cores of the job's machines: each node's first rank counts its own.
-int job_cores(comm::Runtime& runtime) {
-  const double cores = runtime.local_rank() == 0 ? double(std::max(1U, std::thread::hardware_concurrency())) : 0.0;
-  Tensor t = Tensor::from_vector(std::vector<double>{cores}, {1});
-  runtime.world().all_reduce(t);
-  return static_cast<int>(t.to_vector<double>()[0]);
-}
-
-// The group names a row can have: the grid's, then "other" for anything else the registry counts.
-std::vector<std::string> group_names() {
-  std::vector<std::string> names(comm::ProcessGrid::group_names().begin(), comm::ProcessGrid::group_names().end());
-  names.emplace_back("other");
-  return names;
-}
-
-// Bytes sent since `before`, by group_names().
-std::vector<std::int64_t> sent_since(const std::map<std::string, comm::Traffic>& before) {
-  const std::vector<std::string> names = group_names();
-  std::vector<std::int64_t> sent(names.size(), 0);
-  for (const auto& [group, traffic] : comm::TrafficRegistry::instance().snapshot()) {
-    const auto was = before.find(group);
-    const std::int64_t delta = traffic.bytes_sent - (was == before.end() ? 0 : was->second.bytes_sent);
-    const auto at = std::find(names.begin(), names.end() - 1, group) - names.begin();
-    sent[static_cast<std::size_t>(at)] += delta;  // not a grid group: "other", the last
-  }
-  return sent;
-}
-
-// This rank's predicted bytes per step by group_names(): train/step_traffic.h for a decoder (the
-// registry's gpt and llama) and for DiT, nothing for another model; "other" groups are never used.
-std::vector<std::optional<std::int64_t>> predictions(const models::Model& model, const config::RunConfig& config,
-                                                     const comm::ProcessGrid& grid) {
-  const std::vector<std::string> names = group_names();
-  std::vector<std::optional<std::int64_t>> out(names.size());
-  std::optional<train::TrafficShape> shape;
-  if (const auto* decoder = dynamic_cast<const models::DecoderLM*>(&model)) shape = train::TrafficShape{decoder->options()};
-  if (const auto* dit = dynamic_cast<const models::Dit*>(&model)) {
-    shape = train::TrafficShape{models::dit_block_shape(dit->options()), /*vocabulary=*/false, /*extra_hidden_rows=*/1};
-  }
-  if (!shape) return out;
-  const train::GroupBytes predicted = train::predicted_step_traffic(config, *shape, grid, model);
-  for (std::size_t g = 0; g < names.size(); ++g) {
-    const auto p = predicted.find(names[g]);
-    out[g] = p != predicted.end() ? p->second : std::optional<std::int64_t>(0);
-  }
-  return out;
-}
-
-std::vector<double> max_over(comm::Group& group, std::vector<double> values) {
-  Tensor t = Tensor::from_vector(values, {static_cast<std::int64_t>(values.size())});
-  group.all_reduce(t, comm::ReduceOp::max);
-  return t.to_vector<double>();
-}
-
-std::vector<std::int64_t> sum_over(comm::Group& group, std::vector<std::int64_t> values) {
-  Tensor t = Tensor::from_vector(values, {static_cast<std::int64_t>(values.size())});
-  group.all_reduce(t);
-  return t.to_vector<std::int64_t>();
-}
-
-Result measure(const config::RunConfig& config, int steps) {
-  comm::Runtime& runtime = comm::Runtime::get();
-  comm::Group& world = runtime.world();
-  comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), runtime.world_size(), runtime.rank()));
-  train::Trainer trainer(config, grid);
-  const std::vector<Tensor> params = trainer.model().parameters();
-  trainer.train_step();  // warm-up: the reducer learns its hook counts, AdamW allocates its moments
-
-  const std::vector<std::string> names = group_names();
-  std::vector<std::int64_t> sent(names.size(), 0);
-  std::vector<double> step_seconds;
-  std::int64_t step_peak = 0;
-  const train::PipelineRunner* pipeline = trainer.pipeline();
-  double waited = 0, computed = 0;  // this rank's pipeline waits and compute over the measured steps
-  for (int step = 0; step < steps; ++step) {
-    world.barrier();
-    const auto before = comm::TrafficRegistry::instance().snapshot();
-    reset_peak_memory();
-    const std::int64_t live_before = memory_stats().live_bytes;
-    const Clock::time_point start = Clock::now();
-    trainer.apply_gradients(trainer.compute_gradients());
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    step_peak = std::max(step_peak, memory_stats().peak_bytes - live_before);
-    if (pipeline != nullptr) {
-      waited += pipeline->wait_seconds();
-      computed += pipeline->step_seconds() - pipeline->wait_seconds();
-    }
-    const std::vector<std::int64_t> delta = sent_since(before);  // before the max below counts on world
-    for (std::size_t g = 0; g < names.size(); ++g) sent[g] += delta[g];
-    step_seconds.push_back(max_over(world, {seconds})[0]);
-  }
-
-  Result r;
-  r.layout = config.parallel;
-  r.buckets = trainer.gradients().last_stats();
-  r.tokens_per_step = trainer.tokens_per_step();
-  r.flops_per_token = trainer.model().train_flops_per_token(config.train.seq_len);
-  r.step_seconds = median(step_seconds);
-  const double activations = double(forward_activation_bytes(trainer.model(), config, trainer.batches()));
-  // The gradients as ReplicaGradients holds them, not the parameters' grad(): ZeRO-2 frees those
-  // once they are staged (the sum would read 0), and the flat buffer, the shard and the staging
-  // pool (its high-water mark over the steps so far) are what the rank keeps.
-  const double grads = double(trainer.gradients().gradient_bytes());
-  const std::vector<double> memory =
-      max_over(world, {double(tensor_bytes(params)), grads, double(optimizer_state_bytes(trainer.optimizer())),
-                       activations, double(step_peak), double(trainer.gradients().persistent_gradient_bytes())});
-  r.persistent_gradient_bytes = static_cast<std::int64_t>(memory[5]);
-  r.parameter_bytes = static_cast<std::int64_t>(memory[0]);
-  r.gradient_bytes = static_cast<std::int64_t>(memory[1]);
-  r.optimizer_bytes = static_cast<std::int64_t>(memory[2]);
-  r.activation_bytes = static_cast<std::int64_t>(memory[3]);
-  r.step_peak_bytes = static_cast<std::int64_t>(memory[4]);
-  r.microbatches = config::grad_accum_steps(config);
-  if (pipeline != nullptr) {
-    const int pp = config.parallel.pp, stage = grid.grid().coord("pp");
-    r.ideal_bubble = pipeline->schedule().ideal_bubble();
-    // Per stage, the max over its ranks: each rank fills its stage's slots, the others are 0.
-    std::vector<double> mine(2 * static_cast<std::size_t>(pp), 0.0);
-    mine[static_cast<std::size_t>(stage)] = double(step_peak);
-    mine[static_cast<std::size_t>(pp + stage)] = activations;
-    const std::vector<double> per_stage = max_over(world, mine);
-    // The bubble as metrics.jsonl's pp_bubble: waits and compute summed over the ranks.
-    Tensor totals = Tensor::from_vector(std::vector<double>{waited, computed}, {2});
-    world.all_reduce(totals);
-    const std::vector<double> waits = totals.to_vector<double>();
-    for (int s = 0; s < pp; ++s) {
-      r.stage_step_peak_bytes.push_back(static_cast<std::int64_t>(per_stage[static_cast<std::size_t>(s)]));
-      r.stage_microbatch_bytes.push_back(static_cast<std::int64_t>(per_stage[static_cast<std::size_t>(pp + s)]));
-    }
-    r.bubble = waits[1] > 0 ? waits[0] / waits[1] : 0.0;
-    r.cores = job_cores(runtime);
-    r.threads = runtime.threads();
-  }
-
-  // Per group: [measured, predicted, 1 if they differ] on this rank, then summed over ranks.
-  // Whether a prediction exists depends on the config only, so it is the same on every rank.
-  const std::vector<std::optional<std::int64_t>> predicted = predictions(trainer.model(), config, grid.grid());
-  std::vector<std::int64_t> mine;
-  for (std::size_t g = 0; g < names.size(); ++g) {
-    const std::int64_t expected = predicted[g].value_or(0) * steps;
-    mine.insert(mine.end(), {sent[g], expected, predicted[g] && sent[g] != expected ? 1 : 0});
-  }
-  const std::vector<std::int64_t> totals = sum_over(world, mine);
-  for (std::size_t g = 0; g < names.size(); ++g) {
-    const std::int64_t measured = totals[3 * g] / steps, expected = totals[3 * g + 1] / steps;
-    if (measured == 0 && expected == 0) continue;  // a group the step does not use
-    r.groups.push_back({names[g], measured, predicted[g] ? std::optional<std::int64_t>(expected) : std::nullopt,
-                        totals[3 * g + 2] == 0});
-  }
-  return r;
-}
+using Result = LayoutMeasurement;
 
 // ---- output --------------------------------------------------------------------------------
 
@@ -809,8 +578,7 @@ int run(const Options& o) {
   const config::RunConfig base = config::load_config(o.path, o.overrides);
   const std::vector<Layout> layouts = runs(o, base, world);
   // As `wallfacer train`: the smallest machine of the job decides the memory check.
-  Tensor machine = Tensor::full({1}, static_cast<double>(machine_memory_bytes()), DType::f64);
-  runtime.world().all_reduce(machine, comm::ReduceOp::min);
+  const double machine = job_machine_memory_bytes();
   if (layouts.empty()) {  // only pipeline sizes that do not divide the world
     if (root) {
       print_error(fmt::format("bench layout: no pipeline size of --pp divides the world of {} ranks", world));
@@ -831,7 +599,7 @@ int run(const Options& o) {
   for (const Layout& layout : layouts) {
     const config::RunConfig config = layout_config(base, layout, o.steps);
     try {
-      config::validate(config, world, config::ValidateScope::this_machine, machine.item());
+      config::validate(config, world, config::ValidateScope::this_machine, machine);
     } catch (const Error& e) {  // the same verdict and message on every rank
       if (root) {
         if (o.json) std::printf("%s\n", Json{{"layout", layout_name(layout)}, {"skipped", skip_reason(e)}}.dump().c_str());
@@ -840,7 +608,7 @@ int run(const Options& o) {
       }
       continue;
     }
-    results.push_back(measure(config, o.steps));
+    results.push_back(measure_layout(config, o.steps));
     if (root) {
       if (o.json) std::printf("%s\n", result_json(results.back()).dump().c_str());
       else print_text(results.back());

@@ -5,8 +5,6 @@
 // starts at step 0 and is refused when checkpoint.dir already holds checkpoints.
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,6 +12,7 @@
 
 #include "src/cli/commands.h"
 #include "src/cli/option_checks.h"
+#include "src/cli/rank_agreement.h"
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/comm/group.h"
 #include "wallfacer/config/run_config.h"
@@ -32,42 +31,6 @@ struct TrainOptions {
   bool no_resume = false;
   std::int64_t stop_after = 0;
 };
-
-// Runs `check` on rank 0 only and shares its verdict: when it throws, every rank throws the
-// same message (wf::UserError stays one), so the job ends with it on every rank and no rank
-// goes on into a collective that rank 0 never reaches.
-void check_on_rank0_for_all(comm::Group& world, const std::function<void()>& check) {
-  enum : std::int64_t { kPassed, kUserError, kError };
-  std::string message;
-  std::int64_t verdict = kPassed;
-  if (world.rank() == 0) {
-    try {
-      check();
-    } catch (const UserError& e) {
-      message = e.what();
-      verdict = kUserError;
-    } catch (const std::exception& e) {
-      message = e.what();
-      verdict = kError;
-    }
-  }
-  if (world.size() > 1) {
-    const auto length = static_cast<std::int64_t>(message.size());
-    Tensor header = Tensor::from_vector(std::vector<std::int64_t>{length, verdict}, {2});
-    world.broadcast(header, 0);
-    const std::vector<std::int64_t> got = header.to_vector<std::int64_t>();
-    if (got[0] > 0) {
-      Tensor text = Tensor::empty({got[0]}, DType::u8);
-      if (world.rank() == 0) std::memcpy(text.data<std::uint8_t>(), message.data(), message.size());
-      world.broadcast(text, 0);
-      message.assign(reinterpret_cast<const char*>(text.data<std::uint8_t>()), static_cast<std::size_t>(got[0]));
-    }
-    verdict = got[1];
-  }
-  if (verdict == kPassed) return;
-  if (verdict == kUserError) throw UserError(message);
-  throw Error(message);
-}
 
 int train(const TrainOptions& o) {
   comm::Runtime& runtime = comm::Runtime::get();

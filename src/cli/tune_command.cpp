@@ -1,9 +1,15 @@
-// `wallfacer tune --model CFG.yaml --cluster FILE.yaml [--world N] [--seq N] [--sp-only] [--top K]
+// `wallfacer tune --model CFG.yaml [--cluster FILE.yaml] [--world N] [--seq N] [--sp-only] [--top K]
 // [--json] [--set k=v]... [--write-best OUT.yaml]`: ranks every layout of a world for the model
 // on a described cluster without running it (tune/search.h, tune/cost_model.h), prints the top
 // layouts with their predicted step time, memory and dominant cost, and why the best wins.
+// Two more modes run on this machine under mpirun, each in its own file (tune_modes.h):
+//   --calibrate [--out calibration.yaml]   measures it and writes its cluster file
+//   --profile CFG.yaml [--top K] [--steps N] [--plot out.png] [--write-best OUT.yaml]
+//                                          runs the top predicted layouts and compares
+// --cluster defaults to calibration.yaml in the working directory when that file exists.
 // docs/tuning.md explains the model and its validation.
 #include <fmt/format.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -13,6 +19,9 @@
 #include <vector>
 
 #include "src/cli/commands.h"
+#include "src/cli/option_checks.h"
+#include "src/cli/tune_modes.h"
+#include "wallfacer/comm/runtime.h"
 #include "wallfacer/config/model_schema.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/core/error.h"
@@ -33,6 +42,12 @@ struct TuneOptions {
   bool json = false;
   std::vector<std::string> overrides;
   std::string write_best;
+  // The modes that measure (tune_modes.h).
+  bool calibrate = false;
+  CalibrateOptions calibration;
+  std::string profile;
+  int steps = 2;
+  std::string plot;
 };
 
 double gib(double bytes) { return bytes / double(1 << 30); }
@@ -142,10 +157,8 @@ void print_table(const std::vector<tune::Candidate>& all, const TuneOptions& o, 
 }
 
 int run_tune(const TuneOptions& o) {
-  WF_USER_CHECK(!o.cluster.empty(), "wallfacer tune: --cluster FILE.yaml is required (clusters/ holds the paper's "
-                                    "clusters, e.g. clusters/h100-8x8.yaml)");
   const config::RunConfig user = config::load_config(o.model, o.overrides);
-  const tune::ClusterSpec cluster = tune::load_cluster(o.cluster);
+  const tune::ClusterSpec cluster = tune::load_cluster(cluster_path_or_default(o.cluster));
   const tune::SearchOptions search{.world = o.world, .sp_only = o.sp_only, .seq_len = o.seq};
   const std::vector<tune::Candidate> all = tune::search_layouts(user, cluster, search);
   const int world = o.world > 0 ? o.world : cluster.devices();
@@ -166,25 +179,85 @@ int run_tune(const TuneOptions& o) {
   return kExitOk;
 }
 
+// Which mode the options ask for; a usage error (exit 2) for a mix that means nothing.
+int dispatch(TuneOptions& o, const CLI::App& command) {
+  const int modes = (o.calibrate ? 1 : 0) + (o.profile.empty() ? 0 : 1) + (o.model.empty() ? 0 : 1);
+  if (modes != 1) {
+    print_error("wallfacer tune: give exactly one of --model CFG.yaml (predict), --profile CFG.yaml (predict, then "
+                "run the top layouts under mpirun) or --calibrate (measure this machine under mpirun)");
+    return kExitUsageError;
+  }
+  if (o.calibrate) {
+    return comm::run_main(0, nullptr, [&] { return run_tune_calibrate(o.calibration); });
+  }
+  if (!o.profile.empty()) {
+    const ProfileOptions p{.config = o.profile, .overrides = o.overrides, .cluster = o.cluster, .seq = o.seq,
+                           .sp_only = o.sp_only, .top = command.count("--top") > 0 ? o.top : 3, .steps = o.steps,
+                           .plot = o.plot, .write_best = o.write_best};
+    return comm::run_main(0, nullptr, [&] { return run_tune_profile(p); });
+  }
+  return run_tune(o);
+}
+
 }  // namespace
+
+std::string cluster_path_or_default(const std::string& given) {
+  if (!given.empty()) return given;
+  constexpr const char* kDefault = "calibration.yaml";
+  WF_USER_CHECK(std::ifstream(kDefault).good(),
+                "wallfacer tune: no --cluster given and no {} in the working directory; pass --cluster FILE.yaml "
+                "(clusters/ holds the paper's clusters, e.g. clusters/h100-8x8.yaml) or measure this machine first "
+                "with `mpirun -np N wallfacer tune --calibrate`",
+                kDefault);
+  return kDefault;
+}
+
+void check_writable(const std::string& path, const char* option) {
+  if (path.empty()) return;
+  const bool existed = access(path.c_str(), F_OK) == 0;
+  std::ofstream probe(path, std::ios::app);
+  WF_USER_CHECK(probe.good(), "{} {}: cannot write the file (does its directory exist?)", option, path);
+  probe.close();
+  if (!existed) std::remove(path.c_str());
+}
 
 void add_tune_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
-      "tune", "Rank every layout of a world for a model on a described cluster by predicted step time");
+      "tune", "Rank every layout of a world for a model on a described cluster by predicted step time; measure this "
+              "machine (--calibrate) or check the prediction by running the top layouts (--profile)");
   auto o = std::make_shared<TuneOptions>();
-  command->add_option("--model", o->model, "The run config whose model and batch to lay out, e.g. configs/gpt-7b.yaml")
-      ->required();
-  command->add_option("--cluster", o->cluster, "The cluster file, e.g. clusters/h100-8x8.yaml");
+  command->add_option("--model", o->model, "The run config whose model and batch to lay out, e.g. configs/gpt-7b.yaml");
+  command->add_option("--cluster", o->cluster,
+                      "The cluster file, e.g. clusters/h100-8x8.yaml (default: calibration.yaml here, if it exists)");
   command->add_option("--world", o->world, "Ranks to lay out (default: every device of the cluster)")
       ->check(CLI::PositiveNumber);
   command->add_option("--seq", o->seq, "Sequence length (default: the config's train.seq_len)")
       ->check(CLI::PositiveNumber);
   command->add_flag("--sp-only", o->sp_only, "Only sequence parallelism over the whole world (dp = tp = pp = 1)");
-  command->add_option("--top", o->top, "Layouts the table shows")->capture_default_str()->check(CLI::PositiveNumber);
+  command->add_option("--top", o->top, "Layouts the table shows (--profile: layouts it runs, default 3)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   command->add_flag("--json", o->json, "One JSON object per line per layout, excluded ones with their reason");
   command->add_option("--set", o->overrides, "Override one key of the config, e.g. --set train.dtype=bf16 (repeatable)");
-  command->add_option("--write-best", o->write_best, "Write the best layout as a run config ready for `wallfacer train`");
-  set_action(*command, [o] { return run_tune(*o); });
+  command->add_option("--write-best", o->write_best,
+                      "Write the best layout as a run config ready for `wallfacer train` (--profile: the measured best)");
+  command->add_flag("--calibrate", o->calibrate,
+                    "Measure this machine under mpirun (every rank at once: GEMM, attention, memory, MPI latency and "
+                    "bandwidth, overlap) and write a cluster file of the world");
+  command->add_option("--out", o->calibration.out, "--calibrate: the cluster file to write")->capture_default_str();
+  command->add_option("--calibrate-seconds", o->calibration.seconds,
+                      "--calibrate: timed seconds per round of each measurement (5 rounds, the median kept; the "
+                      "tests shorten it)")
+      ->capture_default_str()
+      ->check(in_range(1e-3, 60.0));
+  command->add_option("--profile", o->profile,
+                      "Under mpirun: predict every layout of the world for this run config, run the top --top a few "
+                      "steps each on synthetic tokens and print predicted beside measured step time and memory");
+  command->add_option("--steps", o->steps, "--profile: measured steps per layout after one warm-up step")
+      ->capture_default_str()
+      ->check(positive());
+  command->add_option("--plot", o->plot, "--profile: draw predicted vs measured step times into this PNG (gnuplot)");
+  set_action(*command, [o, command] { return dispatch(*o, *command); });
 }
 
 }  // namespace wf::cli

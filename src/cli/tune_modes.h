@@ -1,0 +1,42 @@
+#pragma once
+// The modes of `wallfacer tune` that run on this machine, each in its own file:
+//   --calibrate  measures this machine under mpirun and writes a cluster file (tune_calibrate.cpp)
+//   --profile    predicts every layout of the mpirun world, runs the top k and compares
+//                (tune_profile.cpp)
+// tune_command.cpp parses the options, predicts (the default mode) and dispatches to these.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wf::cli {
+
+// The cluster file --cluster names, or calibration.yaml in the working directory when it is not
+// given and that file exists; a wf::UserError naming both fixes otherwise.
+std::string cluster_path_or_default(const std::string& given);
+
+// A wf::UserError naming `option` when `path` cannot be written (checked before minutes of
+// measuring, not after); nothing for an empty path.
+void check_writable(const std::string& path, const char* option);
+
+struct CalibrateOptions {
+  std::string out = "calibration.yaml";
+  double seconds = 0.1;  // timed seconds per measurement round (five rounds, the median kept)
+};
+// Under mpirun (or alone): every rank measures at the same time; rank 0 writes `out`.
+int run_tune_calibrate(const CalibrateOptions& options);
+
+struct ProfileOptions {
+  std::string config;  // the run config whose model and batch to lay out
+  std::vector<std::string> overrides;
+  std::string cluster;  // "" → cluster_path_or_default
+  std::int64_t seq = 0;
+  bool sp_only = false;
+  int top = 3;
+  int steps = 2;
+  std::string plot;        // a PNG of predicted vs measured step times, drawn by gnuplot
+  std::string write_best;  // the measured winner as a run config
+};
+// Under mpirun: predicts every layout of the world, runs the top `top` a few steps each.
+int run_tune_profile(const ProfileOptions& options);
+
+}  // namespace wf::cli
