@@ -235,7 +235,8 @@ std::vector<PrimitiveTimes> comm_times(comm::Group& world, double target) {
       // Between GEMMs: the difference of two timings, never below the call's own time.
       return std::pair{tight, std::max(tight, gemm_blocks_seconds(world, gemms, blocks, call) - alone)};
     };
-    PrimitiveTimes t{p};
+    PrimitiveTimes t;
+    t.primitive = p;
     std::tie(t.tight_small, t.small) = time(kSmallBytes, calls);
     std::tie(t.tight_large, t.large) = time(kLargeBytes, std::max(2, calls / 8));
     const bool p2p = p == tune::Primitive::p2p, all_reduce = p == tune::Primitive::all_reduce;

@@ -164,7 +164,9 @@ int profile(const ProfileOptions& o) {
 
   std::vector<Row> rows;
   for (const tune::Candidate& c : plan.top) {
-    Row row{&c, static_cast<int>(rows.size()) + 1};
+    Row row;
+    row.candidate = &c;
+    row.predicted_rank = static_cast<int>(rows.size()) + 1;
     const config::RunConfig run = measurement_config(c.config, o.steps);
     // This machine may refuse what the cluster file allows (memory); the same verdict on every rank.
     const std::vector<std::string> problems =
