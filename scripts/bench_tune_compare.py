@@ -6,7 +6,7 @@ targets: Spearman >= 0.8, best within 10 %). Used by scripts/bench-tune.sh.
 
   bench_tune_compare.py BENCH.jsonl TUNE.jsonl [--json SUMMARY.json]
 
-Layouts are matched on dp, tp, pp, sp, strategy and C; tune's other choices are fixed to what
+Layouts are matched on dp, tp, pp, sp, strategy, C (and the hybrid's U and order); tune's other choices are fixed to what
 bench layout runs: the config's placement, micro batch, ZeRO stage and no checkpoint. bench
 layout also runs WallFacer with C = 1 (ring attention on WallFacer's zigzag shards), which tune's
 search leaves out as ring attention: it is compared with tune's ring prediction.
@@ -48,14 +48,16 @@ def spearman(a, b):
     return cov / (va * vb) if va > 0 and vb > 0 else float("nan")
 
 
-def key(dp, tp, pp, sp, strategy, C):
+def key(dp, tp, pp, sp, strategy, C, U=1, inner=True):
     if sp == 1:
         strategy, C = "none", 1
     if strategy == "wallfacer" and C == 1:
         strategy = "ring"  # see the docstring
-    if strategy != "wallfacer":
+    if strategy not in ("wallfacer", "ulysses-wallfacer"):
         C = 1
-    return (dp, tp, pp, sp, strategy, C)
+    if strategy != "ulysses-wallfacer":
+        U, inner = 1, True  # the hybrid's Ulysses degree and order (tune's "U" is sp for Ulysses)
+    return (dp, tp, pp, sp, strategy, C, U, bool(inner))
 
 
 def main():
@@ -66,11 +68,12 @@ def main():
     for c in read_jsonl(tune_path):
         if "step_s" not in c or c.get("checkpoint_attention") or c["placement"] != "collectives-intra":
             continue
-        predicted.setdefault((key(c["dp"], c["tp"], c["pp"], c["sp"], c["strategy"], c["C"]), c["zero"],
+        predicted.setdefault((key(c["dp"], c["tp"], c["pp"], c["sp"], c["strategy"], c["C"], c["U"],
+                                  c["ulysses_inner"]), c["zero"],
                               c["micro_batch_size"]), c)
     rows = []
     for m in measured:
-        k = key(m["dp"], m["tp"], m["pp"], m["sp"], m["sp_strategy"], m["C"])
+        k = key(m["dp"], m["tp"], m["pp"], m["sp"], m["sp_strategy"], m["C"], m.get("U", 1), m.get("ulysses_inner", True))
         # bench layout runs the config's micro batch; tune's candidates list each one.
         p = next((v for (pk, z, mb), v in predicted.items() if pk == k and z == m["zero"] and mb == MICRO_BATCH), None)
         if p is None:
