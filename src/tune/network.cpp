@@ -2,7 +2,7 @@
 #include "wallfacer/tune/network.h"
 
 #include <algorithm>
-#include <map>
+#include <vector>
 
 #include "wallfacer/core/error.h"
 
@@ -19,7 +19,10 @@ double Network::phase_seconds(const std::vector<Flow>& flows, Primitive primitiv
   const ClusterSpec& c = cluster_;
   const LinkRate intra = c.intra_node.rate(primitive), inter = c.inter_node.rate(primitive);
   // Bytes per resource: a device's link out and in (one per link class), a node's NICs out and in.
-  std::map<int, double> device_out_intra, device_in_intra, device_out_inter, device_in_inter, node_out, node_in;
+  const auto devices = static_cast<std::size_t>(c.devices()), nodes = static_cast<std::size_t>(c.nodes);
+  std::vector<double> device_out_intra(devices), device_in_intra(devices), device_out_inter(devices),
+      device_in_inter(devices), node_out(nodes), node_in(nodes);
+  const auto at = [](std::vector<double>& load, int i) -> double& { return load[static_cast<std::size_t>(i)]; };
   bool any = false, crosses = false;
   for (const Flow& f : flows) {
     WF_CHECK(f.src >= 0 && f.dst >= 0 && f.src < c.devices() && f.dst < c.devices(),
@@ -27,20 +30,20 @@ double Network::phase_seconds(const std::vector<Flow>& flows, Primitive primitiv
     if (f.src == f.dst || f.bytes <= 0) continue;
     any = true;
     if (c.node_of(f.src) == c.node_of(f.dst)) {
-      device_out_intra[f.src] += f.bytes;
-      device_in_intra[f.dst] += f.bytes;
+      at(device_out_intra, f.src) += f.bytes;
+      at(device_in_intra, f.dst) += f.bytes;
     } else {
       crosses = true;
-      device_out_inter[f.src] += f.bytes;
-      device_in_inter[f.dst] += f.bytes;
-      node_out[c.node_of(f.src)] += f.bytes;
-      node_in[c.node_of(f.dst)] += f.bytes;
+      at(device_out_inter, f.src) += f.bytes;
+      at(device_in_inter, f.dst) += f.bytes;
+      at(node_out, c.node_of(f.src)) += f.bytes;
+      at(node_in, c.node_of(f.dst)) += f.bytes;
     }
   }
   if (!any) return 0;
   double seconds = 0;
-  const auto worst = [&](const std::map<int, double>& load, double gbs) {
-    for (const auto& kv : load) seconds = std::max(seconds, kv.second / (gbs * 1e9));
+  const auto worst = [&](const std::vector<double>& load, double gbs) {
+    for (const double bytes : load) seconds = std::max(seconds, bytes / (gbs * 1e9));
   };
   worst(device_out_intra, intra.bandwidth_gbs);
   worst(device_in_intra, intra.bandwidth_gbs);
