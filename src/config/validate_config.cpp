@@ -360,7 +360,7 @@ std::vector<std::string> notes(const RunConfig& c) {
       out.push_back(std::move(note));
     }
   }
-  if (p.sp_strategy == parallel::SpStrategy::ulysses_wallfacer && (p.U == 1 || p.U == p.sp) && p.sp > 1) {
+  if (p.sp > 1 && parallel::effective_sp_strategy(p.sp_strategy, p.sp, p.U) != p.sp_strategy) {
     out.push_back(fmt::format("parallel.U: with U = {} the ulysses-wallfacer hybrid is exactly {} (no {} part)", p.U,
                               p.U == 1 ? "wallfacer" : "ulysses", p.U == 1 ? "Ulysses" : "WallFacer"));
   }

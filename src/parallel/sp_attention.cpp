@@ -36,6 +36,12 @@ const char* sp_strategy_name(SpStrategy s) {
   WF_FAIL("unknown sp strategy {}", static_cast<int>(s));
 }
 
+SpStrategy effective_sp_strategy(SpStrategy strategy, int P, int U) {
+  if (strategy != SpStrategy::ulysses_wallfacer) return strategy;
+  if (U == 1) return SpStrategy::wallfacer;
+  return U == P ? SpStrategy::ulysses : strategy;
+}
+
 SpStrategy parse_sp_strategy(std::string_view name) {
   for (SpStrategy s : kStrategies) {
     if (name == sp_strategy_name(s)) return s;

@@ -56,8 +56,8 @@ std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy,
   if (P == 1) return sent;
   // The hybrid at U = 1 is WallFacer and at U = P Ulysses (make_ulysses_wallfacer_attention).
   const int U = strategy == parallel::SpStrategy::ulysses_wallfacer ? grid.config().U : 1;
-  if (strategy == parallel::SpStrategy::ulysses_wallfacer && (U == 1 || U == P)) {
-    return sp_call_bytes(U == 1 ? parallel::SpStrategy::wallfacer : parallel::SpStrategy::ulysses, dims, grid, bytes,
+  if (const parallel::SpStrategy runs = parallel::effective_sp_strategy(strategy, P, U); runs != strategy) {
+    return sp_call_bytes(runs, dims, grid, bytes,
                          checkpointed);
   }
   const bool hybrid = strategy == parallel::SpStrategy::ulysses_wallfacer;

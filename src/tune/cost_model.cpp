@@ -57,9 +57,11 @@ CallSizes sizes_of(const parallel::AttentionDims& d, int P, const parallel::Elem
   return z;
 }
 
-// This rank's attention kernel time over one call, forward and backward.
+// This rank's kernel times around one attention call: the attention kernel forward and backward,
+// and the QKV projection's forward GEMM (what WallFacer's Q and K gathers hide behind).
 struct KernelTime {
   double forward = 0, backward = 0;
+  double qkv_forward = 0;
 };
 
 // Time of one attention call, split into the kernel's work and the exposed communication, and
@@ -84,11 +86,7 @@ class SpCall {
     const int P = grid_.config().sp, U = grid_.config().U;
     t_.compute = kernel_.forward + kernel_.backward;
     if (P == 1) return t_;
-    // The hybrid at U = 1 is WallFacer and at U = P Ulysses (make_ulysses_wallfacer_attention).
-    if (strategy == SpStrategy::ulysses_wallfacer && (U == 1 || U == P)) {
-      strategy = U == 1 ? SpStrategy::wallfacer : SpStrategy::ulysses;
-    }
-    switch (strategy) {
+    switch (parallel::effective_sp_strategy(strategy, P, U)) {
       case SpStrategy::ring: ring(sizes_of(dims_, P, bytes_)); break;
       case SpStrategy::ulysses: ulysses("sp", sizes_of(dims_, P, bytes_), P, checkpointed); break;
       case SpStrategy::wallfacer: wallfacer("sp", sizes_of(dims_, P, bytes_), checkpointed); break;
@@ -124,8 +122,9 @@ class SpCall {
     if (times <= 0) return 0;
     std::vector<int> to(static_cast<std::size_t>(world_));
     for (int r = 0; r < world_; ++r) {
-      to[static_cast<std::size_t>(r)] = peer(r);
-      if (peer(r) != r) sent_[kind][static_cast<std::size_t>(r)] += times * bytes;
+      const int p = peer(r);
+      to[static_cast<std::size_t>(r)] = p;
+      if (p != r) sent_[kind][static_cast<std::size_t>(r)] += times * bytes;
     }
     return net_.exchange_seconds(to, bytes);
   }
@@ -169,12 +168,12 @@ class SpCall {
     const auto next = [&](int r) { return grid_.wallfacer_peers_of(r).ring_next; };
     const double a = z.a, s = z.s, p = z.p, E = z.E, Ekv = z.E_kv, R = z.R;
     const double ov = overlap();
-    // Forward. The Q and K all-gathers hide behind the K and V projections (qkv_seconds_ is the
+    // Forward. The Q and K all-gathers hide behind the K and V projections (qkv_forward is the
     // whole QKV GEMM; two thirds of it come after the Q gather starts).
     const double gather_q = ring_collective("sp.team", (C - 1) * E * a, C - 1, kGather);
     const double gather_k = ring_collective("sp.team", (C - 1) * Ekv * a, C - 1, kGather);
     const double gather_v = ring_collective("sp.team", (C - 1) * Ekv * a, C - 1, kGather);
-    double exposed = gather_q + gather_k + gather_v - ov * std::min(gather_q + gather_k, qkv_seconds_ * 2.0 / 3.0);
+    double exposed = gather_q + gather_k + gather_v - ov * std::min(gather_q + gather_k, kernel_.qkv_forward * 2.0 / 3.0);
     const double kv_team = 2 * C * Ekv * a;
     exposed += exchange(dispatch, kv_team, send_to);
     const double f = kernel_.forward / G, b = kernel_.backward / G;
@@ -199,10 +198,6 @@ class SpCall {
     t_.exposed += exposed;
   }
 
- public:
-  double qkv_seconds_ = 0;  // the QKV projection's forward GEMM (what the gathers hide behind)
-
- private:
   const comm::ProcessGrid& grid_;
   const Network& net_;
   parallel::AttentionDims dims_;
@@ -245,18 +240,17 @@ Shape shape_of(const config::RunConfig& c) {
   return s;
 }
 
-// FLOPs of one block's GEMMs, forward, per row (tensor parallelism splits them).
-double block_matmul_flops_per_row(const Shape& s) {
-  const config::BlockShape& b = s.blocks;
-  const double d = static_cast<double>(b.d_model), hd = d / static_cast<double>(b.n_head);
-  const double qkv = d * static_cast<double>(b.n_head + 2 * b.n_kv_head) * hd;
-  return 2.0 * (qkv + d * d + b.feed_forward_matrices * d * static_cast<double>(b.d_ff)) / s.tp;
-}
-
+// FLOPs of the QKV projection, forward, per row (tensor parallelism splits them).
 double qkv_flops_per_row(const Shape& s) {
   const config::BlockShape& b = s.blocks;
   const double d = static_cast<double>(b.d_model), hd = d / static_cast<double>(b.n_head);
   return 2.0 * d * static_cast<double>(b.n_head + 2 * b.n_kv_head) * hd / s.tp;
+}
+
+// FLOPs of one block's GEMMs, forward, per row: QKV, the projection and the feed-forward.
+double block_matmul_flops_per_row(const Shape& s) {
+  const double d = static_cast<double>(s.blocks.d_model);
+  return qkv_flops_per_row(s) + 2.0 * (d * d + s.blocks.feed_forward_matrices * d * static_cast<double>(s.blocks.d_ff)) / s.tp;
 }
 
 // Bytes the elementwise ops of one block move per row, forward: the norms, residual adds and
@@ -325,7 +319,8 @@ std::map<std::string, std::vector<double>> sp_call_bytes_per_rank(const config::
   one_node.nodes = 1;
   one_node.devices_per_node = world;
   one_node.device = device_preset("h100-80gb");
-  one_node.intra_node = {100, 1};
+  one_node.intra_node.bandwidth_gbs = 100;  // any: only the bytes are read
+  one_node.intra_node.latency_us = 1;
   const Network net(one_node);
   const comm::ProcessGrid grid(config.parallel.grid(), world, 0);
   SpCall call(grid, net, attention_dims(s), train::sp_element_bytes(config), kernel_time(s, one_node.device));
@@ -357,8 +352,9 @@ Prediction predict_step(const config::RunConfig& config, const ClusterSpec& clus
                           ? 3.0 * 2.0 * rows * static_cast<double>(s.blocks.d_model) * static_cast<double>(s.blocks.head_width) /
                                 s.tp / matmul_rate
                           : 0.0;
-  SpCall call(grid, net, attention_dims(s), train::sp_element_bytes(config), kernel_time(s, dev));
-  call.qkv_seconds_ = rows * qkv_flops_per_row(s) / matmul_rate;
+  KernelTime kernels = kernel_time(s, dev);
+  kernels.qkv_forward = rows * qkv_flops_per_row(s) / matmul_rate;
+  SpCall call(grid, net, attention_dims(s), train::sp_element_bytes(config), kernels);
   const CallTime attention = call.run(config.parallel.sp_strategy, ckpt);
 
   // tp: its all-reduces (train/step_traffic.h's count), exposed, over the tp groups.
@@ -402,18 +398,21 @@ Prediction predict_step(const config::RunConfig& config, const ClusterSpec& clus
   const double shard = s.parameters / (static_cast<double>(s.tp) * s.pp);
   const double grad_bytes = shard * static_cast<double>(dtype_size(config.parallel.grad_reduce_dtype));
   const double R = replicas;
+  // Per rank: ZeRO-0 all-reduces the gradients once; ZeRO 1 and 2 reduce-scatter them (ZeRO-2 in
+  // every backward) and all-gather the f32 parameters after the update.
+  const double all_reduce_bytes = 2 * (R - 1) / R * grad_bytes, scatter_bytes = (R - 1) / R * grad_bytes,
+               gather_bytes = (R - 1) / R * shard * 4.0, scatters = zero == 2 ? m : 1.0;
   double dp_time = 0;
   if (replicas > 1) {
     const auto groups = grid.all_groups("dp_sp");
     const double last_backward = microbatch * 2.0 / 3.0;
     if (zero == 0) {
-      const double t = net.ring_seconds(groups, 2 * (R - 1) / R * grad_bytes, 2 * (replicas - 1), Primitive::all_reduce);
+      const double t = net.ring_seconds(groups, all_reduce_bytes, 2 * (replicas - 1), Primitive::all_reduce);
       dp_time = t - ov * std::min(t, last_backward);
     } else {
-      const double scatter = net.ring_seconds(groups, (R - 1) / R * grad_bytes, replicas - 1, kScatter);
-      const double gather = net.ring_seconds(groups, (R - 1) / R * shard * 4.0, replicas - 1, kGather);
-      const double scatters = zero == 2 ? m : 1.0;  // ZeRO-2: one per backward, each beside its own
-      dp_time = scatters * (scatter - ov * std::min(scatter, last_backward)) + gather;
+      const double scatter = net.ring_seconds(groups, scatter_bytes, replicas - 1, kScatter);
+      const double gather = net.ring_seconds(groups, gather_bytes, replicas - 1, kGather);
+      dp_time = scatters * (scatter - ov * std::min(scatter, last_backward)) + gather;  // each beside its backward
     }
   }
   // AdamW reads the weight, gradient and two moments and writes three of them, in f32.
@@ -448,14 +447,13 @@ Prediction predict_step(const config::RunConfig& config, const ClusterSpec& clus
   double buffers = z.E * z.a + 2 * z.E_kv * z.a;  // local q, k, v
   if (s.sp > 1) {
     const SpStrategy strategy = config.parallel.sp_strategy;
-    if (strategy == SpStrategy::ulysses_wallfacer && U > 1 && U < s.sp) {
+    const SpStrategy runs = parallel::effective_sp_strategy(strategy, s.sp, U);
+    if (runs == SpStrategy::ulysses_wallfacer) {
       const parallel::UlyssesWallFacerDims parts = parallel::ulysses_wallfacer_dims(dims, s.sp, U);
       buffers += strategy_buffers(SpStrategy::ulysses, sizes_of(parts.ulysses, U, element), 1) +
                  strategy_buffers(SpStrategy::wallfacer, sizes_of(parts.wallfacer, s.sp / U, element), C);
-    } else if (strategy == SpStrategy::ulysses_wallfacer) {
-      buffers += strategy_buffers(U == 1 ? SpStrategy::wallfacer : SpStrategy::ulysses, z, C);
     } else {
-      buffers += strategy_buffers(strategy, z, strategy == SpStrategy::wallfacer ? C : 1);
+      buffers += strategy_buffers(runs, z, runs == SpStrategy::wallfacer ? C : 1);
     }
   }
   add(out.memory, "attention buffers", buffers);
@@ -467,10 +465,7 @@ Prediction predict_step(const config::RunConfig& config, const ClusterSpec& clus
   const double calls = m * L;
   for (const auto& [kind, bytes] : call.sent()) out.traffic[kind] = calls * bytes[0];
   out.traffic["tp"] = tp_bytes_step;
-  out.traffic["dp_sp"] = replicas > 1 ? (zero == 0 ? 2 * (R - 1) / R * grad_bytes
-                                                   : (zero == 2 ? m : 1.0) * (R - 1) / R * grad_bytes +
-                                                         (R - 1) / R * shard * 4.0)
-                                      : 0.0;
+  out.traffic["dp_sp"] = replicas > 1 ? (zero == 0 ? all_reduce_bytes : scatters * scatter_bytes + gather_bytes) : 0.0;
   return out;
 }
 

@@ -30,7 +30,8 @@ ClusterSpec one_node(int devices) {
   c.nodes = 1;
   c.devices_per_node = devices;
   c.device = device_preset("a100-80gb");
-  c.intra_node = {100, 2};
+  c.intra_node.bandwidth_gbs = 100;
+  c.intra_node.latency_us = 2;
   return c;
 }
 

@@ -30,6 +30,10 @@ namespace wf::parallel {
 enum class SpStrategy { ring, ulysses, wallfacer, ulysses_wallfacer };
 const char* sp_strategy_name(SpStrategy s);
 SpStrategy parse_sp_strategy(std::string_view name);  // wf::Error listing the valid names
+// The strategy that runs for `strategy` over P sp ranks with Ulysses degree U: the
+// ulysses-wallfacer hybrid at U = 1 is WallFacer and at U = P Ulysses
+// (make_ulysses_wallfacer_attention builds exactly those); every other strategy is itself.
+SpStrategy effective_sp_strategy(SpStrategy strategy, int P, int U);
 
 // The team size C and placement of WallFacer come from the grid (ParallelConfig::C), which
 // also built the "sp.team" and "sp.ring" groups; ring and Ulysses ignore them.
