@@ -22,7 +22,6 @@
 #include "src/cli/option_checks.h"
 #include "src/cli/tune_modes.h"
 #include "wallfacer/comm/runtime.h"
-#include "wallfacer/config/model_schema.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/tune/search.h"
@@ -52,11 +51,6 @@ struct TuneOptions {
 
 double gib(double bytes) { return bytes / double(1 << 30); }
 
-bool checkpointed(const config::RunConfig& c) {
-  const auto* schema = config::find_model_schema(c.model.name);
-  return schema != nullptr && schema->find("checkpoint_attention") != nullptr && c.model.get("checkpoint_attention") == "true";
-}
-
 Json terms_json(const std::vector<tune::Term>& terms) {
   Json j = Json::object();
   for (const tune::Term& t : terms) j[t.name] = t.value;
@@ -80,7 +74,7 @@ Json candidate_json(const tune::Candidate& c) {
   j["ulysses_inner"] = p.ulysses_inner;
   j["placement"] = comm::placement_name(p.placement);
   j["zero"] = p.zero;
-  j["checkpoint_attention"] = checkpointed(c.config);
+  j["checkpoint_attention"] = tune::checkpoints_attention(c.config);
   j["pp_schedule"] = parallel::to_string(p.pp_schedule);
   j["pp_virtual"] = p.pp_virtual;
   j["micro_batch_size"] = c.config.train.micro_batch_size;

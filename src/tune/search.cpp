@@ -81,6 +81,10 @@ config::RunConfig with_seq_len(config::RunConfig c, std::int64_t seq_len) {
   return c;
 }
 
+bool checkpoints_attention(const config::RunConfig& c) {
+  return has_model_key(c, kCheckpointKey) && c.model.get(kCheckpointKey) == "true";
+}
+
 std::string strategy_label(const config::RunConfig& c) {
   const config::ParallelSection& p = c.parallel;
   if (p.sp == 1) return "none";
@@ -106,7 +110,7 @@ std::string layout_label(const config::RunConfig& c) {
   }
   if (c.train.micro_batch_size > 1) name += fmt::format(".mb{}", c.train.micro_batch_size);
   name += fmt::format(".z{}", p.zero);
-  if (has_model_key(c, kCheckpointKey) && c.model.get(kCheckpointKey) == "true") name += ".ckpt";
+  if (checkpoints_attention(c)) name += ".ckpt";
   return name;
 }
 

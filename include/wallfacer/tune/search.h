@@ -44,6 +44,9 @@ std::vector<Candidate> search_layouts(const config::RunConfig& base, const Clust
 // "dp1.tp1.pp1.sp32.ulysses-wallfacer.U8.inner.C2.collectives-intra.z2" (the strategy part only
 // with sp > 1, the schedule with pp > 1, "mb2" for a micro batch of 2).
 std::string layout_label(const config::RunConfig& config);
+// Whether the config's model checkpoints at the attention output (false for a model without that key).
+bool checkpoints_attention(const config::RunConfig& config);
+
 // The strategy name, WallFacer's with its C: "ring", "ulysses", "wallfacer-4",
 // "ulysses-wallfacer"; "none" without sp.
 std::string strategy_label(const config::RunConfig& config);
