@@ -181,7 +181,6 @@ class RingAttentionFunction final : public autograd::Function {
 class RingAttention final : public detail::SpStrategyBase {
  public:
   RingAttention(const SpAttentionConfig& config, comm::Group& sp) : SpStrategyBase("ring", config, sp) {}
-  bool moves_bf16() const override { return true; }
 
  private:
   AttentionResult run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,

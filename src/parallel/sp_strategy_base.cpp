@@ -4,7 +4,6 @@
 
 #include "kernels/cpu/gemm.h"
 #include "wallfacer/core/error.h"
-#include "wallfacer/ops/shape_ops.h"
 
 namespace wf::parallel::detail {
 
@@ -42,7 +41,7 @@ void SpStrategyBase::check_call(const Tensor& q, const Tensor& k, const Tensor& 
   WF_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(),
            "{} attention: only CPU tensors are supported so far", what);
   WF_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() &&
-               (q.dtype() == DType::f32 || q.dtype() == DType::f64 || (q.dtype() == DType::bf16 && moves_bf16())),
+               (q.dtype() == DType::f32 || q.dtype() == DType::f64 || q.dtype() == DType::bf16),
            "{} attention: q, k and v must all be f32, all f64 or all bf16, got {}, {}, {} (convert with cast())", what,
            dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()));
   const std::int64_t n = config_.seq_len / P_;
@@ -57,38 +56,14 @@ void SpStrategyBase::check_call(const Tensor& q, const Tensor& k, const Tensor& 
            what, options.q_offset, options.kv_offset);
 }
 
-namespace {
-
-bool all_bf16(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return q.defined() && k.defined() && v.defined() && q.dtype() == DType::bf16 && k.dtype() == DType::bf16 &&
-         v.dtype() == DType::bf16;
-}
-
-// A strategy that does not move bf16 itself (Ulysses) moves and multiplies f32 under bf16 mixed
-// precision: the activations are widened on the way in and the results rounded on the way out
-// (differentiable casts, so the gradients come back bf16). The traffic formula counts its
-// elements as f32 (train/step_traffic.cpp); ring and WallFacer move bf16.
-AttentionResult rounded(const AttentionResult& r) { return {cast(r.out, DType::bf16), cast(r.lse, DType::bf16)}; }
-
-}  // namespace
-
 AttentionResult SpStrategyBase::forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const AttentionOptions& options) {
-  if (all_bf16(q, k, v) && !moves_bf16()) {
-    return rounded(forward(cast(q, DType::f32), cast(k, DType::f32), cast(v, DType::f32), options));
-  }
   check_call(q, k, v, options);
   return run(q, k, v, options, std::nullopt);
 }
 
 AttentionResult SpStrategyBase::replay(const Tensor& q, const Tensor& k, const Tensor& v,
                                        const AttentionOptions& options, const AttentionResult& saved) {
-  if (all_bf16(q, k, v) && !moves_bf16()) {
-    // What forward returned, widened back: its rounding shows in the backward's D = rowsum(dO∘O).
-    const AttentionResult widened{saved.out.defined() ? saved.out.to(DType::f32) : Tensor(),
-                                  saved.lse.defined() ? saved.lse.to(DType::f32) : Tensor()};
-    return rounded(replay(cast(q, DType::f32), cast(k, DType::f32), cast(v, DType::f32), options, widened));
-  }
   check_call(q, k, v, options);
   AttentionResult replayed = check_replayed((name_ + " attention").c_str(), q, saved);
   work_->forward = {};

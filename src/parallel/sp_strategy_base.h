@@ -39,9 +39,6 @@ class SpStrategyBase : public nn::AttentionStrategy, public SpAttentionWork {
   AttentionResult replay(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
                          const AttentionResult& saved) final;
   std::string name() const override { return name_; }
-  // Whether run() takes bf16 q, k, v itself (moving bf16, multiplying per multiply_dtype_of);
-  // otherwise forward and replay widen them to f32 around run() and round the results.
-  virtual bool moves_bf16() const { return false; }
   BlockAttentionStats last_forward_work() const override { return work_->forward; }
   BlockAttentionStats last_backward_work() const override { return work_->backward; }
 
@@ -53,8 +50,8 @@ class SpStrategyBase : public nn::AttentionStrategy, public SpAttentionWork {
   SpStrategyBase(std::string name, const SpAttentionConfig& config, comm::Group& sp, int C, int U,
                  const std::vector<int>& logical);
 
-  // wf::Error unless q [B, N/P, h, d], k = v [B, N/P, h_kv, d] (h_kv | h, f32 or f64 — or bf16
-  // for a strategy that moves_bf16 — CPU) and
+  // wf::Error unless q [B, N/P, h, d], k = v [B, N/P, h_kv, d] (h_kv | h; all f32, f64 or bf16,
+  // which every strategy moves as it is and multiplies per multiply_dtype_of; CPU) and
   // options carry no offsets (global positions come from the layout).
   void check_call(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) const;
 

@@ -16,10 +16,16 @@
 // the sequence layout; the packing for the way back reads them from there.
 //
 // Traffic (per rank, per pass): traffic_model.h's ulysses_traffic,
-// (P−1)/P·((2E + 2E_kv·ρ)·a + R·s), ρ = max(1, P/h_kv) copies of each kv head, R = B·(N/P)·h:
-// the R term is lse (forward) and its gradient (backward), which must travel because the
-// nn::AttentionStrategy contract returns lse on the sequence shard. It rides in the O (dO)
-// message, so the message count is that of two all-to-alls per pass.
+// (P−1)/P·((2E + 2E_kv·ρ)·a + R·s), a and s the bytes of an activation and a statistic,
+// ρ = max(1, P/h_kv) copies of each kv head, R = B·(N/P)·h: the R term is lse (forward) and
+// its gradient (backward), which must travel because the nn::AttentionStrategy contract returns
+// lse on the sequence shard. It rides in the O (dO) message, so the message count is that of two all-to-alls per pass.
+//
+// Dtypes: Q, K, V, O and their gradients travel in the activation dtype (bf16 under bf16 mixed
+// precision), lse and d_lse in the compute dtype (ulysses_exchange.h). On the head side the
+// kernel multiplies bf16 natively where the CPU can (multiply_dtype_of; q, k, v are widened while
+// unpacking elsewhere), and o, lse, dQ, dK, dV are computed in f32; O and the gradients are
+// rounded once, while packing. A replicated kv head's dK, dV are summed over its sharers in f32.
 //
 // Replay (activation checkpointing at the attention output): the Function saves the
 // sequence-sharded q, k, v and the replayed out and lse, and moves nothing. Its backward sends
@@ -55,9 +61,43 @@ using detail::Side;
 using detail::tokens_major;
 using detail::ulysses_exchange;
 
-// The head-sharded side of one call: every token, h/P query heads and their kv heads.
-detail::HeadSide head_side(const kernels::cpu::AttentionShape& s, DType dtype) {
-  return {s.batch, s.q_len, s.heads, s.kv_heads, s.head_dim, dtype};
+// The head-sharded side of one call: every token, h/P query heads and their kv heads; q, k, v
+// in the dtype the kernel multiplies in (bf16 where the CPU multiplies bf16 natively, else
+// widened while unpacking), o and lse in the compute dtype.
+detail::HeadSide head_side(const kernels::cpu::AttentionShape& s, DType activation) {
+  return {s.batch, s.q_len, s.heads, s.kv_heads, s.head_dim, detail::multiply_dtype_of(activation),
+          detail::compute_dtype_of(activation)};
+}
+
+// The local attention over the whole sequence: h.o, h.lse from h.q, h.k, h.v.
+void attention_forward(const kernels::cpu::AttentionShape& s, detail::HeadSide& h) {
+  if (h.q.dtype() == DType::bf16) {
+    kernels::cpu::attention_forward_bf16(s, h.q.data<bf16>(), h.k.data<bf16>(), h.v.data<bf16>(), h.o.data<float>(),
+                                         h.lse.data<float>());
+    return;
+  }
+  dispatch_float(h.q.dtype(), "ulysses attention", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::attention_forward<T>(s, h.q.data<T>(), h.k.data<T>(), h.v.data<T>(), h.o.data<T>(),
+                                       h.lse.data<T>());
+  });
+}
+
+// Its backward: dq, dk, dv (compute dtype) from the saved head side, dO (h.q's dtype) and d_lse.
+void attention_backward(const kernels::cpu::AttentionShape& s, const detail::HeadSide& h, const Tensor& d_o,
+                        const Tensor& d_lse, Tensor& dq, Tensor& dk, Tensor& dv) {
+  if (h.q.dtype() == DType::bf16) {
+    kernels::cpu::attention_backward_bf16(s, h.q.data<bf16>(), h.k.data<bf16>(), h.v.data<bf16>(), h.o.data<float>(),
+                                          h.lse.data<float>(), d_o.data<bf16>(), dq.data<float>(), dk.data<float>(),
+                                          dv.data<float>(), /*accumulate=*/false, d_lse.data<float>());
+    return;
+  }
+  dispatch_float(h.q.dtype(), "ulysses attention", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::attention_backward<T>(s, h.q.data<T>(), h.k.data<T>(), h.v.data<T>(), h.o.data<T>(),
+                                        h.lse.data<T>(), d_o.data<T>(), dq.data<T>(), dk.data<T>(), dv.data<T>(),
+                                        /*accumulate=*/false, d_lse.data<T>());
+  });
 }
 
 class UlyssesAttentionFunction final : public autograd::Function {
@@ -73,64 +113,60 @@ class UlyssesAttentionFunction final : public autograd::Function {
         replayed_(std::move(replayed)),
         sequence_side_saved_(replayed_.has_value()) {}
 
-  // inputs: q, k, v (this rank's shard); outputs: o, lse. Saved: the head-sharded q, k, v, o,
-  // lse; in a replay the sequence-sharded ones (q, k, v and the replayed o, lse).
+  // inputs: q, k, v (this rank's shard); outputs: o, lse. Saved: the head-sharded q, k, v (in
+  // the multiply dtype), o, lse (compute dtype); in a replay the sequence-sharded ones (q, k, v
+  // and the replayed o, lse).
   TensorList forward(Context& ctx, const TensorList& in) override {
     const Tensor &q = in[0], &k = in[1], &v = in[2];
     if (auto replay = detail::save_replay(ctx, in, replayed_)) return *replay;
     const kernels::cpu::AttentionShape s = shape_of(q, k);
-    return dispatch_float(q.dtype(), "ulysses attention", [&](auto tag) {
-      using T = decltype(tag);
-      detail::HeadSide h = head_side(s, q.dtype());
-      ulysses_exchange(sp_, positions_, Side::sequence, {tokens_major(q), tokens_major(k), tokens_major(v)},
-                  {tokens_major(h.q), tokens_major(h.k), tokens_major(h.v)});
-      kernels::cpu::attention_forward<T>(s, h.q.data<T>(), h.k.data<T>(), h.v.data<T>(), h.o.data<T>(),
-                                         h.lse.data<T>());
-      Tensor o = Tensor::empty(q.shape(), q.dtype()), lse = Tensor::empty({q.size(0), q.size(2), q.size(1)}, q.dtype());
-      ulysses_exchange(sp_, positions_, Side::heads, {tokens_major(h.o), heads_major(h.lse)},
-                  {tokens_major(o), heads_major(lse)});
-      work_->forward = work(s);
-      ctx.save_for_backward({h.q, h.k, h.v, h.o, h.lse});
-      return TensorList{o, lse};
-    });
+    const DType act = q.dtype();
+    detail::HeadSide h = head_side(s, act);
+    const auto a = [act](const Tensor& t) { return detail::activation_field(t, act); };
+    const auto st = [act](const Tensor& t) { return detail::statistics_field(t, act); };
+    ulysses_exchange(sp_, positions_, Side::sequence, {a(q), a(k), a(v)}, {a(h.q), a(h.k), a(h.v)});
+    attention_forward(s, h);
+    Tensor o = Tensor::empty(q.shape(), act), lse = Tensor::empty({q.size(0), q.size(2), q.size(1)}, act);
+    ulysses_exchange(sp_, positions_, Side::heads, {a(h.o), st(h.lse)}, {a(o), st(lse)});
+    work_->forward = work(s);
+    ctx.save_for_backward({h.q, h.k, h.v, h.o, h.lse});
+    return TensorList{o, lse};
   }
 
   TensorList backward(Context& ctx, const TensorList& grad) override {
     const TensorList& saved = ctx.saved();  // q, k, v, o, lse: head-sharded, or sequence-sharded (replay)
-    const DType dtype = saved[0].dtype();
+    const DType act = grad[0].dtype();
     const kernels::cpu::AttentionShape s =
         sequence_side_saved_ ? shape_of(saved[0], saved[1]) : shape_of_sharded(saved[0], saved[1]);
     const int P = sp_.size();
-    WF_CHECK(grad[0].dtype() == dtype && grad[1].dtype() == dtype,
-             "ulysses attention backward: the gradients of o and lse must be {}, got {} and {}", dtype_name(dtype),
-             dtype_name(grad[0].dtype()), dtype_name(grad[1].dtype()));
-    return dispatch_float(dtype, "ulysses attention", [&](auto tag) {
-      using T = decltype(tag);
-      Tensor doh = Tensor::empty({s.batch, s.q_len, s.heads, s.head_dim}, dtype);
-      Tensor dlseh = Tensor::empty({s.batch, s.heads, s.q_len}, dtype);
-      std::vector<Field> from{tokens_major(grad[0]), heads_major(grad[1])}, to{tokens_major(doh), heads_major(dlseh)};
-      std::optional<detail::HeadSide> h;
-      if (sequence_side_saved_) {  // the replay's inputs and result travel with dO
-        h.emplace(head_side(s, dtype));
-        detail::add_replayed_fields(saved, *h, from, to);
-      }
-      ulysses_exchange(sp_, positions_, Side::sequence, from, to);
-      const Tensor &qh = h ? h->q : saved[0], &kh = h ? h->k : saved[1], &vh = h ? h->v : saved[2],
-                   &oh = h ? h->o : saved[3], &lseh = h ? h->lse : saved[4];
-      Tensor dqh = Tensor::empty(qh.shape(), dtype), dkh = Tensor::empty(kh.shape(), dtype),
-             dvh = Tensor::empty(kh.shape(), dtype);
-      kernels::cpu::attention_backward<T>(s, qh.data<T>(), kh.data<T>(), vh.data<T>(), oh.data<T>(), lseh.data<T>(),
-                                          doh.data<T>(), dqh.data<T>(), dkh.data<T>(), dvh.data<T>(),
-                                          /*accumulate=*/false, dlseh.data<T>());
-      const std::int64_t n = s.q_len / P;
-      Tensor dq = Tensor::empty({s.batch, n, s.heads * P, s.head_dim}, dtype);
-      Tensor dk = Tensor::empty({s.batch, n, kv_heads_, s.head_dim}, dtype);
-      Tensor dv = Tensor::empty(dk.shape(), dtype);
-      ulysses_exchange(sp_, positions_, Side::heads, {tokens_major(dqh), tokens_major(dkh), tokens_major(dvh)},
-                  {tokens_major(dq), tokens_major(dk), tokens_major(dv)});
-      work_->backward = work(s);
-      return TensorList{dq, dk, dv};
-    });
+    WF_CHECK(grad[1].dtype() == act, "ulysses attention backward: the gradients of o and lse must share a dtype, got {} "
+             "and {}", dtype_name(act), dtype_name(grad[1].dtype()));
+    const DType mul = detail::multiply_dtype_of(act), cdt = detail::compute_dtype_of(act);
+    const auto a = [act](const Tensor& t) { return detail::activation_field(t, act); };
+    const auto st = [act](const Tensor& t) { return detail::statistics_field(t, act); };
+    Tensor doh = Tensor::empty({s.batch, s.q_len, s.heads, s.head_dim}, mul);
+    Tensor dlseh = Tensor::empty({s.batch, s.heads, s.q_len}, cdt);
+    std::vector<Field> from{a(grad[0]), st(grad[1])}, to{a(doh), st(dlseh)};
+    std::optional<detail::HeadSide> h;
+    if (sequence_side_saved_) {  // the replay's inputs and result travel with dO
+      h.emplace(head_side(s, act));
+      detail::add_replayed_fields(saved, *h, act, from, to);
+    }
+    ulysses_exchange(sp_, positions_, Side::sequence, from, to);
+    const detail::HeadSide head = h ? *h : detail::HeadSide(saved[0], saved[1], saved[2], saved[3], saved[4]);
+    Tensor dqh = Tensor::empty(head.q.shape(), cdt), dkh = Tensor::empty(head.k.shape(), cdt),
+           dvh = Tensor::empty(head.k.shape(), cdt);
+    attention_backward(s, head, doh, dlseh, dqh, dkh, dvh);
+    // dQ, dK, dV travel in the activation dtype. A replicated kv head's gradient is summed over
+    // its sharers in the compute dtype, then rounded once.
+    const std::int64_t n = s.q_len / P;
+    const bool replicated = kv_heads_ < P;
+    Tensor dq = Tensor::empty({s.batch, n, s.heads * P, s.head_dim}, act);
+    Tensor dk = Tensor::empty({s.batch, n, kv_heads_, s.head_dim}, replicated ? cdt : act);
+    Tensor dv = Tensor::empty(dk.shape(), dk.dtype());
+    ulysses_exchange(sp_, positions_, Side::heads, {a(dqh), a(dkh), a(dvh)}, {a(dq), a(dk), a(dv)});
+    work_->backward = work(s);
+    return TensorList{dq, dk.to(act), dv.to(act)};
   }
 
   std::string name() const override { return "UlyssesAttention"; }

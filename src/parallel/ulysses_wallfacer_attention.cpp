@@ -22,8 +22,10 @@
 // to the head side in the dO all-to-all, then runs WallFacer's replayed backward (K/V
 // re-dispatched).
 //
-// Dtypes: bf16 is widened to f32 around the strategy, as for Ulysses (sp_strategy_base.cpp):
-// the all-to-all sums replicated kv heads' gradients, which bf16 would round.
+// Dtypes: the all-to-alls move Q, K, V, O and their gradients in the activation dtype and lse,
+// d_lse in the compute dtype, as Ulysses does (ulysses_exchange.h); WallFacer takes the bf16
+// shards as they are (it moves bf16 itself). A replicated kv head's dK, dV are summed over its
+// sharers in f32.
 #include "src/parallel/ulysses_wallfacer_attention.h"
 
 #include <optional>
@@ -73,15 +75,16 @@ class UlyssesWallFacerFunction final : public autograd::Function {
   TensorList forward(Context& ctx, const TensorList& in) override {
     const Tensor &q = in[0], &k = in[1], &v = in[2];
     if (auto replay = detail::save_replay(ctx, in, replayed_)) return *replay;
-    HeadSide h = head_side(q.size(0), q.size(1), q.size(2), q.size(3), q.dtype());
-    ulysses_exchange(ulysses_, *positions_, Side::sequence, {tokens_major(q), tokens_major(k), tokens_major(v)},
-                     {tokens_major(h.q), tokens_major(h.k), tokens_major(h.v)});
+    const DType act = q.dtype();
+    const auto a = [act](const Tensor& t) { return detail::activation_field(t, act); };
+    const auto st = [act](const Tensor& t) { return detail::statistics_field(t, act); };
+    HeadSide h = head_side(q.size(0), q.size(1), q.size(2), q.size(3), act);
+    ulysses_exchange(ulysses_, *positions_, Side::sequence, {a(q), a(k), a(v)}, {a(h.q), a(h.k), a(h.v)});
     wallfacer_ = detail::make_wallfacer_function(rank_, call_, work_, std::nullopt);
     Context inner = inner_context();
     const TensorList oh = wallfacer_->forward(inner, {h.q, h.k, h.v});
-    Tensor o = Tensor::empty(q.shape(), q.dtype()), lse = Tensor::empty({q.size(0), q.size(2), q.size(1)}, q.dtype());
-    ulysses_exchange(ulysses_, *positions_, Side::heads, {tokens_major(oh[0]), heads_major(oh[1])},
-                     {tokens_major(o), heads_major(lse)});
+    Tensor o = Tensor::empty(q.shape(), act), lse = Tensor::empty({q.size(0), q.size(2), q.size(1)}, act);
+    ulysses_exchange(ulysses_, *positions_, Side::heads, {a(oh[0]), st(oh[1])}, {a(o), st(lse)});
     ctx.save_for_backward(inner.saved());
     return {o, lse};
   }
@@ -89,17 +92,19 @@ class UlyssesWallFacerFunction final : public autograd::Function {
   TensorList backward(Context& ctx, const TensorList& grad) override {
     const TensorList& saved = ctx.saved();
     const Tensor& d_out = grad[0];
-    const DType dtype = d_out.dtype();
-    WF_CHECK(grad[1].dtype() == dtype, "{} backward: the gradients of o and lse must share a dtype, got {} and {}",
-             kWhat, dtype_name(dtype), dtype_name(grad[1].dtype()));
+    const DType act = d_out.dtype(), cdt = detail::compute_dtype_of(act);
+    WF_CHECK(grad[1].dtype() == act, "{} backward: the gradients of o and lse must share a dtype, got {} and {}",
+             kWhat, dtype_name(act), dtype_name(grad[1].dtype()));
+    const auto a = [act](const Tensor& t) { return detail::activation_field(t, act); };
+    const auto st = [act](const Tensor& t) { return detail::statistics_field(t, act); };
     const std::int64_t B = d_out.size(0), n = d_out.size(1), heads = d_out.size(2), d = d_out.size(3);
     const int U = ulysses_.size();
-    Tensor doh = Tensor::empty({B, n * U, heads / U, d}, dtype), dlseh = Tensor::empty({B, heads / U, n * U}, dtype);
-    std::vector<Field> from{tokens_major(d_out), heads_major(grad[1])}, to{tokens_major(doh), heads_major(dlseh)};
+    Tensor doh = Tensor::empty({B, n * U, heads / U, d}, act), dlseh = Tensor::empty({B, heads / U, n * U}, cdt);
+    std::vector<Field> from{a(d_out), st(grad[1])}, to{a(doh), st(dlseh)};
     std::optional<HeadSide> h;
     if (sequence_side_saved_) {  // the replay's q, k, v, o, lse travel with dO
-      h.emplace(head_side(B, n, heads, d, dtype));
-      detail::add_replayed_fields(saved, *h, from, to);
+      h.emplace(head_side(B, n, heads, d, act));
+      detail::add_replayed_fields(saved, *h, act, from, to);
     }
     ulysses_exchange(ulysses_, *positions_, Side::sequence, from, to);
 
@@ -113,22 +118,25 @@ class UlyssesWallFacerFunction final : public autograd::Function {
     }
     const TensorList gh = wallfacer->backward(inner, {doh, dlseh});
 
-    Tensor dq = Tensor::empty(d_out.shape(), dtype), dk = Tensor::empty({B, n, kv_heads_, d}, dtype);
-    Tensor dv = Tensor::empty(dk.shape(), dtype);
-    ulysses_exchange(ulysses_, *positions_, Side::heads,
-                     {tokens_major(gh[0]), tokens_major(gh[1]), tokens_major(gh[2])},
-                     {tokens_major(dq), tokens_major(dk), tokens_major(dv)});
-    return {dq, dk, dv};
+    // A replicated kv head's gradient is summed over its sharers in the compute dtype, then
+    // rounded once.
+    const bool replicated = kv_heads_ < U;
+    Tensor dq = Tensor::empty(d_out.shape(), act), dk = Tensor::empty({B, n, kv_heads_, d}, replicated ? cdt : act);
+    Tensor dv = Tensor::empty(dk.shape(), dk.dtype());
+    ulysses_exchange(ulysses_, *positions_, Side::heads, {a(gh[0]), a(gh[1]), a(gh[2])}, {a(dq), a(dk), a(dv)});
+    return {dq, dk.to(act), dv.to(act)};
   }
 
   std::string name() const override { return "UlyssesWallFacerAttention"; }
 
  private:
   // The member's U·n tokens, h/U query heads and their kv heads, from the sequence side's q
-  // [B, n, heads, d].
-  HeadSide head_side(std::int64_t B, std::int64_t n, std::int64_t heads, std::int64_t d, DType dtype) const {
+  // [B, n, heads, d]: q, k, v in the activation dtype (WallFacer takes them so), o and lse (a
+  // replay's, for WallFacer's replayed backward) in the compute dtype.
+  HeadSide head_side(std::int64_t B, std::int64_t n, std::int64_t heads, std::int64_t d, DType activation) const {
     const int U = ulysses_.size();
-    return HeadSide(B, n * U, heads / U, ulysses_kv_heads_per_rank(kv_heads_, U), d, dtype);
+    return HeadSide(B, n * U, heads / U, ulysses_kv_heads_per_rank(kv_heads_, U), d, activation,
+                    detail::compute_dtype_of(activation));
   }
   static Context inner_context() {
     Context inner;

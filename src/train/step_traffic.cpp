@@ -35,16 +35,11 @@ std::int64_t gradient_sync_bytes(const FlatLayout& layout, int replicas, int zer
 }
 
 parallel::ElementBytes sp_element_bytes(const config::RunConfig& config) {
+  // Every strategy moves the activations (Q, K, V, O and their gradients) as they are, and lse,
+  // D and the partial sums in the compute dtype: f64 for f64, f32 otherwise.
   const auto activation = static_cast<std::int64_t>(dtype_size(config.train.dtype));
-  // lse, D and the partial sums travel in the compute dtype: f64 for f64, f32 otherwise.
   const std::int64_t compute = config.train.dtype == DType::f64 ? 8 : 4;
-  // Ulysses and the ulysses-wallfacer hybrid (but at U = 1, where it is WallFacer) move bf16
-  // activations widened to f32 (parallel/sp_strategy_base.cpp); ring and WallFacer move them
-  // as they are.
-  const bool widens = config.parallel.sp_strategy == parallel::SpStrategy::ulysses ||
-                      (config.parallel.sp_strategy == parallel::SpStrategy::ulysses_wallfacer && config.parallel.U > 1);
-  const std::int64_t moved = widens ? std::max(activation, compute) : activation;
-  return {moved, compute, compute};
+  return {activation, compute, compute};
 }
 
 std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy, const parallel::AttentionDims& dims,

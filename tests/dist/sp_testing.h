@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dist_testing.h"
+#include "parallel/attention_testing.h"
 #include "wallfacer/comm/process_grid.h"
 #include "wallfacer/parallel/block_attention.h"
 #include "wallfacer/parallel/sp_attention.h"
@@ -34,7 +35,9 @@ struct SpCase {
   bool keep_forward_kv = true;
   bool lse_grad = true;  // a random gradient on lse as well as on O
   std::uint64_t seed = 1;
-  // Bytes per element the strategy sends; default: the dtype's size for every kind.
+  // Bytes per element the strategy sends; default: train::sp_element_bytes's rule, the dtype's
+  // size for activations and the compute dtype's (f64 for f64, else f32) for statistics and
+  // partial sums.
   std::optional<parallel::ElementBytes> bytes;
 
   parallel::SequenceLayout layout_or_default() const;
@@ -54,7 +57,16 @@ struct SpCaseResult {
   std::vector<std::int64_t> forward_pairs;
 };
 
-double sp_tolerance(DType dtype);  // f64 1e-10, f32 1e-5
+// f64 1e-10, f32 1e-5; bf16 2e-2: inputs are bf16 (the reference uses the same rounded values),
+// the blocks multiply in bf16 with f32 accumulation where the CPU does so natively (P and dS
+// rounded to bf16 before their products), else in f32, and outputs and gradients are rounded to
+// bf16 once: a few 2^-8 of the largest value either way.
+double sp_tolerance(DType dtype);
+
+// The case's global problem and its f64 reference (reference_attention): for f32 and f64 drawn
+// in the case's dtype; for bf16 drawn in f32, rounded, and the reference recomputed on the
+// rounded values. A softmax scale other than 0 (1/sqrt(d)) recomputes it for that scale.
+ReferenceAttention sp_reference(const SpCase& c, double scale = 0.0);
 
 // The grid of the world with sp = world size, team size C and a placement, made on first use and
 // kept (its communicators are collective to create: every rank reaches the first use of each

@@ -165,6 +165,25 @@ TEST_CASE("the same global input gives the same results under every strategy, an
   }
 }
 
+// bf16 mixed precision: Q, K, V, O and their gradients travel in bf16 (half an f32 copy's bytes),
+// lse, d_lse and ring's dK, dV accumulators in f32 (the default ElementBytes of a bf16 case, the
+// rule of train::sp_element_bytes). Ulysses multiplies bf16 natively where the CPU can, else
+// widens while unpacking; a kv head replicated over its sharers (h_kv < P) has its gradient
+// summed in f32. Against the f64 reference on the rounded inputs at sp_tolerance(bf16).
+TEST_CASE("ring and ulysses move bf16 activations with fp32 statistics, within bf16 tolerance", "[dist][sp][bf16]") {
+  const int P = runtime().world_size();
+  for (SpStrategy strategy : {SpStrategy::ring, SpStrategy::ulysses}) {
+    for (bool causal : {true, false}) {
+      for (const std::int64_t h_kv : {std::int64_t{P}, std::int64_t{1}}) {
+        SpCase c = make_case(strategy, causal, 2, 2 * P, h_kv, DType::bf16);
+        c.seed = 41;
+        const SpCaseResult r = run_sp_case(c);
+        REQUIRE(r.o.dtype() == DType::bf16);
+      }
+    }
+  }
+}
+
 TEST_CASE("sp traffic summed over ranks, per strategy (printed)", "[dist][sp]") {
   const int P = runtime().world_size();
   SpCase ring = make_case(SpStrategy::ring, true, 1, 2 * P, P, DType::f32);

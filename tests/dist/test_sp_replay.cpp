@@ -147,12 +147,7 @@ std::vector<double> run_replay_case(const ReplayCase& r) {
   const std::shared_ptr<wf::nn::AttentionStrategy> strategy = wf::parallel::make_sp_attention(config, grid);
   const auto& work = dynamic_cast<const wf::parallel::SpAttentionWork&>(*strategy);
   // bf16 inputs are drawn in f32 and rounded (the f64 reference results are not used here).
-  const bool narrow = c.dtype != DType::f64 && c.dtype != DType::f32;
-  ReferenceAttention ref =
-      reference_attention({c.B, c.N, c.h, c.h_kv, c.d}, c.causal, narrow ? DType::f32 : c.dtype, c.seed);
-  if (narrow) {
-    for (Tensor* t : {&ref.q, &ref.k, &ref.v, &ref.d_o, &ref.d_lse}) *t = t->to(c.dtype);
-  }
+  const ReferenceAttention ref = sp_reference(c);
   const Tensor d_out = shard.shard(ref.d_o);
   const Tensor d_lse = take_positions(ref.d_lse, 2, wf::parallel::run_positions(shard.runs()));
   AttentionOptions options;
@@ -260,20 +255,13 @@ TEST_CASE("sp attention replay rejects a saved result that forward cannot have r
   }
 }
 
-TEST_CASE("wallfacer replay with bf16 inputs: the gradients within bf16 rounding of the ordinary ones",
-          "[dist][sp][replay]") {
+TEST_CASE("sp attention replay with bf16 inputs: bf16 traffic, the gradients within bf16 rounding of the ordinary ones",
+          "[dist][sp][replay][bf16]") {
   const int P = runtime().world_size();
-  for (int C : wf::comm::valid_team_sizes(P)) {
-    if (C > 2) continue;
-    ReplayCase r;
-    r.c.strategy = SpStrategy::wallfacer;
-    r.c.C = C;
-    r.c.h_kv = 2;
-    r.c.d = 8;
-    r.c.N = 6 * P;
-    r.c.dtype = DType::bf16;
-    r.c.bytes = wf::parallel::ElementBytes{2, 4, 4};
-    r.c.seed = 600;
+  for (ReplayCase r : replay_cases()) {
+    if (!r.c.causal || !r.c.lse_grad) continue;  // one case per strategy, team size, placement and U
+    r.c.dtype = DType::bf16;  // ElementBytes{2, 4, 4}: bf16 activations, f32 statistics and partial sums
+    r.c.seed += 100;
     // The replay reads lse rounded to bf16: half an ulp of |lse| ≈ 4 here is about 1e-2, and
     // exp(s − lse) passes it on to every probability (dV too). O rounded to bf16 (2^-9) changes
     // D, and both backwards round their gradients to bf16 at the end. Measured up to 2.0e-2; a
@@ -281,9 +269,9 @@ TEST_CASE("wallfacer replay with bf16 inputs: the gradients within bf16 rounding
     r.tolerance = 5e-2;
     const std::vector<double> d = run_replay_case(r);
     if (runtime().rank() == 0) {
-      fmt::print("sp replay P = {} wallfacer C = {} bf16: max relative difference from the ordinary backward dq "
-                 "{:.1e} dk {:.1e} dv {:.1e}\n",
-                 P, C, d[5], d[6], d[7]);
+      fmt::print("sp replay P = {} {} bf16: max relative difference from the ordinary backward dq {:.1e} dk {:.1e} "
+                 "dv {:.1e}\n",
+                 P, describe(r), d[5], d[6], d[7]);
     }
   }
 }

@@ -151,9 +151,9 @@ TEST_CASE("a pipelined training step sends on each group exactly the bytes step_
   if (world >= 2 && world % 2 == 0) CHECK(ran >= 3);
 }
 
-// bf16 mixed precision moves bf16 activations (tp, pp, WallFacer and ring's K, V), f32 gradients
-// (or bf16 ones, parallel.grad_reduce_dtype) and partial sums, and f32 in Ulysses, which widens
-// bf16 (parallel/sp_strategy_base.cpp): the formula knows each.
+// bf16 mixed precision moves bf16 activations (tp, pp, and every sp strategy's Q, K, V, O and
+// their gradients), f32 gradients (or bf16 ones, parallel.grad_reduce_dtype), statistics and
+// partial sums: the formula knows each.
 TEST_CASE("a bf16 mixed-precision training step sends exactly the bytes step_traffic.h predicts",
           "[dist][layout_traffic][bf16][pp]") {
   const int world = runtime().world_size();

@@ -8,7 +8,7 @@
 // traffic_model.h's ulysses_wallfacer_traffic per rank and summed, and every rank's attention
 // work; causal (zigzag) and full (contiguous), MHA and GQA with the kv heads split over U and
 // replicated (h_kv < U). Then: U = 1 and U = P are wallfacer and ulysses bit for bit, and bf16
-// inputs give exactly the f32 results on the rounded inputs, rounded (the hybrid widens bf16).
+// inputs (moved as bf16) match the reference within bf16 tolerance, with bf16 traffic.
 // Sizes are tiny (N = 6·P zigzag, 5·P contiguous, d = 8).
 #include <fmt/format.h>
 
@@ -118,38 +118,15 @@ TEST_CASE("ulysses-wallfacer with U = 1 is wallfacer and with U = P is ulysses, 
   }
 }
 
-TEST_CASE("ulysses-wallfacer with bf16 inputs: the f32 results on the rounded inputs, rounded",
-          "[dist][sp][ulysses_wallfacer]") {
-  const std::vector<HybridLayout> layouts = hybrid_layouts();
-  const int P = runtime().world_size();
-  for (const HybridLayout& l : layouts) {
-    const SpCase c = hybrid_case(l, true, true, 2, DType::f32);
-    wf::comm::CommGrid& grid = sp_grid(c.C, wf::comm::Placement::collectives_intra, c.U, c.ulysses_inner);
-    const wf::parallel::SpAttentionConfig config{c.strategy, c.layout_or_default(), c.N, true};
-    const wf::parallel::SpShard shard = wf::parallel::sp_shard(config, grid);
-    const auto attention = wf::parallel::make_sp_attention(config, grid);
-    ReferenceAttention ref = reference_attention({c.B, c.N, c.h, c.h_kv, c.d}, true, DType::f32, 700);
-    const std::vector<std::int64_t> positions = wf::parallel::run_positions(shard.runs());
-    wf::AttentionOptions options;
-    options.causal = true;
-    // Runs the strategy on this rank's shard in `dtype` (inputs rounded to bf16 first either way):
-    // out, lse, dq, dk, dv.
-    const auto run = [&](DType dtype) {
-      std::vector<Tensor> leaves;
-      for (const Tensor* t : {&ref.q, &ref.k, &ref.v}) {
-        leaves.push_back(shard.shard(t->to(DType::bf16)).to(dtype));
-        leaves.back().set_requires_grad();
-      }
-      const wf::AttentionResult r = attention->forward(leaves[0], leaves[1], leaves[2], options);
-      wf::autograd::backward({r.out, r.lse}, {shard.shard(ref.d_o.to(DType::bf16)).to(dtype),
-                                              take_positions(ref.d_lse.to(DType::bf16), 2, positions).to(dtype)});
-      return std::vector<Tensor>{r.out, r.lse, leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
-    };
-    const std::vector<Tensor> bf16 = run(DType::bf16), f32 = run(DType::f32);
-    for (std::size_t i = 0; i < bf16.size(); ++i) {
-      INFO("U = " << l.U << ", C = " << l.C << ", P = " << P << ", result " << i << " (out, lse, dq, dk, dv)");
-      REQUIRE(bf16[i].dtype() == DType::bf16);
-      CHECK(mismatch(bf16[i], f32[i].to(DType::bf16)).empty());
+TEST_CASE("ulysses-wallfacer moves bf16 activations with fp32 statistics, within bf16 tolerance",
+          "[dist][sp][ulysses_wallfacer][bf16]") {
+  // The all-to-alls move Q, K, V, O and their gradients in bf16 and lse, d_lse in f32; WallFacer
+  // inside moves bf16 with f32 partial sums (the default ElementBytes of a bf16 case). h_kv = 2:
+  // split over U = 2, replicated at U = 4 (its dK, dV summed over the sharers in f32).
+  for (const HybridLayout& l : hybrid_layouts()) {
+    for (bool inner : {true, false}) {
+      const SpCaseResult r = run_sp_case(hybrid_case(l, inner, true, 2, DType::bf16));
+      REQUIRE(r.o.dtype() == DType::bf16);
     }
   }
 }

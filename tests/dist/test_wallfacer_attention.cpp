@@ -84,37 +84,6 @@ struct WorstErrors {
 
 // ---- what run_sp_case does not cover: placement, scale, bf16, backward work ------------------
 
-// The reference of reference_attention, recomputed for the inputs `r` holds now (rounded to
-// another dtype, say) and a softmax scale (0: 1/sqrt(d)).
-void recompute_reference(ReferenceAttention& r, bool causal, double scale) {
-  wf::kernels::cpu::AttentionShape s;
-  s.batch = r.q.size(0);
-  s.q_len = s.kv_len = r.q.size(1);
-  s.heads = r.q.size(2);
-  s.kv_heads = r.k.size(2);
-  s.head_dim = r.q.size(3);
-  s.causal = causal;
-  s.scale = scale;
-  const Tensor q = r.q.to(DType::f64), k = r.k.to(DType::f64), v = r.v.to(DType::f64);
-  const Tensor d_o = r.d_o.to(DType::f64), d_lse = r.d_lse.to(DType::f64);
-  wf::kernels::cpu::attention_forward_reference<double>(s, q.data<double>(), k.data<double>(), v.data<double>(),
-                                                        r.o.data<double>(), r.lse.data<double>());
-  wf::kernels::cpu::attention_backward_reference<double>(s, q.data<double>(), k.data<double>(), v.data<double>(),
-                                                         d_o.data<double>(), r.dq.data<double>(), r.dk.data<double>(),
-                                                         r.dv.data<double>(), d_lse.data<double>());
-}
-
-ReferenceAttention reference_for(const SpCase& c, double scale) {
-  const bool narrow = c.dtype != DType::f64 && c.dtype != DType::f32;  // drawn in f32, rounded, recomputed
-  ReferenceAttention r =
-      reference_attention({c.B, c.N, c.h, c.h_kv, c.d}, c.causal, narrow ? DType::f32 : c.dtype, c.seed, c.lse_grad);
-  if (narrow) {
-    for (Tensor* t : {&r.q, &r.k, &r.v, &r.d_o, &r.d_lse}) *t = t->to(c.dtype);
-  }
-  if (narrow || scale != 0) recompute_reference(r, c.causal, scale);
-  return r;
-}
-
 constexpr const char* kSpGroups[] = {"sp", "sp.team", "sp.ring"};
 
 SpTraffic sp_traffic(wf::comm::CommGrid& grid) {
@@ -146,7 +115,7 @@ struct LocalRun {
 };
 
 // One forward and backward through the case's strategy (WallFacer, or ring) on `placement`'s
-// grid, checked on this rank's shard: values against `ref` = reference_for(c, scale) (within `tolerance`), traffic against
+// grid, checked on this rank's shard: values against `ref` = sp_reference(c, scale) (within `tolerance`), traffic against
 // the model per rank and summed, forward work against the layout's prediction.
 LocalRun run_local(const SpCase& c, Placement placement, double scale, double tolerance,
                    const ReferenceAttention& ref) {
@@ -233,7 +202,7 @@ TEST_CASE("wallfacer attention under the p2p-intra placement", "[dist][sp][wallf
         SpCase c = wallfacer_case(C, causal, 1 + k % 2, h_kv, DType::f64);
         c.keep_forward_kv = k / 2 == 0;
         c.seed = 200 + static_cast<std::uint64_t>(k++);
-        worst.add(run_local(c, Placement::p2p_intra, 0.0, sp_tolerance(c.dtype), reference_for(c, 0.0)).errors);
+        worst.add(run_local(c, Placement::p2p_intra, 0.0, sp_tolerance(c.dtype), sp_reference(c, 0.0)).errors);
       }
     }
     print_on_rank0(fmt::format("wallfacer P = {} C = {} p2p-intra f64: max relative error {}", P, C, worst.str()));
@@ -270,7 +239,7 @@ TEST_CASE("wallfacer attention: lse gaps beyond 100, and query rows a member's k
       SpCase c = wallfacer_case(C, true, 2, 2, dtype);
       c.seed = 300;
       constexpr double kScale = 40.0;
-      const ReferenceAttention ref = reference_for(c, kScale);
+      const ReferenceAttention ref = sp_reference(c, kScale);
       const std::vector<double> lse = ref.lse.to_vector<double>();
       const auto [lo, hi] = std::minmax_element(lse.begin(), lse.end());
       CHECK(*hi - *lo > 100.0);
@@ -289,7 +258,7 @@ TEST_CASE("wallfacer attention: equal work on every rank under the causal zigzag
   const int P = runtime().world_size();
   for (int C : team_sizes()) {
     const SpCase c = wallfacer_case(C, true, 1, 2, DType::f32);
-    const LocalRun run = run_local(c, Placement::collectives_intra, 0.0, sp_tolerance(c.dtype), reference_for(c, 0.0));
+    const LocalRun run = run_local(c, Placement::collectives_intra, 0.0, sp_tolerance(c.dtype), sp_reference(c, 0.0));
     // Each of the G team pairs a rank meets costs 2·S² visible pairs (S = N/2T tokens per chunk);
     // a pair of a team with itself adds the S diagonal pairs. Exactly one member of each team
     // meets its own team's K/V (forward), and a K/V holder meets its own team's queries at most
@@ -350,13 +319,8 @@ TEST_CASE("wallfacer and ring attention move bf16 activations with fp32 statisti
   for (const auto& [strategy, C] : strategies) {
     SpCase c = wallfacer_case(C, true, 1, 2, DType::bf16);
     c.strategy = strategy;  // ring: K, V travel bf16, the dK, dV accumulators f32
-    c.bytes = wf::parallel::ElementBytes{2, 4, 4};
     c.keep_forward_kv = false;
-    // Inputs are bf16 (the reference uses the same rounded values); the blocks multiply in bf16
-    // with f32 accumulation where the CPU does so natively (P and dS rounded to bf16 before their
-    // products), else in f32; outputs and gradients are rounded to bf16 once: a few 2^-8 of the
-    // largest value either way.
-    run_local(c, Placement::collectives_intra, 0.0, 2e-2, reference_for(c, 0.0));
+    run_local(c, Placement::collectives_intra, 0.0, sp_tolerance(c.dtype), sp_reference(c, 0.0));
   }
 }
 

@@ -44,8 +44,8 @@
 //             max(1, h_kv/U) kv heads (ulysses_heads.h), at WallFacer logical index l_W: its
 //             dispatch on "sp.wallfacer", the rest on "sp.team" and "sp.ring"
 //   (ulysses_wallfacer_dims gives the two parts' dims). Every element is counted in the bytes
-//   passed: under bf16 the hybrid moves f32 (it widens, as Ulysses does), except at U = 1,
-//   where it is WallFacer itself (and at U = P Ulysses itself).
+//   passed: under bf16 both parts move bf16 activations and f32 statistics and partial sums,
+//   as every strategy does (train::sp_element_bytes).
 // A call replayed under activation checkpointing (AttentionStrategy::replay) sends nothing in
 // the replay; its backward moves (test_sp_replay.cpp measures it):
 //   ring       the ordinary backward

@@ -78,9 +78,9 @@ std::int64_t all_reduce_bytes(std::int64_t bytes, int ranks);
 std::int64_t gradient_sync_bytes(const FlatLayout& layout, int replicas, int zero = 0, std::int64_t accum = 1,
                                  DType reduce_dtype = DType::f32);
 
-// The bytes per element the sp strategy of `config` moves: activations in the run's dtype (but
-// Ulysses, and ulysses-wallfacer with U > 1, widen bf16 to f32 before their all-to-alls), lse, D
-// and partial sums in the compute dtype (f32; f64 for f64 runs).
+// The bytes per element the sp strategy of `config` moves (the same rule for every strategy):
+// activations in the run's dtype, lse, D and partial sums in the compute dtype (f32; f64 for f64
+// runs).
 parallel::ElementBytes sp_element_bytes(const config::RunConfig& config);
 
 // The sp groups' term of one attention call (forward + backward, or forward + replayed backward
