@@ -19,7 +19,8 @@
 // (P−1)/P·((2E + 2E_kv·ρ)·a + R·s), a and s the bytes of an activation and a statistic,
 // ρ = max(1, P/h_kv) copies of each kv head, R = B·(N/P)·h: the R term is lse (forward) and
 // its gradient (backward), which must travel because the nn::AttentionStrategy contract returns
-// lse on the sequence shard. It rides in the O (dO) message, so the message count is that of two all-to-alls per pass.
+// lse on the sequence shard. It rides in the O (dO) message, so the message count is that of
+// two all-to-alls per pass.
 //
 // Dtypes: Q, K, V, O and their gradients travel in the activation dtype (bf16 under bf16 mixed
 // precision), lse and d_lse in the compute dtype (ulysses_exchange.h). On the head side the
@@ -139,8 +140,9 @@ class UlyssesAttentionFunction final : public autograd::Function {
     const kernels::cpu::AttentionShape s =
         sequence_side_saved_ ? shape_of(saved[0], saved[1]) : shape_of_sharded(saved[0], saved[1]);
     const int P = sp_.size();
-    WF_CHECK(grad[1].dtype() == act, "ulysses attention backward: the gradients of o and lse must share a dtype, got {} "
-             "and {}", dtype_name(act), dtype_name(grad[1].dtype()));
+    WF_CHECK(grad[1].dtype() == act,
+             "ulysses attention backward: the gradients of o and lse must share a dtype, got {} and {}",
+             dtype_name(act), dtype_name(grad[1].dtype()));
     const DType mul = detail::multiply_dtype_of(act), cdt = detail::compute_dtype_of(act);
     const auto a = [act](const Tensor& t) { return detail::activation_field(t, act); };
     const auto st = [act](const Tensor& t) { return detail::statistics_field(t, act); };

@@ -2,8 +2,9 @@
 // same config (synthetic images; noise, times and label dropout drawn at each sample's global
 // index) give the same loss and gradient norm at each of 3 steps, within f32 summation order
 // (1e-5 relative for the loss, 1e-4 for the norm), and again in bf16 mixed precision. The
-// layouts at 4 ranks cover each dimension and a pair with sp: sp 4 WallFacer C 2 (full mask, contiguous shards), sp 4 Ulysses, sp 4 ring
-// with the checkpoint at the attention output, dp 2 x sp 2, tp 2 x sp 2 and pp 2 x sp 2.
+// layouts at 4 ranks cover each dimension and a pair with sp: sp 4 WallFacer C 2 (full mask,
+// contiguous shards), sp 4 Ulysses, sp 4 ring with the checkpoint at the attention output,
+// dp 2 x sp 2, tp 2 x sp 2 and pp 2 x sp 2.
 #include <fmt/format.h>
 
 #include <algorithm>

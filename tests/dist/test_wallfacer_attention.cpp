@@ -115,8 +115,9 @@ struct LocalRun {
 };
 
 // One forward and backward through the case's strategy (WallFacer, or ring) on `placement`'s
-// grid, checked on this rank's shard: values against `ref` = sp_reference(c, scale) (within `tolerance`), traffic against
-// the model per rank and summed, forward work against the layout's prediction.
+// grid, checked on this rank's shard: values against `ref` = sp_reference(c, scale) (within
+// `tolerance`), traffic against the model per rank and summed, forward work against the layout's
+// prediction.
 LocalRun run_local(const SpCase& c, Placement placement, double scale, double tolerance,
                    const ReferenceAttention& ref) {
   const int P = runtime().world_size();
