@@ -161,6 +161,6 @@ TEST_CASE("training parity: every dp x sp layout matches single-process losses a
 // strategy moves bf16 activations (Ulysses and the hybrid too), and the GEMMs and attention
 // multiply in bf16 where the CPU does so natively (f32 on widened operands elsewhere).
 TEST_CASE("training parity in bf16: every dp x sp layout matches a single bf16 process within bf16 tolerance",
-          "[dist][train][bf16]") {
+          "[dist][train][bf16][bf16_parity]") {
   for (const Layout& layout : layouts_for(runtime().world_size())) check_parity(layout, wf::DType::bf16, kBf16Parity);
 }
