@@ -178,12 +178,12 @@ void exchange(comm::Group& sp, const Positions& positions, Side from_side, const
 }  // namespace
 
 HeadSide::HeadSide(std::int64_t batch, std::int64_t tokens, std::int64_t heads, std::int64_t kv_heads,
-                   std::int64_t head_dim, DType inputs, DType results)
+                   std::int64_t head_dim, DType inputs, std::optional<DType> results)
     : q(Tensor::empty({batch, tokens, heads, head_dim}, inputs)),
       k(Tensor::empty({batch, tokens, kv_heads, head_dim}, inputs)),
       v(Tensor::empty(k.shape(), inputs)),
-      o(Tensor::empty(q.shape(), results)),
-      lse(Tensor::empty({batch, heads, tokens}, results)) {}
+      o(results ? Tensor::empty(q.shape(), *results) : Tensor()),
+      lse(results ? Tensor::empty({batch, heads, tokens}, *results) : Tensor()) {}
 
 std::optional<autograd::TensorList> save_replay(autograd::Context& ctx, const autograd::TensorList& in,
                                                 Replayed& replayed) {

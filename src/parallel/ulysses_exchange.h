@@ -52,11 +52,12 @@ void ulysses_exchange(comm::Group& group, const Positions& positions, Side from_
 
 // The head side of one call: `tokens` tokens, `heads` query heads and `kv_heads` kv heads:
 // q, o [B, tokens, heads, d], k, v [B, tokens, kv_heads, d], lse [B, heads, tokens]; q, k, v in
-// `inputs`, o and lse in `results` (f32 beside bf16 inputs: what the attention computes).
+// `inputs`, o and lse in `results` (f32 beside bf16 inputs: what the attention computes), or
+// left undefined without `results` (a caller whose attention returns its own).
 struct HeadSide {
   Tensor q, k, v, o, lse;
   HeadSide(std::int64_t batch, std::int64_t tokens, std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim,
-           DType inputs, DType results);
+           DType inputs, std::optional<DType> results);
   HeadSide(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse)  // saved ones
       : q(std::move(q)), k(std::move(k)), v(std::move(v)), o(std::move(o)), lse(std::move(lse)) {}
 };

@@ -78,7 +78,7 @@ class UlyssesWallFacerFunction final : public autograd::Function {
     const DType act = q.dtype();
     const auto a = [act](const Tensor& t) { return detail::activation_field(t, act); };
     const auto st = [act](const Tensor& t) { return detail::statistics_field(t, act); };
-    HeadSide h = head_side(q.size(0), q.size(1), q.size(2), q.size(3), act);
+    HeadSide h = head_side(q.size(0), q.size(1), q.size(2), q.size(3), act, /*replayed=*/false);
     ulysses_exchange(ulysses_, *positions_, Side::sequence, {a(q), a(k), a(v)}, {a(h.q), a(h.k), a(h.v)});
     wallfacer_ = detail::make_wallfacer_function(rank_, call_, work_, std::nullopt);
     Context inner = inner_context();
@@ -103,7 +103,7 @@ class UlyssesWallFacerFunction final : public autograd::Function {
     std::vector<Field> from{a(d_out), st(grad[1])}, to{a(doh), st(dlseh)};
     std::optional<HeadSide> h;
     if (sequence_side_saved_) {  // the replay's q, k, v, o, lse travel with dO
-      h.emplace(head_side(B, n, heads, d, act));
+      h.emplace(head_side(B, n, heads, d, act, /*replayed=*/true));
       detail::add_replayed_fields(saved, *h, act, from, to);
     }
     ulysses_exchange(ulysses_, *positions_, Side::sequence, from, to);
@@ -131,12 +131,14 @@ class UlyssesWallFacerFunction final : public autograd::Function {
 
  private:
   // The member's U·n tokens, h/U query heads and their kv heads, from the sequence side's q
-  // [B, n, heads, d]: q, k, v in the activation dtype (WallFacer takes them so), o and lse (a
-  // replay's, for WallFacer's replayed backward) in the compute dtype.
-  HeadSide head_side(std::int64_t B, std::int64_t n, std::int64_t heads, std::int64_t d, DType activation) const {
+  // [B, n, heads, d]: q, k, v in the activation dtype (WallFacer takes them so); with
+  // `replayed`, o and lse too (a replay's, for WallFacer's replayed backward) in the compute
+  // dtype. The forward needs no o, lse of its own: WallFacer returns them.
+  HeadSide head_side(std::int64_t B, std::int64_t n, std::int64_t heads, std::int64_t d, DType activation,
+                     bool replayed) const {
     const int U = ulysses_.size();
     return HeadSide(B, n * U, heads / U, ulysses_kv_heads_per_rank(kv_heads_, U), d, activation,
-                    detail::compute_dtype_of(activation));
+                    replayed ? std::optional<DType>(detail::compute_dtype_of(activation)) : std::nullopt);
   }
   static Context inner_context() {
     Context inner;
