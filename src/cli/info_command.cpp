@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fmt/format.h>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -51,11 +52,20 @@ std::string mpi_library_version() {
   return version;
 }
 
+// A CUDA toolkit found at build time gives device discovery and the NCCL communication backend,
+// but no compute backend (there are no CUDA kernels yet): say so, so that nobody takes a listed
+// GPU for one that trains.
 Json cuda_facts() {
   Json cuda;
-  cuda["compiled"] = static_cast<bool>(WF_HAVE_CUDA);
-  if (!WF_HAVE_CUDA) return cuda;
+  if (!WF_HAVE_CUDA) {
+    cuda["toolkit"] = Json();
+    cuda["use"] = "none: built without a CUDA toolkit";
+    return cuda;
+  }
   cuda["toolkit"] = WF_CUDA_TOOLKIT_VERSION;
+  cuda["use"] = fmt::format("device discovery and communication ({}); no CUDA compute backend is built, so "
+                            "tensors and kernels run on the CPU",
+                            WF_BUILT_WITH_NCCL ? "NCCL" : "no NCCL found");
   const std::string runtime = cuda_runtime_version(), driver = cuda_driver_version();
   cuda["runtime"] = runtime.empty() ? Json() : Json(runtime);
   cuda["driver"] = driver.empty() ? Json() : Json(driver);
@@ -71,9 +81,8 @@ Json collect_info() {
   info["build_type"] = WF_BUILD_TYPE;
   info["compiler"] = WF_CXX_COMPILER;
   info["sanitizers"] = split_commas(WF_SANITIZERS);
-  std::vector<std::string> backends{"cpu"};
-  if (WF_HAVE_CUDA) backends.emplace_back("cuda");
-  info["backends"] = backends;
+  // The compute backends built: the CPU one only, with or without a CUDA toolkit (see cuda.use).
+  info["backends"] = std::vector<std::string>{"cpu"};
   info["blas"] = blas_info();
   info["onednn"] = kernels::cpu::onednn_info();
   // The GEMM backend products run and why (WF_CPU_GEMM, or a ~50 ms measurement made now).
