@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 
 #include "config/config_test_util.h"
@@ -57,6 +58,31 @@ TEST_CASE("config: every preset in configs/ validates for its stated world size"
     }
   }
   CHECK(presets >= 5);
+}
+
+// A GPU preset names its card on its "# machine:" line ("# machine: gpu, H100 80GB (...)"): the
+// memory validate expects a rank to need (config::memory_per_rank, the estimate `validate` and
+// `train` refuse a layout by) must fit that many GB (10^9 bytes, as cards are sold).
+TEST_CASE("config: every GPU preset fits its stated card by validate's memory estimate", "[config]") {
+  int gpu_presets = 0;
+  for (const auto& entry : fs::directory_iterator(repository_root() / "configs")) {
+    const std::string machine = stated(entry.path(), "machine");
+    if (entry.path().extension() != ".yaml" || machine.find("gpu") == std::string::npos) continue;
+    ++gpu_presets;
+    DYNAMIC_SECTION(entry.path().filename().string()) {
+      std::smatch card;
+      INFO("a GPU preset names its card and its memory, e.g. '# machine: gpu, H100 80GB (...)'; got:" << machine);
+      REQUIRE(std::regex_search(machine, card, std::regex(R"(([0-9]+) ?GB)")));
+      const double card_bytes = std::stod(card[1].str()) * 1e9;
+      const MemoryEstimate need = memory_per_rank(load_config(entry.path().string()));
+      const double gib = double(1ULL << 30);
+      INFO("validate estimates " << need.total() / gib << " GiB per rank: " << need.parameter_bytes() / gib
+                                 << " GiB for weights, gradients and AdamW state (parallel.zero shards it), "
+                                 << need.activation_bytes / gib << " GiB of activations");
+      CHECK(need.total() <= card_bytes);
+    }
+  }
+  CHECK(gpu_presets >= 1);
 }
 
 TEST_CASE("config: gpt-tiny is the 4-rank CPU preset with WallFacer sequence parallelism", "[config]") {
