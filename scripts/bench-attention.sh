@@ -15,10 +15,10 @@ cores=$(nproc)
 if [ "$cores" -lt "$ranks" ]; then
   echo "note: $ranks ranks on $cores cores: oversubscribed, ranks time-share cores"
 fi
-source scripts/mpi-flags.sh
+source scripts/mpi-env.sh
 for mask in causal full; do
   echo "== mask $mask"
-  OMP_NUM_THREADS=1 mpirun -np "$ranks" "${mpi_flags[@]}" "$build/wallfacer" bench attention \
+  OMP_NUM_THREADS=1 mpirun -np "$ranks" "$build/wallfacer" bench attention \
     --seq 8192 --heads 8 --kv-heads 8 --head-dim 64 --dtype f32 --mask "$mask" --iters 3 --check "$@"
   echo
 done

@@ -9,18 +9,17 @@
 #   WF_BUILD_DIR      build tree holding the wallfacer executable (default build; built if missing)
 #   WF_BENCH_RANKS    world sizes to run (default "2 4")
 #   WF_MPIRUN_FLAGS   extra mpirun flags, e.g. "--mca btl_vader_single_copy_mechanism cma" to
-#                     use the shared-memory single-copy path the default flags turn off
+#                     use the shared-memory single-copy path scripts/mpi-env.sh turns off
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${WF_BUILD_DIR:-build}"
 [ -x "$build/wallfacer" ] || scripts/build.sh "$build"
 [ "$#" -gt 0 ] || set -- --overlap
 
-# The flags of the mpirun tests (tests/CMakeLists.txt): root and more ranks than cores allowed,
-# ranks that yield while they wait, one OpenMP thread each, and no CMA single-copy path (it
-# needs ptrace rights some containers withhold). Later flags override earlier ones.
-flags=(--oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1
-       --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1)
+# The settings of the mpirun tests (scripts/mpi-env.sh): root and more ranks than cores allowed,
+# ranks that yield while they wait, and no CMA single-copy path (it needs ptrace rights some
+# containers withhold). Flags given in WF_MPIRUN_FLAGS override them.
+source scripts/mpi-env.sh
 # shellcheck disable=SC2206  # WF_MPIRUN_FLAGS is a list of words on purpose
 extra=(${WF_MPIRUN_FLAGS:-})
 
@@ -28,5 +27,5 @@ echo "== $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for ranks in ${WF_BENCH_RANKS:-2 4}; do
   echo
   echo "== mpirun -np $ranks ${extra[*]}"
-  OMP_NUM_THREADS=1 mpirun -np "$ranks" "${flags[@]}" "${extra[@]}" "$build/wallfacer" bench comm "$@"
+  OMP_NUM_THREADS=1 mpirun -np "$ranks" "${extra[@]}" "$build/wallfacer" bench comm "$@"
 done

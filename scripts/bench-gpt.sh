@@ -27,6 +27,8 @@
 # Environment:
 #   STEPS=N       timed steps per run, after 1 warm-up step (default 5); each run reports their median
 #   ROUNDS=N      alternations ours/PyTorch per benchmark (default 3; fewer than 3 is refused)
+#   WF_BENCH_QUICK=1  one-layer models of 64 tokens and STEPS=1: checks the script runs end to end
+#                 (the tests), measures nothing; the targets are still judged, against toy shapes
 #   LOAD_MAX=X    idleness threshold (default 0.5): the machine counts as not idle when the 1-minute
 #                 load average before the first round exceeds X, or other processes use more than X
 #                 cores on average during a round
@@ -45,6 +47,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 [ -x "$build/wallfacer" ] || scripts/build.sh "$build"
 steps=${STEPS:-5}
+[ "${WF_BENCH_QUICK:-0}" = 1 ] && steps=1
 rounds=${ROUNDS:-3}
 load_max=${LOAD_MAX:-0.5}
 torch_python=/usr/bin/python3  # Debian's python3-torch; the python3 first on PATH may lack it
@@ -346,6 +349,11 @@ PY
 
 tiny=(--layers 4 --d-model 256 --heads 4 --vocab 256 --batch 4 --seq 256)
 gpt2=(--layers 12 --d-model 768 --heads 12 --vocab 50257 --batch 4 --seq 64)
+if [ "${WF_BENCH_QUICK:-0}" = 1 ]; then
+  echo "== WF_BENCH_QUICK=1: toy shapes, 1 step: checks the script runs, measures nothing"
+  tiny=(--layers 1 --d-model 32 --heads 2 --vocab 256 --batch 1 --seq 64)
+  gpt2=(--layers 1 --d-model 48 --heads 2 --vocab 512 --batch 1 --seq 64)
+fi
 torch_f32=-; torch_bf16=-; torch_note=${torch_absent:-}
 if ((have_torch)); then torch_f32=f32; torch_bf16=bf16; fi
 

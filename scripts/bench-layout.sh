@@ -14,7 +14,7 @@ build=${1:-build}
 shift || true
 [ -x "$build/wallfacer" ] || scripts/build.sh "$build"
 cores=$(nproc)
-source scripts/mpi-flags.sh
+source scripts/mpi-env.sh
 tiny=(configs/gpt-tiny.yaml --set train.seq_len=64 --set train.micro_batch_size=1 --set train.global_batch_size=8)
 bench() {  # RANKS [bench layout flags...]
   local ranks=$1
@@ -22,7 +22,7 @@ bench() {  # RANKS [bench layout flags...]
   if [ "$cores" -lt "$ranks" ]; then
     echo "note: $ranks ranks on $cores cores: oversubscribed, ranks time-share cores"
   fi
-  OMP_NUM_THREADS=1 mpirun -np "$ranks" "${mpi_flags[@]}" "$build/wallfacer" bench layout "${tiny[@]}" "$@"
+  OMP_NUM_THREADS=1 mpirun -np "$ranks" "$build/wallfacer" bench layout "${tiny[@]}" "$@"
   echo
 }
 for ranks in 4 8; do

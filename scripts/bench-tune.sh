@@ -16,7 +16,7 @@ out=${2:-runs/bench-tune}
 worlds=${3:-2 4 8}
 steps=${WF_BENCH_TUNE_STEPS:-3}
 [ -x "$build/wallfacer" ] || scripts/build.sh "$build"
-source scripts/mpi-flags.sh
+source scripts/mpi-env.sh
 mkdir -p "$out"
 # gpt-tiny (4 layers, d_model 256, 4 heads, d_ff 1024, 3.2 M parameters) at 256 tokens, 8
 # sequences per step in micro batches of 1, so every layout of 2, 4 and 8 ranks trains the same
@@ -26,9 +26,9 @@ echo "bench-tune: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load average
 for world in $worlds; do
   cal=$out/calibration-$world.yaml
   echo "== world $world: calibrate, measure every layout ($steps steps each), predict"
-  OMP_NUM_THREADS=1 mpirun -np "$world" "${mpi_flags[@]}" "$build/wallfacer" tune --calibrate --out "$cal" >/dev/null
+  OMP_NUM_THREADS=1 mpirun -np "$world" "$build/wallfacer" tune --calibrate --out "$cal" >/dev/null
   grep -E '^# (GEMM|attention|memory|p2p|all_reduce|all_gather|reduce_scatter|all_to_all|sync|overlap)' "$cal"
-  OMP_NUM_THREADS=1 mpirun -np "$world" "${mpi_flags[@]}" "$build/wallfacer" bench layout "${model[@]}" \
+  OMP_NUM_THREADS=1 mpirun -np "$world" "$build/wallfacer" bench layout "${model[@]}" \
     --steps "$steps" --json >"$out/bench-$world.jsonl"
   "$build/wallfacer" tune --model "${model[@]}" --world "$world" --cluster "$cal" --json >"$out/tune-$world.jsonl"
   echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
