@@ -10,7 +10,8 @@ Both lists are read from the tree, so a new folder is covered. Shell-style forms
 `kernels/cpu/gemm.{h,cpp}` must have both files, `configs/*.yaml` and `tests/<layer>/` (a
 placeholder) must match at least one. Folders that builds and runs write (build*/, data/, runs/)
 are not the repository's and are skipped.
-Exits 1 listing each missing path with the file and line that cite it.
+Also, README.md names every file of scripts/ (its folder table lists them), so a new script
+cannot go unmentioned. Exits 1 listing each missing path with the file and line that cite it.
 """
 import glob
 import os
@@ -96,8 +97,17 @@ def main():
             checked += 1
             if not exists(root, path, bases):
                 missing.append(f"{doc}:{number}: {path}")
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    scripts = sorted(n for n in os.listdir(os.path.join(root, "scripts"))
+                     if os.path.isfile(os.path.join(root, "scripts", n)))
+    unnamed = [n for n in scripts if n not in readme]
+    if unnamed:
+        missing.append("README.md: names no " + ", ".join(f"scripts/{n}" for n in unnamed)
+                       + " (the folder table lists every script)")
     if missing:
-        print(f"{len(missing)} cited path(s) do not exist (moved or renamed? fix the doc):")
+        print(f"{len(missing)} problem(s): cited paths that do not exist (moved or renamed? fix the doc), "
+              "or scripts README.md does not name:")
         print("\n".join("  " + m for m in missing))
         return 1
     print(f"all {checked} cited paths exist in {len(docs)} documents")

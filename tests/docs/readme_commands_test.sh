@@ -38,6 +38,7 @@ if ! grep -qF "\`$setup\`" "$readme"; then
 fi
 
 # The table's first column: the code span that opens each row of the section.
+# shellcheck disable=SC2016  # the backticks are Markdown's, not the shell's
 mapfile -t commands < <(awk '/^## /{inside = ($0 == "## What runs today")} inside && /^\| `/' "$readme" |
                         sed -E 's/^\| `([^`]*)`.*/\1/')
 if [ "${#commands[@]}" -lt 10 ]; then
