@@ -6,8 +6,9 @@
 #      (byte-level) into data/kjv/{train,val}.bin;
 #   3. trains configs/gpt-tiny.yaml under mpirun on 4 ranks as one sequence-parallel group of
 #      WallFacer attention with teams of C = 2 (dp 1 x sp 4: the preset's own dp 2 x sp 2 can
-#      only have C = 1), for WF_DEMO_STEPS steps (default 150, about two minutes on 2 cores),
-#      printing a progress line with the ETA, into runs/demo/;
+#      only have C = 1), for WF_DEMO_STEPS steps (default 150, about three minutes on 2 cores: the
+#      preset's own layout stepped 1.4x faster in a side-by-side run), printing a progress line with
+#      the ETA, into runs/demo/;
 #   4. samples text from the checkpoint it wrote with `wallfacer generate`.
 # The single-process transformer demo of the early days is still `build/wallfacer demo`.
 #
@@ -24,9 +25,9 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
 if [ ! -x build/wallfacer ]; then
   cores=$(nproc)
   total=$(ninja -C build -t commands wallfacer_cli | wc -l)
-  echo "== demo: building wallfacer from scratch (the library and the command-line tool, C++20, Release):" \
-       "$total steps, roughly $(( (total * 3 + cores * 60 - 1) / (cores * 60) )) minute(s) on $cores cores" \
-       "(less where ccache already has the objects); progress below as [steps done/total, seconds]"
+  echo "== demo: building wallfacer (the library and the command-line tool, C++20, Release): up to $total" \
+       "steps, from scratch roughly $(( (total * 3 + cores * 60 - 1) / (cores * 60) )) minute(s) on $cores idle" \
+       "cores (more on a busy machine, less where ccache has the objects); progress as [steps done/total, seconds]"
 fi
 NINJA_STATUS="[%f/%t, %es] " cmake --build build --target wallfacer_cli
 
