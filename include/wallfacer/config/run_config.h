@@ -5,6 +5,7 @@
 // throw wf::Error with one message that names the key and the rule, and whose text depends only
 // on the inputs, so every rank of a misconfigured run fails with the same message.
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -110,6 +111,15 @@ struct LogConfig {
   friend bool operator==(const LogConfig&, const LogConfig&) = default;
 };
 
+// The key paths ("parallel.placement") that the YAML text or a --set gave, whatever their value:
+// notes() remarks only on settings someone chose, never on a default. Where a value came from is
+// not part of the configuration, so two configs that differ only here compare equal.
+struct GivenKeys {
+  std::set<std::string, std::less<>> paths;
+  bool contains(std::string_view path) const { return paths.contains(path); }
+  friend bool operator==(const GivenKeys&, const GivenKeys&) { return true; }
+};
+
 struct RunConfig {
   ModelConfig model;
   ParallelSection parallel;
@@ -117,6 +127,7 @@ struct RunConfig {
   DataConfig data;
   CheckpointConfig checkpoint;
   LogConfig log;
+  GivenKeys given;  // filled by load_config, parse_config and apply_override
   friend bool operator==(const RunConfig&, const RunConfig&) = default;
 };
 
@@ -177,6 +188,7 @@ struct MemoryEstimate {
 MemoryEstimate memory_per_rank(const RunConfig& config);
 
 // Remarks on a valid config that are not errors (a setting that cannot matter for this layout),
+// each about a setting the config text or a --set gave (config.given), never about a default,
 // which `validate`, `grid` and `train` print.
 std::vector<std::string> notes(const RunConfig& config);
 
