@@ -76,6 +76,10 @@ struct TrainConfig {
   // > 0: the optimizer keeps an EMA of the weights with this decay (in checkpoints; DiT samples
   // with it). 0: none.
   double ema_decay = 0.0;
+  // The decay grows with the step count, min(ema_decay, (1 + t) / (10 + t)) (train::ema_decay_at),
+  // so a short run's EMA is not still its initial weights. A checkpoint whose config lacks the key
+  // was written before the warm-up existed: its EMA decayed at ema_decay from the first step.
+  bool ema_warmup = true;
   std::int64_t log_every = 10;
   std::int64_t eval_every = 0;  // 0: never
   std::int64_t eval_batches = 4;  // global batches per validation
