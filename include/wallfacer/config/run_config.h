@@ -149,6 +149,11 @@ RunConfig parse_config(std::string_view yaml, const std::vector<std::string>& ov
 // Applies one "section.key=value" override to `config`, with the checks load_config makes.
 void apply_override(RunConfig& config, std::string_view override_text);
 
+// The overrides ("section.key=value", as --set takes them) that turn `from` into `to`: model.name
+// first where it differs (with every key of the new model), then each key whose value differs, in
+// config_keys() order. Applying them to `from` gives a config equal to `to`.
+std::vector<std::string> overrides_between(const RunConfig& from, const RunConfig& to);
+
 // Every key path in file order: model.name and the keys of the default model (GPT), then the
 // other sections'. Another model's keys: model_schema(name).keys.
 std::vector<std::string> config_keys();
