@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "src/cli/commands.h"
+#include "src/config/schema.h"
 #include "wallfacer/build_info.h"
 #include "wallfacer/core/error.h"
 
@@ -36,6 +37,14 @@ std::string command_path(const CLI::App& command) {
   return path;
 }
 
+// "; did you mean 'train'?" when `word` is a near miss (edit distance 2) of one of the commands; "".
+std::string command_suggestion(const std::string& word, const std::vector<const CLI::App*>& commands) {
+  std::vector<std::string> names;
+  for (const CLI::App* command : commands) names.push_back(command->get_name());
+  const std::string close = wf::config::detail::closest_spelling(word, names);
+  return close.empty() ? "" : "; did you mean '" + close + "'?";
+}
+
 // One line that says what was wrong and where to read about it. CLI11 reports both a missing
 // and a misspelt command as "A subcommand is required"; say which, and name the word.
 std::string usage_message(const CLI::App& app, const CLI::ParseError& e) {
@@ -48,7 +57,9 @@ std::string usage_message(const CLI::App& app, const CLI::ParseError& e) {
       message = "missing command: expected one of";
       for (const CLI::App* choice : choices) message += (choice == choices.front() ? " " : ", ") + choice->get_name();
     } else {
-      message = (leftover.front().starts_with('-') ? "unknown option '" : "unknown command '") + leftover.front() + "'";
+      const std::string& word = leftover.front();
+      message = word.starts_with('-') ? "unknown option '" + word + "'"
+                                      : "unknown command '" + word + "'" + command_suggestion(word, choices);
     }
   }
   return message + " (see '" + command_path(command) + " --help')";

@@ -2,7 +2,11 @@
 // [--guidance G] [--seed S] [--no-ema] [--set k=v]...`: draws images from a trained diffusion
 // model (DiT) and writes them as one PNG grid. The model is built from CFG (one process,
 // whatever layout it trained with) and takes the checkpoint's weights, by default their EMA
-// (train.ema_decay) when the checkpoint holds one. No mpirun needed.
+// (train.ema_decay) when the checkpoint holds one, with a warning when that EMA is still mostly
+// the initial weights (a short run without the EMA warm-up: the images would be noise). No mpirun
+// needed.
+#include <fmt/format.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,10 +15,12 @@
 #include "src/cli/commands.h"
 #include "src/cli/option_checks.h"
 #include "wallfacer/comm/runtime.h"
+#include "wallfacer/config/run_config.h"
 #include "wallfacer/core/log.h"
 #include "wallfacer/data/png_grid.h"
 #include "wallfacer/models/dit.h"
 #include "wallfacer/train/checkpoint.h"
+#include "wallfacer/train/optimizer.h"
 
 namespace wf::cli {
 namespace {
@@ -44,6 +50,32 @@ std::size_t use_ema_weights(const train::Checkpoint& checkpoint, nn::Module& mod
   return replaced;
 }
 
+// Past this share of the initial weights an EMA is barely trained: a fresh DiT's zero-initialised
+// output layer scaled by more than 0.05 leaves the samples mostly noise. Without the warm-up that is
+// the first ln(20) / (1 − d) ≈ 3 horizons of steps; with it only the first step.
+constexpr double kBarelyTrainedInitialShare = 0.05;
+
+// A warning when the EMA weights of `checkpoint` still hold more than kBarelyTrainedInitialShare
+// of the initial weights, by the decays its run used (its config: train.ema_decay, and
+// train.ema_warmup where written; a config without the key predates the warm-up); "" otherwise.
+std::string barely_trained_ema_warning(const train::Checkpoint& checkpoint) {
+  config::RunConfig trained;
+  try {
+    trained = config::parse_config(checkpoint.config_yaml, {}, checkpoint.dir + "/manifest.json");
+  } catch (const Error&) {
+    return "";  // a config this build no longer reads (a key since renamed): no reason to refuse its weights
+  }
+  const double decay = trained.train.ema_decay;
+  const bool warmup = trained.given.contains("train.ema_warmup") && trained.train.ema_warmup;
+  const double initial = train::ema_initial_weight(decay, checkpoint.step, warmup);
+  if (decay <= 0 || initial <= kBarelyTrainedInitialShare) return "";
+  return fmt::format("sample: the EMA weights are barely trained: after {} steps at train.ema_decay {} ({}, a horizon "
+                     "of 1 / (1 - {}) = {:.0f} steps) they are still {:.0f}% the initial weights, so the images may "
+                     "be noise; sample the trained weights with --no-ema, or {}",
+                     checkpoint.step, decay, warmup ? "warmed up" : "without warm-up", decay, 1 / (1 - decay),
+                     100 * initial, warmup ? "train longer" : "train on with the EMA warm-up (train.ema_warmup true)");
+}
+
 int sample(const SampleCommandOptions& o) {
   const config::RunConfig config =
       single_process_config(config::load_config(o.path, o.overrides), o.path);
@@ -58,6 +90,9 @@ int sample(const SampleCommandOptions& o) {
   const std::size_t ema = o.no_ema ? 0 : use_ema_weights(checkpoint, *model);
   log::info("sample: step {} of {}, {} weights{}", checkpoint.step, checkpoint.dir,
             ema > 0 ? "EMA" : "trained", ema == 0 && !o.no_ema ? " (the checkpoint holds no EMA: train.ema_decay 0)" : "");
+  if (ema > 0) {
+    if (const std::string warning = barely_trained_ema_warning(checkpoint); !warning.empty()) log::warn("{}", warning);
+  }
 
   models::DitSampleOptions sampling = o.sampling;
   for (std::int64_t i = 0; i < o.n; ++i) {

@@ -1,7 +1,8 @@
 // `wallfacer tune --model CFG.yaml [--cluster FILE.yaml] [--world N] [--seq N] [--sp-only] [--top K]
 // [--json] [--set k=v]... [--write-best OUT.yaml]`: ranks every layout of a world for the model
 // on a described cluster without running it (tune/search.h, tune/cost_model.h), prints the top
-// layouts with their predicted step time, memory and dominant cost, and why the best wins.
+// layouts with their predicted step time, memory and dominant cost, why the best wins, a legend of
+// its name and the `mpirun ... train CFG --set ...` line that trains it.
 // Two more modes run on this machine under mpirun, each in its own file (tune_modes.h):
 //   --calibrate [--out calibration.yaml]   measures it and writes its cluster file
 //   --profile CFG.yaml [--top K] [--steps N] [--plot out.png] [--write-best OUT.yaml]
@@ -169,6 +170,9 @@ int run_tune(const TuneOptions& o) {
         << world << "): " << tune::layout_label(all.front().config) << "\n"
         << config::to_yaml(all.front().config);
     WF_USER_CHECK(out.good(), "--write-best {}: cannot write the file", o.write_best);
+  }
+  if (!o.json && !all.empty() && all.front().excluded.empty()) {
+    print_best_layout_advice(o.model, all.front().config, world, o.write_best);
   }
   return kExitOk;
 }

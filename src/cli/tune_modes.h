@@ -3,12 +3,24 @@
 //   --calibrate  measures this machine under mpirun and writes a cluster file (tune_calibrate.cpp)
 //   --profile    predicts every layout of the mpirun world, runs the top k and compares
 //                (tune_profile.cpp)
+// Both predicting modes end with the same advice on the best layout (tune_advice.cpp).
 // tune_command.cpp parses the options, predicts (the default mode) and dispatches to these.
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "wallfacer/config/run_config.h"
+
 namespace wf::cli {
+
+// "mpirun -np N build/wallfacer train CFG --set k=v ...": trains `best`, with a --set for every
+// key where it differs from `file_config` (the file at config_path as it stands), shell-quoted.
+std::string train_command_line(const std::string& config_path, const config::RunConfig& file_config,
+                               const config::RunConfig& best, int world);
+// Under tune's answer (tune_advice.cpp): the best layout's name field by field (tune::layout_parts),
+// the command line that trains it, and the --write-best file (written, or how to get one).
+void print_best_layout_advice(const std::string& config_path, const config::RunConfig& best, int world,
+                              const std::string& write_best);
 
 // The cluster file --cluster names, or calibration.yaml in the working directory when it is not
 // given and that file exists; a wf::UserError naming both fixes otherwise.

@@ -202,9 +202,8 @@ int profile(const ProfileOptions& o) {
         << " ms per step\n"
         << config::to_yaml(best.candidate->config);
     WF_USER_CHECK(out.good(), "--write-best {}: cannot write the file", o.write_best);
-    std::printf("wrote %s (train it with `mpirun -np %d wallfacer train %s`)\n", o.write_best.c_str(), world.size(),
-                o.write_best.c_str());
   }
+  print_best_layout_advice(o.config, best.candidate->config, world.size(), o.write_best);
   if (!o.plot.empty()) {
     plot(ran, o.plot);
     std::printf("wrote %s\n", o.plot.c_str());

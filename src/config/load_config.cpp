@@ -36,6 +36,7 @@ std::string key_text(const YAML::Node& key, std::string_view source, std::string
 void set_value(RunConfig& config, const Field& field, std::string_view text, const std::string& prefix) {
   const std::string problem = field.set(config, text);
   WF_USER_CHECK(problem.empty(), "{}{}", prefix, detail::value_message(field, text, problem));
+  config.given.paths.insert(field.path());
 }
 
 // Rejects a key given twice in one mapping: yaml-cpp keeps one silently.
@@ -96,12 +97,14 @@ void apply_model_section(RunConfig& config, const YAML::Node& body, std::string_
     WF_USER_CHECK(entry.second.IsScalar(), "{}model.name: expected the name of a registered model, got {}",
              where(source, entry.first), node_kind(entry.second));
     rethrow_at(entry.second, [&] { config.model.set_name(entry.second.Scalar()); });
+    config.given.paths.insert("model.name");
   }
   for (const auto& entry : body) {
     const std::string key = entry.first.Scalar();
     if (key == "name") continue;
     const YAML::Node& value = entry.second;
     rethrow_at(entry.first, [&] { config.model.get(key); });  // an unknown key, with did-you-mean
+    config.given.paths.insert("model." + key);
     if (value.IsNull() && model_schema(config.model.name).find(key)->is_text) {
       rethrow_at(value, [&] { config.model.set(key, ""); });
       continue;
@@ -148,6 +151,7 @@ void apply_override(RunConfig& config, std::string_view override_text) {
     } catch (const Error& e) {
       WF_USER_FAIL("{}{}", prefix, detail::without_location(e.what()));
     }
+    config.given.paths.insert(std::string(path));
     return;
   }
   const Field* field = detail::find_field(section, key);

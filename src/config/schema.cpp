@@ -197,6 +197,7 @@ std::vector<Field> make_fields() {
       number(KEY(train, beta2), 0.0, true, 1.0, false),
       number(KEY(train, grad_clip), 0.0, true, inf),
       number(KEY(train, ema_decay), 0.0, true, 1.0, false),
+      boolean(KEY(train, ema_warmup)),
       integer(KEY(train, log_every), 1),
       integer(KEY(train, eval_every), 0),
       integer(KEY(train, eval_batches), 1),

@@ -341,26 +341,32 @@ std::string ParallelSection::ulysses_degree_text() const {
   return fmt::format("sp_strategy {} over parallel.sp = {}", parallel::sp_strategy_name(sp_strategy), sp);
 }
 
+// Each note is about a setting (or two that act together) and is made only when the config text or
+// a --set gave one of them: a default the user never chose is no reason to warn on every run.
 std::vector<std::string> notes(const RunConfig& c) {
   std::vector<std::string> out;
-  if (c.parallel.zero > 0 && c.parallel.dp * c.parallel.sp == 1) {
+  const auto given = [&](std::string_view a, std::string_view b = {}) {
+    return c.given.contains(a) || (!b.empty() && c.given.contains(b));
+  };
+  if (c.parallel.zero > 0 && c.parallel.dp * c.parallel.sp == 1 && given("parallel.zero")) {
     out.push_back(fmt::format("parallel.zero: ZeRO-{} shards over the replica group (dp x sp = 1 rank here), so it "
                               "changes nothing; raise dp or sp to shard",
                               c.parallel.zero));
   }
-  if (c.train.warmup_steps > c.train.steps) {
+  if (c.train.warmup_steps > c.train.steps && given("train.warmup_steps", "train.steps")) {
     out.push_back(fmt::format("train.warmup_steps: {} warmup steps exceed train.steps = {}: the warmup is cut at step "
                               "{}, so the learning rate never reaches train.lr (a short smoke run; raise steps or "
                               "lower warmup_steps for a real one)",
                               c.train.warmup_steps, c.train.steps, c.train.steps));
   }
   const ParallelSection& p = c.parallel;
-  if (has_teams(p)) {
+  if (has_teams(p) && given("parallel.placement")) {
     if (std::string note = comm::placement_note(p.sp, p.C, layout_ulysses_degree(p)); !note.empty()) {
       out.push_back(std::move(note));
     }
   }
-  if (p.sp > 1 && parallel::effective_sp_strategy(p.sp_strategy, p.sp, p.U) != p.sp_strategy) {
+  if (p.sp > 1 && parallel::effective_sp_strategy(p.sp_strategy, p.sp, p.U) != p.sp_strategy &&
+      given("parallel.U", "parallel.sp_strategy")) {
     out.push_back(fmt::format("parallel.U: with U = {} the ulysses-wallfacer hybrid is exactly {} (no {} part)", p.U,
                               p.U == 1 ? "wallfacer" : "ulysses", p.U == 1 ? "Ulysses" : "WallFacer"));
   }

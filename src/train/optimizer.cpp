@@ -80,12 +80,26 @@ void AdamW::step() {
       kernels::cpu::adamw_step<T>(param.numel(), param.data<T>(), grad.data<T>(), s.exp_avg.data<T>(),
                                   s.exp_avg_sq.data<T>(), hyper);
       if (options_.ema_decay > 0) {  // ema = d·ema + (1 − d)·param
-        const T d = static_cast<T>(options_.ema_decay);
+        const T d = static_cast<T>(ema_decay_at(options_.ema_decay, s.step - 1, options_.ema_warmup));
         kernels::cpu::scale_inplace<T>(param.numel(), s.ema.data<T>(), d);
         kernels::cpu::add_scaled<T>(param.numel(), T(1) - d, param.data<T>(), s.ema.data<T>());
       }
     });
   }
+}
+
+double ema_decay_at(double decay, std::int64_t earlier, bool warmup) {
+  if (!warmup) return decay;
+  const double n = static_cast<double>(std::max<std::int64_t>(earlier, 0));
+  return std::min(decay, (1.0 + n) / (10.0 + n));
+}
+
+double ema_initial_weight(double decay, std::int64_t updates, bool warmup) {
+  double weight = 1.0;
+  for (std::int64_t earlier = 0; earlier < updates && weight > 0; ++earlier) {
+    weight *= ema_decay_at(decay, earlier, warmup);
+  }
+  return weight;
 }
 
 void AdamW::zero_grad() {

@@ -197,7 +197,7 @@ void Trainer::set_grad_overlap(bool overlap, std::int64_t bucket_bytes) {
   optimizer_ = std::make_unique<AdamW>(
       grads_->optimizer_params(),
       AdamWOptions{.lr = t.lr, .beta1 = t.beta1, .beta2 = t.beta2, .weight_decay = t.weight_decay,
-                  .ema_decay = t.ema_decay});
+                  .ema_decay = t.ema_decay, .ema_warmup = t.ema_warmup});
   for (std::size_t i = 0; i < grads_->pieces().size(); ++i) {
     optimizer_->set_weight_decay(i, params_[grads_->pieces()[i].param].dim() >= 2);
   }

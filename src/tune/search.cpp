@@ -92,25 +92,52 @@ std::string strategy_label(const config::RunConfig& c) {
   return parallel::sp_strategy_name(p.sp_strategy);  // the hybrid: every U and C together
 }
 
-std::string layout_label(const config::RunConfig& c) {
+std::vector<LabelPart> layout_parts(const config::RunConfig& c) {
   const config::ParallelSection& p = c.parallel;
-  std::string name = fmt::format("dp{}.tp{}.pp{}.sp{}", p.dp, p.tp, p.pp, p.sp);
+  std::vector<LabelPart> parts{
+      {fmt::format("dp{}", p.dp), "data-parallel replicas (parallel.dp)"},
+      {fmt::format("tp{}", p.tp), "tensor-parallel ranks splitting each layer's weights (parallel.tp)"},
+      {fmt::format("pp{}", p.pp), "pipeline stages (parallel.pp)"},
+      {fmt::format("sp{}", p.sp), "sequence-parallel ranks splitting each sequence (parallel.sp)"}};
   if (p.sp > 1) {
-    name += fmt::format(".{}", parallel::sp_strategy_name(p.sp_strategy));
+    parts.push_back({std::string(parallel::sp_strategy_name(p.sp_strategy)),
+                     "the sequence-parallel attention (parallel.sp_strategy)"});
     if (p.sp_strategy == SpStrategy::ulysses_wallfacer) {
-      name += fmt::format(".U{}.{}", p.U, p.ulysses_inner ? "inner" : "outer");
+      parts.push_back({fmt::format("U{}", p.U), fmt::format("Ulysses all-to-all over {} ranks, WallFacer over "
+                                                            "sp / U = {} (parallel.U)", p.U, p.sp / std::max(p.U, 1))});
+      parts.push_back({p.ulysses_inner ? "inner" : "outer",
+                       p.ulysses_inner ? "the Ulysses ranks are adjacent (parallel.ulysses_inner: true)"
+                                       : "the WallFacer ranks are adjacent (parallel.ulysses_inner: false)"});
     }
     if (p.sp_strategy == SpStrategy::wallfacer || p.sp_strategy == SpStrategy::ulysses_wallfacer) {
-      name += fmt::format(".C{}.{}", p.C, comm::placement_name(p.placement));
+      parts.push_back({fmt::format("C{}", p.C), "WallFacer team size, C = 1 being plain ring attention (parallel.C)"});
+      parts.push_back({std::string(comm::placement_name(p.placement)),
+                       p.placement == comm::Placement::collectives_intra
+                           ? "team members on adjacent ranks (parallel.placement)"
+                           : "sub-ring members on adjacent ranks (parallel.placement)"});
     }
   }
   if (p.pp > 1) {
-    name += "." + parallel::to_string(p.pp_schedule);
-    if (p.pp_virtual > 1) name += fmt::format(".v{}", p.pp_virtual);
+    parts.push_back({parallel::to_string(p.pp_schedule), "the pipeline schedule (parallel.pp_schedule)"});
+    if (p.pp_virtual > 1) {
+      parts.push_back({fmt::format("v{}", p.pp_virtual), "model chunks per pipeline rank (parallel.pp_virtual)"});
+    }
   }
-  if (c.train.micro_batch_size > 1) name += fmt::format(".mb{}", c.train.micro_batch_size);
-  name += fmt::format(".z{}", p.zero);
-  if (checkpoints_attention(c)) name += ".ckpt";
+  if (c.train.micro_batch_size > 1) {
+    parts.push_back({fmt::format("mb{}", c.train.micro_batch_size),
+                     "sequences per micro batch (train.micro_batch_size)"});
+  }
+  parts.push_back({fmt::format("z{}", p.zero),
+                   "ZeRO stage: 0 off, 1 optimizer state sharded, 2 gradients too (parallel.zero)"});
+  if (checkpoints_attention(c)) {
+    parts.push_back({"ckpt", "activations recomputed from the attention output (model.checkpoint_attention)"});
+  }
+  return parts;
+}
+
+std::string layout_label(const config::RunConfig& c) {
+  std::string name;
+  for (const LabelPart& part : layout_parts(c)) name += (name.empty() ? "" : ".") + part.text;
   return name;
 }
 

@@ -286,11 +286,18 @@ TEST_CASE("config: a run shorter than its warmup trains with a note that the war
   const RunConfig hybrid_u1 = parse_config("parallel:\n  sp: 4\n  sp_strategy: ulysses-wallfacer\n");
   CHECK_THAT(notes(hybrid_u1).at(0), Catch::Contains("parallel.U: with U = 1 the ulysses-wallfacer hybrid is exactly "
                                                      "wallfacer (no Ulysses part)"));
-  // sp = C x C: the placement cannot matter, and validate says so.
-  const RunConfig square = parse_config("parallel:\n  sp: 4\n  C: 2\n");
+  // sp = C x C: a placement the config chooses cannot matter, and validate says so; the default
+  // placement nobody chose is no reason to remark (nor is a default warmup nobody shortened).
+  const RunConfig square = parse_config("parallel:\n  sp: 4\n  C: 2\n  placement: p2p-intra\n");
   CHECK_THAT(notes(square).at(0), Catch::Contains("with sp = 4 = C x C ranks") && Catch::Contains("the placement cannot matter"));
+  CHECK(notes(parse_config("parallel:\n  sp: 4\n  C: 2\n")).empty());
+  CHECK(notes(parse_config("parallel:\n  sp: 4\n  C: 2\n", {"parallel.placement=collectives-intra"})).size() == 1);
+  RunConfig short_run;
+  short_run.train.steps = 30;  // set in code: neither the steps nor the warmup was given
+  CHECK(notes(short_run).empty());
   // The hybrid's WallFacer group is sp / U: there the note names it.
-  const RunConfig square_group = parse_config("parallel:\n  sp: 8\n  U: 2\n  C: 2\n  sp_strategy: ulysses-wallfacer\n");
+  const RunConfig square_group =
+      parse_config("parallel:\n  sp: 8\n  U: 2\n  C: 2\n  sp_strategy: ulysses-wallfacer\n  placement: p2p-intra\n");
   CHECK_THAT(notes(square_group).at(0), Catch::Contains("with the WallFacer group of sp / U = 8 / 2 = 4 = C x C ranks"));
   CHECK(notes(RunConfig{}).empty());
 }

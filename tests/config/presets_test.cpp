@@ -1,5 +1,6 @@
 // Every preset in configs/ loads and validates for the world size its first lines state
-// ("# world: N"), so a preset cannot rot as the rules change.
+// ("# world: N") without a note, and writes under runs/<preset>/, so a preset cannot rot as the
+// rules change.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -34,7 +35,7 @@ int stated_world_size(const fs::path& file) {
   return world.empty() ? 0 : std::stoi(world);
 }
 
-TEST_CASE("config: every preset in configs/ validates for its stated world size", "[config]") {
+TEST_CASE("config: every preset in configs/ validates for its stated world size, without notes", "[config]") {
   const fs::path dir = repository_root() / "configs";
   REQUIRE(fs::is_directory(dir));
   int presets = 0;
@@ -55,6 +56,13 @@ TEST_CASE("config: every preset in configs/ validates for its stated world size"
                              gpu ? ValidateScope::any_machine : ValidateScope::this_machine));
       // The file spells out a real run, not the defaults.
       CHECK_FALSE(config == RunConfig{});
+      // A preset run as intended draws no remark: notes are for settings that cannot matter.
+      CHECK(notes(config).empty());
+      // Every run writes under runs/<preset>/, checkpoints in its checkpoints/ (README, docs).
+      const std::string run = "runs/" + entry.path().stem().string();
+      CHECK(config.checkpoint.dir == run + "/checkpoints");
+      CHECK(config.log.dir == run);
+      CHECK(config.log.metrics_file == "metrics.jsonl");
     }
   }
   CHECK(presets >= 5);

@@ -53,37 +53,63 @@ TEST_CASE("AdamW: three steps equal the textbook update", "[nn]") {
   CHECK(optimizer.step_count(0) == 3);
 }
 
+TEST_CASE("AdamW: the EMA warm-up decay is min(d, (1 + t) / (10 + t)) after t updates", "[nn]") {
+  using wf::train::ema_decay_at;
+  using wf::train::ema_initial_weight;
+  CHECK(ema_decay_at(0.995, 0, true) == Approx(0.1));  // the first update keeps 90% of the weights
+  CHECK(ema_decay_at(0.995, 1, true) == Approx(2.0 / 11.0));
+  CHECK(ema_decay_at(0.995, 90, true) == Approx(91.0 / 100.0));
+  CHECK(ema_decay_at(0.995, 1790, true) == Approx(0.995));  // (1 + t) / (10 + t) reaches 0.995 at t = 1790
+  CHECK(ema_decay_at(0.995, 1000000, true) == 0.995);
+  CHECK(ema_decay_at(0.5, 7, true) == Approx(8.0 / 17.0));  // a low decay: the ramp binds until it reaches it,
+  CHECK(ema_decay_at(0.5, 8, true) == 0.5);                  // at 9 / 18 for 0.5
+  CHECK(ema_decay_at(0.995, 0, false) == 0.995);
+  for (std::int64_t t = 0; t < 3000; t += 7) {
+    CHECK(ema_decay_at(0.9999, t, true) == Approx(std::min(0.9999, (1.0 + t) / (10.0 + t))).epsilon(1e-15));
+  }
+  // The initial weights' share: the product of the decays. Without the warm-up 0.995^250 = 0.286
+  // after 250 steps (the static `sample` of issue 26); with it 9! · 250! / 259! < 1e-13.
+  CHECK(ema_initial_weight(0.995, 250, false) == Approx(std::pow(0.995, 250)));
+  CHECK(ema_initial_weight(0.995, 2, true) == Approx(0.1 * 2.0 / 11.0));
+  CHECK(ema_initial_weight(0.995, 250, true) < 1e-13);
+  CHECK(ema_initial_weight(0.995, 0, true) == 1.0);
+}
+
 TEST_CASE("AdamW: the EMA starts at the initial weights, follows d·ema + (1 − d)·param and round-trips", "[nn]") {
-  const AdamWOptions o{.lr = 0.05, .ema_decay = 0.8};
-  const std::vector<double> initial{0.5, -1.0, 2.0, 0.0};
-  Tensor param = leaf(initial, {2, 2});
-  AdamW optimizer({param}, o);
-  CHECK(!optimizer.ema(0).defined());
-  std::vector<double> ema = initial;
-  for (int t = 1; t <= 3; ++t) {
-    std::vector<double> g(4);
-    for (std::size_t i = 0; i < 4; ++i) g[i] = grad_at(t, i);
-    param.set_grad(Tensor::from_vector(g, {2, 2}));
-    optimizer.step();
-    for (std::size_t i = 0; i < 4; ++i) {
-      ema[i] = 0.8 * ema[i] + 0.2 * param.at(static_cast<std::int64_t>(i));
-      CHECK(optimizer.ema(0).at(static_cast<std::int64_t>(i)) == Approx(ema[i]).epsilon(1e-12));
+  for (const bool warmup : {true, false}) {
+    const AdamWOptions o{.lr = 0.05, .ema_decay = 0.8, .ema_warmup = warmup};
+    const std::vector<double> initial{0.5, -1.0, 2.0, 0.0};
+    Tensor param = leaf(initial, {2, 2});
+    AdamW optimizer({param}, o);
+    CHECK(!optimizer.ema(0).defined());
+    std::vector<double> ema = initial;
+    for (int t = 1; t <= 3; ++t) {
+      std::vector<double> g(4);
+      for (std::size_t i = 0; i < 4; ++i) g[i] = grad_at(t, i);
+      param.set_grad(Tensor::from_vector(g, {2, 2}));
+      optimizer.step();
+      // The warm-up's decay after t - 1 earlier updates: 0.1, 2/11, 0.25 (all below 0.8).
+      const double d = warmup ? std::min(0.8, (1.0 + (t - 1)) / (10.0 + (t - 1))) : 0.8;
+      for (std::size_t i = 0; i < 4; ++i) {
+        ema[i] = d * ema[i] + (1 - d) * param.at(static_cast<std::int64_t>(i));
+        CHECK(optimizer.ema(0).at(static_cast<std::int64_t>(i)) == Approx(ema[i]).epsilon(1e-12));
+      }
     }
+    const wf::nn::StateDict state = optimizer.state_dict();
+    REQUIRE(state.contains(wf::train::adamw_state_key(0, "ema")));
+    Tensor other = leaf(initial, {2, 2});
+    AdamW restored({other}, o);
+    restored.load_state_dict(state);
+    CHECK(max_abs_diff(restored.ema(0), optimizer.ema(0)) == 0.0);
+    // A state saved without an EMA starts it from the parameter as it is.
+    wf::nn::StateDict without;
+    for (const auto& [key, tensor] : state) {
+      if (key != wf::train::adamw_state_key(0, "ema")) without.insert(key, tensor);
+    }
+    AdamW started({other}, o);
+    started.load_state_dict(without);
+    CHECK(max_abs_diff(started.ema(0), other) == 0.0);
   }
-  const wf::nn::StateDict state = optimizer.state_dict();
-  REQUIRE(state.contains(wf::train::adamw_state_key(0, "ema")));
-  Tensor other = leaf(initial, {2, 2});
-  AdamW restored({other}, o);
-  restored.load_state_dict(state);
-  CHECK(max_abs_diff(restored.ema(0), optimizer.ema(0)) == 0.0);
-  // A state saved without an EMA starts it from the parameter as it is.
-  wf::nn::StateDict without;
-  for (const auto& [key, tensor] : state) {
-    if (key != wf::train::adamw_state_key(0, "ema")) without.insert(key, tensor);
-  }
-  AdamW started({other}, o);
-  started.load_state_dict(without);
-  CHECK(max_abs_diff(started.ema(0), other) == 0.0);
 }
 
 TEST_CASE("AdamW: 1-D parameters get no weight decay; undefined grads are skipped", "[nn]") {

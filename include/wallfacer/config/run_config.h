@@ -5,6 +5,7 @@
 // throw wf::Error with one message that names the key and the rule, and whose text depends only
 // on the inputs, so every rank of a misconfigured run fails with the same message.
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,6 +76,10 @@ struct TrainConfig {
   // > 0: the optimizer keeps an EMA of the weights with this decay (in checkpoints; DiT samples
   // with it). 0: none.
   double ema_decay = 0.0;
+  // The decay grows with the step count, min(ema_decay, (1 + t) / (10 + t)) (train::ema_decay_at),
+  // so a short run's EMA is not still its initial weights. A checkpoint whose config lacks the key
+  // was written before the warm-up existed: its EMA decayed at ema_decay from the first step.
+  bool ema_warmup = true;
   std::int64_t log_every = 10;
   std::int64_t eval_every = 0;  // 0: never
   std::int64_t eval_batches = 4;  // global batches per validation
@@ -110,6 +115,15 @@ struct LogConfig {
   friend bool operator==(const LogConfig&, const LogConfig&) = default;
 };
 
+// The key paths ("parallel.placement") that the YAML text or a --set gave, whatever their value:
+// notes() remarks only on settings someone chose, never on a default. Where a value came from is
+// not part of the configuration, so two configs that differ only here compare equal.
+struct GivenKeys {
+  std::set<std::string, std::less<>> paths;
+  bool contains(std::string_view path) const { return paths.contains(path); }
+  friend bool operator==(const GivenKeys&, const GivenKeys&) { return true; }
+};
+
 struct RunConfig {
   ModelConfig model;
   ParallelSection parallel;
@@ -117,6 +131,7 @@ struct RunConfig {
   DataConfig data;
   CheckpointConfig checkpoint;
   LogConfig log;
+  GivenKeys given;  // filled by load_config, parse_config and apply_override
   friend bool operator==(const RunConfig&, const RunConfig&) = default;
 };
 
@@ -133,6 +148,11 @@ RunConfig parse_config(std::string_view yaml, const std::vector<std::string>& ov
                        std::string_view source = "<string>");
 // Applies one "section.key=value" override to `config`, with the checks load_config makes.
 void apply_override(RunConfig& config, std::string_view override_text);
+
+// The overrides ("section.key=value", as --set takes them) that turn `from` into `to`: model.name
+// first where it differs (with every key of the new model), then each key whose value differs, in
+// config_keys() order. Applying them to `from` gives a config equal to `to`.
+std::vector<std::string> overrides_between(const RunConfig& from, const RunConfig& to);
 
 // Every key path in file order: model.name and the keys of the default model (GPT), then the
 // other sections'. Another model's keys: model_schema(name).keys.
@@ -177,6 +197,7 @@ struct MemoryEstimate {
 MemoryEstimate memory_per_rank(const RunConfig& config);
 
 // Remarks on a valid config that are not errors (a setting that cannot matter for this layout),
+// each about a setting the config text or a --set gave (config.given), never about a default,
 // which `validate`, `grid` and `train` print.
 std::vector<std::string> notes(const RunConfig& config);
 

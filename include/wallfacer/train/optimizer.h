@@ -30,7 +30,19 @@ struct AdamWOptions {
   // (DiT samples with the EMA weights). Kept per parameter piece like the moments, so ZeRO shards
   // it and checkpoints hold it as "<parameter>.ema".
   double ema_decay = 0.0;
+  // The decay of each update: ema_decay_at(ema_decay, earlier updates, ema_warmup). With the
+  // warm-up a short run's EMA follows the weights instead of staying at their initial values.
+  bool ema_warmup = true;
 };
+
+// The EMA decay of a parameter's update that follows `earlier` updates: with the warm-up
+// min(decay, (1 + earlier) / (10 + earlier)) — TensorFlow's ExponentialMovingAverage with
+// num_updates, diffusers' EMAModel without use_ema_warmup: 0.1 at the first update, past 0.99
+// after 890 — and `decay` throughout without.
+double ema_decay_at(double decay, std::int64_t earlier, bool warmup);
+// The weight an EMA still gives the parameter's initial value after `updates` updates: the
+// product of their decays. 1 − this is the share of the EMA the training has written.
+double ema_initial_weight(double decay, std::int64_t updates, bool warmup);
 
 // The fields of AdamW's state per parameter, under these names in state dicts and checkpoints:
 // "step", "exp_avg" and "exp_avg_sq" once the parameter has been updated, and "ema" with

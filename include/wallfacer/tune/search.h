@@ -44,6 +44,13 @@ std::vector<Candidate> search_layouts(const config::RunConfig& base, const Clust
 // "dp1.tp1.pp1.sp32.ulysses-wallfacer.U8.inner.C2.collectives-intra.z2" (the strategy part only
 // with sp > 1, the schedule with pp > 1, "mb2" for a micro batch of 2).
 std::string layout_label(const config::RunConfig& config);
+// The fields of that name, each with what it means and the config key that sets it (the legend
+// `tune` prints for its best layout).
+struct LabelPart {
+  std::string text;     // "C4"
+  std::string meaning;  // "WallFacer team size, ... (parallel.C)"
+};
+std::vector<LabelPart> layout_parts(const config::RunConfig& config);
 // Whether the config's model checkpoints at the attention output (false for a model without that key).
 bool checkpoints_attention(const config::RunConfig& config);
 
