@@ -69,18 +69,6 @@ std::optional<std::vector<std::string>> exchange_failures(MPI_Comm comm, const s
   return by_rank;
 }
 
-// "0-1, 3": the ranks in ascending order, runs folded.
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string text;
-  for (std::size_t i = 0; i < ranks.size();) {
-    std::size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    text += (text.empty() ? "" : ", ") + (j == i ? std::to_string(ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]));
-    i = j + 1;
-  }
-  return text;
-}
-
 std::string message_of(const std::exception& e) {
   return dynamic_cast<const Error*>(&e) != nullptr ? e.what() : std::string("unexpected failure: ") + e.what();
 }
@@ -138,28 +126,6 @@ int run_with_shared_errors(comm::Group& world, const std::function<int()>& body)
     if (world.rank() == 0) print_error(e.what());
     return kExitRuntimeError;
   }
-}
-
-std::vector<std::string> failure_report(const std::vector<std::string>& by_rank) {
-  if (by_rank.empty()) return {};
-  const int n = static_cast<int>(by_rank.size());
-  if (std::all_of(by_rank.begin(), by_rank.end(), [&](const std::string& m) { return m == by_rank.front(); })) {
-    return {n == 1 ? by_rank.front() : fmt::format("{} (all {} ranks agree)", by_rank.front(), n)};
-  }
-  std::vector<std::string> lines;
-  std::vector<bool> reported(by_rank.size(), false);
-  for (int r = 0; r < n; ++r) {
-    if (reported[r]) continue;
-    std::vector<int> ranks;
-    for (int s = r; s < n; ++s) {
-      if (by_rank[s] == by_rank[r]) {
-        ranks.push_back(s);
-        reported[s] = true;
-      }
-    }
-    lines.push_back(fmt::format("[rank{} {} of {}] {}", ranks.size() == 1 ? "" : "s", rank_list(ranks), n, by_rank[r]));
-  }
-  return lines;
 }
 
 int run_main_reporting_once(const std::function<int()>& body) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "src/cli/failure_report.h"
 #include "wallfacer/comm/group.h"
 
 namespace wf::cli {
@@ -20,11 +21,6 @@ void check_on_rank0_for_all(comm::Group& world, const std::function<void()>& che
 // by rank 0, as "wallfacer: error: ...", and every rank returns kExitRuntimeError. Anything else
 // propagates (to run_main, which ends the job from the failing rank).
 int run_with_shared_errors(comm::Group& world, const std::function<int()>& body);
-
-// What rank 0 prints for the ranks' failures (by_rank[r]: rank r's message): one line when they
-// all agree ("<message> (all 4 ranks agree)"), else each distinct message once with its ranks
-// ("[ranks 0-1, 3 of 4] <message>"), in order of the first rank that has it.
-std::vector<std::string> failure_report(const std::vector<std::string>& by_rank);
 
 // comm::run_main for a command every rank runs (train): initialises the runtime, runs `body`,
 // finalises. When `body` throws on every rank within a few seconds of each other (a bad config, a

@@ -31,6 +31,11 @@ void catch_stop_signals() {
   sigaction(SIGTERM, &action, nullptr);
 }
 
+void ignore_stop_signals() {
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
+}
+
 int stop_signal() { return g_signal.load(); }
 
 const char* signal_name(int signal) {

@@ -6,6 +6,9 @@ namespace wf::cli {
 
 // Installs the handlers (SA_RESTART: a blocking call the signal interrupts goes on).
 void catch_stop_signals();
+// After the checkpoint a stop signal asked for: further ones (mpirun's SIGTERM once another rank
+// has exited) are ignored while the process finalises MPI and exits.
+void ignore_stop_signals();
 // The first stop signal caught (SIGINT or SIGTERM), 0 while none has arrived.
 int stop_signal();
 // "SIGINT", "SIGTERM", else "a signal".

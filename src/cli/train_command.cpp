@@ -69,6 +69,7 @@ int train(const TrainOptions& o) {
   trainer.set_stop_request([] { return stop_signal(); });
   trainer.fit(o.stop_after);
   const train::Trainer::FitSummary& fit = trainer.fit_summary();
+  if (fit.stopped_for != 0) ignore_stop_signals();
   if (runtime.rank() == 0) {
     for (const std::string& line : run_summary(config, {o.path, o.overrides, runtime.world_size()}, fit)) {
       log::info("{}", line);

@@ -547,7 +547,12 @@ void Trainer::fit(std::int64_t stop_after) {
   if (grid_.grid().rank() == 0) {
     metrics_ = std::make_unique<MetricsLog>(config_.log.dir + "/" + config_.log.metrics_file, step_);
   }
-  peak_ = peak_flops(config_.log);
+  // Rank 0 alone measures (or reads the cached figure), so that ranks sharing the cores do not
+  // measure each other, and every rank's MFU is against the same figure.
+  if (grid_.grid().rank() == 0) peak_ = peak_flops(config_.log);
+  Tensor peak = Tensor::full({1}, peak_.gflops_per_rank, DType::f64);
+  grid_.group("world").broadcast(peak, 0);
+  peak_.gflops_per_rank = peak.item();
   if (grid_.grid().rank() == 0) {
     log::info("mfu is measured against {:.1f} GFLOP/s per rank ({})", peak_.gflops_per_rank, peak_.source);
   }
