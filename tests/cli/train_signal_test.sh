@@ -64,10 +64,11 @@ echo "== SIGINT to mpirun (Ctrl-C): mpirun sends the ranks SIGTERM after odls_ba
 rm -rf "$work/checkpoints"
 # (Few log lines: once interrupted, mpirun stops reading the ranks' output, and a rank that logs
 # every step would block on it before it reaches the step boundary.)
-export OMPI_MCA_odls_base_sigkill_timeout=3
+export OMPI_MCA_odls_base_sigkill_timeout=4
 start "mfu is measured" --set train.log_every=1000000
 sleep 1
 kill -INT "$run"
 wait "$run" || true  # mpirun's own status: 1 (it does not pass on the ranks')
-stopped_step SIGTERM > /dev/null
+# (The stop message may be lost: a stopping mpirun no longer forwards the ranks' output.)
+compgen -G "$work/checkpoints/step-*/manifest.json" > /dev/null || fail "no checkpoint after Ctrl-C to mpirun"
 echo "PASS"
