@@ -2,7 +2,9 @@
 # `wallfacer train` started with another number of ranks than its config's layout needs: every
 # rank fails alike, so rank 0 alone prints one line (saying all ranks agree) with the count and the
 # mpirun line to run, and the ranks end through MPI_Finalize with status 1: no MPI_ABORT banner.
-# `validate` refuses the same world the same way.
+# `validate` refuses the same world the same way. Ranks that fail with different messages print
+# each once with its ranks; a rank that fails alone (the other waits in a collective) still ends
+# the job within seconds, through MPI_Abort.
 #
 #   tests/cli/train_rank_count_test.sh WALLFACER_EXE MPIEXEC [MPIEXEC_FLAGS...]
 set -euo pipefail
@@ -39,4 +41,23 @@ grep -qF "needs 4 ranks (dp 2 x tp 1 x pp 1 x sp 2), but validate checks it for 
 # The one-rank layout suggested validates as it is.
 read -r -a words <<< "${suggested/ train / validate }"
 out="$("${words[@]}" 2>&1)" || fail "the suggested layout does not validate: $suggested"
+echo "== ranks that fail differently: each message once, with its ranks"
+two=("$cfg" --set parallel.dp=2 --set parallel.sp=1 --set checkpoint.dir="$work/checkpoints" --set log.dir="$work/logs")
+status=0
+out="$("$mpiexec" "$@" -np 1 "$exe" train "${two[@]}" --set data.train_path="$work/missing-a.bin" \
+       : -np 1 "$exe" train "${two[@]}" --set data.train_path="$work/missing-b.bin" 2>&1)" || status=$?
+[ "$status" = 1 ] || fail "exit status $status, expected 1"
+grep -qF "wallfacer: error: [rank 0 of 2] invalid config for a world of 2 ranks: data.train_path: cannot read the token file '$work/missing-a.bin'" <<< "$out" ||
+  fail "rank 0's message"
+grep -qF "wallfacer: error: [rank 1 of 2] invalid config for a world of 2 ranks: data.train_path: cannot read the token file '$work/missing-b.bin'" <<< "$out" ||
+  fail "rank 1's message"
+[ "$(grep -c "wallfacer: error:" <<< "$out")" = 2 ] || fail "not one line per distinct message"
+
+echo "== a rank that fails alone ends the job within seconds"
+start=$SECONDS; status=0
+out="$("$mpiexec" "$@" -np 1 "$exe" train "${two[@]}" --set data.source=synthetic \
+       : -np 1 "$exe" train "${two[@]}" --set data.train_path="$work/missing-b.bin" 2>&1)" || status=$?
+[ "$status" != 0 ] || fail "the job succeeded"
+[ $((SECONDS - start)) -lt 60 ] || fail "the job took $((SECONDS - start)) s to end"
+grep -qF "wallfacer: error: [rank 1/2] invalid config" <<< "$out" || fail "the failing rank's message"
 echo "PASS"
