@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -16,18 +18,25 @@
 namespace wf::cli {
 namespace {
 
-// Open MPI gives a node one slot per core (not per hardware thread): the cores of /proc/cpuinfo,
-// else the hardware threads.
+// Open MPI gives a node one slot per core this process may run on (not per hardware thread): the
+// distinct cores of /proc/cpuinfo among the CPUs of the affinity mask (a container's cpuset), else
+// the hardware threads.
 int core_count() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const bool masked = sched_getaffinity(0, sizeof allowed, &allowed) == 0;
   std::ifstream cpuinfo("/proc/cpuinfo");
   std::set<std::pair<std::string, std::string>> cores;
-  std::string physical, line;
+  std::string processor, physical, line;
   while (std::getline(cpuinfo, line)) {
     const std::size_t colon = line.find(':');
     if (colon == std::string::npos) continue;
     const std::string value = line.substr(colon + 1);
+    if (line.starts_with("processor")) processor = value;
     if (line.starts_with("physical id")) physical = value;
-    if (line.starts_with("core id")) cores.emplace(physical, value);
+    if (line.starts_with("core id") && (!masked || CPU_ISSET(std::atoi(processor.c_str()), &allowed))) {
+      cores.emplace(physical, value);
+    }
   }
   if (!cores.empty()) return static_cast<int>(cores.size());
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
