@@ -21,8 +21,9 @@ std::vector<std::string> run_summary(const config::RunConfig& config, const RunI
                                    fit.first_step, fit.last_step, train::format_duration(fit.wall_seconds),
                                    fit.wall_seconds > 0 ? static_cast<double>(fit.tokens) / fit.wall_seconds : 0.0,
                                    fit.first_loss, fit.last_loss);
-    line += fit.best_val_loss >= 0 ? fmt::format("; best val loss {:.4f} (step {})", fit.best_val_loss, fit.best_val_step)
-                                   : std::string("; no validation ran");
+    line += fit.best_val_loss < 0
+                ? std::string("; no validation ran")
+                : fmt::format("; best val loss {:.4f} (step {})", fit.best_val_loss, fit.best_val_step);
     lines.push_back(line);
   }
   lines.push_back(fmt::format("summary: metrics in {}; checkpoints in {}{}", metrics, config.checkpoint.dir,

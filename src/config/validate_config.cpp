@@ -62,7 +62,9 @@ std::string with_validated_fits(std::string rule, const RunConfig& c, int world_
     if (change.keys.size() > 1) whole.push_back(change.set_flags());
   }
   if (!one_size.empty()) return fmt::format("{}{}{} would fit", rule, kHint, fmt::join(one_size, " or "));
-  if (!whole.empty()) return fmt::format("{}; a layout of {} ranks that validates: {}", rule, world_size, whole.front());
+  if (!whole.empty()) {
+    return fmt::format("{}; a layout of {} ranks that validates: {}", rule, world_size, whole.front());
+  }
   return rule;
 }
 
@@ -79,7 +81,8 @@ bool check_layout(const RunConfig& c, int world_size, ValidateScope scope, doubl
                                                         colon != std::string::npos) {
       rule.erase(0, colon + 8);
     }
-    problems.push_back(fmt::format("{}: {}", kGridKeys, with_validated_fits(rule, c, world_size, scope, machine_bytes)));
+    rule = with_validated_fits(rule, c, world_size, scope, machine_bytes);
+    problems.push_back(fmt::format("{}: {}", kGridKeys, rule));
     return false;
   }
   if (p.C > 1 && !has_teams(p)) {

@@ -24,10 +24,11 @@ peak_line() {
 rate() { sed -n 's/.*against \([0-9.]*\) GFLOP\/s.*/\1/p' <<< "$1"; }
 
 first="$(peak_line)"
-[[ "$first" == *"(measured now, cached in $dir/cache/peak-flops.txt: sgemm ("* ]] || fail "the first run did not measure: '$first'"
-[ -f "$dir/cache/peak-flops.txt" ] || fail "no cache file was written"
+cache="$dir/cache/peak-flops.txt"
+[[ "$first" == *"(measured now, cached in $cache: sgemm ("* ]] || fail "the first run did not measure: '$first'"
+[ -f "$cache" ] || fail "no cache file was written"
 second="$(peak_line)"
-[[ "$second" == *"(cached in $dir/cache/peak-flops.txt: sgemm ("*", measured "* ]] || fail "the second run did not read the cache: '$second'"
+[[ "$second" == *"(cached in $cache: sgemm ("*", measured "* ]] || fail "the second run did not read the cache: '$second'"
 [ "$(rate "$first")" = "$(rate "$second")" ] || fail "the cached figure differs: '$first' then '$second'"
 
 # Measured on another machine: measured again and replaced.

@@ -42,7 +42,8 @@ stopped_step() {
   grep -qF "checkpoint: step $step saved to $work/checkpoints/step-$(printf %08d "$step")" "$work/out.txt" ||
     fail "no line saying where the checkpoint went"
   [ -f "$work/checkpoints/step-$(printf %08d "$step")/manifest.json" ] || fail "no checkpoint of step $step"
-  echo "$line" | grep -qF "train $root/configs/gpt-tiny.yaml --set model.n_layer=1" || fail "the resume command lacks the run's arguments"
+  echo "$line" | grep -qF "train $root/configs/gpt-tiny.yaml --set model.n_layer=1" ||
+    fail "the resume command lacks the run's arguments"
   echo "$step"
 }
 
@@ -58,7 +59,8 @@ echo "== the resumed run continues from that checkpoint"
 "$mpiexec" "${flags[@]}" -np 2 "$exe" train "${args[@]}" --set train.steps=$((step + 2)) > "$work/out.txt" 2>&1 ||
   fail "the resumed run failed"
 grep -qF "resumed from the step-$step checkpoint" "$work/out.txt" || fail "not resumed from step $step"
-grep -q "summary: steps $((step + 1))-$((step + 2)) in " "$work/out.txt" || fail "no summary of steps $((step + 1))-$((step + 2))"
+grep -q "summary: steps $((step + 1))-$((step + 2)) in " "$work/out.txt" ||
+  fail "no summary of steps $((step + 1))-$((step + 2))"
 
 echo "== SIGINT to mpirun (Ctrl-C): mpirun sends the ranks SIGTERM after odls_base_sigkill_timeout s"
 rm -rf "$work/checkpoints"
