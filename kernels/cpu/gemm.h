@@ -9,6 +9,7 @@
 // from inside a parallel region (e.g. a loop over heads) it simply runs on the calling thread.
 // How the default backend is chosen, and the measurements behind it: docs/kernels-gemm.md.
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,6 +42,11 @@ GemmChoice gemm_choice();
 void set_gemm_choice(GemmChoice choice);
 // gemm_choice().backend, cheap after the first call: the default of gemm() and gemm_batched().
 GemmBackend default_gemm_backend();
+// Where measurements of this machine are kept ($WF_CACHE_DIR, else $XDG_CACHE_HOME/wallfacer, else
+// ~/.cache/wallfacer; empty when none of them is set), and the key they are kept under (the CPU,
+// OpenBLAS's core type, the oneDNN build): a file with another key was measured elsewhere.
+std::filesystem::path machine_cache_dir();
+std::string machine_cache_key();
 
 // Row-major C[M, N] = alpha·op(A)·op(B) + beta·C, where op(A) is [M, K] and op(B) is [K, N].
 // A is stored [M, K] (or [K, M] when trans_a), B is stored [K, N] (or [N, K] when trans_b).

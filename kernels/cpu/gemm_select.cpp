@@ -104,32 +104,8 @@ std::vector<double> calibrate(const std::vector<GemmBackend>& backends) {
 // cannot be read or written is ignored: the process measures as if there were none.
 
 std::filesystem::path cache_file() {
-  namespace fs = std::filesystem;
-  fs::path dir;
-  if (const char* d = std::getenv("WF_CACHE_DIR"); d != nullptr && *d != '\0') {
-    dir = d;
-  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
-    dir = fs::path(x) / "wallfacer";
-  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
-    dir = fs::path(home) / ".cache" / "wallfacer";
-  } else {
-    return {};
-  }
-  return dir / "gemm-backend.txt";
-}
-
-// What the measurement depends on: the CPU (its model lines in /proc/cpuinfo), OpenBLAS's core
-// type and the oneDNN build.
-std::string calibration_key() {
-  std::string cpu;
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line) && !line.empty();) {
-    if (line.rfind("vendor_id", 0) == 0 || line.rfind("cpu family", 0) == 0 || line.rfind("model", 0) == 0) {
-      cpu += line.substr(line.find(':') + 1) + ";";
-    }
-  }
-  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  return fmt::format("cpu{} OPENBLAS_CORETYPE={}; {}", cpu, coretype != nullptr ? coretype : "", onednn_info());
+  const std::filesystem::path dir = machine_cache_dir();
+  return dir.empty() ? dir : dir / "gemm-backend.txt";
 }
 
 std::optional<GemmChoice> read_cached_choice(const std::filesystem::path& file, const std::string& key) {
@@ -175,7 +151,7 @@ GemmChoice decide() {
   if (!onednn_available()) return {GemmBackend::cblas, fmt::format("oneDNN: {}", onednn_info())};
   const std::filesystem::path file = cache_file();
   if (file.empty()) return measure();  // nowhere to keep it
-  const std::string key = calibration_key();
+  const std::string key = machine_cache_key();
   if (auto cached = read_cached_choice(file, key)) return *cached;
   GemmChoice measured = measure();
   write_cached_choice(file, key, measured);
@@ -196,6 +172,30 @@ std::atomic<int>& stored_backend() {  // -1 until decided: the lock-free fast pa
 }
 
 }  // namespace
+
+std::filesystem::path machine_cache_dir() {
+  namespace fs = std::filesystem;
+  if (const char* d = std::getenv("WF_CACHE_DIR"); d != nullptr && *d != '\0') return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') return fs::path(x) / "wallfacer";
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return fs::path(home) / ".cache" / "wallfacer";
+  }
+  return {};
+}
+
+// What a measurement depends on: the CPU (its model lines in /proc/cpuinfo), OpenBLAS's core
+// type and the oneDNN build.
+std::string machine_cache_key() {
+  std::string cpu;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line) && !line.empty();) {
+    if (line.rfind("vendor_id", 0) == 0 || line.rfind("cpu family", 0) == 0 || line.rfind("model", 0) == 0) {
+      cpu += line.substr(line.find(':') + 1) + ";";
+    }
+  }
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  return fmt::format("cpu{} OPENBLAS_CORETYPE={}; {}", cpu, coretype != nullptr ? coretype : "", onednn_info());
+}
 
 const char* gemm_backend_name(GemmBackend backend) {
   switch (backend) {

@@ -13,6 +13,9 @@
 #include "src/cli/commands.h"
 #include "src/cli/option_checks.h"
 #include "src/cli/rank_agreement.h"
+#include "src/cli/rank_count.h"
+#include "src/cli/run_summary.h"
+#include "src/cli/stop_signal.h"
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/comm/group.h"
 #include "wallfacer/config/run_config.h"
@@ -39,6 +42,8 @@ int train(const TrainOptions& o) {
   // verdict and message even on nodes of different sizes (the only collective before validate).
   Tensor machine = Tensor::full({1}, static_cast<double>(machine_memory_bytes()), DType::f64);
   runtime.world().all_reduce(machine, comm::ReduceOp::min);
+  check_rank_count(config, runtime.world_size(), o.path, o.overrides, RankCountCommand::train,
+                   config::ValidateScope::this_machine, machine.item());
   config::validate(config, runtime.world_size(), config::ValidateScope::this_machine, machine.item());
   log::info("config: {}", config::summary(config, runtime.world_size()));
   for (const std::string& note : config::notes(config)) log::warn("{}", note);
@@ -59,8 +64,18 @@ int train(const TrainOptions& o) {
   const std::int64_t held = trainer.model().num_parameters();
   log::info("model: {} with {} parameters{}; {} tokens per step", config.model.name, whole,
             held == whole ? std::string() : fmt::format(" ({} on this rank)", held), trainer.tokens_per_step());
+  // From here a first SIGINT / SIGTERM saves a checkpoint at the next step boundary (stop_signal.h).
+  catch_stop_signals();
+  trainer.set_stop_request([] { return stop_signal(); });
   trainer.fit(o.stop_after);
-  return kExitOk;
+  const train::Trainer::FitSummary& fit = trainer.fit_summary();
+  if (fit.stopped_for != 0) ignore_stop_signals();
+  if (runtime.rank() == 0) {
+    for (const std::string& line : run_summary(config, {o.path, o.overrides, runtime.world_size()}, fit)) {
+      log::info("{}", line);
+    }
+  }
+  return fit.stopped_for != 0 ? 128 + fit.stopped_for : kExitOk;
 }
 
 }  // namespace
@@ -77,8 +92,8 @@ void add_train_command(CLI::App& app) {
                       "Stop once this many steps are done, as if the job were killed there (tests resume)")
       ->check(positive());
   set_action(*command, [options] {
-    // run_main: an error on one rank ends every rank (no rank waits forever in a collective).
-    return comm::run_main(0, nullptr, [&] { return train(*options); });
+    // An error on every rank is reported once; one on a single rank ends every rank (none waits forever).
+    return run_main_reporting_once([&] { return train(*options); });
   });
 }
 

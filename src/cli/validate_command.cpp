@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "src/cli/commands.h"
+#include "src/cli/rank_count.h"
 #include "wallfacer/config/run_config.h"
 
 namespace wf::cli {
@@ -33,8 +34,10 @@ void add_validate_command(CLI::App& app) {
                     "on a laptop: bf16, tensor/pipeline parallelism, memory per rank)");
   set_action(*command, [options] {
     const config::RunConfig config = config::load_config(options->path, options->overrides);
-    config::validate(config, options->world,
-                     options->any_machine ? config::ValidateScope::any_machine : config::ValidateScope::this_machine);
+    const auto scope = options->any_machine ? config::ValidateScope::any_machine : config::ValidateScope::this_machine;
+    // What train would say for this world: the ranks the layout needs and the command to run it.
+    check_rank_count(config, options->world, options->path, options->overrides, RankCountCommand::validate, scope);
+    config::validate(config, options->world, scope);
     std::printf("config OK: %s\n", config::summary(config, options->world).c_str());
     for (const std::string& note : config::notes(config)) std::printf("note: %s\n", note.c_str());
     return kExitOk;

@@ -7,11 +7,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "src/config/schema.h"
@@ -38,8 +40,37 @@ int layout_ulysses_degree(const ParallelSection& p) {
   return p.sp_strategy == parallel::SpStrategy::ulysses_wallfacer ? p.U : 1;
 }
 
+// The grid's "; keeping the other sizes, sp = 6 would fit" looks at the four sizes alone; here it
+// names only layouts the whole config validates under (fitting_layouts), or none.
+std::string with_validated_fits(std::string rule, const RunConfig& c, int world_size, ValidateScope scope,
+                                double machine_bytes) {
+  constexpr std::string_view kHint = "; keeping the other sizes, ";
+  if (const std::size_t at = rule.find(kHint); at != std::string::npos) {
+    const std::size_t end = rule.find(" would fit", at);
+    rule.erase(at, end == std::string::npos ? std::string::npos : end + 10 - at);
+  }
+  const ParallelSection& p = c.parallel;
+  if (ranks_needed(p) == 0 || ranks_needed(p) == world_size) return rule;
+  std::vector<std::string> one_size, whole;
+  for (const LayoutChange& change : fitting_layouts(c, world_size, scope, machine_bytes)) {
+    const ParallelSection& to = change.layout;
+    const std::array<std::tuple<const char*, int, int>, 4> sizes = {
+        {{"dp", p.dp, to.dp}, {"tp", p.tp, to.tp}, {"pp", p.pp, to.pp}, {"sp", p.sp, to.sp}}};
+    for (const auto& [name, before, after] : sizes) {
+      if (change.keys.size() == 1 && before != after) one_size.push_back(fmt::format("{} = {}", name, after));
+    }
+    if (change.keys.size() > 1) whole.push_back(change.set_flags());
+  }
+  if (!one_size.empty()) return fmt::format("{}{}{} would fit", rule, kHint, fmt::join(one_size, " or "));
+  if (!whole.empty()) {
+    return fmt::format("{}; a layout of {} ranks that validates: {}", rule, world_size, whole.front());
+  }
+  return rule;
+}
+
 // false when the grid itself is invalid: the checks after it divide by its sizes.
-bool check_layout(const RunConfig& c, int world_size, std::vector<std::string>& problems) {
+bool check_layout(const RunConfig& c, int world_size, ValidateScope scope, double machine_bytes,
+                  std::vector<std::string>& problems) {
   const ParallelSection& p = c.parallel;
   try {
     comm::ProcessGrid::validate(p.grid(), world_size);
@@ -50,6 +81,7 @@ bool check_layout(const RunConfig& c, int world_size, std::vector<std::string>& 
                                                         colon != std::string::npos) {
       rule.erase(0, colon + 8);
     }
+    rule = with_validated_fits(rule, c, world_size, scope, machine_bytes);
     problems.push_back(fmt::format("{}: {}", kGridKeys, rule));
     return false;
   }
@@ -305,7 +337,7 @@ MemoryEstimate memory_per_rank(const RunConfig& c) {
 std::vector<std::string> validation_problems(const RunConfig& config, int world_size, ValidateScope scope,
                                              double machine_bytes) {
   std::vector<std::string> problems;
-  const bool layout_ok = check_layout(config, world_size, problems);
+  const bool layout_ok = check_layout(config, world_size, scope, machine_bytes, problems);
   if (layout_ok) {
     const std::size_t before_model = problems.size();
     if (const auto& rules = model_schema(config.model.name).validate) rules(config, problems);

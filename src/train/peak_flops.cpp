@@ -1,10 +1,20 @@
 #include "wallfacer/train/peak_flops.h"
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 
 #include "kernels/cpu/gemm.h"
 #include "wallfacer/core/error.h"
 
+#include "src/core/atomic_file.h"
 #include "src/core/timing.h"
 #include "wallfacer/core/tensor.h"
 #include "wallfacer/core/threading.h"
@@ -40,15 +50,62 @@ std::string default_gemm_description() {
   return fmt::format("{} ({})", kernels::cpu::gemm_backend_name(choice.backend), choice.reason);
 }
 
+namespace {
+
+// The per-thread rate measured on this machine is kept (as the GEMM backend choice is: gemm.h's
+// machine_cache_dir), so that the MFU of every later run is against the same figure rather than
+// one re-measured while other ranks share the cores. The file holds the key (the machine's and
+// the backend), the rate and when it was measured; another key, or a file that cannot be read,
+// is measured again. Every failure to keep it is silent: the next run measures again.
+struct CachedRate {
+  double gflops = 0;
+  std::string measured;  // "measured 2026-12-04 20:51 UTC"
+};
+
+std::optional<CachedRate> read_rate(const std::filesystem::path& file, const std::string& key) {
+  std::ifstream in(file);
+  std::string cached_key, rate, measured;
+  if (!std::getline(in, cached_key) || !std::getline(in, rate) || !std::getline(in, measured) || cached_key != key) {
+    return std::nullopt;
+  }
+  char* end = nullptr;
+  const double gflops = std::strtod(rate.c_str(), &end);
+  if (end == rate.c_str() || *end != '\0' || !std::isfinite(gflops) || gflops <= 0) return std::nullopt;
+  return CachedRate{gflops, measured};
+}
+
+void write_rate(const std::filesystem::path& file, const std::string& key, const CachedRate& rate) {
+  try {
+    std::filesystem::create_directories(file.parent_path());
+    const std::string text = fmt::format("{}\n{}\n{}\n", key, rate.gflops, rate.measured);
+    detail::write_file_atomically(file.string(), {{text.data(), text.size()}}, "peak FLOP/s cache");
+  } catch (const std::exception&) {
+  }
+}
+
+}  // namespace
+
 PeakFlops peak_flops(const config::LogConfig& log) {
   if (log.peak_gflops > 0) return {log.peak_gflops, "log.peak_gflops"};
-  // 512³: large enough for the kernel's full rate, small enough to take milliseconds.
-  const double one_thread = sgemm_gflops(512, 512, 512, 5);
   const int threads = num_threads();
-  return {one_thread * threads,
-          fmt::format("measured: sgemm ({}) {:.1f} GFLOP/s x {} thread{}",
-                      kernels::cpu::gemm_backend_name(kernels::cpu::default_gemm_backend()), one_thread, threads,
-                      threads == 1 ? "" : "s")};
+  const char* backend = kernels::cpu::gemm_backend_name(kernels::cpu::default_gemm_backend());
+  const std::filesystem::path dir = kernels::cpu::machine_cache_dir();
+  const std::filesystem::path file = dir.empty() ? dir : dir / "peak-flops.txt";
+  const std::string key = fmt::format("{}; sgemm {}", kernels::cpu::machine_cache_key(), backend);
+  std::string where;
+  std::optional<CachedRate> rate = file.empty() ? std::nullopt : read_rate(file, key);
+  if (rate) {
+    where = fmt::format("cached in {}", file.string());
+  } else {
+    // 512³: large enough for the kernel's full rate, small enough to take milliseconds.
+    rate = CachedRate{sgemm_gflops(512, 512, 512, 5),
+                      fmt::format("measured {:%Y-%m-%d %H:%M} UTC", fmt::gmtime(std::time(nullptr)))};
+    if (!file.empty()) write_rate(file, key, *rate);
+    where = file.empty() ? std::string("measured now (no cache directory)") : fmt::format("measured now, cached in {}",
+                                                                                        file.string());
+  }
+  return {rate->gflops * threads, fmt::format("{}: sgemm ({}) {:.1f} GFLOP/s x {} thread{}, {}", where, backend,
+                                              rate->gflops, threads, threads == 1 ? "" : "s", rate->measured)};
 }
 
 }  // namespace wf::train

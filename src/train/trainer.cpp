@@ -375,7 +375,7 @@ double Trainer::evaluate() {
   return sum_over(replicas_, local).mean();
 }
 
-void Trainer::save_checkpoint() {
+std::string Trainer::save_checkpoint() {
   // A distributed checkpoint (distributed_checkpoint.h): every rank writes the pieces it is the
   // writer of (one replica per piece), rank 0 the manifest; collective and atomic.
   const int replica = replicas_.rank(), tp = grid_.group("tp").rank();
@@ -395,6 +395,7 @@ void Trainer::save_checkpoint() {
   const std::string where =
       save_sharded_checkpoint(*checkpoints_, step_, pieces, state, config::to_yaml(config_), grid_.group("world"));
   if (grid_.grid().rank() == 0) log::info("checkpoint: step {} saved to {}", step_, where);
+  return where;
 }
 
 bool Trainer::resume() {
@@ -526,12 +527,32 @@ void Trainer::start_interval(TrafficSnapshot traffic) {
   interval_.traffic = std::move(traffic);
 }
 
+// Whether any rank's stop request answers nonzero at this step boundary: the largest answer, the
+// same on every rank. Its all-reduce is no training step's traffic.
+int Trainer::agreed_stop_request() {
+  if (!stop_request_) return 0;
+  const TrafficSnapshot before = TrafficSnapshot::take();
+  Tensor answer = Tensor::full({1}, static_cast<double>(stop_request_()), DType::f64);
+  grid_.group("world").all_reduce(answer, comm::ReduceOp::max);
+  interval_.traffic.advance(before, TrafficSnapshot::take());
+  return static_cast<int>(answer.item());
+}
+
 void Trainer::fit(std::int64_t stop_after) {
   const auto& t = config_.train;
+  const auto started = std::chrono::steady_clock::now();
+  summary_ = FitSummary{};
+  summary_.first_step = step_ + 1;
+  summary_.last_step = step_;
   if (grid_.grid().rank() == 0) {
     metrics_ = std::make_unique<MetricsLog>(config_.log.dir + "/" + config_.log.metrics_file, step_);
   }
-  peak_ = peak_flops(config_.log);
+  // Rank 0 alone measures (or reads the cached figure), so that ranks sharing the cores do not
+  // measure each other, and every rank's MFU is against the same figure.
+  if (grid_.grid().rank() == 0) peak_ = peak_flops(config_.log);
+  Tensor peak = Tensor::full({1}, peak_.gflops_per_rank, DType::f64);
+  grid_.group("world").broadcast(peak, 0);
+  peak_.gflops_per_rank = peak.item();
   if (grid_.grid().rank() == 0) {
     log::info("mfu is measured against {:.1f} GFLOP/s per rank ({})", peak_.gflops_per_rank, peak_.source);
   }
@@ -545,18 +566,29 @@ void Trainer::fit(std::int64_t stop_after) {
       interval_.pp_compute += pipeline_->step_seconds() - pipeline_->wait_seconds();
     }
     run_seconds_ += result.seconds;
+    if (summary_.last_step < summary_.first_step) summary_.first_loss = result.loss;
+    summary_.last_step = step_;
+    summary_.last_loss = result.loss;
+    summary_.tokens += tokens_per_step();
     const bool eval_now = val_batches_ && t.eval_every > 0 && (step_ % t.eval_every == 0 || step_ == t.steps);
     const double val_loss = eval_now ? evaluate() : -1.0;
+    if (val_loss >= 0 && (summary_.best_val_loss < 0 || val_loss < summary_.best_val_loss)) {
+      summary_.best_val_loss = val_loss;
+      summary_.best_val_step = step_;
+    }
     log_step(result, val_loss);
     const auto& c = config_.checkpoint;
-    if ((c.every > 0 && step_ % c.every == 0) || step_ == t.steps) {
+    summary_.stopped_for = agreed_stop_request();
+    if ((c.every > 0 && step_ % c.every == 0) || step_ == t.steps || summary_.stopped_for != 0) {
       // The checkpoint's collectives (its agreement, the manifest's gather) are not a training
       // step's traffic: the interval's baseline moves past them.
       const TrafficSnapshot before = TrafficSnapshot::take();
-      save_checkpoint();
+      summary_.last_checkpoint = save_checkpoint();
       interval_.traffic.advance(before, TrafficSnapshot::take());
     }
+    if (summary_.stopped_for != 0) break;
   }
+  summary_.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 
 }  // namespace wf::train

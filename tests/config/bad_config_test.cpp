@@ -353,3 +353,37 @@ TEST_CASE("config: every problem is listed in one message, the same every time",
 
 }  // namespace
 }  // namespace wf::config
+
+namespace wf::config {
+namespace {
+
+// issue 26: "sp = 6 would fit" was offered for llama-tiny at 6 ranks, which then failed on C and
+// on the sequence length. A layout is suggested only when the whole config validates under it.
+TEST_CASE("config: a layout suggested for another world passes validation itself", "[config]") {
+  TempYaml data("data.bin", "");
+  const auto config_of = [&](const std::string& yaml) { return with_data_file(parse_config(yaml), data.path()); };
+  // sp 4, C 2 (llama-tiny's layout) at 6 ranks: sp = 6 cannot hold C = 2, and no one size fits.
+  const RunConfig llama = config_of("model:\n  name: llama\nparallel:\n  sp: 4\n  C: 2\ntrain:\n  seq_len: 256\n"
+                                    "  micro_batch_size: 8\n  global_batch_size: 16\n");
+  const std::string message = error_of([&] { validate(llama, 6); });
+  CHECK_THAT(message, Catch::Contains("sp = 4 does not divide the world"));
+  CHECK_THAT(message, !Catch::Contains("sp = 6 would fit"));
+  for (const LayoutChange& change : fitting_layouts(llama, 6)) {
+    RunConfig changed = llama;
+    changed.parallel = change.layout;
+    CHECK(validation_problems(changed, 6).empty());
+  }
+  // At 2 ranks a layout does fit (sp 2, C 1): offered with its keys, and valid.
+  const std::vector<LayoutChange> two = fitting_layouts(llama, 2);
+  REQUIRE(!two.empty());
+  CHECK(two.front().set_flags() == "--set parallel.sp=2 --set parallel.C=1");
+  CHECK_THAT(error_of([&] { validate(llama, 2); }),
+             Catch::Contains("a layout of 2 ranks that validates: --set parallel.sp=2 --set parallel.C=1"));
+  // One size changed alone comes first, when it validates.
+  const RunConfig gpt = config_of("parallel:\n  dp: 2\n  sp: 2\n");
+  CHECK(fitting_layouts(gpt, 2).front().keys == std::vector<std::string>{"parallel.dp=1"});
+  CHECK(ranks_needed(gpt.parallel) == 4);
+}
+
+}  // namespace
+}  // namespace wf::config

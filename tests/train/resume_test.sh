@@ -33,8 +33,14 @@ train() {
 flags=("$@")
 losses() { python3 -c 'import json,sys; [print(j["step"], j["loss"], j.get("val_loss","-")) for j in map(json.loads, open(sys.argv[1]))]' "$1"; }
 
-echo "== uninterrupted: 20 steps"
-train "$work/a" "${flags[@]}"
+echo "== uninterrupted: 20 steps, ending with the summary (rank 0 only)"
+out="$(train "$work/a" "${flags[@]}" 2>&1)" || { echo "FAIL: the uninterrupted run failed"; echo "$out"; exit 1; }
+for part in "summary: steps 1-20 in " "tokens/s); loss " "; best val loss " \
+            "summary: metrics in $work/a/metrics.jsonl; checkpoints in $work/a/checkpoints (newest: $work/a/checkpoints/step-00000020)" \
+            "next: $exe generate --checkpoint $work/a/checkpoints --prompt " "next: scripts/plot-metrics.sh $work/a/metrics.jsonl"; do
+  echo "$out" | grep -qF -- "$part" || { echo "FAIL: the summary lacks '$part'"; echo "$out"; exit 1; }
+done
+[ "$(echo "$out" | grep -c "summary: steps")" = 1 ] || { echo "FAIL: not one summary"; echo "$out"; exit 1; }
 echo "== killed after step 10, then resumed"
 EXTRA="--stop-after 10" train "$work/b" "${flags[@]}"
 test -f "$work/b/checkpoints/step-00000010/manifest.json"

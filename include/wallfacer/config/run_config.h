@@ -181,6 +181,21 @@ void validate(const RunConfig& config, int world_size, ValidateScope scope = Val
 // `wallfacer tune` prints as the reason a layout is excluded.
 std::vector<std::string> validation_problems(const RunConfig& config, int world_size,
                                              ValidateScope scope = ValidateScope::this_machine, double machine_bytes = 0);
+// The ranks a layout needs: dp x tp x pp x sp (0 when a size is below 1 or the product past 2^31).
+std::int64_t ranks_needed(const ParallelSection& parallel);
+// A layout the config could run with instead, and the parallel keys it changes as --set takes
+// them ("parallel.sp=2", "parallel.C=1"), in the order dp, tp, pp, sp, sp_strategy, C, U.
+struct LayoutChange {
+  ParallelSection layout;
+  std::vector<std::string> keys;
+  std::string set_flags() const;  // "--set parallel.sp=2 --set parallel.C=1"
+};
+// Up to `limit` layouts of `world_size` ranks under which `config` passes validation_problems (so
+// a suggestion never fails on the next key): one size changed first, then the layouts of
+// candidate_layouts by fewest changed keys. Empty when none passes.
+std::vector<LayoutChange> fitting_layouts(const RunConfig& config, int world_size,
+                                          ValidateScope scope = ValidateScope::this_machine, double machine_bytes = 0,
+                                          std::size_t limit = 3);
 // The rules of the trainer in this build ("parallel.tp: ..."), empty when it can train the
 // config; validate (this_machine) and the Trainer both apply them.
 std::vector<std::string> unsupported_by_trainer(const RunConfig& config);

@@ -21,10 +21,14 @@ std::string default_gemm_description();
 
 struct PeakFlops {
   double gflops_per_rank = 0;
-  std::string source;  // "log.peak_gflops" or "measured: sgemm (onednn) 91.3 GFLOP/s x 2 threads"
+  // "log.peak_gflops", or where the rate came from: "cached in ~/.cache/wallfacer/peak-flops.txt:
+  // sgemm (onednn) 91.3 GFLOP/s x 2 threads, measured 2026-12-04 20:51 UTC" ("measured now, cached in ...").
+  std::string source;
 };
 
-// log.peak_gflops when it is set (> 0); otherwise measured now (about 0.1 s).
+// log.peak_gflops when it is set (> 0); otherwise the default backend's one-thread sgemm rate
+// (measured once per machine, about 0.1 s, and kept beside the GEMM backend choice:
+// <machine_cache_dir>/peak-flops.txt) times the rank's threads.
 PeakFlops peak_flops(const config::LogConfig& log);
 
 }  // namespace wf::train

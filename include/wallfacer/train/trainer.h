@@ -19,6 +19,7 @@
 // weights, AdamW state, the step (which fixes the data order and the learning rate) and the RNG,
 // so a resumed run reproduces the losses of an uninterrupted one bit for bit.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -105,7 +106,25 @@ class Trainer {
   StepResult apply_gradients(double loss);
   // Mean loss over train.eval_batches validation batches (no graph, no update).
   double evaluate();
-  void save_checkpoint();
+  // Saves a checkpoint of step() (collective); returns the directory it went to.
+  std::string save_checkpoint();
+  // Asked at every step boundary of fit() (`train` answers its SIGINT / SIGTERM handler's flag):
+  // a nonzero answer on any rank makes every rank save a checkpoint and return from fit() at that
+  // boundary. The ranks agree through an all-reduce of one number per step (Megatron's exit-signal
+  // check), left out of the logged traffic; without a poll there is none.
+  void set_stop_request(std::function<int()> poll) { stop_request_ = std::move(poll); }
+  // What the last fit() did: the numbers of the summary `train` prints at the end.
+  struct FitSummary {
+    std::int64_t first_step = 0, last_step = 0;  // the steps trained (first_step > last_step: none)
+    double first_loss = 0, last_loss = 0;
+    double best_val_loss = -1;  // < 0: no validation ran
+    std::int64_t best_val_step = 0;
+    double wall_seconds = 0;        // fit() from start to end, validation and checkpoints included
+    std::int64_t tokens = 0;        // trained, all ranks
+    std::string last_checkpoint;    // the directory of the newest checkpoint saved ("" when none)
+    int stopped_for = 0;            // the stop request's answer (the largest over the ranks); 0: ran to its end
+  };
+  const FitSummary& fit_summary() const { return summary_; }
 
   std::int64_t step() const { return step_; }
   models::Model& model() { return *model_; }
@@ -142,6 +161,7 @@ class Trainer {
   };
   void seed_generators(const RngOffsets& offsets);
   void log_step(const StepResult& result, double val_loss);
+  int agreed_stop_request();
   // Begins a logging interval whose traffic counts from `traffic`.
   void start_interval(TrafficSnapshot traffic);
 
@@ -174,6 +194,8 @@ class Trainer {
   } interval_;
   double run_seconds_ = 0;
   PeakFlops peak_;  // measured (or configured) when fit() starts
+  std::function<int()> stop_request_;
+  FitSummary summary_;
 };
 
 }  // namespace wf::train
