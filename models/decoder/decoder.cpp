@@ -367,7 +367,8 @@ nn::SequenceBlock& DecoderLM::block(std::size_t i) {
 
 nn::TransformerBlock& DecoderLM::transformer_block(std::size_t i) {
   auto* transformer = dynamic_cast<nn::TransformerBlock*>(&block(i));
-  WF_CHECK(transformer != nullptr, "{}: block {} is the family's own, not an nn::TransformerBlock (use block())", name_, i);
+  WF_CHECK(transformer != nullptr, "{}: block {} is the family's own, not an nn::TransformerBlock (use block())",
+           name_, i);
   return *transformer;
 }
 

@@ -106,7 +106,8 @@ const char* feed_forward_name(FeedForwardKind kind) {
 TransformerBlock::TransformerBlock(const TransformerBlockOptions& options)
     : SequenceBlock(options.seed), options_(options) {
   norm1_ = register_module("norm1", make_block_norm(options));
-  attn_ = register_module("attn", std::make_shared<SelfAttention>(block_attention_options(options, child_seed("attn"))));
+  attn_ = register_module("attn",
+                          std::make_shared<SelfAttention>(block_attention_options(options, child_seed("attn"))));
   norm2_ = register_module("norm2", make_block_norm(options));
   mlp_ = register_module("mlp",
                          make_block_feed_forward(options, block_feed_forward_options(options, child_seed("mlp"))));

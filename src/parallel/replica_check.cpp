@@ -62,7 +62,8 @@ int check_tp_replicas(const nn::Module& module, comm::Group& tp) {
     at += p.numel();
     const double bound = kRoundings * epsilon_of(p.dtype()) * scale;
     if (spread > bound || std::isnan(spread)) {
-      drifted.push_back(fmt::format("{} (copies differ by up to {:.3g}, its largest entry {:.3g})", name, spread, scale));
+      drifted.push_back(
+          fmt::format("{} (copies differ by up to {:.3g}, its largest entry {:.3g})", name, spread, scale));
     }
   }
   WF_CHECK(drifted.empty(),

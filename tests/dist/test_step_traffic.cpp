@@ -98,7 +98,8 @@ TEST_CASE("a training step sends on each group exactly the bytes step_traffic.h 
 
 // A family whose norms act on split heads (parallel_residual's QK-norms) has gradients partial
 // over tp with the residual stream replicated too: their sum is counted whenever it exists.
-TEST_CASE("a training step of a model with norms over split heads sends the predicted bytes", "[dist][layout_traffic]") {
+TEST_CASE("a training step of a model with norms over split heads sends the predicted bytes",
+          "[dist][layout_traffic]") {
   const int world = runtime().world_size();
   int ran = 0;
   for (const wf::config::ParallelSection& candidate : wf::config::candidate_layouts(world)) {
