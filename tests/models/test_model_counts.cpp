@@ -1,7 +1,8 @@
 // Every registered model family, without a line here per family: the parameter count its schema
 // states without building it (config::ModelFacts, which `validate`'s memory estimate and the
-// config summary print) equals the elements of the model its factory builds. A family that adds
-// a parameter to its block and forgets its count fails here.
+// config summary print) equals the elements of the model its factory builds, and its FLOPs per
+// token, mask and vocabulary are the built model's. A family that adds a parameter to its block
+// and forgets its count fails here.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -29,6 +30,14 @@ TEST_CASE("every registered model: the stated parameter count equals the built m
     config.train.seq_len = 16;
     wf::comm::CommGrid grid(wf::comm::ProcessGrid(config.parallel.grid(), 1, 0));
     const auto model = wf::models::create(config, grid);
-    CHECK(wf::config::model_facts(config).parameters == static_cast<double>(model->num_parameters()));
+    const wf::config::ModelFacts facts = wf::config::model_facts(config);
+    CHECK(facts.parameters == static_cast<double>(model->num_parameters()));
+    // The other facts the config layer states unbuilt, against what the model says of itself.
+    CHECK(facts.train_flops_per_token == Approx(model->train_flops_per_token(config.train.seq_len)).epsilon(1e-12));
+    CHECK(facts.causal == model->causal());
+    if (model->has_logits()) {
+      CHECK(facts.vocab_size == model->vocab_size());
+      CHECK(facts.max_seq_len == model->max_context());
+    }
   }
 }
