@@ -6,12 +6,30 @@
 // estimate) are checked against what a token model's forward holds.
 #include <catch2/catch.hpp>
 
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/core/storage.h"
 #include "wallfacer/models/model.h"
+
+namespace {
+
+// A config of model `name` with each of `values` (YAML text) set where the family has the key.
+wf::config::RunConfig config_of(const std::string& name,
+                                std::initializer_list<std::pair<const char*, std::string>> values) {
+  wf::config::RunConfig config;
+  config.model.set_name(name);
+  const wf::config::ModelSchema& schema = wf::config::model_schema(name);
+  for (const auto& [key, value] : values) {
+    if (schema.find(key) != nullptr) config.model.set(key, value);
+  }
+  return config;
+}
+
+}  // namespace
 
 TEST_CASE("every registered model: the stated parameter count equals the built model's", "[models]") {
   wf::comm::Runtime::init();  // a world of one
@@ -19,16 +37,15 @@ TEST_CASE("every registered model: the stated parameter count equals the built m
   REQUIRE(names.size() >= 4);  // gpt, llama, parallel_residual, dit
   for (const std::string& name : names) {
     INFO("model " << name);
-    wf::config::RunConfig config;
-    config.model.set_name(name);
-    const wf::config::ModelSchema& schema = wf::config::model_schema(name);
-    // Small sizes wherever the family has the key (the defaults of some are 40M parameters).
-    const std::pair<const char*, std::int64_t> small[] = {{"n_layer", 2},   {"d_model", 32},    {"n_head", 4},
-                                                          {"d_ff", 64},     {"vocab_size", 48}, {"max_seq_len", 32},
-                                                          {"image_size", 8}, {"num_classes", 3}};
-    for (const auto& [key, value] : small) {
-      if (schema.find(key) != nullptr) config.model.set(key, value);
-    }
+    // Small sizes (the defaults of some are 40M parameters).
+    wf::config::RunConfig config = config_of(name, {{"n_layer", "2"},
+                                                    {"d_model", "32"},
+                                                    {"n_head", "4"},
+                                                    {"d_ff", "64"},
+                                                    {"vocab_size", "48"},
+                                                    {"max_seq_len", "32"},
+                                                    {"image_size", "8"},
+                                                    {"num_classes", "3"}});
     config.train.seq_len = 16;
     wf::comm::CommGrid grid(wf::comm::ProcessGrid(config.parallel.grid(), 1, 0));
     const auto model = wf::models::create(config, grid);
@@ -58,15 +75,13 @@ TEST_CASE("every registered language model: its activation estimate bounds what 
   for (const std::string& name : wf::models::registered_models()) {
     for (const bool checkpoint : {false, true}) {
       INFO("model " << name << ", checkpoint_attention " << checkpoint);
-      wf::config::RunConfig config;
-      config.model.set_name(name);
-      const wf::config::ModelSchema& schema = wf::config::model_schema(name);
-      const std::pair<const char*, std::int64_t> small[] = {{"n_layer", 4},  {"d_model", 64},     {"n_head", 4},
-                                                            {"d_ff", 128},   {"vocab_size", 48}, {"max_seq_len", kTokens}};
-      for (const auto& [key, value] : small) {
-        if (schema.find(key) != nullptr) config.model.set(key, value);
-      }
-      if (schema.find("checkpoint_attention") != nullptr) config.model.set("checkpoint_attention", checkpoint);
+      wf::config::RunConfig config = config_of(name, {{"n_layer", "4"},
+                                                      {"d_model", "64"},
+                                                      {"n_head", "4"},
+                                                      {"d_ff", "128"},
+                                                      {"vocab_size", "48"},
+                                                      {"max_seq_len", std::to_string(kTokens)},
+                                                      {"checkpoint_attention", checkpoint ? "true" : "false"}});
       config.train.seq_len = kTokens;
       wf::comm::CommGrid grid(wf::comm::ProcessGrid(config.parallel.grid(), 1, 0));
       const auto model = wf::models::create(config, grid);
