@@ -43,7 +43,7 @@ nn::TransformerBlockOptions decoder_block_options(const DecoderOptions& options,
           .out_init_std = out_std,
           .rope = o.positions == DecoderPositions::rope,
           .rope_theta = o.rope_theta,
-          .checkpoint_attention_output = o.checkpoint_attention_output,
+          .checkpoint_attention = o.checkpoint_attention,
           .seed = seed,
           .feed_forward = o.feed_forward,
           .layers = o.layers};
@@ -84,7 +84,7 @@ double decoder_activation_bytes_per_token(const DecoderOptions& options) {
   // f32 values a block keeps for its backward: with the checkpoint at the attention output its
   // input, attention output and lse; otherwise the norms' inputs and outputs, q/k/v, the
   // attention output, the projection, and the feed-forward's hidden activations.
-  const double per_layer = o.checkpoint_attention_output
+  const double per_layer = o.checkpoint_attention
                                ? 2 * d + static_cast<double>(o.n_head)
                                : 6 * d + qkv + (feed_forward_matrices(o) + 1) * ff;
   // The logits and their gradient (the fused loss keeps no probabilities, the graph the logits).
@@ -97,7 +97,7 @@ double decoder_activation_bytes_per_token_tp_replicated(const DecoderOptions& op
   const double d = static_cast<double>(o.d_model);
   // The d_model-wide values above: with the checkpoint the block's input and attention output,
   // otherwise the norms' inputs and outputs, the projection and the residuals; and the embedding.
-  const double per_layer = o.checkpoint_attention_output ? 2 * d : 6 * d;
+  const double per_layer = o.checkpoint_attention ? 2 * d : 6 * d;
   return 4.0 * (static_cast<double>(o.n_layer) * per_layer + 2 * d);
 }
 
@@ -175,7 +175,7 @@ config::ModelSchema decoder_schema(std::string name, std::vector<config::ModelKe
     facts.activation_bytes_per_token_tp_replicated = decoder_activation_bytes_per_token_tp_replicated(o);
     facts.blocks = {.n_layer = o.n_layer, .n_head = o.n_head, .n_kv_head = o.n_kv_head, .d_model = o.d_model,
                     .d_ff = o.d_ff, .feed_forward_matrices = static_cast<int>(feed_forward_matrices(o)),
-                    .checkpoint_attention = o.checkpoint_attention_output, .head_width = o.vocab_size};
+                    .checkpoint_attention = o.checkpoint_attention, .head_width = o.vocab_size};
     return facts;
   };
   return schema;

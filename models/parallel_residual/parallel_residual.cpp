@@ -64,7 +64,7 @@ class ParallelResidualBlock final : public nn::SequenceBlock {
     };
     split.strategy = attn_->strategy();  // sequence parallelism swaps it in (set_attention_strategy)
     split.options = attn_->attention_options(0);  // a sequence-parallel strategy knows its layout
-    return nn::run_attention_block(std::move(split), {x}, options_.checkpoint_attention_output)[0];
+    return nn::run_attention_block(std::move(split), {x}, options_.checkpoint_attention)[0];
   }
 
  private:

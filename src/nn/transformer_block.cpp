@@ -141,7 +141,7 @@ Tensor TransformerBlock::forward(const Tensor& x, const Tensor& positions) {
 }
 
 Tensor TransformerBlock::run(const Tensor& x, const Tensor& positions, const AttentionOptions& attention_options) {
-  const bool checkpoint_output = options_.checkpoint_attention_output;
+  const bool checkpoint_output = options_.checkpoint_attention;
   AttentionSplit split;
   // Captured by value where the checkpoint's backward runs them after this call has returned.
   split.before = [this, positions](const autograd::TensorList& in) {
@@ -164,7 +164,7 @@ Tensor TransformerBlock::after_attention(const Tensor& x, const Tensor& attentio
 }
 
 void TransformerBlock::set_checkpointing(bool attention_output, bool mlp) {
-  options_.checkpoint_attention_output = attention_output;
+  options_.checkpoint_attention = attention_output;
   options_.checkpoint_mlp = mlp;
 }
 

@@ -106,7 +106,7 @@ std::int64_t tp_step_bytes(const models::DecoderOptions& options, int tp, std::i
   const std::int64_t gather = (tp - 1) * (x / tp);  // an all-gather of X, or a reduce-scatter of X
   const std::int64_t column_layers = 1 + (m.feed_forward == nn::FeedForwardKind::swiglu ? 2 : 1);  // qkv, ff in
   const std::int64_t row_layers = 2;                                                          // proj, ff down
-  const std::int64_t recompute = m.checkpoint_attention_output ? 1 : 0;  // the backward reruns the forward
+  const std::int64_t recompute = m.checkpoint_attention ? 1 : 0;  // the backward reruns the forward
   std::int64_t per_block = 0, embedding = 0, head = 0;
   if (shard_activations) {
     per_block = (column_layers + row_layers) * (2 + recompute) * gather;
@@ -191,7 +191,7 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const Traffic
                                      m.n_kv_head / tp, m.d_model / m.n_head};
   const auto calls = share.blocks * accum;
   for (const auto& [group, bytes] : sp_call_bytes(config.parallel.sp_strategy, dims, grid, sp_element_bytes(config),
-                                                  m.checkpoint_attention_output)) {
+                                                  m.checkpoint_attention)) {
     predicted[group] = calls * bytes;
   }
   predicted["tp"] =

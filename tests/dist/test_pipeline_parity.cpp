@@ -141,7 +141,7 @@ void check_pipeline_parity(const PpLayout& layout, DType dtype, double tolerance
     auto& decoder = dynamic_cast<wf::models::DecoderLM&>(parallel->model());
     REQUIRE(decoder.num_blocks() > 0);
     for (std::size_t b = 0; b < decoder.num_blocks() && layout.model != "parallel_residual"; ++b) {
-      CHECK(decoder.transformer_block(b).options().checkpoint_attention_output);  // a family's own: the graph below
+      CHECK(decoder.transformer_block(b).options().checkpoint_attention);  // a family's own: the graph below
     }
     if (!decoder.stage().head) {
       // A stage's output comes out of the checkpoint node: its input (a received leaf, or the

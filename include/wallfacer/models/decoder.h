@@ -52,7 +52,7 @@ struct DecoderOptions {
   bool bias = true;
   // Activation checkpoint at every block's attention output (WallFacer §4.6): a block keeps its
   // input, attention output and lse; the rest is recomputed in the backward, attention never.
-  bool checkpoint_attention_output = false;
+  bool checkpoint_attention = false;
   double init_std = 0.02;
   std::uint64_t seed = 0;
   double norm_eps = 1e-5;
@@ -108,7 +108,7 @@ config::ModelKeys<Options>& add_decoder_keys(config::ModelKeys<Options>& keys) {
       .number("norm_eps", &Options::norm_eps, 0.0, false)
       .boolean("tie_embeddings", &Options::tie_embeddings)
       .number("dropout", &Options::dropout, 0.0, true, 1.0, false)
-      .boolean("checkpoint_attention", &Options::checkpoint_attention_output)
+      .boolean("checkpoint_attention", &Options::checkpoint_attention)
       .number("init_std", &Options::init_std, 0.0, false);
 }
 

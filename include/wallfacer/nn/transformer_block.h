@@ -8,11 +8,11 @@
 // mlp.{gate,up,down}.
 //
 // Activation checkpointing (applies only while a graph is being recorded, and x requires grad):
-//  - checkpoint_attention_output (attention_checkpoint.h, the WallFacer paper's §4.6): the block
+//  - checkpoint_attention (attention_checkpoint.h, the WallFacer paper's §4.6): the block
 //    keeps only x, the attention output and its lse; the rest is recomputed in backward and
 //    attention is replayed, never run twice.
 //  - checkpoint_mlp: only the norm2 + feed-forward branch keeps just its input and is
-//    recomputed. No effect when checkpoint_attention_output is on (it is recomputed anyway).
+//    recomputed. No effect when checkpoint_attention is on (it is recomputed anyway).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -43,7 +43,7 @@ struct TransformerBlockOptions {
   double out_init_std = 0.0;  // the two residual projections; 0 → init_std
   bool rope = false;  // rotary position embedding on q and k (SelfAttentionOptions::rope)
   double rope_theta = 10000.0;
-  bool checkpoint_attention_output = false;
+  bool checkpoint_attention = false;
   bool checkpoint_mlp = false;
   std::uint64_t seed = 0;
   FeedForwardKind feed_forward = FeedForwardKind::mlp;
