@@ -26,19 +26,38 @@ DecoderOptions resolved(DecoderOptions o) {
   return o;
 }
 
+nn::TransformerBlockOptions decoder_block_options(const DecoderOptions& options, std::uint64_t seed) {
+  const DecoderOptions o = resolved(options);
+  const double out_std = o.scale_residual_init ? o.init_std / std::sqrt(2.0 * static_cast<double>(o.n_layer)) : 0.0;
+  return {.d_model = o.d_model,
+          .n_head = o.n_head,
+          .n_kv_head = o.n_kv_head,
+          .d_ff = o.d_ff,
+          .activation = nn::Activation::gelu,
+          .norm = o.norm,
+          .norm_eps = o.norm_eps,
+          .causal = true,
+          .dropout = o.dropout,
+          .bias = o.bias,
+          .init_std = o.init_std,
+          .out_init_std = out_std,
+          .rope = o.positions == DecoderPositions::rope,
+          .rope_theta = o.rope_theta,
+          .checkpoint_attention = o.checkpoint_attention,
+          .seed = seed,
+          .feed_forward = o.feed_forward,
+          .layers = o.layers};
+}
+
 double decoder_parameter_count(const DecoderOptions& options) {
   const DecoderOptions o = resolved(options);
-  // Doubles: absurd configs reach validate, which must not see a wrapped count.
-  const double d = static_cast<double>(o.d_model), head_dim = d / static_cast<double>(o.n_head);
-  const double kv_width = static_cast<double>(o.n_kv_head) * head_dim, ff = static_cast<double>(o.d_ff);
-  const double norm = o.norm == nn::NormType::layer_norm ? 2 * d : d;  // weight (and bias)
-  const double bias = o.bias ? 1.0 : 0.0;
-  const double attention = d * (d + 2 * kv_width) + bias * (d + 2 * kv_width)  // qkv
-                           + d * d + bias * d;                                 // proj
-  const double ff_bias = o.feed_forward == nn::FeedForwardKind::swiglu ? 2 * ff + d : ff + d;
-  const double feed_forward = feed_forward_matrices(o) * d * ff + bias * ff_bias;
-  double total = static_cast<double>(o.vocab_size) * d +
-                 static_cast<double>(o.n_layer) * (attention + feed_forward + 2 * norm) + norm;
+  // Doubles: absurd configs reach validate, which must not see a wrapped count. The blocks count
+  // themselves (the family's own block its own way); the rest is the embeddings and final norm.
+  const nn::TransformerBlockOptions b = decoder_block_options(o);
+  const double block = o.block.parameters ? o.block.parameters(b) : nn::transformer_block_parameter_count(b);
+  const double d = static_cast<double>(o.d_model);
+  double total = static_cast<double>(o.vocab_size) * d + static_cast<double>(o.n_layer) * block +
+                 nn::norm_parameter_count(o.norm, o.d_model);
   if (o.positions == DecoderPositions::learned) total += static_cast<double>(o.max_seq_len) * d;
   if (!o.tie_embeddings) total += static_cast<double>(o.vocab_size) * d;
   return total;
@@ -65,7 +84,7 @@ double decoder_activation_bytes_per_token(const DecoderOptions& options) {
   // f32 values a block keeps for its backward: with the checkpoint at the attention output its
   // input, attention output and lse; otherwise the norms' inputs and outputs, q/k/v, the
   // attention output, the projection, and the feed-forward's hidden activations.
-  const double per_layer = o.checkpoint_attention_output
+  const double per_layer = o.checkpoint_attention
                                ? 2 * d + static_cast<double>(o.n_head)
                                : 6 * d + qkv + (feed_forward_matrices(o) + 1) * ff;
   // The logits and their gradient (the fused loss keeps no probabilities, the graph the logits).
@@ -78,7 +97,7 @@ double decoder_activation_bytes_per_token_tp_replicated(const DecoderOptions& op
   const double d = static_cast<double>(o.d_model);
   // The d_model-wide values above: with the checkpoint the block's input and attention output,
   // otherwise the norms' inputs and outputs, the projection and the residuals; and the embedding.
-  const double per_layer = o.checkpoint_attention_output ? 2 * d : 6 * d;
+  const double per_layer = o.checkpoint_attention ? 2 * d : 6 * d;
   return 4.0 * (static_cast<double>(o.n_layer) * per_layer + 2 * d);
 }
 
@@ -156,7 +175,7 @@ config::ModelSchema decoder_schema(std::string name, std::vector<config::ModelKe
     facts.activation_bytes_per_token_tp_replicated = decoder_activation_bytes_per_token_tp_replicated(o);
     facts.blocks = {.n_layer = o.n_layer, .n_head = o.n_head, .n_kv_head = o.n_kv_head, .d_model = o.d_model,
                     .d_ff = o.d_ff, .feed_forward_matrices = static_cast<int>(feed_forward_matrices(o)),
-                    .checkpoint_attention = o.checkpoint_attention_output, .head_width = o.vocab_size};
+                    .checkpoint_attention = o.checkpoint_attention, .head_width = o.vocab_size};
     return facts;
   };
   return schema;
@@ -201,30 +220,15 @@ DecoderLM::DecoderLM(std::string name, const DecoderOptions& options)
                          nn::EmbeddingRole::replicated));
   }
   auto blocks = register_module("blocks", std::make_shared<nn::ModuleList>(child_seed("blocks")));
-  const double out_std = o.scale_residual_init ? o.init_std / std::sqrt(2.0 * static_cast<double>(o.n_layer)) : 0.0;
   for (const BlockRange& chunk : s.chunks) {
-   chunk_begin_.push_back(blocks_.size());
-   for (std::int64_t i = chunk.first; i < chunk.end; ++i) {
-    blocks_.push_back(blocks->place(i, std::make_shared<nn::TransformerBlock>(nn::TransformerBlockOptions{
-        .d_model = o.d_model,
-        .n_head = o.n_head,
-        .n_kv_head = o.n_kv_head,
-        .d_ff = o.d_ff,
-        .activation = nn::Activation::gelu,
-        .norm = o.norm,
-        .norm_eps = o.norm_eps,
-        .causal = true,
-        .dropout = o.dropout,
-        .bias = o.bias,
-        .init_std = o.init_std,
-        .out_init_std = out_std,
-        .rope = o.positions == DecoderPositions::rope,
-        .rope_theta = o.rope_theta,
-        .checkpoint_attention_output = o.checkpoint_attention_output,
-        .seed = blocks->seed_at(i),
-        .feed_forward = o.feed_forward,
-        .layers = o.layers})));
-   }
+    chunk_begin_.push_back(blocks_.size());
+    for (std::int64_t i = chunk.first; i < chunk.end; ++i) {
+      const nn::TransformerBlockOptions b = decoder_block_options(o, blocks->seed_at(i));
+      std::shared_ptr<nn::SequenceBlock> block =
+          o.block.build ? o.block.build(b) : std::make_shared<nn::TransformerBlock>(b);
+      WF_CHECK(block != nullptr, "{}: the family's block builder returned no block for block {}", name_, i);
+      blocks_.push_back(blocks->place(i, std::move(block)));
+    }
   }
   chunk_begin_.push_back(blocks_.size());
   if (s.head) {
@@ -356,9 +360,16 @@ double DecoderLM::train_flops_per_token(std::int64_t seq_len) const {
   return decoder_train_flops_per_token(options_, seq_len);
 }
 
-nn::TransformerBlock& DecoderLM::block(std::size_t i) {
+nn::SequenceBlock& DecoderLM::block(std::size_t i) {
   WF_CHECK(i < blocks_.size(), "{}: block {} out of range ({} blocks)", name_, i, blocks_.size());
   return *blocks_[i];
+}
+
+nn::TransformerBlock& DecoderLM::transformer_block(std::size_t i) {
+  auto* transformer = dynamic_cast<nn::TransformerBlock*>(&block(i));
+  WF_CHECK(transformer != nullptr, "{}: block {} is the family's own, not an nn::TransformerBlock (use block())",
+           name_, i);
+  return *transformer;
 }
 
 nn::Embedding& DecoderLM::token_embedding() {

@@ -81,7 +81,7 @@ Dit::Dit(const DitOptions& options) : Model(options.seed), options_(options), di
                                              .d_model = o.d_model,
                                              .n_head = o.n_head,
                                              .d_ff = o.d_ff(),
-                                             .checkpoint_attention_output = o.checkpoint_attention_output,
+                                             .checkpoint_attention = o.checkpoint_attention,
                                              .seed = blocks->seed_at(i),
                                              .layers = o.layers})));
     }

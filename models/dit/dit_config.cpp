@@ -33,15 +33,15 @@ config::ModelSchema dit_schema() {
     // attention output, the projection, the MLP hidden (twice) and the residuals; with it x and
     // the attention output.
     const double d = static_cast<double>(o.d_model), ff = static_cast<double>(o.d_ff());
-    const double per_layer = o.checkpoint_attention_output ? 2 * d + static_cast<double>(o.n_head) : 10 * d + 3 * ff;
+    const double per_layer = o.checkpoint_attention ? 2 * d + static_cast<double>(o.n_head) : 10 * d + 3 * ff;
     facts.activation_bytes_per_token = 4.0 * (static_cast<double>(o.n_layer) * per_layer + 4 * d);
     // What tensor parallelism does not split: the d_model-wide values (all but q/k/v's heads and
     // the MLP hidden), and the embedders' and final layer's.
-    const double replicated = o.checkpoint_attention_output ? 2 * d : 6 * d;
+    const double replicated = o.checkpoint_attention ? 2 * d : 6 * d;
     facts.activation_bytes_per_token_tp_replicated = 4.0 * (static_cast<double>(o.n_layer) * replicated + 4 * d);
     // The final layer's width (patch² · channels) is small: no head term.
     facts.blocks = {.n_layer = o.n_layer, .n_head = o.n_head, .n_kv_head = o.n_head, .d_model = o.d_model,
-                    .d_ff = o.d_ff(), .feed_forward_matrices = 2, .checkpoint_attention = o.checkpoint_attention_output,
+                    .d_ff = o.d_ff(), .feed_forward_matrices = 2, .checkpoint_attention = o.checkpoint_attention,
                     .head_width = 0, .extra_rows = 1};
     return facts;
   };
@@ -72,7 +72,7 @@ const config::ModelKeys<DitOptions>& dit_keys() {
         .integer("num_timesteps", &DitOptions::num_timesteps, 2, 1 << 20)
         .number("beta_start", &DitOptions::beta_start, 0.0, false, 1.0, false)
         .number("beta_end", &DitOptions::beta_end, 0.0, false, 1.0, false)
-        .boolean("checkpoint_attention", &DitOptions::checkpoint_attention_output);
+        .boolean("checkpoint_attention", &DitOptions::checkpoint_attention);
     return k;
   }();
   return keys;
@@ -154,7 +154,7 @@ DecoderOptions dit_block_shape(const DitOptions& o) {
   shape.d_model = o.d_model;
   shape.d_ff = o.d_ff();
   shape.feed_forward = nn::FeedForwardKind::mlp;
-  shape.checkpoint_attention_output = o.checkpoint_attention_output;
+  shape.checkpoint_attention = o.checkpoint_attention;
   return shape;
 }
 

@@ -36,7 +36,7 @@ DecoderOptions llama_decoder_options(const LlamaOptions& l) {
   o.norm_eps = l.norm_eps;
   o.tie_embeddings = l.tie_embeddings;
   o.dropout = l.dropout;
-  o.checkpoint_attention_output = l.checkpoint_attention_output;
+  o.checkpoint_attention = l.checkpoint_attention;
   o.init_std = l.init_std;
   o.seed = l.seed;
   // What makes it LLaMA.

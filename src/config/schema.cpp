@@ -203,6 +203,7 @@ std::vector<Field> make_fields() {
       integer(KEY(train, eval_batches), 1),
       integer(KEY(train, seed), 0),
       choice(KEY(train, dtype), kDtypes),
+      boolean(KEY(train, check_replicas)),
 
       choice(KEY(data, source), kSources),
       text(KEY(data, train_path), false),

@@ -87,7 +87,7 @@ Tensor AdaLNZeroBlock::forward(const Tensor& x, const Tensor& c, const Tensor& p
   };
   split.strategy = attn_->strategy();
   split.options = attn_->attention_options(0);
-  return run_attention_block(std::move(split), {x, c}, options_.checkpoint_attention_output)[0];
+  return run_attention_block(std::move(split), {x, c}, options_.checkpoint_attention)[0];
 }
 
 AdaLNFinalLayer::AdaLNFinalLayer(const AdaLNFinalLayerOptions& o) : Module(o.seed) {

@@ -24,7 +24,8 @@ std::shared_ptr<Embedding> LayerFactory::embedding(const EmbeddingOptions& optio
   return std::make_shared<Embedding>(options);
 }
 
-std::shared_ptr<Normalization> LayerFactory::norm(NormType type, std::int64_t dim, double eps) const {
+std::shared_ptr<Normalization> LayerFactory::norm(NormType type, std::int64_t dim, double eps,
+                                                  ActivationRegion /*region*/) const {
   return make_norm(type, dim, eps);
 }
 

@@ -64,4 +64,8 @@ std::shared_ptr<Normalization> make_norm(NormType type, std::int64_t dim, double
   WF_FAIL("make_norm: unknown norm type {}", static_cast<int>(type));
 }
 
+double norm_parameter_count(NormType type, std::int64_t dim) {
+  return (type == NormType::layer_norm ? 2.0 : 1.0) * static_cast<double>(dim);
+}
+
 }  // namespace wf::nn

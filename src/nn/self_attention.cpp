@@ -116,6 +116,13 @@ void SelfAttention::set_strategy(std::shared_ptr<AttentionStrategy> strategy) {
   strategy_ = std::move(strategy);
 }
 
+double self_attention_parameter_count(const SelfAttentionOptions& o) {
+  const double d = static_cast<double>(o.d_model), head_dim = d / static_cast<double>(o.n_head);
+  const double kv_width = static_cast<double>(o.n_kv_head > 0 ? o.n_kv_head : o.n_head) * head_dim;
+  const double qkv = d + 2 * kv_width, bias = o.bias ? 1.0 : 0.0;
+  return qkv * d + bias * qkv + d * d + bias * d;
+}
+
 int set_attention_strategy(Module& root, const std::shared_ptr<AttentionStrategy>& strategy) {
   int count = 0;
   for (auto& [name, module] : root.named_modules()) {

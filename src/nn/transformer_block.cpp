@@ -41,7 +41,26 @@ BranchOptions branch_options(const TransformerBlockOptions& block, std::uint64_t
   return branch;
 }
 
-std::shared_ptr<FeedForward> make_feed_forward(const TransformerBlockOptions& o, const MLPOptions& mlp) {
+}  // namespace
+
+SelfAttentionOptions block_attention_options(const TransformerBlockOptions& options, std::uint64_t seed) {
+  auto attention = branch_options<SelfAttentionOptions>(options, seed);
+  attention.n_head = options.n_head;
+  attention.n_kv_head = options.n_kv_head;
+  attention.causal = options.causal;
+  attention.rope = options.rope;
+  attention.rope_theta = options.rope_theta;
+  return attention;
+}
+
+MLPOptions block_feed_forward_options(const TransformerBlockOptions& options, std::uint64_t seed) {
+  auto mlp = branch_options<MLPOptions>(options, seed);
+  mlp.d_ff = options.d_ff;
+  mlp.activation = options.activation;
+  return mlp;
+}
+
+std::shared_ptr<FeedForward> make_block_feed_forward(const TransformerBlockOptions& o, const MLPOptions& mlp) {
   if (o.make_feed_forward) {
     auto module = o.make_feed_forward(mlp);
     WF_CHECK(module != nullptr, "TransformerBlock: make_feed_forward returned no module");
@@ -63,7 +82,18 @@ std::shared_ptr<Normalization> make_block_norm(const TransformerBlockOptions& o)
   return layers_or_default(o.layers).norm(o.norm, o.d_model, o.norm_eps);
 }
 
-}  // namespace
+double feed_forward_parameter_count(const TransformerBlockOptions& o) {
+  const double d = static_cast<double>(o.d_model);
+  const double ff = static_cast<double>(o.d_ff > 0 ? o.d_ff : 4 * o.d_model), bias = o.bias ? 1.0 : 0.0;
+  // MLP: fc [ff, d] (+ ff), proj [d, ff] (+ d); SwiGLU: gate and up [ff, d] (+ ff each), down [d, ff] (+ d).
+  const double in_layers = o.feed_forward == FeedForwardKind::swiglu ? 2 : 1;
+  return in_layers * (d * ff + bias * ff) + ff * d + bias * d;
+}
+
+double transformer_block_parameter_count(const TransformerBlockOptions& o) {
+  return self_attention_parameter_count(block_attention_options(o, 0)) + feed_forward_parameter_count(o) +
+         2 * norm_parameter_count(o.norm, o.d_model);
+}
 
 const char* feed_forward_name(FeedForwardKind kind) {
   switch (kind) {
@@ -73,21 +103,14 @@ const char* feed_forward_name(FeedForwardKind kind) {
   return "unknown";
 }
 
-TransformerBlock::TransformerBlock(const TransformerBlockOptions& options) : Module(options.seed), options_(options) {
-  auto attn_options = branch_options<SelfAttentionOptions>(options, child_seed("attn"));
-  attn_options.n_head = options.n_head;
-  attn_options.n_kv_head = options.n_kv_head;
-  attn_options.causal = options.causal;
-  attn_options.rope = options.rope;
-  attn_options.rope_theta = options.rope_theta;
-  auto mlp_options = branch_options<MLPOptions>(options, child_seed("mlp"));
-  mlp_options.d_ff = options.d_ff;
-  mlp_options.activation = options.activation;
-
+TransformerBlock::TransformerBlock(const TransformerBlockOptions& options)
+    : SequenceBlock(options.seed), options_(options) {
   norm1_ = register_module("norm1", make_block_norm(options));
-  attn_ = register_module("attn", std::make_shared<SelfAttention>(attn_options));
+  attn_ = register_module("attn",
+                          std::make_shared<SelfAttention>(block_attention_options(options, child_seed("attn"))));
   norm2_ = register_module("norm2", make_block_norm(options));
-  mlp_ = register_module("mlp", make_feed_forward(options, mlp_options));
+  mlp_ = register_module("mlp",
+                         make_block_feed_forward(options, block_feed_forward_options(options, child_seed("mlp"))));
 }
 
 MLP& TransformerBlock::mlp() {
@@ -118,7 +141,7 @@ Tensor TransformerBlock::forward(const Tensor& x, const Tensor& positions) {
 }
 
 Tensor TransformerBlock::run(const Tensor& x, const Tensor& positions, const AttentionOptions& attention_options) {
-  const bool checkpoint_output = options_.checkpoint_attention_output;
+  const bool checkpoint_output = options_.checkpoint_attention;
   AttentionSplit split;
   // Captured by value where the checkpoint's backward runs them after this call has returned.
   split.before = [this, positions](const autograd::TensorList& in) {
@@ -141,7 +164,7 @@ Tensor TransformerBlock::after_attention(const Tensor& x, const Tensor& attentio
 }
 
 void TransformerBlock::set_checkpointing(bool attention_output, bool mlp) {
-  options_.checkpoint_attention_output = attention_output;
+  options_.checkpoint_attention = attention_output;
   options_.checkpoint_mlp = mlp;
 }
 

@@ -157,9 +157,12 @@ std::shared_ptr<nn::Embedding> TensorParallelLayers::embedding(const nn::Embeddi
   return std::make_shared<nn::Embedding>(options);
 }
 
-std::shared_ptr<nn::Normalization> TensorParallelLayers::norm(nn::NormType type, std::int64_t dim, double eps) const {
-  auto norm = nn::LayerFactory::norm(type, dim, eps);
-  if (options_.shard_activations) norm->set_gradient_partial_over(tp_->name());
+std::shared_ptr<nn::Normalization> TensorParallelLayers::norm(nn::NormType type, std::int64_t dim, double eps,
+                                                              nn::ActivationRegion region) const {
+  auto norm = nn::LayerFactory::norm(type, dim, eps, region);
+  // Over this rank's heads (split), or over this rank's tokens (sharded activations): either way
+  // its gradient is this rank's part of the whole.
+  if (region == nn::ActivationRegion::split || options_.shard_activations) norm->set_gradient_partial_over(tp_->name());
   return norm;
 }
 

@@ -98,7 +98,7 @@ std::map<std::string, std::int64_t> sp_call_bytes(parallel::SpStrategy strategy,
 
 std::int64_t tp_step_bytes(const models::DecoderOptions& options, int tp, std::int64_t tokens, std::int64_t accum,
                            std::int64_t activation_bytes, bool shard_activations,
-                           std::int64_t partial_gradient_elements, const StageShare& stage) {
+                           std::int64_t partial_gradient_bytes, const StageShare& stage) {
   if (tp == 1) return 0;
   const models::DecoderOptions m = models::resolved(options);
   const std::int64_t x = tokens * m.d_model * activation_bytes;  // one [B, n, d]
@@ -106,18 +106,20 @@ std::int64_t tp_step_bytes(const models::DecoderOptions& options, int tp, std::i
   const std::int64_t gather = (tp - 1) * (x / tp);  // an all-gather of X, or a reduce-scatter of X
   const std::int64_t column_layers = 1 + (m.feed_forward == nn::FeedForwardKind::swiglu ? 2 : 1);  // qkv, ff in
   const std::int64_t row_layers = 2;                                                          // proj, ff down
-  const std::int64_t recompute = m.checkpoint_attention_output ? 1 : 0;  // the backward reruns the forward
-  std::int64_t per_block = 0, embedding = 0, head = 0, partial_gradients = 0;
+  const std::int64_t recompute = m.checkpoint_attention ? 1 : 0;  // the backward reruns the forward
+  std::int64_t per_block = 0, embedding = 0, head = 0;
   if (shard_activations) {
     per_block = (column_layers + row_layers) * (2 + recompute) * gather;
     embedding = hidden + gather;  // the lookup's sum, then the sharded stream's gradient gathered
     head = 2 * gather;            // its input gathered, the gradient reduce-scattered
-    partial_gradients = all_reduce_bytes(partial_gradient_elements * activation_bytes, tp);
   } else {
     per_block = (column_layers + (1 + recompute) * row_layers) * hidden;
     embedding = hidden;  // the lookup's sum (forward)
     head = hidden;       // the head input's gradient (backward)
   }
+  // Whatever the shards mark partial over tp, sharded activations or not (a norm over split
+  // heads is partial either way): one sum per step.
+  const std::int64_t partial_gradients = all_reduce_bytes(partial_gradient_bytes, tp);
   constexpr auto kDouble = static_cast<std::int64_t>(sizeof(double));
   const std::int64_t loss = all_reduce_bytes(tokens * kDouble, tp) + all_reduce_bytes(2 * tokens * kDouble, tp);
   const std::int64_t blocks = stage.blocks < 0 ? m.n_layer : stage.blocks;
@@ -161,13 +163,14 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const Traffic
   }
   const FlatLayout layout = replica_layout(params, gradient_bucket_bytes(config), replicas, zero, shared);
   const int replica = zero > 0 ? grid.group_rank("dp_sp") : 0;
-  // The elements reduce_partial_gradients sums over tp: of the parameters marked partial, what
-  // this replica's optimizer holds (all of them, or its ZeRO pieces).
+  // The bytes reduce_partial_gradients sums over tp: of the parameters marked partial, what this
+  // replica's optimizer holds (all of them, or its ZeRO pieces), in their dtype (the masters').
   std::int64_t partial = 0;
   const auto shards = module.parameter_shards();
   for (std::size_t k = 0; k < shards.size(); ++k) {
     if (shards[k].partial_gradient_group != "tp") continue;
-    for (const FlatLayout::Owned& owned : layout.owned(k, replica)) partial += owned.end - owned.begin;
+    const auto element = static_cast<std::int64_t>(dtype_size(params[k].dtype()));
+    for (const FlatLayout::Owned& owned : layout.owned(k, replica)) partial += (owned.end - owned.begin) * element;
   }
   GroupBytes predicted;
   for (std::string_view name : comm::ProcessGrid::group_names()) predicted[std::string(name)] = 0;
@@ -188,7 +191,7 @@ GroupBytes predicted_step_traffic(const config::RunConfig& config, const Traffic
                                      m.n_kv_head / tp, m.d_model / m.n_head};
   const auto calls = share.blocks * accum;
   for (const auto& [group, bytes] : sp_call_bytes(config.parallel.sp_strategy, dims, grid, sp_element_bytes(config),
-                                                  m.checkpoint_attention_output)) {
+                                                  m.checkpoint_attention)) {
     predicted[group] = calls * bytes;
   }
   predicted["tp"] =

@@ -17,6 +17,7 @@
 #include "wallfacer/core/log.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/ops/arithmetic.h"
+#include "wallfacer/parallel/replica_check.h"
 #include "wallfacer/parallel/tensor_parallel.h"
 #include "wallfacer/train/checkpoint.h"
 #include "wallfacer/train/distributed_checkpoint.h"
@@ -336,6 +337,7 @@ StepResult Trainer::apply_gradients(double loss) {
     optimizer_->set_lr(result.lr);
     optimizer_->step();
     grads_->gather_parameters();
+    if (config_.train.check_replicas) parallel::check_tp_replicas(*model_, grid_.group("tp"));
   } else {
     log::warn("step {}: the gradient norm is {}; skipping the update", result.step, result.grad_norm);
   }

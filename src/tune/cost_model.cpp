@@ -269,7 +269,7 @@ models::DecoderOptions decoder_options_of(const Shape& s) {
   o.d_ff = s.blocks.d_ff;
   o.vocab_size = std::max<std::int64_t>(1, s.blocks.head_width);
   o.feed_forward = s.blocks.feed_forward_matrices == 3 ? nn::FeedForwardKind::swiglu : nn::FeedForwardKind::mlp;
-  o.checkpoint_attention_output = s.blocks.checkpoint_attention;
+  o.checkpoint_attention = s.blocks.checkpoint_attention;
   return o;
 }
 

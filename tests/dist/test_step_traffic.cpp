@@ -96,6 +96,33 @@ TEST_CASE("a training step sends on each group exactly the bytes step_traffic.h 
   CHECK(ran >= 2);  // at least dp = world, with and without the checkpoint
 }
 
+// A family whose norms act on split heads (parallel_residual's QK-norms) has gradients partial
+// over tp with the residual stream replicated too: their sum is counted whenever it exists.
+TEST_CASE("a training step of a model with norms over split heads sends the predicted bytes",
+          "[dist][layout_traffic]") {
+  const int world = runtime().world_size();
+  int ran = 0;
+  for (const wf::config::ParallelSection& candidate : wf::config::candidate_layouts(world)) {
+    if (candidate.tp == 1) continue;
+    for (const auto& [shard_activations, zero] : {std::pair{false, 0}, {true, 0}, {false, 1}}) {
+      if (zero > 0 && candidate.dp * candidate.sp == 1) continue;
+      wf::config::ParallelSection l = candidate;
+      l.tp_shard_activations = shard_activations;
+      l.zero = zero;
+      wf::config::RunConfig config =
+          small_gpt_run(l.dp, l.sp, false, "wf_test_step_traffic_qk_norm", "parallel_residual");
+      config.parallel = l;
+      config.train.steps = 1;
+      config.train.global_batch_size = 2 * l.dp;
+      if (!error_of([&] { wf::config::validate(config, world); }).empty()) continue;  // the same on every rank
+      INFO(describe(l, false) << ", parallel_residual");
+      check_one_step(config, world);
+      ++ran;
+    }
+  }
+  if (world % 2 == 0) CHECK(ran >= 2);  // tp 2, with and without activation sharding
+}
+
 // The candidates put the hybrid's Ulysses ranks inner; here its WallFacer ranks are, which moves
 // every group's ranks but none of the bytes (sp.ulysses, sp.wallfacer, sp.team, sp.ring).
 TEST_CASE("a training step with ulysses-wallfacer, WallFacer ranks inner, sends the predicted bytes",

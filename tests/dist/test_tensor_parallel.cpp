@@ -270,7 +270,7 @@ TEST_CASE("tp SelfAttention and TransformerBlock split heads over tp and match t
     INFO(fmt::format("TransformerBlock, checkpoint {} on {} ranks", checkpoint, P));
     wf::nn::TransformerBlockOptions o{.d_model = 8 * P, .n_head = 2 * P, .n_kv_head = P, .d_ff = 8 * P,
                                       .norm = wf::nn::NormType::rms_norm, .init_std = 0.3, .rope = true,
-                                      .checkpoint_attention_output = checkpoint, .seed = 4,
+                                      .checkpoint_attention = checkpoint, .seed = 4,
                                       .feed_forward = wf::nn::FeedForwardKind::swiglu};
     wf::nn::TransformerBlock reference(o);
     o.layers = layers;
@@ -520,7 +520,7 @@ TEST_CASE("tp TransformerBlock with activation sharding matches the single-proce
           wf::nn::TransformerBlockOptions o{.d_model = 8 * P, .n_head = 2 * P, .n_kv_head = P, .d_ff = 8 * P,
                                             .norm = norm, .dropout = p, .init_std = 0.8 / std::sqrt(8.0 * P),
                                             .rope = true,
-                                            .checkpoint_attention_output = checkpoint, .seed = 4,
+                                            .checkpoint_attention = checkpoint, .seed = 4,
                                             .feed_forward = kind};
           wf::nn::TransformerBlock reference(o);
           o.layers = layers;

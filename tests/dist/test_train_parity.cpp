@@ -49,6 +49,7 @@ wf::config::RunConfig parity_config(const Layout& layout, const std::string& tag
   c.train.min_lr = 3e-4;
   c.train.warmup_steps = 2;
   c.train.seed = 77;
+  c.train.check_replicas = true;  // a replicated weight that drifts fails the case
   return c;
 }
 
@@ -68,6 +69,13 @@ std::vector<Layout> layouts_for(int world) {
   if (world == 4) {
     out.push_back({.sp = 4, .C = 2, .model = "llama"});
     out.push_back({.dp = 2, .sp = 2, .checkpoint_attention = true, .model = "llama"});
+  }
+  // The parallel-residual family with QK-norm (models/parallel_residual/): dp, WallFacer C 2 with
+  // the attention-output checkpoint, and Ulysses (the per-head norms before the heads scatter).
+  if (world == 2) out.push_back({.dp = 2, .model = "parallel_residual"});
+  if (world == 4) {
+    out.push_back({.sp = 4, .C = 2, .checkpoint_attention = true, .model = "parallel_residual"});
+    out.push_back({.sp = 4, .strategy = SpStrategy::ulysses, .model = "parallel_residual"});
   }
   // Ulysses scatters the model's 4 heads over the sp ranks.
   if (4 % world == 0) out.push_back({.sp = world, .strategy = SpStrategy::ulysses});

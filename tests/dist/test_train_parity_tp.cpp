@@ -12,7 +12,10 @@
 // The matrix covers each dimension with tp and each pair: tp alone (tied and untied heads,
 // dropout, 2 and 4 ranks), tp × dp, tp × sp (WallFacer C 1 and C 2, Ulysses), tp × sp × dp, and
 // LLaMA (SwiGLU, RMSNorm, RoPE, GQA) at tp2·sp2 and tp2·sp4; activation sharding inside tp at
-// tp2 (with dropout), tp4, and LLaMA tp2·sp2.
+// tp2 (with dropout), tp4, and LLaMA tp2·sp2; the parallel-residual family with QK-norm (its
+// per-head norm weights' gradients partial over tp) at tp2 and tp2·sp2 Ulysses with activation
+// sharding. Every case runs with train.check_replicas: a replicated weight that drifts over tp
+// fails it.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -79,6 +82,7 @@ wf::config::RunConfig tp_config(const TpLayout& layout) {
   c.train.min_lr = 3e-4;
   c.train.warmup_steps = 1;
   c.train.seed = 91;
+  c.train.check_replicas = true;  // a replicated weight that drifts over tp fails the case
   c.data.source = wf::config::DataSource::synthetic;
   c.checkpoint.dir = (std::filesystem::temp_directory_path() / "wf-parity-tp").string();
   c.log.dir = c.checkpoint.dir;
@@ -100,13 +104,17 @@ std::vector<TpLayout> tp_layouts_for(int world) {
   switch (world) {
     case 2:
       return {{}, {.tied = false}, {.dropout = 0.1}, {.model = "llama"}, {.shard_activations = true},
-              {.tied = false, .dropout = 0.1, .shard_activations = true}};
+              {.tied = false, .dropout = 0.1, .shard_activations = true},
+              // QK-norm over the heads tp splits: its weight's gradient is partial over tp.
+              {.model = "parallel_residual"}};
     case 4:
       return {{.tp = 4, .n_kv_head = 4},  // tp must divide the kv heads
               {.dp = 2, .tp = 2},
               {.tp = 2, .sp = 2, .C = 1, .model = "llama", .shard_activations = true},
               {.tp = 2, .sp = 2, .strategy = SpStrategy::ring, .tied = false},
-              {.tp = 4, .n_kv_head = 4, .shard_activations = true}};
+              {.tp = 4, .n_kv_head = 4, .shard_activations = true},
+              {.tp = 2, .sp = 2, .strategy = SpStrategy::ulysses, .model = "parallel_residual",
+               .shard_activations = true}};
     case 8:
       return {{.dp = 4, .tp = 2},
               {.tp = 2, .sp = 4, .C = 2},

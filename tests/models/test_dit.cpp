@@ -368,7 +368,7 @@ TEST_CASE("dit: checkpointing at the attention output leaves every gradient unch
   std::vector<std::map<std::string, Tensor>> grads;
   for (const bool checkpoint : {false, true}) {
     DitOptions o = tiny_dit();
-    o.checkpoint_attention_output = checkpoint;
+    o.checkpoint_attention = checkpoint;
     Dit model(o);
     randomise(model, 0.2, 61);
     const Batch batch = dit_batch(o, 2, {1, 999}, 63, models::testing::positions_of(o.num_patches()));

@@ -145,7 +145,7 @@ TEST_CASE("gpt: activation checkpointing at the attention output leaves every gr
     plain.n_kv_head = 2;
     if (rope) plain.positions = wf::models::GptPositions::rope;
     GptOptions checkpointed = plain;
-    checkpointed.checkpoint_attention_output = true;
+    checkpointed.checkpoint_attention = true;
     Gpt a(plain), b(checkpointed);
     const Tensor ids = random_ids(2, 12, 32, 8), targets = random_ids(2, 12, 32, 9);
     const auto ga = gradients(a, ids, targets), gb = gradients(b, ids, targets);

@@ -176,7 +176,7 @@ TEST_CASE("decoders: stages hold the whole model's weights bit for bit and chain
 TEST_CASE("llama: checkpointing at the attention output leaves every gradient unchanged", "[models]") {
   LlamaOptions plain = tiny_llama(12);
   LlamaOptions checkpointed = plain;
-  checkpointed.checkpoint_attention_output = true;
+  checkpointed.checkpoint_attention = true;
   Llama a(plain), b(checkpointed);
   const auto batch = token_batch(random_ids(2, 12, 40, 8), random_ids(2, 12, 40, 9), positions_of(12));
   wf::autograd::backward({a.loss_sum(batch).sum});

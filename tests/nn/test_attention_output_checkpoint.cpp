@@ -164,7 +164,7 @@ TEST_CASE("checkpointing at the attention output: gradients equal the plain bloc
       options.make_norm = [](std::int64_t dim, double eps) { return std::make_shared<RMSNorm>(dim, eps); };
     }
     TransformerBlock plain(options);
-    options.checkpoint_attention_output = true;
+    options.checkpoint_attention = true;
     TransformerBlock checkpointed(options);
     plain.to(DType::f64);
     checkpointed.to(DType::f64);
@@ -193,7 +193,7 @@ TEST_CASE("checkpointing at the attention output: each weight's ready hook fires
   // only from the recomputes' nested backwards, twice, and must fire once, after both.
   TransformerBlockOptions options{.d_model = 8, .n_head = 2, .n_kv_head = 1, .causal = true, .init_std = 0.4, .seed = 6};
   TransformerBlock plain(options);
-  options.checkpoint_attention_output = true;
+  options.checkpoint_attention = true;
   TransformerBlock checkpointed(options);
   plain.to(DType::f64);
   checkpointed.to(DType::f64);
@@ -225,7 +225,7 @@ TEST_CASE("checkpointing at the attention output: each weight's ready hook fires
 TEST_CASE("checkpointing at the attention output: gradcheck of a block without dropout", "[nn][checkpoint]") {
   TransformerBlockOptions options{.d_model = 8, .n_head = 2, .n_kv_head = 1, .init_std = 0.4, .seed = 9};
   options.rope = true;
-  options.checkpoint_attention_output = true;
+  options.checkpoint_attention = true;
   TransformerBlock block(options);
   block.to(DType::f64);
   check_module_gradients(block, [&](const Tensor& x) { return block.forward(x, 2); }, randn64({1, 4, 8}, 3));
@@ -233,7 +233,7 @@ TEST_CASE("checkpointing at the attention output: gradcheck of a block without d
 
 TEST_CASE("checkpointing at the attention output runs attention once and replays it once", "[nn][checkpoint]") {
   TransformerBlockOptions options{.d_model = 8, .n_head = 2, .dropout = 0.1, .seed = 4};
-  options.checkpoint_attention_output = true;
+  options.checkpoint_attention = true;
   TransformerBlock block(options);
   auto counting = std::make_shared<CountingStrategy>();
   block.attention().set_strategy(counting);
@@ -273,7 +273,7 @@ TEST_CASE("checkpointing at the attention output: memory held after the forward 
     for (int i = 0; i < 4; ++i) {
       TransformerBlockOptions options{.d_model = 64, .n_head = 4, .seed = blocks.next_seed()};
       options.rope = true;
-      options.checkpoint_attention_output = checkpoint;
+      options.checkpoint_attention = checkpoint;
       blocks.append(std::make_shared<TransformerBlock>(options));
     }
     Tensor x = Tensor::randn_at({2, 128, 64}, 1, 0);

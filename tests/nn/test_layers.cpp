@@ -145,14 +145,15 @@ TEST_CASE("the attention strategy is pluggable at run time", "[nn]") {
   const Tensor before = model.forward(ids);
   auto counting = std::make_shared<CountingAttention>();
   CHECK(set_attention_strategy(model, counting) == 3);
-  CHECK(model.block(2).attention().strategy()->name() == "counting");
-  model.block(0).forward(Tensor::zeros({1, 4, 8}), 2);
+  const auto block = [&](std::size_t i) -> TransformerBlock& { return model.transformer_block(i); };
+  CHECK(block(2).attention().strategy()->name() == "counting");
+  block(0).forward(Tensor::zeros({1, 4, 8}), 2);
   CHECK(counting->calls == 1);
   CHECK(counting->last_offset == 2);
   model.forward(ids);
   CHECK(counting->calls == 4);
   CHECK(max_abs_diff(model.forward(ids), before) == 0.0);
-  CHECK_THROWS_WITH(model.block(0).attention().set_strategy(nullptr), Contains("null"));
+  CHECK_THROWS_WITH(block(0).attention().set_strategy(nullptr), Contains("null"));
 }
 
 TEST_CASE("TransformerBlock: shapes, RMSNorm/SiLU variant, gradients", "[nn]") {

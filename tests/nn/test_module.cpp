@@ -160,7 +160,8 @@ TEST_CASE("initialisation depends only on the seed and the parameter's path", "[
   // hidden generator state, so construction order cannot matter.
   wf::models::Gpt model(small_gpt(11));
   wf::models::Gpt first(small_gpt(11));  // built after another model: same weights
-  CHECK(max_abs_diff(model.block(1).mlp().fc().weight(), first.block(1).mlp().fc().weight()) == 0.0);
+  CHECK(max_abs_diff(model.transformer_block(1).mlp().fc().weight(),
+                     first.transformer_block(1).mlp().fc().weight()) == 0.0);
   MLP mlp({.d_model = 4, .d_ff = 8, .seed = 5});
   Linear fc({.in_features = 4, .out_features = 8, .seed = mlp.child_seed("fc")});
   CHECK(max_abs_diff(mlp.fc().weight(), fc.weight()) == 0.0);

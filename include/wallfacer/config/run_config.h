@@ -85,6 +85,9 @@ struct TrainConfig {
   std::int64_t eval_batches = 4;  // global batches per validation
   std::int64_t seed = 1234;
   DType dtype = DType::f32;  // f32 or bf16
+  // Debug: after every optimizer step, compare the tp ranks' copies of each replicated parameter
+  // and fail naming any that drifted apart (parallel/replica_check.h). Two all-reduces per step.
+  bool check_replicas = false;
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
 

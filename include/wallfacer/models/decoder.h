@@ -3,8 +3,9 @@
 // the same blocks) are configurations of:
 //
 //   token embedding (+ learned position embedding, unless positions are RoPE)
-//   → n_layer pre-norm nn::TransformerBlocks (causal self-attention, MHA or GQA, through the
-//     model's attention strategy; GELU MLP or SwiGLU; LayerNorm or RMSNorm)
+//   → n_layer blocks: pre-norm nn::TransformerBlocks (causal self-attention, MHA or GQA, through
+//     the model's attention strategy; GELU MLP or SwiGLU; LayerNorm or RMSNorm), or the family's
+//     own nn::SequenceBlock (options.block)
 //   → final norm → LM head (tied to the token embedding unless tie_embeddings is false)
 //
 // Parameter names are nn::Module's dotted paths ("blocks.0.attn.qkv.weight"), which the
@@ -24,6 +25,17 @@ namespace wf::models {
 
 enum class DecoderPositions { learned, rope };
 
+// The block a decoder stacks: how to build one from the options the decoder derives for it
+// (decoder_block_options: sizes, norm, rope, dropout, init, its seed, the layer factory, the
+// attention-output checkpoint), and how many parameters one holds, counted from the same options
+// without building it (validate's estimate of a 7B model must not allocate one). A family's block
+// built from nn parts through options.layers keeps tp, pp, sp and the checkpoint
+// (docs/adding-a-model.md). Empty: nn::TransformerBlock, nn::transformer_block_parameter_count.
+struct DecoderBlock {
+  std::function<std::shared_ptr<nn::SequenceBlock>(const nn::TransformerBlockOptions&)> build;
+  std::function<double(const nn::TransformerBlockOptions&)> parameters;
+};
+
 struct DecoderOptions {
   std::int64_t vocab_size = 256;
   std::int64_t max_seq_len = 1024;
@@ -40,7 +52,7 @@ struct DecoderOptions {
   bool bias = true;
   // Activation checkpoint at every block's attention output (WallFacer §4.6): a block keeps its
   // input, attention output and lse; the rest is recomputed in the backward, attention never.
-  bool checkpoint_attention_output = false;
+  bool checkpoint_attention = false;
   double init_std = 0.02;
   std::uint64_t seed = 0;
   double norm_eps = 1e-5;
@@ -50,10 +62,13 @@ struct DecoderOptions {
   bool scale_residual_init = true;
   StageRange stage = {};
   std::shared_ptr<const nn::LayerFactory> layers = nullptr;  // null: the plain layers
+  DecoderBlock block = {};  // empty: nn::TransformerBlock
 };
 
 // n_kv_head and d_ff with their 0 defaults resolved, the stage's open block ranges too.
 DecoderOptions resolved(DecoderOptions options);
+// The options of a block of this decoder, built with `seed` (DecoderLM passes each block's own).
+nn::TransformerBlockOptions decoder_block_options(const DecoderOptions& options, std::uint64_t seed = 0);
 
 // Counts of a decoder without building it, from the same options: the config summary,
 // `validate`'s memory estimate and the FLOP/s the trainer reports all use these.
@@ -93,7 +108,7 @@ config::ModelKeys<Options>& add_decoder_keys(config::ModelKeys<Options>& keys) {
       .number("norm_eps", &Options::norm_eps, 0.0, false)
       .boolean("tie_embeddings", &Options::tie_embeddings)
       .number("dropout", &Options::dropout, 0.0, true, 1.0, false)
-      .boolean("checkpoint_attention", &Options::checkpoint_attention_output)
+      .boolean("checkpoint_attention", &Options::checkpoint_attention)
       .number("init_std", &Options::init_std, 0.0, false);
 }
 
@@ -144,7 +159,9 @@ class DecoderLM : public Model {
   const DecoderOptions& options() const { return options_; }
   // Blocks this instance holds, in order (a stage's: its range).
   std::size_t num_blocks() const { return blocks_.size(); }
-  nn::TransformerBlock& block(std::size_t i);
+  nn::SequenceBlock& block(std::size_t i);
+  // The same as the nn::TransformerBlock it is unless the family builds its own (wf::Error then).
+  nn::TransformerBlock& transformer_block(std::size_t i);
   nn::Embedding& token_embedding();
 
  private:
@@ -157,7 +174,7 @@ class DecoderLM : public Model {
   DecoderOptions options_;
   std::shared_ptr<nn::Embedding> token_embedding_;     // on the first stage, and on the last when tied
   std::shared_ptr<nn::Embedding> position_embedding_;  // first stage, learned positions only
-  std::vector<std::shared_ptr<nn::TransformerBlock>> blocks_;  // every chunk's, in order
+  std::vector<std::shared_ptr<nn::SequenceBlock>> blocks_;  // every chunk's, in order
   std::vector<std::size_t> chunk_begin_;  // chunk c's blocks are blocks_[chunk_begin_[c], chunk_begin_[c + 1])
   std::shared_ptr<nn::Normalization> final_norm_;  // last stage
   std::shared_ptr<nn::Linear> lm_head_;            // last stage, untied only

@@ -53,7 +53,7 @@ struct DitOptions {
   std::int64_t num_timesteps = 1000;
   double beta_start = 1e-4;
   double beta_end = 0.02;
-  bool checkpoint_attention_output = false;
+  bool checkpoint_attention = false;
   std::uint64_t seed = 0;
   StageRange stage = {};
   std::shared_ptr<const nn::LayerFactory> layers = nullptr;

@@ -27,7 +27,7 @@ struct LlamaOptions {
   double norm_eps = 1e-5;
   bool tie_embeddings = false;
   double dropout = 0.0;
-  bool checkpoint_attention_output = false;
+  bool checkpoint_attention = false;
   double init_std = 0.02;
   std::uint64_t seed = 0;
 };

@@ -53,7 +53,7 @@ struct AdaLNZeroBlockOptions {
   WeightInit weight_init = WeightInit::xavier_uniform;
   double init_std = 0.02;  // for weight_init normal
   double modulation_init_std = 0.0;
-  bool checkpoint_attention_output = false;
+  bool checkpoint_attention = false;
   std::uint64_t seed = 0;
   std::shared_ptr<const LayerFactory> layers = nullptr;
 };
@@ -69,7 +69,7 @@ class AdaLNZeroBlock : public Module {
   SelfAttention& attention() { return *attn_; }
   MLP& mlp() { return *mlp_; }
   Linear& modulation() { return *modulation_; }
-  void set_checkpointing(bool attention_output) { options_.checkpoint_attention_output = attention_output; }
+  void set_checkpointing(bool attention_output) { options_.checkpoint_attention = attention_output; }
   const AdaLNZeroBlockOptions& options() const { return options_; }
 
  private:

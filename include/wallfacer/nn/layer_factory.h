@@ -31,12 +31,18 @@ const char* linear_role_name(LinearRole role);
 // Whether an embedding is the token vocabulary (tp splits its rows) or another table.
 enum class EmbeddingRole { vocabulary, replicated };
 
-// Where a dropout acts, which decides how tensor parallelism draws its mask:
+// Where a dropout or a norm acts, which decides what tensor parallelism does with it:
 //  - replicated: on the residual stream (after a row layer's output, after the embedding),
 //    which every tp rank holds alike (or, with activation sharding, its slice of the tokens):
-//    all ranks draw the single-process mask (or their slice of it);
-//  - split: inside a column → row region (the MLP hidden, attention probabilities), where each
-//    tp rank holds different features: each draws its own mask, from a per-rank stream.
+//    a dropout draws the single-process mask on all ranks (or their slice of it); a norm's
+//    weight is whole, its gradient partial over tp only under activation sharding;
+//  - split: inside a column → row region (the MLP hidden, attention probabilities, the heads),
+//    where each tp rank holds different features: a dropout draws each rank's own mask, from a
+//    per-rank stream; a norm over split heads (QK-norm: one weight of head_dim applied to every
+//    head) is whole on every rank, but each rank's gradient covers only its heads, so it is
+//    marked partial over tp and summed before the optimizer (reduce_partial_gradients).
+//    Declared `replicated`, such a weight would drift apart on the tp ranks (train.check_replicas
+//    catches it).
 enum class ActivationRegion { replicated, split };
 
 class LayerFactory {
@@ -44,7 +50,9 @@ class LayerFactory {
   virtual ~LayerFactory();
   virtual std::shared_ptr<Linear> linear(const LinearOptions& options, LinearRole role) const;
   virtual std::shared_ptr<Embedding> embedding(const EmbeddingOptions& options, EmbeddingRole role) const;
-  virtual std::shared_ptr<Normalization> norm(NormType type, std::int64_t dim, double eps) const;
+  // A norm over the last `dim` features of activations in `region` (the residual stream by default).
+  virtual std::shared_ptr<Normalization> norm(NormType type, std::int64_t dim, double eps,
+                                              ActivationRegion region = ActivationRegion::replicated) const;
   // A dropout of probability p acting in `region` (the plain Dropout here).
   virtual std::shared_ptr<Dropout> dropout(double p, ActivationRegion region) const;
 

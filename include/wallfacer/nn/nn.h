@@ -13,6 +13,7 @@
 #include "wallfacer/nn/norm.h"
 #include "wallfacer/nn/parameter_shard.h"
 #include "wallfacer/nn/self_attention.h"
+#include "wallfacer/nn/sequence_block.h"
 #include "wallfacer/nn/sincos_position.h"
 #include "wallfacer/nn/state_dict.h"
 #include "wallfacer/nn/timestep_embedder.h"

@@ -60,5 +60,7 @@ enum class NormType { layer_norm, rms_norm };
 const char* norm_type_name(NormType type);
 // LayerNorm (affine) or RMSNorm over `dim`.
 std::shared_ptr<Normalization> make_norm(NormType type, std::int64_t dim, double eps);
+// The parameters make_norm's module holds: weight and bias (LayerNorm), or weight (RMSNorm).
+double norm_parameter_count(NormType type, std::int64_t dim);
 
 }  // namespace wf::nn

@@ -96,6 +96,10 @@ class SelfAttention : public Module {
   std::shared_ptr<AttentionStrategy> strategy_;
 };
 
+// The parameters of a SelfAttention of these options (whole, as one process holds them), without
+// building it: qkv [(h + 2·h_kv)·hd, d] and proj [d, d], with their biases.
+double self_attention_parameter_count(const SelfAttentionOptions& options);
+
 // Sets `strategy` on every SelfAttention inside `root` (root included); returns how many.
 int set_attention_strategy(Module& root, const std::shared_ptr<AttentionStrategy>& strategy);
 

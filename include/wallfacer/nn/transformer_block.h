@@ -8,11 +8,11 @@
 // mlp.{gate,up,down}.
 //
 // Activation checkpointing (applies only while a graph is being recorded, and x requires grad):
-//  - checkpoint_attention_output (attention_checkpoint.h, the WallFacer paper's §4.6): the block
+//  - checkpoint_attention (attention_checkpoint.h, the WallFacer paper's §4.6): the block
 //    keeps only x, the attention output and its lse; the rest is recomputed in backward and
 //    attention is replayed, never run twice.
 //  - checkpoint_mlp: only the norm2 + feed-forward branch keeps just its input and is
-//    recomputed. No effect when checkpoint_attention_output is on (it is recomputed anyway).
+//    recomputed. No effect when checkpoint_attention is on (it is recomputed anyway).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -21,6 +21,7 @@
 #include "wallfacer/nn/mlp.h"
 #include "wallfacer/nn/norm.h"
 #include "wallfacer/nn/self_attention.h"
+#include "wallfacer/nn/sequence_block.h"
 
 namespace wf::nn {
 
@@ -42,7 +43,7 @@ struct TransformerBlockOptions {
   double out_init_std = 0.0;  // the two residual projections; 0 → init_std
   bool rope = false;  // rotary position embedding on q and k (SelfAttentionOptions::rope)
   double rope_theta = 10000.0;
-  bool checkpoint_attention_output = false;
+  bool checkpoint_attention = false;
   bool checkpoint_mlp = false;
   std::uint64_t seed = 0;
   FeedForwardKind feed_forward = FeedForwardKind::mlp;
@@ -54,14 +55,14 @@ struct TransformerBlockOptions {
   std::shared_ptr<const LayerFactory> layers = nullptr;  // null: the plain layers
 };
 
-class TransformerBlock : public Module {
+class TransformerBlock : public SequenceBlock {
  public:
   explicit TransformerBlock(const TransformerBlockOptions& options);
 
   // x [B, T, d_model] → [B, T, d_model]; position_offset and positions as in
   // SelfAttention::forward (positions [T] i64: each token's global position, any layout).
   Tensor forward(const Tensor& x, std::int64_t position_offset = 0);
-  Tensor forward(const Tensor& x, const Tensor& positions);
+  Tensor forward(const Tensor& x, const Tensor& positions) override;
 
   SelfAttention& attention() { return *attn_; }
   FeedForward& feed_forward() { return *mlp_; }
@@ -81,5 +82,22 @@ class TransformerBlock : public Module {
   std::shared_ptr<Normalization> norm2_;
   std::shared_ptr<FeedForward> mlp_;
 };
+
+// The parts TransformerBlock builds from its options, for a block of another shape built from the
+// same options (a model family's SequenceBlock, docs/adding-a-model.md): the attention's and the
+// feed-forward's options (width, dropout, bias, init, the residual projections' out_init_std,
+// the layer factory, and `seed`), the feed-forward they describe (options.feed_forward, or
+// make_feed_forward) and a d_model-wide norm (options.norm through the factory, or make_norm).
+SelfAttentionOptions block_attention_options(const TransformerBlockOptions& options, std::uint64_t seed);
+MLPOptions block_feed_forward_options(const TransformerBlockOptions& options, std::uint64_t seed);
+std::shared_ptr<FeedForward> make_block_feed_forward(const TransformerBlockOptions& options, const MLPOptions& mlp);
+std::shared_ptr<Normalization> make_block_norm(const TransformerBlockOptions& options);
+
+// Parameter counts without building anything (validate's memory estimate of a 7B model must not
+// allocate one), from the same options: the feed-forward of options.feed_forward, and a whole
+// TransformerBlock (its two norms of options.norm; a make_norm or make_feed_forward module is
+// not known here). Doubles: absurd sizes must not wrap.
+double feed_forward_parameter_count(const TransformerBlockOptions& options);
+double transformer_block_parameter_count(const TransformerBlockOptions& options);
 
 }  // namespace wf::nn

@@ -169,8 +169,9 @@ class SplitRegionDropout : public nn::Dropout {
 // LinearRole::row, a VocabParallelLinear for LinearRole::vocabulary, and the plain Linear for
 // LinearRole::replicated. embedding() gives a VocabParallelEmbedding (vocab_parallel.h) for
 // EmbeddingRole::vocabulary and the plain Embedding otherwise (positions); norms are the plain
-// ones. The vocabulary layers' logits stay split: vocabulary_loss_sum is
-// vocab_parallel_cross_entropy, vocabulary_logits gathers them and drops the padding.
+// ones, a norm over split heads (ActivationRegion::split) with its gradient marked partial over
+// tp. The vocabulary layers' logits stay split: vocabulary_loss_sum is vocab_parallel_cross_entropy,
+// vocabulary_logits gathers them and drops the padding.
 // dropout(p, ActivationRegion::split) is a SplitRegionDropout; in the replicated region the
 // plain Dropout, or with shard_activations a TokenShardedDropout.
 // With options.shard_activations every layer it builds honours it (above), shard_activations()
@@ -182,7 +183,9 @@ class TensorParallelLayers : public nn::LayerFactory {
       : tp_(&tp), options_(options) {}
   std::shared_ptr<nn::Linear> linear(const nn::LinearOptions& options, nn::LinearRole role) const override;
   std::shared_ptr<nn::Embedding> embedding(const nn::EmbeddingOptions& options, nn::EmbeddingRole role) const override;
-  std::shared_ptr<nn::Normalization> norm(nn::NormType type, std::int64_t dim, double eps) const override;
+  std::shared_ptr<nn::Normalization> norm(
+      nn::NormType type, std::int64_t dim, double eps,
+      nn::ActivationRegion region = nn::ActivationRegion::replicated) const override;
   std::shared_ptr<nn::Dropout> dropout(double p, nn::ActivationRegion region) const override;
   Tensor shard_activations(const Tensor& x) const override;
   int tensor_parallel_size() const override { return tp_->size(); }

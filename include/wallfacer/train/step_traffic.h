@@ -26,8 +26,9 @@
 //              reduce-scatters X in BOTH passes instead, (tp−1)/tp·X each way (a column layer's
 //              input gathered forward, reduce-scattered backward; a row layer's output the
 //              reverse; the recompute repeats both kinds' forward), entering the sharded stream
-//              after the embedding all-gathers its gradient (backward), and once per step the
-//              gradients the shards mark partial over tp (norms, row biases) are all-reduced.
+//              after the embedding all-gathers its gradient (backward). Once per step the
+//              gradients the shards mark partial over tp are all-reduced: the norms' and row
+//              biases' with parallel.tp_shard_activations, norms over split heads (QK-norm) always.
 //              Under pp the embedding's terms are the first stage's, the head's and the
 //              cross-entropy's the last stage's.
 //   dp_sp      the gradient reduction of replica_gradients.h over the buckets of FlatLayout
@@ -102,12 +103,13 @@ struct StageShare {
 
 // The tp term of one step: `tokens` = B·n per microbatch on this rank, `accum` microbatches,
 // activations of `activation_bytes` each.
-// `partial_gradient_elements`: how many parameter elements this rank's shards mark partial over
-// tp (summed once per step by parallel::reduce_partial_gradients; 0 unless activations are
-// sharded). `stage`: what this rank holds under pipeline parallelism.
+// `partial_gradient_bytes`: the gradient bytes of the parameters this rank's shards mark partial
+// over tp (summed once per step by parallel::reduce_partial_gradients: under activation sharding the
+// norms and row biases, and norms over split heads always). `stage`: what this rank holds under
+// pipeline parallelism.
 std::int64_t tp_step_bytes(const models::DecoderOptions& model, int tp, std::int64_t tokens, std::int64_t accum,
                            std::int64_t activation_bytes, bool shard_activations = false,
-                           std::int64_t partial_gradient_elements = 0, const StageShare& stage = {});
+                           std::int64_t partial_gradient_bytes = 0, const StageShare& stage = {});
 
 // The pp term of one step on pp rank `pp_rank` of `pp` (> 1) with `virtual_stages` chunks each:
 // `microbatches` × (forward sends + backward sends) of `hidden_bytes` each, plus the two

@@ -87,7 +87,7 @@ class ConsumerLM final : public wf::models::Model {
       b.norm = wf::nn::NormType::rms_norm;
       b.bias = false;
       b.rope = true;
-      b.checkpoint_attention_output = i % 2 == 1;  // the attention-output checkpoint works on any block
+      b.checkpoint_attention = i % 2 == 1;  // the attention-output checkpoint works on any block
       b.seed = blocks->next_seed();
       b.layers = layers_;
       b.make_feed_forward = [scale = o.gate_scale](const wf::nn::MLPOptions& m) {
