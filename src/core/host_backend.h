@@ -17,8 +17,8 @@ class HostBackend : public DeviceBackend {
   bool query(const Stream&) override { return true; }
   void synchronize_device(Device) override {}
   std::shared_ptr<void> create_event(Device) override { return nullptr; }
-  void record(void*, const Stream&) override {}
-  void wait(const Stream&, void*) override {}
+  void record(const std::shared_ptr<void>&, const Stream&) override {}
+  void wait(const Stream&, const std::shared_ptr<void>&) override {}
   void synchronize_event(void*) override {}
   bool query_event(void*) override { return true; }
 };

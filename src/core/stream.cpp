@@ -52,7 +52,7 @@ bool Stream::query() const { return device_backend(device_).query(*this); }
 void Stream::wait(const Event& event) const {
   if (!event.recorded()) return;
   if (event.device().type == device_.type) {
-    device_backend(device_).wait(*this, event.handle());
+    device_backend(device_).wait(*this, event.shared_handle());
   } else if (!event.query()) {
     // Another backend's event cannot be queued here: the host waits for it instead.
     event.synchronize();
@@ -65,7 +65,7 @@ void Event::record(const Stream& stream) {
   if (!recorded_ || device_ != stream.device()) handle_ = backend.create_event(stream.device());
   device_ = stream.device();
   recorded_ = true;
-  backend.record(handle_.get(), stream);
+  backend.record(handle_, stream);
 }
 
 bool Event::query() const { return !recorded_ || device_backend(device_).query_event(handle_.get()); }

@@ -9,9 +9,11 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "src/core/host_backend.h"
 #include "src/core/host_copy.h"
+#include "src/core/test_device_streams.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::detail {
@@ -131,24 +133,48 @@ class TestDeviceBackend final : public HostBackend {
     std::memset(block.data, 0xFF, block.size);
     return block;
   }
-  void release(Device, MemoryBlock block) override { arena().release(block); }
+  void release(Device, MemoryBlock block) override {
+    // Queued work may still use the block: a freed block is reused only once it has run.
+    if (test_device_async()) test_streams_synchronize_all();
+    arena().release(block);
+  }
 
-  void copy_from_host(void* dst, const void* host_src, std::size_t nbytes, const Stream&) override {
-    const TestDeviceAccess access;
-    std::memcpy(dst, host_src, nbytes);
+  void copy_from_host(void* dst, const void* host_src, std::size_t nbytes, const Stream& stream) override {
+    // The caller may change the host memory once this returns (as with CUDA's pageable copies).
+    const auto* bytes = static_cast<const unsigned char*>(host_src);
+    test_stream_run(stream, [dst, source = std::vector<unsigned char>(bytes, bytes + nbytes)] {
+      const TestDeviceAccess access;
+      std::memcpy(dst, source.data(), source.size());
+    });
   }
-  void copy_to_host(void* host_dst, const void* src, std::size_t nbytes, const Stream&) override {
-    const TestDeviceAccess access;
-    std::memcpy(host_dst, src, nbytes);
+  void copy_to_host(void* host_dst, const void* src, std::size_t nbytes, const Stream& stream) override {
+    test_stream_run(stream, [=] {
+      const TestDeviceAccess access;
+      std::memcpy(host_dst, src, nbytes);
+    });
   }
-  void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t n, const Stream&) override {
-    const TestDeviceAccess access;
-    host_convert(src, src_dtype, dst, dst_dtype, n);
+  void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t n,
+               const Stream& stream) override {
+    test_stream_run(stream, [=] {
+      const TestDeviceAccess access;
+      host_convert(src, src_dtype, dst, dst_dtype, n);
+    });
   }
-  void fill(void* dst, DType dtype, std::int64_t n, double value, const Stream&) override {
-    const TestDeviceAccess access;
-    host_fill(dst, dtype, n, value);
+  void fill(void* dst, DType dtype, std::int64_t n, double value, const Stream& stream) override {
+    test_stream_run(stream, [=] {
+      const TestDeviceAccess access;
+      host_fill(dst, dtype, n, value);
+    });
   }
+
+  void synchronize(const Stream& stream) override { test_stream_synchronize(stream); }
+  bool query(const Stream& stream) override { return test_stream_idle(stream); }
+  void synchronize_device(Device) override { test_streams_synchronize_all(); }
+  std::shared_ptr<void> create_event(Device) override { return test_event_create(); }
+  void record(const std::shared_ptr<void>& event, const Stream& stream) override { test_event_record(event, stream); }
+  void wait(const Stream& stream, const std::shared_ptr<void>& event) override { test_stream_wait_event(stream, event); }
+  void synchronize_event(void* event) override { test_event_synchronize(event); }
+  bool query_event(void* event) override { return test_event_query(event); }
 };
 
 }  // namespace

@@ -3,7 +3,8 @@
 // an arena of its own that is kept inaccessible (mprotect PROT_NONE) except while one of its own
 // copies or kernels runs. A run on it proves that nothing falls back to the host: any kernels::cpu
 // call on its tensors, any loop over data<T>() of one, faults at once (SIGSEGV) at the line that
-// touched it. Its streams run inline for now. docs/devices.md describes it.
+// touched it. Its streams run inline, or as worker-thread queues with random delays
+// (src/core/test_device_streams.h). docs/devices.md describes it.
 //
 // The arena reserves WF_TESTDEV_MB MiB of address space (default 4096) on first use; blocks are
 // whole pages, and every new block is filled with 0xFF bytes (NaN floats, -1 integers), so a

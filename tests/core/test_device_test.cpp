@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "src/core/test_device.h"
+#include "src/core/test_device_streams.h"
 #include "wallfacer/core/device_backend.h"
+#include "wallfacer/core/stream.h"
 #include "wallfacer/core/tensor.h"
 #include "wallfacer/ops/ops.h"
 
@@ -306,4 +308,75 @@ TEST_CASE("pinned host buffers are writable host memory for every device", "[cor
     CHECK(static_cast<unsigned char*>(buffer.data())[999] == 7);
   }
   REQUIRE_THROWS_WITH(wf::PinnedHostBuffer(10, Device::cuda(3)), Contains("cuda:3"));
+}
+
+namespace {
+// The test device's streams as worker-thread queues with random delays, for one test.
+struct AsyncTestDevice {
+  explicit AsyncTestDevice(int max_delay_us) { wf::detail::set_test_device_async(true, max_delay_us); }
+  ~AsyncTestDevice() { wf::detail::set_test_device_async(false); }
+  AsyncTestDevice(const AsyncTestDevice&) = delete;
+  AsyncTestDevice& operator=(const AsyncTestDevice&) = delete;
+};
+}  // namespace
+
+TEST_CASE("test device, asynchronous streams: one stream's work runs in order", "[core][testdev][stream]") {
+  const AsyncTestDevice async(300);
+  for (const DType from : kAllDTypes) {
+    const Tensor host = awkward_values(from);
+    for (const DType to : kAllDTypes) {
+      CAPTURE(wf::dtype_name(from), wf::dtype_name(to));
+      // Upload, convert, convert back, fill a slice, download: five queued tasks on one stream.
+      Tensor dev = host.to(Device::test()).to(to);
+      dev.slice0(0, 10).fill_(1.0);
+      const Tensor got = dev.to(from).to(Device::cpu());
+      Tensor expected = host.to(to);
+      expected.slice0(0, 10).fill_(1.0);
+      CHECK(same_bytes(got, expected.to(from)));
+    }
+  }
+}
+
+TEST_CASE("test device, asynchronous streams: an event orders two streams, and nothing else does",
+          "[core][testdev][stream]") {
+  const AsyncTestDevice async(0);
+  const wf::Stream producer = wf::Stream::create(Device::test()), consumer = wf::Stream::create(Device::test());
+  Tensor x = Tensor::empty({1000}, DType::f32, Device::test());  // new memory: NaN
+  Tensor y = Tensor::empty({1000}, DType::f32, Device::test());
+  Tensor host;
+
+  // Without a wait the consumer copies x before the stalled producer has filled it.
+  wf::detail::test_stream_stall(producer, 200);
+  {
+    const wf::StreamGuard on(producer);
+    x.fill_(1.0);
+  }
+  CHECK_FALSE(producer.query());
+  {
+    const wf::StreamGuard on(consumer);
+    y.copy_(x);
+    host = y.to(Device::cpu());
+  }
+  CHECK(std::isnan(host.at(0)));
+  producer.synchronize();
+  CHECK(producer.query());
+
+  // With the consumer waiting for an event recorded after the fill, it sees the fill.
+  wf::detail::test_stream_stall(producer, 200);
+  {
+    const wf::StreamGuard on(producer);
+    x.fill_(2.0);
+  }
+  wf::Event filled;
+  filled.record(producer);
+  CHECK_FALSE(filled.query());
+  consumer.wait(filled);
+  {
+    const wf::StreamGuard on(consumer);
+    y.copy_(x);
+    host = y.to(Device::cpu());
+  }
+  CHECK(filled.query());
+  CHECK(host.at(0) == 2.0);
+  CHECK(host.at(999) == 2.0);
 }

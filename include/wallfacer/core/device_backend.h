@@ -64,8 +64,9 @@ class DeviceBackend {
   virtual void synchronize_device(Device device) = 0;
   // The backend's event object for Event::handle() (may be null), created on an event's first record.
   virtual std::shared_ptr<void> create_event(Device device) = 0;
-  virtual void record(void* event, const Stream& stream) = 0;
-  virtual void wait(const Stream& stream, void* event) = 0;
+  // Shared, so that queued work can keep the event alive.
+  virtual void record(const std::shared_ptr<void>& event, const Stream& stream) = 0;
+  virtual void wait(const Stream& stream, const std::shared_ptr<void>& event) = 0;
   virtual void synchronize_event(void* event) = 0;
   virtual bool query_event(void* event) = 0;
 };

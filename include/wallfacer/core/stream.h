@@ -67,6 +67,7 @@ class Event {
 
   // The backend's event object (null for backends that run inline).
   void* handle() const { return handle_.get(); }
+  const std::shared_ptr<void>& shared_handle() const { return handle_; }
 
  private:
   Device device_;
