@@ -45,7 +45,7 @@ Tensor random_bits(const wf::Shape& shape, DType dtype, unsigned seed) {
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.device().is_cpu() && b.device().is_cpu() && a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+         (a.nbytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
 }
 
 // Values every conversion has to get right: ordinary, rounding ties, huge, tiny, negative zero,
