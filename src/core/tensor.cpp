@@ -263,7 +263,8 @@ void Tensor::copy_(const Tensor& src) {
   WF_CHECK(src.defined(), "copy_ from an undefined tensor");
   WF_CHECK(src.shape() == shape(), "copy_: source shape {} does not match destination shape {}", shape_str(src.shape()),
            shape_str(shape()));
-  if (src.device() != device()) {
+  const Device here = device();
+  if (src.device() != here) {
     copy_across_devices(*this, src);
     return;
   }
@@ -275,20 +276,20 @@ void Tensor::copy_(const Tensor& src) {
   const std::size_t src_bytes = static_cast<std::size_t>(numel()) * dtype_size(src.dtype());
   WF_CHECK(numel() == 0 || dst_begin + dst_bytes <= src_begin || src_begin + src_bytes <= dst_begin,
            "copy_: source and destination overlap in memory (views of one storage); copy from src.clone() instead");
-  if (device().is_cpu()) {
+  if (here.is_cpu()) {
     detail::host_convert(src.raw_data(), src.dtype(), raw_data(), dtype(), numel());
   } else {
-    device_backend(device()).convert(src.raw_data(), src.dtype(), raw_data(), dtype(), numel(),
-                                     Stream::current(device()));
+    device_backend(here).convert(src.raw_data(), src.dtype(), raw_data(), dtype(), numel(), Stream::current(here));
   }
 }
 
 void Tensor::fill_(double value) {
   check_defined("fill_");
-  if (device().is_cpu()) {
+  const Device here = impl_->storage->device();
+  if (here.is_cpu()) {
     detail::host_fill(raw_data(), dtype(), numel(), value);
   } else {
-    device_backend(device()).fill(raw_data(), dtype(), numel(), value, Stream::current(device()));
+    device_backend(here).fill(raw_data(), dtype(), numel(), value, Stream::current(here));
   }
 }
 

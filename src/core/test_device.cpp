@@ -97,14 +97,16 @@ class Arena {
     if (base_ != nullptr) return;
     const std::size_t bytes = arena_bytes();
     void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    WF_CHECK(p != MAP_FAILED, "testdev: cannot reserve {} MiB of address space for its memory ({}); lower WF_TESTDEV_MB",
-             bytes >> 20, std::strerror(errno));
+    WF_CHECK(p != MAP_FAILED,
+             "testdev: cannot reserve {} MiB of address space for its memory ({}); lower WF_TESTDEV_MB", bytes >> 20,
+             std::strerror(errno));
     base_ = static_cast<char*>(p);
     reserved_ = bytes;
   }
 
   static void protect(char* begin, std::size_t bytes, int prot) {
-    WF_CHECK(mprotect(begin, bytes, prot) == 0, "testdev: mprotect of {} bytes failed: {}", bytes, std::strerror(errno));
+    WF_CHECK(mprotect(begin, bytes, prot) == 0, "testdev: mprotect of {} bytes failed: {}", bytes,
+             std::strerror(errno));
   }
 
   std::size_t free_bytes() const {
@@ -172,7 +174,9 @@ class TestDeviceBackend final : public HostBackend {
   void synchronize_device(Device) override { test_streams_synchronize_all(); }
   std::shared_ptr<void> create_event(Device) override { return test_event_create(); }
   void record(const std::shared_ptr<void>& event, const Stream& stream) override { test_event_record(event, stream); }
-  void wait(const Stream& stream, const std::shared_ptr<void>& event) override { test_stream_wait_event(stream, event); }
+  void wait(const Stream& stream, const std::shared_ptr<void>& event) override {
+    test_stream_wait_event(stream, event);
+  }
   void synchronize_event(void* event) override { test_event_synchronize(event); }
   bool query_event(void* event) override { return test_event_query(event); }
 };
