@@ -4,7 +4,9 @@
 #include <ostream>
 #include <sstream>
 
-#include "kernels/cpu/parallel_for.h"
+#include "src/core/host_copy.h"
+#include "wallfacer/core/device_backend.h"
+#include "wallfacer/core/stream.h"
 
 namespace wf {
 namespace {
@@ -15,45 +17,6 @@ std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype, Device de
   impl->dtype = dtype;
   impl->storage = std::make_shared<Storage>(shape_nbytes(shape, dtype_size(dtype)), device);
   return impl;
-}
-
-// Converts n elements between any two storage types (through double for exactness of f64 and
-// i64 in their ranges; bf16/f16 round to nearest-even).
-// Copies and fills are memory-bound: large ones are split over the OpenMP threads in blocks of
-// this many elements (one thread leaves half of the bandwidth unused; gradients of GPT-2's
-// embedding are 154 MB).
-constexpr std::int64_t kCopyBlock = std::int64_t{1} << 16;
-
-// Converts elements [b, e) from S to D. A function template rather than `if constexpr` inside the
-// parallel lambda below: clang 14 does not discard the untaken branches of a non-generic lambda
-// nested in a generic one.
-template <typename S, typename D>
-void convert_range(const S* in, D* out, std::int64_t b, std::int64_t e) {
-  if constexpr (std::is_same_v<S, D>) {
-    std::copy(in + b, in + e, out + b);
-  } else if constexpr (std::is_same_v<S, float> && std::is_same_v<D, bf16>) {
-    // Mixed precision converts every weight each step: straight bit arithmetic, which the
-    // compiler vectorises, instead of the generic detour through double (same result: a float
-    // is exact in double).
-    for (std::int64_t i = b; i < e; ++i) out[i] = float_to_bf16(in[i]);
-  } else if constexpr (std::is_same_v<S, bf16> && std::is_same_v<D, float>) {
-    for (std::int64_t i = b; i < e; ++i) out[i] = bf16_to_float(in[i]);
-  } else {
-    for (std::int64_t i = b; i < e; ++i) out[i] = from_double<D>(to_double(in[i]));
-  }
-}
-
-void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t n) {
-  dispatch_all(src_dtype, [&](auto s) {
-    using S = decltype(s);
-    dispatch_all(dst_dtype, [&](auto d) {
-      using D = decltype(d);
-      const S* in = static_cast<const S*>(src);
-      D* out = static_cast<D*>(dst);
-      kernels::cpu::parallel_for_blocks(
-          n, kCopyBlock, [=](std::int64_t b, std::int64_t e) { convert_range(in, out, b, e); });
-    });
-  });
 }
 
 template <typename Fn>
@@ -169,8 +132,15 @@ std::int64_t flat_index_of(const Tensor& t, std::initializer_list<std::int64_t> 
 }
 }  // namespace
 
+void Tensor::check_host_read(const char* what) const {
+  WF_CHECK(device().is_cpu(),
+           "{}: the host cannot read a tensor of shape {} on {}; copy it to the host first with "
+           "x.to(Device::cpu()) (one host synchronisation: do it once per logged step, not inside the step)",
+           what, shape_str(shape()), device().str());
+}
+
 double Tensor::at(std::int64_t flat_index) const {
-  WF_CHECK(device().is_cpu(), "element access needs a cpu tensor, got {}", device().str());
+  check_host_read("at()");
   WF_CHECK(flat_index >= 0 && flat_index < numel(), "flat index {} out of range for shape {}", flat_index,
            shape_str(shape()));
   return dispatch_all(dtype(), [&](auto tag) {
@@ -181,10 +151,12 @@ double Tensor::at(std::int64_t flat_index) const {
 double Tensor::at(std::initializer_list<std::int64_t> index) const { return at(flat_index_of(*this, index)); }
 double Tensor::item() const {
   WF_CHECK(numel() == 1, "item() needs a one-element tensor, got shape {}", shape_str(shape()));
+  check_host_read("item()");
+  detail::count_host_sync();  // on a GPU the host would wait here for the value
   return at(0);
 }
 void Tensor::set(std::int64_t flat_index, double value) {
-  WF_CHECK(device().is_cpu(), "element access needs a cpu tensor, got {}", device().str());
+  check_host_read("set()");
   WF_CHECK(flat_index >= 0 && flat_index < numel(), "flat index {} out of range for shape {}", flat_index,
            shape_str(shape()));
   dispatch_all(dtype(), [&](auto tag) {
@@ -250,17 +222,52 @@ Tensor Tensor::to(DType target) const {
 Tensor Tensor::to(Device target) const {
   check_defined("to");
   if (target == device()) return *this;
-  WF_FAIL("cannot move a tensor from {} to {}: device tensors are not implemented yet (CPU only); keep tensors on "
-          "cpu",
-          device().str(), target.str());
+  WF_CHECK(find_device_backend(target.type) != nullptr,
+           "cannot move a tensor from {} to {}: this build has no backend for {} devices (built in: cpu, testdev); "
+           "keep tensors on the cpu",
+           device().str(), target.str(), device_type_name(target.type));
+  Tensor t = empty(shape(), dtype(), target);
+  t.copy_(*this);
+  return t;
 }
+
+namespace {
+
+// dst.copy_(src) for tensors of the same shape on two different devices.
+void copy_across_devices(Tensor& dst, const Tensor& src) {
+  if (dst.dtype() != src.dtype()) {
+    // Converts on the source's device, then moves the bytes.
+    dst.copy_(src.to(dst.dtype()));
+    return;
+  }
+  if (!src.device().is_cpu() && !dst.device().is_cpu()) {
+    // Between two devices: through the host (peer copies are the backends' business, later).
+    dst.copy_(src.to(Device::cpu()));
+    return;
+  }
+  const std::size_t nbytes = dst.nbytes();
+  if (nbytes == 0) return;
+  if (src.device().is_cpu()) {
+    device_backend(dst.device()).copy_from_host(dst.raw_data(), src.raw_data(), nbytes, Stream::current(dst.device()));
+  } else {
+    const Stream stream = Stream::current(src.device());
+    device_backend(src.device()).copy_to_host(dst.raw_data(), src.raw_data(), nbytes, stream);
+    stream.synchronize();  // the host reads dst next
+  }
+}
+
+}  // namespace
 
 void Tensor::copy_(const Tensor& src) {
   check_defined("copy_");
   WF_CHECK(src.defined(), "copy_ from an undefined tensor");
   WF_CHECK(src.shape() == shape(), "copy_: source shape {} does not match destination shape {}", shape_str(src.shape()),
            shape_str(shape()));
-  WF_CHECK(src.device() == device(), "copy_: source on {} but destination on {}", src.device().str(), device().str());
+  const Device here = device();
+  if (src.device() != here) {
+    copy_across_devices(*this, src);
+    return;
+  }
   // The copy runs in parallel blocks, so partly overlapping views of one storage would race.
   const auto* dst_begin = static_cast<const char*>(raw_data());
   const auto* src_begin = static_cast<const char*>(src.raw_data());
@@ -269,18 +276,21 @@ void Tensor::copy_(const Tensor& src) {
   const std::size_t src_bytes = static_cast<std::size_t>(numel()) * dtype_size(src.dtype());
   WF_CHECK(numel() == 0 || dst_begin + dst_bytes <= src_begin || src_begin + src_bytes <= dst_begin,
            "copy_: source and destination overlap in memory (views of one storage); copy from src.clone() instead");
-  convert(src.raw_data(), src.dtype(), raw_data(), dtype(), numel());
+  if (here.is_cpu()) {
+    detail::host_convert(src.raw_data(), src.dtype(), raw_data(), dtype(), numel());
+  } else {
+    device_backend(here).convert(src.raw_data(), src.dtype(), raw_data(), dtype(), numel(), Stream::current(here));
+  }
 }
 
 void Tensor::fill_(double value) {
   check_defined("fill_");
-  const std::int64_t n = numel();
-  dispatch_all(dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* out = static_cast<T*>(raw_data());
-    const T v = from_double<T>(value);
-    kernels::cpu::parallel_for_blocks(n, kCopyBlock, [=](std::int64_t b, std::int64_t e) { std::fill(out + b, out + e, v); });
-  });
+  const Device here = impl_->storage->device();
+  if (here.is_cpu()) {
+    detail::host_fill(raw_data(), dtype(), numel(), value);
+  } else {
+    device_backend(here).fill(raw_data(), dtype(), numel(), value, Stream::current(here));
+  }
 }
 
 // ---- autograd state ---------------------------------------------------------------------
@@ -326,7 +336,10 @@ std::string Tensor::str() const {
   if (requires_grad()) os << ", requires_grad";
   os << ", values=[";
   const std::int64_t n = numel(), shown = std::min<std::int64_t>(n, 8);
-  for (std::int64_t i = 0; i < shown; ++i) os << (i ? ", " : "") << at(i);
+  // A device's values are copied to the host: printing is for debugging, and a message that
+  // cannot show them helps nobody.
+  const Tensor host = shown > 0 ? view({n}).slice0(0, shown).to(Device::cpu()) : Tensor();
+  for (std::int64_t i = 0; i < shown; ++i) os << (i ? ", " : "") << host.at(i);
   if (n > shown) os << ", ... (" << n << " total)";
   os << "])";
   return os.str();

@@ -1,8 +1,9 @@
 #pragma once
 // A block of device memory shared by a tensor and its views. Allocations are counted so that
-// benchmarks and the trainer can report live and peak memory per rank. Host memory comes from a
-// caching allocator (src/core/cpu_allocator.h): freed large blocks are kept and reused, so a
-// training step does not page-fault its tensors in again every step.
+// benchmarks and the trainer can report live and peak memory per rank. The memory comes from the
+// backend of the device (wallfacer/core/device_backend.h). The CPU's is a caching allocator
+// (src/core/cpu_allocator.h): freed large blocks are kept and reused, so a training step does not
+// page-fault its tensors in again every step.
 #include <cstddef>
 #include <cstdint>
 
@@ -29,6 +30,8 @@ class Storage {
   Device device_;
 };
 
+// Per device type: the counts of cuda:0 and cuda:1 are one count. wf::Error for a device type
+// this build has no backend for.
 struct MemoryStats {
   std::int64_t live_bytes = 0;    // bytes held by storages now
   std::int64_t peak_bytes = 0;    // the most held at once since the last reset
@@ -41,8 +44,9 @@ void reset_peak_memory(Device device = Device::cpu());
 
 // Returns the allocator's cached blocks to the system (live tensors are untouched).
 void empty_cache(Device device = Device::cpu());
-// The most bytes the allocator may keep cached; 0 turns caching off. The default is half the
-// machine's memory, or WF_CPU_CACHE_MB; address-sanitizer builds default to 0.
+// The most bytes the allocator may keep cached; 0 turns caching off. The CPU's default is half the
+// machine's memory, or WF_CPU_CACHE_MB; address-sanitizer builds default to 0. The test device
+// keeps no cache (its limit is 0 and can only be set to 0).
 std::size_t memory_cache_limit(Device device = Device::cpu());
 void set_memory_cache_limit(std::size_t bytes, Device device = Device::cpu());
 

@@ -65,7 +65,9 @@ class Tensor {
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
 
   // ---- data access ----------------------------------------------------------------------
-  // Typed pointer to the first element; wf::Error if T is not this tensor's dtype.
+  // Typed pointer to the first element; wf::Error if T is not this tensor's dtype. For a tensor
+  // on a device it points into the device's memory: only that device's kernels may touch it
+  // (on the test device, a host access faults).
   template <typename T>
   T* data();
   template <typename T>
@@ -73,7 +75,9 @@ class Tensor {
   void* raw_data();
   const void* raw_data() const;
 
-  // Element access for tests and debugging (slow): flat index or one index per dim.
+  // Element access for tests and debugging (slow): flat index or one index per dim. Host
+  // tensors only: for a device's, wf::Error saying to copy it with .to(Device::cpu()) first.
+  // item() counts one host synchronisation (wallfacer/core/stream.h).
   double item() const;  // the only element of a one-element tensor
   double at(std::int64_t flat_index) const;
   double at(std::initializer_list<std::int64_t> index) const;
@@ -88,9 +92,11 @@ class Tensor {
 
   // ---- copies ---------------------------------------------------------------------------
   Tensor clone() const;
+  // Copies, conversions and fills run on the tensor's device (its backend's entry points,
+  // wallfacer/core/device_backend.h), on the device's current stream.
   Tensor to(DType dtype) const;  // returns *this when already that dtype
-  Tensor to(Device device) const;
-  void copy_(const Tensor& src);  // same shape; converts dtype
+  Tensor to(Device device) const;  // returns *this when already on that device
+  void copy_(const Tensor& src);  // same shape; converts dtype; across devices too
   void fill_(double value);
   void zero_() { fill_(0.0); }
 
@@ -115,6 +121,7 @@ class Tensor {
 
  private:
   void check_defined(const char* what) const;
+  void check_host_read(const char* what) const;  // wf::Error unless on the cpu
   std::shared_ptr<TensorImpl> impl_;
 };
 
@@ -168,6 +175,7 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  check_host_read("to_vector()");
   const Tensor t = to(dtype_v<T>);
   const T* p = t.data<T>();
   return std::vector<T>(p, p + t.numel());

@@ -1,0 +1,196 @@
+#include "src/core/test_device.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "src/core/host_backend.h"
+#include "src/core/host_copy.h"
+#include "src/core/test_device_streams.h"
+#include "wallfacer/core/error.h"
+
+namespace wf::detail {
+namespace {
+
+constexpr std::size_t kPage = 4096;
+
+std::size_t arena_bytes() {
+  std::size_t mb = 4096;
+  if (const char* env = std::getenv("WF_TESTDEV_MB")) {
+    char* end = nullptr;
+    const unsigned long long value = std::strtoull(env, &end, 10);
+    WF_CHECK(*env >= '1' && *env <= '9' && *end == '\0' && value <= (std::size_t{1} << 30),
+             "WF_TESTDEV_MB must be a whole number of MiB from 1 to 2^30 (the test device's memory), got '{}'", env);
+    mb = static_cast<std::size_t>(value);
+  }
+  return mb << 20;
+}
+
+// Address space reserved once, handed out in whole pages (first fit, freed neighbours merged).
+// Pages [0, top_) have been handed out at some time; they are the ones access toggles.
+class Arena {
+ public:
+  MemoryBlock allocate(std::size_t nbytes) {
+    WF_CHECK(nbytes <= std::numeric_limits<std::size_t>::max() - kPage, "testdev: cannot allocate {} bytes", nbytes);
+    const std::size_t size = (nbytes + kPage - 1) / kPage * kPage;
+    std::lock_guard lock(mutex_);
+    reserve();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < size) continue;
+      const std::size_t offset = it->first, left = it->second - size;
+      free_.erase(it);
+      if (left > 0) free_.emplace(offset + size, left);
+      return {base_ + offset, size};
+    }
+    WF_CHECK(size <= reserved_ - top_,
+             "testdev: out of memory allocating {} bytes ({} of {} MiB in use); raise WF_TESTDEV_MB", nbytes,
+             (top_ - free_bytes()) >> 20, reserved_ >> 20);
+    const std::size_t offset = top_;
+    top_ += size;
+    if (depth_ > 0) protect(base_ + offset, size, PROT_READ | PROT_WRITE);
+    return {base_ + offset, size};
+  }
+
+  void release(MemoryBlock block) {
+    std::lock_guard lock(mutex_);
+    std::size_t offset = static_cast<std::size_t>(static_cast<char*>(block.data) - base_), size = block.size;
+    auto next = free_.lower_bound(offset);
+    if (next != free_.end() && next->first == offset + size) {
+      size += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      const auto prev = std::prev(next);
+      if (prev->first + prev->second == offset) {
+        offset = prev->first;
+        size += prev->second;
+        free_.erase(prev);
+      }
+    }
+    free_.emplace(offset, size);
+  }
+
+  void enter() {
+    std::lock_guard lock(mutex_);
+    if (depth_++ == 0 && top_ > 0) protect(base_, top_, PROT_READ | PROT_WRITE);
+  }
+  void leave() {
+    std::lock_guard lock(mutex_);
+    if (--depth_ == 0 && top_ > 0) protect(base_, top_, PROT_NONE);
+  }
+
+  bool contains(const void* p) {
+    std::lock_guard lock(mutex_);
+    const char* c = static_cast<const char*>(p);
+    return base_ != nullptr && c >= base_ && c < base_ + reserved_;
+  }
+
+ private:
+  void reserve() {  // mutex_ held
+    if (base_ != nullptr) return;
+    const std::size_t bytes = arena_bytes();
+    void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    WF_CHECK(p != MAP_FAILED,
+             "testdev: cannot reserve {} MiB of address space for its memory ({}); lower WF_TESTDEV_MB", bytes >> 20,
+             std::strerror(errno));
+    base_ = static_cast<char*>(p);
+    reserved_ = bytes;
+  }
+
+  static void protect(char* begin, std::size_t bytes, int prot) {
+    WF_CHECK(mprotect(begin, bytes, prot) == 0, "testdev: mprotect of {} bytes failed: {}", bytes,
+             std::strerror(errno));
+  }
+
+  std::size_t free_bytes() const {
+    std::size_t total = 0;
+    for (const auto& [offset, size] : free_) total += size;
+    return total;
+  }
+
+  std::mutex mutex_;
+  char* base_ = nullptr;
+  std::size_t reserved_ = 0, top_ = 0;
+  std::map<std::size_t, std::size_t> free_;  // offset -> bytes of each free run below top_
+  int depth_ = 0;                            // TestDeviceAccess scopes open now
+};
+
+Arena& arena() {
+  static auto* instance = new Arena();  // never destroyed, like every backend
+  return *instance;
+}
+
+class TestDeviceBackend final : public HostBackend {
+ public:
+  MemoryBlock allocate(Device, std::size_t nbytes) override {
+    const MemoryBlock block = arena().allocate(nbytes);
+    const TestDeviceAccess access;
+    std::memset(block.data, 0xFF, block.size);
+    return block;
+  }
+  void release(Device, MemoryBlock block) override {
+    // Queued work may still use the block: a freed block is reused only once it has run.
+    if (test_device_async()) test_streams_synchronize_all();
+    arena().release(block);
+  }
+
+  void copy_from_host(void* dst, const void* host_src, std::size_t nbytes, const Stream& stream) override {
+    // The caller may change the host memory once this returns (as with CUDA's pageable copies).
+    const auto* bytes = static_cast<const unsigned char*>(host_src);
+    test_stream_run(stream, [dst, source = std::vector<unsigned char>(bytes, bytes + nbytes)] {
+      const TestDeviceAccess access;
+      std::memcpy(dst, source.data(), source.size());
+    });
+  }
+  void copy_to_host(void* host_dst, const void* src, std::size_t nbytes, const Stream& stream) override {
+    test_stream_run(stream, [=] {
+      const TestDeviceAccess access;
+      std::memcpy(host_dst, src, nbytes);
+    });
+  }
+  void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t n,
+               const Stream& stream) override {
+    test_stream_run(stream, [=] {
+      const TestDeviceAccess access;
+      host_convert(src, src_dtype, dst, dst_dtype, n);
+    });
+  }
+  void fill(void* dst, DType dtype, std::int64_t n, double value, const Stream& stream) override {
+    test_stream_run(stream, [=] {
+      const TestDeviceAccess access;
+      host_fill(dst, dtype, n, value);
+    });
+  }
+
+  void synchronize(const Stream& stream) override { test_stream_synchronize(stream); }
+  bool query(const Stream& stream) override { return test_stream_idle(stream); }
+  void synchronize_device(Device) override { test_streams_synchronize_all(); }
+  std::shared_ptr<void> create_event(Device) override { return test_event_create(); }
+  void record(const std::shared_ptr<void>& event, const Stream& stream) override { test_event_record(event, stream); }
+  void wait(const Stream& stream, const std::shared_ptr<void>& event) override {
+    test_stream_wait_event(stream, event);
+  }
+  void synchronize_event(void* event) override { test_event_synchronize(event); }
+  bool query_event(void* event) override { return test_event_query(event); }
+};
+
+}  // namespace
+
+TestDeviceAccess::TestDeviceAccess() { arena().enter(); }
+TestDeviceAccess::~TestDeviceAccess() { arena().leave(); }
+
+bool is_test_device_memory(const void* p) { return arena().contains(p); }
+
+DeviceBackend& test_device_backend() {
+  static auto* instance = new TestDeviceBackend();
+  return *instance;
+}
+
+}  // namespace wf::detail

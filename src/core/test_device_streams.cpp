@@ -1,0 +1,189 @@
+#include "src/core/test_device_streams.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <utility>
+
+namespace wf::detail {
+namespace {
+
+std::atomic<bool> g_async{false};
+std::atomic<int> g_max_delay_us{200};
+
+// One stream's work, run in order by its worker thread.
+struct Queue {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::function<void()>> tasks;
+  bool running = false;  // a task has been taken and has not finished
+
+  void push(std::function<void()> task) {
+    {
+      std::lock_guard lock(mutex);
+      tasks.push_back(std::move(task));
+    }
+    changed.notify_all();
+  }
+  void drain() {
+    std::unique_lock lock(mutex);
+    changed.wait(lock, [&] { return tasks.empty() && !running; });
+  }
+  bool idle() {
+    std::lock_guard lock(mutex);
+    return tasks.empty() && !running;
+  }
+  void work(unsigned seed) {
+    std::mt19937 rng(seed);
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock lock(mutex);
+        changed.wait(lock, [&] { return !tasks.empty(); });
+        task = std::move(tasks.front());
+        tasks.pop_front();
+        running = true;
+      }
+      const int max_delay = g_max_delay_us.load();
+      if (max_delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % (max_delay + 1)));
+      try {
+        task();
+      } catch (const std::exception& e) {
+        // A stream's work has nobody to report to: a failing task is a bug in the backend.
+        std::fprintf(stderr, "testdev: a task on a stream failed: %s\n", e.what());
+        std::abort();
+      }
+      {
+        std::lock_guard lock(mutex);
+        running = false;
+      }
+      changed.notify_all();
+    }
+  }
+};
+
+// The queues by (device index, stream handle); never destroyed, their workers never end.
+class Queues {
+ public:
+  Queue& of(const Stream& stream) {
+    std::lock_guard lock(mutex_);
+    auto& queue = queues_[{stream.device().index, stream.handle()}];
+    if (!queue) {
+      queue = new Queue();
+      std::thread(&Queue::work, queue, static_cast<unsigned>(stream.handle() * 7919 + 17)).detach();
+    }
+    return *queue;
+  }
+  void drain_all() {
+    std::vector<Queue*> all;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto& [key, queue] : queues_) all.push_back(queue);
+    }
+    for (Queue* queue : all) queue->drain();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::pair<int, std::uint64_t>, Queue*> queues_;
+};
+Queues& queues() {
+  static auto* instance = new Queues();
+  return *instance;
+}
+
+// An event: record n completes when the stream reaches its marker; waits compare counts.
+struct EventState {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::uint64_t recorded = 0, completed = 0;
+
+  void complete(std::uint64_t n) {
+    {
+      std::lock_guard lock(mutex);
+      if (n > completed) completed = n;
+    }
+    changed.notify_all();
+  }
+  void wait_for(std::uint64_t n) {
+    std::unique_lock lock(mutex);
+    changed.wait(lock, [&] { return completed >= n; });
+  }
+};
+
+EventState& state(void* event) { return *static_cast<EventState*>(event); }
+
+}  // namespace
+
+void set_test_device_async(bool on, int max_delay_us) {
+  queues().drain_all();
+  g_max_delay_us.store(max_delay_us);
+  g_async.store(on);
+}
+bool test_device_async() { return g_async.load(); }
+
+void test_stream_run(const Stream& stream, std::function<void()> task) {
+  if (g_async.load()) {
+    queues().of(stream).push(std::move(task));
+  } else {
+    task();
+  }
+}
+
+void test_stream_synchronize(const Stream& stream) {
+  if (g_async.load()) queues().of(stream).drain();
+}
+bool test_stream_idle(const Stream& stream) { return !g_async.load() || queues().of(stream).idle(); }
+void test_streams_synchronize_all() { queues().drain_all(); }
+
+void test_stream_stall(const Stream& stream, int ms) {
+  test_stream_run(stream, [ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); });
+}
+
+std::shared_ptr<void> test_event_create() { return std::make_shared<EventState>(); }
+
+void test_event_record(const std::shared_ptr<void>& event, const Stream& stream) {
+  auto e = std::static_pointer_cast<EventState>(event);
+  std::uint64_t n = 0;
+  {
+    std::lock_guard lock(e->mutex);
+    n = ++e->recorded;
+  }
+  test_stream_run(stream, [e, n] { e->complete(n); });
+}
+
+void test_stream_wait_event(const Stream& stream, const std::shared_ptr<void>& event) {
+  auto e = std::static_pointer_cast<EventState>(event);
+  std::uint64_t n = 0;
+  {
+    std::lock_guard lock(e->mutex);
+    n = e->recorded;
+  }
+  test_stream_run(stream, [e, n] { e->wait_for(n); });
+}
+
+void test_event_synchronize(void* event) {
+  EventState& e = state(event);
+  std::uint64_t n = 0;
+  {
+    std::lock_guard lock(e.mutex);
+    n = e.recorded;
+  }
+  e.wait_for(n);
+}
+
+bool test_event_query(void* event) {
+  EventState& e = state(event);
+  std::lock_guard lock(e.mutex);
+  return e.completed >= e.recorded;
+}
+
+}  // namespace wf::detail

@@ -1,0 +1,33 @@
+#pragma once
+// The test device's streams and events. Inline by default, like the CPU's. In asynchronous mode
+// (set_test_device_async) each stream is a queue run in order by a worker thread of its own, each
+// task after a random delay: work on two streams then really runs in either order, so a missing
+// event wait between them gives a wrong answer instead of passing by luck. Forked children must
+// not use asynchronous mode (the workers are not forked with them).
+#include <functional>
+#include <memory>
+
+#include "wallfacer/core/stream.h"
+
+namespace wf::detail {
+
+// Turns asynchronous mode on or off (after draining every queue); tasks wait up to
+// max_delay_us microseconds before they run.
+void set_test_device_async(bool on, int max_delay_us = 200);
+bool test_device_async();
+
+// Runs task in stream order: at once in inline mode, else on the stream's worker.
+void test_stream_run(const Stream& stream, std::function<void()> task);
+void test_stream_synchronize(const Stream& stream);
+bool test_stream_idle(const Stream& stream);
+void test_streams_synchronize_all();
+// A test's hook: the stream's worker sleeps `ms` milliseconds before the stream's next task.
+void test_stream_stall(const Stream& stream, int ms);
+
+std::shared_ptr<void> test_event_create();
+void test_event_record(const std::shared_ptr<void>& event, const Stream& stream);
+void test_stream_wait_event(const Stream& stream, const std::shared_ptr<void>& event);
+void test_event_synchronize(void* event);
+bool test_event_query(void* event);
+
+}  // namespace wf::detail
