@@ -29,8 +29,10 @@ void check_same_dtype_device(std::string_view op, const Tensor& a, const Tensor&
   WF_CHECK(a.dtype() == b.dtype(),
            "{}: operands have different dtypes, {} (shape {}) and {} (shape {}); convert one with cast()", op,
            dtype_name(a.dtype()), shape_str(a.shape()), dtype_name(b.dtype()), shape_str(b.shape()));
-  WF_CHECK(a.device() == b.device(), "{}: operands are on different devices, {} and {}", op, a.device().str(),
-           b.device().str());
+  WF_CHECK(a.device() == b.device(),
+           "{}: operands are on different devices, {} and {}; move one to the other's device first "
+           "(e.g. b.to(Device::parse(\"{}\")))",
+           op, a.device().str(), b.device().str(), a.device().str());
   check_cpu(op, a);
 }
 

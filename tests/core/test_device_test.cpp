@@ -286,6 +286,21 @@ TEST_CASE("test device: ops without a kernel for it refuse its tensors and name 
   }
 }
 
+TEST_CASE("test device: an op on a CPU and a test-device tensor names both devices and the fix", "[core][testdev]") {
+  const Tensor host = Tensor::ones({2, 4});
+  const Tensor device = Tensor::ones({2, 4}, DType::f32, Device::test());
+  // The device check comes before any read, so this runs in the test process itself.
+  try {
+    wf::add(host, device);
+    FAIL("add accepted operands on two devices");
+  } catch (const wf::Error& e) {
+    const std::string message = e.what();
+    CHECK(message.find("add") != std::string::npos);
+    CHECK(message.find("cpu and testdev:0") != std::string::npos);
+    CHECK(message.find(".to(Device::parse(\"cpu\"))") != std::string::npos);
+  }
+}
+
 TEST_CASE("test device: reshapes, views and casts work on it without the host", "[core][testdev]") {
   const Tensor host = Tensor::arange(0, 12).view({3, 4});
   const Tensor dev = host.to(Device::test());

@@ -1,9 +1,10 @@
 # cmake -DEXPECT=<regex> [-DEVERY_RANK=N] -P expect_failure.cmake -- <command> [args...] [-- <command> [args...]]...
 # Runs each command and passes only when each exits non-zero AND its output matches EXPECT: a
 # distributed failure path must end the job, and with the right message.
-# EVERY_RANK=N: the first command is a job of N ranks, and each rank r must print
-# "wallfacer: error: [rank r/N] MESSAGE" with the same MESSAGE; every later command (e.g.
-# `wallfacer validate` of the same config) must print "wallfacer: error: MESSAGE", that message.
+# EVERY_RANK=N: the first command is a job of N ranks that all fail alike, which must print
+# "wallfacer: error: MESSAGE (all N ranks agree)" exactly once (rank 0 speaks for all: no rank's
+# copy, no "[rank r/N]" prefix); every later command (e.g. `wallfacer validate` of the same config)
+# must print "wallfacer: error: MESSAGE", that message.
 cmake_minimum_required(VERSION 3.25)
 set(commands 0)
 set(command_0)
@@ -35,17 +36,16 @@ foreach(c RANGE ${commands})
     continue()
   endif()
   if(c EQUAL 0)
-    math(EXPR last_rank "${EVERY_RANK} - 1")
-    foreach(r RANGE ${last_rank})
-      if(NOT "${out}${err}" MATCHES "wallfacer: error: \\[rank ${r}/${EVERY_RANK}\\] ([^\n]*)")
-        message(FATAL_ERROR "rank ${r} of ${EVERY_RANK} printed no 'wallfacer: error: [rank ${r}/${EVERY_RANK}] ...' line")
-      endif()
-      if(r EQUAL 0)
-        set(message_of_ranks "${CMAKE_MATCH_1}")
-      elseif(NOT "${CMAKE_MATCH_1}" STREQUAL "${message_of_ranks}")
-        message(FATAL_ERROR "rank ${r} printed another message than rank 0:\n${CMAKE_MATCH_1}\nrank 0:\n${message_of_ranks}")
-      endif()
-    endforeach()
+    # Counted by the prefix alone: a message may hold ';', CMake's list separator.
+    string(REGEX MATCHALL "wallfacer: error: " prefixes "${out}${err}")
+    list(LENGTH prefixes count)
+    if(NOT count EQUAL 1)
+      message(FATAL_ERROR "the ${EVERY_RANK} ranks printed ${count} 'wallfacer: error:' lines, not one from rank 0")
+    endif()
+    if(NOT "${out}${err}" MATCHES "wallfacer: error: ([^\n]*) \\(all ${EVERY_RANK} ranks agree\\)\n")
+      message(FATAL_ERROR "the error line does not end '(all ${EVERY_RANK} ranks agree)'")
+    endif()
+    set(message_of_ranks "${CMAKE_MATCH_1}")
   else()
     string(REGEX MATCH "wallfacer: error: ([^\n]*)" line "${out}${err}")
     if(NOT "${CMAKE_MATCH_1}" STREQUAL "${message_of_ranks}")
