@@ -1,4 +1,4 @@
-// The sequence-parallel strategy names, the shard each rank holds, and the factory.
+// The shard each rank holds under a strategy, and the factory.
 #include "wallfacer/parallel/sp_attention.h"
 
 #include "src/parallel/ring_attention.h"
@@ -21,34 +21,7 @@ std::shared_ptr<nn::AttentionStrategy> make_wallfacer_attention(const SpAttentio
 }
 #endif
 
-constexpr SpStrategy kStrategies[] = {SpStrategy::ring, SpStrategy::ulysses, SpStrategy::wallfacer,
-                                      SpStrategy::ulysses_wallfacer};
-
 }  // namespace
-
-const char* sp_strategy_name(SpStrategy s) {
-  switch (s) {
-    case SpStrategy::ring: return "ring";
-    case SpStrategy::ulysses: return "ulysses";
-    case SpStrategy::wallfacer: return "wallfacer";
-    case SpStrategy::ulysses_wallfacer: return "ulysses-wallfacer";
-  }
-  WF_FAIL("unknown sp strategy {}", static_cast<int>(s));
-}
-
-SpStrategy effective_sp_strategy(SpStrategy strategy, int P, int U) {
-  if (strategy != SpStrategy::ulysses_wallfacer) return strategy;
-  if (U == 1) return SpStrategy::wallfacer;
-  return U == P ? SpStrategy::ulysses : strategy;
-}
-
-SpStrategy parse_sp_strategy(std::string_view name) {
-  for (SpStrategy s : kStrategies) {
-    if (name == sp_strategy_name(s)) return s;
-  }
-  WF_FAIL("unknown sequence-parallel strategy '{}'; the strategies are ring, ulysses, wallfacer, ulysses-wallfacer",
-          name);
-}
 
 SpShard sp_shard(const SpAttentionConfig& config, const comm::CommGrid& grid) {
   const comm::ProcessGrid& g = grid.grid();

@@ -14,7 +14,7 @@
 #include "wallfacer/config/model_config.h"
 #include "wallfacer/core/dtype.h"
 #include "wallfacer/parallel/pipeline_schedule.h"
-#include "wallfacer/parallel/sp_attention.h"
+#include "wallfacer/parallel/sp_strategy.h"
 
 namespace wf::config {
 

@@ -14,7 +14,7 @@
 
 #include "wallfacer/core/tensor.h"
 #include "wallfacer/data/sample_order.h"
-#include "wallfacer/parallel/sp_attention.h"
+#include "wallfacer/parallel/sequence_layout.h"
 
 namespace wf::data {
 

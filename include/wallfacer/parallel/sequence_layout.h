@@ -74,6 +74,20 @@ Tensor shard_sequence(const Tensor& global, SequenceLayout layout, int P, int C,
 // The inverse: locals[l] is logical rank l's [B, N/P, ...]; returns the global [B, N, ...].
 Tensor unshard_sequence(const std::vector<Tensor>& locals, SequenceLayout layout, int P, int C, int U = 1);
 
+// Which tokens a rank holds under a sequence-parallel strategy: the arguments the functions above
+// take (ring and Ulysses lay out with C = 1 over the physical sp index; WallFacer with the grid's
+// C over the rank's logical index; the hybrid with the grid's C and U over
+// ProcessGrid::sp_logical_index). parallel::sp_shard (sp_attention.h) makes it from the grid;
+// data loaders and tests shard with it.
+struct SpShard {
+  SequenceLayout layout = SequenceLayout::contiguous;
+  std::int64_t seq_len = 0;
+  int P = 1, C = 1, logical_index = 0;
+  int U = 1;  // the hybrid's Ulysses degree; 1 for every other strategy
+  std::vector<TokenRun> runs() const { return rank_tokens(layout, seq_len, P, C, logical_index, U); }
+  Tensor shard(const Tensor& global) const { return shard_sequence(global, layout, P, C, logical_index, U); }
+};
+
 // ---- block masks -------------------------------------------------------------------------
 
 // How the attention of one (query run, key run) block must be computed.

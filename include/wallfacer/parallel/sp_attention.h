@@ -24,16 +24,9 @@
 #include "wallfacer/nn/attention_strategy.h"
 #include "wallfacer/parallel/block_attention.h"
 #include "wallfacer/parallel/sequence_layout.h"
+#include "wallfacer/parallel/sp_strategy.h"
 
 namespace wf::parallel {
-
-enum class SpStrategy { ring, ulysses, wallfacer, ulysses_wallfacer };
-const char* sp_strategy_name(SpStrategy s);
-SpStrategy parse_sp_strategy(std::string_view name);  // wf::Error listing the valid names
-// The strategy that runs for `strategy` over P sp ranks with Ulysses degree U: the
-// ulysses-wallfacer hybrid at U = 1 is WallFacer and at U = P Ulysses
-// (make_ulysses_wallfacer_attention builds exactly those); every other strategy is itself.
-SpStrategy effective_sp_strategy(SpStrategy strategy, int P, int U);
 
 // The team size C and placement of WallFacer come from the grid (ParallelConfig::C), which
 // also built the "sp.team" and "sp.ring" groups; ring and Ulysses ignore them.
@@ -44,18 +37,7 @@ struct SpAttentionConfig {
   bool keep_forward_kv = true;                     // WallFacer backward: keep the dispatched K/V
 };
 
-// Which tokens this rank holds under a strategy: the arguments the sequence_layout.h functions
-// take (ring and Ulysses lay out with C = 1 over the physical sp index; WallFacer with the
-// grid's C over the rank's logical index; the hybrid with the grid's C and U over
-// ProcessGrid::sp_logical_index). Data loaders and tests shard with this.
-struct SpShard {
-  SequenceLayout layout = SequenceLayout::contiguous;
-  std::int64_t seq_len = 0;
-  int P = 1, C = 1, logical_index = 0;
-  int U = 1;  // the hybrid's Ulysses degree (sequence_layout.h); 1 for every other strategy
-  std::vector<TokenRun> runs() const { return rank_tokens(layout, seq_len, P, C, logical_index, U); }
-  Tensor shard(const Tensor& global) const { return shard_sequence(global, layout, P, C, logical_index, U); }
-};
+// Which tokens this rank holds under the strategy (SpShard, sequence_layout.h).
 SpShard sp_shard(const SpAttentionConfig& config, const comm::CommGrid& grid);
 
 // Builds the strategy for this rank from the grid's sp groups ("sp", "sp.team", "sp.ring"; the
