@@ -31,10 +31,8 @@ struct GenerateCommandOptions {
 };
 
 int generate(const GenerateCommandOptions& o) {
-  const train::Checkpoint checkpoint = load_checkpoint_option(o.checkpoint);
-  const config::RunConfig config = single_process_config(
-      config::parse_config(checkpoint.config_yaml, {}, o.checkpoint + "/manifest.json"),
-      fmt::format("--checkpoint {} (the run config saved in it)", o.checkpoint));
+  // A newer checkpoint whose saved config does not load is skipped for the previous one, with a warning.
+  const auto [checkpoint, config] = load_checkpoint_and_config(o.checkpoint);
   comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), 1, 0));
   const std::shared_ptr<models::Model> model = models::create(config, grid);
   models::require_logits(*model);  // before loading weights a model cannot use

@@ -1,5 +1,5 @@
 #pragma once
-// Checks of numeric command-line options whose messages a person can read. CLI11's own
+// Checks of command-line options whose messages a person can read. CLI11's own
 // PositiveNumber and NonNegativeNumber print their bound, DBL_MAX, with all 309 digits
 // ("Value -1 not in range 0.000000 to 17976931348623157081...") and, like CLI::Range on a
 // double, let "nan" through (no comparison with NaN is true).
@@ -40,5 +40,13 @@ CLI::Validator in_range(T min, T max, std::string why = "") {
       },
       fmt::format("in [{}, {}]", min, max), "in_range");
 }
+
+// A file the command writes (--out FILE.png): a path, not "" (which CLI11 takes as a value) nor a
+// directory; `example` is named in the message ("--out samples.png").
+CLI::Validator output_file(std::string example);
+
+// A wf::UserError naming `option` when `path` cannot be written (checked before minutes of
+// measuring or sampling, not after); nothing for an empty path. Leaves no file it created.
+void check_writable(const std::string& path, const char* option);
 
 }  // namespace wf::cli

@@ -77,6 +77,7 @@ std::string barely_trained_ema_warning(const train::Checkpoint& checkpoint) {
 }
 
 int sample(const SampleCommandOptions& o) {
+  check_writable(o.out, "--out");  // before the model is built and sampled, not after
   const config::RunConfig config =
       single_process_config(config::load_config(o.path, o.overrides), o.path);
   comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), 1, 0));
@@ -122,7 +123,9 @@ void add_sample_command(CLI::App& app) {
   command->add_option("--n", options->n, "Images to draw")
       ->check(in_range(std::int64_t{1}, std::int64_t{4096}, "1 to 4096 images"))
       ->capture_default_str();
-  command->add_option("--out", options->out, "The PNG grid to write")->capture_default_str();
+  command->add_option("--out", options->out, "The PNG grid to write")
+      ->check(output_file("--out samples.png"))
+      ->capture_default_str();
   command->add_option("--steps", options->sampling.steps, "DDIM (ddpm) or Euler (flow) steps")
       ->check(in_range(std::int64_t{1}, std::int64_t{100000}, "1 to 100000 steps"))
       ->capture_default_str();

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "src/cli/commands.h"
+#include "src/cli/option_checks.h"
 #include "src/cli/rank_agreement.h"
 #include "src/cli/tune_modes.h"
 #include "src/core/atomic_file.h"

@@ -10,7 +10,6 @@
 // --cluster defaults to calibration.yaml in the working directory when that file exists.
 // docs/tuning.md explains the model and its validation.
 #include <fmt/format.h>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -210,15 +209,6 @@ std::string cluster_path_or_default(const std::string& given) {
   return kDefault;
 }
 
-void check_writable(const std::string& path, const char* option) {
-  if (path.empty()) return;
-  const bool existed = access(path.c_str(), F_OK) == 0;
-  std::ofstream probe(path, std::ios::app);
-  WF_USER_CHECK(probe.good(), "{} {}: cannot write the file (does its directory exist?)", option, path);
-  probe.close();
-  if (!existed) std::remove(path.c_str());
-}
-
 void add_tune_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
       "tune", "Rank every layout of a world for a model on a described cluster by predicted step time; measure this "
@@ -227,14 +217,15 @@ void add_tune_command(CLI::App& app) {
   command->add_option("--model", o->model, "The run config whose model and batch to lay out, e.g. configs/gpt-7b.yaml");
   command->add_option("--cluster", o->cluster,
                       "The cluster file, e.g. clusters/h100-8x8.yaml (default: calibration.yaml here, if it exists)");
+  // in_range, not CLI::PositiveNumber, whose message prints its bound with 309 digits.
   command->add_option("--world", o->world, "Ranks to lay out (default: every device of the cluster)")
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(1, 1 << 30, "the ranks to lay out"));
   command->add_option("--seq", o->seq, "Sequence length (default: the config's train.seq_len)")
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(std::int64_t{1}, std::int64_t{1} << 40, "the tokens of one sequence"));
   command->add_flag("--sp-only", o->sp_only, "Only sequence parallelism over the whole world (dp = tp = pp = 1)");
   command->add_option("--top", o->top, "Layouts the table shows (--profile: layouts it runs, default 3)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(1, 1 << 20, "how many layouts to show (--profile: to run), e.g. --top 10"));
   command->add_flag("--json", o->json, "One JSON object per line per layout, excluded ones with their reason");
   command->add_option("--set", o->overrides, "Override one key of the config, e.g. --set train.dtype=bf16 (repeatable)");
   command->add_option("--write-best", o->write_best,

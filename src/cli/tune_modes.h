@@ -26,10 +26,6 @@ void print_best_layout_advice(const std::string& config_path, const config::RunC
 // given and that file exists; a wf::UserError naming both fixes otherwise.
 std::string cluster_path_or_default(const std::string& given);
 
-// A wf::UserError naming `option` when `path` cannot be written (checked before minutes of
-// measuring, not after); nothing for an empty path.
-void check_writable(const std::string& path, const char* option);
-
 struct CalibrateOptions {
   std::string out = "calibration.yaml";
   double seconds = 0.1;  // timed seconds per measurement round (five rounds, the median kept)

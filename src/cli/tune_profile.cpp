@@ -21,6 +21,7 @@
 
 #include "src/cli/commands.h"
 #include "src/cli/layout_measure.h"
+#include "src/cli/option_checks.h"
 #include "src/cli/rank_agreement.h"
 #include "src/cli/tune_modes.h"
 #include "wallfacer/comm/runtime.h"

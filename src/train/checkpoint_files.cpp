@@ -39,7 +39,10 @@ void remove_checkpoint_dir(const fs::path& path, const fs::path& store) {
 
 }  // namespace
 
-std::string step_name(std::int64_t step) { return fmt::format("{}{:08d}", kStepPrefix, step); }
+std::string step_name(std::int64_t step) {
+  WF_CHECK(step >= 0, "checkpoint step {} is negative; a run counts its steps from 0", step);
+  return fmt::format("{}{:08d}", kStepPrefix, step);
+}
 
 std::optional<std::int64_t> parse_step_name(const std::string& name) {
   const std::string_view prefix = kStepPrefix;
@@ -159,6 +162,9 @@ Json read_manifest(const std::string& checkpoint_dir) {
   // be resumed as another step than the one it holds.
   const auto step =
       field(json, "step", &Json::is_number_integer, "an integer", manifest, checkpoint_dir).get<std::int64_t>();
+  // No save writes a negative step (a run counts them from 0), and no directory name could match one.
+  WF_CHECK(step >= 0, "checkpoint manifest '{}' records step {}, but steps count from 0, so no save wrote it; {}",
+           manifest, step, corrupt_fix(checkpoint_dir));
   const std::string name = dir_name(checkpoint_dir);
   WF_CHECK(parse_step_name(name) == step,
            "checkpoint '{}': its manifest records step {} but the directory is named '{}'; a checkpoint's directory "

@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <map>
 
@@ -41,6 +42,9 @@ LinkRate LinkSpec::rate(Primitive primitive) const {
 
 namespace {
 
+// The most devices a cluster may have: ranks are ints, and no layout search needs more.
+constexpr std::int64_t kMaxDevices = std::int64_t{1} << 30;
+
 constexpr Primitive kPrimitives[] = {Primitive::p2p, Primitive::all_gather, Primitive::reduce_scatter,
                                      Primitive::all_reduce, Primitive::all_to_all};
 
@@ -71,13 +75,14 @@ class MappingReader {
     WF_USER_CHECK(node.IsMap(), "{}: '{}' must be a mapping of keys to values (see clusters/h100-8x8.yaml)", source_,
                   path_);
   }
-  // A positive number at `key`, into `out`; `required` says whether it may be left out.
-  MappingReader& number(const std::string& key, double& out, bool required = true) {
+  // A positive number at `key`, into `out`; `required` says whether it may be left out (`out`
+  // keeps its default then). `meaning`, when given, says in the message of a missing key what it is.
+  MappingReader& number(const std::string& key, double& out, bool required = true, std::string_view meaning = "") {
     known_.push_back(key);
     const YAML::Node v = node_[key];
     if (!v) {
-      WF_USER_CHECK(!required || out > 0, "{}: '{}' is missing; give it a positive number (see clusters/h100-8x8.yaml)",
-                    source_, name(key));
+      WF_USER_CHECK(!required, "{}: '{}' is missing{}; give it a positive number (see clusters/h100-8x8.yaml)",
+                    source_, name(key), meaning.empty() ? "" : fmt::format(" ({})", meaning));
       return *this;
     }
     double x = 0;
@@ -90,9 +95,10 @@ class MappingReader {
     out = x;
     return *this;
   }
-  MappingReader& integer(const std::string& key, int& out) {
+  // A required whole number at `key`.
+  MappingReader& integer(const std::string& key, int& out, std::string_view meaning) {
     double x = out;
-    number(key, x);
+    number(key, x, true, meaning);
     WF_USER_CHECK(x == std::floor(x) && x <= 1 << 24, "{}: '{}' must be a whole number of at most 2^24, got {}",
                   source_, name(key), x);
     out = static_cast<int>(x);
@@ -189,7 +195,14 @@ ClusterSpec parse_cluster(std::string_view yaml, std::string_view source) {
   ClusterSpec c;
   c.source = std::string(source);
   MappingReader r(root, "", source);
-  r.text("name", c.name).integer("nodes", c.nodes).integer("devices_per_node", c.devices_per_node);
+  // Both required: a cluster of one node or one device per node says so rather than defaulting
+  // to it, as a file that forgot the key would otherwise rank layouts for a cluster it is not.
+  r.text("name", c.name)
+      .integer("nodes", c.nodes, "how many machines the cluster has, e.g. 'nodes: 8'")
+      .integer("devices_per_node", c.devices_per_node, "the GPUs (ranks) of each machine, e.g. 'devices_per_node: 8'");
+  WF_USER_CHECK(static_cast<std::int64_t>(c.nodes) * c.devices_per_node <= kMaxDevices,
+                "{}: nodes x devices_per_node is {} x {} devices, above the {} wallfacer tune lays out; describe "
+                "fewer nodes", source, c.nodes, c.devices_per_node, kMaxDevices);
   r.child("device", [&](MappingReader& d) {
     std::string preset;
     d.text("preset", preset);

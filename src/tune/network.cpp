@@ -18,15 +18,22 @@ Network::Network(const ClusterSpec& cluster) : cluster_(cluster) {
 double Network::phase_seconds(const std::vector<Flow>& flows, Primitive primitive) const {
   const ClusterSpec& c = cluster_;
   const LinkRate intra = c.intra_node.rate(primitive), inter = c.inter_node.rate(primitive);
-  // Bytes per resource: a device's link out and in (one per link class), a node's NICs out and in.
-  const auto devices = static_cast<std::size_t>(c.devices()), nodes = static_cast<std::size_t>(c.nodes);
+  // Bytes per resource: a device's link out and in (one per link class), a node's NICs out and in;
+  // only up to the highest rank the flows touch, so that a phase costs what its world does, not
+  // what the cluster file lists (a search of 8 ranks on 131,072 nodes is a search of 8 ranks).
+  int top = -1;
+  for (const Flow& f : flows) {
+    WF_CHECK(f.src >= 0 && f.dst >= 0 && f.src < c.devices() && f.dst < c.devices(),
+             "tune::Network: a flow {} -> {} leaves the cluster's {} devices", f.src, f.dst, c.devices());
+    top = std::max({top, f.src, f.dst});
+  }
+  const auto devices = static_cast<std::size_t>(top + 1);
+  const auto nodes = static_cast<std::size_t>(top < 0 ? 0 : c.node_of(top) + 1);
   std::vector<double> device_out_intra(devices), device_in_intra(devices), device_out_inter(devices),
       device_in_inter(devices), node_out(nodes), node_in(nodes);
   const auto at = [](std::vector<double>& load, int i) -> double& { return load[static_cast<std::size_t>(i)]; };
   bool any = false, crosses = false;
   for (const Flow& f : flows) {
-    WF_CHECK(f.src >= 0 && f.dst >= 0 && f.src < c.devices() && f.dst < c.devices(),
-             "tune::Network: a flow {} -> {} leaves the cluster's {} devices", f.src, f.dst, c.devices());
     if (f.src == f.dst || f.bytes <= 0) continue;
     any = true;
     if (c.node_of(f.src) == c.node_of(f.dst)) {

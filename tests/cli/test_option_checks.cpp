@@ -50,3 +50,18 @@ TEST_CASE("option checks: in_range prints its bounds as given", "[cli][option_ch
   const auto tokens = wf::cli::in_range(std::int64_t{1}, std::int64_t{1000000});
   CHECK(parse_error<std::int64_t>(tokens, {"0", "--x"}) == "--x: expected an integer from 1 to 1000000, got '0'");
 }
+
+TEST_CASE("option checks: output_file refuses an empty path and a directory, naming an example",
+          "[cli][option_checks]") {
+  const auto out = wf::cli::output_file("--out samples.png");
+  CHECK(parse_error<std::string>(out, {"grid.png", "--x"}).empty());
+  CHECK(parse_error<std::string>(out, {"", "--x"}) ==
+        "--x: an empty path names no file; give the file to write, e.g. --out samples.png");
+  CHECK(parse_error<std::string>(out, {"/tmp", "--x"}) ==
+        "--x: '/tmp' is a directory; give the file to write in it, e.g. --out samples.png");
+  CHECK_THAT(parse_error<std::string>(out, {"runs/", "--x"}), Contains("'runs/' is a directory"));
+  // A file in a directory that does not exist: refused before the work, by check_writable.
+  CHECK_THROWS_WITH(wf::cli::check_writable("/no-such-dir/grid.png", "--out"),
+                    "--out /no-such-dir/grid.png: cannot write the file (does its directory exist?)");
+  CHECK_NOTHROW(wf::cli::check_writable("", "--out"));
+}

@@ -359,6 +359,15 @@ TEST_CASE("a checkpoint's step must be its directory's", "[train][checkpoint]") 
     require_load_error(store, dir, {dir, "its manifest records step 5 but the directory is named 'step-00000006'",
                                     "rename it to step-00000005"});
   }
+  SECTION("a negative step, resealed: corrupt (no save wrote it), never 'rename it to step--0000005'") {
+    auto manifest = read_manifest(dir);
+    manifest["step"] = -5;
+    write_resealed(dir, manifest);
+    require_load_error(store, dir, {dir + "/manifest.json", "records step -5, but steps count from 0",
+                                    "the checkpoint is corrupt; delete " + dir + " to resume from the previous one"});
+    CHECK_THROWS_WITH(store.load(dir), !Contains("step--"));
+    CHECK(store.load_latest()->step == 3);  // and load_latest falls back past it
+  }
   SECTION("a directory renamed: skipped by load_latest, which falls back") {
     const std::string renamed = root + "/step-00000009";
     fs::rename(dir, renamed);

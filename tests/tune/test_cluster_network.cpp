@@ -94,6 +94,19 @@ TEST_CASE("a bad cluster file names the key and the fix", "[tune]") {
   CHECK_THAT(error_of(head + "links:\n  intra_node: {bandwidth_gbs: 370, latency_us: 3}\n"),
              Catch::Contains("'links.inter_node' is missing"));
   CHECK_THAT(error_of("nodes: 0\n" + head.substr(9) + links), Catch::Contains("'nodes' must be a positive number, got 0"));
+  // nodes and devices_per_node are required: a file that forgot one would be ranked as one node
+  // (or one device a node) it is not.
+  CHECK_THAT(error_of(head.substr(9) + links),
+             Catch::Contains("bad.yaml: 'nodes' is missing (how many machines the cluster has, e.g. 'nodes: 8'); "
+                             "give it a positive number (see clusters/h100-8x8.yaml)"));
+  CHECK_THAT(error_of("nodes: 2\ndevice: {preset: h100-80gb}\n" + links),
+             Catch::Contains("bad.yaml: 'devices_per_node' is missing (the GPUs (ranks) of each machine, e.g. "
+                             "'devices_per_node: 8'); give it a positive number"));
+  const std::string one_node = "links: {intra_node: {bandwidth_gbs: 1, latency_us: 1}}\n";
+  CHECK_THAT(error_of("nodes: 1\ndevice: {preset: h100-80gb}\n" + one_node),
+             Catch::Contains("'devices_per_node' is missing"));
+  CHECK_THAT(error_of("nodes: 16777216\ndevices_per_node: 16777216\n" + head.substr(head.find("device:")) + links),
+             Catch::Contains("nodes x devices_per_node is 16777216 x 16777216 devices, above the 1073741824"));
   CHECK_THAT(error_of(head + links + "overlap: 2\n"), Catch::Contains("'overlap' is a fraction in (0, 1], got 2"));
   CHECK_THAT(error_of("- a list\n"), Catch::Contains("a cluster file is a mapping"));
   CHECK_THAT(error_of(head + links.substr(0, links.find('}')) + ", all_reduse: {bandwidth_gbs: 1, latency_us: 1}}\n" +
@@ -127,6 +140,7 @@ TEST_CASE("a phase lasts as long as its most loaded link, plus one latency", "[t
   // its node (0.01 s) and 2 GB out (0.2 s per flow link); node 0 sends 4 GB out at 15 GB/s.
   CHECK(net.all_to_all_seconds({{0, 1, 2, 3}}, 3 * GB) == Approx(4.0 / 15 + 5e-6 * 3));
   CHECK_THROWS_WITH(net.phase_seconds({{0, 9, GB}}), Catch::Contains("leaves the cluster's 4 devices"));
+  CHECK(net.phase_seconds({}) == 0);
   // A primitive with its own rate: the all-reduce at 200 GB/s inside a node.
   ClusterSpec fast = two_by_two();
   fast.intra_node.per_primitive[Primitive::all_reduce] = {200, 2};

@@ -3,7 +3,10 @@
 // layout as they must, and the search's space and exclusion reasons.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <string>
 
@@ -189,6 +192,35 @@ TEST_CASE("the search of 4 ranks, sp only: every strategy, team size, ZeRO stage
   CHECK(std::is_sorted(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
     return a.prediction.step_seconds < b.prediction.step_seconds;
   }));
+}
+
+TEST_CASE("the search's cost follows the world it ranks, not the nodes the cluster file lists", "[tune]") {
+  // 8 ranks on the first node of 131,072: the same layouts and predictions as on a cluster of 2
+  // nodes, in about the same time. Sizing the links by the cluster's devices made each phase
+  // walk all 1,048,576 of them: minutes for this search (0.1 s on 2 nodes).
+  const auto cluster = [](int nodes) {
+    return parse_cluster(fmt::format(R"(
+nodes: {}
+devices_per_node: 8
+device: {{preset: h100-80gb}}
+links:
+  intra_node: {{bandwidth_gbs: 370, latency_us: 3.7}}
+  inter_node: {{bandwidth_gbs: 46, latency_us: 5}}
+  node_egress_gbs: 368
+)", nodes));
+  };
+  const auto small = search_layouts(tiny("{}"), cluster(2), {.world = 8});
+  const auto started = std::chrono::steady_clock::now();
+  const auto huge = search_layouts(tiny("{}"), cluster(131072), {.world = 8});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  CHECK(seconds < 20);  // generous (a sanitizer build on a busy machine); before: minutes
+  REQUIRE(huge.size() == small.size());
+  for (std::size_t i = 0; i < huge.size(); ++i) {
+    INFO(layout_label(huge[i].config));
+    CHECK(layout_label(huge[i].config) == layout_label(small[i].config));
+    CHECK(huge[i].excluded == small[i].excluded);
+    CHECK(huge[i].prediction.step_seconds == small[i].prediction.step_seconds);
+  }
 }
 
 TEST_CASE("the search of 8 ranks excludes layouts with the reason validate gives", "[tune]") {

@@ -84,7 +84,8 @@ DeviceSpec device_preset(std::string_view name);
 std::vector<std::string> device_preset_names();
 
 // Reads a cluster file (YAML). wf::UserError naming the file, key and fix for a missing or
-// unknown key, a non-positive number, or an unknown device preset.
+// unknown key, a non-positive number, or an unknown device preset. `nodes` and
+// `devices_per_node` are required, even for one node or one device per node.
 ClusterSpec load_cluster(const std::string& path);
 ClusterSpec parse_cluster(std::string_view yaml, std::string_view source = "<string>");
 // The same keys back as YAML (parse_cluster(to_yaml(c)) == c up to rounding), with `comment`
