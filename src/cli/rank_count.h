@@ -27,8 +27,9 @@ enum class RankCountCommand { train, validate };
 // Throws wf::UserError when `config` needs dp x tp x pp x sp ranks other than `world_size`: the
 // count, the command that runs (or validates) it with the user's --set overrides, what the config
 // would still lack at that count, and a layout of `world_size` ranks that validates, if any.
+// `ranks_per_machine`: the ranks sharing a machine's memory (config::validate), 0 for all of them.
 void check_rank_count(const config::RunConfig& config, int world_size, const std::string& config_path,
                       const std::vector<std::string>& overrides, RankCountCommand command,
-                      config::ValidateScope scope, double machine_bytes = 0);
+                      config::ValidateScope scope, double machine_bytes = 0, int ranks_per_machine = 0);
 
 }  // namespace wf::cli
