@@ -86,6 +86,10 @@ std::string train_command_line(int ranks, const std::string& config_path, const 
   return ranks == 1 ? command_words(args) : mpirun_line(ranks, args);
 }
 
+int ranks_sharing_machine(int ranks_per_machine, int ranks) {
+  return ranks_per_machine == 0 ? ranks : std::min(ranks_per_machine, ranks);
+}
+
 void check_rank_count(const config::RunConfig& config, int world_size, const std::string& config_path,
                       const std::vector<std::string>& overrides, RankCountCommand command,
                       config::ValidateScope scope, double machine_bytes, int ranks_per_machine) {
@@ -106,8 +110,7 @@ void check_rank_count(const config::RunConfig& config, int world_size, const std
                                                                overrides)),
                            train_line(n, overrides));
   }
-  // Ranks per machine at a world of `ranks`: 0 is all of them (one machine).
-  const auto sharing = [&](int ranks) { return ranks_per_machine == 0 ? ranks : std::min(ranks_per_machine, ranks); };
+  const auto sharing = [&](int ranks) { return ranks_sharing_machine(ranks_per_machine, ranks); };
   if (const auto problems = config::validation_problems(config, n, scope, machine_bytes, sharing(n));
       !problems.empty()) {
     message += fmt::format("; at {} ranks it would still fail: {}", n, fmt::join(problems, "; "));

@@ -2,7 +2,6 @@
 // the overrides and checks it against a world of N ranks, exactly as `wallfacer train` would
 // before starting, so a layout can be fixed before a job is queued. Prints "config OK: <summary>"
 // or the one error message, and exits 1.
-#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -44,9 +43,8 @@ void add_validate_command(CLI::App& app) {
     // What train would say for this world: the ranks the layout needs and the command to run it.
     check_rank_count(config, options->world, options->path, options->overrides, RankCountCommand::validate, scope,
                      /*machine_bytes=*/0, options->ranks_per_node);
-    const int world = options->world;
-    const int sharing = options->ranks_per_node == 0 ? world : std::min(options->ranks_per_node, world);
-    config::validate(config, options->world, scope, /*machine_bytes=*/0, sharing);
+    config::validate(config, options->world, scope, /*machine_bytes=*/0,
+                     ranks_sharing_machine(options->ranks_per_node, options->world));
     std::printf("config OK: %s\n", config::summary(config, options->world).c_str());
     for (const std::string& note : config::notes(config)) std::printf("note: %s\n", note.c_str());
     return kExitOk;
