@@ -1,6 +1,9 @@
 #include "wallfacer/models/dit_batches.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "wallfacer/core/rng.h"
@@ -91,6 +94,24 @@ std::unique_ptr<BatchSource> make_dit_batches(const config::RunConfig& c, comm::
                                           parallel::run_positions(loader.shard.runs()),
                                           DitDrawSeeds::for_run(static_cast<std::uint64_t>(c.train.seed), validation),
                                           /*drop_labels=*/!validation);
+}
+
+std::string dit_image_size_problem(const DitOptions& o, const config::RunConfig& c) {
+  if (c.data.source == config::DataSource::file) {
+    if (o.image_size <= data::kIdxMaxResize) return "";
+    return fmt::format("model.image_size: {} is larger than the {} pixels a side the IDX image loader resizes to; "
+                       "set model.image_size to at most {}",
+                       o.image_size, data::kIdxMaxResize, data::kIdxMaxResize);
+  }
+  // The synthetic set: kSyntheticSamples x frames images of in_channels x image_size² f32 values.
+  const double per_side = std::sqrt(static_cast<double>(data::kIdxMaxResizedElements) /
+                                    static_cast<double>(kSyntheticSamples * o.frames * o.in_channels));
+  const auto largest = static_cast<std::int64_t>(std::floor(per_side));
+  if (o.image_size <= largest) return "";
+  return fmt::format("model.image_size: {} is larger than the synthetic image set holds ({} images of {} channel(s) "
+                     "and at most {} values in all, so at most {} pixels a side); set model.image_size to at most {}",
+                     o.image_size, kSyntheticSamples * o.frames, o.in_channels, data::kIdxMaxResizedElements, largest,
+                     largest);
 }
 
 }  // namespace wf::models

@@ -109,6 +109,9 @@ void check_dit(const DitOptions& o, const config::RunConfig& c, std::vector<std:
   const auto require = [&](bool ok, std::string message) {
     if (!ok) problems.push_back(std::move(message));
   };
+  const auto require_problem = [&](std::string problem) {
+    if (!problem.empty()) problems.push_back(std::move(problem));
+  };
   require(o.image_size % o.patch_size == 0,
           fmt::format("model.patch_size: image_size = {} is not a multiple of patch_size = {}; choose a patch size "
                       "that divides the image",
@@ -130,14 +133,12 @@ void check_dit(const DitOptions& o, const config::RunConfig& c, std::vector<std:
                         "train.seq_len: {}",
                         o.frames, o.image_size, o.patch_size, o.num_patches(), o.num_patches()));
   }
+  require_problem(dit_image_size_problem(o, c));
   const config::ParallelSection& p = c.parallel;
   require(!p.tp_shard_activations,
           "parallel.tp_shard_activations: DiT's adaLN modulation needs every token on each tp rank; set it to false");
-  const auto require_split = [&](std::string problem) {
-    if (!problem.empty()) problems.push_back(std::move(problem));
-  };
-  require_split(config::tp_split_problem(c, "n_head", o.n_head, "whole attention heads"));
-  require_split(config::tp_split_problem(c, "mlp_ratio", o.d_ff(), "the MLP's d_model · mlp_ratio hidden units"));
+  require_problem(config::tp_split_problem(c, "n_head", o.n_head, "whole attention heads"));
+  require_problem(config::tp_split_problem(c, "mlp_ratio", o.d_ff(), "the MLP's d_model · mlp_ratio hidden units"));
   if (p.ulysses_degree() > 1 && o.n_head % p.tp == 0) {
     const std::string problem = parallel::ulysses_heads_problem(o.n_head / p.tp, o.n_head / p.tp, p.ulysses_degree());
     require(problem.empty(), fmt::format("model.n_head: {} scatters the n_head / parallel.tp = {} heads of each tp "

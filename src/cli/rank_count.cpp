@@ -86,9 +86,13 @@ std::string train_command_line(int ranks, const std::string& config_path, const 
   return ranks == 1 ? command_words(args) : mpirun_line(ranks, args);
 }
 
+int ranks_sharing_machine(int ranks_per_machine, int ranks) {
+  return ranks_per_machine == 0 ? ranks : std::min(ranks_per_machine, ranks);
+}
+
 void check_rank_count(const config::RunConfig& config, int world_size, const std::string& config_path,
                       const std::vector<std::string>& overrides, RankCountCommand command,
-                      config::ValidateScope scope, double machine_bytes) {
+                      config::ValidateScope scope, double machine_bytes, int ranks_per_machine) {
   const config::ParallelSection& p = config.parallel;
   const std::int64_t needed = config::ranks_needed(p);
   if (needed == 0 || needed == world_size) return;  // another problem, or none: validate says which
@@ -106,10 +110,12 @@ void check_rank_count(const config::RunConfig& config, int world_size, const std
                                                                overrides)),
                            train_line(n, overrides));
   }
-  if (const auto problems = config::validation_problems(config, n, scope, machine_bytes); !problems.empty()) {
+  const auto sharing = [&](int ranks) { return ranks_sharing_machine(ranks_per_machine, ranks); };
+  if (const auto problems = config::validation_problems(config, n, scope, machine_bytes, sharing(n));
+      !problems.empty()) {
     message += fmt::format("; at {} ranks it would still fail: {}", n, fmt::join(problems, "; "));
   }
-  const auto fits = config::fitting_layouts(config, world_size, scope, machine_bytes, 1);
+  const auto fits = config::fitting_layouts(config, world_size, scope, machine_bytes, 1, sharing(world_size));
   if (!fits.empty()) {
     std::vector<std::string> sets = overrides;
     sets.insert(sets.end(), fits.front().keys.begin(), fits.front().keys.end());

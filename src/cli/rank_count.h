@@ -24,11 +24,16 @@ std::string train_command_line(int ranks, const std::string& config_path, const 
 
 enum class RankCountCommand { train, validate };
 
+// The ranks of a world of `ranks` that share one machine when at most `ranks_per_machine` do (0:
+// all of them, as `mpirun -np N` on one machine runs them).
+int ranks_sharing_machine(int ranks_per_machine, int ranks);
+
 // Throws wf::UserError when `config` needs dp x tp x pp x sp ranks other than `world_size`: the
 // count, the command that runs (or validates) it with the user's --set overrides, what the config
 // would still lack at that count, and a layout of `world_size` ranks that validates, if any.
+// `ranks_per_machine`: the ranks sharing a machine's memory (config::validate), 0 for all of them.
 void check_rank_count(const config::RunConfig& config, int world_size, const std::string& config_path,
                       const std::vector<std::string>& overrides, RankCountCommand command,
-                      config::ValidateScope scope, double machine_bytes = 0);
+                      config::ValidateScope scope, double machine_bytes = 0, int ranks_per_machine = 0);
 
 }  // namespace wf::cli

@@ -28,6 +28,9 @@
 namespace wf::cli {
 namespace {
 
+// From this size on `train` says what it is building before it builds it.
+constexpr std::int64_t kLargeModelParameters = 100'000'000;
+
 struct TrainOptions {
   std::string path;
   std::vector<std::string> overrides;
@@ -38,13 +41,19 @@ struct TrainOptions {
 int train(const TrainOptions& o) {
   comm::Runtime& runtime = comm::Runtime::get();
   const config::RunConfig config = config::load_config(o.path, o.overrides);
-  // The smallest machine of the job decides the memory check, so every rank reaches the same
-  // verdict and message even on nodes of different sizes (the only collective before validate).
-  Tensor machine = Tensor::full({1}, static_cast<double>(machine_memory_bytes()), DType::f64);
+  // The smallest machine of the job and the most ranks on one machine decide the memory check, so
+  // every rank reaches the same verdict and message even on nodes of different sizes (one
+  // collective before validate: the minimum of the memory and of the negated local rank count).
+  Tensor machine = Tensor::from_vector(
+      std::vector<double>{static_cast<double>(machine_memory_bytes()), -static_cast<double>(runtime.local_size())},
+      {2});
   runtime.world().all_reduce(machine, comm::ReduceOp::min);
+  const double machine_bytes = machine.data<double>()[0];
+  const int ranks_per_machine = static_cast<int>(-machine.data<double>()[1]);
   check_rank_count(config, runtime.world_size(), o.path, o.overrides, RankCountCommand::train,
-                   config::ValidateScope::this_machine, machine.item());
-  config::validate(config, runtime.world_size(), config::ValidateScope::this_machine, machine.item());
+                   config::ValidateScope::this_machine, machine_bytes, ranks_per_machine);
+  config::validate(config, runtime.world_size(), config::ValidateScope::this_machine, machine_bytes,
+                   ranks_per_machine);
   log::info("config: {}", config::summary(config, runtime.world_size()));
   for (const std::string& note : config::notes(config)) log::warn("{}", note);
   // Rank 0 writes the checkpoints and the metrics: an unwritable directory fails the job now,
@@ -54,13 +63,17 @@ int train(const TrainOptions& o) {
     if (o.no_resume) train::check_no_checkpoints(config.checkpoint.dir);
   });
   comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), runtime.world_size(), runtime.rank()));
+  const std::int64_t whole = static_cast<std::int64_t>(config::model_facts(config).parameters);
+  // Building (and initialising) a large model takes a while before the first step says anything.
+  if (whole >= kLargeModelParameters) {
+    log::info("building model {} with {} parameters; this can take minutes", config.model.name, whole);
+  }
   train::Trainer trainer(config, grid);
   if (!o.no_resume && trainer.resume() && trainer.step() >= config.train.steps) {
     log::info("the checkpoint is at step {} = train.steps: nothing to train (raise train.steps to continue)",
               trainer.step());
     return kExitOk;
   }
-  const std::int64_t whole = static_cast<std::int64_t>(config::model_facts(config).parameters);
   const std::int64_t held = trainer.model().num_parameters();
   log::info("model: {} with {} parameters{}; {} tokens per step", config.model.name, whole,
             held == whole ? std::string() : fmt::format(" ({} on this rank)", held), trainer.tokens_per_step());

@@ -18,6 +18,7 @@ struct ValidateOptions {
   int world = 1;
   std::vector<std::string> overrides;
   bool any_machine = false;
+  int ranks_per_node = 0;  // 0: all the ranks on this machine
 };
 }  // namespace
 
@@ -29,6 +30,10 @@ void add_validate_command(CLI::App& app) {
   command->add_option("-n,--np,--world", options->world, "Number of ranks the run would launch with")
       ->capture_default_str();
   command->add_option("--set", options->overrides, "Override one key, e.g. --set train.lr=3e-4 (repeatable)");
+  command->add_option("--ranks-per-node", options->ranks_per_node,
+                      "Ranks that will share one machine's memory (default: all N, as `mpirun -np N` here runs "
+                      "them); the memory check counts their estimates together")
+      ->check(CLI::PositiveNumber);
   command->add_flag("--any-machine", options->any_machine,
                     "Check the config alone, not whether this build and this machine can train it (e.g. a GPU preset "
                     "on a laptop: bf16, tensor/pipeline parallelism, memory per rank)");
@@ -36,8 +41,10 @@ void add_validate_command(CLI::App& app) {
     const config::RunConfig config = config::load_config(options->path, options->overrides);
     const auto scope = options->any_machine ? config::ValidateScope::any_machine : config::ValidateScope::this_machine;
     // What train would say for this world: the ranks the layout needs and the command to run it.
-    check_rank_count(config, options->world, options->path, options->overrides, RankCountCommand::validate, scope);
-    config::validate(config, options->world, scope);
+    check_rank_count(config, options->world, options->path, options->overrides, RankCountCommand::validate, scope,
+                     /*machine_bytes=*/0, options->ranks_per_node);
+    config::validate(config, options->world, scope, /*machine_bytes=*/0,
+                     ranks_sharing_machine(options->ranks_per_node, options->world));
     std::printf("config OK: %s\n", config::summary(config, options->world).c_str());
     for (const std::string& note : config::notes(config)) std::printf("note: %s\n", note.c_str());
     return kExitOk;

@@ -61,7 +61,7 @@ std::int64_t ranks_needed(const ParallelSection& p) {
 }
 
 std::vector<LayoutChange> fitting_layouts(const RunConfig& config, int world_size, ValidateScope scope,
-                                          double machine_bytes, std::size_t limit) {
+                                          double machine_bytes, std::size_t limit, int ranks_per_machine) {
   if (world_size < 1 || limit == 0) return {};
   // One size changed first (the smallest edit), then the layouts of the world by fewest changed keys.
   std::vector<ParallelSection> candidates = one_size_changes(config.parallel, world_size);
@@ -78,7 +78,7 @@ std::vector<LayoutChange> fitting_layouts(const RunConfig& config, int world_siz
     tried.push_back(layout);
     RunConfig changed = config;
     changed.parallel = layout;
-    if (validation_problems(changed, world_size, scope, machine_bytes).empty()) {
+    if (validation_problems(changed, world_size, scope, machine_bytes, ranks_per_machine).empty()) {
       fitting.push_back({layout, changed_keys(config.parallel, layout)});
     }
   }

@@ -163,6 +163,12 @@ Field choice(std::string section, std::string key, S RunConfig::*sec, Member<S, 
       [&choices](const E& value) { return choice_text(choices, value); });
 }
 
+// A field whose "expected ..." also says what the value means, so an out-of-range one names the fix.
+Field with_hint(Field field, std::string_view hint) {
+  field.expected = fmt::format("{} {}", field.expected, hint);
+  return field;
+}
+
 std::vector<Field> make_fields() {
   const double inf = std::numeric_limits<double>::infinity();
   // The model section is not here: its keys are the model's own (model_schema.h).
@@ -179,7 +185,8 @@ std::vector<Field> make_fields() {
       boolean(KEY(parallel, ulysses_inner)),
       boolean(KEY(parallel, tp_shard_activations)),
       integer(KEY(parallel, zero), 0, 2),
-      number(KEY(parallel, grad_bucket_mb), 0.0, false),
+      with_hint(number(KEY(parallel, grad_bucket_mb), kMinGradBucketMb, true, kMaxGradBucketMb, true),
+                "(MiB per gradient bucket; the default 25 suits most runs)"),
       choice(KEY(parallel, grad_reduce_dtype), kDtypes),
       choice(KEY(parallel, pp_schedule), kPipelineSchedules),
       integer(KEY(parallel, pp_virtual), 1),
@@ -204,6 +211,7 @@ std::vector<Field> make_fields() {
       integer(KEY(train, seed), 0),
       choice(KEY(train, dtype), kDtypes),
       boolean(KEY(train, check_replicas)),
+      integer(KEY(train, max_skipped_steps), 1),
 
       choice(KEY(data, source), kSources),
       text(KEY(data, train_path), false),

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -43,7 +44,7 @@ int layout_ulysses_degree(const ParallelSection& p) {
 // The grid's "; keeping the other sizes, sp = 6 would fit" looks at the four sizes alone; here it
 // names only layouts the whole config validates under (fitting_layouts), or none.
 std::string with_validated_fits(std::string rule, const RunConfig& c, int world_size, ValidateScope scope,
-                                double machine_bytes) {
+                                double machine_bytes, int ranks_per_machine) {
   constexpr std::string_view kHint = "; keeping the other sizes, ";
   if (const std::size_t at = rule.find(kHint); at != std::string::npos) {
     const std::size_t end = rule.find(" would fit", at);
@@ -52,7 +53,7 @@ std::string with_validated_fits(std::string rule, const RunConfig& c, int world_
   const ParallelSection& p = c.parallel;
   if (ranks_needed(p) == 0 || ranks_needed(p) == world_size) return rule;
   std::vector<std::string> one_size, whole;
-  for (const LayoutChange& change : fitting_layouts(c, world_size, scope, machine_bytes)) {
+  for (const LayoutChange& change : fitting_layouts(c, world_size, scope, machine_bytes, 3, ranks_per_machine)) {
     const ParallelSection& to = change.layout;
     const std::array<std::tuple<const char*, int, int>, 4> sizes = {
         {{"dp", p.dp, to.dp}, {"tp", p.tp, to.tp}, {"pp", p.pp, to.pp}, {"sp", p.sp, to.sp}}};
@@ -70,7 +71,7 @@ std::string with_validated_fits(std::string rule, const RunConfig& c, int world_
 
 // false when the grid itself is invalid: the checks after it divide by its sizes.
 bool check_layout(const RunConfig& c, int world_size, ValidateScope scope, double machine_bytes,
-                  std::vector<std::string>& problems) {
+                  int ranks_per_machine, std::vector<std::string>& problems) {
   const ParallelSection& p = c.parallel;
   try {
     comm::ProcessGrid::validate(p.grid(), world_size);
@@ -81,7 +82,7 @@ bool check_layout(const RunConfig& c, int world_size, ValidateScope scope, doubl
                                                         colon != std::string::npos) {
       rule.erase(0, colon + 8);
     }
-    rule = with_validated_fits(rule, c, world_size, scope, machine_bytes);
+    rule = with_validated_fits(rule, c, world_size, scope, machine_bytes, ranks_per_machine);
     problems.push_back(fmt::format("{}: {}", kGridKeys, rule));
     return false;
   }
@@ -164,18 +165,34 @@ std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / double(
 // No machine has this much memory per rank (1 PiB): beyond it a config is absurd anywhere.
 constexpr double kAbsurdBytes = double(1ULL << 50);
 
-// The estimated memory of one rank against what this machine has (any machine: the absurd bound).
-void check_memory(const RunConfig& c, ValidateScope scope, double machine_bytes, std::vector<std::string>& problems) {
+// The estimated memory of the ranks that share a machine against what it has (any machine: one
+// rank against the absurd bound).
+void check_memory(const RunConfig& c, ValidateScope scope, double machine_bytes, int ranks_per_machine,
+                  std::vector<std::string>& problems) {
   const MemoryEstimate need = memory_per_rank(c);
   const double machine = machine_bytes > 0 ? machine_bytes : static_cast<double>(machine_memory_bytes());
-  const double have = scope == ValidateScope::this_machine ? machine : kAbsurdBytes;
-  if (need.total() <= have) return;
+  const bool here = scope == ValidateScope::this_machine;
+  const int sharing = here ? std::max(ranks_per_machine, 1) : 1;
+  const double have = here ? machine : kAbsurdBytes;
+  if (need.total() * sharing <= have) return;
+  const std::string rank = fmt::format(
+      "a rank would need about {} ({} for weights, gradients and AdamW state, {} for the activations of one micro "
+      "batch)",
+      gib(need.total()), gib(need.parameter_bytes()), gib(need.activation_bytes));
+  if (!here || need.total() > have) {  // one rank alone does not fit: how many share the machine is moot
+    problems.push_back(fmt::format("model: {}, but {}: shrink the model's sizes (its model.* keys) or "
+                                   "train.micro_batch_size / train.seq_len, or split it over more ranks",
+                                   rank, here ? fmt::format("a machine of this job has {}", gib(have))
+                                              : fmt::format("no machine has more than {}", gib(have))));
+    return;
+  }
+  // Ranks on one machine share its memory: their estimates add up.
+  const int fit = static_cast<int>(std::min<double>(have / need.total(), sharing - 1));  // >= 1 here
   problems.push_back(fmt::format(
-      "model: a rank would need about {} ({} for weights, gradients and AdamW state, {} for the activations of one "
-      "micro batch), but {}: shrink the model's sizes (its model.* keys) or train.micro_batch_size / "
-      "train.seq_len, or split it over more ranks",
-      gib(need.total()), gib(need.parameter_bytes()), gib(need.activation_bytes),
-      scope == ValidateScope::this_machine ? fmt::format("a machine of this job has {}", gib(have)) : fmt::format("no machine has more than {}", gib(have))));
+      "model: {}, and {} ranks share a machine of {}: {} x {} = {} does not fit; run at most {} rank{} per machine "
+      "(spread the job over more machines), or shrink the model's sizes (its model.* keys) or "
+      "train.micro_batch_size / train.seq_len, or split the model over more tp / pp ranks",
+      rank, sharing, gib(have), sharing, gib(need.total()), gib(need.total() * sharing), fit, fit == 1 ? "" : "s"));
 }
 
 // The schedule of a pipeline over the step's microbatches (the gradient-accumulation steps).
@@ -198,6 +215,14 @@ void check_pipeline_schedule(const RunConfig& c, std::vector<std::string>& probl
 
 void check_train(const RunConfig& c, std::vector<std::string>& problems) {
   const TrainConfig& t = c.train;
+  // load_config checks the range; a config built in code must not reach the trainer's buckets with
+  // a size that overflows their byte count.
+  const double bucket = c.parallel.grad_bucket_mb;
+  if (!(bucket >= kMinGradBucketMb && bucket <= kMaxGradBucketMb)) {
+    problems.push_back(fmt::format("parallel.grad_bucket_mb: {} MiB is out of range: set it from {} to {} (MiB per "
+                                   "gradient bucket; the default 25 suits most runs)",
+                                   bucket, kMinGradBucketMb, kMaxGradBucketMb));
+  }
   std::int64_t per_step = 0;
   if (__builtin_mul_overflow(static_cast<std::int64_t>(c.parallel.dp), t.micro_batch_size, &per_step) ||
       __builtin_mul_overflow(per_step, t.seq_len, &per_step)) {
@@ -208,12 +233,15 @@ void check_train(const RunConfig& c, std::vector<std::string>& problems) {
   }
   per_step = static_cast<std::int64_t>(c.parallel.dp) * t.micro_batch_size;
   if (t.global_batch_size != 0 && c.parallel.dp >= 1 && t.global_batch_size % per_step != 0) {
+    const std::int64_t below = std::max<std::int64_t>(per_step, t.global_batch_size / per_step * per_step);
+    std::int64_t above = 0;  // the next multiple, when it fits in 64 bits
+    const bool above_fits = !__builtin_add_overflow(t.global_batch_size / per_step * per_step, per_step, &above);
     problems.push_back(fmt::format(
         "train.global_batch_size: {} sequences is not a multiple of parallel.dp x train.micro_batch_size = {} x {} = "
-        "{}: nearest valid values {} or {}",
+        "{}: {}",
         t.global_batch_size, c.parallel.dp, t.micro_batch_size, per_step,
-        std::max<std::int64_t>(per_step, t.global_batch_size / per_step * per_step),
-        (t.global_batch_size / per_step + 1) * per_step));
+        above_fits && above != below ? fmt::format("nearest valid values {} or {}", below, above)
+                                     : fmt::format("nearest valid value {}", below)));
   } else {
     check_pipeline_schedule(c, problems);
   }
@@ -335,9 +363,9 @@ MemoryEstimate memory_per_rank(const RunConfig& c) {
 }
 
 std::vector<std::string> validation_problems(const RunConfig& config, int world_size, ValidateScope scope,
-                                             double machine_bytes) {
+                                             double machine_bytes, int ranks_per_machine) {
   std::vector<std::string> problems;
-  const bool layout_ok = check_layout(config, world_size, scope, machine_bytes, problems);
+  const bool layout_ok = check_layout(config, world_size, scope, machine_bytes, ranks_per_machine, problems);
   if (layout_ok) {
     const std::size_t before_model = problems.size();
     if (const auto& rules = model_schema(config.model.name).validate) rules(config, problems);
@@ -351,13 +379,15 @@ std::vector<std::string> validation_problems(const RunConfig& config, int world_
   if (scope == ValidateScope::this_machine) {
     for (std::string& p : unsupported_by_trainer(config)) problems.push_back(std::move(p));
   }
-  if (problems.empty()) check_memory(config, scope, machine_bytes, problems);
+  if (problems.empty()) check_memory(config, scope, machine_bytes, ranks_per_machine, problems);
   if (scope == ValidateScope::this_machine) check_data_files(config, problems);
   return problems;
 }
 
-void validate(const RunConfig& config, int world_size, ValidateScope scope, double machine_bytes) {
-  const std::vector<std::string> problems = validation_problems(config, world_size, scope, machine_bytes);
+void validate(const RunConfig& config, int world_size, ValidateScope scope, double machine_bytes,
+              int ranks_per_machine) {
+  const std::vector<std::string> problems =
+      validation_problems(config, world_size, scope, machine_bytes, ranks_per_machine);
   WF_USER_CHECK(problems.empty(), "invalid config for a world of {} ranks: {}", world_size, fmt::join(problems, "; "));
 }
 

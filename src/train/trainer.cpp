@@ -17,6 +17,7 @@
 #include "wallfacer/core/log.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/ops/arithmetic.h"
+#include "wallfacer/ops/reduction.h"
 #include "wallfacer/parallel/replica_check.h"
 #include "wallfacer/parallel/tensor_parallel.h"
 #include "wallfacer/train/checkpoint.h"
@@ -104,6 +105,17 @@ double total_sent_since(const TrafficMap& now, const TrafficMap& before) {
   double total = 0;
   for (const auto& [group, traffic] : now) total += sent_since(now, before, group);
   return total;
+}
+
+// Whether every element of `params` is finite, with one host synchronisation: the sum of their
+// sums is NaN or infinite as soon as one element is. (A sum of finite weights overflows only when
+// they average past about 1e29: a run diverged just the same.)
+bool all_finite(const std::vector<Tensor>& params) {
+  if (params.empty()) return true;
+  autograd::NoGradGuard no_grad;
+  Tensor total = sum(params.front()).to(DType::f64);
+  for (std::size_t i = 1; i < params.size(); ++i) total = add(total, sum(params[i]).to(DType::f64));
+  return std::isfinite(total.item());
 }
 
 }  // namespace
@@ -334,12 +346,24 @@ StepResult Trainer::apply_gradients(double loss) {
                                     max_norm);
   result.lr = schedule_.lr_at(result.step);
   if (std::isfinite(result.grad_norm)) {  // the same on every rank: all take the same branch
+    skipped_in_a_row_ = 0;
     optimizer_->set_lr(result.lr);
     optimizer_->step();
     grads_->gather_parameters();
     if (config_.train.check_replicas) parallel::check_tp_replicas(*model_, grid_.group("tp"));
   } else {
-    log::warn("step {}: the gradient norm is {}; skipping the update", result.step, result.grad_norm);
+    skipped_in_a_row_ += 1;
+    // "NaN" whatever its sign bit: printf's "-nan" reads as a negative number.
+    const std::string norm = std::isnan(result.grad_norm) ? "NaN" : fmt::format("{}", result.grad_norm);
+    log::warn("step {}: the gradient norm is {}; skipping the update", result.step, norm);
+    const auto& t = config_.train;
+    WF_USER_CHECK(skipped_in_a_row_ < t.max_skipped_steps,
+                  "step {}: the gradient norm has not been finite for {} steps in a row (the last {}), "
+                  "train.max_skipped_steps = {}: the run has diverged and would skip its updates forever; lower "
+                  "train.lr (now {}), set train.grad_clip (now {}), check the data, then resume from the last "
+                  "checkpoint in {} (or raise train.max_skipped_steps to wait longer)",
+                  result.step, skipped_in_a_row_, norm, t.max_skipped_steps, t.lr, t.grad_clip,
+                  config_.checkpoint.dir);
   }
   zero_grad();
   step_ = result.step;
@@ -378,6 +402,15 @@ double Trainer::evaluate() {
 }
 
 std::string Trainer::save_checkpoint() {
+  // A diverged run must not replace its good checkpoints with NaNs: every rank checks its weights
+  // and all learn whether any rank's are not finite.
+  Tensor bad = Tensor::full({1}, all_finite(model_->parameters()) ? 0.0 : 1.0, DType::f64);
+  grid_.group("world").all_reduce(bad, comm::ReduceOp::max);
+  WF_USER_CHECK(bad.item() == 0.0,
+                "checkpoint: the weights at step {} are not all finite (NaN or infinity): not saved, so the "
+                "checkpoints in {} stay as they were; the run has diverged: lower train.lr (now {}) or set "
+                "train.grad_clip (now {}), then resume from the last checkpoint",
+                step_, config_.checkpoint.dir, config_.train.lr, config_.train.grad_clip);
   // A distributed checkpoint (distributed_checkpoint.h): every rank writes the pieces it is the
   // writer of (one replica per piece), rank 0 the manifest; collective and atomic.
   const int replica = replicas_.rank(), tp = grid_.group("tp").rank();

@@ -68,6 +68,14 @@ const std::vector<BadConfig>& load_time_cases() {
        {"parallel.grad_reduce_dtype: 'f16' is not a valid choice; expected one of f32, bf16"}},
       {"bad_tokenizer", "data:\n  tokenizer: bpe\n", 1, {}, {"data.tokenizer", "one of byte, gpt2"}},
       {"bad_bool", "model:\n  tie_embeddings: maybe\n", 1, {}, {"model.tie_embeddings: 'maybe' is not a boolean; expected true or false"}},
+      // A bucket size whose bytes overflow (or round to none) is refused at load, naming the range.
+      {"grad_bucket_huge", "parallel:\n  grad_bucket_mb: 1e15\n", 1, {},
+       {"parallel.grad_bucket_mb: '1e15' is out of range; expected a number >= 0.001 and <= 1000000 (MiB per "
+        "gradient bucket; the default 25 suits most runs)"}},
+      {"grad_bucket_tiny", "parallel:\n  grad_bucket_mb: 1e-9\n", 1, {},
+       {"parallel.grad_bucket_mb: '1e-9' is out of range; expected a number >= 0.001 and <= 1000000"}},
+      {"max_skipped_steps_zero", "train:\n  max_skipped_steps: 0\n", 1, {},
+       {"train.max_skipped_steps: '0' is out of range; expected an integer >= 1"}},
       // DiT's own rules: its sequence is its patches; the flow process has no variance to learn;
       // its modulation needs every token on each tp rank.
       {"dit_seq_len", "model:\n  name: dit\n  image_size: 32\n  patch_size: 4\ndata:\n  source: synthetic\n", 1, {},
@@ -76,6 +84,17 @@ const std::vector<BadConfig>& load_time_cases() {
        1, {}, {"model.learn_sigma: the flow process predicts a velocity"}},
       {"dit_tp_shard", "model:\n  name: dit\ntrain:\n  seq_len: 256\nparallel:\n  tp: 2\n  tp_shard_activations: true\ndata:\n  source: synthetic\n",
        2, {}, {"parallel.tp_shard_activations: DiT's adaLN modulation"}},
+      // The image loader's limits: the IDX resize, the synthetic set's size.
+      {"dit_image_size_file", "model:\n  name: dit\n  image_size: 8192\n  patch_size: 8192\ntrain:\n  seq_len: 1\n", 1,
+       {},
+       {"model.image_size: 8192 is larger than the 4096 pixels a side the IDX image loader resizes to; set "
+        "model.image_size to at most 4096"}},
+      {"dit_image_size_synthetic",
+       "model:\n  name: dit\n  image_size: 2048\n  patch_size: 2048\ntrain:\n  seq_len: 1\n"
+       "data:\n  source: synthetic\n",
+       1, {},
+       {"model.image_size: 2048 is larger than the synthetic image set holds (1024 images of 1 channel(s)",
+        "so at most 1448 pixels a side); set model.image_size to at most 1448"}},
       {"dit_missing_labels", "model:\n  name: dit\ntrain:\n  seq_len: 256\ndata:\n  train_path: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\n",
        1, {}, {"data.train_labels_path: is empty but data.train_path is", "give both the images and their labels"}},
       {"bad_model_name", "model:\n  name: unet\n", 1, {},
@@ -239,6 +258,11 @@ const std::vector<BadConfig>& layout_cases() {
       {"global_batch", "parallel:\n  dp: 2\ntrain:\n  micro_batch_size: 3\n  global_batch_size: 10\n", 2, {},
        {"train.global_batch_size: 10 sequences is not a multiple of parallel.dp x train.micro_batch_size = 2 x 3 = 6",
         "nearest valid values 6 or 12"}},
+      // The next multiple past 2^63 - 1 does not exist: only the one below is offered.
+      {"global_batch_huge",
+       "parallel:\n  dp: 2\ntrain:\n  micro_batch_size: 3\n  global_batch_size: 9223372036854775807\n", 2, {},
+       {"train.global_batch_size: 9223372036854775807 sequences is not a multiple of parallel.dp x "
+        "train.micro_batch_size = 2 x 3 = 6: nearest valid value 9223372036854775806"}},
       {"seq_over_max", "model:\n  max_seq_len: 512\ntrain:\n  seq_len: 1024\n", 1, {},
        {"train.seq_len: seq_len = 1024 exceeds model.max_seq_len = 512"}},
       {"vocab_byte", "model:\n  vocab_size: 100\n", 1, {},
@@ -310,6 +334,39 @@ TEST_CASE("config: a vocabulary tensor parallelism does not divide is padded, no
   TempYaml data("data.bin", "");
   const std::string message = error_of([&] { validate(with_data_file(c, data.path()), 2); });
   CHECK_THAT(message, !Catch::Contains("vocab"));
+}
+
+TEST_CASE("config: the memory check counts every rank that shares the machine", "[config]") {
+  // A probe's DiT of about 1.07 B parameters (some 16 GiB a rank) as 4 dp ranks on one 23.5 GiB machine.
+  const RunConfig c = parse_config(
+      "model:\n  name: dit\n  d_model: 2048\n  n_layer: 14\n  n_head: 16\n  image_size: 32\n  patch_size: 2\n"
+      "train:\n  seq_len: 256\ndata:\n  source: synthetic\nparallel:\n  dp: 4\n  sp: 1\n");
+  const double machine = 23.5 * double(1 << 30);
+  // One rank a machine fits; four on one do not, and the message gives the numbers and the fixes.
+  CHECK(validation_problems(c, 4, ValidateScope::this_machine, machine, 1).empty());
+  const std::vector<std::string> shared = validation_problems(c, 4, ValidateScope::this_machine, machine, 4);
+  REQUIRE(shared.size() == 1);
+  CHECK_THAT(shared[0], Catch::Contains("model: a rank would need about 16.") &&
+                            Catch::Contains("and 4 ranks share a machine of 23.5 GiB: 4 x 16.") &&
+                            Catch::Contains("does not fit; run at most 1 rank per machine (spread the job over more "
+                                            "machines), or shrink the model's sizes"));
+  CHECK_THAT(error_of([&] { validate(c, 4, ValidateScope::this_machine, machine, 4); }),
+             Catch::Contains("4 ranks share a machine of 23.5 GiB"));
+  // The config alone (any machine) does not know which ranks share one.
+  CHECK(validation_problems(c, 4, ValidateScope::any_machine, machine, 4).empty());
+}
+
+TEST_CASE("config: a bucket size set in code is range-checked by validate, naming the key", "[config]") {
+  for (const double mb : {1e15, 1e-9}) {
+    RunConfig c;
+    c.data.source = DataSource::synthetic;
+    c.parallel.grad_bucket_mb = mb;
+    const std::vector<std::string> problems = validation_problems(c, 1, ValidateScope::any_machine);
+    REQUIRE(problems.size() == 1);
+    CHECK_THAT(problems[0], Catch::Contains(fmt::format("parallel.grad_bucket_mb: {} MiB is out of range: set it from "
+                                                        "0.001 to 1000000 (MiB per gradient bucket",
+                                                        mb)));
+  }
 }
 
 TEST_CASE("config: validate refuses data files this machine cannot read, as train does", "[config]") {

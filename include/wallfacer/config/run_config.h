@@ -21,6 +21,10 @@ namespace wf::config {
 enum class TokenizerKind { byte, gpt2 };
 enum class DataSource { file, synthetic };
 
+// parallel.grad_bucket_mb's range: about 1 KiB (smaller is a collective per few parameters) to about
+// 1 TiB (any bucket larger than the model is one bucket; far past it the byte count overflows).
+inline constexpr double kMinGradBucketMb = 0.001, kMaxGradBucketMb = 1e6;
+
 struct ParallelSection {
   int dp = 1, tp = 1, pp = 1, sp = 1;
   std::string order = "tp-sp-dp-pp";  // innermost first, as comm::ParallelConfig::order
@@ -40,6 +44,7 @@ struct ParallelSection {
   // 2 gradients sharded as well (train/replica_gradients.h).
   int zero = 0;
   // Gradient bucket size in MiB: one collective per bucket, started as soon as its gradients are final.
+  // From kMinGradBucketMb to kMaxGradBucketMb (above).
   double grad_bucket_mb = 25;
   // The dtype gradients are reduced in over the replica group: f32, or bf16 (half the bytes;
   // every combine still adds in f32, and accumulation and the optimizer stay f32).
@@ -88,6 +93,9 @@ struct TrainConfig {
   // Debug: after every optimizer step, compare the tp ranks' copies of each replicated parameter
   // and fail naming any that drifted apart (parallel/replica_check.h). Two all-reduces per step.
   bool check_replicas = false;
+  // A step whose gradient norm is not finite skips its update; this many such steps in a row end
+  // the run with an error (the weights or the data have diverged) instead of skipping forever.
+  std::int64_t max_skipped_steps = 10;
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
 
@@ -178,12 +186,15 @@ enum class ValidateScope {
 // problem as "key: rule"; the text is the same on every rank.
 // `machine_bytes`: the memory of the smallest machine of the job (`wallfacer train` all-reduces
 // it so every rank decides alike); 0: this machine's (machine_memory_bytes).
+// `ranks_per_machine`: the ranks that share one machine's memory (the most on any node of the job);
+// the memory check counts that many ranks' estimates against machine_bytes.
 void validate(const RunConfig& config, int world_size, ValidateScope scope = ValidateScope::this_machine,
-              double machine_bytes = 0);
+              double machine_bytes = 0, int ranks_per_machine = 1);
 // validate's findings without the throw, one "key: rule" line each (empty: valid). What
 // `wallfacer tune` prints as the reason a layout is excluded.
 std::vector<std::string> validation_problems(const RunConfig& config, int world_size,
-                                             ValidateScope scope = ValidateScope::this_machine, double machine_bytes = 0);
+                                             ValidateScope scope = ValidateScope::this_machine, double machine_bytes = 0,
+                                             int ranks_per_machine = 1);
 // The ranks a layout needs: dp x tp x pp x sp (0 when a size is below 1 or the product past 2^31).
 std::int64_t ranks_needed(const ParallelSection& parallel);
 // A layout the config could run with instead, and the parallel keys it changes as --set takes
@@ -198,7 +209,7 @@ struct LayoutChange {
 // candidate_layouts by fewest changed keys. Empty when none passes.
 std::vector<LayoutChange> fitting_layouts(const RunConfig& config, int world_size,
                                           ValidateScope scope = ValidateScope::this_machine, double machine_bytes = 0,
-                                          std::size_t limit = 3);
+                                          std::size_t limit = 3, int ranks_per_machine = 1);
 // The rules of the trainer in this build ("parallel.tp: ..."), empty when it can train the
 // config; validate (this_machine) and the Trainer both apply them.
 std::vector<std::string> unsupported_by_trainer(const RunConfig& config);

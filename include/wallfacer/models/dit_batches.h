@@ -48,4 +48,8 @@ class DitBatchSource final : public BatchSource {
 std::unique_ptr<BatchSource> make_dit_batches(const config::RunConfig& config, comm::CommGrid& grid,
                                               const Model& model, bool validation);
 
+// model.image_size against what make_dit_batches can load (the IDX loader's largest resize, the
+// synthetic set's size): a "model.image_size: ..." line naming the limit, or "" when it fits.
+std::string dit_image_size_problem(const DitOptions& options, const config::RunConfig& config);
+
 }  // namespace wf::models

@@ -102,11 +102,14 @@ class Trainer {
   std::vector<OptimizerSlot> optimizer_slots() const;
   // Sets the gradients to zero (apply_gradients does it after each update).
   void zero_grad();
-  // Clips the gradients, sets the step's learning rate, updates and clears the gradients.
+  // Clips the gradients, sets the step's learning rate, updates and clears the gradients. A
+  // non-finite gradient norm skips the update; train.max_skipped_steps of those in a row throw
+  // wf::UserError on every rank (the norm is the same on all).
   StepResult apply_gradients(double loss);
   // Mean loss over train.eval_batches validation batches (no graph, no update).
   double evaluate();
-  // Saves a checkpoint of step() (collective); returns the directory it went to.
+  // Saves a checkpoint of step() (collective); returns the directory it went to. Weights that are
+  // not all finite are never saved: every rank throws wf::UserError and the checkpoints stay.
   std::string save_checkpoint();
   // Asked at every step boundary of fit() (`train` answers its SIGINT / SIGTERM handler's flag):
   // a nonzero answer on any rank makes every rank save a checkpoint and return from fit() at that
@@ -184,6 +187,7 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;
   std::int64_t step_ = 0;
   std::vector<StepResult> history_;
+  std::int64_t skipped_in_a_row_ = 0;  // steps just before this one whose update was skipped
 
   // Accumulated over the current logging interval.
   struct Interval {
