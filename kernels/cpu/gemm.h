@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "wallfacer/core/dtype.h"
 
@@ -47,6 +48,14 @@ GemmBackend default_gemm_backend();
 // OpenBLAS's core type, the oneDNN build): a file with another key was measured elsewhere.
 std::filesystem::path machine_cache_dir();
 std::string machine_cache_key();
+// One measurement kept in a file of machine_cache_dir(): a first line, `key`, then `lines`.
+// read_machine_cache gives the `count` lines after the key when the file holds `key` (nullopt when
+// the file is missing, unreadable, short or another key's); write_machine_cache replaces the file
+// atomically and ignores failure (a read-only home or a full disk: the next process measures again).
+std::optional<std::vector<std::string>> read_machine_cache(const std::filesystem::path& file, const std::string& key,
+                                                           std::size_t count);
+void write_machine_cache(const std::filesystem::path& file, const std::string& key,
+                         const std::vector<std::string>& lines);
 
 // Row-major C[M, N] = alpha·op(A)·op(B) + beta·C, where op(A) is [M, K] and op(B) is [K, N].
 // A is stored [M, K] (or [K, M] when trans_a), B is stored [K, N] (or [N, K] when trans_b).

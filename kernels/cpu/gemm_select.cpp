@@ -109,24 +109,11 @@ std::filesystem::path cache_file() {
 }
 
 std::optional<GemmChoice> read_cached_choice(const std::filesystem::path& file, const std::string& key) {
-  std::ifstream in(file);
-  std::string cached_key, name, reason;
-  if (!std::getline(in, cached_key) || !std::getline(in, name) || !std::getline(in, reason) || cached_key != key) {
-    return std::nullopt;
-  }
-  const auto backend = parse_gemm_backend(name);
+  const auto lines = read_machine_cache(file, key, 2);  // the backend, the measurement
+  if (!lines) return std::nullopt;
+  const auto backend = parse_gemm_backend((*lines)[0]);
   if (!backend || !gemm_backend_available(*backend)) return std::nullopt;
-  return GemmChoice{*backend, fmt::format("cached in {}: {}", file.string(), reason)};
-}
-
-void write_cached_choice(const std::filesystem::path& file, const std::string& key, const GemmChoice& choice) {
-  try {
-    std::filesystem::create_directories(file.parent_path());
-    const std::string text = fmt::format("{}\n{}\n{}\n", key, gemm_backend_name(choice.backend), choice.reason);
-    detail::write_file_atomically(file.string(), {{text.data(), text.size()}}, "GEMM calibration cache");
-  } catch (const std::exception&) {
-    // A read-only home or a full disk: the next process measures again.
-  }
+  return GemmChoice{*backend, fmt::format("cached in {}: {}", file.string(), (*lines)[1])};
 }
 
 GemmChoice measure() {
@@ -154,7 +141,7 @@ GemmChoice decide() {
   const std::string key = machine_cache_key();
   if (auto cached = read_cached_choice(file, key)) return *cached;
   GemmChoice measured = measure();
-  write_cached_choice(file, key, measured);
+  write_machine_cache(file, key, {gemm_backend_name(measured.backend), measured.reason});
   return measured;
 }
 
@@ -195,6 +182,30 @@ std::string machine_cache_key() {
   }
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   return fmt::format("cpu{} OPENBLAS_CORETYPE={}; {}", cpu, coretype != nullptr ? coretype : "", onednn_info());
+}
+
+std::optional<std::vector<std::string>> read_machine_cache(const std::filesystem::path& file, const std::string& key,
+                                                           std::size_t count) {
+  std::ifstream in(file);
+  std::string cached_key;
+  if (!std::getline(in, cached_key) || cached_key != key) return std::nullopt;
+  std::vector<std::string> lines(count);
+  for (std::string& line : lines) {
+    if (!std::getline(in, line)) return std::nullopt;
+  }
+  return lines;
+}
+
+void write_machine_cache(const std::filesystem::path& file, const std::string& key,
+                         const std::vector<std::string>& lines) {
+  try {
+    std::filesystem::create_directories(file.parent_path());
+    std::string text = key + "\n";
+    for (const std::string& line : lines) text += line + "\n";
+    detail::write_file_atomically(file.string(), {{text.data(), text.size()}}, "machine measurement cache");
+  } catch (const std::exception&) {
+    // A read-only home or a full disk: the next process measures again.
+  }
 }
 
 const char* gemm_backend_name(GemmBackend backend) {

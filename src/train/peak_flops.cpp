@@ -8,13 +8,11 @@
 #include <ctime>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include "kernels/cpu/gemm.h"
 #include "wallfacer/core/error.h"
 
-#include "src/core/atomic_file.h"
 #include "src/core/timing.h"
 #include "wallfacer/core/tensor.h"
 #include "wallfacer/core/threading.h"
@@ -52,35 +50,24 @@ std::string default_gemm_description() {
 
 namespace {
 
-// The per-thread rate measured on this machine is kept (as the GEMM backend choice is: gemm.h's
-// machine_cache_dir), so that the MFU of every later run is against the same figure rather than
-// one re-measured while other ranks share the cores. The file holds the key (the machine's and
+// The per-thread rate measured on this machine is kept (as the GEMM backend choice is, through
+// gemm.h's machine cache), so that the MFU of every later run is against the same figure rather
+// than one re-measured while other ranks share the cores. The file holds the key (the machine's and
 // the backend), the rate and when it was measured; another key, or a file that cannot be read,
-// is measured again. Every failure to keep it is silent: the next run measures again.
+// is measured again.
 struct CachedRate {
   double gflops = 0;
   std::string measured;  // "measured 2026-12-04 20:51 UTC"
 };
 
 std::optional<CachedRate> read_rate(const std::filesystem::path& file, const std::string& key) {
-  std::ifstream in(file);
-  std::string cached_key, rate, measured;
-  if (!std::getline(in, cached_key) || !std::getline(in, rate) || !std::getline(in, measured) || cached_key != key) {
-    return std::nullopt;
-  }
+  const auto lines = kernels::cpu::read_machine_cache(file, key, 2);  // the rate, when it was measured
+  if (!lines) return std::nullopt;
+  const std::string& rate = (*lines)[0];
   char* end = nullptr;
   const double gflops = std::strtod(rate.c_str(), &end);
   if (end == rate.c_str() || *end != '\0' || !std::isfinite(gflops) || gflops <= 0) return std::nullopt;
-  return CachedRate{gflops, measured};
-}
-
-void write_rate(const std::filesystem::path& file, const std::string& key, const CachedRate& rate) {
-  try {
-    std::filesystem::create_directories(file.parent_path());
-    const std::string text = fmt::format("{}\n{}\n{}\n", key, rate.gflops, rate.measured);
-    detail::write_file_atomically(file.string(), {{text.data(), text.size()}}, "peak FLOP/s cache");
-  } catch (const std::exception&) {
-  }
+  return CachedRate{gflops, (*lines)[1]};
 }
 
 }  // namespace
@@ -100,7 +87,7 @@ PeakFlops peak_flops(const config::LogConfig& log) {
     // 512³: large enough for the kernel's full rate, small enough to take milliseconds.
     rate = CachedRate{sgemm_gflops(512, 512, 512, 5),
                       fmt::format("measured {:%Y-%m-%d %H:%M} UTC", fmt::gmtime(std::time(nullptr)))};
-    if (!file.empty()) write_rate(file, key, *rate);
+    if (!file.empty()) kernels::cpu::write_machine_cache(file, key, {fmt::format("{}", rate->gflops), rate->measured});
     where = file.empty() ? std::string("measured now (no cache directory)") : fmt::format("measured now, cached in {}",
                                                                                         file.string());
   }
