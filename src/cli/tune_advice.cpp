@@ -3,32 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "src/cli/rank_count.h"  // shell_word
 #include "src/cli/tune_modes.h"
 #include "wallfacer/tune/search.h"
 
 namespace wf::cli {
-namespace {
-
-// `word` as one shell word: as it is when it holds only characters no shell treats specially,
-// otherwise in single quotes.
-std::string shell_word(const std::string& word) {
-  constexpr std::string_view kPlainPunctuation = "._/,:=+-@%";
-  const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [&](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) != 0 || kPlainPunctuation.find(c) != std::string_view::npos;
-  });
-  if (plain) return word;
-  std::string quoted = "'";
-  for (const char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-}  // namespace
 
 std::string train_command_line(const std::string& config_path, const config::RunConfig& file_config,
                                const config::RunConfig& best, int world) {
