@@ -352,22 +352,6 @@ bool worth_threading(const AttentionShape& s, std::int64_t tasks) {
 }  // namespace
 
 // ---- public -----------------------------------------------------------------------------
-void check_attention_shape(const AttentionShape& s, const char* what) {
-  WF_CHECK(s.batch >= 1 && s.heads >= 1 && s.kv_heads >= 1 && s.head_dim >= 1,
-           "{}: batch {}, heads {}, kv_heads {}, head_dim {} must all be >= 1", what, s.batch, s.heads, s.kv_heads,
-           s.head_dim);
-  WF_CHECK(s.q_len >= 0 && s.kv_len >= 0, "{}: q_len {} and kv_len {} must be >= 0", what, s.q_len, s.kv_len);
-  WF_CHECK(s.heads % s.kv_heads == 0,
-           "{}: heads {} is not a multiple of kv_heads {} (grouped-query attention needs heads = kv_heads · group)",
-           what, s.heads, s.kv_heads);
-  WF_CHECK(s.q_offset >= 0 && s.kv_offset >= 0, "{}: q_offset {} and kv_offset {} are positions and must be >= 0", what,
-           s.q_offset, s.kv_offset);
-  WF_CHECK(std::isfinite(s.scale), "{}: scale {} must be finite (0 selects 1/sqrt(head_dim))", what, s.scale);
-  WF_CHECK(s.heads * s.head_dim <= INT_MAX, "{}: heads·head_dim = {} exceeds the BLAS int range", what,
-           s.heads * s.head_dim);
-}
-
-double attention_scale(const AttentionShape& s) { return s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(s.head_dim)); }
 
 namespace {
 

@@ -21,25 +21,16 @@
 // Design notes and measured speed: docs/kernels-attention.md.
 #include <cstdint>
 
+#include "kernels/kernel_args.h"
+
 #include "wallfacer/core/dtype.h"
 
 namespace wf::kernels::cpu {
 
-struct AttentionShape {
-  std::int64_t batch = 1, q_len = 0, kv_len = 0, heads = 1, kv_heads = 1, head_dim = 1;
-  bool causal = false;
-  // Global positions of element 0 of this Q block and of this K/V block in the full sequence;
-  // they only matter under `causal`. Ring attention computes its queries against another rank's
-  // K/V block by passing that block's offset.
-  std::int64_t q_offset = 0, kv_offset = 0;
-  double scale = 0;  // 0 → 1/sqrt(head_dim)
-};
-
-// wf::Error unless the shape is usable: batch, heads, kv_heads, head_dim >= 1, q_len, kv_len
-// >= 0, heads % kv_heads == 0, offsets >= 0, scale finite.
-void check_attention_shape(const AttentionShape& shape, const char* what = "attention");
-// The scale actually applied: shape.scale, or 1/sqrt(head_dim) when it is 0.
-double attention_scale(const AttentionShape& shape);
+// The shape descriptor and its checks are the backends' shared ones (kernels/kernel_args.h).
+using kernels::AttentionShape;
+using kernels::attention_scale;
+using kernels::check_attention_shape;
 
 // Writes O and lse (both overwritten).
 template <class T>

@@ -8,6 +8,7 @@
 #include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/simd.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/rng.h"
 
 namespace wf::kernels::cpu {
 namespace {
@@ -229,16 +230,6 @@ struct Silu {
 
 }  // namespace
 
-const char* binary_op_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::add: return "add";
-    case BinaryOp::sub: return "sub";
-    case BinaryOp::mul: return "mul";
-    case BinaryOp::div: return "div";
-  }
-  return "unknown";
-}
-
 template <class T>
 void binary_broadcast(BinaryOp op, const T* a, const std::int64_t* a_shape, const T* b,
                       const std::int64_t* b_shape, T* out, const std::int64_t* out_shape, int ndim) {
@@ -370,6 +361,42 @@ void exp_forward(std::int64_t n, const T* x, T* y) {
   parallel_for_each(n, [=](std::int64_t i) { y[i] = std::exp(x[i]); });
 }
 
+template <class T>
+void ln_forward(std::int64_t n, const T* x, T* y) {
+  check_size("ln_forward", n);
+  parallel_for_each(n, [=](std::int64_t i) { y[i] = std::log(x[i]); });
+}
+
+template <class T>
+void tanh_forward(std::int64_t n, const T* x, T* y) {
+  check_size("tanh_forward", n);
+  parallel_for_each(n, [=](std::int64_t i) { y[i] = std::tanh(x[i]); });
+}
+
+template <class T>
+void tanh_backward(std::int64_t n, const T* y, const T* dy, T* dx) {
+  check_size("tanh_backward", n);
+  parallel_for_each(n, [=](std::int64_t i) { dx[i] = dy[i] * (1 - y[i] * y[i]); });
+}
+
+template <class T>
+void affine(std::int64_t n, T alpha, T shift, const T* x, T* out) {
+  if (shift == T(0)) return scale(n, alpha, x, out);
+  check_size("affine", n);
+  parallel_for_each(n, [=](std::int64_t i) { out[i] = alpha * x[i] + shift; });
+}
+
+template <class T>
+void dropout_mask(std::int64_t n, double p, std::uint64_t seed, std::uint64_t first, const DropoutLayout& layout,
+                  const T* x, T* out) {
+  check_size("dropout_mask", n);
+  const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
+  parallel_for_each(n, [&](std::int64_t k) {
+    const bool keep = uniform_at(seed, first + layout.whole_index(static_cast<std::uint64_t>(k))) >= p;
+    out[k] = keep ? x[k] * keep_scale : T(0);
+  });
+}
+
 #define WF_INSTANTIATE_ELEMENTWISE(T)                                                              \
   template void binary_broadcast<T>(BinaryOp, const T*, const std::int64_t*, const T*,            \
                                     const std::int64_t*, T*, const std::int64_t*, int);           \
@@ -384,7 +411,13 @@ void exp_forward(std::int64_t n, const T* x, T* y) {
   template void gelu_backward<T>(std::int64_t, const T*, const T*, T*);                           \
   template void silu_forward<T>(std::int64_t, const T*, T*);                                      \
   template void silu_backward<T>(std::int64_t, const T*, const T*, T*);                           \
-  template void exp_forward<T>(std::int64_t, const T*, T*);
+  template void exp_forward<T>(std::int64_t, const T*, T*);                                       \
+  template void ln_forward<T>(std::int64_t, const T*, T*);                                        \
+  template void tanh_forward<T>(std::int64_t, const T*, T*);                                      \
+  template void tanh_backward<T>(std::int64_t, const T*, const T*, T*);                           \
+  template void affine<T>(std::int64_t, T, T, const T*, T*);                                      \
+  template void dropout_mask<T>(std::int64_t, double, std::uint64_t, std::uint64_t, const DropoutLayout&, \
+                                const T*, T*);
 WF_INSTANTIATE_ELEMENTWISE(float)
 WF_INSTANTIATE_ELEMENTWISE(double)
 #undef WF_INSTANTIATE_ELEMENTWISE

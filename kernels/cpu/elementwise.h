@@ -5,11 +5,13 @@
 // results never depend on the number of threads.
 #include <cstdint>
 
+#include "kernels/kernel_args.h"
+
 namespace wf::kernels::cpu {
 
 // ---- broadcasting binary ops ---------------------------------------------------------------
-enum class BinaryOp { add, sub, mul, div };
-const char* binary_op_name(BinaryOp op);
+using kernels::BinaryOp;  // kernels/kernel_args.h
+using kernels::binary_op_name;
 
 // out = a (op) b with NumPy broadcasting. The caller has right-aligned both input shapes to
 // `ndim` dims (padding with 1s); an input extent of 1 broadcasts against out_shape, any other
@@ -56,5 +58,22 @@ void silu_backward(std::int64_t n, const T* x, const T* dy, T* dx);  // dx = dy 
 
 template <class T>
 void exp_forward(std::int64_t n, const T* x, T* y);  // y = eˣ (its backward is dy·y)
+template <class T>
+void ln_forward(std::int64_t n, const T* x, T* y);  // y = ln x (its backward is dy/x)
+template <class T>
+void tanh_forward(std::int64_t n, const T* x, T* y);
+template <class T>
+void tanh_backward(std::int64_t n, const T* y, const T* dy, T* dx);  // dx = dy·(1 − y²), from the output y
+// out = alpha·x + shift (scale() when shift is 0).
+template <class T>
+void affine(std::int64_t n, T alpha, T shift, const T* x, T* out);
+
+// ---- dropout ---------------------------------------------------------------------------------
+using kernels::DropoutLayout;  // kernels/kernel_args.h
+// out[k] = x[k] / (1 − p) where uniform_at(seed, first + whole index of k) >= p, else 0: the
+// forward and the backward of dropout call it alike, so the gradient sees the forward's mask.
+template <class T>
+void dropout_mask(std::int64_t n, double p, std::uint64_t seed, std::uint64_t first, const DropoutLayout& layout,
+                  const T* x, T* out);
 
 }  // namespace wf::kernels::cpu

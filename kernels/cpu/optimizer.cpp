@@ -137,12 +137,6 @@ void scale_inplace(std::int64_t n, T* x, T alpha) {
   scale(n, alpha, x, x);
 }
 
-double clip_coefficient(double total_norm, double max_norm) {
-  WF_CHECK(max_norm >= 0.0, "clip_coefficient: max_norm must be >= 0, got {}", max_norm);
-  // A NaN norm yields NaN (as in PyTorch with error_if_nonfinite=False): std::min would hide it.
-  const double coefficient = max_norm / (total_norm + 1e-6);
-  return std::isnan(coefficient) ? coefficient : std::min(1.0, coefficient);
-}
 
 #define WF_INSTANTIATE_OPTIMIZER(T)                                                          \
   template void adamw_step<T>(std::int64_t, T*, const T*, T*, T*, const AdamWParams&);      \

@@ -2,16 +2,11 @@
 // Optimizer kernels: the fused AdamW update and the pieces of gradient-norm clipping.
 #include <cstdint>
 
+#include "kernels/kernel_args.h"
+
 namespace wf::kernels::cpu {
 
-struct AdamWParams {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 1e-2;
-  std::int64_t step = 1;  // 1-based count of updates including this one, for bias correction
-};
+using kernels::AdamWParams;  // kernels/kernel_args.h
 
 // One AdamW update of n parameters in a single pass, with PyTorch's torch.optim.AdamW formula
 // (amsgrad=False, maximize=False) and its order of operations:
@@ -38,7 +33,6 @@ double sum_of_squares(std::int64_t n, const T* x);
 template <class T>
 void scale_inplace(std::int64_t n, T* x, T alpha);
 
-// The factor clip_grad_norm_ multiplies every gradient by: min(1, max_norm / (total_norm + 1e-6)).
-double clip_coefficient(double total_norm, double max_norm);
+using kernels::clip_coefficient;
 
 }  // namespace wf::kernels::cpu

@@ -245,9 +245,23 @@ void reduce_broadcast(const T* grad, const std::int64_t* out_shape, T* result,
   run_sum(plan_sum(out_shape, summed, ndim), grad, result, 1.0);
 }
 
+template <class T>
+void max_dim_backward(std::int64_t outer, std::int64_t dim, std::int64_t inner, const T* grad,
+                      const std::int64_t* argmax, T* dx) {
+  check_dims("max_dim_backward", outer, dim, inner);
+  std::fill(dx, dx + outer * dim * inner, T(0));
+  for (std::int64_t o = 0; o < outer; ++o) {
+    for (std::int64_t i = 0; i < inner; ++i) {
+      const std::int64_t k = o * inner + i;
+      dx[(o * dim + argmax[k]) * inner + i] = grad[k];
+    }
+  }
+}
+
 #define WF_INSTANTIATE_REDUCE(T)                                                               \
   template void sum_dim<T>(std::int64_t, std::int64_t, std::int64_t, const T*, T*);           \
   template void mean_dim<T>(std::int64_t, std::int64_t, std::int64_t, const T*, T*);          \
+  template void max_dim_backward<T>(std::int64_t, std::int64_t, std::int64_t, const T*, const std::int64_t*, T*); \
   template void max_dim<T>(std::int64_t, std::int64_t, std::int64_t, const T*, T*,            \
                            std::int64_t*);                                                    \
   template double sum_all<T>(std::int64_t, const T*);                                         \

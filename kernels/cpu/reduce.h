@@ -24,6 +24,11 @@ template <class T>
 void max_dim(std::int64_t outer, std::int64_t dim, std::int64_t inner, const T* x, T* out_values,
              std::int64_t* out_argmax);
 
+// max_dim's backward: dx[o, argmax[o, i], i] = grad[o, i], every other element of dx 0 (dx is
+// overwritten).
+template <class T>
+void max_dim_backward(std::int64_t outer, std::int64_t dim, std::int64_t inner, const T* grad,
+                      const std::int64_t* argmax, T* dx);
 // Σ x[i] over all n elements, in double.
 template <class T>
 double sum_all(std::int64_t n, const T* x);

@@ -16,14 +16,6 @@ double inverse_frequency(const RopeShape& s, std::int64_t i) {
 
 }  // namespace
 
-void check_rope_shape(const RopeShape& s, const char* op) {
-  WF_CHECK(s.batch >= 0 && s.tokens >= 0 && s.heads >= 0 && s.head_dim >= 0,
-           "{}: sizes must be non-negative, got batch={} tokens={} heads={} head_dim={}", op, s.batch, s.tokens,
-           s.heads, s.head_dim);
-  WF_CHECK(s.head_dim % 2 == 0, "{}: head_dim {} is odd; rotary embedding rotates channel pairs (i, i + d/2), so "
-           "the head width must be even", op, s.head_dim);
-  WF_CHECK(std::isfinite(s.theta) && s.theta > 0, "{}: theta must be positive and finite, got {}", op, s.theta);
-}
 
 template <typename T>
 void rope(const RopeShape& s, const T* x, const std::int64_t* positions, bool inverse, T* y) {

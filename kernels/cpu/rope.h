@@ -14,19 +14,12 @@
 // result never depends on the thread count. y may alias x (in place).
 #include <cstdint>
 
+#include "kernels/kernel_args.h"
+
 namespace wf::kernels::cpu {
 
-struct RopeShape {
-  std::int64_t batch = 0;
-  std::int64_t tokens = 0;
-  std::int64_t heads = 0;
-  std::int64_t head_dim = 0;  // even
-  double theta = 10000.0;     // > 0
-};
-
-// wf::Error naming `op` unless sizes are non-negative, head_dim is even and theta is positive
-// and finite.
-void check_rope_shape(const RopeShape& s, const char* op);
+using kernels::RopeShape;  // kernels/kernel_args.h
+using kernels::check_rope_shape;
 
 template <typename T>
 void rope(const RopeShape& s, const T* x, const std::int64_t* positions /*[tokens]*/, bool inverse, T* y);

@@ -142,6 +142,19 @@ void log_softmax_forward(std::int64_t rows, std::int64_t cols, const T* x, T* y)
   });
 }
 
+template <typename T>
+void log_softmax_backward(std::int64_t rows, std::int64_t cols, const T* y, const T* dy, T* dx) {
+  check_sizes("log_softmax_backward", rows, cols);
+  parallel_for_rows(rows, cols, [=](std::int64_t r) {
+    const T* yr = y + r * cols;
+    const T* dyr = dy + r * cols;
+    T* dxr = dx + r * cols;
+    double total = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) total += dyr[j];
+    for (std::int64_t j = 0; j < cols; ++j) dxr[j] = dyr[j] - std::exp(yr[j]) * static_cast<T>(total);
+  });
+}
+
 // ---- references ----------------------------------------------------------------------------
 
 // row_logsumexp by the textbook formula, in double throughout.
@@ -187,6 +200,17 @@ void log_softmax_forward_reference(std::int64_t rows, std::int64_t cols, const T
   }
 }
 
+template <typename T>
+void log_softmax_backward_reference(std::int64_t rows, std::int64_t cols, const T* y, const T* dy, T* dx) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double total = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) total += dy[r * cols + j];
+    for (std::int64_t j = 0; j < cols; ++j) {
+      dx[r * cols + j] = static_cast<T>(dy[r * cols + j] - std::exp(static_cast<double>(y[r * cols + j])) * total);
+    }
+  }
+}
+
 #define WF_INSTANTIATE_SOFTMAX(T)                                                                 \
   template double row_max<T>(std::int64_t, const T*);                                             \
   template double row_sum_exp<T>(std::int64_t, const T*, double, T*);                             \
@@ -194,6 +218,8 @@ void log_softmax_forward_reference(std::int64_t rows, std::int64_t cols, const T
   template void softmax_forward<T>(std::int64_t, std::int64_t, const T*, T*);                     \
   template void softmax_backward<T>(std::int64_t, std::int64_t, const T*, const T*, T*);          \
   template void log_softmax_forward<T>(std::int64_t, std::int64_t, const T*, T*);                 \
+  template void log_softmax_backward<T>(std::int64_t, std::int64_t, const T*, const T*, T*);      \
+  template void log_softmax_backward_reference<T>(std::int64_t, std::int64_t, const T*, const T*, T*); \
   template void softmax_forward_reference<T>(std::int64_t, std::int64_t, const T*, T*);           \
   template void softmax_backward_reference<T>(std::int64_t, std::int64_t, const T*, const T*, T*); \
   template void log_softmax_forward_reference<T>(std::int64_t, std::int64_t, const T*, T*); \

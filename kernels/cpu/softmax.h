@@ -52,6 +52,9 @@ void softmax_backward(std::int64_t rows, std::int64_t cols, const T* y, const T*
 template <typename T>
 void log_softmax_forward(std::int64_t rows, std::int64_t cols, const T* x, T* y);
 
+// dx = dy − exp(y)·Σ_j dy_j row by row, from log_softmax's output y (the row sum in double).
+template <typename T>
+void log_softmax_backward(std::int64_t rows, std::int64_t cols, const T* y, const T* dy, T* dx);
 // ---- references: naive loops in double, for tests ----------------------------------------
 template <typename T>
 double row_logsumexp_reference(std::int64_t cols, const T* x);
@@ -61,5 +64,7 @@ template <typename T>
 void softmax_backward_reference(std::int64_t rows, std::int64_t cols, const T* y, const T* dy, T* dx);
 template <typename T>
 void log_softmax_forward_reference(std::int64_t rows, std::int64_t cols, const T* x, T* y);
+template <typename T>
+void log_softmax_backward_reference(std::int64_t rows, std::int64_t cols, const T* y, const T* dy, T* dx);
 
 }  // namespace wf::kernels::cpu

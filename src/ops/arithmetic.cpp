@@ -1,9 +1,8 @@
 // Elementwise arithmetic with broadcasting. Every op is one apply_function call: the forward
-// runs a kernel from kernels/cpu/elementwise.h, the backward is written with the same ops and
+// runs a kernel of its device's backend (kernels/backend.h), the backward is written with the same ops and
 // sums broadcast gradients back to each operand's shape with sum_to_shape.
 #include "wallfacer/ops/arithmetic.h"
 
-#include "kernels/cpu/elementwise.h"
 #include "src/ops/common.h"
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/ops/reduction.h"
@@ -13,7 +12,7 @@ namespace {
 
 using autograd::Context;
 using autograd::TensorList;
-using kernels::cpu::BinaryOp;
+using kernels::BinaryOp;
 
 Shape broadcast_shapes_for(std::string_view op, const Shape& a, const Shape& b) {
   const std::size_t nd = std::max(a.size(), b.size());
@@ -30,13 +29,13 @@ Shape broadcast_shapes_for(std::string_view op, const Shape& a, const Shape& b) 
 
 // out = a (op) b, broadcast to out_shape, in a's dtype.
 Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b, const Shape& out_shape) {
-  return ops::compute_in(kernels::cpu::binary_op_name(op), a.dtype(), {a, b}, [&](auto tag, const TensorList& in) {
+  const ops::Kernels k = ops::kernels_for(kernels::binary_op_name(op), {a, b});
+  return ops::compute_in(kernels::binary_op_name(op), a.dtype(), {a, b}, [&](auto tag, const TensorList& in) {
     using T = decltype(tag);
     const std::size_t nd = out_shape.size();
     const Shape sa = ops::right_aligned(in[0].shape(), nd), sb = ops::right_aligned(in[1].shape(), nd);
-    Tensor out = Tensor::empty(out_shape, dtype_v<T>);
-    kernels::cpu::binary_broadcast<T>(op, in[0].data<T>(), sa.data(), in[1].data<T>(), sb.data(), out.data<T>(),
-                                      out_shape.data(), static_cast<int>(nd));
+    Tensor out = Tensor::empty(out_shape, dtype_v<T>, k.device());
+    k->binary_broadcast(k.stream, dtype_v<T>, op, in[0].data<T>(), sa, in[1].data<T>(), sb, out.data<T>(), out_shape);
     return out;
   });
 }
@@ -60,7 +59,7 @@ TensorList binary_grads(BinaryOp op, const Context& ctx, const Tensor& g) {
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  const char* name = kernels::cpu::binary_op_name(op);
+  const char* name = kernels::binary_op_name(op);
   ops::check_same_dtype_device(name, a, b);
   const Shape out_shape = broadcast_shapes_for(name, a.shape(), b.shape());
   const Shape a_shape = a.shape(), b_shape = b.shape();
@@ -82,23 +81,14 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 // y = alpha·x + shift with dy/dx = alpha: neg, scale and add_scalar.
 Tensor affine(const char* name, const Tensor& x, double alpha, double shift) {
   ops::check_floating(name, x, "the input");
-  ops::check_cpu(name, x);
   return autograd::apply_function(
       name, {x},
       [=](Context&, const TensorList& in) {
+        const ops::Kernels k = ops::kernels_for(name, {in[0]});
         return TensorList{ops::compute_in(name, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
           using T = decltype(tag);
-          Tensor out = Tensor::empty(c[0].shape(), dtype_v<T>);
-          const T* src = c[0].data<T>();
-          T* dst = out.data<T>();
-          const std::int64_t n = out.numel();
-          if (shift == 0.0) {
-            kernels::cpu::scale<T>(n, static_cast<T>(alpha), src, dst);
-          } else {
-            const T a = static_cast<T>(alpha), b = static_cast<T>(shift);
-#pragma omp parallel for schedule(static) if (n > 32768)
-            for (std::int64_t i = 0; i < n; ++i) dst[i] = a * src[i] + b;
-          }
+          Tensor out = Tensor::empty(c[0].shape(), dtype_v<T>, k.device());
+          k->affine(k.stream, dtype_v<T>, out.numel(), alpha, shift, c[0].data<T>(), out.data<T>());
           return out;
         })};
       },
@@ -132,12 +122,13 @@ Tensor bias_residual_add(const Tensor& x, const Tensor& bias, const Tensor& resi
   return autograd::apply_function(
       name, {x, bias, residual},
       [=](Context&, const TensorList& in) {
+        const ops::Kernels k = ops::kernels_for(name, {in[0], in[1], in[2]});
         return TensorList{ops::compute_in(name, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
           using T = decltype(tag);
-          Tensor out = Tensor::empty(c[0].shape(), dtype_v<T>);
+          Tensor out = Tensor::empty(c[0].shape(), dtype_v<T>, k.device());
           const std::int64_t cols = c[1].numel();
-          kernels::cpu::bias_residual_add<T>(ops::rows_of(c[0].shape()), cols, c[0].data<T>(), c[1].data<T>(),
-                                             c[2].data<T>(), out.data<T>());
+          k->bias_residual_add(k.stream, dtype_v<T>, ops::rows_of(c[0].shape()), cols, c[0].data<T>(),
+                               c[1].data<T>(), c[2].data<T>(), out.data<T>());
           return out;
         })};
       },

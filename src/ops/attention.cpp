@@ -1,4 +1,4 @@
-// Differentiable attention on the blocked kernels of kernels/cpu/attention.h.
+// Differentiable attention on its device's attention kernels (kernels/backend.h).
 //
 // Both outputs carry gradients. The one arriving at lse matters to callers that merge
 // partial results (ring attention, WallFacer) or use lse in a loss: since
@@ -9,8 +9,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/gemm.h"
 #include "src/ops/common.h"
 #include "wallfacer/autograd/function.h"
 
@@ -19,7 +17,7 @@ namespace {
 
 using autograd::Context;
 using autograd::TensorList;
-using kernels::cpu::AttentionShape;
+using kernels::AttentionShape;
 
 constexpr const char* kOp = "attention";
 
@@ -28,8 +26,8 @@ constexpr const char* kOp = "attention";
 AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) {
   for (const auto& [t, arg] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
     ops::check_floating(kOp, *t, arg);
-    ops::check_cpu(kOp, *t);
   }
+  ops::kernels_for(kOp, {q, k, v});  // one device
   WF_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(),
            "{}: q, k and v must share a dtype, got q {}, k {}, v {}; convert with cast()", kOp, dtype_name(q.dtype()),
            dtype_name(k.dtype()), dtype_name(v.dtype()));
@@ -59,19 +57,9 @@ AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v
   s.q_offset = options.q_offset;
   s.kv_offset = options.kv_offset;
   s.scale = options.scale;
-  kernels::cpu::check_attention_shape(s, kOp);  // sizes >= 1, offsets >= 0, finite scale
+  kernels::check_attention_shape(s, kOp);  // sizes >= 1, offsets >= 0, finite scale
   return s;
 }
-
-template <class T>
-bool any_nonzero(const Tensor& t) {
-  const T* p = t.data<T>();
-  return std::any_of(p, p + t.numel(), [](T x) { return x != T(0); });
-}
-
-// bf16 inputs run the bf16 kernel (bf16 dot products) where the CPU multiplies bf16 natively;
-// elsewhere they are widened and run the f32 kernel, which is faster there (nn/precision.h).
-bool native_bf16(DType dtype) { return dtype == DType::bf16 && kernels::cpu::gemm_bf16_native(); }
 
 // forward computes out and lse with the kernel; a replay (attention_replay) takes them from an
 // earlier forward instead. Both save the same tensors and share one backward.
@@ -84,22 +72,23 @@ class Attention final : public autograd::Function {
   // inputs: q, k, v; outputs: out [B, n_q, h, d], lse [B, h, n_q]
   TensorList forward(Context& ctx, const TensorList& in) override {
     if (is_replay_) return replay(ctx, in);
-    if (native_bf16(in[0].dtype())) {
+    const ops::Kernels k = ops::kernels_for(kOp, {in[0], in[1], in[2]});
+    if (k->attention_operand_dtype(in[0].dtype()) == DType::bf16) {
       // bf16 dot products, f32 softmax: out and lse come back f32, saved so for the backward,
       // and rounded to bf16 for the caller.
-      Tensor out = Tensor::empty(in[0].shape(), DType::f32);
-      Tensor lse = Tensor::empty({shape_.batch, shape_.heads, shape_.q_len}, DType::f32);
-      kernels::cpu::attention_forward_bf16(shape_, in[0].data<bf16>(), in[1].data<bf16>(), in[2].data<bf16>(),
-                                           out.data<float>(), lse.data<float>());
+      Tensor out = Tensor::empty(in[0].shape(), DType::f32, k.device());
+      Tensor lse = Tensor::empty({shape_.batch, shape_.heads, shape_.q_len}, DType::f32, k.device());
+      k->attention_forward(k.stream, DType::bf16, shape_, in[0].raw_data(), in[1].raw_data(), in[2].raw_data(),
+                           out.raw_data(), lse.raw_data());
       ctx.save_for_backward({in[0], in[1], in[2], out, lse});
       return TensorList{out.to(DType::bf16), lse.to(DType::bf16)};
     }
     return ops::compute_in(kOp, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
       using T = decltype(tag);
-      Tensor out = Tensor::empty(c[0].shape(), dtype_v<T>);
-      Tensor lse = Tensor::empty({shape_.batch, shape_.heads, shape_.q_len}, dtype_v<T>);
-      kernels::cpu::attention_forward<T>(shape_, c[0].data<T>(), c[1].data<T>(), c[2].data<T>(), out.data<T>(),
-                                         lse.data<T>());
+      Tensor out = Tensor::empty(c[0].shape(), dtype_v<T>, k.device());
+      Tensor lse = Tensor::empty({shape_.batch, shape_.heads, shape_.q_len}, dtype_v<T>, k.device());
+      k->attention_forward(k.stream, dtype_v<T>, shape_, c[0].raw_data(), c[1].raw_data(), c[2].raw_data(),
+                           out.raw_data(), lse.raw_data());
       // out and lse in the compute dtype: a bf16 copy would perturb D = rowsum(dO∘O) and P.
       ctx.save_for_backward({in[0], in[1], in[2], out, lse});
       return TensorList{out, lse};
@@ -109,16 +98,18 @@ class Attention final : public autograd::Function {
   TensorList backward(Context& ctx, const TensorList& grad) override {
     if (!ctx.needs_input_grad(0) && !ctx.needs_input_grad(1) && !ctx.needs_input_grad(2)) return TensorList(3);
     const TensorList& s = ctx.saved();  // q, k, v, out, lse
-    if (native_bf16(s[0].dtype())) {
-      Tensor dq = Tensor::empty(s[0].shape(), DType::f32);
-      Tensor dk = Tensor::empty(s[1].shape(), DType::f32);
-      Tensor dv = Tensor::empty(s[2].shape(), DType::f32);
+    const ops::Kernels k = ops::kernels_for(kOp, {s[0], s[1], s[2]});
+    // d_lse is always passed: the engine hands zeros to an unused lse, and D − 0 is D exactly, so
+    // no host read decides whether it matters.
+    if (k->attention_operand_dtype(s[0].dtype()) == DType::bf16) {
+      Tensor dq = Tensor::empty(s[0].shape(), DType::f32, k.device());
+      Tensor dk = Tensor::empty(s[1].shape(), DType::f32, k.device());
+      Tensor dv = Tensor::empty(s[2].shape(), DType::f32, k.device());
       const Tensor out = s[3].to(DType::f32), lse = s[4].to(DType::f32), d_o = grad[0].to(DType::bf16);
       const Tensor d_lse = grad[1].to(DType::f32);
-      kernels::cpu::attention_backward_bf16(shape_, s[0].data<bf16>(), s[1].data<bf16>(), s[2].data<bf16>(),
-                                            out.data<float>(), lse.data<float>(), d_o.data<bf16>(), dq.data<float>(),
-                                            dk.data<float>(), dv.data<float>(), /*accumulate=*/false,
-                                            any_nonzero<float>(d_lse) ? d_lse.data<float>() : nullptr);
+      k->attention_backward(k.stream, DType::bf16, shape_, s[0].raw_data(), s[1].raw_data(), s[2].raw_data(),
+                            out.raw_data(), lse.raw_data(), d_o.raw_data(), dq.raw_data(), dk.raw_data(),
+                            dv.raw_data(), /*accumulate=*/false, d_lse.raw_data());
       return TensorList{ctx.needs_input_grad(0) ? dq.to(DType::bf16) : Tensor(),
                         ctx.needs_input_grad(1) ? dk.to(DType::bf16) : Tensor(),
                         ctx.needs_input_grad(2) ? dv.to(DType::bf16) : Tensor()};
@@ -126,16 +117,13 @@ class Attention final : public autograd::Function {
     return ops::compute_in(kOp, s[0].dtype(), {s[0], s[1], s[2], s[3], s[4], grad[0], grad[1]},
                            [&](auto tag, const TensorList& c) {
                              using T = decltype(tag);
-                             Tensor dq = Tensor::empty(c[0].shape(), dtype_v<T>);
-                             Tensor dk = Tensor::empty(c[1].shape(), dtype_v<T>);
-                             Tensor dv = Tensor::empty(c[2].shape(), dtype_v<T>);
-                             // The engine hands zeros to an output nobody used; skip the
-                             // extra work for the common case of an unused lse.
-                             const T* d_lse = any_nonzero<T>(c[6]) ? c[6].data<T>() : nullptr;
-                             kernels::cpu::attention_backward<T>(shape_, c[0].data<T>(), c[1].data<T>(),
-                                                                 c[2].data<T>(), c[3].data<T>(), c[4].data<T>(),
-                                                                 c[5].data<T>(), dq.data<T>(), dk.data<T>(),
-                                                                 dv.data<T>(), /*accumulate=*/false, d_lse);
+                             Tensor dq = Tensor::empty(c[0].shape(), dtype_v<T>, k.device());
+                             Tensor dk = Tensor::empty(c[1].shape(), dtype_v<T>, k.device());
+                             Tensor dv = Tensor::empty(c[2].shape(), dtype_v<T>, k.device());
+                             k->attention_backward(k.stream, dtype_v<T>, shape_, c[0].raw_data(), c[1].raw_data(),
+                                                   c[2].raw_data(), c[3].raw_data(), c[4].raw_data(),
+                                                   c[5].raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data(),
+                                                   /*accumulate=*/false, c[6].raw_data());
                              return TensorList{ctx.needs_input_grad(0) ? dq : Tensor(),
                                                ctx.needs_input_grad(1) ? dk : Tensor(),
                                                ctx.needs_input_grad(2) ? dv : Tensor()};

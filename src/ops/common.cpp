@@ -10,12 +10,6 @@ void check_defined(std::string_view op, const Tensor& t, std::string_view arg) {
   WF_CHECK(t.defined(), "{}: {} is an undefined tensor", op, arg);
 }
 
-void check_cpu(std::string_view op, const Tensor& t) {
-  WF_CHECK(t.device().is_cpu(), "{}: tensor of shape {} is on {}, but only the CPU implementation of {} exists; "
-           "move it with .to(Device::cpu())",
-           op, shape_str(t.shape()), t.device().str(), op);
-}
-
 void check_floating(std::string_view op, const Tensor& t, std::string_view arg) {
   check_defined(op, t, arg);
   WF_CHECK(is_floating(t.dtype()), "{}: {} has dtype {}, but a floating dtype (f32, f64, bf16, f16) is needed; "
@@ -33,7 +27,6 @@ void check_same_dtype_device(std::string_view op, const Tensor& a, const Tensor&
            "{}: operands are on different devices, {} and {}; move one to the other's device first "
            "(e.g. b.to(Device::parse(\"{}\")))",
            op, a.device().str(), b.device().str(), a.device().str());
-  check_cpu(op, a);
 }
 
 void check_same_shape(std::string_view op, const Tensor& a, const Tensor& b) {
@@ -56,6 +49,25 @@ DType compute_dtype(std::string_view op, DType dtype) {
   }
   WF_FAIL("{}: dtype {} is not supported (f32, f64, bf16 or f16 expected); convert with cast()", op,
           dtype_name(dtype));
+}
+
+// ---- the kernel seam -------------------------------------------------------------------------
+Kernels kernels_for(std::string_view op, std::initializer_list<std::reference_wrapper<const Tensor>> tensors) {
+  const Tensor* first = nullptr;
+  for (const Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    if (first == nullptr) {
+      first = &t;
+    } else {
+      WF_CHECK(t.device() == first->device(),
+               "{}: its tensors are on different devices, {} (shape {}) and {} (shape {}); an op runs on one "
+               "device: move one with .to(Device::parse(\"{}\"))",
+               op, first->device().str(), shape_str(first->shape()), t.device().str(), shape_str(t.shape()),
+               first->device().str());
+    }
+  }
+  const Device device = first != nullptr ? first->device() : Device::cpu();
+  return Kernels{kernels::backend_for(device), Stream::current(device)};
 }
 
 // ---- shapes -----------------------------------------------------------------------------------
@@ -105,50 +117,11 @@ std::vector<std::int64_t> contiguous_strides(const Shape& shape) {
   return strides;
 }
 
-// dst (contiguous, out_shape) gathers src[Σ index[d]·src_stride[d]]. Permutes (strides
-// permuted) and broadcasts (stride 0) are both this loop. Rows of the last dim are the unit of
-// work; a unit-stride row is a plain copy.
-template <class Word>
-void gather_words(const Word* src, const Shape& out_shape, const std::vector<std::int64_t>& src_stride, Word* dst) {
-  const std::int64_t n = shape_numel(out_shape);
-  if (n == 0) return;
-  const std::size_t nd = out_shape.size();
-  if (nd == 0) {
-    dst[0] = src[0];
-    return;
-  }
-  const std::int64_t cols = out_shape[nd - 1], rows = n / cols, step = src_stride[nd - 1];
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (std::int64_t r = 0; r < rows; ++r) {
-    std::int64_t rest = r, offset = 0;
-    for (std::size_t d = nd - 1; d-- > 0;) {
-      offset += (rest % out_shape[d]) * src_stride[d];
-      rest /= out_shape[d];
-    }
-    const Word* s = src + offset;
-    Word* o = dst + r * cols;
-    if (step == 1) {
-      std::copy(s, s + cols, o);
-    } else {
-      for (std::int64_t j = 0; j < cols; ++j) o[j] = s[j * step];
-    }
-  }
-}
-
-// Copying bits needs only the element size: one instantiation per width serves every dtype.
+// The permute/broadcast gather on x's device (kernels/backend.h).
 Tensor gather(const Tensor& x, const Shape& out_shape, const std::vector<std::int64_t>& src_stride) {
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
-  const auto run = [&](auto word) {
-    using W = decltype(word);
-    gather_words(static_cast<const W*>(x.raw_data()), out_shape, src_stride, static_cast<W*>(out.raw_data()));
-  };
-  switch (dtype_size(x.dtype())) {
-    case 1: run(std::uint8_t{}); break;
-    case 2: run(std::uint16_t{}); break;
-    case 4: run(std::uint32_t{}); break;
-    case 8: run(std::uint64_t{}); break;
-    default: WF_FAIL("gather: unsupported element size {}", dtype_size(x.dtype()));
-  }
+  const Kernels k = kernels_for("gather", {x});
+  k->gather(k.stream, dtype_size(x.dtype()), x.raw_data(), out_shape, src_stride, out.raw_data());
   return out;
 }
 
@@ -173,7 +146,6 @@ std::vector<std::int64_t> checked_permutation(std::string_view op, const std::ve
 Tensor permute_copy(const Tensor& x, const std::vector<std::int64_t>& dims) {
   const std::vector<std::int64_t> resolved = checked_permutation("permute", dims, x.shape());
   const std::size_t nd = resolved.size();
-  check_cpu("permute", x);
   const auto in_stride = contiguous_strides(x.shape());
   Shape out_shape(nd);
   std::vector<std::int64_t> src_stride(nd);
@@ -223,22 +195,17 @@ Tensor broadcast_to(std::string_view op, const Tensor& x, const Shape& shape) {
              shape_str(x.shape()), shape_str(shape));
     if (aligned[d] != shape[d]) stride[d] = 0;
   }
-  check_cpu(op, x);
   return gather(x, shape, stride);
 }
 
 namespace {
 // For each of `outer` blocks, copies `count` contiguous elements from src block o (at element
 // src_start) to dst block o (at element dst_start). Blocks are src_block / dst_block elements long.
-void copy_blocks(const Tensor& src, std::int64_t src_block, std::int64_t src_start, Tensor& dst,
+void copy_blocks(std::string_view op, const Tensor& src, std::int64_t src_block, std::int64_t src_start, Tensor& dst,
                  std::int64_t dst_block, std::int64_t dst_start, std::int64_t outer, std::int64_t count) {
-  const std::size_t es = dtype_size(src.dtype());
-  const auto* s = static_cast<const std::byte*>(src.raw_data());
-  auto* d = static_cast<std::byte*>(dst.raw_data());
-  if (count == 0) return;
-  for (std::int64_t o = 0; o < outer; ++o) {
-    std::memcpy(d + (o * dst_block + dst_start) * es, s + (o * src_block + src_start) * es, count * es);
-  }
+  const Kernels k = kernels_for(op, {src, dst});
+  k->copy_blocks(k.stream, dtype_size(src.dtype()), src.raw_data(), src_block, src_start, dst.raw_data(), dst_block,
+                 dst_start, outer, count);
 }
 }  // namespace
 
@@ -247,11 +214,10 @@ Tensor narrow_copy(const Tensor& x, std::int64_t dim, std::int64_t start, std::i
   WF_CHECK(start >= 0 && length >= 0 && start + length <= s.extent,
            "narrow: range [{}, {}) is out of bounds for dim {} (extent {}) of shape {}", start, start + length, s.dim,
            s.extent, shape_str(x.shape()));
-  check_cpu("narrow", x);
   Shape out_shape = x.shape();
   out_shape[s.dim] = length;
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
-  copy_blocks(x, s.extent * s.inner, start * s.inner, out, length * s.inner, 0, s.outer, length * s.inner);
+  copy_blocks("narrow", x, s.extent * s.inner, start * s.inner, out, length * s.inner, 0, s.outer, length * s.inner);
   return out;
 }
 
@@ -267,8 +233,7 @@ void copy_into_range(Tensor& dst, std::int64_t dim, std::int64_t start, const Te
   WF_CHECK(src.shape() == expected && start >= 0 && start + length <= d.extent,
            "copy_into_range: source shape {} does not fit destination shape {} at [{}, {}) of dim {}",
            shape_str(src.shape()), shape_str(dst.shape()), start, start + length, d.dim);
-  check_cpu("copy_into_range", dst);
-  copy_blocks(src, length * d.inner, 0, dst, d.extent * d.inner, start * d.inner, d.outer, length * d.inner);
+  copy_blocks("copy_into_range", src, length * d.inner, 0, dst, d.extent * d.inner, start * d.inner, d.outer, length * d.inner);
 }
 
 }  // namespace wf::ops

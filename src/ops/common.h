@@ -7,10 +7,13 @@
 //   - raw, non-differentiable data movement (permute, broadcast, narrow, scatter into a range)
 //     that works for every dtype because it only moves bits.
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "wallfacer/autograd/node.h"
 #include "wallfacer/core/tensor.h"
 
@@ -20,13 +23,24 @@ using autograd::TensorList;
 
 // ---- argument checks (each throws wf::Error naming `op`) ------------------------------------
 void check_defined(std::string_view op, const Tensor& t, std::string_view arg);
-// Only the CPU backend is implemented for tensor ops so far.
-void check_cpu(std::string_view op, const Tensor& t);
 void check_floating(std::string_view op, const Tensor& t, std::string_view arg);
-// Defined, on the CPU, same dtype and same device.
+// Defined, same dtype and same device.
 void check_same_dtype_device(std::string_view op, const Tensor& a, const Tensor& b);
 void check_same_shape(std::string_view op, const Tensor& a, const Tensor& b);
 void check_min_dim(std::string_view op, const Tensor& t, std::int64_t min_dim, std::string_view arg);
+
+// ---- the kernel seam ------------------------------------------------------------------------
+// Where an op's kernels run: its inputs' device's kernel backend (kernels/backend.h) and that
+// device's current stream. Outputs are allocated on device().
+struct Kernels {
+  kernels::Backend& backend;
+  Stream stream;
+  Device device() const { return stream.device(); }
+  kernels::Backend* operator->() const { return &backend; }
+};
+// The one place an op chooses its backend: from the device of its defined tensors, which must
+// all be on one device, else a wf::Error naming the op, the devices and the fix (`.to(...)`).
+Kernels kernels_for(std::string_view op, std::initializer_list<std::reference_wrapper<const Tensor>> tensors);
 
 // ---- compute dtype --------------------------------------------------------------------------
 // The dtype the CPU kernels compute in for a floating `dtype`: f64 stays f64; f32, bf16 and f16

@@ -1,8 +1,7 @@
-// Token embedding lookup on kernels/cpu/embedding.h: a gather forward and a deterministic
+// Token embedding lookup on its device's embedding kernels (kernels/backend.h): a gather forward and a deterministic
 // scatter-add backward into the table.
 #include "wallfacer/ops/embedding.h"
 
-#include "kernels/cpu/embedding.h"
 #include "src/ops/common.h"
 #include "wallfacer/autograd/function.h"
 
@@ -11,12 +10,11 @@ namespace wf {
 Tensor embedding(const Tensor& ids, const Tensor& weight) {
   static constexpr const char* op = "embedding";
   ops::check_defined(op, ids, "ids");
-  ops::check_cpu(op, ids);
   WF_CHECK(ids.dtype() == DType::i64 || ids.dtype() == DType::i32,
            "{}: ids have dtype {}, but token ids must be i64 or i32; convert with cast()", op,
            dtype_name(ids.dtype()));
   ops::check_floating(op, weight, "weight");
-  ops::check_cpu(op, weight);
+  const ops::Kernels k = ops::kernels_for(op, {ids, weight});
   WF_CHECK(weight.dim() == 2, "{}: weight must be a [vocab, dim] table, got shape {}", op, shape_str(weight.shape()));
 
   const std::int64_t vocab = weight.size(0), dim = weight.size(1), tokens = ids.numel();
@@ -33,9 +31,9 @@ Tensor embedding(const Tensor& ids, const Tensor& weight) {
         // per call; a 16-bit gather would avoid it if such tables ever matter on the CPU.
         return autograd::TensorList{ops::compute_in(op, dtype, in, [&](auto tag, const autograd::TensorList& c) {
           using T = decltype(tag);
-          Tensor out = Tensor::empty(out_shape, dtype_v<T>);
-          kernels::cpu::embedding_forward<T>(tokens, dim, vocab, c[1].data<T>(), c[0].data<std::int64_t>(),
-                                             out.data<T>());
+          Tensor out = Tensor::empty(out_shape, dtype_v<T>, k.device());
+          k->embedding_forward(k.stream, dtype_v<T>, tokens, dim, vocab, c[1].data<T>(), c[0].data<std::int64_t>(),
+                               out.data<T>());
           return out;
         })};
       },
@@ -44,9 +42,9 @@ Tensor embedding(const Tensor& ids, const Tensor& weight) {
         const Tensor& ids64 = ctx.saved()[0];
         Tensor dweight = ops::compute_in(op, dtype, {grad[0]}, [&](auto tag, const autograd::TensorList& c) {
           using T = decltype(tag);
-          Tensor d = Tensor::zeros({vocab, dim}, dtype_v<T>);  // the kernel accumulates
-          kernels::cpu::embedding_backward<T>(tokens, dim, vocab, ids64.data<std::int64_t>(), c[0].data<T>(),
-                                              d.data<T>());
+          Tensor d = Tensor::zeros({vocab, dim}, dtype_v<T>, k.device());  // the kernel accumulates
+          k->embedding_backward(k.stream, dtype_v<T>, tokens, dim, vocab, ids64.data<std::int64_t>(), c[0].data<T>(),
+                                d.data<T>());
           return d;
         });
         return autograd::TensorList{Tensor(), dweight};

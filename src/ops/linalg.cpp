@@ -1,11 +1,9 @@
-// Matrix products on the GEMM kernels. Transposes are never materialised: they are GEMM flags.
+// Matrix products on their device's GEMM kernels (kernels/backend.h). Transposes are never materialised: they are GEMM flags.
 // Gradients of a weight shared over a batch (a 2-D b in matmul, W in linear) are summed over
 // the batch by the GEMM itself, as one product with the batch folded into K, whenever the
 // memory layout allows it.
 #include "wallfacer/ops/linalg.h"
 
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/gemm.h"
 #include "src/ops/common.h"
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/ops/reduction.h"
@@ -29,13 +27,14 @@ Shape batch_shape_of(const Tensor& t) { return Shape(t.shape().begin(), t.shape(
 
 // One GEMM whatever the operands: f32 and f64 on gemm(), bf16 on gemm_bf16 (f32 result).
 template <class T>
-void gemm_into(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64_t lda,
-               const T* B, std::int64_t ldb, T beta, T* C, std::int64_t ldc) {
-  kernels::cpu::gemm<T>(ta, tb, M, N, K, T(1), A, lda, B, ldb, beta, C, ldc);
+void gemm_into(const ops::Kernels& k, bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const T* A,
+               std::int64_t lda, const T* B, std::int64_t ldb, T beta, T* C, std::int64_t ldc) {
+  k->gemm(k.stream, dtype_v<T>, ta, tb, M, N, K, 1.0, A, lda, B, ldb, double(beta), C, ldc);
 }
-void gemm_into(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const bf16* A, std::int64_t lda,
-               const bf16* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
-  kernels::cpu::gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+void gemm_into(const ops::Kernels& k, bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K,
+               const bf16* A, std::int64_t lda, const bf16* B, std::int64_t ldb, float beta, float* C,
+               std::int64_t ldc) {
+  k->gemm_bf16(k.stream, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
 // A batched product's shape: op(A) [M, K] times op(B) [K, N] over `batch` items, a stride of 0
@@ -49,18 +48,18 @@ struct ProductGeometry {
 // The products of a batch from operands of type In into a new tensor of type Out (the same for
 // f32 and f64, f32 for bf16), or their sum over the batch into one [M, N] matrix.
 template <class In, class Out>
-Tensor product(const ProductGeometry& g, const In* A, const In* B, bool sum_batch) {
+Tensor product(const ops::Kernels& k, const ProductGeometry& g, const In* A, const In* B, bool sum_batch) {
   if (!sum_batch) {
     Shape out_shape = g.batch_shape;
     out_shape.insert(out_shape.end(), {g.M, g.N});
-    Tensor out = Tensor::empty(out_shape, dtype_v<Out>);
+    Tensor out = Tensor::empty(out_shape, dtype_v<Out>, k.device());
     Out* C = out.template data<Out>();
     if constexpr (std::is_same_v<In, Out>) {
-      kernels::cpu::gemm_batched<In>(g.ta, g.tb, g.batch, g.M, g.N, g.K, In(1), A, g.lda, g.stride_a, B, g.ldb,
-                                     g.stride_b, In(0), C, g.N, g.M * g.N);
+      k->gemm_batched(k.stream, dtype_v<In>, g.ta, g.tb, g.batch, g.M, g.N, g.K, 1.0, A, g.lda, g.stride_a, B, g.ldb,
+                      g.stride_b, 0.0, C, g.N, g.M * g.N);
     } else {
       for (std::int64_t i = 0; i < g.batch; ++i) {
-        gemm_into(g.ta, g.tb, g.M, g.N, g.K, A + i * g.stride_a, g.lda, B + i * g.stride_b, g.ldb, Out(0),
+        gemm_into(k, g.ta, g.tb, g.M, g.N, g.K, A + i * g.stride_a, g.lda, B + i * g.stride_b, g.ldb, Out(0),
                   C + i * g.M * g.N, g.N);
       }
     }
@@ -68,17 +67,17 @@ Tensor product(const ProductGeometry& g, const In* A, const In* B, bool sum_batc
   }
   // The GEMMs write every element of out (beta = 0 first), so it needs no zero fill: for the
   // tied LM head of GPT-2 that fill alone was 154 MB of memory traffic per step.
-  if (g.batch == 0) return Tensor::zeros({g.M, g.N}, dtype_v<Out>);
-  Tensor out = Tensor::empty({g.M, g.N}, dtype_v<Out>);
+  if (g.batch == 0) return Tensor::zeros({g.M, g.N}, dtype_v<Out>, k.device());
+  Tensor out = Tensor::empty({g.M, g.N}, dtype_v<Out>, k.device());
   Out* C = out.template data<Out>();
   if (g.ta && !g.tb && g.stride_a != 0 && g.stride_b != 0) {
     // Σ_i a_iᵀ·b_i = [a_1; …; a_B]ᵀ·[b_1; …; b_B]: stacking the batch along K is a view of the
     // contiguous storage, so the whole sum is one GEMM with K' = batch·K.
-    gemm_into(true, false, g.M, g.N, g.batch * g.K, A, g.lda, B, g.ldb, Out(0), C, g.N);
+    gemm_into(k, true, false, g.M, g.N, g.batch * g.K, A, g.lda, B, g.ldb, Out(0), C, g.N);
   } else {
     for (std::int64_t i = 0; i < g.batch; ++i) {
-      gemm_into(g.ta, g.tb, g.M, g.N, g.K, A + i * g.stride_a, g.lda, B + i * g.stride_b, g.ldb, Out(i == 0 ? 0 : 1),
-                C, g.N);
+      gemm_into(k, g.ta, g.tb, g.M, g.N, g.K, A + i * g.stride_a, g.lda, B + i * g.stride_b, g.ldb,
+                Out(i == 0 ? 0 : 1), C, g.N);
     }
   }
   return out;
@@ -101,15 +100,16 @@ Tensor batched_product(const char* name, const Tensor& a, bool ta, const Tensor&
            shape_str(a.shape()), shape_str(b.shape()));
   const std::int64_t batch = shape_numel(batch_shape);
 
+  const ops::Kernels k = ops::kernels_for(name, {a, b});
   const ProductGeometry geo{ta, tb, M, N, K, a.size(-1), b.size(-1), a_batched ? a.size(-2) * a.size(-1) : 0,
                             b_batched ? b.size(-2) * b.size(-1) : 0, batch, batch_shape};
   if (a.dtype() == DType::bf16) {
     // bf16 multiplies with f32 accumulation into an f32 result, rounded to bf16 once.
-    return product<bf16, float>(geo, a.data<bf16>(), b.data<bf16>(), sum_batch).to(DType::bf16);
+    return product<bf16, float>(k, geo, a.data<bf16>(), b.data<bf16>(), sum_batch).to(DType::bf16);
   }
   return ops::compute_in(name, a.dtype(), {a, b}, [&](auto tag, const TensorList& c) {
     using T = decltype(tag);
-    return product<T, T>(geo, c[0].template data<T>(), c[1].template data<T>(), sum_batch);
+    return product<T, T>(k, geo, c[0].template data<T>(), c[1].template data<T>(), sum_batch);
   });
 }
 
@@ -177,17 +177,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return autograd::apply_function(
       name, {x, weight, bias},
       [=](Context& ctx, const TensorList& in) {
+        const ops::Kernels k = ops::kernels_for(name, {in[0], in[1], in[2]});
         if (in[0].dtype() == DType::bf16) {
           // bf16 multiplies, f32 accumulation and bias, one rounding to bf16 at the end.
           const Tensor w16 = in[1].to(DType::bf16);  // the weight itself unless mixed
           ctx.save_for_backward({in[0], w16});
-          Tensor y = Tensor::empty(y_shape, DType::f32);
+          Tensor y = Tensor::empty(y_shape, DType::f32, k.device());
           float* Y = y.data<float>();
-          gemm_into(false, true, rows, out_features, in_features, in[0].data<bf16>(), in_features, w16.data<bf16>(),
+          gemm_into(k, false, true, rows, out_features, in_features, in[0].data<bf16>(), in_features, w16.data<bf16>(),
                     in_features, 0.0f, Y, out_features);
           if (in[2].defined()) {
             const Tensor b = in[2].to(DType::f32);
-            kernels::cpu::add_bias<float>(rows, out_features, Y, b.data<float>(), Y);
+            k->add_bias(k.stream, DType::f32, rows, out_features, Y, b.data<float>(), Y);
           }
           return TensorList{y.to(DType::bf16)};
         }
@@ -195,11 +196,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         return TensorList{ops::compute_in(name, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
           using T = decltype(tag);
           // y[rows, out] = x[rows, in]·Wᵀ (+ bias per row), all leading dims of x as rows.
-          Tensor y = Tensor::empty(y_shape, dtype_v<T>);
+          Tensor y = Tensor::empty(y_shape, dtype_v<T>, k.device());
           T* Y = y.template data<T>();
-          kernels::cpu::gemm<T>(false, true, rows, out_features, in_features, T(1), c[0].template data<T>(),
-                                in_features, c[1].template data<T>(), in_features, T(0), Y, out_features);
-          if (c[2].defined()) kernels::cpu::add_bias<T>(rows, out_features, Y, c[2].template data<T>(), Y);
+          gemm_into<T>(k, false, true, rows, out_features, in_features, c[0].template data<T>(), in_features,
+                       c[1].template data<T>(), in_features, T(0), Y, out_features);
+          if (c[2].defined()) {
+            k->add_bias(k.stream, dtype_v<T>, rows, out_features, Y, c[2].template data<T>(), Y);
+          }
           return y;
         })};
       },
@@ -211,7 +214,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         if (ctx.needs_input_grad(0)) dx = batched_product(name, g2, false, W, false, false).view(x_shape);
         // dW = dyᵀ·x over every row of every leading dim at once: one GEMM with K = rows.
         if (ctx.needs_input_grad(1)) {
-          dW = mixed ? product<bf16, float>({true, false, out_features, in_features, rows, out_features, in_features, 0,
+          dW = mixed ? product<bf16, float>(ops::kernels_for(name, {g2, x2}), {true, false, out_features, in_features, rows, out_features, in_features, 0,
                                              0, 1, {}},
                                             g2.data<bf16>(), x2.data<bf16>(), false)
                      : batched_product(name, g2, true, x2, false, false);

@@ -1,9 +1,9 @@
-// Mean softmax cross-entropy on the fused kernels of kernels/cpu/cross_entropy.h. The forward
+// Mean softmax cross-entropy on its device's fused kernels (kernels/backend.h). The forward
 // keeps one log-sum-exp per row (never the probabilities); the backward recomputes softmax
-// from it straight into the logits' gradient.
+// from it straight into the logits' gradient. The count of rows that are not ignored (the mean's
+// denominator) and the upstream gradient stay on the device: nothing here reads the host.
 #include "wallfacer/ops/loss.h"
 
-#include "kernels/cpu/cross_entropy.h"
 #include "src/ops/common.h"
 #include "wallfacer/autograd/function.h"
 
@@ -15,8 +15,8 @@ using autograd::TensorList;
 
 constexpr const char* kOp = "cross_entropy";
 
-// A Function rather than two lambdas because the backward needs a number the forward finds:
-// how many rows were not ignored (the mean's denominator).
+// A Function rather than two lambdas for its options; the count of rows that are not ignored
+// (the mean's denominator) is a device scalar the forward saves for the backward.
 class CrossEntropy final : public autograd::Function {
  public:
   CrossEntropy(std::int64_t ignore_index, bool sum) : ignore_index_(ignore_index), sum_(sum) {}
@@ -25,31 +25,34 @@ class CrossEntropy final : public autograd::Function {
   TensorList forward(Context& ctx, const TensorList& in) override {
     const Tensor& targets = in[1];
     const std::int64_t rows = ops::rows_of(in[0].shape()), vocab = in[0].size(-1);
+    const ops::Kernels k = ops::kernels_for(kOp, {in[0], targets});
     return {ops::compute_in(kOp, in[0].dtype(), {in[0]}, [&](auto tag, const TensorList& c) {
       using T = decltype(tag);
-      Tensor losses = Tensor::empty({rows}, dtype_v<T>), lse = Tensor::empty({rows}, dtype_v<T>);
-      count_ = kernels::cpu::cross_entropy_forward<T>(rows, vocab, c[0].data<T>(), targets.data<std::int64_t>(),
-                                                       ignore_index_, losses.data<T>(), lse.data<T>());
-      ctx.save_for_backward({in[0], targets, lse});  // lse in the compute dtype
-      const T loss = sum_ ? kernels::cpu::cross_entropy_sum<T>(rows, losses.data<T>())
-                          : kernels::cpu::cross_entropy_mean<T>(rows, losses.data<T>(), count_);
-      return Tensor::scalar(double(loss), dtype_v<T>);
+      Tensor losses = Tensor::empty({rows}, dtype_v<T>, k.device()), lse = Tensor::empty({rows}, dtype_v<T>, k.device());
+      Tensor count = Tensor::empty({}, DType::i64, k.device()), loss = Tensor::empty({}, dtype_v<T>, k.device());
+      k->cross_entropy_forward(k.stream, dtype_v<T>, rows, vocab, c[0].data<T>(), targets.data<std::int64_t>(),
+                               ignore_index_, losses.data<T>(), lse.data<T>(), count.data<std::int64_t>());
+      ctx.save_for_backward({in[0], targets, lse, count});  // lse in the compute dtype
+      k->cross_entropy_reduce(k.stream, dtype_v<T>, rows, losses.data<T>(),
+                              sum_ ? nullptr : count.data<std::int64_t>(), loss.data<T>());
+      return loss;
     })};
   }
 
   TensorList backward(Context& ctx, const TensorList& grad) override {
     if (!ctx.needs_input_grad(0)) return {Tensor(), Tensor()};
-    const TensorList& s = ctx.saved();  // logits, targets, lse
-    const Tensor& targets = s[1];
+    const TensorList& s = ctx.saved();  // logits, targets, lse, count
+    const Tensor &targets = s[1], &count = s[3];
     const std::int64_t rows = ops::rows_of(s[0].shape()), vocab = s[0].size(-1);
-    // d(mean)/d(loss_r) = 1/count (d(sum)/d(loss_r) = 1), times the upstream gradient of the
-    // scalar loss. With every row ignored the loss is the constant 0 and every gradient is 0.
-    const double grad_scale = sum_ ? grad[0].item() : count_ > 0 ? grad[0].item() / double(count_) : 0.0;
-    Tensor dlogits = ops::compute_in(kOp, s[0].dtype(), {s[0], s[2]}, [&](auto tag, const TensorList& c) {
+    const ops::Kernels k = ops::kernels_for(kOp, {s[0], grad[0]});
+    // The kernel scales by the upstream gradient of the reduced loss, divided by the count for
+    // the mean; both are device scalars.
+    Tensor dlogits = ops::compute_in(kOp, s[0].dtype(), {s[0], s[2], grad[0]}, [&](auto tag, const TensorList& c) {
       using T = decltype(tag);
-      Tensor d = Tensor::empty(c[0].shape(), dtype_v<T>);
-      kernels::cpu::cross_entropy_backward<T>(rows, vocab, c[0].data<T>(), targets.data<std::int64_t>(),
-                                              ignore_index_, c[1].data<T>(), grad_scale, d.data<T>());
+      Tensor d = Tensor::empty(c[0].shape(), dtype_v<T>, k.device());
+      k->cross_entropy_backward(k.stream, dtype_v<T>, rows, vocab, c[0].data<T>(), targets.data<std::int64_t>(),
+                                ignore_index_, c[1].data<T>(), c[2].data<T>(),
+                                sum_ ? nullptr : count.data<std::int64_t>(), d.data<T>(), nullptr);
       return d;
     });
     return {dlogits, Tensor()};
@@ -60,15 +63,13 @@ class CrossEntropy final : public autograd::Function {
  private:
   std::int64_t ignore_index_;
   bool sum_;
-  std::int64_t count_ = 0;
 };
 
 Tensor apply_cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index, bool sum) {
   ops::check_floating(kOp, logits, "logits");
-  ops::check_cpu(kOp, logits);
   ops::check_min_dim(kOp, logits, 1, "logits");
   ops::check_defined(kOp, targets, "targets");
-  ops::check_cpu(kOp, targets);
+  ops::kernels_for(kOp, {logits, targets});  // one device
   WF_CHECK(targets.dtype() == DType::i64 || targets.dtype() == DType::i32,
            "{}: targets have dtype {}, but class indices must be i64 (or i32); convert with cast()", kOp,
            dtype_name(targets.dtype()));

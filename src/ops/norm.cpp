@@ -1,4 +1,4 @@
-// LayerNorm and RMSNorm over the last dim, on the kernels of kernels/cpu/norm.h. The forward
+// LayerNorm and RMSNorm over the last dim, on their device's norm kernels (kernels/backend.h). The forward
 // saves the per-row statistics (mean, rstd) in the compute dtype, so the backward never
 // recomputes them and a bf16/f16 input does not round them to 16 bits.
 #include "wallfacer/ops/norm.h"
@@ -7,7 +7,6 @@
 #include <initializer_list>
 #include <utility>
 
-#include "kernels/cpu/norm.h"
 #include "src/ops/common.h"
 #include "wallfacer/autograd/function.h"
 
@@ -30,16 +29,15 @@ T* data_or_null(Tensor& t) {
 // A zeroed [cols] buffer for an accumulated (+=) parameter gradient, or nothing when the
 // parameter needs no gradient.
 template <class T>
-Tensor param_grad_buffer(bool needed, std::int64_t cols) {
-  return needed ? Tensor::zeros({cols}, dtype_v<T>) : Tensor();
+Tensor param_grad_buffer(bool needed, std::int64_t cols, Device device) {
+  return needed ? Tensor::zeros({cols}, dtype_v<T>, device) : Tensor();
 }
 
-// The checks both norms share: x is a floating CPU tensor with a last dim, each optional
+// The checks both norms share: x is a floating tensor with a last dim, each optional
 // affine parameter is a vector over that last dim of x's dtype, eps is a usable epsilon.
 void check_norm_args(const char* op, const Tensor& x, std::initializer_list<std::pair<const Tensor*, const char*>> params,
                      double eps) {
   ops::check_floating(op, x, "x");
-  ops::check_cpu(op, x);
   ops::check_min_dim(op, x, 1, "x");
   const std::int64_t cols = x.size(-1);
   for (const auto& [param, arg] : params) {
@@ -50,7 +48,7 @@ void check_norm_args(const char* op, const Tensor& x, std::initializer_list<std:
              op, arg, shape_str(param->shape()), shape_str(x.shape()), cols, arg, cols);
     WF_CHECK(param->dtype() == x.dtype(), "{}: {} has dtype {} but x has dtype {}; convert one with cast()", op, arg,
              dtype_name(param->dtype()), dtype_name(x.dtype()));
-    ops::check_cpu(op, *param);
+    ops::kernels_for(op, {x, *param});  // on x's device
   }
   WF_CHECK(std::isfinite(eps) && eps >= 0, "{}: eps must be finite and >= 0, got {}", op, eps);
 }
@@ -65,27 +63,28 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   return autograd::apply_function(
       op, {x, weight, bias},
       [=](Context& ctx, const TensorList& in) {
+        const ops::Kernels k = ops::kernels_for(op, {in[0], in[1], in[2]});
         return TensorList{ops::compute_in(op, dtype, in, [&](auto tag, const TensorList& c) {
           using T = decltype(tag);
-          Tensor y = Tensor::empty(c[0].shape(), dtype_v<T>);
-          Tensor mean = Tensor::empty({rows}, dtype_v<T>), rstd = Tensor::empty({rows}, dtype_v<T>);
-          kernels::cpu::layernorm_forward<T>(rows, cols, c[0].data<T>(), data_or_null<T>(c[1]),
-                                             data_or_null<T>(c[2]), eps, y.data<T>(), mean.data<T>(),
-                                             rstd.data<T>());
+          Tensor y = Tensor::empty(c[0].shape(), dtype_v<T>, k.device());
+          Tensor mean = Tensor::empty({rows}, dtype_v<T>, k.device()), rstd = Tensor::empty({rows}, dtype_v<T>, k.device());
+          k->layernorm_forward(k.stream, dtype_v<T>, rows, cols, c[0].data<T>(), data_or_null<T>(c[1]),
+                               data_or_null<T>(c[2]), eps, y.data<T>(), mean.data<T>(), rstd.data<T>());
           ctx.save_for_backward({in[0], in[1], mean, rstd});
           return y;
         })};
       },
       [=](Context& ctx, const TensorList& grad) {
         const TensorList& s = ctx.saved();  // x, weight, mean, rstd
+        const ops::Kernels k = ops::kernels_for(op, {s[0], s[1], grad[0]});
         return ops::compute_in(op, dtype, {s[0], s[1], s[2], s[3], grad[0]}, [&](auto tag, const TensorList& c) {
           using T = decltype(tag);
-          Tensor dx = Tensor::empty(c[0].shape(), dtype_v<T>);  // the kernel always writes dx
-          Tensor dweight = param_grad_buffer<T>(ctx.needs_input_grad(1), cols);
-          Tensor dbias = param_grad_buffer<T>(ctx.needs_input_grad(2), cols);
-          kernels::cpu::layernorm_backward<T>(rows, cols, c[0].data<T>(), data_or_null<T>(c[1]), c[2].data<T>(),
-                                              c[3].data<T>(), c[4].data<T>(), dx.data<T>(),
-                                              data_or_null<T>(dweight), data_or_null<T>(dbias));
+          Tensor dx = Tensor::empty(c[0].shape(), dtype_v<T>, k.device());  // the kernel always writes dx
+          Tensor dweight = param_grad_buffer<T>(ctx.needs_input_grad(1), cols, k.device());
+          Tensor dbias = param_grad_buffer<T>(ctx.needs_input_grad(2), cols, k.device());
+          k->layernorm_backward(k.stream, dtype_v<T>, rows, cols, c[0].data<T>(), data_or_null<T>(c[1]),
+                                c[2].data<T>(), c[3].data<T>(), c[4].data<T>(), dx.data<T>(), data_or_null<T>(dweight),
+                                data_or_null<T>(dbias));
           return TensorList{ctx.needs_input_grad(0) ? dx : Tensor(), dweight, dbias};
         });
       })[0];
@@ -99,24 +98,26 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   return autograd::apply_function(
       op, {x, weight},
       [=](Context& ctx, const TensorList& in) {
+        const ops::Kernels k = ops::kernels_for(op, {in[0], in[1]});
         return TensorList{ops::compute_in(op, dtype, in, [&](auto tag, const TensorList& c) {
           using T = decltype(tag);
-          Tensor y = Tensor::empty(c[0].shape(), dtype_v<T>);
-          Tensor rstd = Tensor::empty({rows}, dtype_v<T>);
-          kernels::cpu::rmsnorm_forward<T>(rows, cols, c[0].data<T>(), data_or_null<T>(c[1]), eps, y.data<T>(),
-                                           rstd.data<T>());
+          Tensor y = Tensor::empty(c[0].shape(), dtype_v<T>, k.device());
+          Tensor rstd = Tensor::empty({rows}, dtype_v<T>, k.device());
+          k->rmsnorm_forward(k.stream, dtype_v<T>, rows, cols, c[0].data<T>(), data_or_null<T>(c[1]), eps,
+                             y.data<T>(), rstd.data<T>());
           ctx.save_for_backward({in[0], in[1], rstd});
           return y;
         })};
       },
       [=](Context& ctx, const TensorList& grad) {
         const TensorList& s = ctx.saved();  // x, weight, rstd
+        const ops::Kernels k = ops::kernels_for(op, {s[0], s[1], grad[0]});
         return ops::compute_in(op, dtype, {s[0], s[1], s[2], grad[0]}, [&](auto tag, const TensorList& c) {
           using T = decltype(tag);
-          Tensor dx = Tensor::empty(c[0].shape(), dtype_v<T>);
-          Tensor dweight = param_grad_buffer<T>(ctx.needs_input_grad(1), cols);
-          kernels::cpu::rmsnorm_backward<T>(rows, cols, c[0].data<T>(), data_or_null<T>(c[1]), c[2].data<T>(),
-                                            c[3].data<T>(), dx.data<T>(), data_or_null<T>(dweight));
+          Tensor dx = Tensor::empty(c[0].shape(), dtype_v<T>, k.device());
+          Tensor dweight = param_grad_buffer<T>(ctx.needs_input_grad(1), cols, k.device());
+          k->rmsnorm_backward(k.stream, dtype_v<T>, rows, cols, c[0].data<T>(), data_or_null<T>(c[1]),
+                              c[2].data<T>(), c[3].data<T>(), dx.data<T>(), data_or_null<T>(dweight));
           return TensorList{ctx.needs_input_grad(0) ? dx : Tensor(), dweight};
         });
       })[0];

@@ -1,11 +1,11 @@
-// Reductions. Sums and means go through kernels/cpu/reduce.h, which accumulates in double in a
+// Reductions. Sums and means run their device's reduction kernels (kernels/backend.h; the CPU's
+// in kernels/cpu/reduce.h), which accumulate in double in a
 // fixed order, so results do not depend on the thread count. Their backward broadcasts the
 // gradient back over the reduced dims.
 #include "wallfacer/ops/reduction.h"
 
 #include <optional>
 
-#include "kernels/cpu/reduce.h"
 #include "src/ops/common.h"
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/ops/arithmetic.h"
@@ -16,8 +16,8 @@ namespace {
 using autograd::Context;
 using autograd::TensorList;
 
-// A differentiable sum of x down to `out_shape`, computed by sum_kernel(const T* x, T* out) in
-// the compute dtype T. Its backward is that of any sum: the gradient broadcast back over x (seen
+// A differentiable sum of x down to `out_shape`, computed by sum_kernel(kernels, dtype, x, out)
+// in the compute dtype. Its backward is that of any sum: the gradient broadcast back over x (seen
 // as `grad_shape`, whose dims line up with x's), times `grad_scale` when there is one (means).
 template <class SumKernel>
 Tensor differentiable_sum(const char* name, const Tensor& x, const Shape& out_shape, const Shape& grad_shape,
@@ -26,10 +26,11 @@ Tensor differentiable_sum(const char* name, const Tensor& x, const Shape& out_sh
   return autograd::apply_function(
       name, {x},
       [=](Context&, const TensorList& in) {
+        const ops::Kernels k = ops::kernels_for(name, {in[0]});
         return TensorList{ops::compute_in(name, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
           using T = decltype(tag);
-          Tensor out = Tensor::empty(out_shape, dtype_v<T>);
-          sum_kernel(c[0].data<T>(), out.data<T>());
+          Tensor out = Tensor::empty(out_shape, dtype_v<T>, k.device());
+          sum_kernel(k, dtype_v<T>, c[0].raw_data(), out.raw_data());
           return out;
         })};
       },
@@ -42,7 +43,6 @@ Tensor differentiable_sum(const char* name, const Tensor& x, const Shape& out_sh
 // Σ (or mean) over `dim`, or over every element when dim is empty (a 0-dim result).
 Tensor reduce_sum(const char* name, const Tensor& x, std::optional<std::int64_t> dim, bool keepdim, bool mean) {
   ops::check_floating(name, x, "the input");
-  ops::check_cpu(name, x);
   // The reduction as [outer, extent, inner], and the result's shape with and without the
   // reduced dim (the backward broadcasts from the keepdim shape).
   ops::DimSplit s;
@@ -57,30 +57,31 @@ Tensor reduce_sum(const char* name, const Tensor& x, std::optional<std::int64_t>
   }
   const std::optional<double> grad_scale =
       mean ? std::optional<double>(1.0 / static_cast<double>(s.extent)) : std::nullopt;
-  return differentiable_sum(name, x, out_shape, kept_shape, grad_scale, [s, mean](const auto* in, auto* out) {
-    if (mean) {
-      kernels::cpu::mean_dim(s.outer, s.extent, s.inner, in, out);
-    } else {
-      kernels::cpu::sum_dim(s.outer, s.extent, s.inner, in, out);
-    }
-  });
+  return differentiable_sum(name, x, out_shape, kept_shape, grad_scale,
+                            [s, mean](const ops::Kernels& k, DType dt, const void* in, void* out) {
+                              if (mean) {
+                                k->mean_dim(k.stream, dt, s.outer, s.extent, s.inner, in, out);
+                              } else {
+                                k->sum_dim(k.stream, dt, s.outer, s.extent, s.inner, in, out);
+                              }
+                            });
 }
 
 // Values and (first) arg-max indices of x along dim, in x's dtype and i64.
 TensorList max_with_indices(const char* name, const Tensor& x, const ops::DimSplit& s, const Shape& out_shape) {
+  const ops::Kernels k = ops::kernels_for(name, {x});
   return ops::compute_in(name, x.dtype(), {x}, [&](auto tag, const TensorList& c) {
     using T = decltype(tag);
-    Tensor values = Tensor::empty(out_shape, dtype_v<T>);
-    Tensor indices = Tensor::empty(out_shape, DType::i64);
-    kernels::cpu::max_dim<T>(s.outer, s.extent, s.inner, c[0].data<T>(), values.data<T>(),
-                             indices.data<std::int64_t>());
+    Tensor values = Tensor::empty(out_shape, dtype_v<T>, k.device());
+    Tensor indices = Tensor::empty(out_shape, DType::i64, k.device());
+    k->max_dim(k.stream, dtype_v<T>, s.outer, s.extent, s.inner, c[0].data<T>(), values.data<T>(),
+               indices.data<std::int64_t>());
     return TensorList{values, indices};
   });
 }
 
 ops::DimSplit checked_max_dim(const char* name, const Tensor& x, std::int64_t dim) {
   ops::check_floating(name, x, "the input");
-  ops::check_cpu(name, x);
   WF_CHECK(x.dim() > 0, "{}: needs at least one dim, got a 0-dim tensor", name);
   const ops::DimSplit s = ops::split_at_dim(x.shape(), dim);
   WF_CHECK(s.extent > 0, "{}: dim {} of shape {} is empty; the maximum of nothing is undefined", name, dim,
@@ -109,18 +110,12 @@ Tensor max(const Tensor& x, std::int64_t dim, bool keepdim) {
       [=](Context& ctx, const TensorList& grad) {
         // Each output's gradient lands on the element that was the maximum; the rest get zero.
         const Tensor& indices = ctx.saved()[0];
+        const ops::Kernels k = ops::kernels_for("max", {grad[0], indices});
         return TensorList{ops::compute_in("max", grad[0].dtype(), grad, [&](auto tag, const TensorList& c) {
           using T = decltype(tag);
-          Tensor dx = Tensor::zeros(x_shape, dtype_v<T>);
-          const T* g = c[0].data<T>();
-          const std::int64_t* arg = indices.data<std::int64_t>();
-          T* d = dx.data<T>();
-          for (std::int64_t o = 0; o < s.outer; ++o) {
-            for (std::int64_t i = 0; i < s.inner; ++i) {
-              const std::int64_t k = o * s.inner + i;
-              d[(o * s.extent + arg[k]) * s.inner + i] = g[k];
-            }
-          }
+          Tensor dx = Tensor::empty(x_shape, dtype_v<T>, k.device());
+          k->max_dim_backward(k.stream, dtype_v<T>, s.outer, s.extent, s.inner, c[0].data<T>(),
+                              indices.data<std::int64_t>(), dx.data<T>());
           return dx;
         })};
       })[0];
@@ -144,11 +139,9 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
              "{}: cannot sum shape {} down to shape {}: shape {} does not broadcast to it (dim {}: {} vs {})", name,
              shape_str(x.shape()), shape_str(shape), shape_str(shape), d, target[d], x.shape()[d]);
   }
-  ops::check_cpu(name, x);
   return differentiable_sum(name, x, shape, shape, std::nullopt,
-                            [x_shape = x.shape(), target, nd](const auto* in, auto* out) {
-                              kernels::cpu::reduce_broadcast(in, x_shape.data(), out, target.data(),
-                                                             static_cast<int>(nd));
+                            [x_shape = x.shape(), target](const ops::Kernels& k, DType dt, const void* in, void* out) {
+                              k->reduce_broadcast(k.stream, dt, in, x_shape, out, target);
                             });
 }
 

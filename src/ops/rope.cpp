@@ -1,8 +1,7 @@
-// Rotary position embedding on kernels/cpu/rope.h. The rotation is orthogonal: its backward is
+// Rotary position embedding on its device's rope kernel (kernels/backend.h). The rotation is orthogonal: its backward is
 // the same kernel rotating by −angle, so nothing but the positions is saved.
 #include "wallfacer/ops/rope.h"
 
-#include "kernels/cpu/rope.h"
 #include "src/ops/common.h"
 #include "wallfacer/autograd/function.h"
 
@@ -11,26 +10,25 @@ namespace wf {
 Tensor rope(const Tensor& x, const Tensor& positions, double theta) {
   static constexpr const char* op = "rope";
   ops::check_floating(op, x, "x");
-  ops::check_cpu(op, x);
   WF_CHECK(x.dim() == 4, "{}: x must be [batch, tokens, heads, head_dim], got shape {}", op, shape_str(x.shape()));
   ops::check_defined(op, positions, "positions");
-  ops::check_cpu(op, positions);
+  const ops::Kernels k = ops::kernels_for(op, {x, positions});
   WF_CHECK(positions.dtype() == DType::i64 || positions.dtype() == DType::i32,
            "{}: positions have dtype {}, but must be i64 or i32 token positions; convert with cast()", op,
            dtype_name(positions.dtype()));
   WF_CHECK(positions.dim() == 1 && positions.size(0) == x.size(1),
            "{}: positions must be [tokens] = [{}] (one global position per token of x {}), got shape {}", op,
            x.size(1), shape_str(x.shape()), shape_str(positions.shape()));
-  const kernels::cpu::RopeShape shape{x.size(0), x.size(1), x.size(2), x.size(3), theta};
-  kernels::cpu::check_rope_shape(shape, op);
+  const kernels::RopeShape shape{x.size(0), x.size(1), x.size(2), x.size(3), theta};
+  kernels::check_rope_shape(shape, op);
 
   const DType dtype = x.dtype();
   // forward and backward differ only in the direction of the rotation.
   const auto rotate = [=](const Tensor& in, const Tensor& pos, bool inverse) {
     return ops::compute_in(op, dtype, {in, pos}, [&](auto tag, const autograd::TensorList& c) {
       using T = decltype(tag);
-      Tensor out = Tensor::empty(c[0].shape(), dtype_v<T>);
-      kernels::cpu::rope<T>(shape, c[0].data<T>(), c[1].data<std::int64_t>(), inverse, out.data<T>());
+      Tensor out = Tensor::empty(c[0].shape(), dtype_v<T>, k.device());
+      k->rope(k.stream, dtype_v<T>, shape, c[0].data<T>(), c[1].data<std::int64_t>(), inverse, out.data<T>());
       return out;
     });
   };

@@ -205,10 +205,11 @@ Tensor VocabParallelLinear::forward(const Tensor& x) {
 Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& targets, comm::Group& tp,
                                     std::int64_t vocab_size, std::int64_t ignore_index, LossReduction reduction) {
   ops::check_floating(kLoss, logits_shard, "logits_shard");
-  ops::check_cpu(kLoss, logits_shard);
   ops::check_min_dim(kLoss, logits_shard, 1, "logits_shard");
   ops::check_defined(kLoss, targets, "targets");
-  ops::check_cpu(kLoss, targets);
+  WF_CHECK(logits_shard.device().is_cpu() && targets.device().is_cpu(),
+           "{}: runs on the CPU only so far, but its tensors are on {} and {}; move them with .to(Device::cpu())", kLoss,
+           logits_shard.device().str(), targets.device().str());
   WF_CHECK(targets.dtype() == DType::i64 || targets.dtype() == DType::i32,
            "{}: targets have dtype {}, but class indices must be i64 (or i32)", kLoss, dtype_name(targets.dtype()));
   const std::int64_t padded = padded_vocab_size(vocab_size, tp.size());

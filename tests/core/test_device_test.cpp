@@ -1,7 +1,7 @@
 // The test device (src/core/test_device.h): its memory is reachable only through its own copies
 // and kernels. Round trips, fills and dtype conversions on it match the CPU's bit for bit; a host
 // read of its memory is refused or faults (checked in forked children, so the faults do not end
-// this process); ops that have no kernel for it refuse its tensors with an error naming the fix.
+// this process). Ops on it are tests/ops/test_on_test_device.cpp's.
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -237,53 +237,6 @@ TEST_CASE("test device: touching its memory from the host faults, inside an acce
     return 2;
   });
   CHECK(died_of_segfault(after_copies));
-}
-
-TEST_CASE("test device: ops without a kernel for it refuse its tensors and name the fix", "[core][testdev]") {
-  const Tensor x = Tensor::ones({2, 4}, DType::f32, Device::test());
-  const Tensor w = Tensor::ones({4, 4}, DType::f32, Device::test());
-  const Tensor v = Tensor::ones({4}, DType::f32, Device::test());
-  const Tensor ids = Tensor::zeros({2}, DType::i64, Device::test());
-  const Tensor positions = Tensor::zeros({2}, DType::i64, Device::test());
-  const std::vector<std::pair<std::string, std::function<void()>>> cases = {
-      {"add", [&] { wf::add(x, x); }},
-      {"mul", [&] { wf::mul(x, x); }},
-      {"scale", [&] { wf::scale(x, 2.0); }},
-      {"exp", [&] { wf::exp(x); }},
-      {"gelu", [&] { wf::gelu(x); }},
-      {"softmax", [&] { wf::softmax(x); }},
-      {"sum", [&] { wf::sum(x); }},
-      {"mean", [&] { wf::mean(x, 1); }},
-      {"argmax", [&] { wf::argmax(x, 1); }},
-      {"matmul", [&] { wf::matmul(x, w); }},
-      {"linear", [&] { wf::linear(x, w, v); }},
-      {"layer_norm", [&] { wf::layer_norm(x, v, v); }},
-      {"rms_norm", [&] { wf::rms_norm(x, v); }},
-      {"embedding", [&] { wf::embedding(ids, w); }},
-      {"cross_entropy", [&] { wf::cross_entropy(x, ids); }},
-      {"permute", [&] { wf::permute(x, {1, 0}); }},
-      {"narrow", [&] { wf::narrow(x, 1, 0, 2); }},
-      {"cat", [&] { wf::cat({x, x}, 1); }},
-  };
-  for (const auto& [op, run] : cases) {
-    CAPTURE(op);
-    // In a child: an op that reads the tensor instead of refusing it faults there, not here.
-    const int status = wait_status_of_child([&, op = op, run = run] {
-      try {
-        run();
-      } catch (const wf::Error& e) {
-        const std::string message = e.what();
-        const bool names_all = message.find(op) != std::string::npos &&
-                               message.find("testdev:0") != std::string::npos &&
-                               message.find(".to(Device::cpu())") != std::string::npos;
-        if (!names_all) std::fprintf(stderr, "%s: %s\n", op.c_str(), message.c_str());
-        return names_all ? 0 : 1;
-      }
-      return 2;  // ran on the test device's memory without a kernel for it: impossible without faulting
-    });
-    CHECK_FALSE(died_of_segfault(status));
-    CHECK(exited_with(status, 0));
-  }
 }
 
 TEST_CASE("test device: an op on a CPU and a test-device tensor names both devices and the fix", "[core][testdev]") {

@@ -1,0 +1,46 @@
+// The registry of kernel backends, one per device type (kernels/backend.h).
+#include "kernels/backend.h"
+
+#include <array>
+#include <atomic>
+
+#include "kernels/builtin_backends.h"
+#include "wallfacer/core/error.h"
+
+namespace wf::kernels {
+namespace {
+
+// The built-in backends are there from the first look-up, so no static initialisation order
+// matters; never destroyed, like core's device registry.
+struct Registry {
+  std::array<std::atomic<Backend*>, kDeviceTypeCount> slots{};
+  Registry() {
+    slots[static_cast<int>(DeviceType::cpu)].store(&cpu_kernels());
+    slots[static_cast<int>(DeviceType::test)].store(&test_device_kernels());
+  }
+};
+Registry& registry() {
+  static auto* instance = new Registry();
+  return *instance;
+}
+
+}  // namespace
+
+DType Backend::attention_operand_dtype(DType activation) const {
+  if (activation == DType::bf16 && multiplies_natively(DType::bf16)) return DType::bf16;
+  return activation == DType::f64 ? DType::f64 : DType::f32;
+}
+
+Backend& backend_for(Device device) {
+  Backend* backend = registry().slots[static_cast<int>(device.type)].load(std::memory_order_acquire);
+  WF_CHECK(backend != nullptr, "{}: this build has no kernels for {} devices (built in: cpu, testdev); keep tensors on "
+           "the cpu", device.str(), device_type_name(device.type));
+  return *backend;
+}
+
+void register_backend(DeviceType type, Backend* backend) {
+  WF_CHECK(backend != nullptr, "register_backend: null kernel backend for {}", device_type_name(type));
+  registry().slots[static_cast<int>(type)].store(backend, std::memory_order_release);
+}
+
+}  // namespace wf::kernels

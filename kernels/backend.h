@@ -1,0 +1,203 @@
+#pragma once
+// The kernel seam: every computation on tensor data goes through the kernel entry points of the
+// backend of the device that holds the data (docs/devices.md).
+//
+// A backend is registered per device type. Ops pick it from their inputs' device in one place
+// (src/ops/common.h: ops::kernels_for), allocate their outputs on that device and call these
+// entry points with raw device pointers; nothing above `ops` (nn, parallel, train, models, comm)
+// calls a backend's own kernels (kernels::cpu) directly. The CPU's backend runs kernels/cpu
+// inline; the test device runs the same CPU kernels inside its memory's access scope on its
+// streams; a CUDA backend launches CUDA kernels and cuBLAS on the stream.
+//
+// Contract of every entry point:
+//   - it runs on `stream` (whose device is the backend's), in that stream's order; the host does
+//     not wait for it, so a result is read on the host only through a copy (one host
+//     synchronisation, counted);
+//   - every pointer is device memory of the stream's device, contiguous, in the element type its
+//     `dtype` argument names (void pointers) or its own type (typed pointers);
+//   - floating kernels take f32 or f64 data (`dtype`); the ops turn bf16 and f16 into f32 around
+//     them (ops::compute_in), except where a backend multiplies bf16 natively (gemm_bf16 and
+//     attention with bf16 operands, when multiplies_natively(bf16));
+//   - scalars that the step computes (a loss count, an upstream gradient, a norm) are passed as
+//     device pointers, never read back by the caller: that is what keeps the step free of host
+//     reads. Scalars known to the host (sizes, lr, eps) are plain arguments.
+// Semantics of each kernel (aliasing, accumulation, NaN behaviour) are those of the CPU kernel
+// of the same name in kernels/cpu, whose plain reference the tests compare against.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/kernel_args.h"
+#include "wallfacer/core/device.h"
+#include "wallfacer/core/dtype.h"
+#include "wallfacer/core/stream.h"
+
+namespace wf::kernels {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  // "cpu", "testdev", "cuda": the device type, for messages.
+  virtual const char* name() const = 0;
+
+  // ---- precision policy --------------------------------------------------------------------
+  // Whether products of `dtype` operands run natively (bf16 on a CPU with AVX512_BF16 and
+  // oneDNN, on every CUDA GPU). When false the ops widen such operands to f32 first.
+  virtual bool multiplies_natively(DType dtype) const = 0;
+  // The dtype attention's products take for activations of `activation` dtype: bf16 where it
+  // multiplies natively, else the compute dtype (f32 for bf16/f16/f32, f64 for f64).
+  DType attention_operand_dtype(DType activation) const;
+
+  // ---- data movement (any dtype: only the element size matters) ----------------------------
+  // dst (contiguous, out_shape) gathers src[Σ index[d]·src_stride[d]]: a permute (strides
+  // permuted) or a broadcast (stride 0).
+  virtual void gather(const Stream& stream, std::size_t elem_size, const void* src, const std::vector<std::int64_t>& out_shape,
+                      const std::vector<std::int64_t>& src_stride, void* dst) = 0;
+  // For o in [0, outer): copies `count` elements from src + (o·src_block + src_start) to
+  // dst + (o·dst_block + dst_start) (a 2-D strided copy, cudaMemcpy2D's shape).
+  virtual void copy_blocks(const Stream& stream, std::size_t elem_size, const void* src, std::int64_t src_block,
+                           std::int64_t src_start, void* dst, std::int64_t dst_block, std::int64_t dst_start,
+                           std::int64_t outer, std::int64_t count) = 0;
+
+  // ---- elementwise ---------------------------------------------------------------------------
+  // out = a (op) b with NumPy broadcasting; shapes right-aligned to out_shape's rank by the caller.
+  virtual void binary_broadcast(const Stream& stream, DType dtype, BinaryOp op, const void* a,
+                                const std::vector<std::int64_t>& a_shape, const void* b,
+                                const std::vector<std::int64_t>& b_shape, void* out,
+                                const std::vector<std::int64_t>& out_shape) = 0;
+  // out = alpha·x + shift
+  virtual void affine(const Stream& stream, DType dtype, std::int64_t n, double alpha, double shift, const void* x,
+                      void* out) = 0;
+  // y += alpha·x
+  virtual void add_scaled(const Stream& stream, DType dtype, std::int64_t n, double alpha, const void* x,
+                          void* y) = 0;
+  // out[r, c] = x[r, c] + bias[c]
+  virtual void add_bias(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols, const void* x,
+                        const void* bias, void* out) = 0;
+  // out[r, c] = x[r, c] + bias[c] + residual[r, c] (bias nullable: out = x + residual)
+  virtual void bias_residual_add(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                                 const void* x, const void* bias, const void* residual, void* out) = 0;
+  virtual void unary_forward(const Stream& stream, DType dtype, UnaryOp op, std::int64_t n, const void* x,
+                             void* y) = 0;
+  // dx = dy·f'(x), from `saved`: x for gelu and silu, the output y for tanh.
+  virtual void unary_backward(const Stream& stream, DType dtype, UnaryOp op, std::int64_t n, const void* saved,
+                              const void* dy, void* dx) = 0;
+  // out = x masked and scaled by dropout's mask (kernel_args.h DropoutLayout).
+  virtual void dropout_mask(const Stream& stream, DType dtype, std::int64_t n, double p, std::uint64_t seed,
+                            std::uint64_t first, const DropoutLayout& layout, const void* x, void* out) = 0;
+
+  // ---- reductions ([outer, dim, inner] views) ------------------------------------------------
+  virtual void sum_dim(const Stream& stream, DType dtype, std::int64_t outer, std::int64_t dim, std::int64_t inner,
+                       const void* x, void* out) = 0;
+  virtual void mean_dim(const Stream& stream, DType dtype, std::int64_t outer, std::int64_t dim,
+                        std::int64_t inner, const void* x, void* out) = 0;
+  virtual void max_dim(const Stream& stream, DType dtype, std::int64_t outer, std::int64_t dim, std::int64_t inner,
+                       const void* x, void* values, std::int64_t* argmax /*nullable*/) = 0;
+  // dx[o, argmax[o, i], i] = grad[o, i], the rest of dx 0 (overwritten).
+  virtual void max_dim_backward(const Stream& stream, DType dtype, std::int64_t outer, std::int64_t dim,
+                                std::int64_t inner, const void* grad, const std::int64_t* argmax, void* dx) = 0;
+  // Sums a gradient of out_shape down to in_shape (both right-aligned to one rank).
+  virtual void reduce_broadcast(const Stream& stream, DType dtype, const void* grad,
+                                const std::vector<std::int64_t>& out_shape, void* result,
+                                const std::vector<std::int64_t>& in_shape) = 0;
+  // *out (one f64 on the device) = Σ x[i]·y[i], accumulated in double in a fixed order; with
+  // y == x, the sum of squares.
+  virtual void sum_of_products(const Stream& stream, DType dtype, std::int64_t n, const void* x, const void* y,
+                               double* out) = 0;
+
+  // ---- softmax and norms over the last dim of [rows, cols] -----------------------------------
+  virtual void softmax_forward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                               const void* x, void* y) = 0;
+  virtual void log_softmax_forward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                                   const void* x, void* y) = 0;
+  virtual void softmax_backward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                                const void* y, const void* dy, void* dx) = 0;
+  virtual void log_softmax_backward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                                    const void* y, const void* dy, void* dx) = 0;
+  virtual void layernorm_forward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                                 const void* x, const void* weight, const void* bias, double eps, void* y,
+                                 void* mean, void* rstd) = 0;
+  virtual void layernorm_backward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                                  const void* x, const void* weight, const void* mean, const void* rstd,
+                                  const void* dy, void* dx, void* dweight, void* dbias) = 0;
+  virtual void rmsnorm_forward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                               const void* x, const void* weight, double eps, void* y, void* rstd) = 0;
+  virtual void rmsnorm_backward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                                const void* x, const void* weight, const void* rstd, const void* dy, void* dx,
+                                void* dweight) = 0;
+
+  // ---- cross-entropy -------------------------------------------------------------------------
+  // losses[r], lse[r] as kernels/cpu/cross_entropy.h, and *count (one i64 on the device) = the
+  // rows whose target is not ignore_index. Targets outside [0, vocab) are an error.
+  virtual void cross_entropy_forward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t vocab,
+                                     const void* logits, const std::int64_t* targets, std::int64_t ignore_index,
+                                     void* losses, void* lse, std::int64_t* count) = 0;
+  // *loss (one element of dtype) = Σ losses, or that sum / *count (0 when count is 0) when
+  // count is not null: the mean over counted rows.
+  virtual void cross_entropy_reduce(const Stream& stream, DType dtype, std::int64_t rows, const void* losses,
+                                    const std::int64_t* count /*nullable*/, void* loss) = 0;
+  // dlogits = (softmax − onehot)·scale·row_grad[r], with scale = *grad_loss (one element of
+  // dtype: the upstream gradient of the reduced loss), divided by *count when count is not
+  // null (the mean). row_grad (reduction "none") is nullable.
+  virtual void cross_entropy_backward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t vocab,
+                                      const void* logits, const std::int64_t* targets, std::int64_t ignore_index,
+                                      const void* lse, const void* grad_loss, const std::int64_t* count,
+                                      void* dlogits, const void* row_grad) = 0;
+
+  // ---- embedding and rotary positions --------------------------------------------------------
+  virtual void embedding_forward(const Stream& stream, DType dtype, std::int64_t tokens, std::int64_t dim,
+                                 std::int64_t vocab, const void* weight, const std::int64_t* ids, void* out) = 0;
+  // dweight[ids[t]] += dout[t] (accumulated, deterministic).
+  virtual void embedding_backward(const Stream& stream, DType dtype, std::int64_t tokens, std::int64_t dim,
+                                  std::int64_t vocab, const std::int64_t* ids, const void* dout, void* dweight) = 0;
+  virtual void rope(const Stream& stream, DType dtype, const RopeShape& shape, const void* x,
+                    const std::int64_t* positions, bool inverse, void* y) = 0;
+
+  // ---- matrix products (row-major; kernels/cpu/gemm.h) ---------------------------------------
+  virtual void gemm(const Stream& stream, DType dtype, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,
+                    std::int64_t K, double alpha, const void* A, std::int64_t lda, const void* B, std::int64_t ldb,
+                    double beta, void* C, std::int64_t ldc) = 0;
+  virtual void gemm_batched(const Stream& stream, DType dtype, bool trans_a, bool trans_b, std::int64_t batch,
+                            std::int64_t M, std::int64_t N, std::int64_t K, double alpha, const void* A,
+                            std::int64_t lda, std::int64_t stride_a, const void* B, std::int64_t ldb,
+                            std::int64_t stride_b, double beta, void* C, std::int64_t ldc,
+                            std::int64_t stride_c) = 0;
+  // bf16 operands, f32 accumulation and result.
+  virtual void gemm_bf16(const Stream& stream, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,
+                         std::int64_t K, float alpha, const bf16* A, std::int64_t lda, const bf16* B,
+                         std::int64_t ldb, float beta, float* C, std::int64_t ldc) = 0;
+
+  // ---- attention (kernel_args.h layouts) -----------------------------------------------------
+  // `operands` is the dtype of q, k, v (and d_o): f32 or f64, with o, lse and the gradients in
+  // the same dtype; or bf16 (where multiplies_natively(bf16)), with o, lse and the gradients f32.
+  // One entry serves both, so every caller (the op, ring blocks, Ulysses heads) chooses the same
+  // kernel for the same operands.
+  virtual void attention_forward(const Stream& stream, DType operands, const AttentionShape& shape, const void* q,
+                                 const void* k, const void* v, void* o, void* lse) = 0;
+  // accumulate: gradients are added to dq, dk, dv. d_lse is nullable.
+  virtual void attention_backward(const Stream& stream, DType operands, const AttentionShape& shape,
+                                  const void* q, const void* k, const void* v, const void* o, const void* lse,
+                                  const void* d_o, void* dq, void* dk, void* dv, bool accumulate,
+                                  const void* d_lse) = 0;
+  // Merges a partial (o_i, lse_i) into the running (o, lse) in place (f32 or f64).
+  virtual void attention_merge(const Stream& stream, DType dtype, std::int64_t batch, std::int64_t q_len,
+                               std::int64_t heads, std::int64_t head_dim, void* o, void* lse, const void* o_i,
+                               const void* lse_i) = 0;
+
+  // ---- optimizer -----------------------------------------------------------------------------
+  virtual void adamw_step(const Stream& stream, DType dtype, std::int64_t n, void* param, const void* grad,
+                          void* exp_avg, void* exp_avg_sq, const AdamWParams& params) = 0;
+  // x *= alpha
+  virtual void scale_inplace(const Stream& stream, DType dtype, std::int64_t n, void* x, double alpha) = 0;
+};
+
+// The kernels of `device`'s type: the CPU's and the test device's are built in; a CUDA build
+// registers its own. wf::Error naming the device when this build has none.
+Backend& backend_for(Device device);
+// Installs the backend of a device type (a CUDA backend at load time); replaces any earlier one.
+void register_backend(DeviceType type, Backend* backend);
+
+}  // namespace wf::kernels

@@ -1,0 +1,66 @@
+// The device-independent halves of kernels/kernel_args.h: names and argument checks.
+#include "kernels/kernel_args.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "wallfacer/core/error.h"
+
+namespace wf::kernels {
+
+const char* binary_op_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::add: return "add";
+    case BinaryOp::sub: return "sub";
+    case BinaryOp::mul: return "mul";
+    case BinaryOp::div: return "div";
+  }
+  return "unknown";
+}
+
+const char* unary_op_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::gelu: return "gelu";
+    case UnaryOp::silu: return "silu";
+    case UnaryOp::exp: return "exp";
+    case UnaryOp::ln: return "ln";
+    case UnaryOp::tanh: return "tanh";
+  }
+  return "unknown";
+}
+
+void check_attention_shape(const AttentionShape& s, const char* what) {
+  WF_CHECK(s.batch >= 1 && s.heads >= 1 && s.kv_heads >= 1 && s.head_dim >= 1,
+           "{}: batch {}, heads {}, kv_heads {}, head_dim {} must all be >= 1", what, s.batch, s.heads, s.kv_heads,
+           s.head_dim);
+  WF_CHECK(s.q_len >= 0 && s.kv_len >= 0, "{}: q_len {} and kv_len {} must be >= 0", what, s.q_len, s.kv_len);
+  WF_CHECK(s.heads % s.kv_heads == 0,
+           "{}: heads {} is not a multiple of kv_heads {} (grouped-query attention needs heads = kv_heads · group)",
+           what, s.heads, s.kv_heads);
+  WF_CHECK(s.q_offset >= 0 && s.kv_offset >= 0, "{}: q_offset {} and kv_offset {} are positions and must be >= 0", what,
+           s.q_offset, s.kv_offset);
+  WF_CHECK(std::isfinite(s.scale), "{}: scale {} must be finite (0 selects 1/sqrt(head_dim))", what, s.scale);
+  WF_CHECK(s.heads * s.head_dim <= INT_MAX, "{}: heads·head_dim = {} exceeds the BLAS int range", what,
+           s.heads * s.head_dim);
+}
+
+double attention_scale(const AttentionShape& s) { return s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(s.head_dim)); }
+
+void check_rope_shape(const RopeShape& s, const char* op) {
+  WF_CHECK(s.batch >= 0 && s.tokens >= 0 && s.heads >= 0 && s.head_dim >= 0,
+           "{}: sizes must be non-negative, got batch={} tokens={} heads={} head_dim={}", op, s.batch, s.tokens,
+           s.heads, s.head_dim);
+  WF_CHECK(s.head_dim % 2 == 0, "{}: head_dim {} is odd; rotary embedding rotates channel pairs (i, i + d/2), so "
+           "the head width must be even", op, s.head_dim);
+  WF_CHECK(std::isfinite(s.theta) && s.theta > 0, "{}: theta must be positive and finite, got {}", op, s.theta);
+}
+
+double clip_coefficient(double total_norm, double max_norm) {
+  WF_CHECK(max_norm >= 0.0, "clip_coefficient: max_norm must be >= 0, got {}", max_norm);
+  // A NaN norm yields NaN (as in PyTorch with error_if_nonfinite=False): std::min would hide it.
+  const double coefficient = max_norm / (total_norm + 1e-6);
+  return std::isnan(coefficient) ? coefficient : std::min(1.0, coefficient);
+}
+
+}  // namespace wf::kernels

@@ -1,0 +1,72 @@
+#pragma once
+// What a kernel is asked to do, independent of the device that does it: the operation codes and
+// shape descriptors every backend's kernel entry points take (kernels/backend.h), and the checks
+// on them. The CPU kernels (kernels/cpu) and a CUDA backend read the same descriptors, so an op or
+// a parallel strategy builds one without naming a backend.
+#include <cstdint>
+
+namespace wf::kernels {
+
+// ---- elementwise -------------------------------------------------------------------------------
+enum class BinaryOp { add, sub, mul, div };
+const char* binary_op_name(BinaryOp op);
+
+// Pointwise functions: y = f(x). unary_backward computes dx = dy·f'(x) from x for gelu and silu
+// and from the output y for tanh (1 − y²); exp's and ln's backwards are ordinary products and
+// quotients. GELU is the tanh approximation of GPT-2.
+enum class UnaryOp { gelu, silu, exp, ln, tanh };
+const char* unary_op_name(UnaryOp op);
+
+// Where element k of a dropout input sits in the random stream of the whole tensor it is a slice
+// of: rows of `block` elements, `stride` apart in the whole tensor, the first at `start` (a whole
+// tensor is one run: block = stride = n, start 0). Dropout under tensor and sequence parallelism
+// masks each rank's slice exactly as one process masks the whole.
+struct DropoutLayout {
+  std::uint64_t block = 1, stride = 1, start = 0;
+  std::uint64_t whole_index(std::uint64_t k) const { return (k / block) * stride + start + k % block; }
+};
+
+// ---- attention ---------------------------------------------------------------------------------
+// Layouts (row-major, no padding):
+//   Q, O, dQ, dO : [batch, q_len,  heads,    head_dim]
+//   K, V, dK, dV : [batch, kv_len, kv_heads, head_dim]
+//   lse          : [batch, heads, q_len]      (natural log of the softmax denominator)
+// With `causal`, key position kv_offset + j is visible to query position q_offset + i iff
+// kv_offset + j <= q_offset + i (global positions, so ring attention passes another rank's block).
+struct AttentionShape {
+  std::int64_t batch = 1, q_len = 0, kv_len = 0, heads = 1, kv_heads = 1, head_dim = 1;
+  bool causal = false;
+  std::int64_t q_offset = 0, kv_offset = 0;
+  double scale = 0;  // 0 → 1/sqrt(head_dim)
+};
+// wf::Error unless the shape is usable: batch, heads, kv_heads, head_dim >= 1, q_len, kv_len
+// >= 0, heads % kv_heads == 0, offsets >= 0, scale finite.
+void check_attention_shape(const AttentionShape& shape, const char* what = "attention");
+// The scale actually applied: shape.scale, or 1/sqrt(head_dim) when it is 0.
+double attention_scale(const AttentionShape& shape);
+
+// ---- rotary position embedding -----------------------------------------------------------------
+struct RopeShape {
+  std::int64_t batch = 0;
+  std::int64_t tokens = 0;
+  std::int64_t heads = 0;
+  std::int64_t head_dim = 0;  // even
+  double theta = 10000.0;     // > 0
+};
+// wf::Error naming `op` unless sizes are non-negative, head_dim is even and theta is positive
+// and finite.
+void check_rope_shape(const RopeShape& s, const char* op);
+
+// ---- optimizer ---------------------------------------------------------------------------------
+struct AdamWParams {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+  std::int64_t step = 1;  // 1-based count of updates including this one, for bias correction
+};
+// The factor clip_grad_norm_ multiplies every gradient by: min(1, max_norm / (total_norm + 1e-6)).
+double clip_coefficient(double total_norm, double max_norm);
+
+}  // namespace wf::kernels
