@@ -3,6 +3,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "kernels/backend.h"
 #include "wallfacer/autograd/grad_hooks.h"
 
 namespace wf::autograd {
@@ -78,14 +79,9 @@ void accumulate_into(Tensor& dst, const Tensor& src) {
     return;
   }
   const Tensor s = src.to(dst.dtype());
-  const std::int64_t n = dst.numel();
-  dispatch_float(dst.dtype(), "gradient accumulation", [&](auto tag) {
-    using T = decltype(tag);
-    T* d = dst.data<T>();
-    const T* a = s.data<T>();
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (std::int64_t i = 0; i < n; ++i) d[i] += a[i];
-  });
+  // dst += 1·s on dst's device: bitwise the plain d[i] += a[i].
+  kernels::Backend& backend = kernels::backend_for(dst.device());
+  backend.add_scaled(Stream::current(dst.device()), dst.dtype(), dst.numel(), 1.0, s.raw_data(), dst.raw_data());
 }
 
 }  // namespace wf::autograd

@@ -14,7 +14,13 @@ that layer's. The rules:
   - every file under include/, src/, kernels/ and models/ belongs to a row (a new folder needs one).
 The table under "### Upward includes allowed" lists the few exceptions, one file and one
 include each, with the reason; an exception that no longer matches an include is an error too,
-so the list only shrinks. An include is resolved as the compiler does (next to the file, then
+so the list only shrinks.
+
+A backend's own kernels are private to it. The table under "### Backend internals" names each
+such folder (`kernels/cpu`) and the folder of the code that may use it (`kernels`); everything else
+reaches them through the kernel seam (kernels/backend.h). A file outside that folder that includes
+one of them, or names its namespace (`kernels::cpu::`), breaks the rule, unless the table under
+"### Backend internals used directly" lists the file with the reason (that list only shrinks too). An include is resolved as the compiler does (next to the file, then
 include/, then the repository root); one that names no file of the tree (a system header, the
 build_info.h CMake writes into the build tree) belongs to no layer and is not checked.
 """
@@ -70,6 +76,61 @@ def read_rules(root):
             raise TableError(f"{DOC}: an exception row names one `file`, one `include` and why: {'|'.join(row)}")
         exceptions[(files[0], includes[0])] = row[2]
     return layers, where, exceptions
+
+
+def read_private(root):
+    """([(private folder, namespace, owner folder)], {file allowed to use them: why})."""
+    with open(os.path.join(root, DOC), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    private = []
+    for row in table_after(lines, "### Backend internals"):
+        cells = [CODE.findall(cell) for cell in row[:3]]
+        if len(row) < 3 or any(len(c) != 1 for c in cells):
+            raise TableError(f"{DOC}: a backend-internals row names one `folder`, one `namespace` and one "
+                             f"`owner folder`: {'|'.join(row)}")
+        private.append((cells[0][0].rstrip("/"), cells[1][0], cells[2][0].rstrip("/")))
+    allowed = {}
+    for row in table_after(lines, "### Backend internals used directly"):
+        files = CODE.findall(row[0])
+        if len(files) != 1 or len(row) < 2 or not row[1]:
+            raise TableError(f"{DOC}: a row of backend internals used directly names one `file` and why: "
+                             f"{'|'.join(row)}")
+        allowed[files[0]] = row[1]
+    return private, allowed
+
+
+def inside(path, folder):
+    return path == folder or path.startswith(folder + "/")
+
+
+def check_private(root):
+    """Uses of a backend's own kernels outside the code that owns them."""
+    private, allowed = read_private(root)
+    unused = dict(allowed)
+    problems = []
+    for source in sources(root):
+        with open(os.path.join(root, source), encoding="utf-8", errors="replace") as f:
+            text = f.read().splitlines()
+        for folder, namespace, owner in private:
+            if inside(source, owner):
+                continue
+            uses = [(number, f"#include of {path}") for number, _, _, path in includes(root, source)
+                    if path and inside(path, folder)]
+            uses += [(number, f"a call into {namespace}") for number, line in enumerate(text, 1)
+                     if namespace + "::" in line.split("//")[0]]
+            if not uses:
+                continue
+            if source in allowed:
+                unused.pop(source, None)
+                continue
+            for number, what in uses:
+                problems.append(f"{source}:{number}: {what}: {folder} is private to {owner}; go through the "
+                                "kernel seam (kernels/backend.h: ops::kernels_for(...) in src/ops, or an op), or "
+                                "list the file under '### Backend internals used directly' with the reason")
+    for source in unused:
+        problems.append(f"{DOC}: `{source}` is listed under '### Backend internals used directly' but uses none: "
+                        "remove its row")
+    return problems
 
 
 def layer_of(path, where):
@@ -145,7 +206,7 @@ def check(root):
     for (source, included) in unused:
         problems.append(f"{DOC}: the exception `{source}` -> `{included}` matches no upward include any more: "
                         "remove its row")
-    return problems, graph
+    return problems + check_private(root), graph
 
 
 def main():

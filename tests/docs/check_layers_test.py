@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """check_layers.py catches what it exists to catch: on a copy of the repository's sources and
 docs/architecture.md, each planted break (an upward include, a public header including a private
-one, a file in no layer, a stale exception, a missing table) fails it with the file, the line, the
+one, a file in no layer, a stale exception, a missing table, a use of the CPU backend's own kernels
+from outside it) fails it with the file, the line, the
 include and the rule; the unplanted copy passes.
 
     check_layers_test.py REPO_ROOT
@@ -89,6 +90,16 @@ CASES = [
     ("comm moved below parallel in the table",
      lambda t: move_row_below(t, "comm", "parallel"),
      ["upward include: parallel includes only itself", "comm is below parallel"]),
+    ("a call into the CPU kernels from parallel",
+     lambda t: write(t, "src/parallel/planted.cpp", "void f() { wf::kernels::cpu::scale<float>(0, 1.f, 0, 0); }\n"),
+     ["src/parallel/planted.cpp:1: a call into kernels::cpu: kernels/cpu is private to kernels",
+      "go through the kernel seam"]),
+    ("an include of the CPU kernels from ops",
+     lambda t: write(t, "src/ops/planted.cpp", '#include "kernels/cpu/gemm.h"\n'),
+     ["src/ops/planted.cpp:1: #include of kernels/cpu/gemm.h: kernels/cpu is private to kernels"]),
+    ("a stale direct use of backend internals",
+     lambda t: edit_doc(t, "| `src/train/peak_flops.cpp` |", "| `src/nn/module.cpp` | planted |\n| `src/train/peak_flops.cpp` |"),
+     ["`src/nn/module.cpp` is listed under '### Backend internals used directly' but uses none"]),
     ("no table",
      lambda t: edit_doc(t, "## Layers", "## Layering"),
      ["docs/architecture.md has no '## Layers' heading"]),
