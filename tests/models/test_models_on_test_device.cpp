@@ -1,12 +1,12 @@
 // The models' own arithmetic (diffusion noising and L_vb, the timestep embedding, row selection,
 // the sampler's clamp) on the test device (Device::test(): its memory faults on any host touch
-// outside its kernels) against the CPU, bit for bit; then a tiny DiT with parameters and batch on
-// the test device against the CPU: its loss bitwise.
+// outside its kernels) against the CPU, bit for bit; then tiny DiT, GPT and LLaMA models with
+// parameters and inputs on the test device against the CPU: DiT's loss and the decoders' logits.
 //
 // The backward checks (gradients bitwise too) are the hidden "[testdev_backward]" cases: the
 // autograd engine still adds gradients on the host (autograd::accumulate_into loops over the data,
-// which faults on the test device); run them with `test_models "[testdev_backward]"` once it
-// calls a kernel.
+// which faults on the test device), and so does DecoderLM's loss count (ops count_targets); run
+// them with `test_models "[testdev_backward]"` once those call kernels.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -18,6 +18,8 @@
 #include "wallfacer/autograd/grad_mode.h"
 #include "wallfacer/models/diffusion.h"
 #include "wallfacer/models/dit.h"
+#include "wallfacer/models/gpt.h"
+#include "wallfacer/models/llama.h"
 #include "wallfacer/nn/sincos_position.h"
 #include "wallfacer/nn/timestep_embedder.h"
 #include "wallfacer/ops/ops.h"
@@ -80,7 +82,64 @@ std::map<std::string, Tensor> tiny_dit_loss(Device device, bool backward) {
   return out;
 }
 
+// A decoder's loss sum on a fixed batch with parameters and batch on `device`, and every
+// parameter's gradient.
+std::map<std::string, Tensor> decoder_loss(DecoderLM& model, Device device) {
+  const Tensor tokens = models::testing::random_ids(2, 8, model.vocab_size(), 5);
+  const Tensor targets = models::testing::random_ids(2, 8, model.vocab_size(), 6);
+  move_module(model, device);
+  const LossSum loss =
+      model.loss_sum(token_batch(tokens.to(device), targets.to(device), models::testing::positions_of(8).to(device)));
+  std::map<std::string, Tensor> out = {{"loss", loss.sum}};
+  loss.sum.backward();
+  for (const auto& [name, p] : model.named_parameters()) out[name] = p.grad();
+  return out;
+}
+
+std::unique_ptr<DecoderLM> tiny_decoder(const std::string& kind) {
+  if (kind == "gpt") {
+    return std::make_unique<Gpt>(
+        GptOptions{.vocab_size = 32, .max_seq_len = 16, .n_layer = 2, .n_head = 4, .d_model = 16, .seed = 7});
+  }
+  return std::make_unique<Llama>(LlamaOptions{.vocab_size = 40, .max_seq_len = 16, .n_layer = 2, .n_head = 4,
+                                              .n_kv_head = 2, .d_model = 16, .d_ff = 24, .seed = 3});
+}
+
+// Loss and gradients of fresh tiny GPT and LLaMA models on the test device and on the CPU,
+// compared bitwise.
+void check_decoders_on_test_device() {
+  for (const std::string kind : {"gpt", "llama"}) {
+    INFO(kind);
+    const auto cpu = decoder_loss(*tiny_decoder(kind), Device::cpu());
+    const auto dev = decoder_loss(*tiny_decoder(kind), Device::test());
+    for (const auto& [name, t] : cpu) {
+      INFO(name);
+      CHECK(same_bits(dev.at(name), t));
+    }
+  }
+}
+
 }  // namespace
+
+TEST_CASE("test device: tiny GPT and LLaMA logits match the CPU bitwise", "[models][testdev]") {
+  for (const std::string kind : {"gpt", "llama"}) {
+    INFO(kind);
+    const auto logits = [&](Device device) {
+      const std::unique_ptr<DecoderLM> model = tiny_decoder(kind);
+      move_module(*model, device);
+      const Tensor ids = models::testing::random_ids(2, 8, model->vocab_size(), 5).to(device);
+      return model->logits(ids, models::testing::positions_of(8).to(device));
+    };
+    CHECK(same_bits(logits(Device::test()), logits(Device::cpu())));
+  }
+}
+
+// Hidden until ops' count_targets (a host loop over the targets, called by DecoderLM's loss) and
+// the autograd engine's gradient accumulation run on the device.
+TEST_CASE("test device: tiny GPT and LLaMA losses and gradients match the CPU bitwise",
+          "[.][models][testdev_backward]") {
+  check_decoders_on_test_device();
+}
 
 TEST_CASE("test device: the timestep embedding and row selection match the CPU bitwise", "[models][testdev]") {
   const Tensor t = Tensor::from_vector(std::vector<double>{0, 17, 999, 250.5}, {4});
