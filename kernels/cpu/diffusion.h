@@ -3,8 +3,8 @@
 // sample, and the learned-variance bound L_vb with its derivative by the variance output.
 //
 // The ddpm schedule is a host-built table `schedule` [steps, kScheduleColumns] f64 (row t holds
-// the constants of step t, kernels/diffusion_schedule.h), moved to the device once: the kernels look the
-// constants of each sample's time up in it, so a batch's times stay device tensors. Times are
+// the constants of step t, kernels/diffusion_schedule.h) copied to the data's device: the kernels
+// look the constants of each sample's time up in it, so a batch's times stay device tensors. Times are
 // f64: flow times t ∈ [0, 1], ddpm times integer steps in [0, steps) (anything else is an error).
 // All arithmetic is in f64, each result rounded once.
 #include <cstdint>
