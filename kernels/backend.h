@@ -155,6 +155,26 @@ class Backend {
                                   std::int64_t vocab, const std::int64_t* ids, const void* dout, void* dweight) = 0;
   virtual void rope(const Stream& stream, DType dtype, const RopeShape& shape, const void* x,
                     const std::int64_t* positions, bool inverse, void* y) = 0;
+  // ---- models: diffusion, timestep embedding, row selection, clamp ---------------------------
+  // Diffusion noising and L_vb (kernels/cpu/diffusion.h): times [batch] and the ddpm schedule
+  // table [steps, kScheduleColumns] (unread for flow) are f64 device tensors.
+  virtual void diffusion_noise(const Stream& stream, bool flow, std::int64_t batch, std::int64_t per_sample,
+                               std::int64_t steps, const double* schedule, const double* times, const float* x0,
+                               const float* noise, float* out) = 0;
+  // *total (one f64 on the device) = Σ L_vb; d_v [batch·per_sample] its derivative by v.
+  virtual void diffusion_vb(const Stream& stream, std::int64_t batch, std::int64_t per_sample, std::int64_t steps,
+                            const double* schedule, const double* times, const double* v, const double* eps,
+                            const float* x0, const float* x_t, double* d_v, double* total) = 0;
+  // out [batch, channels] f32 = DiT's sinusoidal embedding of times [batch] f64.
+  virtual void timestep_embedding(const Stream& stream, std::int64_t batch, std::int64_t channels,
+                                  double max_period, const double* times, float* out) = 0;
+  // out[o, i] = x[o, positions[i]] for x [outer, rows, row_elems] (any dtype).
+  virtual void select_rows(const Stream& stream, std::size_t elem_size, std::int64_t outer, std::int64_t rows,
+                           std::int64_t row_elems, const void* x, std::int64_t n, const std::int64_t* positions,
+                           void* out) = 0;
+  // y = x clamped to [lo, hi]
+  virtual void clamp(const Stream& stream, DType dtype, std::int64_t n, double lo, double hi, const void* x,
+                     void* y) = 0;
 
   // ---- matrix products (row-major; kernels/cpu/gemm.h) ---------------------------------------
   virtual void gemm(const Stream& stream, DType dtype, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,

@@ -8,6 +8,7 @@
 #include "wallfacer/autograd/grad_mode.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/rng.h"
+#include "wallfacer/ops/ops.h"
 
 namespace wf::models {
 
@@ -46,15 +47,19 @@ std::vector<std::uint32_t> generate(Model& model, const std::vector<std::uint32_
   autograd::NoGradGuard no_grad;
   model.eval();
   std::vector<std::uint32_t> tokens = prompt;
+  // The context is built on the host and joins the parameters on their device; each new token is
+  // drawn on the host from the last position's logits (one read per token: it picks the next input).
+  const Device device = model.parameters().empty() ? Device::cpu() : model.parameters().front().device();
   for (std::int64_t i = 0; i < options.max_new_tokens; ++i) {
     const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(tokens.size()), window);
     std::vector<std::int64_t> context(tokens.end() - n, tokens.end());
-    const Tensor positions = Tensor::arange(0.0, static_cast<double>(n), 1.0, DType::i64);
-    const Tensor logits = model.logits(Tensor::from_vector(context, {1, n}), positions);  // [1, n, vocab]
+    const Tensor positions = Tensor::arange(0.0, static_cast<double>(n), 1.0, DType::i64).to(device);
+    const Tensor logits = model.logits(Tensor::from_vector(context, {1, n}).to(device), positions);  // [1, n, vocab]
     WF_CHECK(logits.dtype() == DType::f32, "generate: expects an f32 model, got {} logits", dtype_name(logits.dtype()));
-    const float* last = logits.data<float>() + (n - 1) * vocab;
+    const std::vector<float> last = narrow(logits, 1, n - 1, 1).to(Device::cpu()).to_vector<float>();
     const double u = uniform_at(options.seed, static_cast<std::uint64_t>(i));
-    tokens.push_back(static_cast<std::uint32_t>(sample_token(last, vocab, options.temperature, options.top_k, u)));
+    tokens.push_back(
+        static_cast<std::uint32_t>(sample_token(last.data(), vocab, options.temperature, options.top_k, u)));
     if (on_token) on_token(tokens.back());
   }
   return tokens;

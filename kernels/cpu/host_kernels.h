@@ -12,7 +12,9 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/clamp.h"
 #include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/diffusion.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
@@ -20,7 +22,9 @@
 #include "kernels/cpu/optimizer.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cpu/select_rows.h"
 #include "kernels/cpu/softmax.h"
+#include "kernels/cpu/timestep_embedding.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::kernels::cpu {
@@ -286,6 +290,32 @@ class HostKernels : public Backend {
     typed(s, dt, "rope", [=](auto t) {
       using T = decltype(t);
       cpu::rope<T>(shape, in<T>(x), positions, inverse, io<T>(y));
+    });
+  }
+  // ---- models: diffusion, timestep embedding, row selection, clamp ---------------------------
+  void diffusion_noise(const Stream& s, bool flow, std::int64_t batch, std::int64_t per_sample, std::int64_t steps,
+                       const double* schedule, const double* times, const float* x0, const float* noise,
+                       float* out) override {
+    Launch::run(s, [=] { cpu::diffusion_noise(flow, batch, per_sample, steps, schedule, times, x0, noise, out); });
+  }
+  void diffusion_vb(const Stream& s, std::int64_t batch, std::int64_t per_sample, std::int64_t steps,
+                    const double* schedule, const double* times, const double* v, const double* eps, const float* x0,
+                    const float* x_t, double* d_v, double* total) override {
+    Launch::run(s, [=] { cpu::diffusion_vb(batch, per_sample, steps, schedule, times, v, eps, x0, x_t, d_v, total); });
+  }
+  void timestep_embedding(const Stream& s, std::int64_t batch, std::int64_t channels, double max_period,
+                          const double* times, float* out) override {
+    Launch::run(s, [=] { cpu::timestep_embedding(batch, channels, max_period, times, out); });
+  }
+  void select_rows(const Stream& s, std::size_t elem_size, std::int64_t outer, std::int64_t rows,
+                   std::int64_t row_elems, const void* x, std::int64_t n, const std::int64_t* positions,
+                   void* out) override {
+    Launch::run(s, [=] { cpu::select_rows(elem_size, outer, rows, row_elems, x, n, positions, out); });
+  }
+  void clamp(const Stream& s, DType dt, std::int64_t n, double lo, double hi, const void* x, void* y) override {
+    typed(s, dt, "clamp", [=](auto t) {
+      using T = decltype(t);
+      cpu::clamp<T>(n, static_cast<T>(lo), static_cast<T>(hi), in<T>(x), io<T>(y));
     });
   }
 

@@ -249,6 +249,11 @@ void DecoderLM::check_inputs(const Tensor& ids, const Tensor& positions) const {
   WF_CHECK(positions.dim() == 1 && positions.dtype() == DType::i64 && positions.size(0) == ids.size(1),
            "{}: positions must be [tokens] i64 with tokens = {} (the ids' second dim), got {} {}", name_, ids.size(1),
            dtype_name(positions.dtype()), shape_str(positions.shape()));
+  // Positions on a device are not read back here (that would be a host synchronisation inside the
+  // step): the batch source built them on the host from train.seq_len, which validation keeps within
+  // max_seq_len, and a learned position table's kernel still refuses a row outside it. Host positions
+  // (every direct caller) are checked here, with the fix named.
+  if (!positions.device().is_cpu()) return;
   const std::int64_t* p = positions.data<std::int64_t>();
   for (std::int64_t i = 0; i < positions.numel(); ++i) {
     WF_CHECK(p[i] >= 0 && p[i] < options_.max_seq_len,
@@ -293,7 +298,7 @@ Tensor DecoderLM::forward(const Tensor& ids, const Tensor& positions) {
 
 Tensor DecoderLM::forward(const Tensor& ids) {
   WF_CHECK(ids.dim() == 2, "{}: ids must be [batch, tokens], got {}", name_, shape_str(ids.shape()));
-  return forward(ids, Tensor::arange(0.0, static_cast<double>(ids.size(1)), 1.0, DType::i64));
+  return forward(ids, Tensor::arange(0.0, static_cast<double>(ids.size(1)), 1.0, DType::i64).to(ids.device()));
 }
 
 Tensor DecoderLM::loss(const Tensor& ids, const Tensor& targets) {

@@ -3,14 +3,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/diffusion_schedule.h"
+#include "src/ops/common.h"
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/autograd/grad_mode.h"
 #include "wallfacer/ops/ops.h"
 
 namespace wf::models {
 namespace {
-
-constexpr double kLn2 = 0.69314718055994530942;
 
 // Elements per sample of a [B, ...] tensor, after checking it has one time per sample.
 std::int64_t per_sample_elements(const Tensor& x, std::size_t samples, const char* what) {
@@ -20,27 +20,26 @@ std::int64_t per_sample_elements(const Tensor& x, std::size_t samples, const cha
   return x.size(0) == 0 ? 0 : x.numel() / x.size(0);
 }
 
-// The tanh approximation of the standard normal CDF (DiT's approx_standard_normal_cdf) and its derivative.
-double approx_cdf(double u) {
-  return 0.5 * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (u + 0.044715 * u * u * u)));
-}
-double approx_cdf_derivative(double u) {
-  const double th = std::tanh(std::sqrt(2.0 / M_PI) * (u + 0.044715 * u * u * u));
-  return 0.5 * (1.0 - th * th) * std::sqrt(2.0 / M_PI) * (1.0 + 3.0 * 0.044715 * u * u);
-}
-
-// log(max(p, 1e-12)) and its derivative by p (zero where the clamp holds, as torch.clamp's).
-std::pair<double, double> clamped_log(double p) {
-  constexpr double kFloor = 1e-12;
-  return p >= kFloor ? std::pair{std::log(p), 1.0 / p} : std::pair{std::log(kFloor), 0.0};
-}
-
-// x clamped to [−1, 1] elementwise (a copy).
+// x clamped to [−1, 1] elementwise in f32 (a copy, in x's dtype).
 Tensor clamp_unit(const Tensor& x) {
-  Tensor out = x.to(DType::f32).clone();
-  float* p = out.data<float>();
-  for (std::int64_t i = 0; i < out.numel(); ++i) p[i] = std::clamp(p[i], -1.0f, 1.0f);
+  const Tensor x32 = x.to(DType::f32);
+  const ops::Kernels k = ops::kernels_for("diffusion clamp", {x32});
+  Tensor out = Tensor::empty(x32.shape(), DType::f32, k.device());
+  k->clamp(k.stream, DType::f32, x32.numel(), -1.0, 1.0, x32.data<float>(), out.data<float>());
   return out.to(x.dtype());
+}
+
+// Host times as an f64 [batch] tensor on `device`.
+Tensor times_on(const std::vector<double>& t, Device device) {
+  return Tensor::from_vector(t, {static_cast<std::int64_t>(t.size())}).to(device);
+}
+
+// Times [samples] f64 on x's device, else an error naming `what` and the fix.
+void check_times(const Tensor& times, const Tensor& x, const char* what) {
+  WF_CHECK(times.defined() && times.dim() == 1 && times.dtype() == DType::f64 && times.device() == x.device(),
+           "diffusion {}: times must be [batch] f64 on the data's device {} (one per sample), got {} {} on {}", what,
+           x.device().str(), times.defined() ? dtype_name(times.dtype()) : "none",
+           times.defined() ? shape_str(times.shape()) : "", times.defined() ? times.device().str() : "none");
 }
 
 }  // namespace
@@ -82,6 +81,20 @@ Diffusion::Diffusion(const DiffusionOptions& options) : options_(options) {
   for (std::size_t t = 0; t < n; ++t) {
     posterior_log_variance_clipped_[t] = std::log(posterior_variance[t == 0 ? 1 : t]);
   }
+  // The kernels' copy of the constants (kernels/diffusion_schedule.h), from the values above.
+  std::vector<double> table(n * kernels::kScheduleColumns);
+  for (std::size_t t = 0; t < n; ++t) {
+    double* row = table.data() + t * kernels::kScheduleColumns;
+    row[kernels::kSqrtAlphaBar] = std::sqrt(alphas_cumprod_[t]);
+    row[kernels::kSqrtOneMinusAlphaBar] = std::sqrt(1.0 - alphas_cumprod_[t]);
+    row[kernels::kSqrtRecipAlphaBar] = std::sqrt(1.0 / alphas_cumprod_[t]);
+    row[kernels::kSqrtRecipAlphaBarM1] = std::sqrt(1.0 / alphas_cumprod_[t] - 1.0);
+    row[kernels::kPosteriorMeanCoef1] = posterior_mean_coef1_[t];
+    row[kernels::kPosteriorMeanCoef2] = posterior_mean_coef2_[t];
+    row[kernels::kPosteriorLogVariance] = posterior_log_variance_clipped_[t];
+    row[kernels::kLogBeta] = std::log(betas_[t]);
+  }
+  schedule_ = Tensor::from_vector(table, {T, kernels::kScheduleColumns});
 }
 
 double Diffusion::time_from_uniform(double u) const {
@@ -92,6 +105,10 @@ double Diffusion::time_from_uniform(double u) const {
 
 double Diffusion::model_time(double t) const { return options_.kind == DiffusionKind::flow ? 1000.0 * t : t; }
 
+Tensor Diffusion::model_times(const Tensor& times) const {
+  return options_.kind == DiffusionKind::flow ? scale(times, 1000.0) : times;
+}
+
 std::pair<double, double> Diffusion::coefficients(double t) const {
   if (options_.kind == DiffusionKind::flow) return {1.0 - t, t};
   const auto step = static_cast<std::int64_t>(t);
@@ -101,19 +118,22 @@ std::pair<double, double> Diffusion::coefficients(double t) const {
   return {std::sqrt(a), std::sqrt(1.0 - a)};
 }
 
-Tensor Diffusion::noised(const Tensor& x0, const Tensor& noise, const std::vector<double>& t) const {
-  const std::int64_t m = per_sample_elements(x0, t.size(), "noised");
+Tensor Diffusion::noised(const Tensor& x0, const Tensor& noise, const Tensor& times) const {
+  check_times(times, x0, "noised");
+  const std::int64_t m = per_sample_elements(x0, static_cast<std::size_t>(times.numel()), "noised");
   WF_CHECK(noise.shape() == x0.shape() && noise.dtype() == DType::f32, "diffusion noised: noise {} must match x0 {}",
            shape_str(noise.shape()), shape_str(x0.shape()));
-  Tensor out = Tensor::empty(x0.shape(), DType::f32);
-  for (std::size_t b = 0; b < t.size(); ++b) {
-    const auto [a, s] = coefficients(t[b]);
-    const float* x = x0.data<float>() + static_cast<std::int64_t>(b) * m;
-    const float* e = noise.data<float>() + static_cast<std::int64_t>(b) * m;
-    float* o = out.data<float>() + static_cast<std::int64_t>(b) * m;
-    for (std::int64_t i = 0; i < m; ++i) o[i] = static_cast<float>(a * x[i] + s * e[i]);
-  }
+  const Tensor schedule = schedule_.to(x0.device());
+  const ops::Kernels k = ops::kernels_for("diffusion noised", {x0, noise, times, schedule});
+  Tensor out = Tensor::empty(x0.shape(), DType::f32, k.device());
+  k->diffusion_noise(k.stream, options_.kind == DiffusionKind::flow, times.numel(), m, options_.num_timesteps,
+                     schedule.data<double>(), times.data<double>(), x0.data<float>(), noise.data<float>(),
+                     out.data<float>());
   return out;
+}
+
+Tensor Diffusion::noised(const Tensor& x0, const Tensor& noise, const std::vector<double>& t) const {
+  return noised(x0, noise, times_on(t, x0.device()));
 }
 
 Tensor Diffusion::target(const Tensor& x0, const Tensor& noise) const {
@@ -123,6 +143,11 @@ Tensor Diffusion::target(const Tensor& x0, const Tensor& noise) const {
 
 Tensor Diffusion::loss_sum(const Tensor& prediction, const Tensor& variance, const Tensor& target, const Tensor& x0,
                            const Tensor& x_t, const std::vector<double>& t) const {
+  return loss_sum(prediction, variance, target, x0, x_t, times_on(t, prediction.device()));
+}
+
+Tensor Diffusion::loss_sum(const Tensor& prediction, const Tensor& variance, const Tensor& target, const Tensor& x0,
+                           const Tensor& x_t, const Tensor& times) const {
   WF_CHECK(prediction.shape() == target.shape(), "diffusion loss: prediction {} and target {} must have one shape",
            shape_str(prediction.shape()), shape_str(target.shape()));
   const Tensor error = sub(prediction, target);
@@ -134,74 +159,31 @@ Tensor Diffusion::loss_sum(const Tensor& prediction, const Tensor& variance, con
              "and {}",
              shape_str(prediction.shape()), variance.defined() ? shape_str(variance.shape()) : "none",
              x0.defined() ? shape_str(x0.shape()) : "none", x_t.defined() ? shape_str(x_t.shape()) : "none");
-    loss = add(loss, vb_sum(variance, prediction.detach(), x0, x_t, t));
+    loss = add(loss, vb_sum(variance, prediction.detach(), x0, x_t, times));
   }
   return loss;
 }
 
-VbTerm vb_term(double v, double x0, double mean_true, double log_var_true, double mean_model, double max_log,
-               double min_log, bool decoder) {
-  const double frac = (v + 1.0) / 2.0;
-  const double lv = frac * max_log + (1.0 - frac) * min_log;
-  const double dlv_dv = (max_log - min_log) / 2.0;
-  if (!decoder) {  // normal_kl(mean_true, log_var_true, mean_model, lv) / ln 2
-    const double ratio = std::exp(log_var_true - lv), d = mean_true - mean_model, scaled = d * d * std::exp(-lv);
-    const double kl = 0.5 * (-1.0 + lv - log_var_true + ratio + scaled);
-    return {kl / kLn2, 0.5 * (1.0 - ratio - scaled) * dlv_dv / kLn2};
-  }
-  // −discretized_gaussian_log_likelihood(x0; mean_model, log_scale = lv/2) / ln 2. The inputs
-  // scale as exp(−lv/2), so d(input)/d(lv) = −input/2.
-  const double inv_std = std::exp(-0.5 * lv), centered = x0 - mean_model;
-  const double plus_in = inv_std * (centered + 1.0 / 255.0), min_in = inv_std * (centered - 1.0 / 255.0);
-  const double cdf_plus = approx_cdf(plus_in), cdf_min = approx_cdf(min_in);
-  const double d_cdf_plus = approx_cdf_derivative(plus_in) * (-0.5 * plus_in);
-  const double d_cdf_min = approx_cdf_derivative(min_in) * (-0.5 * min_in);
-  double log_prob = 0, d_log_prob = 0;
-  if (x0 < -0.999) {
-    const auto [l, dl] = clamped_log(cdf_plus);
-    log_prob = l, d_log_prob = dl * d_cdf_plus;
-  } else if (x0 > 0.999) {
-    const auto [l, dl] = clamped_log(1.0 - cdf_min);
-    log_prob = l, d_log_prob = -dl * d_cdf_min;
-  } else {
-    const auto [l, dl] = clamped_log(cdf_plus - cdf_min);
-    log_prob = l, d_log_prob = dl * (d_cdf_plus - d_cdf_min);
-  }
-  return {-log_prob / kLn2, -d_log_prob * dlv_dv / kLn2};
-}
-
 Tensor Diffusion::vb_sum(const Tensor& variance, const Tensor& eps, const Tensor& x0, const Tensor& x_t,
-                         const std::vector<double>& t) const {
-  const std::int64_t m = per_sample_elements(x0, t.size(), "vb");
-  WF_CHECK(variance.numel() == x0.numel() && eps.numel() == x0.numel() && x_t.numel() == x0.numel(),
-           "diffusion vb: variance {}, eps {} and x_t {} must match x0 {}", shape_str(variance.shape()),
+                         const Tensor& times) const {
+  check_times(times, x0, "vb");
+  const std::int64_t m = per_sample_elements(x0, static_cast<std::size_t>(times.numel()), "vb");
+  WF_CHECK(variance.numel() == x0.numel() && eps.numel() == x0.numel() && x_t.numel() == x0.numel() &&
+               x_t.dtype() == DType::f32,
+           "diffusion vb: variance {}, eps {} and x_t {} (f32) must match x0 {}", shape_str(variance.shape()),
            shape_str(eps.shape()), shape_str(x_t.shape()), shape_str(x0.shape()));
   // One pass computes every element's term and its derivative; backward scales the derivatives.
   auto d_v = std::make_shared<Tensor>();
   auto forward = [&, m, d_v](autograd::Context&, const autograd::TensorList& in) {
-    const std::vector<double> v = in[0].to_vector<double>(), e = eps.to_vector<double>();
-    std::vector<double> derivative(v.size());
-    double total = 0;
-    for (std::size_t b = 0; b < t.size(); ++b) {
-      const auto step = static_cast<std::size_t>(t[b]);
-      WF_CHECK(static_cast<double>(step) == t[b] && t[b] >= 0 && t[b] < static_cast<double>(betas_.size()),
-               "diffusion vb: time {} is not a ddpm step", t[b]);
-      const double recip = std::sqrt(1.0 / alphas_cumprod_[step]), recip_m1 = std::sqrt(1.0 / alphas_cumprod_[step] - 1.0);
-      const double c1 = posterior_mean_coef1_[step], c2 = posterior_mean_coef2_[step];
-      const double min_log = posterior_log_variance_clipped_[step], max_log = std::log(betas_[step]);
-      const std::int64_t base = static_cast<std::int64_t>(b) * m;
-      for (std::int64_t i = base; i < base + m; ++i) {
-        const double xt = x_t.data<float>()[i], x = x0.data<float>()[i];
-        const auto k = static_cast<std::size_t>(i);
-        const double pred_x0 = recip * xt - recip_m1 * e[k];  // unclipped, as in training
-        const VbTerm term = vb_term(v[k], x, c1 * x + c2 * xt, min_log, c1 * pred_x0 + c2 * xt, max_log, min_log,
-                                    step == 0);
-        total += term.value;
-        derivative[k] = term.d_v;
-      }
-    }
-    *d_v = Tensor::from_vector(derivative, in[0].shape()).to(in[0].dtype());
-    return autograd::TensorList{Tensor::scalar(total, in[0].dtype())};
+    const Tensor v = in[0].to(DType::f64), e = eps.to(DType::f64), schedule = schedule_.to(x0.device());
+    const ops::Kernels k = ops::kernels_for("diffusion vb", {v, e, x0, x_t, times, schedule});
+    Tensor derivative = Tensor::empty(in[0].shape(), DType::f64, k.device());
+    Tensor total = Tensor::empty({}, DType::f64, k.device());
+    k->diffusion_vb(k.stream, times.numel(), m, options_.num_timesteps, schedule.data<double>(),
+                    times.data<double>(), v.data<double>(), e.data<double>(), x0.data<float>(), x_t.data<float>(),
+                    derivative.data<double>(), total.data<double>());
+    *d_v = derivative.to(in[0].dtype());
+    return autograd::TensorList{total.to(in[0].dtype())};
   };
   auto backward = [d_v](autograd::Context&, const autograd::TensorList& grad) {
     return autograd::TensorList{mul(*d_v, grad[0])};

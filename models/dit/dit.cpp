@@ -104,6 +104,8 @@ std::pair<Tensor, Tensor> Dit::embed(const Tensor& tokens, const Tensor& model_t
   // The inputs enter in the dtype the layers compute in (bf16 under mixed precision, f64 in tests).
   const DType compute = compute_dtype(x_embedder_->weight().dtype());
   Tensor x = x_embedder_->forward(tokens.to(compute));
+  // The table is built on the host; it follows the positions to their device once.
+  if (pos_table_.device() != positions.device()) pos_table_ = pos_table_.to(positions.device());
   const Tensor pos = nn::select_rows(pos_table_, positions);
   x = add(x, pos.dtype() == x.dtype() ? pos : pos.to(x.dtype()));  // [B, n, d] + [n, d]
   const Tensor c = add(t_embedder_->forward(model_times), y_embedder_->forward(labels));
@@ -125,7 +127,8 @@ Tensor Dit::forward_tokens(const Tensor& tokens, const Tensor& model_times, cons
 
 Tensor Dit::forward(const Tensor& x_t, const Tensor& model_times, const Tensor& labels) {
   const DitOptions& o = options_;
-  const Tensor positions = Tensor::arange(0.0, static_cast<double>(o.num_patches()), 1.0, DType::i64);
+  const Tensor positions =
+      Tensor::arange(0.0, static_cast<double>(o.num_patches()), 1.0, DType::i64).to(x_t.device());  // every patch
   const Tensor out = forward_tokens(patchify(x_t, o.patch_size, o.frames, false), model_times, labels, positions);
   return unpatchify(out, o.patch_size, o.frames, o.grid(), o.out_channels());
 }
@@ -134,9 +137,8 @@ Dit::Noised Dit::noised_inputs(const Batch& batch) const {
   const DitOptions& o = options_;
   const Tensor& images = batch.at("images");
   const Tensor& positions = batch.at("positions");
-  const Tensor times = batch.at("times").to(DType::f64);
   Noised in;
-  in.times.assign(times.data<double>(), times.data<double>() + times.numel());
+  in.times = batch.at("times").to(DType::f64);
   const Tensor& noise = batch.at("noise");
   const Tensor x_t = diffusion_.noised(images, noise, in.times);
   in.tokens = nn::select_rows(patchify(x_t, o.patch_size, o.frames, false), positions);
@@ -175,10 +177,7 @@ StageOutput Dit::forward_stage(const Batch& batch, const Tensor& hidden, int chu
   Tensor x, c;
   if (first) {
     in = noised_inputs(batch);
-    std::vector<double> model_times;
-    for (const double t : in.times) model_times.push_back(diffusion_.model_time(t));
-    const Tensor times = Tensor::from_vector(model_times, {static_cast<std::int64_t>(model_times.size())});
-    std::tie(x, c) = embed(in.tokens, times, batch.at("labels"), positions);
+    std::tie(x, c) = embed(in.tokens, diffusion_.model_times(in.times), batch.at("labels"), positions);
   } else {
     WF_CHECK(hidden.defined() && hidden.dim() == 3 && hidden.size(1) == positions.numel() + 1 &&
                  hidden.size(2) == options_.d_model,

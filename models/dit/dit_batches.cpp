@@ -49,6 +49,8 @@ Batch DitBatchSource::get(std::int64_t step, std::int64_t micro) const {
   const std::int64_t per_image = o.in_channels * o.image_size * o.image_size, per_sample = F * per_image;
   Shape shape = {B, o.in_channels, o.image_size, o.image_size};
   if (F > 1) shape.insert(shape.begin() + 1, F);
+  // The batch is assembled on the host (the loader's images, the counter RNG's times, labels and
+  // noise), as every batch source's; a run on a device moves it there as a whole.
   Tensor images = Tensor::empty(shape, DType::f32);
   Tensor times = Tensor::empty({B}, DType::f64);
   Tensor labels = Tensor::empty({B}, DType::i64);

@@ -32,8 +32,9 @@ Tensor sample_dit(Dit& model, const DitSampleOptions& options) {
     const Tensor input = guided ? cat({x, x}, 0) : x;
     std::vector<double> all_times = times;
     if (guided) all_times.insert(all_times.end(), times.begin(), times.end());
-    Tensor out = model.forward(input, Tensor::from_vector(all_times, {static_cast<std::int64_t>(all_times.size())}),
-                               label_tensor);
+    // The times and labels are built on the host: they join x on its device.
+    const Tensor times_tensor = Tensor::from_vector(all_times, {static_cast<std::int64_t>(all_times.size())});
+    Tensor out = model.forward(input, times_tensor.to(x.device()), label_tensor.to(x.device()));
     if (out.dtype() != DType::f32) out = out.to(DType::f32);
     out = narrow(out, channel_dim, 0, o.in_channels);  // the prediction, without learn_sigma's variance
     if (!guided) return out;

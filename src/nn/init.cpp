@@ -3,6 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+// Host-side setup: every initialiser here draws from the layout-independent counter RNG
+// (Tensor::randn_at / rand_at, which fill host memory) and shapes the draws on the host, before
+// any tensor moves to a device. They return CPU tensors; the caller moves parameters with
+// `.to(device)`. That keeps a parameter's values one function of (seed, global index) whatever
+// the device, so these loops are not step arithmetic and stay out of kernels/.
 namespace wf::nn {
 namespace {
 

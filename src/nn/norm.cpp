@@ -32,8 +32,8 @@ Tensor LayerNorm::forward(const Tensor& x) {
   check_norm_input("LayerNorm", options_.dim, x);
   if (options_.affine) return layer_norm(x, in_compute_dtype(weight_), in_compute_dtype(bias_), options_.eps);
   // Constant unit scale and zero shift: they need no gradient and are cheap to make.
-  return layer_norm(x, Tensor::ones({options_.dim}, x.dtype()), Tensor::zeros({options_.dim}, x.dtype()),
-                    options_.eps);
+  return layer_norm(x, Tensor::ones({options_.dim}, x.dtype(), x.device()),
+                    Tensor::zeros({options_.dim}, x.dtype(), x.device()), options_.eps);
 }
 
 RMSNorm::RMSNorm(const RMSNormOptions& options) : options_(options) {

@@ -49,7 +49,8 @@ SelfAttention::SelfAttention(const SelfAttentionOptions& options)
 
 Tensor SelfAttention::forward(const Tensor& x, std::int64_t position_offset) {
   WF_CHECK(position_offset >= 0, "SelfAttention: position_offset must be >= 0, got {}", position_offset);
-  const Tensor positions = x.defined() && x.dim() >= 2 ? contiguous_positions(position_offset, x.size(1)) : Tensor();
+  const Tensor positions =
+      x.defined() && x.dim() >= 2 ? contiguous_positions(position_offset, x.size(1), x.device()) : Tensor();
   return run(x, positions, attention_options(position_offset));
 }
 
@@ -105,10 +106,11 @@ AttentionOptions SelfAttention::attention_options(std::int64_t position_offset) 
   return {.causal = options_.causal, .q_offset = position_offset, .kv_offset = position_offset};
 }
 
-Tensor SelfAttention::contiguous_positions(std::int64_t position_offset, std::int64_t tokens) const {
+Tensor SelfAttention::contiguous_positions(std::int64_t position_offset, std::int64_t tokens, Device device) const {
   if (!options_.rope) return Tensor();
   return Tensor::arange(static_cast<double>(position_offset), static_cast<double>(position_offset + tokens), 1.0,
-                        DType::i64);
+                        DType::i64)
+      .to(device);
 }
 
 void SelfAttention::set_strategy(std::shared_ptr<AttentionStrategy> strategy) {

@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
+
+#include "src/ops/common.h"
 
 namespace wf::nn {
 namespace {
@@ -18,11 +19,9 @@ void sincos_into(std::int64_t dim, double p, double* out) {
   }
 }
 
+// The table, built on the host in f64, rounded once to f32 (the caller moves it to its device).
 Tensor to_f32(const std::vector<double>& values, std::int64_t rows, std::int64_t dim) {
-  Tensor t = Tensor::empty({rows, dim}, DType::f32);
-  float* o = t.data<float>();
-  for (std::size_t i = 0; i < values.size(); ++i) o[i] = static_cast<float>(values[i]);
-  return t;
+  return Tensor::from_vector(values, {rows, dim}).to(DType::f32);
 }
 
 }  // namespace
@@ -31,12 +30,14 @@ Tensor sincos_1d(std::int64_t dim, const Tensor& positions) {
   WF_CHECK(dim > 0 && dim % 2 == 0, "sincos_1d: dim must be positive and even, got {}", dim);
   WF_CHECK(positions.dim() == 1 && positions.dtype() == DType::i64, "sincos_1d: positions must be [n] i64, got {} {}",
            dtype_name(positions.dtype()), shape_str(positions.shape()));
-  const std::int64_t n = positions.numel();
+  // A table built once on the host (positions are read there), returned on the positions' device.
+  const std::vector<std::int64_t> host_positions = positions.to(Device::cpu()).to_vector<std::int64_t>();
+  const auto n = static_cast<std::int64_t>(host_positions.size());
   std::vector<double> values(static_cast<std::size_t>(n * dim));
   for (std::int64_t i = 0; i < n; ++i) {
-    sincos_into(dim, static_cast<double>(positions.data<std::int64_t>()[i]), values.data() + i * dim);
+    sincos_into(dim, static_cast<double>(host_positions[static_cast<std::size_t>(i)]), values.data() + i * dim);
   }
-  return to_f32(values, n, dim);
+  return to_f32(values, n, dim).to(positions.device());
 }
 
 Tensor sincos_3d(std::int64_t dim, std::int64_t frames, std::int64_t rows, std::int64_t cols) {
@@ -71,17 +72,10 @@ Tensor select_rows(const Tensor& x, const Tensor& positions) {
   const std::int64_t N = x.size(-2), n = positions.numel(), outer = x.numel() / std::max<std::int64_t>(N * x.size(-1), 1);
   Shape shape = x.shape();
   shape[shape.size() - 2] = n;
-  Tensor out = Tensor::empty(shape, x.dtype());
-  const std::size_t row = static_cast<std::size_t>(x.size(-1)) * dtype_size(x.dtype());
-  const auto* src = static_cast<const char*>(x.raw_data());
-  auto* dst = static_cast<char*>(out.raw_data());
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t p = positions.data<std::int64_t>()[i];
-    WF_CHECK(p >= 0 && p < N, "select_rows: position {} is outside the {} rows", p, N);
-    for (std::int64_t b = 0; b < outer; ++b) {
-      std::memcpy(dst + static_cast<std::size_t>(b * n + i) * row, src + static_cast<std::size_t>(b * N + p) * row, row);
-    }
-  }
+  const ops::Kernels k = ops::kernels_for("select_rows", {x, positions});
+  Tensor out = Tensor::empty(shape, x.dtype(), k.device());
+  k->select_rows(k.stream, dtype_size(x.dtype()), outer, N, x.size(-1), x.raw_data(), n,
+                 positions.data<std::int64_t>(), out.raw_data());
   return out;
 }
 

@@ -1,35 +1,17 @@
 #include "wallfacer/nn/timestep_embedder.h"
 
-#include <cmath>
-
+#include "src/ops/common.h"
 #include "wallfacer/ops/activation.h"
 
 namespace wf::nn {
-namespace {
-
-// The timesteps as doubles, whatever their dtype.
-std::vector<double> timesteps(const Tensor& t) {
-  WF_CHECK(t.dim() == 1, "timestep embedding: t must be [batch], got {}", shape_str(t.shape()));
-  const Tensor t64 = t.to(DType::f64);
-  return std::vector<double>(t64.data<double>(), t64.data<double>() + t64.numel());
-}
-
-}  // namespace
 
 Tensor timestep_frequency_embedding(const Tensor& t, std::int64_t channels, double max_period) {
   WF_CHECK(channels > 0 && channels % 2 == 0, "timestep embedding: channels must be positive and even, got {}", channels);
-  const std::vector<double> times = timesteps(t);
-  const std::int64_t batch = static_cast<std::int64_t>(times.size()), half = channels / 2;
-  Tensor out = Tensor::empty({batch, channels}, DType::f32);
-  float* o = out.data<float>();
-  for (std::int64_t b = 0; b < batch; ++b) {
-    for (std::int64_t k = 0; k < half; ++k) {
-      const double freq = std::exp(-std::log(max_period) * static_cast<double>(k) / static_cast<double>(half));
-      const double arg = times[static_cast<std::size_t>(b)] * freq;
-      o[b * channels + k] = static_cast<float>(std::cos(arg));
-      o[b * channels + half + k] = static_cast<float>(std::sin(arg));
-    }
-  }
+  WF_CHECK(t.dim() == 1, "timestep embedding: t must be [batch], got {}", shape_str(t.shape()));
+  const Tensor times = t.to(DType::f64);  // whatever their dtype, on their device
+  const ops::Kernels k = ops::kernels_for("timestep embedding", {times});
+  Tensor out = Tensor::empty({times.numel(), channels}, DType::f32, k.device());
+  k->timestep_embedding(k.stream, times.numel(), channels, max_period, times.data<double>(), out.data<float>());
   return out;
 }
 

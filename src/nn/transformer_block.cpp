@@ -125,7 +125,8 @@ Tensor TransformerBlock::forward(const Tensor& x, std::int64_t position_offset) 
   WF_CHECK(position_offset >= 0, "TransformerBlock: position_offset must be >= 0, got {}", position_offset);
   // With activation sharding x holds this rank's slice of the tokens; attention sees them all.
   const std::int64_t tokens = x.size(1) * layers_or_default(options_.layers).activation_token_parts();
-  return run(x, attn_->contiguous_positions(position_offset, tokens), attn_->attention_options(position_offset));
+  return run(x, attn_->contiguous_positions(position_offset, tokens, x.device()),
+             attn_->attention_options(position_offset));
 }
 
 Tensor TransformerBlock::forward(const Tensor& x, const Tensor& positions) {

@@ -43,7 +43,11 @@ class Diffusion {
   double time_from_uniform(double u) const;
   // What the timestep embedder is given for time t: ddpm t, flow 1000·t.
   double model_time(double t) const;
-  // x_t = a(t)·x₀ + b(t)·ε for x₀, ε [B, ...] and one time per sample (differentiable in neither).
+  // The same for times [B] f64 on any device (a tensor on their device).
+  Tensor model_times(const Tensor& times) const;
+  // x_t = a(t)·x₀ + b(t)·ε for x₀, ε [B, ...] f32 and one time per sample (differentiable in
+  // neither): times [B] f64 on x₀'s device, or host values (moved there).
+  Tensor noised(const Tensor& x0, const Tensor& noise, const Tensor& times) const;
   Tensor noised(const Tensor& x0, const Tensor& noise, const std::vector<double>& t) const;
   // What the model is trained to predict: ε (ddpm) or ε − x₀ (flow).
   Tensor target(const Tensor& x0, const Tensor& noise) const;
@@ -53,6 +57,8 @@ class Diffusion {
   // per-element terms are DiT's (KL in bits; the decoder NLL at t = 0) with the mean from the
   // prediction with its gradient stopped. x0 and x_t (read with learn_sigma only; may be
   // undefined otherwise) have prediction's shape; t one per sample.
+  Tensor loss_sum(const Tensor& prediction, const Tensor& variance, const Tensor& target, const Tensor& x0,
+                  const Tensor& x_t, const Tensor& times) const;
   Tensor loss_sum(const Tensor& prediction, const Tensor& variance, const Tensor& target, const Tensor& x0,
                   const Tensor& x_t, const std::vector<double>& t) const;
 
@@ -78,22 +84,14 @@ class Diffusion {
   std::pair<double, double> coefficients(double t) const;
   // Σ L_vb over the elements (see loss_sum).
   Tensor vb_sum(const Tensor& variance, const Tensor& eps, const Tensor& x0, const Tensor& x_t,
-                const std::vector<double>& t) const;
+                const Tensor& times) const;
 
   DiffusionOptions options_;
   std::vector<double> betas_, alphas_cumprod_, alphas_cumprod_prev_;
   std::vector<double> posterior_log_variance_clipped_, posterior_mean_coef1_, posterior_mean_coef2_;
+  // The ddpm constants per step as the kernels read them (kernels/cpu/diffusion.h), [T, kernels::kScheduleColumns] f64:
+  // built once on the host, copied to the data's device by each call (64 KB for T = 1000).
+  Tensor schedule_;
 };
-
-// One L_vb element and its derivative by the variance output v (f64), for the op and its tests:
-// the KL in bits between the true posterior N(mean_true, exp(log_var_true)) and the model's
-// N(mean_model, exp(lv)), lv = ((v+1)/2)·max_log + (1 − (v+1)/2)·min_log; at t = 0 (decoder)
-// the negative log-likelihood in bits of x0 under the model's Gaussian discretised to 256 bins.
-struct VbTerm {
-  double value = 0;
-  double d_v = 0;
-};
-VbTerm vb_term(double v, double x0, double mean_true, double log_var_true, double mean_model, double max_log,
-               double min_log, bool decoder);
 
 }  // namespace wf::models

@@ -116,14 +116,14 @@ class Dit : public Model {
     Tensor tokens;   // [B, n, C·p·p] x_t in patchify order (the model's input)
     Tensor target;     // [B, n, p·p, C] in the output order
     Tensor x0, x_t;    // the same; with learn_sigma only (the bound's posterior)
-    std::vector<double> times;
+    Tensor times;      // [B] f64 on the batch's device
   };
   Noised noised_inputs(const Batch& batch) const;
   LossSum loss_of(const Tensor& out, const Noised& inputs) const;
 
   DitOptions options_;
   Diffusion diffusion_;
-  Tensor pos_table_;  // [N, d] f32 constant
+  Tensor pos_table_;  // [N, d] f32 constant, built on the host, on the device of the positions last seen
   std::shared_ptr<nn::Linear> x_embedder_;
   std::shared_ptr<nn::TimestepEmbedder> t_embedder_;
   std::shared_ptr<nn::Embedding> y_embedder_;

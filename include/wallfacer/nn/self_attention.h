@@ -69,8 +69,8 @@ class SelfAttention : public Module {
   // The strategy's options for tokens whose first global position is `position_offset`.
   AttentionOptions attention_options(std::int64_t position_offset) const;
   // What forward(x, position_offset) rotates by: offset … offset+tokens−1 (i64) when rope is
-  // on, else undefined (nothing to build).
-  Tensor contiguous_positions(std::int64_t position_offset, std::int64_t tokens) const;
+  // on, else undefined (nothing to build); on `device` (x's).
+  Tensor contiguous_positions(std::int64_t position_offset, std::int64_t tokens, Device device = Device::cpu()) const;
 
   // The strategy may be swapped at any time (e.g. after the process grid is set up).
   void set_strategy(std::shared_ptr<AttentionStrategy> strategy);

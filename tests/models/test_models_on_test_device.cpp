@@ -1,0 +1,230 @@
+// The models' own arithmetic (diffusion noising and L_vb, the timestep embedding, row selection,
+// the sampler's clamp) on the test device (Device::test(): its memory faults on any host touch
+// outside its kernels) against the CPU, bit for bit; then tiny DiT, GPT and LLaMA models with
+// parameters and inputs on the test device against the CPU: DiT's loss and the decoders' logits.
+//
+// The backward checks (gradients bitwise too) are the hidden "[testdev_backward]" cases: the
+// autograd engine still adds gradients on the host (autograd::accumulate_into loops over the data,
+// which faults on the test device), and so does DecoderLM's loss count (ops count_targets); run
+// them with `test_models "[testdev_backward]"` once those call kernels.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/model_testing.h"
+#include "wallfacer/autograd/grad_mode.h"
+#include "wallfacer/models/diffusion.h"
+#include "wallfacer/models/dit.h"
+#include "wallfacer/models/gpt.h"
+#include "wallfacer/models/llama.h"
+#include "wallfacer/nn/sincos_position.h"
+#include "wallfacer/nn/timestep_embedder.h"
+#include "wallfacer/ops/ops.h"
+
+using namespace wf;
+using namespace wf::models;
+
+namespace {
+
+// The same dtype, shape and bytes (b may live on any device).
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor ha = a.to(Device::cpu()), hb = b.to(Device::cpu());
+  return ha.dtype() == hb.dtype() && ha.shape() == hb.shape() &&
+         std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()) == 0;
+}
+
+Tensor on_test(const Tensor& t) { return t.to(Device::test()); }
+
+// Moves every parameter and buffer of `module` to `device` in place (the handles stay valid).
+void move_module(nn::Module& module, Device device) {
+  const auto move = [&](const Tensor& t) {
+    const Tensor moved = t.detach().to(device);
+    t.impl()->storage = moved.impl()->storage;
+    t.impl()->offset = moved.storage_offset();
+  };
+  for (const auto& [name, t] : module.named_parameters()) move(t);
+  for (const auto& [name, t] : module.named_buffers()) move(t);
+}
+
+// A tiny DiT (learn_sigma) with nonzero modulations and head on `device`: its loss on a fixed batch and, when
+// `backward`, every parameter's gradient.
+std::map<std::string, Tensor> tiny_dit_loss(Device device, bool backward) {
+  DitOptions o;
+  o.image_size = 8, o.in_channels = 2, o.patch_size = 2, o.d_model = 16, o.n_layer = 2, o.n_head = 2;
+  o.num_classes = 5, o.learn_sigma = true, o.seed = 3;
+  const Shape shape = {2, o.in_channels, o.image_size, o.image_size};
+  Batch batch;
+  batch.set("images", Tensor::randn_at(shape, 7, 0)).set("noise", Tensor::randn_at(shape, 8, 0));
+  batch.set("times", Tensor::from_vector(std::vector<double>{0, 613}, {2}));
+  batch.set("labels", Tensor::from_vector(std::vector<std::int64_t>{1, 5}, {2}));
+  batch.set("positions", models::testing::positions_of(o.num_patches()));
+  Dit model(o);
+  // Nonzero modulations and head (the published init zeroes them, and with them most gradients).
+  std::uint64_t offset = 0;
+  for (auto& [name, p] : model.named_parameters()) {
+    autograd::NoGradGuard no_grad;
+    p.copy_(scale(Tensor::randn_at(p.shape(), 11, offset, p.dtype()), 0.3));
+    offset += static_cast<std::uint64_t>(p.numel());
+  }
+  move_module(model, device);
+  Batch on_device;
+  for (const std::string key : {"images", "noise", "times", "labels", "positions"}) {
+    on_device.set(key, batch.at(key).to(device));
+  }
+  const LossSum loss = model.loss_sum(on_device);
+  std::map<std::string, Tensor> out = {{"loss", loss.sum}};
+  if (!backward) return out;
+  loss.sum.backward();
+  for (const auto& [name, p] : model.named_parameters()) out[name] = p.grad();
+  return out;
+}
+
+// A decoder's loss sum on a fixed batch with parameters and batch on `device`, and every
+// parameter's gradient.
+std::map<std::string, Tensor> decoder_loss(DecoderLM& model, Device device) {
+  const Tensor tokens = models::testing::random_ids(2, 8, model.vocab_size(), 5);
+  const Tensor targets = models::testing::random_ids(2, 8, model.vocab_size(), 6);
+  move_module(model, device);
+  const LossSum loss =
+      model.loss_sum(token_batch(tokens.to(device), targets.to(device), models::testing::positions_of(8).to(device)));
+  std::map<std::string, Tensor> out = {{"loss", loss.sum}};
+  loss.sum.backward();
+  for (const auto& [name, p] : model.named_parameters()) out[name] = p.grad();
+  return out;
+}
+
+std::unique_ptr<DecoderLM> tiny_decoder(const std::string& kind) {
+  if (kind == "gpt") {
+    return std::make_unique<Gpt>(
+        GptOptions{.vocab_size = 32, .max_seq_len = 16, .n_layer = 2, .n_head = 4, .d_model = 16, .seed = 7});
+  }
+  return std::make_unique<Llama>(LlamaOptions{.vocab_size = 40, .max_seq_len = 16, .n_layer = 2, .n_head = 4,
+                                              .n_kv_head = 2, .d_model = 16, .d_ff = 24, .seed = 3});
+}
+
+// Loss and gradients of fresh tiny GPT and LLaMA models on the test device and on the CPU,
+// compared bitwise.
+void check_decoders_on_test_device() {
+  for (const std::string kind : {"gpt", "llama"}) {
+    INFO(kind);
+    const auto cpu = decoder_loss(*tiny_decoder(kind), Device::cpu());
+    const auto dev = decoder_loss(*tiny_decoder(kind), Device::test());
+    for (const auto& [name, t] : cpu) {
+      INFO(name);
+      CHECK(same_bits(dev.at(name), t));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("test device: tiny GPT and LLaMA logits match the CPU bitwise", "[models][testdev]") {
+  for (const std::string kind : {"gpt", "llama"}) {
+    INFO(kind);
+    const auto logits = [&](Device device) {
+      const std::unique_ptr<DecoderLM> model = tiny_decoder(kind);
+      move_module(*model, device);
+      const Tensor ids = models::testing::random_ids(2, 8, model->vocab_size(), 5).to(device);
+      return model->logits(ids, models::testing::positions_of(8).to(device));
+    };
+    CHECK(same_bits(logits(Device::test()), logits(Device::cpu())));
+  }
+}
+
+// Hidden until ops' count_targets (a host loop over the targets, called by DecoderLM's loss) and
+// the autograd engine's gradient accumulation run on the device.
+TEST_CASE("test device: tiny GPT and LLaMA losses and gradients match the CPU bitwise",
+          "[.][models][testdev_backward]") {
+  check_decoders_on_test_device();
+}
+
+TEST_CASE("test device: the timestep embedding and row selection match the CPU bitwise", "[models][testdev]") {
+  const Tensor t = Tensor::from_vector(std::vector<double>{0, 17, 999, 250.5}, {4});
+  CHECK(same_bits(nn::timestep_frequency_embedding(on_test(t), 256), nn::timestep_frequency_embedding(t, 256)));
+  const Tensor x = Tensor::randn_at({2, 9, 4}, 5, 0);
+  const Tensor positions = Tensor::from_vector(std::vector<std::int64_t>{8, 0, 4}, {3});
+  const Tensor selected = nn::select_rows(on_test(x), on_test(positions));
+  CHECK(selected.device() == Device::test());
+  CHECK(same_bits(selected, nn::select_rows(x, positions)));
+}
+
+TEST_CASE("test device: diffusion noising, the loss with L_vb and its gradient match the CPU bitwise",
+          "[models][testdev]") {
+  const Shape shape = {3, 2, 4, 4};
+  const Tensor x0 = Tensor::randn_at(shape, 1, 0), noise = Tensor::randn_at(shape, 2, 0);
+  for (const DiffusionKind kind : {DiffusionKind::ddpm, DiffusionKind::flow}) {
+    INFO(diffusion_kind_name(kind));
+    const bool learn_sigma = kind == DiffusionKind::ddpm;
+    const Diffusion diffusion({.kind = kind, .learn_sigma = learn_sigma});
+    const std::vector<double> host_times =
+        kind == DiffusionKind::ddpm ? std::vector<double>{0, 1, 999} : std::vector<double>{0.0, 0.5, 0.97};
+    const Tensor times = Tensor::from_vector(host_times, {3});
+    const Tensor x_t = diffusion.noised(x0, noise, times);
+    const Tensor x_t_dev = diffusion.noised(on_test(x0), on_test(noise), on_test(times));
+    CHECK(x_t_dev.device() == Device::test());
+    CHECK(same_bits(x_t_dev, x_t));
+    CHECK(same_bits(diffusion.noised(x0, noise, host_times), x_t));  // the host-times overload
+    CHECK(same_bits(diffusion.model_times(on_test(times)), diffusion.model_times(times)));
+
+    const Tensor target = diffusion.target(x0, noise);
+    const Tensor prediction = Tensor::randn_at(shape, 3, 0), variance = wf::tanh(Tensor::randn_at(shape, 4, 0));
+    const auto loss_on = [&](Device device) {
+      return diffusion.loss_sum(prediction.to(device), learn_sigma ? variance.to(device) : Tensor(), target.to(device),
+                                x0.to(device), x_t.to(device), times.to(device));
+    };
+    CHECK(same_bits(loss_on(Device::test()), loss_on(Device::cpu())));
+  }
+}
+
+TEST_CASE("test device: the diffusion loss's gradients match the CPU bitwise", "[.][models][testdev_backward]") {
+  const Shape shape = {3, 2, 4, 4};
+  const Tensor x0 = Tensor::randn_at(shape, 1, 0), noise = Tensor::randn_at(shape, 2, 0);
+  for (const DiffusionKind kind : {DiffusionKind::ddpm, DiffusionKind::flow}) {
+    INFO(diffusion_kind_name(kind));
+    const bool learn_sigma = kind == DiffusionKind::ddpm;
+    const Diffusion diffusion({.kind = kind, .learn_sigma = learn_sigma});
+    const Tensor times = Tensor::from_vector(
+        kind == DiffusionKind::ddpm ? std::vector<double>{0, 1, 999} : std::vector<double>{0.0, 0.5, 0.97}, {3});
+    const Tensor x_t = diffusion.noised(x0, noise, times), target = diffusion.target(x0, noise);
+    const auto loss_and_grads = [&](Device device) {
+      Tensor prediction = Tensor::randn_at(shape, 3, 0).to(device), variance;
+      prediction.set_requires_grad(true);
+      if (learn_sigma) {
+        variance = wf::tanh(Tensor::randn_at(shape, 4, 0)).to(device);
+        variance.set_requires_grad(true);
+      }
+      const Tensor loss = diffusion.loss_sum(prediction, variance, target.to(device), x0.to(device), x_t.to(device),
+                                             times.to(device));
+      loss.backward();
+      return std::vector<Tensor>{loss, prediction.grad(), learn_sigma ? variance.grad() : Tensor::zeros({1})};
+    };
+    const std::vector<Tensor> cpu = loss_and_grads(Device::cpu()), dev = loss_and_grads(Device::test());
+    for (std::size_t i = 0; i < cpu.size(); ++i) CHECK(same_bits(dev[i], cpu[i]));
+  }
+}
+
+TEST_CASE("test device: the DDIM sampler with clipping matches the CPU bitwise", "[models][testdev]") {
+  const Diffusion diffusion({});
+  const Tensor noise = Tensor::randn_at({2, 1, 4, 4}, 6, 0);
+  // A denoiser that overshoots, so the clamp to [−1, 1] bites.
+  const Diffusion::Denoiser model = [](const Tensor& x, const std::vector<double>&) { return scale(x, -3.0); };
+  const Tensor on_cpu = diffusion.sample(model, noise, 4, true);
+  const Tensor on_dev = diffusion.sample(model, on_test(noise), 4, true);
+  CHECK(on_dev.device() == Device::test());
+  CHECK(same_bits(on_dev, on_cpu));
+}
+
+TEST_CASE("test device: a tiny DiT's loss matches the CPU bitwise", "[models][testdev]") {
+  CHECK(same_bits(tiny_dit_loss(Device::test(), false).at("loss"), tiny_dit_loss(Device::cpu(), false).at("loss")));
+}
+
+TEST_CASE("test device: a tiny DiT's gradients match the CPU bitwise", "[.][models][testdev_backward]") {
+  const auto cpu = tiny_dit_loss(Device::cpu(), true), dev = tiny_dit_loss(Device::test(), true);
+  for (const auto& [name, t] : cpu) {
+    INFO(name);
+    CHECK(same_bits(dev.at(name), t));
+  }
+}
