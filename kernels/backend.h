@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kernels/kernel_args.h"
+#include "kernels/sp_kernel_args.h"
 #include "wallfacer/core/device.h"
 #include "wallfacer/core/dtype.h"
 #include "wallfacer/core/stream.h"
@@ -206,6 +207,24 @@ class Backend {
   virtual void attention_merge(const Stream& stream, DType dtype, std::int64_t batch, std::int64_t q_len,
                                std::int64_t heads, std::int64_t head_dim, void* o, void* lse, const void* o_i,
                                const void* lse_i) = 0;
+
+  // ---- sequence-parallel attention (src/parallel; kernels/cpu/sp_attention.h) ---------------
+  // WallFacer's team combine: from the members' partial lse all [members, rows], lse_star[r] =
+  // log Σ_c exp(all[c, r]) summed in member order (every member gets the same bits) and
+  // weight[r] = exp(all[member, r] − lse_star[r]); −inf and 0 for a row no member saw.
+  virtual void team_lse_combine(const Stream& stream, DType dtype, int members, std::int64_t rows, int member,
+                                const void* all, void* lse_star, void* weight) = 0;
+  // o [B, n, h, d]: o[b, i, head, :] *= weight[b, head, i] (weight [B, h, n]).
+  virtual void scale_attention_rows(const Stream& stream, DType dtype, std::int64_t B, std::int64_t n,
+                                    std::int64_t h, std::int64_t d, void* o, const void* weight) = 0;
+  // out [B, h, n] = d_lse − rowsum(d_o∘o) over o, d_o [B, n, h, d]: attention's −D with the
+  // gradient arriving at lse folded in (d_lse nullable: 0).
+  virtual void attention_minus_delta(const Stream& stream, DType dtype, std::int64_t B, std::int64_t n,
+                                     std::int64_t h, std::int64_t d, const void* d_o, const void* o,
+                                     const void* d_lse, void* out) = 0;
+  // Copies one tensor's block of a Ulysses all-to-all message between `tensor` and `message`
+  // (the block's first byte; any alignment), as block.move says (kernels/sp_kernel_args.h).
+  virtual void ulysses_block(const Stream& stream, const UlyssesBlock& block, void* tensor, void* message) = 0;
 
   // ---- optimizer -----------------------------------------------------------------------------
   virtual void adamw_step(const Stream& stream, DType dtype, std::int64_t n, void* param, const void* grad,

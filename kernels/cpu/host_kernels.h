@@ -24,6 +24,7 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/select_rows.h"
 #include "kernels/cpu/softmax.h"
+#include "kernels/cpu/sp_attention.h"
 #include "kernels/cpu/timestep_embedding.h"
 #include "wallfacer/core/error.h"
 
@@ -380,6 +381,33 @@ class HostKernels : public Backend {
       using T = decltype(t);
       cpu::attention_merge<T>(batch, q_len, heads, head_dim, io<T>(o), io<T>(lse), in<T>(o_i), in<T>(lse_i));
     });
+  }
+
+  // ---- sequence-parallel attention ----
+  void team_lse_combine(const Stream& s, DType dt, int members, std::int64_t rows, int member, const void* all,
+                        void* lse_star, void* weight) override {
+    typed(s, dt, "team_lse_combine", [=](auto t) {
+      using T = decltype(t);
+      cpu::team_lse_combine<T>(members, rows, member, in<T>(all), io<T>(lse_star), io<T>(weight));
+    });
+  }
+  void scale_attention_rows(const Stream& s, DType dt, std::int64_t B, std::int64_t n, std::int64_t h,
+                            std::int64_t d, void* o, const void* weight) override {
+    typed(s, dt, "scale_attention_rows", [=](auto t) {
+      using T = decltype(t);
+      cpu::scale_attention_rows<T>(B, n, h, d, io<T>(o), in<T>(weight));
+    });
+  }
+  void attention_minus_delta(const Stream& s, DType dt, std::int64_t B, std::int64_t n, std::int64_t h,
+                             std::int64_t d, const void* d_o, const void* o, const void* d_lse, void* out) override {
+    typed(s, dt, "attention_minus_delta", [=](auto t) {
+      using T = decltype(t);
+      cpu::attention_minus_delta<T>(B, n, h, d, in<T>(d_o), in<T>(o), in<T>(d_lse), io<T>(out));
+    });
+  }
+  void ulysses_block(const Stream& s, const UlyssesBlock& block, void* tensor, void* message) override {
+    check_ulysses_block(block);  // on the host: a queued kernel has no caller to throw to
+    Launch::run(s, [=] { cpu::ulysses_block(block, tensor, message); });
   }
 
   void adamw_step(const Stream& s, DType dt, std::int64_t n, void* param, const void* grad, void* exp_avg,

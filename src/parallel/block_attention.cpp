@@ -1,6 +1,6 @@
 // Attention between token runs (block_attention.h): every (query run, key run) block is
-// classified by block_mask and either skipped (never launched) or handed to the blocked kernels
-// of kernels/cpu/attention.h with its global offsets.
+// classified by block_mask and either skipped (never launched) or handed to the attention kernels
+// of the tensors' device (kernels/backend.h) with its global offsets.
 //
 // A run is a range of rows along the sequence dim of [B, n, ...] (dim 2 of lse [B, h, n]); for
 // B > 1 or several runs those rows are strided, while the kernels want contiguous [B, len, ...]
@@ -9,17 +9,15 @@
 // tensor is used in place.
 #include "wallfacer/parallel/block_attention.h"
 
-#include <cstring>
 #include <optional>
-#include <type_traits>
 
-#include "kernels/cpu/attention.h"
+#include "src/ops/common.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::parallel {
 namespace {
 
-using kernels::cpu::AttentionShape;
+using kernels::AttentionShape;
 
 // ---- run rows ------------------------------------------------------------------------------
 
@@ -30,20 +28,16 @@ std::int64_t product(const Shape& shape, std::size_t begin, std::size_t end) {
 }
 
 // Copies rows [src_start, src_start + len) of dim `dim` of src into rows [dst_start, ...) of dst
-// (the other dims equal).
+// (the other dims equal; one device).
 void copy_rows(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, std::int64_t len,
                std::size_t dim) {
   const Shape& shape = src.shape();
   const std::int64_t outer = product(shape, 0, dim);
-  const std::int64_t row_bytes =
-      product(shape, dim + 1, shape.size()) * static_cast<std::int64_t>(dtype_size(src.dtype()));
+  const std::int64_t row = product(shape, dim + 1, shape.size());
   const std::int64_t n_src = shape[dim], n_dst = dst.shape()[dim];
-  const auto* from = static_cast<const char*>(src.raw_data());
-  auto* to = static_cast<char*>(dst.raw_data());
-  for (std::int64_t o = 0; o < outer; ++o) {
-    std::memcpy(to + (o * n_dst + dst_start) * row_bytes, from + (o * n_src + src_start) * row_bytes,
-                static_cast<std::size_t>(len * row_bytes));
-  }
+  const ops::Kernels k = ops::kernels_for("block attention", {src, dst});
+  k->copy_blocks(k.stream, dtype_size(src.dtype()), src.raw_data(), n_src * row, src_start * row, dst.raw_data(),
+                 n_dst * row, dst_start * row, outer, len * row);
 }
 
 // Rows [start, start + len) of dim `dim` as a contiguous tensor: `t` itself when that is all
@@ -52,7 +46,7 @@ Tensor run_rows(const Tensor& t, std::size_t dim, std::int64_t start, std::int64
   if (start == 0 && len == t.shape()[dim]) return t;
   Shape shape = t.shape();
   shape[dim] = len;
-  Tensor rows = Tensor::empty(shape, t.dtype());
+  Tensor rows = Tensor::empty(shape, t.dtype(), t.device());
   copy_rows(t, start, rows, 0, len, dim);
   return rows;
 }
@@ -151,9 +145,12 @@ std::int64_t run_total(const std::vector<TokenRun>& runs, const char* what, cons
   return total;
 }
 
-void check_same(const char* what, const Tensor& t, const char* arg, const Shape& shape, DType dtype) {
+// t is `shape` of `dtype` on q's device.
+void check_same(const char* what, const Tensor& t, const char* arg, const Shape& shape, DType dtype,
+                const Tensor& q) {
   WF_CHECK(t.defined(), "{}: {} is undefined", what, arg);
-  WF_CHECK(t.device().is_cpu(), "{}: {} must be a CPU tensor", what, arg);
+  WF_CHECK(t.device() == q.device(), "{}: {} is on {} but q on {}; move it with .to(q.device())", what, arg,
+           t.device().str(), q.device().str());
   WF_CHECK(t.shape() == shape && t.dtype() == dtype, "{}: {} must be {} {}, got {} {}", what, arg, dtype_name(dtype),
            shape_str(shape), dtype_name(t.dtype()), shape_str(t.shape()));
 }
@@ -167,9 +164,8 @@ void check_inputs(const char* what, const Tensor& q, const std::vector<TokenRun>
   WF_CHECK(q.dtype() == DType::f32 || q.dtype() == DType::f64 || q.dtype() == DType::bf16,
            "{}: dtype {} is not supported (f32, f64 or bf16; convert with .to(DType::f32))", what,
            dtype_name(q.dtype()));
-  check_same(what, q, "q", q.shape(), q.dtype());
-  check_same(what, k, "k", k.shape(), q.dtype());
-  check_same(what, v, "v", k.shape(), q.dtype());
+  check_same(what, k, "k", k.shape(), q.dtype(), q);
+  check_same(what, v, "v", k.shape(), q.dtype(), q);
   WF_CHECK(q.size(0) == k.size(0) && q.size(3) == k.size(3) && k.size(2) >= 1 && q.size(2) % k.size(2) == 0,
            "{}: q {} and k {} must share batch and head dim, with kv heads dividing heads", what,
            shape_str(q.shape()), shape_str(k.shape()));
@@ -185,38 +181,6 @@ Shape lse_shape(const Tensor& q) { return {q.size(0), q.size(2), q.size(1)}; }
 // The dtype of o, lse and the gradients: the inputs' own, f32 for bf16 inputs.
 DType accumulator_dtype(DType input) { return input == DType::bf16 ? DType::f32 : input; }
 
-// Calls `body(In{}, T{})` with the input type and the accumulator type of `input`.
-template <class Body>
-void dispatch_block_types(DType input, Body&& body) {
-  switch (input) {
-    case DType::f32: return body(float{}, float{});
-    case DType::f64: return body(double{}, double{});
-    case DType::bf16: return body(bf16{}, float{});
-    default: WF_FAIL("block attention: dtype {} is not supported", dtype_name(input));
-  }
-}
-
-// The kernels for inputs of type In accumulating in T: bf16 inputs multiply in bf16 with f32
-// accumulation (attention_forward_bf16), the others in their own type.
-template <class In, class T>
-void forward_kernel(const AttentionShape& s, const In* q, const In* k, const In* v, T* o, T* lse) {
-  if constexpr (std::is_same_v<In, bf16>) {
-    kernels::cpu::attention_forward_bf16(s, q, k, v, o, lse);
-  } else {
-    kernels::cpu::attention_forward<T>(s, q, k, v, o, lse);
-  }
-}
-
-template <class In, class T>
-void backward_kernel(const AttentionShape& s, const In* q, const In* k, const In* v, const T* o, const T* lse,
-                     const In* d_o, T* dq, T* dk, T* dv, const T* d_lse) {
-  if constexpr (std::is_same_v<In, bf16>) {
-    kernels::cpu::attention_backward_bf16(s, q, k, v, o, lse, d_o, dq, dk, dv, /*accumulate=*/true, d_lse);
-  } else {
-    kernels::cpu::attention_backward<T>(s, q, k, v, o, lse, d_o, dq, dk, dv, /*accumulate=*/true, d_lse);
-  }
-}
-
 }  // namespace
 
 BlockAttentionStats block_attention_forward(const Tensor& q, const std::vector<TokenRun>& q_runs, const Tensor& k,
@@ -225,31 +189,30 @@ BlockAttentionStats block_attention_forward(const Tensor& q, const std::vector<T
   constexpr const char* kWhat = "block_attention_forward";
   check_inputs(kWhat, q, q_runs, k, v, kv_runs);
   const DType acc = accumulator_dtype(q.dtype());
-  check_same(kWhat, o, "o", q.shape(), acc);
-  check_same(kWhat, lse, "lse", lse_shape(q), acc);
+  check_same(kWhat, o, "o", q.shape(), acc, q);
+  check_same(kWhat, lse, "lse", lse_shape(q), acc, q);
   const Plan plan = plan_blocks(q_runs, kv_runs, causal);
-  dispatch_block_types(q.dtype(), [&](auto in_tag, auto acc_tag) {
-    using In = decltype(in_tag);
-    using T = decltype(acc_tag);
-    KvRunCache k_rows{k, plan, kv_runs}, v_rows{v, plan, kv_runs};
-    for (std::size_t b = 0; b < plan.blocks.size();) {
-      const std::size_t i = plan.blocks[b].q_run;
-      const std::int64_t start = plan.q_starts[i], len = q_runs[i].length;
-      const Tensor q_r = run_rows(q, 1, start, len);
-      Tensor o_r = run_rows(o, 1, start, len), lse_r = run_rows(lse, 2, start, len);
-      Tensor o_i = Tensor::empty(o_r.shape(), dtype_v<T>), lse_i = Tensor::empty(lse_r.shape(), dtype_v<T>);
-      for (; b < plan.blocks.size() && plan.blocks[b].q_run == i; ++b) {
-        const std::size_t j = plan.blocks[b].kv_run;
-        const AttentionShape s = block_shape(q, k, q_runs[i], kv_runs[j], plan.blocks[b].mask, scale);
-        forward_kernel<In, T>(s, q_r.data<In>(), k_rows.get(j).template data<In>(), v_rows.get(j).template data<In>(),
-                              o_i.data<T>(), lse_i.data<T>());
-        kernels::cpu::attention_merge<T>(s.batch, s.q_len, s.heads, s.head_dim, o_r.data<T>(), lse_r.data<T>(),
-                                         o_i.data<T>(), lse_i.data<T>());
-      }
-      store_run_rows(o, 1, start, o_r);
-      store_run_rows(lse, 2, start, lse_r);
+  // bf16 inputs multiply in bf16 with f32 accumulation, the others in their own dtype.
+  const ops::Kernels kern = ops::kernels_for(kWhat, {q, k, v, o, lse});
+  KvRunCache k_rows{k, plan, kv_runs}, v_rows{v, plan, kv_runs};
+  for (std::size_t b = 0; b < plan.blocks.size();) {
+    const std::size_t i = plan.blocks[b].q_run;
+    const std::int64_t start = plan.q_starts[i], len = q_runs[i].length;
+    const Tensor q_r = run_rows(q, 1, start, len);
+    Tensor o_r = run_rows(o, 1, start, len), lse_r = run_rows(lse, 2, start, len);
+    Tensor o_i = Tensor::empty(o_r.shape(), acc, kern.device());
+    Tensor lse_i = Tensor::empty(lse_r.shape(), acc, kern.device());
+    for (; b < plan.blocks.size() && plan.blocks[b].q_run == i; ++b) {
+      const std::size_t j = plan.blocks[b].kv_run;
+      const AttentionShape s = block_shape(q, k, q_runs[i], kv_runs[j], plan.blocks[b].mask, scale);
+      kern->attention_forward(kern.stream, q.dtype(), s, q_r.raw_data(), k_rows.get(j).raw_data(),
+                              v_rows.get(j).raw_data(), o_i.raw_data(), lse_i.raw_data());
+      kern->attention_merge(kern.stream, acc, s.batch, s.q_len, s.heads, s.head_dim, o_r.raw_data(), lse_r.raw_data(),
+                            o_i.raw_data(), lse_i.raw_data());
     }
-  });
+    store_run_rows(o, 1, start, o_r);
+    store_run_rows(lse, 2, start, lse_r);
+  }
   return plan.stats;
 }
 
@@ -260,39 +223,36 @@ BlockAttentionStats block_attention_backward(const Tensor& q, const std::vector<
   constexpr const char* kWhat = "block_attention_backward";
   check_inputs(kWhat, q, q_runs, k, v, kv_runs);
   const DType acc = accumulator_dtype(q.dtype());
-  check_same(kWhat, o, "o", q.shape(), acc);
-  check_same(kWhat, lse, "lse", lse_shape(q), acc);
-  check_same(kWhat, d_o, "d_o", q.shape(), q.dtype());
-  if (d_lse.defined()) check_same(kWhat, d_lse, "d_lse", lse_shape(q), acc);
-  check_same(kWhat, dq, "dq", q.shape(), acc);
-  check_same(kWhat, dk, "dk", k.shape(), acc);
-  check_same(kWhat, dv, "dv", k.shape(), acc);
+  check_same(kWhat, o, "o", q.shape(), acc, q);
+  check_same(kWhat, lse, "lse", lse_shape(q), acc, q);
+  check_same(kWhat, d_o, "d_o", q.shape(), q.dtype(), q);
+  if (d_lse.defined()) check_same(kWhat, d_lse, "d_lse", lse_shape(q), acc, q);
+  check_same(kWhat, dq, "dq", q.shape(), acc, q);
+  check_same(kWhat, dk, "dk", k.shape(), acc, q);
+  check_same(kWhat, dv, "dv", k.shape(), acc, q);
   const Plan plan = plan_blocks(q_runs, kv_runs, causal);
-  dispatch_block_types(q.dtype(), [&](auto in_tag, auto acc_tag) {
-    using In = decltype(in_tag);
-    using T = decltype(acc_tag);
-    KvRunCache k_rows{k, plan, kv_runs}, v_rows{v, plan, kv_runs}, dk_rows{dk, plan, kv_runs},
-        dv_rows{dv, plan, kv_runs};
-    for (std::size_t b = 0; b < plan.blocks.size();) {
-      const std::size_t i = plan.blocks[b].q_run;
-      const std::int64_t start = plan.q_starts[i], len = q_runs[i].length;
-      const Tensor q_r = run_rows(q, 1, start, len), o_r = run_rows(o, 1, start, len);
-      const Tensor do_r = run_rows(d_o, 1, start, len), lse_r = run_rows(lse, 2, start, len);
-      const Tensor dlse_r = d_lse.defined() ? run_rows(d_lse, 2, start, len) : Tensor();
-      Tensor dq_r = run_rows(dq, 1, start, len);
-      for (; b < plan.blocks.size() && plan.blocks[b].q_run == i; ++b) {
-        const std::size_t j = plan.blocks[b].kv_run;
-        const AttentionShape s = block_shape(q, k, q_runs[i], kv_runs[j], plan.blocks[b].mask, scale);
-        backward_kernel<In, T>(s, q_r.data<In>(), k_rows.get(j).template data<In>(), v_rows.get(j).template data<In>(),
-                               o_r.data<T>(), lse_r.data<T>(), do_r.data<In>(), dq_r.data<T>(),
-                               dk_rows.get(j).template data<T>(), dv_rows.get(j).template data<T>(),
-                               dlse_r.defined() ? dlse_r.data<T>() : nullptr);
-      }
-      store_run_rows(dq, 1, start, dq_r);
+  const ops::Kernels kern = ops::kernels_for(kWhat, {q, k, v, o, lse, d_o, d_lse, dq, dk, dv});
+  KvRunCache k_rows{k, plan, kv_runs}, v_rows{v, plan, kv_runs}, dk_rows{dk, plan, kv_runs},
+      dv_rows{dv, plan, kv_runs};
+  for (std::size_t b = 0; b < plan.blocks.size();) {
+    const std::size_t i = plan.blocks[b].q_run;
+    const std::int64_t start = plan.q_starts[i], len = q_runs[i].length;
+    const Tensor q_r = run_rows(q, 1, start, len), o_r = run_rows(o, 1, start, len);
+    const Tensor do_r = run_rows(d_o, 1, start, len), lse_r = run_rows(lse, 2, start, len);
+    const Tensor dlse_r = d_lse.defined() ? run_rows(d_lse, 2, start, len) : Tensor();
+    Tensor dq_r = run_rows(dq, 1, start, len);
+    for (; b < plan.blocks.size() && plan.blocks[b].q_run == i; ++b) {
+      const std::size_t j = plan.blocks[b].kv_run;
+      const AttentionShape s = block_shape(q, k, q_runs[i], kv_runs[j], plan.blocks[b].mask, scale);
+      kern->attention_backward(kern.stream, q.dtype(), s, q_r.raw_data(), k_rows.get(j).raw_data(),
+                               v_rows.get(j).raw_data(), o_r.raw_data(), lse_r.raw_data(), do_r.raw_data(),
+                               dq_r.raw_data(), dk_rows.get(j).raw_data(), dv_rows.get(j).raw_data(),
+                               /*accumulate=*/true, dlse_r.defined() ? dlse_r.raw_data() : nullptr);
     }
-    dk_rows.store_back(dk);
-    dv_rows.store_back(dv);
-  });
+    store_run_rows(dq, 1, start, dq_r);
+  }
+  dk_rows.store_back(dk);
+  dv_rows.store_back(dv);
   return plan.stats;
 }
 

@@ -23,7 +23,7 @@
 // Dtypes: K and V travel in the activation dtype (bf16 under bf16 mixed precision); O, lse and the
 // dK, dV accumulators are kept and sent in the compute dtype (f32, or f64 for f64), which is what
 // ElementBytes::activation and ::partial count. The blocks multiply in multiply_dtype_of: bf16
-// where the CPU does so natively, else widened per step.
+// where the device does so natively, else widened per step.
 #include "src/parallel/ring_attention.h"
 
 #include <limits>
@@ -59,7 +59,8 @@ class RingAttentionFunction final : public autograd::Function {
   // inputs: q, k, v (this rank's shard); outputs: o, lse (the replayed ones, if any)
   TensorList forward(Context& ctx, const TensorList& in) override {
     const Tensor &q = in[0], &k = in[1], &v = in[2];
-    const DType act = q.dtype(), cdt = detail::compute_dtype_of(act), mul = detail::multiply_dtype_of(act);
+    const Device device = q.device();
+    const DType act = q.dtype(), cdt = detail::compute_dtype_of(act), mul = detail::multiply_dtype_of(act, device);
     if (replayed_) {  // the backward needs exactly what the forward below saves
       const AttentionResult r = std::move(*replayed_);
       replayed_.reset();
@@ -67,11 +68,12 @@ class RingAttentionFunction final : public autograd::Function {
       return {r.out, r.lse};
     }
     const Tensor q_mul = q.to(mul);
-    Tensor o = Tensor::zeros(q.shape(), cdt);
-    Tensor lse = Tensor::full({q.size(0), q.size(2), q.size(1)}, -std::numeric_limits<double>::infinity(), cdt);
+    Tensor o = Tensor::zeros(q.shape(), cdt, device);
+    Tensor lse =
+        Tensor::full({q.size(0), q.size(2), q.size(1)}, -std::numeric_limits<double>::infinity(), cdt, device);
     BlockAttentionStats work;
     Tensor held = detail::pack_pair(k, v);
-    Tensor incoming = Tensor::empty(held.shape(), held.dtype());
+    Tensor incoming = Tensor::empty(held.shape(), held.dtype(), device);
     for (int step = 0; step < P(); ++step) {
       const bool shift = step + 1 < P();
       comm::Request recv, send;
@@ -94,20 +96,22 @@ class RingAttentionFunction final : public autograd::Function {
 
   TensorList backward(Context& ctx, const TensorList& grad) override {
     const TensorList& s = ctx.saved();  // q, k, v, o, lse (o and lse in the compute dtype)
-    const DType act = s[0].dtype(), cdt = detail::compute_dtype_of(act), mul = detail::multiply_dtype_of(act);
+    const Device device = s[0].device();
+    const DType act = s[0].dtype(), cdt = detail::compute_dtype_of(act), mul = detail::multiply_dtype_of(act, device);
     const Tensor q = s[0].to(mul), &o = s[3], &lse = s[4];
-    const Tensor d_o = (grad[0].defined() ? grad[0] : Tensor::zeros(s[0].shape(), act)).to(mul);
-    const Tensor d_lse_in = grad[1].defined() ? grad[1].to(cdt) : Tensor();
-    const Tensor d_lse = any_nonzero(d_lse_in) ? d_lse_in : Tensor();  // local only: skipping it is safe
-    Tensor dq = Tensor::zeros(q.shape(), cdt);
+    const Tensor d_o = (grad[0].defined() ? grad[0] : Tensor::zeros(s[0].shape(), act, device)).to(mul);
+    // Passed whenever it arrives: the kernels' D − d_lse is D exactly where d_lse is 0, so no
+    // host read has to decide whether it matters.
+    const Tensor d_lse = grad[1].defined() ? grad[1].to(cdt) : Tensor();
+    Tensor dq = Tensor::zeros(q.shape(), cdt, device);
     BlockAttentionStats work;
 
     Tensor held = detail::pack_pair(s[1], s[2]);
-    Tensor incoming = Tensor::empty(held.shape(), held.dtype());
+    Tensor incoming = Tensor::empty(held.shape(), held.dtype(), device);
     // share[step % 2]: this step's dK, dV share, then (plus what came from ring prev) the
     // accumulator sent on; two buffers because the previous one may still be being sent.
-    Tensor share[2] = {Tensor::empty(held.shape(), cdt), Tensor::empty(held.shape(), cdt)};
-    Tensor accumulated = Tensor::empty(held.shape(), cdt);  // from ring prev
+    Tensor share[2] = {Tensor::empty(held.shape(), cdt, device), Tensor::empty(held.shape(), cdt, device)};
+    Tensor accumulated = Tensor::empty(held.shape(), cdt, device);  // from ring prev
     comm::Request acc_recv, acc_send;
     for (int step = 0; step < P(); ++step) {
       const bool shift = step + 1 < P();
@@ -157,17 +161,6 @@ class RingAttentionFunction final : public autograd::Function {
   // At step i a rank holds the K/V of ring rank (r − i) mod P.
   const std::vector<TokenRun>& owner_runs(int step) const {
     return runs_[static_cast<std::size_t>((sp_.rank() - step % P() + P()) % P())];
-  }
-  static bool any_nonzero(const Tensor& t) {
-    if (!t.defined()) return false;
-    return dispatch_float(t.dtype(), "ring attention", [&](auto tag) {
-      using T = decltype(tag);
-      const T* p = t.data<T>();
-      for (std::int64_t i = 0; i < t.numel(); ++i) {
-        if (p[i] != T(0)) return true;
-      }
-      return false;
-    });
   }
 
   comm::Group& sp_;

@@ -1,9 +1,9 @@
 #include "wallfacer/parallel/sequence_layout.h"
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 
+#include "src/ops/common.h"
 #include "wallfacer/comm/process_grid.h"
 #include "wallfacer/core/error.h"
 
@@ -155,27 +155,28 @@ std::vector<std::int64_t> position_ids(SequenceLayout layout, std::int64_t N, in
 
 namespace {
 
-// Bytes of one token row: the product of the dims after the sequence dim, times the element.
-std::size_t token_row_bytes(const Tensor& t) {
+// Elements of one token row: the product of the dims after the sequence dim.
+std::int64_t token_row(const Tensor& t) {
   std::int64_t elements = 1;
   for (std::int64_t d = 2; d < t.dim(); ++d) elements *= t.size(d);
-  return static_cast<std::size_t>(elements) * dtype_size(t.dtype());
+  return elements;
 }
 
-// Copies a rank's runs between a global [B, N, row] buffer and its local [B, n, row] buffer,
-// in the direction `to_local` says. The one loop both shard and unshard use.
-void copy_runs(const std::vector<TokenRun>& runs, std::int64_t batch, std::int64_t N, std::int64_t n,
-               std::size_t row_bytes, char* global, char* local, bool to_local) {
-  for (std::int64_t b = 0; b < batch; ++b) {
-    std::int64_t local_row = 0;
-    for (const TokenRun& run : runs) {
-      char* g = global + static_cast<std::size_t>(b * N + run.start) * row_bytes;
-      char* l = local + static_cast<std::size_t>(b * n + local_row) * row_bytes;
-      const std::size_t bytes = static_cast<std::size_t>(run.length) * row_bytes;
-      if (to_local) std::memcpy(l, g, bytes);
-      else std::memcpy(g, l, bytes);
-      local_row += run.length;
-    }
+// Copies a rank's runs between a global [B, N, row] tensor and its local [B, n, row] one, from
+// `from` into `to` (global into local when `to_local`), with the device's block copy: one per
+// run, over the batch. The one loop both shard and unshard use.
+void copy_runs(const char* what, const std::vector<TokenRun>& runs, const Tensor& from, Tensor& to, bool to_local) {
+  const ops::Kernels k = ops::kernels_for(what, {from, to});
+  const std::int64_t row = token_row(from);
+  const std::int64_t global_block = (to_local ? from : to).size(1) * row;
+  const std::int64_t local_block = (to_local ? to : from).size(1) * row;
+  std::int64_t local_row = 0;
+  for (const TokenRun& run : runs) {
+    const std::int64_t global_at = run.start * row, local_at = local_row * row;
+    k->copy_blocks(k.stream, dtype_size(from.dtype()), from.raw_data(), to_local ? global_block : local_block,
+                   to_local ? global_at : local_at, to.raw_data(), to_local ? local_block : global_block,
+                   to_local ? local_at : global_at, from.size(0), run.length * row);
+    local_row += run.length;
   }
 }
 
@@ -183,8 +184,6 @@ void check_sequence_tensor(const Tensor& t, const char* what) {
   WF_CHECK(t.defined(), "{}: the tensor is undefined", what);
   WF_CHECK(t.dim() >= 2, "{}: expected a [B, N, ...] tensor with the sequence at dim 1, got shape {}", what,
            shape_str(t.shape()));
-  WF_CHECK(t.device().is_cpu(), "{}: only CPU tensors are supported (got {}); copy with .to(Device::cpu())", what,
-           t.device().str());
 }
 
 }  // namespace
@@ -195,10 +194,8 @@ Tensor shard_sequence(const Tensor& global, SequenceLayout layout, int P, int C,
   const std::vector<TokenRun> runs = rank_tokens(layout, N, P, C, logical_index, U);
   Shape local_shape = global.shape();
   local_shape[1] = N / P;
-  Tensor local = Tensor::empty(local_shape, global.dtype());
-  copy_runs(runs, global.size(0), N, N / P, token_row_bytes(global),
-            static_cast<char*>(const_cast<void*>(global.raw_data())), static_cast<char*>(local.raw_data()),
-            /*to_local=*/true);
+  Tensor local = Tensor::empty(local_shape, global.dtype(), global.device());
+  copy_runs("shard_sequence", runs, global, local, /*to_local=*/true);
   return local;
 }
 
@@ -217,11 +214,9 @@ Tensor unshard_sequence(const std::vector<Tensor>& locals, SequenceLayout layout
   const std::int64_t n = locals[0].size(1), N = n * P;
   Shape global_shape = locals[0].shape();
   global_shape[1] = N;
-  Tensor global = Tensor::empty(global_shape, locals[0].dtype());
+  Tensor global = Tensor::empty(global_shape, locals[0].dtype(), locals[0].device());
   for (int l = 0; l < P; ++l) {
-    copy_runs(rank_tokens(layout, N, P, C, l, U), global.size(0), N, n, token_row_bytes(global),
-              static_cast<char*>(global.raw_data()),
-              static_cast<char*>(const_cast<void*>(locals[static_cast<std::size_t>(l)].raw_data())),
+    copy_runs("unshard_sequence", rank_tokens(layout, N, P, C, l, U), locals[static_cast<std::size_t>(l)], global,
               /*to_local=*/false);
   }
   return global;

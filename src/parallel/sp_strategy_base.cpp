@@ -1,16 +1,14 @@
 #include "src/parallel/sp_strategy_base.h"
 
-#include <cstring>
-
-#include "kernels/cpu/gemm.h"
+#include "src/ops/common.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::parallel::detail {
 
 DType compute_dtype_of(DType activation) { return activation == DType::f64 ? DType::f64 : DType::f32; }
 
-DType multiply_dtype_of(DType activation) {
-  return activation == DType::bf16 && kernels::cpu::gemm_bf16_native() ? DType::bf16 : compute_dtype_of(activation);
+DType multiply_dtype_of(DType activation, Device device) {
+  return kernels::backend_for(device).attention_operand_dtype(activation);
 }
 
 namespace {
@@ -38,8 +36,9 @@ void SpStrategyBase::check_call(const Tensor& q, const Tensor& k, const Tensor& 
                                 const AttentionOptions& options) const {
   const char* what = name_.c_str();
   WF_CHECK(q.defined() && k.defined() && v.defined(), "{} attention: q, k and v must be defined", what);
-  WF_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(),
-           "{} attention: only CPU tensors are supported so far", what);
+  WF_CHECK(q.device() == k.device() && q.device() == v.device(),
+           "{} attention: q, k and v must be on one device, got {}, {}, {}; move them with .to(...)", what,
+           q.device().str(), k.device().str(), v.device().str());
   WF_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() &&
                (q.dtype() == DType::f32 || q.dtype() == DType::f64 || q.dtype() == DType::bf16),
            "{} attention: q, k and v must all be f32, all f64 or all bf16, got {}, {}, {} (convert with cast())", what,
@@ -90,10 +89,9 @@ Tensor pack_pair(const Tensor& a, const Tensor& b) {
            shape_str(a.shape()), dtype_name(b.dtype()), shape_str(b.shape()));
   Shape shape = a.shape();
   shape.insert(shape.begin(), 2);
-  Tensor pair = Tensor::empty(shape, a.dtype());
-  auto* to = static_cast<char*>(pair.raw_data());
-  std::memcpy(to, a.raw_data(), a.nbytes());
-  std::memcpy(to + a.nbytes(), b.raw_data(), b.nbytes());
+  Tensor pair = Tensor::empty(shape, a.dtype(), a.device());
+  pair_half(pair, 0).copy_(a);
+  pair_half(pair, 1).copy_(b);
   return pair;
 }
 
@@ -105,12 +103,9 @@ Tensor pair_half(const Tensor& pair, int i) {
 void add_into(Tensor& acc, const Tensor& x) {
   WF_CHECK(acc.shape() == x.shape() && acc.dtype() == x.dtype(), "add_into: {} {} and {} {} differ",
            dtype_name(acc.dtype()), shape_str(acc.shape()), dtype_name(x.dtype()), shape_str(x.shape()));
-  dispatch_float(acc.dtype(), "add_into", [&](auto tag) {
-    using T = decltype(tag);
-    T* a = acc.data<T>();
-    const T* b = x.data<T>();
-    for (std::int64_t i = 0; i < acc.numel(); ++i) a[i] += b[i];
-  });
+  const ops::Kernels k = ops::kernels_for("add_into", {acc, x});
+  // acc + 1·x: the product is exact, so this is acc + x bit for bit.
+  k->add_scaled(k.stream, acc.dtype(), acc.numel(), 1.0, x.raw_data(), acc.raw_data());
 }
 
 }  // namespace wf::parallel::detail

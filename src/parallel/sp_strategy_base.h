@@ -2,8 +2,8 @@
 // What ring attention, Ulysses and the ulysses-wallfacer hybrid share (internal to
 // src/parallel): the sp group, the sequence layout of every sp rank, the checks of a call's
 // local shard, forward() and replay() over one strategy-specific run(), the work counters the
-// tests read (SpAttentionWork), and small raw-tensor helpers for packing messages. WallFacer uses the replay check and the
-// helpers.
+// tests read (SpAttentionWork), and small raw-tensor helpers for packing messages, which run on
+// the tensors' device. WallFacer uses the replay check and the helpers.
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,7 +51,7 @@ class SpStrategyBase : public nn::AttentionStrategy, public SpAttentionWork {
                  const std::vector<int>& logical);
 
   // wf::Error unless q [B, N/P, h, d], k = v [B, N/P, h_kv, d] (h_kv | h; all f32, f64 or bf16,
-  // which every strategy moves as it is and multiplies per multiply_dtype_of; CPU) and
+  // which every strategy moves as it is and multiplies per multiply_dtype_of; one device) and
   // options carry no offsets (global positions come from the layout).
   void check_call(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) const;
 
@@ -73,10 +73,10 @@ class SpStrategyBase : public nn::AttentionStrategy, public SpAttentionWork {
 // and every partial sum (o before its last rescale, dQ, dK, dV) are kept and sent in the compute
 // dtype: f64 for f64 inputs, f32 otherwise.
 DType compute_dtype_of(DType activation);
-// The dtype the blocks multiply in: bf16 activations as they are where the CPU multiplies bf16
-// natively (block_attention's bf16 kernels: bf16 dot products, f32 accumulation), else widened
-// to the compute dtype.
-DType multiply_dtype_of(DType activation);
+// The dtype the blocks multiply in on `device`: bf16 activations as they are where its backend
+// multiplies bf16 natively (bf16 dot products, f32 accumulation), else widened to the compute
+// dtype. The backend's attention_operand_dtype, the one choice ops::attention makes too.
+DType multiply_dtype_of(DType activation, Device device);
 
 // ---- raw tensor helpers (no autograd) ------------------------------------------------------
 
@@ -84,7 +84,7 @@ DType multiply_dtype_of(DType activation);
 Tensor pack_pair(const Tensor& a, const Tensor& b);
 // View of half i (0 or 1) of a pack_pair result, with the original shape.
 Tensor pair_half(const Tensor& pair, int i);
-// acc += x elementwise (same shape, f32 or f64).
+// acc += x elementwise (same shape, f32 or f64, one device).
 void add_into(Tensor& acc, const Tensor& x);
 
 }  // namespace wf::parallel::detail

@@ -24,7 +24,7 @@
 //
 // Dtypes: Q, K, V, O and their gradients travel in the activation dtype (bf16 under bf16 mixed
 // precision), lse and d_lse in the compute dtype (ulysses_exchange.h). On the head side the
-// kernel multiplies bf16 natively where the CPU can (multiply_dtype_of; q, k, v are widened while
+// kernel multiplies bf16 natively where the device can (multiply_dtype_of; q, k, v are widened while
 // unpacking elsewhere), and o, lse, dQ, dK, dV are computed in f32; O and the gradients are
 // rounded once, while packing. A replicated kv head's dK, dV are summed over its sharers in f32.
 //
@@ -43,7 +43,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/attention.h"
+#include "src/ops/common.h"
 #include "src/parallel/sp_strategy_base.h"
 #include "src/parallel/ulysses_exchange.h"
 #include "wallfacer/autograd/function.h"
@@ -62,43 +62,29 @@ using detail::Side;
 using detail::tokens_major;
 using detail::ulysses_exchange;
 
-// The head-sharded side of one call: every token, h/P query heads and their kv heads; q, k, v
-// in the dtype the kernel multiplies in (bf16 where the CPU multiplies bf16 natively, else
-// widened while unpacking), o and lse in the compute dtype.
-detail::HeadSide head_side(const kernels::cpu::AttentionShape& s, DType activation) {
-  return {s.batch, s.q_len, s.heads, s.kv_heads, s.head_dim, detail::multiply_dtype_of(activation),
-          detail::compute_dtype_of(activation)};
+// The head-sharded side of one call on `device`: every token, h/P query heads and their kv
+// heads; q, k, v in the dtype the kernel multiplies in (bf16 where the device multiplies bf16
+// natively, else widened while unpacking), o and lse in the compute dtype.
+detail::HeadSide head_side(const kernels::AttentionShape& s, DType activation, Device device) {
+  return {s.batch, s.q_len, s.heads, s.kv_heads, s.head_dim, detail::multiply_dtype_of(activation, device),
+          detail::compute_dtype_of(activation), device};
 }
 
-// The local attention over the whole sequence: h.o, h.lse from h.q, h.k, h.v.
-void attention_forward(const kernels::cpu::AttentionShape& s, detail::HeadSide& h) {
-  if (h.q.dtype() == DType::bf16) {
-    kernels::cpu::attention_forward_bf16(s, h.q.data<bf16>(), h.k.data<bf16>(), h.v.data<bf16>(), h.o.data<float>(),
-                                         h.lse.data<float>());
-    return;
-  }
-  dispatch_float(h.q.dtype(), "ulysses attention", [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::attention_forward<T>(s, h.q.data<T>(), h.k.data<T>(), h.v.data<T>(), h.o.data<T>(),
-                                       h.lse.data<T>());
-  });
+// The local attention over the whole sequence: h.o, h.lse from h.q, h.k, h.v (operands in
+// h.q's dtype: bf16 with f32 results, or the compute dtype).
+void attention_forward(const kernels::AttentionShape& s, detail::HeadSide& h) {
+  const ops::Kernels k = ops::kernels_for("ulysses attention", {h.q, h.k, h.v, h.o, h.lse});
+  k->attention_forward(k.stream, h.q.dtype(), s, h.q.raw_data(), h.k.raw_data(), h.v.raw_data(), h.o.raw_data(),
+                       h.lse.raw_data());
 }
 
 // Its backward: dq, dk, dv (compute dtype) from the saved head side, dO (h.q's dtype) and d_lse.
-void attention_backward(const kernels::cpu::AttentionShape& s, const detail::HeadSide& h, const Tensor& d_o,
+void attention_backward(const kernels::AttentionShape& s, const detail::HeadSide& h, const Tensor& d_o,
                         const Tensor& d_lse, Tensor& dq, Tensor& dk, Tensor& dv) {
-  if (h.q.dtype() == DType::bf16) {
-    kernels::cpu::attention_backward_bf16(s, h.q.data<bf16>(), h.k.data<bf16>(), h.v.data<bf16>(), h.o.data<float>(),
-                                          h.lse.data<float>(), d_o.data<bf16>(), dq.data<float>(), dk.data<float>(),
-                                          dv.data<float>(), /*accumulate=*/false, d_lse.data<float>());
-    return;
-  }
-  dispatch_float(h.q.dtype(), "ulysses attention", [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::attention_backward<T>(s, h.q.data<T>(), h.k.data<T>(), h.v.data<T>(), h.o.data<T>(),
-                                        h.lse.data<T>(), d_o.data<T>(), dq.data<T>(), dk.data<T>(), dv.data<T>(),
-                                        /*accumulate=*/false, d_lse.data<T>());
-  });
+  const ops::Kernels k = ops::kernels_for("ulysses attention", {h.q, h.k, h.v, h.o, h.lse, d_o, d_lse, dq, dk, dv});
+  k->attention_backward(k.stream, h.q.dtype(), s, h.q.raw_data(), h.k.raw_data(), h.v.raw_data(), h.o.raw_data(),
+                        h.lse.raw_data(), d_o.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data(),
+                        /*accumulate=*/false, d_lse.raw_data());
 }
 
 class UlyssesAttentionFunction final : public autograd::Function {
@@ -120,14 +106,15 @@ class UlyssesAttentionFunction final : public autograd::Function {
   TensorList forward(Context& ctx, const TensorList& in) override {
     const Tensor &q = in[0], &k = in[1], &v = in[2];
     if (auto replay = detail::save_replay(ctx, in, replayed_)) return *replay;
-    const kernels::cpu::AttentionShape s = shape_of(q, k);
+    const kernels::AttentionShape s = shape_of(q, k);
     const DType act = q.dtype();
-    detail::HeadSide h = head_side(s, act);
+    detail::HeadSide h = head_side(s, act, q.device());
     const auto a = [act](const Tensor& t) { return detail::activation_field(t, act); };
     const auto st = [act](const Tensor& t) { return detail::statistics_field(t, act); };
     ulysses_exchange(sp_, positions_, Side::sequence, {a(q), a(k), a(v)}, {a(h.q), a(h.k), a(h.v)});
     attention_forward(s, h);
-    Tensor o = Tensor::empty(q.shape(), act), lse = Tensor::empty({q.size(0), q.size(2), q.size(1)}, act);
+    Tensor o = Tensor::empty(q.shape(), act, q.device());
+    Tensor lse = Tensor::empty({q.size(0), q.size(2), q.size(1)}, act, q.device());
     ulysses_exchange(sp_, positions_, Side::heads, {a(h.o), st(h.lse)}, {a(o), st(lse)});
     work_->forward = work(s);
     ctx.save_for_backward({h.q, h.k, h.v, h.o, h.lse});
@@ -137,35 +124,36 @@ class UlyssesAttentionFunction final : public autograd::Function {
   TensorList backward(Context& ctx, const TensorList& grad) override {
     const TensorList& saved = ctx.saved();  // q, k, v, o, lse: head-sharded, or sequence-sharded (replay)
     const DType act = grad[0].dtype();
-    const kernels::cpu::AttentionShape s =
+    const kernels::AttentionShape s =
         sequence_side_saved_ ? shape_of(saved[0], saved[1]) : shape_of_sharded(saved[0], saved[1]);
     const int P = sp_.size();
     WF_CHECK(grad[1].dtype() == act,
              "ulysses attention backward: the gradients of o and lse must share a dtype, got {} and {}",
              dtype_name(act), dtype_name(grad[1].dtype()));
-    const DType mul = detail::multiply_dtype_of(act), cdt = detail::compute_dtype_of(act);
+    const Device device = grad[0].device();
+    const DType mul = detail::multiply_dtype_of(act, device), cdt = detail::compute_dtype_of(act);
     const auto a = [act](const Tensor& t) { return detail::activation_field(t, act); };
     const auto st = [act](const Tensor& t) { return detail::statistics_field(t, act); };
-    Tensor doh = Tensor::empty({s.batch, s.q_len, s.heads, s.head_dim}, mul);
-    Tensor dlseh = Tensor::empty({s.batch, s.heads, s.q_len}, cdt);
+    Tensor doh = Tensor::empty({s.batch, s.q_len, s.heads, s.head_dim}, mul, device);
+    Tensor dlseh = Tensor::empty({s.batch, s.heads, s.q_len}, cdt, device);
     std::vector<Field> from{a(grad[0]), st(grad[1])}, to{a(doh), st(dlseh)};
     std::optional<detail::HeadSide> h;
     if (sequence_side_saved_) {  // the replay's inputs and result travel with dO
-      h.emplace(head_side(s, act));
+      h.emplace(head_side(s, act, device));
       detail::add_replayed_fields(saved, *h, act, from, to);
     }
     ulysses_exchange(sp_, positions_, Side::sequence, from, to);
     const detail::HeadSide head = h ? *h : detail::HeadSide(saved[0], saved[1], saved[2], saved[3], saved[4]);
-    Tensor dqh = Tensor::empty(head.q.shape(), cdt), dkh = Tensor::empty(head.k.shape(), cdt),
-           dvh = Tensor::empty(head.k.shape(), cdt);
+    Tensor dqh = Tensor::empty(head.q.shape(), cdt, device), dkh = Tensor::empty(head.k.shape(), cdt, device),
+           dvh = Tensor::empty(head.k.shape(), cdt, device);
     attention_backward(s, head, doh, dlseh, dqh, dkh, dvh);
     // dQ, dK, dV travel in the activation dtype. A replicated kv head's gradient is summed over
     // its sharers in the compute dtype, then rounded once.
     const std::int64_t n = s.q_len / P;
     const bool replicated = kv_heads_ < P;
-    Tensor dq = Tensor::empty({s.batch, n, s.heads * P, s.head_dim}, act);
-    Tensor dk = Tensor::empty({s.batch, n, kv_heads_, s.head_dim}, replicated ? cdt : act);
-    Tensor dv = Tensor::empty(dk.shape(), dk.dtype());
+    Tensor dq = Tensor::empty({s.batch, n, s.heads * P, s.head_dim}, act, device);
+    Tensor dk = Tensor::empty({s.batch, n, kv_heads_, s.head_dim}, replicated ? cdt : act, device);
+    Tensor dv = Tensor::empty(dk.shape(), dk.dtype(), device);
     ulysses_exchange(sp_, positions_, Side::heads, {a(dqh), a(dkh), a(dvh)}, {a(dq), a(dk), a(dv)});
     work_->backward = work(s);
     return TensorList{dq, dk.to(act), dv.to(act)};
@@ -175,9 +163,9 @@ class UlyssesAttentionFunction final : public autograd::Function {
 
  private:
   // The local attention's shape from the sequence-sharded q, k.
-  kernels::cpu::AttentionShape shape_of(const Tensor& q, const Tensor& k) const {
+  kernels::AttentionShape shape_of(const Tensor& q, const Tensor& k) const {
     const int P = sp_.size();
-    kernels::cpu::AttentionShape s;
+    kernels::AttentionShape s;
     s.batch = q.size(0);
     s.q_len = s.kv_len = q.size(1) * P;
     s.heads = q.size(2) / P;
@@ -188,8 +176,8 @@ class UlyssesAttentionFunction final : public autograd::Function {
     return s;
   }
   // The same from the head-sharded ones.
-  kernels::cpu::AttentionShape shape_of_sharded(const Tensor& qh, const Tensor& kh) const {
-    kernels::cpu::AttentionShape s;
+  kernels::AttentionShape shape_of_sharded(const Tensor& qh, const Tensor& kh) const {
+    kernels::AttentionShape s;
     s.batch = qh.size(0);
     s.q_len = s.kv_len = qh.size(1);
     s.heads = qh.size(2);
@@ -200,7 +188,7 @@ class UlyssesAttentionFunction final : public autograd::Function {
     return s;
   }
   // One kernel call over the whole sequence.
-  static BlockAttentionStats work(const kernels::cpu::AttentionShape& s) {
+  static BlockAttentionStats work(const kernels::AttentionShape& s) {
     const std::int64_t N = s.q_len;
     return {1, 0, s.causal ? N * (N + 1) / 2 : N * N};
   }

@@ -1,11 +1,11 @@
-// The Ulysses all-to-all: packing each peer's block, one all-to-all, unpacking (ulysses_exchange.h).
+// The Ulysses all-to-all: packing each peer's block, one all-to-all, unpacking (ulysses_exchange.h),
+// the packing and unpacking by the device's ulysses_block kernel.
 #include "src/parallel/ulysses_exchange.h"
 
-#include <algorithm>
 #include <cstddef>
-#include <cstring>
-#include <type_traits>
+#include <numeric>
 
+#include "src/ops/common.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::parallel::detail {
@@ -22,100 +22,34 @@ Field statistics_field(const Tensor& t, DType activation) { return heads_major(t
 
 namespace {
 
-// What walk_block does with each element: pack it into the message, or unpack the message into
-// it, overwriting or adding (the sum over the ranks that shared a replicated kv head).
-enum class Move { pack, unpack, unpack_add };
-
-// One element from storage type From to To: exact for widening, round to nearest even for
-// narrowing (f32 → bf16 directly; anything else through double, correctly rounded).
-template <class To, class From>
-To convert(From x) {
-  if constexpr (std::is_same_v<To, From>) return x;
-  else if constexpr (std::is_same_v<From, bf16> && std::is_same_v<To, float>) return bf16_to_float(x);
-  else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, bf16>) return float_to_bf16(x);
-  else return from_double<To>(to_double(x));
-}
-
-// A run of n elements into the message (rounded to the wire type W) and out of it (widened to
-// the tensor's E, written or added). The message packs fields of different widths back to back,
-// so an element may sit at any byte: it is read and written with memcpy, never through a W*.
-template <class W, class E>
-void pack_run(const E* from, std::int64_t n, std::byte* to) {
-  if constexpr (std::is_same_v<W, E>) {
-    std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(W));
+// The block a rank exchanges with `peer` for one field (kernels/sp_kernel_args.h), `move`d
+// between the tensor and the message by the field's device's ulysses_block kernel. The block
+// holds (b, i, hh, c) for b < B, i < n (the local tokens), hh < the head-sharded field's head
+// count `heads_per_rank`, in that order. On the sequence side that is this rank's token i and
+// global head peer·H/P + hh, H = f.heads, the field's global head count (for a replicated kv
+// head, H < P, it is the kv head the peer's query heads read); on the head side it is the peer's
+// i-th token (at its head-side position, Positions) and local head hh. Sender and receiver walk
+// the same order, so the block a rank packs for a peer is exactly what that peer unpacks from it.
+kernels::UlyssesBlock field_block(const Field& f, Side side, int peer, int P, std::int64_t heads_per_rank,
+                                  const std::vector<std::int64_t>& peer_tokens, kernels::BlockMove move) {
+  kernels::UlyssesBlock block;
+  block.dtype = f.t.dtype();
+  block.wire = f.wire;
+  block.batch = f.t.size(0);
+  block.tokens = f.tokens;
+  block.heads = f.heads;
+  block.width = f.width;
+  block.heads_first = f.heads_first;
+  block.first_head = side == Side::sequence ? peer * f.heads / P : 0;
+  block.block_heads = heads_per_rank;
+  if (side == Side::sequence) {
+    block.rows.resize(peer_tokens.size());
+    std::iota(block.rows.begin(), block.rows.end(), std::int64_t{0});
   } else {
-    for (std::int64_t c = 0; c < n; ++c) {
-      const W w = convert<W>(from[c]);
-      std::memcpy(to + static_cast<std::size_t>(c) * sizeof(W), &w, sizeof w);
-    }
+    block.rows = peer_tokens;
   }
-}
-template <class W, class E>
-void unpack_run(const std::byte* from, std::int64_t n, E* to, bool add) {
-  if constexpr (std::is_same_v<W, E>) {
-    if (!add) {
-      std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(W));
-      return;
-    }
-  }
-  for (std::int64_t c = 0; c < n; ++c) {
-    W w;
-    std::memcpy(&w, from + static_cast<std::size_t>(c) * sizeof(W), sizeof w);
-    if (!add) {
-      to[c] = convert<E>(w);
-    } else if constexpr (std::is_floating_point_v<E>) {
-      to[c] += convert<E>(w);
-    } else {
-      WF_FAIL("ulysses exchange: a sum over kv-head sharers needs an f32 or f64 destination, got {}",
-              dtype_name(dtype_v<E>));
-    }
-  }
-}
-
-// Copies the block a rank exchanges with `peer` for one field to or from the message, W being
-// the field's wire type and E its tensor's, and returns the position after it. The block holds
-// (b, i, hh, c) for b < B, i < n (the local tokens), hh < the head-sharded field's head count
-// `heads_per_rank`, in that order. On the sequence side that is this rank's token i and global
-// head peer·H/P + hh, H = f.heads, the field's global head count (for a replicated kv head,
-// H < P, it is the kv head the peer's query heads read); on the head side it is the peer's i-th
-// token (at its head-side position, Positions) and local head hh. Sender and receiver walk the
-// same order, so the block a rank packs for a peer is exactly what that peer unpacks from it.
-template <class W, class E>
-std::byte* walk_block(const Field& f, Side side, int peer, int P, std::int64_t heads_per_rank,
-                      const std::vector<std::int64_t>& peer_tokens, std::byte* block, Move move) {
-  E* base = const_cast<E*>(f.t.data<E>());
-  const auto n = static_cast<std::int64_t>(peer_tokens.size());
-  const std::int64_t first_head = side == Side::sequence ? peer * f.heads / P : 0;
-  for (std::int64_t b = 0; b < f.t.size(0); ++b) {
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::int64_t token = side == Side::sequence ? i : peer_tokens[static_cast<std::size_t>(i)];
-      for (std::int64_t hh = 0; hh < heads_per_rank; ++hh) {
-        E* element = base + f.at(b, token, first_head + hh);
-        if (move == Move::pack) {
-          pack_run<W>(element, f.width, block);
-        } else {
-          unpack_run<W>(block, f.width, element, move == Move::unpack_add);
-        }
-        block += static_cast<std::size_t>(f.width) * sizeof(W);
-      }
-    }
-  }
+  block.move = move;
   return block;
-}
-
-// Calls f(W{}, E{}) with W the C++ type of the field's wire dtype and E that of its tensor.
-template <class F>
-void dispatch_field(const Field& field, F&& f) {
-  const auto one = [](DType dtype, auto&& g) {
-    switch (dtype) {
-      case DType::f32: return g(float{});
-      case DType::f64: return g(double{});
-      case DType::bf16: return g(bf16{});
-      default: break;
-    }
-    WF_FAIL("ulysses exchange: dtype {} cannot travel (f32, f64 or bf16)", dtype_name(dtype));
-  };
-  one(field.wire, [&](auto w) { one(field.t.dtype(), [&](auto e) { f(w, e); }); });
 }
 
 // The bytes of one field's block for one peer.
@@ -123,21 +57,22 @@ std::int64_t block_bytes(const Field& f, std::int64_t tokens, std::int64_t heads
   return f.t.size(0) * tokens * heads_per_rank * f.width * static_cast<std::int64_t>(dtype_size(f.wire));
 }
 
-// Walks every field's block for every peer through `buffer`, in the same order on both sides.
-std::byte* walk_message(const std::vector<Field>& fields, Side side, int P, const Positions& positions,
-                        const std::vector<std::int64_t>& heads_per_rank, const std::vector<Move>& moves,
-                        std::byte* buffer) {
+// Walks every field's block for every peer through `buffer`, in the same order on both sides;
+// returns the bytes walked.
+std::int64_t walk_message(const ops::Kernels& k, const std::vector<Field>& fields, Side side, int P,
+                          const Positions& positions, const std::vector<std::int64_t>& heads_per_rank,
+                          const std::vector<kernels::BlockMove>& moves, void* buffer) {
+  std::int64_t at = 0;
   for (int peer = 0; peer < P; ++peer) {
     for (std::size_t j = 0; j < fields.size(); ++j) {
-      dispatch_field(fields[j], [&](auto w, auto e) {
-        using W = decltype(w);
-        using E = decltype(e);
-        buffer = walk_block<W, E>(fields[j], side, peer, P, heads_per_rank[j],
-                                  positions[static_cast<std::size_t>(peer)], buffer, moves[j]);
-      });
+      const kernels::UlyssesBlock block = field_block(fields[j], side, peer, P, heads_per_rank[j],
+                                                      positions[static_cast<std::size_t>(peer)], moves[j]);
+      Tensor t = fields[j].t;  // a handle to the field's storage: unpacking writes through it
+      k->ulysses_block(k.stream, block, t.raw_data(), static_cast<std::byte*>(buffer) + at);
+      at += block.bytes();
     }
   }
-  return buffer;
+  return at;
 }
 
 // Moves `from` (held on side `from_side`) into `to` (the other side) with one all-to-all of
@@ -148,42 +83,50 @@ void exchange(comm::Group& sp, const Positions& positions, Side from_side, const
               const std::vector<Field>& to) {
   const int P = sp.size();
   const Side to_side = from_side == Side::sequence ? Side::heads : Side::sequence;
+  const Device device = from.front().t.device();
   std::vector<std::int64_t> heads_per_rank(from.size());
   std::int64_t block = 0;
   for (std::size_t j = 0; j < from.size(); ++j) {
     WF_CHECK(from[j].wire == to[j].wire, "ulysses exchange: field {} is sent as {} but received as {}", j,
              dtype_name(from[j].wire), dtype_name(to[j].wire));
+    for (const Tensor* t : {&from[j].t, &to[j].t}) {
+      WF_CHECK(t->device() == device, "ulysses exchange: field {} is on {} but the first field on {}; an exchange "
+               "moves tensors of one device (move them with .to(...))", j, t->device().str(), device.str());
+    }
     heads_per_rank[j] = (from_side == Side::heads ? from[j] : to[j]).heads;
     block += block_bytes(from[j], static_cast<std::int64_t>(positions[0].size()), heads_per_rank[j]);
   }
-  Tensor send = Tensor::empty({P * block}, DType::u8);
-  std::byte* end = walk_message(from, from_side, P, positions, heads_per_rank,
-                                std::vector<Move>(from.size(), Move::pack), static_cast<std::byte*>(send.raw_data()));
-  WF_CHECK(end == static_cast<std::byte*>(send.raw_data()) + send.nbytes(), "ulysses exchange: packed {} of {} bytes",
-           end - static_cast<std::byte*>(send.raw_data()), send.nbytes());
+  Tensor send = Tensor::empty({P * block}, DType::u8, device);
+  const ops::Kernels k = ops::kernels_for("ulysses exchange", {send});
+  const std::int64_t packed = walk_message(k, from, from_side, P, positions, heads_per_rank,
+                                           std::vector<kernels::BlockMove>(from.size(), kernels::BlockMove::pack),
+                                           send.raw_data());
+  WF_CHECK(packed == static_cast<std::int64_t>(send.nbytes()), "ulysses exchange: packed {} of {} bytes", packed,
+           send.nbytes());
   Tensor received = send;  // a group of one exchanges with itself
   if (P > 1) received = sp.all_to_all(send);
-  std::vector<Move> unpack(to.size(), Move::unpack);
+  std::vector<kernels::BlockMove> unpack(to.size(), kernels::BlockMove::unpack);
   for (std::size_t j = 0; j < to.size(); ++j) {
     const bool replicated = (from_side == Side::sequence ? from[j] : to[j]).heads < P;
     if (to_side == Side::sequence && replicated) {
       Tensor sum = to[j].t;  // shares the storage
       sum.zero_();           // the sharers' blocks add up in it
-      unpack[j] = Move::unpack_add;
+      unpack[j] = kernels::BlockMove::unpack_add;
     }
   }
-  walk_message(to, to_side, P, positions, heads_per_rank, unpack, static_cast<std::byte*>(received.raw_data()));
+  walk_message(ops::kernels_for("ulysses exchange", {received}), to, to_side, P, positions, heads_per_rank, unpack,
+               received.raw_data());
 }
 
 }  // namespace
 
 HeadSide::HeadSide(std::int64_t batch, std::int64_t tokens, std::int64_t heads, std::int64_t kv_heads,
-                   std::int64_t head_dim, DType inputs, std::optional<DType> results)
-    : q(Tensor::empty({batch, tokens, heads, head_dim}, inputs)),
-      k(Tensor::empty({batch, tokens, kv_heads, head_dim}, inputs)),
-      v(Tensor::empty(k.shape(), inputs)),
-      o(results ? Tensor::empty(q.shape(), *results) : Tensor()),
-      lse(results ? Tensor::empty({batch, heads, tokens}, *results) : Tensor()) {}
+                   std::int64_t head_dim, DType inputs, std::optional<DType> results, Device device)
+    : q(Tensor::empty({batch, tokens, heads, head_dim}, inputs, device)),
+      k(Tensor::empty({batch, tokens, kv_heads, head_dim}, inputs, device)),
+      v(Tensor::empty(k.shape(), inputs, device)),
+      o(results ? Tensor::empty(q.shape(), *results, device) : Tensor()),
+      lse(results ? Tensor::empty({batch, heads, tokens}, *results, device) : Tensor()) {}
 
 std::optional<autograd::TensorList> save_replay(autograd::Context& ctx, const autograd::TensorList& in,
                                                 Replayed& replayed) {

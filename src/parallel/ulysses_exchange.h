@@ -30,9 +30,6 @@ struct Field {
   std::int64_t tokens, heads, width;
   bool heads_first;
   DType wire;
-  std::int64_t at(std::int64_t b, std::int64_t i, std::int64_t head) const {
-    return heads_first ? (b * heads + head) * tokens + i : ((b * tokens + i) * heads + head) * width;
-  }
 };
 // Both travel in `wire`, by default the tensor's own dtype.
 Field tokens_major(const Tensor& t, std::optional<DType> wire = std::nullopt);  // [B, tokens, heads, width]
@@ -53,11 +50,11 @@ void ulysses_exchange(comm::Group& group, const Positions& positions, Side from_
 // The head side of one call: `tokens` tokens, `heads` query heads and `kv_heads` kv heads:
 // q, o [B, tokens, heads, d], k, v [B, tokens, kv_heads, d], lse [B, heads, tokens]; q, k, v in
 // `inputs`, o and lse in `results` (f32 beside bf16 inputs: what the attention computes), or
-// left undefined without `results` (a caller whose attention returns its own).
+// left undefined without `results` (a caller whose attention returns its own); on `device`.
 struct HeadSide {
   Tensor q, k, v, o, lse;
   HeadSide(std::int64_t batch, std::int64_t tokens, std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim,
-           DType inputs, std::optional<DType> results);
+           DType inputs, std::optional<DType> results, Device device);
   HeadSide(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse)  // saved ones
       : q(std::move(q)), k(std::move(k)), v(std::move(v)), o(std::move(o)), lse(std::move(lse)) {}
 };

@@ -78,12 +78,13 @@ class UlyssesWallFacerFunction final : public autograd::Function {
     const DType act = q.dtype();
     const auto a = [act](const Tensor& t) { return detail::activation_field(t, act); };
     const auto st = [act](const Tensor& t) { return detail::statistics_field(t, act); };
-    HeadSide h = head_side(q.size(0), q.size(1), q.size(2), q.size(3), act, /*replayed=*/false);
+    HeadSide h = head_side(q.size(0), q.size(1), q.size(2), q.size(3), act, /*replayed=*/false, q.device());
     ulysses_exchange(ulysses_, *positions_, Side::sequence, {a(q), a(k), a(v)}, {a(h.q), a(h.k), a(h.v)});
     wallfacer_ = detail::make_wallfacer_function(rank_, call_, work_, std::nullopt);
     Context inner = inner_context();
     const TensorList oh = wallfacer_->forward(inner, {h.q, h.k, h.v});
-    Tensor o = Tensor::empty(q.shape(), act), lse = Tensor::empty({q.size(0), q.size(2), q.size(1)}, act);
+    Tensor o = Tensor::empty(q.shape(), act, q.device());
+    Tensor lse = Tensor::empty({q.size(0), q.size(2), q.size(1)}, act, q.device());
     ulysses_exchange(ulysses_, *positions_, Side::heads, {a(oh[0]), st(oh[1])}, {a(o), st(lse)});
     ctx.save_for_backward(inner.saved());
     return {o, lse};
@@ -93,17 +94,19 @@ class UlyssesWallFacerFunction final : public autograd::Function {
     const TensorList& saved = ctx.saved();
     const Tensor& d_out = grad[0];
     const DType act = d_out.dtype(), cdt = detail::compute_dtype_of(act);
+    const Device device = d_out.device();
     WF_CHECK(grad[1].dtype() == act, "{} backward: the gradients of o and lse must share a dtype, got {} and {}",
              kWhat, dtype_name(act), dtype_name(grad[1].dtype()));
     const auto a = [act](const Tensor& t) { return detail::activation_field(t, act); };
     const auto st = [act](const Tensor& t) { return detail::statistics_field(t, act); };
     const std::int64_t B = d_out.size(0), n = d_out.size(1), heads = d_out.size(2), d = d_out.size(3);
     const int U = ulysses_.size();
-    Tensor doh = Tensor::empty({B, n * U, heads / U, d}, act), dlseh = Tensor::empty({B, heads / U, n * U}, cdt);
+    Tensor doh = Tensor::empty({B, n * U, heads / U, d}, act, device);
+    Tensor dlseh = Tensor::empty({B, heads / U, n * U}, cdt, device);
     std::vector<Field> from{a(d_out), st(grad[1])}, to{a(doh), st(dlseh)};
     std::optional<HeadSide> h;
     if (sequence_side_saved_) {  // the replay's q, k, v, o, lse travel with dO
-      h.emplace(head_side(B, n, heads, d, act, /*replayed=*/true));
+      h.emplace(head_side(B, n, heads, d, act, /*replayed=*/true, device));
       detail::add_replayed_fields(saved, *h, act, from, to);
     }
     ulysses_exchange(ulysses_, *positions_, Side::sequence, from, to);
@@ -121,8 +124,9 @@ class UlyssesWallFacerFunction final : public autograd::Function {
     // A replicated kv head's gradient is summed over its sharers in the compute dtype, then
     // rounded once.
     const bool replicated = kv_heads_ < U;
-    Tensor dq = Tensor::empty(d_out.shape(), act), dk = Tensor::empty({B, n, kv_heads_, d}, replicated ? cdt : act);
-    Tensor dv = Tensor::empty(dk.shape(), dk.dtype());
+    Tensor dq = Tensor::empty(d_out.shape(), act, device);
+    Tensor dk = Tensor::empty({B, n, kv_heads_, d}, replicated ? cdt : act, device);
+    Tensor dv = Tensor::empty(dk.shape(), dk.dtype(), device);
     ulysses_exchange(ulysses_, *positions_, Side::heads, {a(gh[0]), a(gh[1]), a(gh[2])}, {a(dq), a(dk), a(dv)});
     return {dq, dk.to(act), dv.to(act)};
   }
@@ -133,12 +137,12 @@ class UlyssesWallFacerFunction final : public autograd::Function {
   // The member's U·n tokens, h/U query heads and their kv heads, from the sequence side's q
   // [B, n, heads, d]: q, k, v in the activation dtype (WallFacer takes them so); with
   // `replayed`, o and lse too (a replay's, for WallFacer's replayed backward) in the compute
-  // dtype. The forward needs no o, lse of its own: WallFacer returns them.
+  // dtype. The forward needs no o, lse of its own: WallFacer returns them. On `device`.
   HeadSide head_side(std::int64_t B, std::int64_t n, std::int64_t heads, std::int64_t d, DType activation,
-                     bool replayed) const {
+                     bool replayed, Device device) const {
     const int U = ulysses_.size();
     return HeadSide(B, n * U, heads / U, ulysses_kv_heads_per_rank(kv_heads_, U), d, activation,
-                    replayed ? std::optional<DType>(detail::compute_dtype_of(activation)) : std::nullopt);
+                    replayed ? std::optional<DType>(detail::compute_dtype_of(activation)) : std::nullopt, device);
   }
   static Context inner_context() {
     Context inner;

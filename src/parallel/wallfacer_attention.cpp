@@ -21,18 +21,18 @@
 // Dtypes: Q, K, V, O and dO travel in the activation dtype (the inputs'); lse, D and the
 // partial sums (o before the reduce-scatter, every dQ, dK, dV) in the compute dtype — f64 for
 // f64 inputs, f32 otherwise — which is what ElementBytes::stats / ::partial count. bf16 blocks
-// multiply in bf16 where the CPU does so natively (multiply_dtype_of).
+// multiply in bf16 where the device does so natively (multiply_dtype_of).
+//
+// Every tensor lives on the inputs' device: the combine, D and the copies between member and
+// team layouts are that device's kernels (kernels/backend.h), never a loop here.
 #include "src/parallel/wallfacer_attention.h"
 
-#include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/gemm.h"
+#include "src/ops/common.h"
 #include "src/parallel/sp_strategy_base.h"
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/core/error.h"
@@ -57,14 +57,23 @@ enum Tag : int {
 };
 
 using detail::compute_dtype_of;
-// Widened once, before the ring, where the CPU has no bf16 products: cheaper than the kernels'
-// fallback widening every tile.
+// Widened once, before the ring, where the device has no bf16 products: cheaper than the
+// kernels' fallback widening every tile.
 using detail::multiply_dtype_of;
 
 std::vector<Tensor> empty_like(const std::vector<Tensor>& tensors) {
   std::vector<Tensor> out;
-  for (const Tensor& t : tensors) out.push_back(Tensor::empty(t.shape(), t.dtype()));
+  for (const Tensor& t : tensors) out.push_back(Tensor::empty(t.shape(), t.dtype(), t.device()));
   return out;
+}
+
+// For o < outer: `count` elements from src[o·src_block + src_at] to dst[o·dst_block + dst_at]
+// (elements of their one dtype, on their one device).
+void copy_strided(const Tensor& src, std::int64_t src_block, std::int64_t src_at, Tensor& dst, std::int64_t dst_block,
+                  std::int64_t dst_at, std::int64_t outer, std::int64_t count) {
+  const ops::Kernels k = ops::kernels_for(kWhat, {src, dst});
+  k->copy_blocks(k.stream, dtype_size(src.dtype()), src.raw_data(), src_block, src_at, dst.raw_data(), dst_block,
+                 dst_at, outer, count);
 }
 
 }  // namespace
@@ -151,11 +160,11 @@ using detail::WallFacerRank;
 // several tensors into one collective.
 
 struct SeqBlocks {
-  std::int64_t outer = 1;        // product of the dims before the sequence dim
-  std::size_t member_bytes = 0;  // one member's n·inner elements for one outer index
+  std::int64_t outer = 1;   // product of the dims before the sequence dim
+  std::int64_t member = 0;  // one member's n·inner elements for one outer index
 };
 
-SeqBlocks seq_blocks(const Shape& local_shape, std::size_t seq_dim, DType dtype) {
+SeqBlocks seq_blocks(const Shape& local_shape, std::size_t seq_dim) {
   SeqBlocks s;
   std::int64_t inner = 1;
   for (std::size_t i = 0; i < local_shape.size(); ++i) {
@@ -164,22 +173,17 @@ SeqBlocks seq_blocks(const Shape& local_shape, std::size_t seq_dim, DType dtype)
     else
       inner *= local_shape[i];
   }
-  s.member_bytes = static_cast<std::size_t>(inner) * dtype_size(dtype);
+  s.member = inner;
   return s;
 }
 
-// Member c's piece [outer, n, inner] into its slice of a team tensor, and back out.
-void member_slice_to_team(const void* piece, void* team, const SeqBlocks& s, int C, int c) {
-  for (std::int64_t o = 0; o < s.outer; ++o) {
-    std::memcpy(static_cast<char*>(team) + static_cast<std::size_t>(o * C + c) * s.member_bytes,
-                static_cast<const char*>(piece) + static_cast<std::size_t>(o) * s.member_bytes, s.member_bytes);
-  }
+// Member c's piece [outer, n, inner] (from element `piece_at` of `piece`) into its slice of a
+// team tensor, and back out.
+void member_slice_to_team(const Tensor& piece, std::int64_t piece_at, Tensor& team, const SeqBlocks& s, int C, int c) {
+  copy_strided(piece, s.member, piece_at, team, C * s.member, c * s.member, s.outer, s.member);
 }
-void team_to_member_slice(const void* team, void* piece, const SeqBlocks& s, int C, int c) {
-  for (std::int64_t o = 0; o < s.outer; ++o) {
-    std::memcpy(static_cast<char*>(piece) + static_cast<std::size_t>(o) * s.member_bytes,
-                static_cast<const char*>(team) + static_cast<std::size_t>(o * C + c) * s.member_bytes, s.member_bytes);
-  }
+void team_to_member_slice(const Tensor& team, Tensor& piece, std::int64_t piece_at, const SeqBlocks& s, int C, int c) {
+  copy_strided(team, C * s.member, c * s.member, piece, s.member, piece_at, s.outer, s.member);
 }
 
 void check_one_dtype(const std::vector<Tensor>& tensors, const char* what) {
@@ -197,11 +201,12 @@ std::vector<Tensor> gather_team(comm::Group& team, const std::vector<Tensor>& lo
   const DType dtype = locals.front().dtype();
   std::int64_t total = 0;
   for (const Tensor& t : locals) total += t.numel();
-  Tensor piece = Tensor::empty({1, total}, dtype);
-  std::size_t at = 0;
+  const Device device = locals.front().device();
+  Tensor piece = Tensor::empty({1, total}, dtype, device);
+  std::int64_t at = 0;
   for (const Tensor& t : locals) {
-    std::memcpy(static_cast<char*>(piece.raw_data()) + at, t.raw_data(), t.nbytes());
-    at += t.nbytes();
+    copy_strided(t, 0, 0, piece, 0, at, 1, t.numel());
+    at += t.numel();
   }
   Tensor gathered = team.all_gather(piece);  // [C, total]
   std::vector<Tensor> teams;
@@ -209,13 +214,10 @@ std::vector<Tensor> gather_team(comm::Group& team, const std::vector<Tensor>& lo
   for (const Tensor& t : locals) {
     Shape shape = t.shape();
     shape[seq_dim] *= C;
-    Tensor out = Tensor::empty(shape, dtype);
-    const SeqBlocks s = seq_blocks(t.shape(), seq_dim, dtype);
-    for (int c = 0; c < C; ++c) {
-      member_slice_to_team(static_cast<const char*>(gathered.raw_data()) + c * piece.nbytes() + at, out.raw_data(), s,
-                           C, c);
-    }
-    at += t.nbytes();
+    Tensor out = Tensor::empty(shape, dtype, device);
+    const SeqBlocks s = seq_blocks(t.shape(), seq_dim);
+    for (int c = 0; c < C; ++c) member_slice_to_team(gathered, c * total + at, out, s, C, c);
+    at += t.numel();
     teams.push_back(std::move(out));
   }
   return teams;
@@ -235,23 +237,21 @@ std::vector<Tensor> reduce_scatter_team(comm::Group& team, const std::vector<Ten
     total += shape_numel(shape);
     local_shapes.push_back(std::move(shape));
   }
-  Tensor packed = Tensor::empty({C, total}, dtype);
-  const std::size_t row_bytes = static_cast<std::size_t>(total) * dtype_size(dtype);
-  std::size_t at = 0;
+  const Device device = teams.front().device();
+  Tensor packed = Tensor::empty({C, total}, dtype, device);
+  std::int64_t at = 0;
   for (std::size_t k = 0; k < teams.size(); ++k) {
-    const SeqBlocks s = seq_blocks(local_shapes[k], seq_dim, dtype);
-    for (int c = 0; c < C; ++c) {
-      team_to_member_slice(teams[k].raw_data(), static_cast<char*>(packed.raw_data()) + c * row_bytes + at, s, C, c);
-    }
-    at += static_cast<std::size_t>(shape_numel(local_shapes[k])) * dtype_size(dtype);
+    const SeqBlocks s = seq_blocks(local_shapes[k], seq_dim);
+    for (int c = 0; c < C; ++c) team_to_member_slice(teams[k], packed, c * total + at, s, C, c);
+    at += shape_numel(local_shapes[k]);
   }
   const Tensor mine = team.reduce_scatter(packed);  // [1, total]
   std::vector<Tensor> locals;
   at = 0;
   for (const Shape& shape : local_shapes) {
-    Tensor out = Tensor::empty(shape, dtype);
-    std::memcpy(out.raw_data(), static_cast<const char*>(mine.raw_data()) + at, out.nbytes());
-    at += out.nbytes();
+    Tensor out = Tensor::empty(shape, dtype, device);
+    copy_strided(mine, 0, at, out, 0, 0, 1, out.numel());
+    at += out.numel();
     locals.push_back(std::move(out));
   }
   return locals;
@@ -305,53 +305,20 @@ std::vector<Tensor> swap_with(comm::Group& group, const std::vector<Tensor>& sen
 
 // ---- the team's log-sum-exp combine and the backward's D -------------------------------------
 
-// lse* from every member's partial lse over the team's queries (`all`: [C, rows]), summed in
-// member order so every member gets the same bits, and this member's rescale factor
-// exp(lse_m − lse*): 0 where its partial saw no key (−inf), and no NaN when nobody did.
-template <class T>
-void combine_member_lse(const T* all, int C, std::int64_t rows, int member, T* lse_star, T* weight) {
-  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-  for (std::int64_t r = 0; r < rows; ++r) {
-    T hi = kNegInf;
-    for (int c = 0; c < C; ++c) hi = std::max(hi, all[c * rows + r]);
-    if (hi == kNegInf) {
-      lse_star[r] = kNegInf;
-      weight[r] = T(0);
-      continue;
-    }
-    T sum = 0;
-    for (int c = 0; c < C; ++c) sum += std::exp(all[c * rows + r] - hi);
-    lse_star[r] = hi + std::log(sum);
-    weight[r] = std::exp(all[member * rows + r] - lse_star[r]);
-  }
-}
-
-// o [B, n, h, d] row (b, i, head) scaled by weight [B, h, n] at (b, head, i).
-template <class T>
-void scale_rows(T* o, const T* weight, std::int64_t B, std::int64_t n, std::int64_t h, std::int64_t d) {
-  for (std::int64_t b = 0; b < B; ++b) {
-    for (std::int64_t i = 0; i < n; ++i) {
-      for (std::int64_t head = 0; head < h; ++head) {
-        const T w = weight[(b * h + head) * n + i];
-        T* row = o + ((b * n + i) * h + head) * d;
-        for (std::int64_t e = 0; e < d; ++e) row[e] *= w;
-      }
-    }
-  }
-}
-
 // Combines the members' partial (o, lse) of the team's queries: returns lse* [B, h, C·n] and
 // leaves o rescaled to this member's share of the final output (o_m · exp(lse_m − lse*)).
 Tensor combine_team(comm::Group& team, int member, Tensor& o, const Tensor& lse) {
   if (team.size() == 1) return lse;
   const Tensor all = team.all_gather(lse.view({1, lse.numel()}));  // [C, B·h·C·n]
-  Tensor lse_star = Tensor::empty(lse.shape(), lse.dtype());
-  Tensor weight = Tensor::empty(lse.shape(), lse.dtype());
-  dispatch_float(lse.dtype(), kWhat, [&](auto tag) {
-    using T = decltype(tag);
-    combine_member_lse<T>(all.data<T>(), team.size(), lse.numel(), member, lse_star.data<T>(), weight.data<T>());
-    scale_rows<T>(o.data<T>(), weight.data<T>(), o.size(0), o.size(1), o.size(2), o.size(3));
-  });
+  const ops::Kernels k = ops::kernels_for(kWhat, {all, o, lse});
+  Tensor lse_star = Tensor::empty(lse.shape(), lse.dtype(), k.device());
+  Tensor weight = Tensor::empty(lse.shape(), lse.dtype(), k.device());
+  // lse* summed in member order, so every member gets the same bits; this member's factor
+  // exp(lse_m − lse*) is 0 where its partial saw no key, with no NaN where nobody did.
+  k->team_lse_combine(k.stream, lse.dtype(), team.size(), lse.numel(), member, all.raw_data(), lse_star.raw_data(),
+                      weight.raw_data());
+  k->scale_attention_rows(k.stream, o.dtype(), o.size(0), o.size(1), o.size(2), o.size(3), o.raw_data(),
+                          weight.raw_data());
   return lse_star;
 }
 
@@ -359,8 +326,8 @@ Tensor combine_team(comm::Group& team, int member, Tensor& o, const Tensor& lse)
 Tensor member_lse(const Tensor& lse, int C, int member) {
   if (C == 1) return lse;
   const std::int64_t n = lse.size(2) / C;
-  Tensor out = Tensor::empty({lse.size(0), lse.size(1), n}, lse.dtype());
-  team_to_member_slice(lse.raw_data(), out.raw_data(), seq_blocks(out.shape(), 2, lse.dtype()), C, member);
+  Tensor out = Tensor::empty({lse.size(0), lse.size(1), n}, lse.dtype(), lse.device());
+  team_to_member_slice(lse, out, 0, seq_blocks(out.shape(), 2), C, member);
   return out;
 }
 
@@ -370,23 +337,10 @@ Tensor member_lse(const Tensor& lse, int C, int member) {
 // d_lse = −D, which yields exactly this D. The gradient arriving at lse is folded in here.
 Tensor minus_delta(const Tensor& d_o, const Tensor& o, const Tensor& d_lse) {
   const std::int64_t B = o.size(0), n = o.size(1), h = o.size(2), d = o.size(3);
-  Tensor out = Tensor::empty({B, h, n}, o.dtype());
-  dispatch_float(o.dtype(), kWhat, [&](auto tag) {
-    using T = decltype(tag);
-    const T *go = d_o.data<T>(), *po = o.data<T>();
-    const T* gl = d_lse.defined() ? d_lse.data<T>() : nullptr;
-    T* m = out.data<T>();
-    for (std::int64_t b = 0; b < B; ++b) {
-      for (std::int64_t i = 0; i < n; ++i) {
-        for (std::int64_t head = 0; head < h; ++head) {
-          const std::int64_t row = ((b * n + i) * h + head) * d, at = (b * h + head) * n + i;
-          T dot = 0;
-          for (std::int64_t e = 0; e < d; ++e) dot += go[row + e] * po[row + e];
-          m[at] = (gl ? gl[at] : T(0)) - dot;
-        }
-      }
-    }
-  });
+  const ops::Kernels k = ops::kernels_for(kWhat, {d_o, o, d_lse});
+  Tensor out = Tensor::empty({B, h, n}, o.dtype(), k.device());
+  k->attention_minus_delta(k.stream, o.dtype(), B, n, h, d, d_o.raw_data(), o.raw_data(),
+                           d_lse.defined() ? d_lse.raw_data() : nullptr, out.raw_data());
   return out;
 }
 
@@ -426,10 +380,12 @@ class WallFacerFunction final : public autograd::Function {
     // The ring. With keep_forward_kv the step-0 K/V stays untouched for the backward; otherwise
     // its buffer receives again from step 1 on — unless it is the caller's own k, v (C = 1 and a
     // self-dispatch hand back the inputs themselves).
-    const DType mul = multiply_dtype_of(act);
+    const Device device = in[0].device();
+    const DType mul = multiply_dtype_of(act, device);
     const Tensor q = q_team.to(mul);
-    Tensor o = Tensor::zeros(q.shape(), cdt);
-    Tensor lse = Tensor::full({q.size(0), q.size(2), q.size(1)}, -std::numeric_limits<double>::infinity(), cdt);
+    Tensor o = Tensor::zeros(q.shape(), cdt, device);
+    Tensor lse =
+        Tensor::full({q.size(0), q.size(2), q.size(1)}, -std::numeric_limits<double>::infinity(), cdt, device);
     const bool kv0_reusable = !options_.keep_forward_kv && !kv0[0].shares_storage_with(in[1]);
     std::vector<Tensor> spare[2];
     std::vector<Tensor> current = kv0;
@@ -472,10 +428,11 @@ class WallFacerFunction final : public autograd::Function {
     const TensorList& saved = ctx.saved();
     const Tensor& out = saved[1];
     const DType act = saved[0].dtype(), cdt = compute_dtype_of(act);
+    const Device device = out.device();
 
     // 1. dO of the team's queries, and D of them (each member has the final O of its own rows).
     // After a replay q travels with dO and lse with D: the same two all-gathers.
-    const Tensor d_out = grad[0].defined() ? grad[0] : Tensor::zeros(out.shape(), act);
+    const Tensor d_out = grad[0].defined() ? grad[0] : Tensor::zeros(out.shape(), act, device);
     const Tensor d_lse = grad[1].defined() ? grad[1].to(cdt) : Tensor();
     std::vector<Tensor> rows{d_out.to(act)}, stats{minus_delta(d_out.to(cdt), out, d_lse)};
     if (!team_saved_) {
@@ -490,14 +447,14 @@ class WallFacerFunction final : public autograd::Function {
     // 2. The K/V this rank held at forward step 0, which stays here throughout.
     const std::vector<Tensor> kv = options_.keep_forward_kv ? std::vector<Tensor>{saved[3], saved[4]}
                                                             : dispatch(gather_team(*r.team, {saved[3], saved[4]}, 1));
-    const DType mul = multiply_dtype_of(act);
+    const DType mul = multiply_dtype_of(act, device);
     const Tensor k = kv[0].to(mul), v = kv[1].to(mul);
-    Tensor dk = Tensor::zeros(k.shape(), cdt), dv = Tensor::zeros(v.shape(), cdt);
+    Tensor dk = Tensor::zeros(k.shape(), cdt, device), dv = Tensor::zeros(v.shape(), cdt, device);
 
     // 3. The query bundles travel the sub-ring. Q, dO, lse*, −D are read-only: they go on to
     // ring next while this step computes. The dQ accumulator can only leave after the step, so
     // each step computes into a fresh buffer, then adds the accumulator that arrived meanwhile.
-    const Tensor zero_o = Tensor::zeros(q_team.shape(), cdt);  // see minus_delta
+    const Tensor zero_o = Tensor::zeros(q_team.shape(), cdt, device);  // see minus_delta
     std::vector<Tensor> bundle = {q_team, dO_team, lse_star, minus_d};
     std::vector<Tensor> spare[2];
     Tensor dq;
@@ -514,7 +471,7 @@ class WallFacerFunction final : public autograd::Function {
         next = buffer;
         transfer.emplace(*r.ring, bundle, r.ring_next, next, r.ring_prev, kBundleTag);
       }
-      dq = Tensor::zeros(zero_o.shape(), cdt);
+      dq = Tensor::zeros(zero_o.shape(), cdt, device);
       work += block_attention_backward(bundle[0].to(mul), r.bundle_runs[static_cast<std::size_t>(i)], k, v,
                                        r.kv_runs[0], options_.causal, options_.scale, zero_o, bundle[2],
                                        bundle[1].to(mul), bundle[3], dq, dk, dv);
@@ -597,9 +554,9 @@ class WallFacerAttention final : public nn::AttentionStrategy, public SpAttentio
   void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) const {
     const WallFacerRank& r = *rank_;
     WF_CHECK(q.defined() && k.defined() && v.defined(), "{}: q, k and v must be defined", kWhat);
-    WF_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(),
-             "{}: only CPU tensors are supported so far (q on {}, k on {}, v on {})", kWhat, q.device().str(),
-             k.device().str(), v.device().str());
+    WF_CHECK(q.device() == k.device() && q.device() == v.device(),
+             "{}: q, k and v must be on one device, got q on {}, k on {}, v on {}; move them with .to(...)", kWhat,
+             q.device().str(), k.device().str(), v.device().str());
     WF_CHECK(is_floating(q.dtype()) && q.dtype() == k.dtype() && q.dtype() == v.dtype(),
              "{}: q, k and v must share one floating dtype, got {}, {}, {}", kWhat, dtype_name(q.dtype()),
              dtype_name(k.dtype()), dtype_name(v.dtype()));
