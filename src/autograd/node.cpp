@@ -3,7 +3,9 @@
 #include <atomic>
 #include <mutex>
 
+#include "kernels/backend.h"
 #include "wallfacer/autograd/grad_hooks.h"
+#include "wallfacer/core/stream.h"
 
 namespace wf::autograd {
 namespace {
@@ -77,15 +79,15 @@ void accumulate_into(Tensor& dst, const Tensor& src) {
     dst.copy_(wide);
     return;
   }
+  const Device device = dst.device();
+  WF_CHECK(src.device() == device, "accumulate_into: a gradient on {} cannot add into one on {}; a tensor's "
+           "gradients live on its device: move the tensor that produced it with .to(Device::parse(\"{}\"))",
+           src.device().str(), device.str(), device.str());
   const Tensor s = src.to(dst.dtype());
-  const std::int64_t n = dst.numel();
-  dispatch_float(dst.dtype(), "gradient accumulation", [&](auto tag) {
-    using T = decltype(tag);
-    T* d = dst.data<T>();
-    const T* a = s.data<T>();
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (std::int64_t i = 0; i < n; ++i) d[i] += a[i];
-  });
+  // dst += 1·s in the kernels of dst's device: bitwise dst + s (autograd sits below ops, so it asks
+  // the backend itself rather than through ops::kernels_for).
+  kernels::backend_for(device).add_scaled(Stream::current(device), dst.dtype(), dst.numel(), 1.0, s.raw_data(),
+                                          dst.raw_data());
 }
 
 }  // namespace wf::autograd
