@@ -219,6 +219,10 @@ class Backend {
                                        std::int64_t own, std::int64_t start, const void* x,
                                        const std::int64_t* targets, std::int64_t ignore_index, const double* lse,
                                        const void* grad_loss, const std::int64_t* count, void* dx) = 0;
+  // kernels/cpu/vocab_parallel.h: the vocabulary-parallel embedding's local rows and 0/1 mask.
+  virtual void vocab_parallel_local_ids(const Stream& stream, const char* what, std::int64_t n, std::int64_t vocab,
+                                        std::int64_t start, std::int64_t rows, const std::int64_t* ids,
+                                        std::int64_t* local, double* mask) = 0;
 };
 
 // The kernels of `device`'s type: the CPU's and the test device's are built in; a CUDA build

@@ -413,6 +413,11 @@ class HostKernels : public Backend {
                                       io<T>(dx));
     });
   }
+  void vocab_parallel_local_ids(const Stream& s, const char* what, std::int64_t n, std::int64_t vocab,
+                                std::int64_t start, std::int64_t rows, const std::int64_t* ids, std::int64_t* local,
+                                double* mask) override {
+    Launch::run(s, [=] { cpu::vocab_parallel_local_ids(what, n, vocab, start, rows, ids, local, mask); });
+  }
 
  private:
   template <class T>

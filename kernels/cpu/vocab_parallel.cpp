@@ -73,6 +73,20 @@ void vocab_parallel_backward(std::int64_t rows, std::int64_t k, std::int64_t own
   });
 }
 
+void vocab_parallel_local_ids(const char* what, std::int64_t n, std::int64_t vocab, std::int64_t start,
+                              std::int64_t rows, const std::int64_t* ids, std::int64_t* local, double* mask) {
+  WF_CHECK(n >= 0 && vocab >= 0 && rows >= 0, "{}: sizes must be non-negative, got n={} vocab={} rows={}", what, n,
+           vocab, rows);
+  for (std::int64_t i = 0; i < n; ++i) {  // serially, before the parallel loop: an exception must not escape it
+    WF_CHECK(ids[i] >= 0 && ids[i] < vocab, "{}: id {} at flat index {} is outside [0, {})", what, ids[i], i, vocab);
+  }
+  parallel_for_rows(n, 1, [=](std::int64_t i) {
+    const bool mine = ids[i] >= start && ids[i] < start + rows;
+    local[i] = mine ? ids[i] - start : 0;
+    mask[i] = mine ? 1.0 : 0.0;
+  });
+}
+
 #define WF_INSTANTIATE_VOCAB_PARALLEL(T)                                                                            \
   template void vocab_parallel_row_max<T>(std::int64_t, std::int64_t, std::int64_t, const T*, double*);           \
   template void vocab_parallel_partials<T>(std::int64_t, std::int64_t, std::int64_t, std::int64_t, const T*,     \

@@ -43,4 +43,11 @@ void vocab_parallel_backward(std::int64_t rows, std::int64_t k, std::int64_t own
                              const std::int64_t* targets, std::int64_t ignore_index, const double* lse,
                              double grad_scale, T* dx);
 
+// The vocabulary-parallel embedding's lookup plan for n replicated token ids, each in [0, vocab):
+// a rank holding table rows [start, start + rows) maps the ids it holds to local[i] = id − start
+// with mask[i] = 1, the others to row 0 with mask[i] = 0 (they add exactly zero). An id outside
+// [0, vocab) is a wf::Error naming `what`, its flat index and value (checked before any output).
+void vocab_parallel_local_ids(const char* what, std::int64_t n, std::int64_t vocab, std::int64_t start,
+                              std::int64_t rows, const std::int64_t* ids, std::int64_t* local, double* mask);
+
 }  // namespace wf::kernels::cpu

@@ -123,21 +123,15 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
            ids.defined() ? dtype_name(ids.dtype()) : "(undefined)");
   // The ids are replicated: each rank maps those it holds to its local rows and the others to
   // row 0 with a zero mask, so they add exactly zero to the output and to row 0's gradient.
+  // Checked on every rank before the all-reduce, so all throw alike.
   const Tensor global = ids.to(DType::i64);
-  const std::int64_t* g = global.data<std::int64_t>();
+  const ops::Kernels k = ops::kernels_for("VocabParallelEmbedding", {global, weight()});
   Shape mask_shape = global.shape();
   mask_shape.push_back(1);
-  Tensor local = Tensor::empty(global.shape(), DType::i64), mask = Tensor::empty(mask_shape, DType::f64);
-  std::int64_t* li = local.data<std::int64_t>();
-  double* m = mask.data<double>();
-  for (std::int64_t i = 0; i < global.numel(); ++i) {
-    // Checked on every rank before the all-reduce, so all throw alike.
-    WF_CHECK(g[i] >= 0 && g[i] < vocab, "VocabParallelEmbedding({}, {}): id {} at flat index {} is outside [0, {})",
-             vocab, options().dim, g[i], i, vocab);
-    const bool mine = g[i] >= start && g[i] < start + rows;
-    li[i] = mine ? g[i] - start : 0;
-    m[i] = mine ? 1.0 : 0.0;
-  }
+  Tensor local = Tensor::empty(global.shape(), DType::i64, k.device());
+  Tensor mask = Tensor::empty(mask_shape, DType::f64, k.device());
+  k->vocab_parallel_local_ids(k.stream, "VocabParallelEmbedding", global.numel(), vocab, start, rows,
+                              global.data<std::int64_t>(), local.data<std::int64_t>(), mask.data<double>());
   // Cast before the sum: each token's row lives on one rank (the others add zeros), so the sum
   // is exact in the compute dtype, and the all-reduce moves that dtype like every activation.
   return reduce_from_tp(*tp_, in_compute_dtype(mul(embedding(local, weight()), mask.to(weight().dtype()))));

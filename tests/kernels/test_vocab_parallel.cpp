@@ -116,3 +116,16 @@ TEST_CASE("vocab-parallel cross-entropy with every row ignored has loss 0 and ze
   CHECK(loss == 0.0);
   CHECK(std::all_of(d.begin(), d.end(), [](double v) { return v == 0.0; }));
 }
+
+TEST_CASE("vocab_parallel_local_ids maps the ids a rank holds to its rows and masks the others",
+          "[kernels][vocab_parallel]") {
+  const std::vector<std::int64_t> ids{0, 4, 5, 9, 3, 7};
+  std::vector<std::int64_t> local(ids.size(), -5);
+  std::vector<double> mask(ids.size(), -5);
+  cpu::vocab_parallel_local_ids("test", 6, 10, /*start=*/4, /*rows=*/3, ids.data(), local.data(), mask.data());
+  CHECK(local == std::vector<std::int64_t>{0, 0, 1, 0, 0, 0});  // rows 4..6 held: ids 4 (row 0) and 5 (row 1)
+  CHECK(mask == std::vector<double>{0, 1, 1, 0, 0, 0});
+  const std::vector<std::int64_t> bad{1, 10};
+  CHECK_THROWS_WITH(cpu::vocab_parallel_local_ids("test", 2, 10, 0, 5, bad.data(), local.data(), mask.data()),
+                    Catch::Contains("test: id 10 at flat index 1 is outside [0, 10)"));
+}
