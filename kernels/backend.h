@@ -223,6 +223,10 @@ class Backend {
   virtual void vocab_parallel_local_ids(const Stream& stream, const char* what, std::int64_t n, std::int64_t vocab,
                                         std::int64_t start, std::int64_t rows, const std::int64_t* ids,
                                         std::int64_t* local, double* mask) = 0;
+  // kernels/cpu/replica_spread.h: per replicated parameter, its spread over the tp ranks and its
+  // largest entry (out [2·ends.size()], f64 on the device), for the replica check.
+  virtual void replica_spread(const Stream& stream, std::int64_t n, const std::vector<std::int64_t>& ends,
+                              const double* extremes, const double* own, double* out) = 0;
 };
 
 // The kernels of `device`'s type: the CPU's and the test device's are built in; a CUDA build

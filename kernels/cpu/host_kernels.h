@@ -19,6 +19,7 @@
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optimizer.h"
 #include "kernels/cpu/reduce.h"
+#include "kernels/cpu/replica_spread.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/vocab_parallel.h"
@@ -417,6 +418,10 @@ class HostKernels : public Backend {
                                 std::int64_t start, std::int64_t rows, const std::int64_t* ids, std::int64_t* local,
                                 double* mask) override {
     Launch::run(s, [=] { cpu::vocab_parallel_local_ids(what, n, vocab, start, rows, ids, local, mask); });
+  }
+  void replica_spread(const Stream& s, std::int64_t n, const std::vector<std::int64_t>& ends, const double* extremes,
+                      const double* own, double* out) override {
+    Launch::run(s, [=] { cpu::replica_spread(n, ends, extremes, own, out); });
   }
 
  private:
