@@ -24,6 +24,7 @@
 // Semantics of each kernel (aliasing, accumulation, NaN behaviour) are those of the CPU kernel
 // of the same name in kernels/cpu, whose plain reference the tests compare against.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/kernel_args.h"
@@ -227,6 +228,13 @@ class Backend {
   // largest entry (out [2·ends.size()], f64 on the device), for the replica check.
   virtual void replica_spread(const Stream& stream, std::int64_t n, const std::vector<std::int64_t>& ends,
                               const double* extremes, const double* own, double* out) = 0;
+  // ---- per-process choices every rank must share ----
+  // A choice this backend makes once per process that replicas of one computation must make
+  // alike, lest they round differently (the CPU's GEMM library): its code (>= 0) and why, made on
+  // one rank (wf::Error when it fails, e.g. a bad WF_CPU_GEMM); adopt_replicated_choice installs
+  // that rank's on the others (comm::Runtime::init).
+  virtual int replicated_choice(std::string& reason) = 0;
+  virtual void adopt_replicated_choice(int code, const std::string& reason) = 0;
 };
 
 // The kernels of `device`'s type: the CPU's and the test device's are built in; a CUDA build

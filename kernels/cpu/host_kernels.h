@@ -423,6 +423,17 @@ class HostKernels : public Backend {
                       const double* own, double* out) override {
     Launch::run(s, [=] { cpu::replica_spread(n, ends, extremes, own, out); });
   }
+  // The GEMM library (kernels/cpu/gemm.h): a process-wide decision, shared by both host backends.
+  int replicated_choice(std::string& reason) override {
+    GemmChoice choice = gemm_choice();
+    reason = std::move(choice.reason);
+    return static_cast<int>(choice.backend);
+  }
+  void adopt_replicated_choice(int code, const std::string& reason) override {
+    WF_CHECK(code >= static_cast<int>(GemmBackend::cblas) && code <= static_cast<int>(GemmBackend::onednn),
+             "adopt_replicated_choice: {} is not a GEMM backend code", code);
+    set_gemm_choice({static_cast<GemmBackend>(code), reason});
+  }
 
  private:
   template <class T>
