@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "src/core/test_device_streams.h"
 #include "wallfacer/autograd/node.h"
 #include "wallfacer/core/stream.h"
 #include "wallfacer/core/tensor.h"
@@ -45,9 +46,18 @@ void set_grads(std::vector<Tensor>& params, int step, Device device, double scal
   }
 }
 
+// Asynchronous test-device streams for the scope: kernels run later, on worker threads.
+struct AsyncStreams {
+  explicit AsyncStreams(bool on) { wf::detail::set_test_device_async(on, 50); }
+  ~AsyncStreams() { wf::detail::set_test_device_async(false); }
+};
+
 }  // namespace
 
 TEST_CASE("AdamW with EMA and clipping on the test device matches the CPU bit for bit", "[train][optimizer][testdev]") {
+  const bool async = GENERATE(false, true);
+  CAPTURE(async);
+  const AsyncStreams streams(async);
   std::vector<Tensor> cpu = make_params(Device::cpu()), dev = make_params(Device::test());
   const wf::train::AdamWOptions options{.lr = 0.05, .weight_decay = 0.1, .ema_decay = 0.9};
   wf::train::AdamW cpu_opt(cpu, options), dev_opt(dev, options);
