@@ -28,8 +28,10 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 
 // Parameters of both dtypes, with and without weight decay (2-D and 1-D), and one without a grad.
 std::vector<Tensor> make_params(Device device) {
-  std::vector<Tensor> params = {Tensor::randn_at({5, 7}, 11, 0, DType::f32), Tensor::randn_at({7}, 11, 100, DType::f32),
-                                Tensor::randn_at({3, 4}, 11, 200, DType::f64), Tensor::randn_at({6}, 11, 300, DType::f64)};
+  std::vector<Tensor> params = {Tensor::randn_at({5, 7}, 11, 0, DType::f32),
+                                Tensor::randn_at({7}, 11, 100, DType::f32),
+                                Tensor::randn_at({3, 4}, 11, 200, DType::f64),
+                                Tensor::randn_at({6}, 11, 300, DType::f64)};
   for (Tensor& p : params) {
     p = p.to(device);
     p.set_requires_grad(true);
