@@ -24,6 +24,7 @@
 // Semantics of each kernel (aliasing, accumulation, NaN behaviour) are those of the CPU kernel
 // of the same name in kernels/cpu, whose plain reference the tests compare against.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/kernel_args.h"
@@ -231,6 +232,48 @@ class Backend {
                           void* exp_avg, void* exp_avg_sq, const AdamWParams& params) = 0;
   // x *= alpha
   virtual void scale_inplace(const Stream& stream, DType dtype, std::int64_t n, void* x, double alpha) = 0;
+  // ---- gradient clipping and vocabulary-parallel cross-entropy (kernels/cpu/optimizer.h,
+  // kernels/cpu/vocab_parallel.h) ---------------------------------------------------------------
+  // *norm = sqrt(Σ sq_sums[0..parts)) and *coefficient = clip_coefficient(*norm, max_norm), all
+  // f64 on the device: the clipping decision stays where the gradients are.
+  virtual void clip_coefficient(const Stream& stream, std::int64_t parts, const double* sq_sums, double max_norm,
+                                double* norm, double* coefficient) = 0;
+  // x *= *coefficient unless *coefficient >= 1 (NaN scales, as PyTorch does).
+  virtual void scale_by_coefficient(const Stream& stream, DType dtype, std::int64_t n, void* x,
+                                    const double* coefficient) = 0;
+  // *count = the targets that are not ignore_index; any other target outside [0, vocab) is an
+  // error naming `what` (a string literal), the row and the value.
+  virtual void count_targets(const Stream& stream, const char* what, std::int64_t rows, std::int64_t vocab,
+                             const std::int64_t* targets, std::int64_t ignore_index, std::int64_t* count) = 0;
+  virtual void vocab_parallel_row_max(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t k,
+                                      std::int64_t own, const void* x, double* max) = 0;
+  virtual void vocab_parallel_partials(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t k,
+                                       std::int64_t own, std::int64_t start, const void* x, const double* max,
+                                       const std::int64_t* targets, std::int64_t ignore_index, double* sums) = 0;
+  virtual void vocab_parallel_loss(const Stream& stream, std::int64_t rows, const double* max, const double* sums,
+                                   const std::int64_t* targets, std::int64_t ignore_index,
+                                   const std::int64_t* count /*nullable*/, double* lse, double* loss) = 0;
+  // The scale is *grad_loss (one element of dtype), divided by *count when count is not null
+  // (the mean; 0 when *count is 0).
+  virtual void vocab_parallel_backward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t k,
+                                       std::int64_t own, std::int64_t start, const void* x,
+                                       const std::int64_t* targets, std::int64_t ignore_index, const double* lse,
+                                       const void* grad_loss, const std::int64_t* count, void* dx) = 0;
+  // kernels/cpu/vocab_parallel.h: the vocabulary-parallel embedding's local rows and 0/1 mask.
+  virtual void vocab_parallel_local_ids(const Stream& stream, const char* what, std::int64_t n, std::int64_t vocab,
+                                        std::int64_t start, std::int64_t rows, const std::int64_t* ids,
+                                        std::int64_t* local, double* mask) = 0;
+  // kernels/cpu/replica_spread.h: per replicated parameter, its spread over the tp ranks and its
+  // largest entry (out [2·ends.size()], f64 on the device), for the replica check.
+  virtual void replica_spread(const Stream& stream, std::int64_t n, const std::vector<std::int64_t>& ends,
+                              const double* extremes, const double* own, double* out) = 0;
+  // ---- per-process choices every rank must share ----
+  // A choice this backend makes once per process that replicas of one computation must make
+  // alike, lest they round differently (the CPU's GEMM library): its code (>= 0) and why, made on
+  // one rank (wf::Error when it fails, e.g. a bad WF_CPU_GEMM); adopt_replicated_choice installs
+  // that rank's on the others (comm::Runtime::init).
+  virtual int replicated_choice(std::string& reason) = 0;
+  virtual void adopt_replicated_choice(int code, const std::string& reason) = 0;
 };
 
 // The kernels of `device`'s type: the CPU's and the test device's are built in; a CUDA build

@@ -21,11 +21,13 @@
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optimizer.h"
 #include "kernels/cpu/reduce.h"
+#include "kernels/cpu/replica_spread.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/select_rows.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/sp_attention.h"
 #include "kernels/cpu/timestep_embedding.h"
+#include "kernels/cpu/vocab_parallel.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::kernels::cpu {
@@ -422,6 +424,73 @@ class HostKernels : public Backend {
       using T = decltype(t);
       cpu::scale_inplace<T>(n, io<T>(x), static_cast<T>(alpha));
     });
+  }
+  // ---- gradient clipping and vocabulary-parallel cross-entropy ----
+  void clip_coefficient(const Stream& s, std::int64_t parts, const double* sq_sums, double max_norm, double* norm,
+                        double* coefficient) override {
+    Launch::run(s, [=] { cpu::clip_coefficient_of_squares(parts, sq_sums, max_norm, norm, coefficient); });
+  }
+  void scale_by_coefficient(const Stream& s, DType dt, std::int64_t n, void* x, const double* coefficient) override {
+    typed(s, dt, "scale_by_coefficient", [=](auto t) {
+      using T = decltype(t);
+      cpu::scale_by_coefficient<T>(n, io<T>(x), *coefficient);
+    });
+  }
+  void count_targets(const Stream& s, const char* what, std::int64_t rows, std::int64_t vocab,
+                     const std::int64_t* targets, std::int64_t ignore_index, std::int64_t* count) override {
+    Launch::run(s, [=] { *count = cpu::checked_target_count(what, rows, vocab, targets, ignore_index); });
+  }
+  void vocab_parallel_row_max(const Stream& s, DType dt, std::int64_t rows, std::int64_t k, std::int64_t own,
+                              const void* x, double* max) override {
+    typed(s, dt, "vocab_parallel_cross_entropy", [=](auto t) {
+      using T = decltype(t);
+      cpu::vocab_parallel_row_max<T>(rows, k, own, in<T>(x), max);
+    });
+  }
+  void vocab_parallel_partials(const Stream& s, DType dt, std::int64_t rows, std::int64_t k, std::int64_t own,
+                               std::int64_t start, const void* x, const double* max, const std::int64_t* targets,
+                               std::int64_t ignore_index, double* sums) override {
+    typed(s, dt, "vocab_parallel_cross_entropy", [=](auto t) {
+      using T = decltype(t);
+      cpu::vocab_parallel_partials<T>(rows, k, own, start, in<T>(x), max, targets, ignore_index, sums);
+    });
+  }
+  void vocab_parallel_loss(const Stream& s, std::int64_t rows, const double* max, const double* sums,
+                           const std::int64_t* targets, std::int64_t ignore_index, const std::int64_t* count,
+                           double* lse, double* loss) override {
+    Launch::run(s, [=] { cpu::vocab_parallel_loss(rows, max, sums, targets, ignore_index, count, lse, loss); });
+  }
+  void vocab_parallel_backward(const Stream& s, DType dt, std::int64_t rows, std::int64_t k, std::int64_t own,
+                               std::int64_t start, const void* x, const std::int64_t* targets,
+                               std::int64_t ignore_index, const double* lse, const void* grad_loss,
+                               const std::int64_t* count, void* dx) override {
+    typed(s, dt, "vocab_parallel_cross_entropy_backward", [=](auto t) {
+      using T = decltype(t);
+      const double g = double(*in<T>(grad_loss));
+      const double grad_scale = count == nullptr ? g : *count > 0 ? g / double(*count) : 0.0;
+      cpu::vocab_parallel_backward<T>(rows, k, own, start, in<T>(x), targets, ignore_index, lse, grad_scale,
+                                      io<T>(dx));
+    });
+  }
+  void vocab_parallel_local_ids(const Stream& s, const char* what, std::int64_t n, std::int64_t vocab,
+                                std::int64_t start, std::int64_t rows, const std::int64_t* ids, std::int64_t* local,
+                                double* mask) override {
+    Launch::run(s, [=] { cpu::vocab_parallel_local_ids(what, n, vocab, start, rows, ids, local, mask); });
+  }
+  void replica_spread(const Stream& s, std::int64_t n, const std::vector<std::int64_t>& ends, const double* extremes,
+                      const double* own, double* out) override {
+    Launch::run(s, [=] { cpu::replica_spread(n, ends, extremes, own, out); });
+  }
+  // The GEMM library (kernels/cpu/gemm.h): a process-wide decision, shared by both host backends.
+  int replicated_choice(std::string& reason) override {
+    GemmChoice choice = gemm_choice();
+    reason = std::move(choice.reason);
+    return static_cast<int>(choice.backend);
+  }
+  void adopt_replicated_choice(int code, const std::string& reason) override {
+    WF_CHECK(code >= static_cast<int>(GemmBackend::cblas) && code <= static_cast<int>(GemmBackend::onednn),
+             "adopt_replicated_choice: {} is not a GEMM backend code", code);
+    set_gemm_choice({static_cast<GemmBackend>(code), reason});
   }
 
  private:

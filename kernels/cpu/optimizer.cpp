@@ -137,12 +137,34 @@ void scale_inplace(std::int64_t n, T* x, T alpha) {
   scale(n, alpha, x, x);
 }
 
+void clip_coefficient_of_squares(std::int64_t parts, const double* sq_sums, double max_norm, double* norm,
+                                 double* coefficient) {
+  WF_CHECK(parts >= 0, "clip_coefficient_of_squares: the count of partial sums must be non-negative, got {}", parts);
+  double sum = 0.0;
+  for (std::int64_t i = 0; i < parts; ++i) sum += sq_sums[i];
+  *norm = std::sqrt(sum);
+  *coefficient = clip_coefficient(*norm, max_norm);
+}
+
+template <class T>
+void scale_by_coefficient(std::int64_t n, T* x, double coefficient) {
+  if (!(coefficient >= 1.0)) scale_inplace<T>(n, x, static_cast<T>(coefficient));
+}
+
+template <class T>
+void scale_by_coefficient_reference(std::int64_t n, T* x, double coefficient) {
+  if (coefficient >= 1.0) return;
+  const double c = static_cast<T>(coefficient);  // the factor in T, as the gradients are scaled
+  for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(double(x[i]) * c);
+}
 
 #define WF_INSTANTIATE_OPTIMIZER(T)                                                          \
   template void adamw_step<T>(std::int64_t, T*, const T*, T*, T*, const AdamWParams&);      \
   template void adamw_step_reference<T>(std::int64_t, T*, const T*, T*, T*, const AdamWParams&); \
   template double sum_of_squares<T>(std::int64_t, const T*);                                \
-  template void scale_inplace<T>(std::int64_t, T*, T);
+  template void scale_inplace<T>(std::int64_t, T*, T);                                      \
+  template void scale_by_coefficient<T>(std::int64_t, T*, double);                          \
+  template void scale_by_coefficient_reference<T>(std::int64_t, T*, double);
 WF_INSTANTIATE_OPTIMIZER(float)
 WF_INSTANTIATE_OPTIMIZER(double)
 #undef WF_INSTANTIATE_OPTIMIZER

@@ -35,4 +35,17 @@ void scale_inplace(std::int64_t n, T* x, T alpha);
 
 using kernels::clip_coefficient;
 
+// Gradient-norm clipping with the norm kept where the gradients are (no host read):
+// *norm = sqrt(sq_sums[0] + ... + sq_sums[parts - 1]) (summed in double in that order, from 0)
+// and *coefficient = clip_coefficient(*norm, max_norm).
+void clip_coefficient_of_squares(std::int64_t parts, const double* sq_sums, double max_norm, double* norm,
+                                 double* coefficient);
+// x *= T(coefficient), unless coefficient >= 1 (a NaN coefficient scales too, as PyTorch does):
+// scale_inplace with the clipping decision taken where the coefficient is.
+template <class T>
+void scale_by_coefficient(std::int64_t n, T* x, double coefficient);
+// The same, per element in double and rounded once: the oracle for scale_by_coefficient.
+template <class T>
+void scale_by_coefficient_reference(std::int64_t n, T* x, double coefficient);
+
 }  // namespace wf::kernels::cpu

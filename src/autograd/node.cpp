@@ -5,6 +5,7 @@
 
 #include "kernels/backend.h"
 #include "wallfacer/autograd/grad_hooks.h"
+#include "wallfacer/core/stream.h"
 
 namespace wf::autograd {
 namespace {
@@ -78,10 +79,15 @@ void accumulate_into(Tensor& dst, const Tensor& src) {
     dst.copy_(wide);
     return;
   }
+  const Device device = dst.device();
+  WF_CHECK(src.device() == device, "accumulate_into: a gradient on {} cannot add into one on {}; a tensor's "
+           "gradients live on its device: move the tensor that produced it with .to(Device::parse(\"{}\"))",
+           src.device().str(), device.str(), device.str());
   const Tensor s = src.to(dst.dtype());
-  // dst += 1·s on dst's device: bitwise the plain d[i] += a[i].
-  kernels::Backend& backend = kernels::backend_for(dst.device());
-  backend.add_scaled(Stream::current(dst.device()), dst.dtype(), dst.numel(), 1.0, s.raw_data(), dst.raw_data());
+  // dst += 1·s in the kernels of dst's device: bitwise dst + s (autograd sits below ops, so it asks
+  // the backend itself rather than through ops::kernels_for).
+  kernels::backend_for(device).add_scaled(Stream::current(device), dst.dtype(), dst.numel(), 1.0, s.raw_data(),
+                                          dst.raw_data());
 }
 
 }  // namespace wf::autograd

@@ -9,7 +9,7 @@
 #include <numeric>
 #include <thread>
 
-#include "kernels/cpu/gemm.h"
+#include "kernels/backend.h"
 #include "src/comm/mpi_backend.h"
 #include "src/comm/watchdog.h"
 #include "wallfacer/core/cuda_info.h"
@@ -56,20 +56,21 @@ std::atomic<int>& argument_checks_state() {
   return state;
 }
 
-// Every rank runs the CPU GEMM backend rank 0 chose (kernels/cpu/gemm.h): replicas of one
-// computation (the tp ranks, a WallFacer team) must round alike, and a measurement made on each
-// rank could come out differently. A failure on rank 0 (a bad WF_CPU_GEMM) fails every rank
-// with its message. A world of one decides lazily, at its first product.
+// Every rank makes the per-process choices rank 0's CPU backend made (kernels/backend.h
+// replicated_choice: the CPU GEMM library): replicas of one computation (the tp ranks, a WallFacer
+// team) must round alike, and a measurement made on each rank could come out differently. A
+// failure on rank 0 (a bad WF_CPU_GEMM) fails every rank with its message. A world of one decides
+// lazily, at its first product.
 void agree_on_gemm_backend(int rank, int world_size) {
   if (world_size == 1) return;
-  namespace cpu = kernels::cpu;
+  kernels::Backend& cpu = kernels::backend_for(Device::cpu());
   int backend = -1;
   char reason[512] = {};
   if (rank == 0) {
     try {
-      const cpu::GemmChoice choice = cpu::gemm_choice();
-      backend = static_cast<int>(choice.backend);
-      std::snprintf(reason, sizeof reason, "%s", choice.reason.c_str());
+      std::string why;
+      backend = cpu.replicated_choice(why);
+      std::snprintf(reason, sizeof reason, "%s", why.c_str());
     } catch (const std::exception& e) {
       std::snprintf(reason, sizeof reason, "%s", e.what());
     }
@@ -78,7 +79,7 @@ void agree_on_gemm_backend(int rank, int world_size) {
   check_mpi(MPI_Bcast(reason, sizeof reason, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast(GEMM backend reason)");
   reason[sizeof reason - 1] = '\0';
   WF_CHECK(backend >= 0, "{}", reason);
-  if (rank != 0) cpu::set_gemm_choice({static_cast<cpu::GemmBackend>(backend), std::string("rank 0's: ") + reason});
+  if (rank != 0) cpu.adopt_replicated_choice(backend, std::string("rank 0's: ") + reason);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "src/ops/common.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/ops/shape_ops.h"
@@ -48,22 +49,22 @@ int check_tp_replicas(const nn::Module& module, comm::Group& tp) {
   const Tensor values = cat(flat, 0);
   Tensor extremes = cat({values, neg(values)}, 0);
   tp.all_reduce(extremes, comm::ReduceOp::max);
-  const double* ext = extremes.data<double>();
-  const double* own = values.data<double>();
-  const std::int64_t n = values.numel();
+  // Per parameter its spread over the ranks and its largest entry, on the device; one host read.
+  std::vector<std::int64_t> ends;
+  for (const auto& [name, p] : whole) ends.push_back((ends.empty() ? 0 : ends.back()) + p.numel());
+  const ops::Kernels k = ops::kernels_for("check_replicas", {extremes, values});
+  Tensor found = Tensor::empty({2 * static_cast<std::int64_t>(whole.size())}, DType::f64, k.device());
+  k->replica_spread(k.stream, values.numel(), ends, extremes.data<double>(), values.data<double>(),
+                    found.data<double>());
+  found = found.to(Device::cpu());
+  const double* f = found.data<double>();
   std::vector<std::string> drifted;
-  std::int64_t at = 0;
-  for (const auto& [name, p] : whole) {
-    double spread = 0, scale = 0;
-    for (std::int64_t k = at; k < at + p.numel(); ++k) {
-      spread = std::max(spread, ext[k] + ext[n + k]);  // max − min over the ranks
-      scale = std::max(scale, std::abs(own[k]));
-    }
-    at += p.numel();
-    const double bound = kRoundings * epsilon_of(p.dtype()) * scale;
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    const double spread = f[2 * i], scale = f[2 * i + 1];
+    const double bound = kRoundings * epsilon_of(whole[i].second.dtype()) * scale;
     if (spread > bound || std::isnan(spread)) {
-      drifted.push_back(
-          fmt::format("{} (copies differ by up to {:.3g}, its largest entry {:.3g})", name, spread, scale));
+      drifted.push_back(fmt::format("{} (copies differ by up to {:.3g}, its largest entry {:.3g})", whole[i].first,
+                                    spread, scale));
     }
   }
   WF_CHECK(drifted.empty(),

@@ -6,7 +6,6 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/cross_entropy.h"
 #include "src/ops/common.h"
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/core/error.h"
@@ -44,71 +43,47 @@ class VocabParallelCrossEntropy final : public autograd::Function {
   TensorList forward(Context& ctx, const TensorList& in) override {
     const Tensor& targets = in[1];
     const std::int64_t rows = ops::rows_of(in[0].shape()), k = in[0].size(-1);
+    const ops::Kernels kern = ops::kernels_for(kLoss, {in[0], targets});
+    const Device device = kern.device();
     const std::int64_t* tgt = targets.data<std::int64_t>();
     // Every target checked before any collective: they are replicated, so all ranks throw alike.
-    count_ = kernels::cpu::checked_target_count(kLoss, rows, vocab_size_, tgt, ignore_index_);
+    // The count of those not ignored (the mean's denominator) stays a device scalar.
+    count_ = Tensor::empty({}, DType::i64, device);
+    kern->count_targets(kern.stream, kLoss, rows, vocab_size_, tgt, ignore_index_, count_.data<std::int64_t>());
     // Per row, in double: the max, then [sum of exp(x - max) | the target logit].
-    Tensor max = Tensor::empty({rows}, DType::f64), sums = Tensor::zeros({2 * rows}, DType::f64);
-    double* mx = max.data<double>();
-    double* sum_exp = sums.data<double>();
-    double* target_logit = sum_exp + rows;
+    Tensor max = Tensor::empty({rows}, DType::f64, device), sums = Tensor::empty({2 * rows}, DType::f64, device);
     const std::int64_t start = tp_->rank() * k, own = real_columns(k);
     ops::compute_in(kLoss, in[0].dtype(), {in[0]}, [&](auto tag, const TensorList& c) {
       using T = decltype(tag);
-      const T* x = c[0].data<T>();
-      for (std::int64_t r = 0; r < rows; ++r) {
-        double m = -std::numeric_limits<double>::infinity();  // a rank holding only padding
-        for (std::int64_t j = 0; j < own; ++j) m = std::max(m, static_cast<double>(x[r * k + j]));
-        mx[r] = m;
-      }
+      kern->vocab_parallel_row_max(kern.stream, dtype_v<T>, rows, k, own, c[0].data<T>(), max.data<double>());
       tp_->all_reduce(max, comm::ReduceOp::max);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        double s = 0.0;
-        for (std::int64_t j = 0; j < own; ++j) s += std::exp(static_cast<double>(x[r * k + j]) - mx[r]);
-        sum_exp[r] = s;
-        const std::int64_t t = tgt[r] - start;
-        if (tgt[r] != ignore_index_ && t >= 0 && t < k) target_logit[r] = static_cast<double>(x[r * k + t]);
-      }
+      kern->vocab_parallel_partials(kern.stream, dtype_v<T>, rows, k, own, start, c[0].data<T>(), max.data<double>(),
+                                    tgt, ignore_index_, sums.data<double>());
       return Tensor();
     });
     tp_->all_reduce(sums);
-    Tensor lse = Tensor::empty({rows}, DType::f64);
-    double* l = lse.data<double>();
-    double total = 0.0;  // in row order, as the single-device kernel sums
-    for (std::int64_t r = 0; r < rows; ++r) {
-      l[r] = mx[r] + std::log(sum_exp[r]);
-      if (tgt[r] != ignore_index_) total += l[r] - target_logit[r];
-    }
+    Tensor lse = Tensor::empty({rows}, DType::f64, device), loss = Tensor::empty({}, DType::f64, device);
+    kern->vocab_parallel_loss(kern.stream, rows, max.data<double>(), sums.data<double>(), tgt, ignore_index_,
+                              reduction_ == LossReduction::sum ? nullptr : count_.data<std::int64_t>(),
+                              lse.data<double>(), loss.data<double>());
     ctx.save_for_backward({in[0], targets, lse});
-    // The mean of no targets is 0, as wf::cross_entropy defines it (and the gradient is 0).
-    const double loss = reduction_ == LossReduction::sum ? total : count_ > 0 ? total / double(count_) : 0.0;
-    return {Tensor::scalar(loss, in[0].dtype())};
+    return {loss.to(in[0].dtype())};  // rounded from double once, as Tensor::scalar(loss, dtype) rounds
   }
 
   TensorList backward(Context& ctx, const TensorList& grad) override {
     if (!ctx.needs_input_grad(0)) return {Tensor(), Tensor()};
     const TensorList& s = ctx.saved();  // logits_shard, targets, lse
     const std::int64_t rows = ops::rows_of(s[0].shape()), k = s[0].size(-1);
-    const std::int64_t* tgt = s[1].data<std::int64_t>();
-    const double* lse = s[2].data<double>();
-    const double scale = reduction_ == LossReduction::sum ? grad[0].item()
-                         : count_ > 0                     ? grad[0].item() / double(count_)
-                                                          : 0.0;
+    const ops::Kernels kern = ops::kernels_for(kLoss, {s[0], grad[0]});
     const std::int64_t start = tp_->rank() * k, own = real_columns(k);
-    Tensor dlogits = ops::compute_in(kLoss, s[0].dtype(), {s[0]}, [&](auto tag, const TensorList& c) {
+    // The kernel scales by the upstream gradient (a device scalar), divided by the count for the mean.
+    Tensor dlogits = ops::compute_in(kLoss, s[0].dtype(), {s[0], grad[0]}, [&](auto tag, const TensorList& c) {
       using T = decltype(tag);
-      const T* x = c[0].data<T>();
-      Tensor d = Tensor::zeros(c[0].shape(), dtype_v<T>);  // ignored rows and padded columns stay 0
-      T* dx = d.data<T>();
-      for (std::int64_t r = 0; r < rows; ++r) {
-        if (tgt[r] == ignore_index_) continue;
-        for (std::int64_t j = 0; j < own; ++j) {
-          dx[r * k + j] = static_cast<T>(std::exp(static_cast<double>(x[r * k + j]) - lse[r]) * scale);
-        }
-        // p - 1 as expm1, like the single-device kernel: near 1 the difference would round away.
-        const std::int64_t t = tgt[r] - start;
-        if (t >= 0 && t < k) dx[r * k + t] = static_cast<T>(std::expm1(static_cast<double>(x[r * k + t]) - lse[r]) * scale);
-      }
+      Tensor d = Tensor::empty(c[0].shape(), dtype_v<T>, kern.device());  // ignored rows, padding: 0
+      kern->vocab_parallel_backward(kern.stream, dtype_v<T>, rows, k, own, start, c[0].data<T>(),
+                                    s[1].data<std::int64_t>(), ignore_index_, s[2].data<double>(), c[1].data<T>(),
+                                    reduction_ == LossReduction::sum ? nullptr : count_.data<std::int64_t>(),
+                                    d.data<T>());
       return d;
     });
     return {dlogits, Tensor()};
@@ -126,7 +101,7 @@ class VocabParallelCrossEntropy final : public autograd::Function {
   std::int64_t vocab_size_;
   std::int64_t ignore_index_;
   LossReduction reduction_;
-  std::int64_t count_ = 0;
+  Tensor count_;  // i64 scalar on the logits' device: the targets that are not ignored
 };
 
 }  // namespace
@@ -148,21 +123,15 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
            ids.defined() ? dtype_name(ids.dtype()) : "(undefined)");
   // The ids are replicated: each rank maps those it holds to its local rows and the others to
   // row 0 with a zero mask, so they add exactly zero to the output and to row 0's gradient.
+  // Checked on every rank before the all-reduce, so all throw alike.
   const Tensor global = ids.to(DType::i64);
-  const std::int64_t* g = global.data<std::int64_t>();
+  const ops::Kernels k = ops::kernels_for("VocabParallelEmbedding", {global, weight()});
   Shape mask_shape = global.shape();
   mask_shape.push_back(1);
-  Tensor local = Tensor::empty(global.shape(), DType::i64), mask = Tensor::empty(mask_shape, DType::f64);
-  std::int64_t* li = local.data<std::int64_t>();
-  double* m = mask.data<double>();
-  for (std::int64_t i = 0; i < global.numel(); ++i) {
-    // Checked on every rank before the all-reduce, so all throw alike.
-    WF_CHECK(g[i] >= 0 && g[i] < vocab, "VocabParallelEmbedding({}, {}): id {} at flat index {} is outside [0, {})",
-             vocab, options().dim, g[i], i, vocab);
-    const bool mine = g[i] >= start && g[i] < start + rows;
-    li[i] = mine ? g[i] - start : 0;
-    m[i] = mine ? 1.0 : 0.0;
-  }
+  Tensor local = Tensor::empty(global.shape(), DType::i64, k.device());
+  Tensor mask = Tensor::empty(mask_shape, DType::f64, k.device());
+  k->vocab_parallel_local_ids(k.stream, "VocabParallelEmbedding", global.numel(), vocab, start, rows,
+                              global.data<std::int64_t>(), local.data<std::int64_t>(), mask.data<double>());
   // Cast before the sum: each token's row lives on one rank (the others add zeros), so the sum
   // is exact in the compute dtype, and the all-reduce moves that dtype like every activation.
   return reduce_from_tp(*tp_, in_compute_dtype(mul(embedding(local, weight()), mask.to(weight().dtype()))));
@@ -207,9 +176,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& ta
   ops::check_floating(kLoss, logits_shard, "logits_shard");
   ops::check_min_dim(kLoss, logits_shard, 1, "logits_shard");
   ops::check_defined(kLoss, targets, "targets");
-  WF_CHECK(logits_shard.device().is_cpu() && targets.device().is_cpu(),
-           "{}: runs on the CPU only so far, but its tensors are on {} and {}; move them with .to(Device::cpu())", kLoss,
-           logits_shard.device().str(), targets.device().str());
+  ops::kernels_for(kLoss, {logits_shard, targets});  // one device
   WF_CHECK(targets.dtype() == DType::i64 || targets.dtype() == DType::i32,
            "{}: targets have dtype {}, but class indices must be i64 (or i32)", kLoss, dtype_name(targets.dtype()));
   const std::int64_t padded = padded_vocab_size(vocab_size, tp.size());

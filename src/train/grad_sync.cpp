@@ -1,7 +1,5 @@
 #include "wallfacer/train/grad_sync.h"
 
-#include <cstring>
-
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/train/flat_layout.h"
@@ -18,36 +16,42 @@ std::vector<GradBucket> plan_gradient_buckets(const std::vector<Tensor>& params,
   return buckets;
 }
 
+namespace {
+
+// params[k]'s gradient as a flat view (shares its storage).
+Tensor flat_grad(const Tensor& param) { return param.grad().view({param.numel()}); }
+
+}  // namespace
+
 Tensor pack_gradients(const GradBucket& bucket, const std::vector<Tensor>& params) {
-  Tensor packed = Tensor::empty({bucket.numel}, bucket.dtype);
-  auto* data = static_cast<char*>(packed.raw_data());
+  // On the gradients' device: copies and fills dispatch there, nothing is read on the host.
+  const Device device = bucket.params.empty() ? Device::cpu() : params[bucket.params.front()].device();
+  Tensor packed = Tensor::empty({bucket.numel}, bucket.dtype, device);
+  std::int64_t at = 0;
   for (std::size_t k : bucket.params) {
     const Tensor& p = params[k];
     const Tensor g = p.grad();
+    Tensor slot = packed.slice0(at, at + p.numel());
     if (g.defined()) {
       WF_CHECK(g.dtype() == p.dtype() && g.shape() == p.shape(),
                "gradient all-reduce: a gradient must have its parameter's dtype and shape ({} {}), got {} {}",
                dtype_name(p.dtype()), shape_str(p.shape()), dtype_name(g.dtype()), shape_str(g.shape()));
-      std::memcpy(data, g.raw_data(), g.nbytes());
+      slot.copy_(flat_grad(p));
     } else {
-      std::memset(data, 0, p.nbytes());  // all-zero bytes are 0.0 in every float dtype
+      slot.zero_();
     }
-    data += p.nbytes();
+    at += p.numel();
   }
   return packed;
 }
 
 void unpack_gradients(const GradBucket& bucket, const Tensor& packed, const std::vector<Tensor>& params) {
-  const auto* data = static_cast<const char*>(packed.raw_data());
+  std::int64_t at = 0;
   for (std::size_t k : bucket.params) {
     Tensor p = params[k];
-    Tensor g = p.grad();
-    if (!g.defined()) {
-      g = Tensor::empty(p.shape(), p.dtype());
-      p.set_grad(g);
-    }
-    std::memcpy(g.raw_data(), data, g.nbytes());
-    data += g.nbytes();
+    if (!p.grad().defined()) p.set_grad(Tensor::empty(p.shape(), p.dtype(), p.device()));
+    flat_grad(p).copy_(packed.slice0(at, at + p.numel()));
+    at += p.numel();
   }
 }
 

@@ -10,8 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/optimizer.h"
+#include "src/ops/common.h"
 #include "wallfacer/autograd/grad_mode.h"
 
 namespace wf::train {
@@ -46,8 +45,6 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) : params_(std::mo
     WF_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64,
              "AdamW: parameter {} (shape {}) is {}; AdamW updates f32 or f64 parameters (keep an f32 master copy)",
              i, shape_str(p.shape()), dtype_name(p.dtype()));
-    WF_CHECK(p.device().is_cpu(), "AdamW: parameter {} is on {}; only CPU parameters are supported", i,
-             p.device().str());
     for (std::size_t j = 0; j < i; ++j) {
       WF_CHECK(!params_[j].is_same(p), "AdamW: parameters {} and {} are the same tensor; pass each parameter once",
                j, i);
@@ -62,29 +59,32 @@ void AdamW::step() {
     Tensor& param = params_[i];
     if (!param.grad().defined()) continue;
     const Tensor grad = grad_like_param(param, i);
+    const ops::Kernels k = ops::kernels_for("AdamW::step", {param, grad});
     ParamState& s = state_[i];
     if (!s.exp_avg.defined()) {
-      s.exp_avg = Tensor::zeros(param.shape(), param.dtype());
-      s.exp_avg_sq = Tensor::zeros(param.shape(), param.dtype());
+      s.exp_avg = Tensor::zeros(param.shape(), param.dtype(), k.device());
+      s.exp_avg_sq = Tensor::zeros(param.shape(), param.dtype(), k.device());
     }
     if (options_.ema_decay > 0 && !s.ema.defined()) s.ema = param.clone();  // the value before the first update
     ++s.step;
-    const kernels::cpu::AdamWParams hyper{.lr = options_.lr,
-                                          .beta1 = options_.beta1,
-                                          .beta2 = options_.beta2,
-                                          .eps = options_.eps,
-                                          .weight_decay = s.weight_decay ? options_.weight_decay : 0.0,
-                                          .step = s.step};
-    dispatch_float(param.dtype(), "AdamW::step", [&](auto tag) {
-      using T = decltype(tag);
-      kernels::cpu::adamw_step<T>(param.numel(), param.data<T>(), grad.data<T>(), s.exp_avg.data<T>(),
-                                  s.exp_avg_sq.data<T>(), hyper);
-      if (options_.ema_decay > 0) {  // ema = d·ema + (1 − d)·param
+    const kernels::AdamWParams hyper{.lr = options_.lr,
+                                     .beta1 = options_.beta1,
+                                     .beta2 = options_.beta2,
+                                     .eps = options_.eps,
+                                     .weight_decay = s.weight_decay ? options_.weight_decay : 0.0,
+                                     .step = s.step};
+    const DType dtype = param.dtype();
+    k->adamw_step(k.stream, dtype, param.numel(), param.raw_data(), grad.raw_data(), s.exp_avg.raw_data(),
+                  s.exp_avg_sq.raw_data(), hyper);
+    if (options_.ema_decay > 0) {  // ema = d·ema + (1 − d)·param
+      dispatch_float(dtype, "AdamW::step", [&](auto tag) {
+        using T = decltype(tag);
+        // d and 1 − d rounded to T on the host, as the update has always formed them; exact as doubles.
         const T d = static_cast<T>(ema_decay_at(options_.ema_decay, s.step - 1, options_.ema_warmup));
-        kernels::cpu::scale_inplace<T>(param.numel(), s.ema.data<T>(), d);
-        kernels::cpu::add_scaled<T>(param.numel(), T(1) - d, param.data<T>(), s.ema.data<T>());
-      }
-    });
+        k->scale_inplace(k.stream, dtype, param.numel(), s.ema.raw_data(), double(d));
+        k->add_scaled(k.stream, dtype, param.numel(), double(T(1) - d), param.raw_data(), s.ema.raw_data());
+      });
+    }
   }
 }
 
@@ -182,10 +182,12 @@ void AdamW::load_state_dict(const nn::StateDict& state) {
       continue;
     }
     s.step = static_cast<std::int64_t>(state.at(adamw_state_key(i, "step")).item());
-    s.exp_avg = state.at(adamw_state_key(i, "exp_avg")).to(params_[i].dtype()).clone();
-    s.exp_avg_sq = state.at(adamw_state_key(i, "exp_avg_sq")).to(params_[i].dtype()).clone();
+    // The moments live where their parameter does (a checkpoint loads on the host).
+    const auto like_param = [&](const Tensor& t) { return t.to(params_[i].dtype()).to(params_[i].device()).clone(); };
+    s.exp_avg = like_param(state.at(adamw_state_key(i, "exp_avg")));
+    s.exp_avg_sq = like_param(state.at(adamw_state_key(i, "exp_avg_sq")));
     const std::string ema_key = adamw_state_key(i, "ema");
-    s.ema = state.contains(ema_key) ? state.at(ema_key).to(params_[i].dtype()).clone()
+    s.ema = state.contains(ema_key) ? like_param(state.at(ema_key))
             : options_.ema_decay > 0 ? params_[i].detach().clone()
                                      : Tensor();
   }
@@ -193,30 +195,76 @@ void AdamW::load_state_dict(const nn::StateDict& state) {
 
 namespace {
 
-// Σ g² of a parameter's gradient in f64; 0 without one.
-double grad_sum_of_squares(const Tensor& param) {
-  const Tensor g = param.grad();
-  if (!g.defined()) return 0.0;
-  return dispatch_float(g.dtype(), "clip_grad_norm", [&](auto tag) {
-    using T = decltype(tag);
-    return kernels::cpu::sum_of_squares<T>(g.numel(), g.data<T>());
-  });
+constexpr const char* kClip = "clip_grad_norm";
+
+// The kernels of the device holding the defined gradients of `params` (the CPU's when none is);
+// gradients on different devices are an error naming both.
+ops::Kernels gradient_kernels(std::string_view who, const std::vector<Tensor>& params) {
+  Tensor first;
+  for (const Tensor& p : params) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (!first.defined()) {
+      first = g;
+    } else {
+      ops::kernels_for(who, {first, g});
+    }
+  }
+  return ops::kernels_for(who, {first});
 }
 
-// Scales the gradients so that their norm `norm` is at most max_norm; returns norm.
-double clip_to(const std::vector<Tensor>& params, double norm, double max_norm) {
-  WF_CHECK(max_norm >= 0.0, "clip_grad_norm: max_norm must be >= 0, got {}", max_norm);
-  const double coefficient = kernels::cpu::clip_coefficient(norm, max_norm);
-  if (!(coefficient >= 1.0)) scale_gradients(params, coefficient);  // also when NaN, as PyTorch does
+// sums[slot[i]] += Σ g² of params[i]'s gradient (f64, on the device, in parameter order);
+// parameters without a gradient or with slot[i] < 0 add nothing.
+void add_squares(const ops::Kernels& k, const std::vector<Tensor>& params, const std::vector<int>& slot,
+                 Tensor& sums) {
+  Tensor squares = Tensor::empty({static_cast<std::int64_t>(params.size())}, DType::f64, k.device());
+  double* sq = squares.data<double>();
+  double* s = sums.data<double>();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor g = params[i].grad();
+    if (!g.defined() || slot[i] < 0) continue;
+    k->sum_of_products(k.stream, g.dtype(), g.numel(), g.raw_data(), g.raw_data(), sq + i);
+    k->add_scaled(k.stream, DType::f64, 1, 1.0, sq + i, s + slot[i]);  // y + 1·x: the plain sum
+  }
+}
+
+// The norm sqrt(Σ sums) as an f64 scalar on the device, and every gradient scaled by
+// clip_coefficient(norm, max_norm) there unless that is >= 1: nothing is read on the host.
+Tensor clip_to(const ops::Kernels& k, const std::vector<Tensor>& params, const Tensor& sums, double max_norm) {
+  Tensor norm = Tensor::empty({}, DType::f64, k.device()), coefficient = Tensor::empty({}, DType::f64, k.device());
+  k->clip_coefficient(k.stream, sums.numel(), sums.data<double>(), max_norm, norm.data<double>(),
+                      coefficient.data<double>());
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    k->scale_by_coefficient(k.stream, g.dtype(), g.numel(), g.raw_data(), coefficient.data<double>());
+  }
   return norm;
+}
+
+void check_max_norm(double max_norm) {
+  WF_CHECK(max_norm >= 0.0, "clip_grad_norm: max_norm must be >= 0, got {}", max_norm);
+}
+
+// The one host read of a clipping: the norm, for the caller's skip decision and log.
+// (The copy to the host is the synchronisation; item() would count a second one on the CPU.)
+double read_norm(const Tensor& norm) {
+  if (!norm.device().is_cpu()) return *norm.to(Device::cpu()).data<double>();
+  return norm.item();
 }
 
 }  // namespace
 
+Tensor clip_grad_norm_on_device(const std::vector<Tensor>& params, double max_norm) {
+  check_max_norm(max_norm);
+  const ops::Kernels k = gradient_kernels(kClip, params);
+  Tensor sums = Tensor::zeros({1}, DType::f64, k.device());
+  add_squares(k, params, std::vector<int>(params.size(), 0), sums);
+  return clip_to(k, params, sums, max_norm);
+}
+
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
-  double sum_sq = 0.0;
-  for (const Tensor& p : params) sum_sq += grad_sum_of_squares(p);
-  return clip_to(params, std::sqrt(sum_sq), max_norm);
+  return read_norm(clip_grad_norm_on_device(params, max_norm));
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
@@ -231,39 +279,44 @@ double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::P
 
 double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
                       comm::Group& tp, const GradNormScope& scope, double max_norm) {
+  return read_norm(clip_grad_norm_on_device(params, shards, tp, scope, max_norm));
+}
+
+Tensor clip_grad_norm_on_device(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
+                                comm::Group& tp, const GradNormScope& scope, double max_norm) {
   WF_CHECK(shards.size() == params.size(), "clip_grad_norm: {} shard descriptions for {} parameters",
            shards.size(), params.size());
   WF_CHECK(scope.counted == nullptr || scope.counted->size() == params.size(),
            "clip_grad_norm: {} counted flags for {} parameters", scope.counted ? scope.counted->size() : 0,
            params.size());
+  check_max_norm(max_norm);
   // [0]: the split parameters' squares (summed over tp), [1]: the replicated ones' (counted once).
-  Tensor sums = Tensor::zeros({2}, DType::f64);
-  double* s = sums.data<double>();
+  std::vector<int> slot(params.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
     const bool split = shards[i].is_sharded();
     WF_CHECK(!split || (shards[i].parts == tp.size() && shards[i].group == tp.name()),
              "clip_grad_norm: parameter {} is split ({}), but not over the tensor-parallel group '{}' of {} ranks", i,
              nn::shard_str(shards[i]), tp.name(), tp.size());
-    if (scope.counted != nullptr && (*scope.counted)[i] == 0) continue;
-    s[split ? 0 : 1] += grad_sum_of_squares(params[i]);
+    slot[i] = scope.counted != nullptr && (*scope.counted)[i] == 0 ? -1 : split ? 0 : 1;
   }
+  const ops::Kernels k = gradient_kernels(kClip, params);
+  Tensor sums = Tensor::zeros({2}, DType::f64, k.device());
+  add_squares(k, params, slot, sums);
   Tensor split_sum = sums.slice0(0, 1);  // a view: the tp sum lands in `sums`
   if (tp.size() > 1) tp.all_reduce(split_sum);
   // ZeRO: the other pieces of every parameter are the other replicas'.
   if (scope.replicas != nullptr && scope.replicas->size() > 1) scope.replicas->all_reduce(sums);
   // Pipeline: the other parameters are the other stages'.
   if (scope.stages != nullptr && scope.stages->size() > 1) scope.stages->all_reduce(sums);
-  return clip_to(params, std::sqrt(s[0] + s[1]), max_norm);
+  return clip_to(k, params, sums, max_norm);
 }
 
 void scale_gradients(const std::vector<Tensor>& params, double factor) {
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    dispatch_float(g.dtype(), "scale_gradients", [&](auto tag) {
-      using T = decltype(tag);
-      kernels::cpu::scale_inplace<T>(g.numel(), g.data<T>(), static_cast<T>(factor));
-    });
+    const ops::Kernels k = ops::kernels_for("scale_gradients", {g});
+    k->scale_inplace(k.stream, g.dtype(), g.numel(), g.raw_data(), factor);
   }
 }
 

@@ -115,3 +115,38 @@ TEST_CASE("clip_coefficient follows clip_grad_norm_", "[kernels][optimizer]") {
   CHECK(cpu::clip_coefficient(std::numeric_limits<double>::infinity(), 1.0) == 0.0);
   CHECK_THROWS_AS(cpu::clip_coefficient(1.0, -1.0), wf::Error);
 }
+
+TEST_CASE("clip_coefficient_of_squares is sqrt of the ordered sum, then clip_coefficient", "[kernels][optimizer]") {
+  const std::vector<double> parts{4.0, 0.0, 5.0, 1e-3};
+  double norm = -1, coefficient = -1;
+  cpu::clip_coefficient_of_squares(4, parts.data(), 1.0, &norm, &coefficient);
+  CHECK(norm == std::sqrt(((0.0 + 4.0) + 0.0 + 5.0) + 1e-3));
+  CHECK(coefficient == cpu::clip_coefficient(norm, 1.0));
+  cpu::clip_coefficient_of_squares(0, parts.data(), 1.0, &norm, &coefficient);  // no gradients: norm 0
+  CHECK(norm == 0.0);
+  CHECK(coefficient == 1.0);
+  const std::vector<double> nan{std::numeric_limits<double>::quiet_NaN()};
+  cpu::clip_coefficient_of_squares(1, nan.data(), 1.0, &norm, &coefficient);
+  CHECK((std::isnan(norm) && std::isnan(coefficient)));
+  CHECK_THROWS_AS(cpu::clip_coefficient_of_squares(1, parts.data(), -1.0, &norm, &coefficient), wf::Error);
+}
+
+TEMPLATE_TEST_CASE("scale_by_coefficient matches its reference and scales only below 1", "[kernels][optimizer]", float,
+                   double) {
+  using T = TestType;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (std::int64_t n : {0, 7, 40001}) {  // 40001 runs over threads
+    for (double coefficient : {0.3, 1.0 / (7.0 + 1e-6), 1.0, 2.5, nan}) {
+      auto x = randn<T, std::mt19937_64>(n, 91);
+      auto want = x;
+      cpu::scale_by_coefficient<T>(n, x.data(), coefficient);
+      cpu::scale_by_coefficient_reference<T>(n, want.data(), coefficient);
+      INFO("n=" << n << " coefficient=" << coefficient);
+      // One rounded multiply each (a product of two T is exact in double for f32): bitwise.
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        REQUIRE((x[i] == want[i] || (std::isnan(double(x[i])) && std::isnan(double(want[i])))));
+      }
+      if (coefficient >= 1.0 && n > 0) CHECK(x == randn<T, std::mt19937_64>(n, 91));  // untouched
+    }
+  }
+}

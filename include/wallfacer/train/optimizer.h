@@ -1,6 +1,7 @@
 #pragma once
 // AdamW (decoupled weight decay, PyTorch's torch.optim.AdamW update) and gradient-norm
-// clipping, over f32 or f64 parameters.
+// clipping, over f32 or f64 parameters on any device: the arithmetic runs in the kernels of the
+// parameters' device (kernels/backend.h), and the step reads nothing back on the host.
 //
 // Weight decay: by default it applies to parameters with 2 or more dims (matrices, embeddings)
 // and NOT to 1-D parameters (biases, norm weights), the usual GPT recipe. set_weight_decay
@@ -126,6 +127,13 @@ struct GradNormScope {
 };
 double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
                       comm::Group& tp, const GradNormScope& scope, double max_norm);
+// The same without a host read: the norm is an f64 scalar on the gradients' device (the CPU's when
+// no parameter has a gradient), the clipping coefficient is computed and applied there. The
+// overloads above that return a double read that norm once (one host synchronisation: the
+// trainer's skip decision and log). Gradients on different devices are an error.
+Tensor clip_grad_norm_on_device(const std::vector<Tensor>& params, double max_norm);
+Tensor clip_grad_norm_on_device(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
+                                comm::Group& tp, const GradNormScope& scope, double max_norm);
 // The key AdamW::state_dict() gives `field` of parameter `index` ("state.<index>.<field>"), and
 // its inverse (false for any other key).
 std::string adamw_state_key(std::size_t index, std::string_view field);

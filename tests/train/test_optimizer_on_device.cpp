@@ -1,0 +1,123 @@
+// AdamW (with its EMA), gradient clipping and gradient accumulation on the test device
+// (src/core/test_device.h), whose memory the host cannot touch: they run through the kernel seam
+// and agree with the CPU bit for bit, and clipping reads nothing back on the host.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "src/core/test_device_streams.h"
+#include "wallfacer/autograd/node.h"
+#include "wallfacer/core/stream.h"
+#include "wallfacer/core/tensor.h"
+#include "wallfacer/train/optimizer.h"
+
+using wf::Device;
+using wf::DType;
+using wf::Tensor;
+
+namespace {
+
+// Bitwise equality of two tensors' bytes (read on the host).
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to(Device::cpu()), y = b.to(Device::cpu());
+  return x.dtype() == y.dtype() && x.shape() == y.shape() && std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+}
+
+// Parameters of both dtypes, with and without weight decay (2-D and 1-D), and one without a grad.
+std::vector<Tensor> make_params(Device device) {
+  std::vector<Tensor> params = {Tensor::randn_at({5, 7}, 11, 0, DType::f32),
+                                Tensor::randn_at({7}, 11, 100, DType::f32),
+                                Tensor::randn_at({3, 4}, 11, 200, DType::f64),
+                                Tensor::randn_at({6}, 11, 300, DType::f64)};
+  for (Tensor& p : params) {
+    p = p.to(device);
+    p.set_requires_grad(true);
+  }
+  return params;
+}
+
+// The gradients of step `step`: large enough that clipping to 1 scales them.
+void set_grads(std::vector<Tensor>& params, int step, Device device, double scale = 3.0) {
+  for (std::size_t i = 0; i + 1 < params.size(); ++i) {  // the last one has none
+    const Tensor g = Tensor::randn_at(params[i].shape(), 23 + step, 1000 * i, params[i].dtype());
+    params[i].set_grad(g.to(device));
+    wf::train::scale_gradients({params[i]}, scale);
+  }
+}
+
+// Asynchronous test-device streams for the scope: kernels run later, on worker threads.
+struct AsyncStreams {
+  explicit AsyncStreams(bool on) { wf::detail::set_test_device_async(on, 50); }
+  ~AsyncStreams() { wf::detail::set_test_device_async(false); }
+};
+
+}  // namespace
+
+TEST_CASE("AdamW with EMA and clipping on the test device matches the CPU bit for bit", "[train][optimizer][testdev]") {
+  const bool async = GENERATE(false, true);
+  CAPTURE(async);
+  const AsyncStreams streams(async);
+  std::vector<Tensor> cpu = make_params(Device::cpu()), dev = make_params(Device::test());
+  const wf::train::AdamWOptions options{.lr = 0.05, .weight_decay = 0.1, .ema_decay = 0.9};
+  wf::train::AdamW cpu_opt(cpu, options), dev_opt(dev, options);
+  for (int step = 0; step < 3; ++step) {
+    set_grads(cpu, step, Device::cpu());
+    set_grads(dev, step, Device::test());
+    const double cpu_norm = wf::train::clip_grad_norm(cpu, 1.0);
+    const std::int64_t before = wf::host_sync_count();
+    const Tensor dev_norm = wf::train::clip_grad_norm_on_device(dev, 1.0);
+    dev_opt.step();
+    CHECK(wf::host_sync_count() == before);  // clipping and the update read nothing on the host
+    cpu_opt.step();
+    CHECK(dev_norm.device() == Device::test());
+    CHECK(dev_norm.to(Device::cpu()).item() == cpu_norm);
+    for (std::size_t i = 0; i < cpu.size(); ++i) {
+      CAPTURE(step, i);
+      CHECK(same_bits(dev[i], cpu[i]));
+      if (cpu[i].grad().defined()) CHECK(same_bits(dev[i].grad(), cpu[i].grad()));  // clipped alike
+    }
+  }
+  const wf::nn::StateDict cpu_state = cpu_opt.state_dict(), dev_state = dev_opt.state_dict();
+  REQUIRE(cpu_state.size() == dev_state.size());
+  for (const auto& [key, value] : cpu_state) {
+    CAPTURE(key);
+    CHECK(same_bits(dev_state.at(key), value));
+  }
+  // A state loaded from the host lands on the parameters' device.
+  dev_opt.load_state_dict(cpu_state);
+  set_grads(cpu, 9, Device::cpu());
+  set_grads(dev, 9, Device::test());
+  cpu_opt.step();
+  dev_opt.step();
+  for (std::size_t i = 0; i < cpu.size(); ++i) CHECK(same_bits(dev[i], cpu[i]));
+}
+
+TEST_CASE("a non-finite gradient norm stays on the test device and poisons the gradients as on the CPU",
+          "[train][optimizer][testdev]") {
+  std::vector<Tensor> cpu = make_params(Device::cpu()), dev = make_params(Device::test());
+  set_grads(cpu, 0, Device::cpu(), std::numeric_limits<double>::infinity());
+  set_grads(dev, 0, Device::test(), std::numeric_limits<double>::infinity());
+  const double cpu_norm = wf::train::clip_grad_norm(cpu, 1.0);
+  const std::int64_t before = wf::host_sync_count();
+  const double dev_norm = wf::train::clip_grad_norm(dev, 1.0);
+  CHECK(wf::host_sync_count() == before + 1);  // the one read of the skip decision
+  CHECK(!std::isfinite(cpu_norm));
+  CHECK(std::isnan(dev_norm) == std::isnan(cpu_norm));
+  for (std::size_t i = 0; i + 1 < cpu.size(); ++i) CHECK(same_bits(dev[i].grad(), cpu[i].grad()));
+}
+
+TEST_CASE("gradient accumulation on the test device matches the CPU bit for bit", "[train][autograd][testdev]") {
+  for (const DType dtype : {DType::f32, DType::f64, DType::bf16}) {
+    CAPTURE(wf::dtype_name(dtype));
+    Tensor cpu = Tensor::randn_at({33}, 5, 0, dtype), addend = Tensor::randn_at({33}, 5, 50, dtype);
+    Tensor dev = cpu.to(Device::test());
+    wf::autograd::accumulate_into(cpu, addend);
+    wf::autograd::accumulate_into(dev, addend.to(Device::test()));
+    CHECK(same_bits(dev, cpu));
+  }
+  Tensor dev = Tensor::zeros({2}, DType::f32, Device::test());
+  CHECK_THROWS_WITH(wf::autograd::accumulate_into(dev, Tensor::zeros({2})), Catch::Contains("move the tensor"));
+}
