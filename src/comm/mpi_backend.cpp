@@ -202,6 +202,18 @@ class StagedRequest final : public RequestImpl {
  public:
   StagedRequest(Request inner, Tensor target, Tensor host)
       : inner_(std::move(inner)), target_(std::move(target)), host_(std::move(host)) {}
+  // Dropped without wait(): completed like an MpiRequest, so the device tensor gets what a host
+  // tensor would have.
+  ~StagedRequest() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (copied_ || finalized) return;
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      log::error("a staged receive dropped without wait() failed: {}", e.what());
+    }
+  }
 
   void wait() override {
     inner_.wait();
