@@ -263,9 +263,9 @@ void Trainer::set_up_pipeline() {
                 "parallel.pp = {}: model '{}' holds {} on pp rank {}, but its pipeline stage is {}; a model trained "
                 "with pipeline parallelism builds models::pipeline_stage(config, grid) (docs/adding-a-model.md)",
                 p.pp, model_->name(), describe(model_->stage()), grid_.grid().coord("pp"), describe(expected));
+  const int microbatches = static_cast<int>(config::grad_accum_steps(config_));
   pipeline_ = std::make_unique<PipelineRunner>(
-      *model_, grid_.group("pp"),
-      parallel::PipelineSchedule(p.pp_schedule, p.pp, static_cast<int>(config::grad_accum_steps(config_)), p.pp_virtual),
+      *model_, grid_.group("pp"), parallel::PipelineSchedule(p.pp_schedule, p.pp, microbatches, p.pp_virtual),
       device());
   shared_params_ = models::pipeline_shared_parameter_indices(*model_);
 }
