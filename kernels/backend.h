@@ -109,6 +109,16 @@ class Backend {
   // y == x, the sum of squares.
   virtual void sum_of_products(const Stream& stream, DType dtype, std::int64_t n, const void* x, const void* y,
                                double* out) = 0;
+  // ---- step totals: the loss and token counts the step keeps on the device -----------------
+  // *out (one i64 on the device) = how many of x[0..n) differ from `value` (the targets that are
+  // not ignored: the count that goes with a loss sum).
+  virtual void count_not_equal(const Stream& stream, std::int64_t n, const std::int64_t* x, std::int64_t value,
+                               std::int64_t* out) = 0;
+  // totals = [loss sum, count] (two f64 on the device): out[0] = 1 / count, or 0 when count is 0
+  // (every target ignored), and out[1] = sum · out[0], the mean loss (two f64 on the device).
+  virtual void loss_normaliser(const Stream& stream, const double* totals, double* out) = 0;
+  // x *= static_cast<T>(*factor), with the factor one f64 on the device (the step's normaliser).
+  virtual void scale_inplace_by(const Stream& stream, DType dtype, std::int64_t n, void* x, const double* factor) = 0;
 
   // ---- softmax and norms over the last dim of [rows, cols] -----------------------------------
   virtual void softmax_forward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,

@@ -26,6 +26,7 @@
 #include "kernels/cpu/select_rows.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/sp_attention.h"
+#include "kernels/cpu/step_totals.h"
 #include "kernels/cpu/timestep_embedding.h"
 #include "kernels/cpu/vocab_parallel.h"
 #include "wallfacer/core/error.h"
@@ -177,6 +178,20 @@ class HostKernels : public Backend {
     typed(s, dt, "sum_of_products", [=](auto t) {
       using T = decltype(t);
       *out = cpu::sum_of_products<T>(n, in<T>(x), in<T>(y));
+    });
+  }
+  // ---- step totals ----
+  void count_not_equal(const Stream& s, std::int64_t n, const std::int64_t* x, std::int64_t value,
+                       std::int64_t* out) override {
+    Launch::run(s, [=] { *out = cpu::count_not_equal(n, x, value); });
+  }
+  void loss_normaliser(const Stream& s, const double* totals, double* out) override {
+    Launch::run(s, [=] { cpu::loss_normaliser(totals, out); });
+  }
+  void scale_inplace_by(const Stream& s, DType dt, std::int64_t n, void* x, const double* factor) override {
+    typed(s, dt, "scale_inplace_by", [=](auto t) {
+      using T = decltype(t);
+      cpu::scale_inplace<T>(n, io<T>(x), static_cast<T>(*factor));
     });
   }
 

@@ -23,6 +23,7 @@
 #include "src/cli/option_checks.h"
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/core/rng.h"
+#include "wallfacer/core/stream.h"
 #include "wallfacer/core/threading.h"
 #include "wallfacer/models/gpt.h"
 #include "wallfacer/ops/ops.h"
@@ -54,6 +55,9 @@ Tensor random_tokens(std::int64_t batch, std::int64_t tokens, std::int64_t vocab
 
 struct StepTimes {
   double step = 0, forward = 0, backward = 0, optimizer = 0;  // medians, seconds
+  // Host synchronisations (host_sync_count) per timed step: each is a stall on a GPU; the step
+  // itself should make none (the trainer reads its metrics once per logged step).
+  double host_syncs = 0;
 };
 
 StepTimes time_steps(models::Gpt& model, const Options& o) {
@@ -62,7 +66,9 @@ StepTimes time_steps(models::Gpt& model, const Options& o) {
   const Tensor targets = random_tokens(o.batch, o.seq, o.vocab, 2);
   const Tensor positions = Tensor::arange(0.0, static_cast<double>(o.seq), 1.0, DType::i64);
   std::vector<double> step, forward, backward, update;
+  std::int64_t syncs_before = 0;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
+    if (i == o.warmup) syncs_before = host_sync_count();
     const auto start = Clock::now();
     const Tensor loss = model.loss(inputs, targets);  // the mean: the trainer's scale
     const double f = seconds_since(start);
@@ -77,7 +83,8 @@ StepTimes time_steps(models::Gpt& model, const Options& o) {
     backward.push_back(b - f);
     update.push_back(s - b);
   }
-  return {median(step), median(forward), median(backward), median(update)};
+  const double syncs = static_cast<double>(host_sync_count() - syncs_before) / o.steps;
+  return {median(step), median(forward), median(backward), median(update), syncs};
 }
 
 struct Profile {
@@ -169,6 +176,7 @@ int run(const Options& o) {
     j["forward_ms"] = t.forward * 1e3;
     j["backward_ms"] = t.backward * 1e3;
     j["adamw_ms"] = t.optimizer * 1e3;
+    j["host_syncs_per_step"] = t.host_syncs;
     j["tokens_per_s"] = static_cast<double>(tokens) / t.step;
     j["gflop_per_step"] = flops * 1e-9;
     j["gflops"] = gflops;
@@ -196,6 +204,7 @@ int run(const Options& o) {
   std::printf("gemm: %s\n", gemm.c_str());
   std::printf("step (forward+backward+AdamW): %.1f ms (median of %d; forward %.1f, backward %.1f, AdamW %.1f ms)\n",
               t.step * 1e3, o.steps, t.forward * 1e3, t.backward * 1e3, t.optimizer * 1e3);
+  std::printf("host synchronisations per step: %.1f\n", t.host_syncs);
   std::printf("tokens/s: %.1f\n", static_cast<double>(tokens) / t.step);
   std::printf("model GFLOP/step (6·N·tokens + attention): %.2f -> %.1f GFLOP/s\n", flops * 1e-9, gflops);
   std::printf("sgemm (the gemm above, 1 thread, %lldx%lldx%lld): %.1f GFLOP/s; x %d thread(s) = %.1f -> step at %.2f of it\n",

@@ -45,7 +45,9 @@ void Group::set_gpu_backend_factory(GpuBackendFactory factory) { gpu_backend_fac
 
 Backend& Group::backend_for(const Tensor& t, const char* primitive) {
   WF_CHECK(t.defined(), "{} on group '{}': the tensor is undefined", primitive, name_);
-  if (t.device().is_cpu()) return *cpu_;
+  // The test device has no transport of its own: MPI stages its tensors through host memory
+  // (mpi_backend.h), as it would a GPU's without NCCL.
+  if (t.device().is_cpu() || t.device().is_test()) return *cpu_;
   if (!gpu_ && gpu_backend_factory()) gpu_ = gpu_backend_factory()(*this);
   WF_CHECK(gpu_ != nullptr,
            "{} on group '{}': the tensor is on {}, but the group has no GPU backend (this build or program attached "

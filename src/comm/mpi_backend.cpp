@@ -181,6 +181,78 @@ class MpiRequest final : public RequestImpl {
   bool done_ = false;
 };
 
+// ---- device tensors: staged through host memory ------------------------------------------------
+// MPI reads and writes host memory only. A tensor on a device (the test device; a GPU without
+// NCCL) goes through a host copy: one to send, made by Tensor::to, which first synchronises the
+// device's stream so the values are final; one to receive into, copied back to the device on
+// the stream of the thread that completes the request, once MPI has written it.
+
+bool on_device(const Tensor& t) { return t.defined() && !t.device().is_cpu(); }
+// What MPI sends: the tensor itself on the host, else its host copy.
+Tensor host_copy(const Tensor& t) { return on_device(t) ? t.to(Device::cpu()) : t; }
+// What MPI receives into: the tensor itself on the host, else a host buffer of its shape.
+Tensor host_buffer(const Tensor& t) { return on_device(t) ? Tensor::empty(t.shape(), t.dtype()) : t; }
+// Copies what MPI received into `host` back into `target` (nothing when they are one tensor).
+void copy_back(Tensor& target, const Tensor& host) {
+  if (!host.is_same(target)) target.copy_(host);
+}
+
+// A request whose completion also copies a host buffer back into its device tensor, once.
+class StagedRequest final : public RequestImpl {
+ public:
+  StagedRequest(Request inner, Tensor target, Tensor host)
+      : inner_(std::move(inner)), target_(std::move(target)), host_(std::move(host)) {}
+  // Dropped without wait(): completed like an MpiRequest, so the device tensor gets what a host
+  // tensor would have.
+  ~StagedRequest() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (copied_ || finalized) return;
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      log::error("a staged receive dropped without wait() failed: {}", e.what());
+    }
+  }
+
+  void wait() override {
+    inner_.wait();
+    finish(Stream::current(target_.device()));
+  }
+  bool test() override {
+    if (!inner_.test()) return false;
+    finish(Stream::current(target_.device()));
+    return true;
+  }
+  // The copy back runs on `stream` itself when it is the target's device's, so the event recorded
+  // after it covers it.
+  Event record_event(const Stream& stream) override {
+    inner_.wait();
+    finish(stream.device() == target_.device() ? stream : Stream::current(target_.device()));
+    Event event;
+    event.record(stream);
+    return event;
+  }
+
+ private:
+  void finish(const Stream& stream) {
+    if (copied_) return;
+    copied_ = true;
+    StreamGuard on(stream);
+    copy_back(target_, host_);
+  }
+
+  Request inner_;
+  Tensor target_, host_;
+  bool copied_ = false;
+};
+
+// `inner` (posted on `host`), completed by copying `host` back into `target` when they differ.
+Request staged(Request inner, const Tensor& target, const Tensor& host) {
+  if (host.is_same(target)) return inner;
+  return Request(std::make_shared<StagedRequest>(std::move(inner), target, host));
+}
+
 }  // namespace
 
 MpiBackend::MpiBackend(MPI_Comm comm, std::string group_name) : comm_(comm), group_name_(std::move(group_name)) {
@@ -291,14 +363,31 @@ Request MpiBackend::start_p2p(const Tensor& t, int peer, int tag, bool receive, 
   return start({P2pLeg{t, peer, receive}}, tag, primitive, overlapped);
 }
 
-void MpiBackend::send(const Tensor& t, int peer, int tag) { start_p2p(t, peer, tag, false, "send", false).wait(); }
-void MpiBackend::recv(Tensor& t, int peer, int tag) { start_p2p(t, peer, tag, true, "recv", false).wait(); }
-Request MpiBackend::isend(const Tensor& t, int peer, int tag) { return start_p2p(t, peer, tag, false, "isend", true); }
-Request MpiBackend::irecv(Tensor& t, int peer, int tag) { return start_p2p(t, peer, tag, true, "irecv", true); }
+void MpiBackend::send(const Tensor& t, int peer, int tag) {
+  start_p2p(host_copy(t), peer, tag, false, "send", false).wait();
+}
+void MpiBackend::recv(Tensor& t, int peer, int tag) {
+  const Tensor host = host_buffer(t);
+  start_p2p(host, peer, tag, true, "recv", false).wait();
+  copy_back(t, host);
+}
+Request MpiBackend::isend(const Tensor& t, int peer, int tag) {
+  return start_p2p(host_copy(t), peer, tag, false, "isend", true);  // the request holds the copy
+}
+Request MpiBackend::irecv(Tensor& t, int peer, int tag) {
+  const Tensor host = host_buffer(t);
+  return staged(start_p2p(host, peer, tag, true, "irecv", true), t, host);
+}
 
 // Blocking: MPI_Sendrecv under the watchdog's monitor, like the blocking collectives (posting
 // the two halves and polling them was 14–42 % slower than MPI_Sendrecv at 1–16 MiB).
 void MpiBackend::sendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) {
+  if (on_device(send) || on_device(recv)) {
+    Tensor host = host_buffer(recv);
+    sendrecv(host_copy(send), dst, host, src, tag);
+    copy_back(recv, host);
+    return;
+  }
   check_peer_tag(dst, tag, "sendrecv");
   check_peer_tag(src, tag, "sendrecv");
   const Tensor out = distinct_from(send, recv);
@@ -315,11 +404,21 @@ void MpiBackend::sendrecv(const Tensor& send, int dst, Tensor& recv, int src, in
 
 // The receive is posted first, so a message from a rank that sends first finds it waiting.
 Request MpiBackend::isendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) {
+  if (on_device(send) || on_device(recv)) {
+    Tensor host = host_buffer(recv);
+    return staged(isendrecv(host_copy(send), dst, host, src, tag), recv, host);
+  }
   return start({P2pLeg{recv, src, true}, P2pLeg{distinct_from(send, recv), dst, false}}, tag, "isendrecv",
                /*overlapped=*/true);
 }
 
 void MpiBackend::all_reduce(Tensor& t, ReduceOp op) {
+  if (on_device(t)) {
+    Tensor host = host_copy(t);
+    all_reduce(host, op);
+    copy_back(t, host);
+    return;
+  }
   Tensor buffer = reduction_buffer(t, op);
   blocking("all_reduce", [&] {
     return MPI_Allreduce(MPI_IN_PLACE, buffer.raw_data(), to_count(buffer.numel(), "all_reduce"),
@@ -344,6 +443,10 @@ Request MpiBackend::start_collective(const char* primitive, const std::function<
 // MPI_Iallreduce (libnbc), moved by the progress thread while the caller computes; the
 // Request's completion divides for avg and copies the result back.
 Request MpiBackend::iall_reduce(Tensor& t, ReduceOp op) {
+  if (on_device(t)) {
+    Tensor host = host_copy(t);
+    return staged(iall_reduce(host, op), t, host);
+  }
   Tensor buffer = reduction_buffer(t, op);
   return start_collective(
       "iall_reduce",
@@ -367,6 +470,12 @@ ScatterBuffers scatter_buffers(const Tensor& input, const Tensor& output, Reduce
 }  // namespace
 
 void MpiBackend::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
+  if (on_device(input) || on_device(output)) {
+    Tensor host = host_buffer(output);
+    reduce_scatter(host_copy(input), host, op);
+    copy_back(output, host);
+    return;
+  }
   ScatterBuffers b = scatter_buffers(input, output, op);
   blocking("reduce_scatter", [&] {
     return MPI_Reduce_scatter_block(b.send.raw_data(), b.receive.raw_data(),
@@ -377,6 +486,10 @@ void MpiBackend::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op
 }
 
 Request MpiBackend::ireduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
+  if (on_device(input) || on_device(output)) {
+    Tensor host = host_buffer(output);
+    return staged(ireduce_scatter(host_copy(input), host, op), output, host);
+  }
   ScatterBuffers b = scatter_buffers(input, output, op);
   return start_collective(
       "ireduce_scatter",
@@ -389,6 +502,12 @@ Request MpiBackend::ireduce_scatter(const Tensor& input, Tensor& output, ReduceO
 }
 
 void MpiBackend::all_gather(const Tensor& input, Tensor& output) {
+  if (on_device(input) || on_device(output)) {
+    Tensor host = host_buffer(output);
+    all_gather(host_copy(input), host);
+    copy_back(output, host);
+    return;
+  }
   const Tensor send = distinct_from(input, output);
   const int bytes = to_count(static_cast<std::int64_t>(send.nbytes()), "all_gather");
   blocking("all_gather", [&] {
@@ -397,6 +516,10 @@ void MpiBackend::all_gather(const Tensor& input, Tensor& output) {
 }
 
 Request MpiBackend::iall_gather(const Tensor& input, Tensor& output) {
+  if (on_device(input) || on_device(output)) {
+    Tensor host = host_buffer(output);
+    return staged(iall_gather(host_copy(input), host), output, host);
+  }
   const Tensor send = distinct_from(input, output);
   const int bytes = to_count(static_cast<std::int64_t>(send.nbytes()), "iall_gather");
   return start_collective(
@@ -408,6 +531,12 @@ Request MpiBackend::iall_gather(const Tensor& input, Tensor& output) {
 }
 
 void MpiBackend::all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows) {
+  if (on_device(input) || on_device(output)) {
+    Tensor host = host_buffer(output);
+    all_gather_v(host_copy(input), host, rows);
+    copy_back(output, host);
+    return;
+  }
   const Tensor send = distinct_from(input, output);
   const std::int64_t row_bytes = bytes_per_row(input);
   std::vector<int> counts(rows.size()), displacements(rows.size());
@@ -424,6 +553,12 @@ void MpiBackend::all_gather_v(const Tensor& input, Tensor& output, const std::ve
 }
 
 void MpiBackend::all_to_all(const Tensor& input, Tensor& output) {
+  if (on_device(input) || on_device(output)) {
+    Tensor host = host_buffer(output);
+    all_to_all(host_copy(input), host);
+    copy_back(output, host);
+    return;
+  }
   const Tensor send = distinct_from(input, output);
   const int chunk = to_count(static_cast<std::int64_t>(send.nbytes()) / size_, "all_to_all");
   blocking("all_to_all",
@@ -433,6 +568,12 @@ void MpiBackend::all_to_all(const Tensor& input, Tensor& output) {
 void MpiBackend::broadcast(Tensor& t, int root) {
   WF_CHECK(root >= 0 && root < size_, "{}: root {} is not a rank of this group of {}", context("broadcast"), root,
            size_);
+  if (on_device(t)) {
+    Tensor host = host_copy(t);
+    broadcast(host, root);
+    copy_back(t, host);
+    return;
+  }
   blocking("broadcast", [&] {
     return MPI_Bcast(t.raw_data(), to_count(static_cast<std::int64_t>(t.nbytes()), "broadcast"), MPI_BYTE, root, comm_);
   });

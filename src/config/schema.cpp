@@ -20,6 +20,9 @@ namespace {
 const Choices<TokenizerKind> kTokenizers = {{"byte", TokenizerKind::byte}, {"gpt2", TokenizerKind::gpt2}};
 const Choices<DataSource> kSources = {{"file", DataSource::file}, {"synthetic", DataSource::synthetic}};
 const Choices<DType> kDtypes = {{"f32", DType::f32}, {"bf16", DType::bf16}};
+// cuda parses, so that validate can say what is missing (unsupported_by_trainer) rather than
+// that the word is unknown.
+const Choices<Device> kDevices = {{"cpu", Device::cpu()}, {"testdev", Device::test()}, {"cuda", Device::cuda()}};
 
 template <typename E>
 Choices<E> named_choices(std::initializer_list<E> values, auto name_of) {
@@ -210,6 +213,7 @@ std::vector<Field> make_fields() {
       integer(KEY(train, eval_batches), 1),
       integer(KEY(train, seed), 0),
       choice(KEY(train, dtype), kDtypes),
+      choice(KEY(train, device), kDevices),
       boolean(KEY(train, check_replicas)),
       integer(KEY(train, max_skipped_steps), 1),
 

@@ -19,6 +19,7 @@
 
 #include "src/config/schema.h"
 #include "wallfacer/config/model_schema.h"
+#include "wallfacer/core/device_backend.h"
 #include "wallfacer/core/machine.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/parallel/pipeline_schedule.h"
@@ -315,10 +316,18 @@ void check_data_files(const RunConfig& c, std::vector<std::string>& problems) {
 
 }  // namespace
 
-std::vector<std::string> unsupported_by_trainer(const RunConfig&) {
+std::vector<std::string> unsupported_by_trainer(const RunConfig& c) {
   std::vector<std::string> problems;
   // train.dtype: f32, or bf16 mixed precision (f32 masters, nn/precision.h). The schema takes
   // no other value.
+  // train.device: a device whose type this build has no backend for (cuda, until a CUDA build
+  // registers one) would fail at the first tensor the trainer moves there.
+  if (find_device_backend(c.train.device.type) == nullptr) {
+    problems.push_back(fmt::format(
+        "train.device is {}, but this build has no {} backend yet (docs/devices.md: the CUDA backend is the next "
+        "step); set train.device: cpu (or testdev to run the step through the device seam on the CPU)",
+        device_type_name(c.train.device.type), device_type_name(c.train.device.type)));
+  }
   return problems;
 }
 

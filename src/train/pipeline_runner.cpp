@@ -51,8 +51,9 @@ void wait_idle(comm::Request& request) {
 
 }  // namespace
 
-PipelineRunner::PipelineRunner(models::Model& model, comm::Group& pp, parallel::PipelineSchedule schedule)
-    : model_(model), pp_(pp), schedule_(std::move(schedule)) {
+PipelineRunner::PipelineRunner(models::Model& model, comm::Group& pp, parallel::PipelineSchedule schedule,
+                               Device device)
+    : model_(model), pp_(pp), schedule_(std::move(schedule)), device_(device) {
   WF_CHECK(pp_.size() == schedule_.stages(), "PipelineRunner: the schedule has {} stages but the pp group '{}' {} ranks",
            schedule_.stages(), pp_.name(), pp_.size());
   WF_CHECK(model_.stage().num_chunks() == schedule_.virtual_stages(),
@@ -81,7 +82,7 @@ int PipelineRunner::tag(bool forward, int microbatch, int chunk) const {
   return 2 * (microbatch * schedule_.virtual_stages() + chunk) + (forward ? 0 : 1);
 }
 
-LossTotals PipelineRunner::train_step(const std::function<models::Batch(int)>& batch_of,
+DeviceLossTotals PipelineRunner::train_step(const std::function<models::Batch(int)>& batch_of,
                                       const PipelineBackwardHooks& hooks) {
   const std::vector<parallel::PipelineAction>& actions = schedule_.actions(pp_.rank());
   std::size_t last_backward = 0;
@@ -92,7 +93,7 @@ LossTotals PipelineRunner::train_step(const std::function<models::Batch(int)>& b
   std::map<std::pair<int, int>, InFlight> live;  // by (microbatch, chunk)
   std::map<std::pair<int, int>, Pending> receives;  // by (microbatch, chunk), forward and backward alike
   std::vector<Pending> sends;
-  LossTotals totals;
+  DeviceLossTotals totals(device_);
   timeline_.clear();
   wait_seconds_ = 0;
   const Clock::time_point step_start = Clock::now();
@@ -110,7 +111,7 @@ LossTotals PipelineRunner::train_step(const std::function<models::Batch(int)>& b
     const Peer from = forward ? previous(a.chunk) : next(a.chunk);
     if (from.rank < 0 || receives.count({a.microbatch, a.chunk}) != 0) return;
     const auto [shape, dtype] = model_.stage_hidden(batch(a.microbatch));
-    Pending pending{comm::Request(), Tensor::empty(shape, dtype)};
+    Pending pending{comm::Request(), Tensor::empty(shape, dtype, device_)};
     pending.request = pp_.irecv(pending.tensor, from.rank, tag(forward, a.microbatch, a.chunk));
     receives.emplace(std::make_pair(a.microbatch, a.chunk), std::move(pending));
   };
@@ -145,7 +146,7 @@ LossTotals PipelineRunner::train_step(const std::function<models::Batch(int)>& b
       }
       models::StageOutput out = model_.forward_stage(batch(a.microbatch), state.input, a.chunk);
       if (last_stage(a.chunk)) {
-        totals.add(out.loss.sum.item(), out.loss.count);
+        totals.add(out.loss.sum, out.loss.count);  // on the device: no host read per microbatch
         state.output = std::move(out.loss.sum);
       } else {
         state.output = std::move(out.hidden);
@@ -169,7 +170,7 @@ LossTotals PipelineRunner::train_step(const std::function<models::Batch(int)>& b
       if (!first_stage(a.chunk)) {
         Tensor grad = state.input.grad();
         // An input the chunk never read (no path to its output) has no gradient: zeros.
-        if (!grad.defined()) grad = Tensor::zeros(state.input.shape(), state.input.dtype());
+        if (!grad.defined()) grad = Tensor::zeros(state.input.shape(), state.input.dtype(), device_);
         send(grad, previous(a.chunk), /*forward=*/false, a.microbatch);
       }
     }
@@ -186,9 +187,9 @@ LossTotals PipelineRunner::train_step(const std::function<models::Batch(int)>& b
   return totals;
 }
 
-LossTotals PipelineRunner::forward_only(const std::function<models::Batch(int)>& batch_of, int microbatches) {
+DeviceLossTotals PipelineRunner::forward_only(const std::function<models::Batch(int)>& batch_of, int microbatches) {
   autograd::NoGradGuard no_grad;
-  LossTotals totals;
+  DeviceLossTotals totals(device_);
   std::vector<Pending> sends;
   for (int mb = 0; mb < microbatches; ++mb) {
     const models::Batch batch = batch_of(mb);
@@ -196,12 +197,12 @@ LossTotals PipelineRunner::forward_only(const std::function<models::Batch(int)>&
       Tensor input;
       if (!first_stage(chunk)) {
         const auto [shape, dtype] = model_.stage_hidden(batch);
-        input = Tensor::empty(shape, dtype);
+        input = Tensor::empty(shape, dtype, device_);
         pp_.recv(input, previous(chunk).rank, tag(true, mb, chunk));
       }
       models::StageOutput out = model_.forward_stage(batch, input, chunk);
       if (last_stage(chunk)) {
-        totals.add(out.loss.sum.item(), out.loss.count);
+        totals.add(out.loss.sum, out.loss.count);
       } else {
         Pending pending{comm::Request(), out.hidden};
         pending.request = pp_.isend(pending.tensor, next(chunk).rank, tag(true, mb, next(chunk).chunk));

@@ -24,6 +24,9 @@ void move_into(Tensor& param, const Tensor& view) {
   impl.offset = view.impl()->offset;
 }
 
+// Where the parameters are (train.device): the buffers go there too.
+Device device_of(const std::vector<Tensor>& params) { return params.empty() ? Device::cpu() : params.front().device(); }
+
 std::int64_t bytes_of(const std::vector<Tensor>& tensors) {
   std::int64_t total = 0;
   for (const Tensor& t : tensors) total += t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0;
@@ -39,9 +42,10 @@ ReplicaGradients::ReplicaGradients(comm::Group& replicas, std::vector<Tensor> pa
            "ReplicaGradients: gradients are reduced in f32 or bf16, not {}", dtype_name(options_.reduce_dtype));
   WF_CHECK(options_.staging_buffers >= 1, "ReplicaGradients: staging_buffers must be at least 1, got {}",
            options_.staging_buffers);
+  const Device device = device_of(params_);
   for (const Tensor& p : params_) {
-    WF_CHECK(p.device().is_cpu(), "ReplicaGradients: parameter of shape {} is on {}; only CPU parameters are supported",
-             shape_str(p.shape()), p.device().str());
+    WF_CHECK(p.device() == device, "ReplicaGradients: parameter of shape {} is on {}, but the first is on {}; move the "
+             "model to one device (train.device)", shape_str(p.shape()), p.device().str(), device.str());
   }
   stage_ = effective_zero_stage(group_.size(), options_.zero);
   layout_ = replica_layout(params_, options_.bucket_bytes, group_.size(), stage_, options_.isolated);
@@ -49,7 +53,7 @@ ReplicaGradients::ReplicaGradients(comm::Group& replicas, std::vector<Tensor> pa
   const auto& slots = layout_.slots();
   autograd::NoGradGuard no_grad;
   if (stage_ < 2) {
-    for (const auto& b : buffers) grad_buffers_.push_back(Tensor::zeros({b.numel}, b.dtype));
+    for (const auto& b : buffers) grad_buffers_.push_back(Tensor::zeros({b.numel}, b.dtype, device));
     for (std::size_t k = 0; k < params_.size(); ++k) {
       const auto& s = slots[k];
       params_[k].set_grad(grad_buffers_[s.buffer].slice0(s.offset, s.offset + s.numel).view(params_[k].shape()));
@@ -60,8 +64,8 @@ ReplicaGradients::ReplicaGradients(comm::Group& replicas, std::vector<Tensor> pa
     for (std::size_t k = 0; k < params_.size(); ++k) pieces_.push_back({k, 0, params_[k].numel()});
   } else {
     for (const auto& b : buffers) {
-      grad_shards_.push_back(Tensor::zeros({b.shard_numel}, b.dtype));
-      param_buffers_.push_back(Tensor::zeros({b.numel}, b.dtype));
+      grad_shards_.push_back(Tensor::zeros({b.shard_numel}, b.dtype, device));
+      param_buffers_.push_back(Tensor::zeros({b.numel}, b.dtype, device));
     }
     for (std::size_t k = 0; k < params_.size(); ++k) {
       const auto& s = slots[k];
@@ -181,7 +185,7 @@ Tensor& ReplicaGradients::staging(std::size_t bucket) {
     base = *free;
     pool_.erase(free);
   } else {
-    base = Tensor::empty({largest_bucket_[b.buffer]}, dtype);
+    base = Tensor::empty({largest_bucket_[b.buffer]}, dtype, device_of(params_));
     staging_bytes_ += static_cast<std::int64_t>(base.nbytes());
   }
   ++staging_in_use_;
@@ -219,7 +223,8 @@ void ReplicaGradients::launch(std::size_t bucket, bool at_end) {
       const Tensor& input = staging(bucket);
       // The first reduction of the step writes the shard; later microbatches' are added to it.
       post_reduce_scatter(bucket, input,
-                          written_[bucket] ? Tensor::empty({b.chunk}, input.dtype()) : chunk_view(grad_shards_[b.buffer], bucket));
+                          written_[bucket] ? Tensor::empty({b.chunk}, input.dtype(), input.device())
+                                           : chunk_view(grad_shards_[b.buffer], bucket));
     }
   }
   if (last_microbatch_) ++(at_end ? stats_.launched_at_end : stats_.launched_in_backward);
@@ -234,7 +239,7 @@ void ReplicaGradients::post_all_reduce(std::size_t bucket, const Tensor& grads) 
 void ReplicaGradients::post_reduce_scatter(std::size_t bucket, const Tensor& input, const Tensor& output) {
   const DType wire = gradient_wire_dtype(input.dtype(), options_.reduce_dtype);
   output_[bucket] = output;
-  wire_[bucket] = wire == output.dtype() ? output : Tensor::empty(output.shape(), wire);
+  wire_[bucket] = wire == output.dtype() ? output : Tensor::empty(output.shape(), wire, output.device());
   requests_[bucket] = group_.ireduce_scatter(input.to(wire), wire_[bucket]);
 }
 

@@ -18,13 +18,16 @@
 #include "wallfacer/core/rng.h"
 #include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/ops/reduction.h"
+#include "wallfacer/ops/shape_ops.h"
 #include "wallfacer/parallel/replica_check.h"
 #include "wallfacer/parallel/tensor_parallel.h"
 #include "wallfacer/train/checkpoint.h"
+#include "wallfacer/train/device_placement.h"
 #include "wallfacer/train/distributed_checkpoint.h"
 #include "wallfacer/train/pipeline_runner.h"
 #include "wallfacer/train/replica_gradients.h"
 #include "wallfacer/train/grad_sync.h"
+#include "wallfacer/train/loss_totals.h"
 #include "wallfacer/train/peak_flops.h"
 #include "wallfacer/train/sharded_state.h"
 
@@ -159,6 +162,9 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
     : config_(config), grid_(grid), replicas_(grid.group("dp_sp")), model_(std::move(model)) {
   check_supported();
   WF_CHECK(model_ != nullptr && train != nullptr, "Trainer: a model and a training data source are required");
+  // Built on the CPU (its weights from the seeds alone), then moved: before the gradient buffers
+  // and the optimizer take views of the parameters.
+  move_to_device(*model_, device());
   params_ = model_->parameters();
   shards_ = model_->parameter_shards();
   if (config_.parallel.tp > 1 && std::none_of(shards_.begin(), shards_.end(), [](const nn::ParameterShard& s) {
@@ -257,9 +263,10 @@ void Trainer::set_up_pipeline() {
                 "parallel.pp = {}: model '{}' holds {} on pp rank {}, but its pipeline stage is {}; a model trained "
                 "with pipeline parallelism builds models::pipeline_stage(config, grid) (docs/adding-a-model.md)",
                 p.pp, model_->name(), describe(model_->stage()), grid_.grid().coord("pp"), describe(expected));
+  const int microbatches = static_cast<int>(config::grad_accum_steps(config_));
   pipeline_ = std::make_unique<PipelineRunner>(
-      *model_, grid_.group("pp"),
-      parallel::PipelineSchedule(p.pp_schedule, p.pp, static_cast<int>(config::grad_accum_steps(config_)), p.pp_virtual));
+      *model_, grid_.group("pp"), parallel::PipelineSchedule(p.pp_schedule, p.pp, microbatches, p.pp_virtual),
+      device());
   shared_params_ = models::pipeline_shared_parameter_indices(*model_);
 }
 
@@ -291,20 +298,23 @@ std::int64_t Trainer::tokens_per_step() const {
   return config::global_batch_sequences(config_) * config_.train.seq_len;
 }
 
-LossTotals Trainer::run_microbatches() {
+models::Batch Trainer::batch(const models::BatchSource& source, std::int64_t index, std::int64_t micro) const {
+  return batch_on(source.get(index, micro), device());
+}
+
+DeviceLossTotals Trainer::run_microbatches() {
   const std::int64_t accum = config::grad_accum_steps(config_);
-  LossTotals local;
   if (pipeline_) {
     // The schedule orders the microbatches' forwards and backwards; the reducer brackets each
     // backward as below, the last one starting the replica reduction.
-    local = pipeline_->train_step(
-        [&](int micro) { return train_batches_->get(step_, micro); },
+    return pipeline_->train_step(
+        [&](int micro) { return batch(*train_batches_, step_, micro); },
         {.before = [&](bool last) { grads_->begin_backward(last); }, .after = [&] { grads_->end_backward(); }});
-    return local;
   }
+  DeviceLossTotals local(device());
   for (std::int64_t micro = 0; micro < accum; ++micro) {
-    const models::LossSum loss = model_->loss_sum(train_batches_->get(step_, micro));
-    local.add(loss.sum.item(), loss.count);
+    const models::LossSum loss = model_->loss_sum(batch(*train_batches_, step_, micro));
+    local.add(loss.sum, loss.count);  // on the device: no host read per microbatch
     grads_->begin_backward(/*last_microbatch=*/micro + 1 == accum);
     // The gradient of the loss SUM: normalised below, once, by the global count.
     autograd::backward({loss.sum});
@@ -313,9 +323,11 @@ LossTotals Trainer::run_microbatches() {
   return local;
 }
 
-double Trainer::compute_gradients() {
+double Trainer::compute_gradients() { return read_to_host(compute_gradients_on_device()).data<double>()[0]; }
+
+Tensor Trainer::compute_gradients_on_device() {
   model_->train();
-  LossTotals local = run_microbatches();
+  DeviceLossTotals local = run_microbatches();
   // From here on the gradients are the optimizer's: whole parameters', or this replica's pieces
   // of them under ZeRO (the same positions on every tp rank: their shards have equal shapes).
   const std::vector<Tensor>& grads = grads_->optimizer_params();
@@ -325,16 +337,21 @@ double Trainer::compute_gradients() {
   // completed for every bucket), before clipping and the update read it.
   sum_shared_gradients();
   // Only the last stage computed losses: every stage learns the totals it normalises by.
-  if (pipeline_) local = sum_over(grid_.group("pp"), local);
-  return normalise_gradients(replicas_, grads, local);
+  if (pipeline_) local = local.sum_over(grid_.group("pp"));
+  return normalise_gradients_on_device(replicas_, grads, local);
 }
 
 void Trainer::zero_grad() { grads_->zero_grad(); }
 
 StepResult Trainer::apply_gradients(double loss) {
+  StepResult result = update();
+  result.loss = loss;
+  return result;
+}
+
+StepResult Trainer::update() {
   StepResult result;
   result.step = step_ + 1;
-  result.loss = loss;
   // After the all-reduce every replica holds the same gradient shards; the norm of the whole
   // model sums the split parameters' shards over tp and counts the replicated ones once.
   const double max_norm = config_.train.grad_clip > 0 ? config_.train.grad_clip : std::numeric_limits<double>::infinity();
@@ -371,11 +388,28 @@ StepResult Trainer::apply_gradients(double loss) {
 }
 
 StepResult Trainer::train_step() {
+  train_step_on_device();
+  read_pending_losses();
+  return history_.back();
+}
+
+StepResult Trainer::train_step_on_device() {
   const auto start = Clock::now();
-  StepResult result = apply_gradients(compute_gradients());
+  const Tensor loss = compute_gradients_on_device();
+  StepResult result = update();
   result.seconds = seconds_since(start);
   history_.push_back(result);
+  pending_losses_.push_back(loss);
   return result;
+}
+
+void Trainer::read_pending_losses() {
+  if (pending_losses_.empty()) return;
+  // One copy of the steps' losses since the last read, whatever their number.
+  const Tensor losses = read_to_host(pending_losses_.size() == 1 ? pending_losses_.front() : cat(pending_losses_, 0));
+  const std::size_t first = history_.size() - pending_losses_.size();
+  for (std::size_t i = 0; i < pending_losses_.size(); ++i) history_[first + i].loss = losses.data<double>()[i];
+  pending_losses_.clear();
 }
 
 double Trainer::evaluate() {
@@ -383,22 +417,23 @@ double Trainer::evaluate() {
   autograd::NoGradGuard no_grad;
   model_->eval();
   const std::int64_t accum = config::grad_accum_steps(config_);
-  LossTotals local;
+  DeviceLossTotals local(device());
   for (std::int64_t batch_index = 0; batch_index < config_.train.eval_batches; ++batch_index) {
     if (pipeline_) {
-      const LossTotals stage = pipeline_->forward_only(
-          [&](int micro) { return val_batches_->get(batch_index, micro); }, static_cast<int>(accum));
-      local.add(stage.sum, static_cast<std::int64_t>(stage.count));
+      // The stage's totals of this batch, added as one more term (the order the host summed in).
+      const DeviceLossTotals stage = pipeline_->forward_only(
+          [&](int micro) { return batch(*val_batches_, batch_index, micro); }, static_cast<int>(accum));
+      local.add(stage.totals().slice0(0, 1), stage.totals().slice0(1, 2));
       continue;
     }
     for (std::int64_t micro = 0; micro < accum; ++micro) {
-      const models::LossSum loss = model_->loss_sum(val_batches_->get(batch_index, micro));
-      local.add(loss.sum.item(), loss.count);
+      const models::LossSum loss = model_->loss_sum(batch(*val_batches_, batch_index, micro));
+      local.add(loss.sum, loss.count);
     }
   }
   model_->train();
-  if (pipeline_) local = sum_over(grid_.group("pp"), local);
-  return sum_over(replicas_, local).mean();
+  if (pipeline_) local = local.sum_over(grid_.group("pp"));
+  return local.sum_over(replicas_).read().mean();  // one host read per validation
 }
 
 std::string Trainer::save_checkpoint() {
@@ -493,10 +528,13 @@ bool Trainer::resume() {
   }
 }
 
-void Trainer::log_step(const StepResult& result, double val_loss) {
+void Trainer::log_step(double val_loss) {
   const auto& t = config_.train;
-  const bool log_now = result.step % t.log_every == 0 || result.step == t.steps || val_loss >= 0;
+  const std::int64_t step = history_.back().step;
+  const bool log_now = step % t.log_every == 0 || step == t.steps || val_loss >= 0;
   if (!log_now) return;
+  read_pending_losses();  // the step's one host read: every loss since the last logged step
+  const StepResult& result = history_.back();
   StepMetrics m;
   if (pipeline_) {
     // Every stage's waits over its compute, summed over the pp group: the mean bubble. Its
@@ -592,8 +630,9 @@ void Trainer::fit(std::int64_t stop_after) {
     log::info("mfu is measured against {:.1f} GFLOP/s per rank ({})", peak_.gflops_per_rank, peak_.source);
   }
   start_interval(TrafficSnapshot::take());
+  const std::size_t first = history_.size();  // this fit's first step in history_
   while (step_ < t.steps && (stop_after <= 0 || step_ < stop_after)) {
-    const StepResult result = train_step();
+    const StepResult result = train_step_on_device();  // its loss is read at the next logged step
     interval_.steps += 1;
     interval_.seconds += result.seconds;
     if (pipeline_) {
@@ -601,9 +640,7 @@ void Trainer::fit(std::int64_t stop_after) {
       interval_.pp_compute += pipeline_->step_seconds() - pipeline_->wait_seconds();
     }
     run_seconds_ += result.seconds;
-    if (summary_.last_step < summary_.first_step) summary_.first_loss = result.loss;
     summary_.last_step = step_;
-    summary_.last_loss = result.loss;
     summary_.tokens += tokens_per_step();
     const bool eval_now = val_batches_ && t.eval_every > 0 && (step_ % t.eval_every == 0 || step_ == t.steps);
     const double val_loss = eval_now ? evaluate() : -1.0;
@@ -611,7 +648,7 @@ void Trainer::fit(std::int64_t stop_after) {
       summary_.best_val_loss = val_loss;
       summary_.best_val_step = step_;
     }
-    log_step(result, val_loss);
+    log_step(val_loss);
     const auto& c = config_.checkpoint;
     summary_.stopped_for = agreed_stop_request();
     if ((c.every > 0 && step_ % c.every == 0) || step_ == t.steps || summary_.stopped_for != 0) {
@@ -622,6 +659,11 @@ void Trainer::fit(std::int64_t stop_after) {
       interval_.traffic.advance(before, TrafficSnapshot::take());
     }
     if (summary_.stopped_for != 0) break;
+  }
+  read_pending_losses();  // a run stopped between logged steps: its last losses (none otherwise)
+  if (history_.size() > first) {
+    summary_.first_loss = history_[first].loss;
+    summary_.last_loss = history_.back().loss;
   }
   summary_.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }

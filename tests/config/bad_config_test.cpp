@@ -272,6 +272,11 @@ const std::vector<BadConfig>& layout_cases() {
       {"eval_without_val", "train:\n  eval_every: 50\n", 1, {},
        {"train.eval_every: eval_every = 50 but data.val_path is empty"}},
       {"override_breaks_layout", "parallel:\n  dp: 2\n", 2, {"parallel.dp=3"}, {"but the world has 2"}},
+      // A device this build has no backend for: validate refuses it as train would, naming the fix.
+      {"device_cuda", "train:\n  device: cuda\n", 1, {},
+       {"train.device is cuda, but this build has no cuda backend yet", "set train.device: cpu"}},
+      {"device_unknown", "train:\n  device: tpu\n", 1, {},
+       {"train.device: 'tpu' is not a valid choice; expected one of cpu, testdev, cuda"}},
   };
   return cases;
 }
@@ -440,6 +445,21 @@ TEST_CASE("config: a layout suggested for another world passes validation itself
   const RunConfig gpt = config_of("parallel:\n  dp: 2\n  sp: 2\n");
   CHECK(fitting_layouts(gpt, 2).front().keys == std::vector<std::string>{"parallel.dp=1"});
   CHECK(ranks_needed(gpt.parallel) == 4);
+}
+
+}  // namespace
+}  // namespace wf::config
+
+namespace wf::config {
+namespace {
+
+TEST_CASE("config: train.device testdev validates and reads back from to_yaml", "[config]") {
+  test::TempYaml file("testdev.yaml", "train:\n  device: testdev\n"), data("data.bin", "");
+  const RunConfig c = test::with_data_file(load_config(file.path()), data.path());
+  CHECK(c.train.device == Device::test());
+  CHECK_NOTHROW(validate(c, 1));
+  test::TempYaml again("testdev-again.yaml", to_yaml(c));
+  CHECK(test::with_data_file(load_config(again.path()), data.path()) == c);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "wallfacer/core/stream.h"
 #include "wallfacer/core/tensor.h"
 
 namespace wf::comm {
@@ -22,6 +23,17 @@ class RequestImpl {
   virtual ~RequestImpl() = default;
   virtual void wait() = 0;
   virtual bool test() = 0;
+  // Completes the operation as seen from `stream`: once the returned event has completed, what it
+  // received is there for `stream`'s work. The default (MPI: the host drives the transfer) waits
+  // for it on the host and records the event on `stream` after the work the completion queued
+  // there (a staged copy back into a device tensor); a backend that runs on a device stream
+  // (NCCL) records on that stream instead, and the host does not wait.
+  virtual Event record_event(const Stream& stream) {
+    wait();
+    Event event;
+    event.record(stream);
+    return event;
+  }
 };
 
 class Request {
@@ -33,6 +45,12 @@ class Request {
   }
   bool test() { return !impl_ || impl_->test(); }
   bool valid() const { return impl_ != nullptr; }
+  // The operation's completion as an event for `stream` (RequestImpl::record_event); an empty
+  // request's is complete.
+  Event record_event(const Stream& stream) { return impl_ ? impl_->record_event(stream) : Event(); }
+  // Orders `stream`'s later work after the operation (the consumer of a received tensor waits on
+  // the device, not the host, where the backend allows it).
+  void make_wait(const Stream& stream) { stream.wait(record_event(stream)); }
 
  private:
   std::shared_ptr<RequestImpl> impl_;

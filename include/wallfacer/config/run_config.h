@@ -12,6 +12,7 @@
 
 #include "wallfacer/comm/process_grid.h"
 #include "wallfacer/config/model_config.h"
+#include "wallfacer/core/device.h"
 #include "wallfacer/core/dtype.h"
 #include "wallfacer/parallel/pipeline_schedule.h"
 #include "wallfacer/parallel/sp_strategy.h"
@@ -90,6 +91,11 @@ struct TrainConfig {
   std::int64_t eval_batches = 4;  // global batches per validation
   std::int64_t seed = 1234;
   DType dtype = DType::f32;  // f32 or bf16
+  // Where the step runs: the parameters are initialised on the CPU (the same weights on every
+  // device and layout) and moved there, and each batch is moved there before its forward.
+  // cpu, or testdev (the test device that proves the device seam, docs/devices.md); cuda is
+  // refused until this build has a CUDA backend (unsupported_by_trainer).
+  Device device = Device::cpu();
   // Debug: after every optimizer step, compare the tp ranks' copies of each replicated parameter
   // and fail naming any that drifted apart (parallel/replica_check.h). Two all-reduces per step.
   bool check_replicas = false;

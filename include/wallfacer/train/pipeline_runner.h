@@ -23,7 +23,7 @@
 #include "wallfacer/comm/group.h"
 #include "wallfacer/models/model.h"
 #include "wallfacer/parallel/pipeline_schedule.h"
-#include "wallfacer/train/grad_sync.h"
+#include "wallfacer/train/loss_totals.h"
 
 namespace wf::train {
 
@@ -44,17 +44,19 @@ struct PipelineActionTiming {
 class PipelineRunner {
  public:
   // `pp` is the grid's pp group (group rank = stage); `model` holds this rank's stage (its
-  // chunks: schedule.virtual_stages() of them).
-  PipelineRunner(models::Model& model, comm::Group& pp, parallel::PipelineSchedule schedule);
+  // chunks: schedule.virtual_stages() of them) on `device`, where its loss totals stay.
+  PipelineRunner(models::Model& model, comm::Group& pp, parallel::PipelineSchedule schedule,
+                 Device device = Device::cpu());
 
   const parallel::PipelineSchedule& schedule() const { return schedule_; }
 
   // One training step's forwards and backwards: batch_of(mb) is microbatch mb's batch (called
-  // once per microbatch). Returns this rank's loss totals: the last stage's loss sums and
-  // counts, zero elsewhere. The parameters' gradients hold the gradient of the loss SUM.
-  LossTotals train_step(const std::function<models::Batch(int)>& batch_of, const PipelineBackwardHooks& hooks);
+  // once per microbatch). Returns this rank's loss totals, on the device (no host read): the last
+  // stage's loss sums and counts, zero elsewhere. The parameters' gradients hold the gradient of
+  // the loss SUM.
+  DeviceLossTotals train_step(const std::function<models::Batch(int)>& batch_of, const PipelineBackwardHooks& hooks);
   // Forward only (validation, no graph): every microbatch through every chunk in order.
-  LossTotals forward_only(const std::function<models::Batch(int)>& batch_of, int microbatches);
+  DeviceLossTotals forward_only(const std::function<models::Batch(int)>& batch_of, int microbatches);
 
   // Of the latest train_step: each action's timing, in this rank's order, and the totals.
   const std::vector<PipelineActionTiming>& timeline() const { return timeline_; }
@@ -83,6 +85,7 @@ class PipelineRunner {
   models::Model& model_;
   comm::Group& pp_;
   parallel::PipelineSchedule schedule_;
+  Device device_;
   std::vector<PipelineActionTiming> timeline_;
   double step_seconds_ = 0, wait_seconds_ = 0;
 };

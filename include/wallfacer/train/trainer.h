@@ -32,6 +32,7 @@
 #include "wallfacer/data/loader.h"
 #include "wallfacer/models/model.h"
 #include "wallfacer/train/grad_sync.h"
+#include "wallfacer/train/loss_totals.h"
 #include "wallfacer/train/lr_schedule.h"
 #include "wallfacer/train/metrics.h"
 #include "wallfacer/train/optimizer.h"
@@ -87,11 +88,17 @@ class Trainer {
   // Trains from step() to train.steps; with stop_after > 0, returns once that many steps are
   // done (as if the job had been killed there, without the end-of-run checkpoint).
   void fit(std::int64_t stop_after = 0);
-  // One optimizer step: compute_gradients() then apply_gradients().
+  // One optimizer step: compute_gradients() then apply_gradients(). Reads its loss to the host
+  // (one host synchronisation); fit() reads the losses once per logged step instead.
   StepResult train_step();
   // The microbatches of step() + 1: forward, backward, gradient all-reduce over dp × sp. Returns
   // the step's loss; every parameter's grad then holds the full gradient of that mean loss.
+  // Reads the loss to the host (one host synchronisation): fit() uses the form below.
   double compute_gradients();
+  // The same, the loss a [1] f64 tensor on train.device: nothing in it reads the host.
+  Tensor compute_gradients_on_device();
+  // Where the step runs (train.device).
+  Device device() const { return config_.train.device; }
   // How compute_gradients reduces over the replicas (replica_gradients.h, with parallel.zero's
   // stage): overlapped with the backward (the default) or after it, in buckets of `bucket_bytes`.
   // Both give the same gradients bit for bit. Rebuilds the optimizer: call before resume and fit.
@@ -137,7 +144,7 @@ class Trainer {
   const config::RunConfig& config() const { return config_; }
   // The tokens (all ranks) per optimizer step.
   std::int64_t tokens_per_step() const;
-  // Every completed step of this process, in order.
+  // Every completed step of this process, in order (after fit() or train_step(): their losses read).
   const std::vector<StepResult>& history() const { return history_; }
   // With pp > 1: what runs this rank's part of each step's schedule (its measured timeline and
   // bubble); null without a pipeline.
@@ -152,8 +159,16 @@ class Trainer {
   // The optimizer pieces of parameters shared with another stage (the tied embedding): their
   // gradients summed over pp.embedding, after the replica reduction and before the update.
   void sum_shared_gradients();
-  // Loss totals of the step's microbatches on this rank (the last stage's, under pp).
-  LossTotals run_microbatches();
+  // Loss totals of the step's microbatches on this rank (the last stage's, under pp), on the device.
+  DeviceLossTotals run_microbatches();
+  // A source's batch, on the step's device.
+  models::Batch batch(const models::BatchSource& source, std::int64_t index, std::int64_t micro) const;
+  // A step whose loss stays on the device until read_pending_losses (history_ holds the rest).
+  StepResult train_step_on_device();
+  // Clips, updates and clears the gradients (apply_gradients without the loss).
+  StepResult update();
+  // Fills the losses of history_'s last steps from pending_losses_: one host read for all.
+  void read_pending_losses();
   // pp > 1: this rank's latest step timeline to <log.dir>/pp-timeline/pp-timeline-rank<R>.json
   // (scripts/plot-pipeline.sh draws them as a Gantt chart).
   void write_pipeline_timeline() const;
@@ -163,7 +178,8 @@ class Trainer {
     std::uint64_t tensor_parallel = 0;
   };
   void seed_generators(const RngOffsets& offsets);
-  void log_step(const StepResult& result, double val_loss);
+  // Logs history_'s last step when it is due (reading the pending losses).
+  void log_step(double val_loss);
   int agreed_stop_request();
   // Begins a logging interval whose traffic counts from `traffic`.
   void start_interval(TrafficSnapshot traffic);
@@ -187,6 +203,7 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;
   std::int64_t step_ = 0;
   std::vector<StepResult> history_;
+  std::vector<Tensor> pending_losses_;  // on the device: the losses of history_'s last steps, not yet read
   std::int64_t skipped_in_a_row_ = 0;  // steps just before this one whose update was skipped
 
   // Accumulated over the current logging interval.

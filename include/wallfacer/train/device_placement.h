@@ -1,0 +1,25 @@
+#pragma once
+// Where the training step runs (train.device): the model's tensors and each batch moved there,
+// and the one counted read of the step's metrics back to the host.
+#include "wallfacer/core/device.h"
+#include "wallfacer/core/tensor.h"
+#include "wallfacer/models/model.h"
+#include "wallfacer/nn/module.h"
+
+namespace wf::train {
+
+// Moves every parameter and buffer of `module` to `device` in place: each TensorImpl stays (the
+// layers' handles and the autograd graph see the new storage), its values are copied bit for bit.
+// The weights are initialised on the CPU first, from the seeds alone, so every device and layout
+// starts from the same ones. Call before anything holds views of the parameters (the gradient
+// buffers, the optimizer).
+void move_to_device(nn::Module& module, Device device);
+
+// The batch with every tensor on `device` (the same tensors when they are already there).
+models::Batch batch_on(const models::Batch& batch, Device device);
+
+// `t` copied to the host: one host synchronisation, counted (host_sync_count) on every device,
+// the CPU included, so that a CPU run counts the reads a device run would make.
+Tensor read_to_host(const Tensor& t);
+
+}  // namespace wf::train

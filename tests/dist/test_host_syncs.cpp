@@ -1,0 +1,106 @@
+// The step reads the host once per logged step (train/loss_totals.h, Trainer::fit): a short run
+// with log_every = k counts at most steps / k + 3 host synchronisations (host_sync_count): one
+// read of the pending losses per logged step, plus 3 outside the steps: the peak-FLOP/s
+// broadcast fit() starts with, and the end-of-run checkpoint's finite check and its agreement.
+// The losses read late are the ones read at every step, bit for bit.
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "dist_testing.h"
+#include "train_testing.h"
+#include "wallfacer/core/stream.h"
+#include "wallfacer/ops/shape_ops.h"
+#include "wallfacer/train/grad_sync.h"
+#include "wallfacer/train/loss_totals.h"
+#include "wallfacer/train/trainer.h"
+
+using wf::Tensor;
+using namespace wf::test;
+
+namespace {
+
+struct Run {
+  std::vector<double> losses;
+  std::int64_t host_syncs = 0;
+};
+
+Run fit_with_log_every(std::int64_t log_every, std::int64_t steps) {
+  const int world = runtime().world_size();
+  wf::config::RunConfig c = small_gpt_run(world, 1, false, "wf-host-syncs-" + std::to_string(log_every));
+  c.train.steps = steps;
+  c.train.log_every = log_every;
+  c.log.peak_gflops = 1.0;  // no measurement
+  if (runtime().rank() == 0) std::filesystem::remove_all(c.checkpoint.dir);  // one rank: no race
+  runtime().world().barrier();
+  wf::comm::CommGrid grid(wf::comm::ProcessGrid(c.parallel.grid(), world, runtime().rank()));
+  wf::train::Trainer trainer(c, grid);
+  const std::int64_t before = wf::host_sync_count();
+  trainer.fit();
+  Run run;
+  run.host_syncs = wf::host_sync_count() - before;
+  for (const auto& step : trainer.history()) run.losses.push_back(step.loss);
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("a training run reads the host once per logged step", "[dist][train][host_syncs]") {
+  constexpr std::int64_t kSteps = 6;
+  const Run every_step = fit_with_log_every(1, kSteps);
+  const Run every_third = fit_with_log_every(3, kSteps);
+  INFO("host syncs: log_every 1 " << every_step.host_syncs << ", log_every 3 " << every_third.host_syncs);
+  CHECK(every_third.host_syncs <= kSteps / 3 + 3);
+  CHECK(every_step.host_syncs <= kSteps + 3);
+  // The counter sees the reads: logging every step reads at every step.
+  CHECK(every_step.host_syncs - every_third.host_syncs == kSteps - kSteps / 3);
+  REQUIRE(every_third.losses.size() == static_cast<std::size_t>(kSteps));
+  CHECK(every_third.losses == every_step.losses);  // bit for bit
+  for (double loss : every_third.losses) CHECK(loss > 0.0);
+}
+
+TEST_CASE("the loss totals and gradient normalisation on the test device equal the host's bit for bit",
+          "[dist][train][testdev]") {
+  auto group = world_group("t.device_loss_totals");
+  const int me = group->rank();
+  const wf::Shape shapes[] = {{7, 3}, {5}};
+  for (const bool ignore_all : {false, true}) {
+    INFO("every target ignored: " << ignore_all);
+    // Three microbatches' loss sums (f32, as the models give them) and counts, different per rank.
+    std::vector<Tensor> sums;
+    std::vector<std::int64_t> counts;
+    for (int micro = 0; micro < 3; ++micro) {
+      sums.push_back(wf::reshape(input_of(me, {1}, wf::DType::f32, 40 + micro), {}));
+      counts.push_back(ignore_all ? 0 : 17 * (me + 1) + micro);
+    }
+    // The host path as it was: LossTotals and normalise_gradients (grad_sync.h).
+    std::vector<Tensor> host_params, cpu_params, dev_params;
+    for (std::size_t i = 0; i < std::size(shapes); ++i) {
+      const Tensor grad = input_of(me, shapes[i], wf::DType::f32, 50 + i);
+      for (auto* list : {&host_params, &cpu_params, &dev_params}) {
+        const wf::Device device = list == &dev_params ? wf::Device::test() : wf::Device::cpu();
+        Tensor p = Tensor::zeros(shapes[i], wf::DType::f32, device);
+        p.set_grad(grad.to(device).clone());
+        list->push_back(p);
+      }
+    }
+    wf::train::LossTotals host;
+    for (int micro = 0; micro < 3; ++micro) host.add(sums[micro].item(), counts[micro]);
+    const double host_loss = wf::train::normalise_gradients(*group, host_params, host);
+
+    std::vector<double> losses;
+    for (auto* params : {&cpu_params, &dev_params}) {
+      const wf::Device device = params->front().device();
+      wf::train::DeviceLossTotals totals(device);
+      for (int micro = 0; micro < 3; ++micro) totals.add(sums[micro].to(device), counts[micro]);
+      const Tensor loss = wf::train::normalise_gradients_on_device(*group, *params, totals);
+      losses.push_back(loss.to(wf::Device::cpu()).data<double>()[0]);
+      for (std::size_t i = 0; i < params->size(); ++i) {
+        const Tensor got = (*params)[i].grad().to(wf::Device::cpu()), want = host_params[i].grad();
+        CHECK(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()) == 0);
+      }
+    }
+    CHECK(std::memcmp(&losses[0], &host_loss, sizeof host_loss) == 0);
+    CHECK(std::memcmp(&losses[1], &host_loss, sizeof host_loss) == 0);
+  }
+}
