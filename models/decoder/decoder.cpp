@@ -331,7 +331,7 @@ StageOutput DecoderLM::forward_stage(const Batch& batch, const Tensor& hidden, i
   const std::int64_t tokens = x.size(1) * layers.activation_token_parts();
   WF_CHECK(targets.dim() == 2 && targets.size(0) == x.size(0) && targets.size(1) == tokens,
            "{}: targets {} must be [batch, tokens] = [{}, {}]", name_, shape_str(targets.shape()), x.size(0), tokens);
-  return {Tensor(), LossSum{layers.vocabulary_loss_sum(head(x), targets, options_.vocab_size), count_targets(targets)}};
+  return {Tensor(), LossSum{layers.vocabulary_loss_sum(head(x), targets, options_.vocab_size), count_targets_device(targets)}};
 }
 
 std::pair<Shape, DType> DecoderLM::stage_hidden(const Batch& batch) const {

@@ -61,7 +61,7 @@ double ParallelTraining::sync_gradients(const std::vector<Tensor>& params, const
   comm::Group& replicas = grid_->group("dp_sp");
   all_reduce_gradients(replicas, params);
   LossTotals totals;
-  totals.add(local.sum.item(), local.count);
+  totals.add(local.sum.item(), static_cast<std::int64_t>(local.count.item()));
   return normalise_gradients(replicas, params, totals);
 }
 

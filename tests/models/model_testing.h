@@ -52,7 +52,7 @@ inline void check_mixed_precision_matches_f32(DecoderLM& f32_model, DecoderLM& m
   for (DecoderLM* model : {&f32_model, &mixed}) {
     model->zero_grad();
     const LossSum loss = model->loss_sum(batch);
-    losses.push_back(loss.sum.item() / static_cast<double>(loss.count));
+    losses.push_back(loss.sum.item() / loss.count.item());
     autograd::backward({loss.sum});
     grads.push_back(grads_by_name(*model));
   }

@@ -128,8 +128,8 @@ Run run_ours(const Case& c, const fs::path& dir, int index) {
   model.zero_grad();
   r.logits = model.forward(inputs, positions);
   const wf::models::LossSum sum = model.loss_sum(wf::models::token_batch(inputs, targets, positions));
-  CHECK(sum.count == wf::count_targets(targets));
-  r.loss = wf::scale(sum.sum, 1.0 / static_cast<double>(sum.count));
+  CHECK(sum.count.item() == wf::count_targets(targets));
+  r.loss = wf::scale(sum.sum, 1.0 / sum.count.item());
   wf::autograd::backward({r.loss});
   return r;
 }

@@ -173,7 +173,7 @@ TEST_CASE("dit: a video model patchifies frames x rows x cols with 3-D positions
   batch.set("labels", Tensor::from_vector(std::vector<std::int64_t>{0, 3}, {2}));
   batch.set("positions", models::testing::positions_of(o.num_patches()));
   const LossSum loss = model.loss_sum(batch);
-  CHECK(loss.count == clips.numel());
+  CHECK(loss.count.item() == clips.numel());
   autograd::backward({loss.sum});
   for (const auto& [name, p] : model.named_parameters()) {
     INFO(name);
@@ -288,7 +288,7 @@ TEST_CASE("dit: the training loss is Σ (model(x_t) − ε)² in image space; it
     const std::vector<double> times = kind == DiffusionKind::ddpm ? std::vector<double>{5, 600} : std::vector<double>{0.1, 0.8};
     const Batch batch = dit_batch(o, 2, times, 43, models::testing::positions_of(o.num_patches()));
     const LossSum loss = model.loss_sum(batch);
-    CHECK(loss.count == batch.at("images").numel());
+    CHECK(loss.count.item() == batch.at("images").numel());
     // The same through the whole-image forward and unpatchify: targets and outputs line up.
     const Tensor& x0 = batch.at("images");
     const Tensor& noise = batch.at("noise");

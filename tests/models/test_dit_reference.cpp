@@ -126,7 +126,7 @@ Run run_ours(const Case& c, const fs::path& dir, int index) {
   }
   model.zero_grad();
   const LossSum sum = model.loss_sum(batch);
-  r.loss = scale(sum.sum, 1.0 / static_cast<double>(sum.count));
+  r.loss = scale(sum.sum, 1.0 / sum.count.item());
   autograd::backward({r.loss});
   return r;
 }

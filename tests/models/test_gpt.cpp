@@ -121,7 +121,7 @@ TEST_CASE("gpt: loss_sum is the per-token cross-entropy summed, and the model le
     expected += std::log(total) + top - l[row * 32 + static_cast<std::size_t>(t[row])];
   }
   const wf::models::LossSum sum = model.loss_sum(wf::models::token_batch(ids, targets, positions));
-  CHECK(sum.count == 16);
+  CHECK(sum.count.item() == 16);
   const double got = sum.sum.item();
   CHECK(got == Approx(expected).epsilon(1e-5));
 

@@ -99,14 +99,14 @@ TEST_CASE("decoders: loss_sum is the sum over counted targets; ignored targets c
   std::int64_t* t = targets.data<std::int64_t>();
   t[0] = t[3] = t[9] = -100;
   const wf::models::LossSum loss = model.loss_sum(token_batch(ids, targets, positions_of(8)));
-  CHECK(loss.count == 13);
+  CHECK(loss.count.item() == 13);
   // The mean over the 13 counted targets, times 13 (the old loss_sum multiplied by all 16).
   const double mean = wf::cross_entropy(model.forward(ids), targets).item();
   CHECK(loss.sum.item() == Approx(13 * mean).epsilon(1e-6));
   // All ignored: zero loss, zero count.
   const Tensor none = Tensor::full({2, 8}, -100.0, DType::i64);
   const wf::models::LossSum empty = model.loss_sum(token_batch(ids, none, positions_of(8)));
-  CHECK(empty.count == 0);
+  CHECK(empty.count.item() == 0);
   CHECK(empty.sum.item() == 0.0);
   CHECK_THROWS_WITH(model.loss_sum(wf::models::Batch().set("tokens", ids)),
                     Contains("needs a tensor 'positions'") && Contains("holds only tokens"));
@@ -152,7 +152,7 @@ TEST_CASE("decoders: stages hold the whole model's weights bit for bit and chain
     wf::models::StageOutput out = stages[0]->forward_stage(batch, Tensor());
     out = stages[1]->forward_stage(batch, out.hidden);
     out = stages[2]->forward_stage(batch, out.hidden);
-    CHECK(out.loss.count == expected.count);
+    CHECK(out.loss.count.item() == expected.count.item());
     CHECK(out.loss.sum.item() == expected.sum.item());
     wf::autograd::backward({out.loss.sum});
     const auto whole_grads = grads_by_name(whole);

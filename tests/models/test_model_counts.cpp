@@ -94,7 +94,7 @@ TEST_CASE("every registered language model: its activation estimate bounds what 
       const double stated = wf::config::model_facts(config).activation_bytes_per_token;
       CHECK(measured <= stated);
       CHECK(measured >= 0.75 * stated);
-      CHECK(loss.count == kBatch * kTokens);
+      CHECK(loss.count.item() == kBatch * kTokens);
       ++checked;
     }
   }

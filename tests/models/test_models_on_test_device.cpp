@@ -1,12 +1,8 @@
 // The models' own arithmetic (diffusion noising and L_vb, the timestep embedding, row selection,
 // the sampler's clamp) on the test device (Device::test(): its memory faults on any host touch
 // outside its kernels) against the CPU, bit for bit; then tiny DiT, GPT and LLaMA models with
-// parameters and inputs on the test device against the CPU: DiT's loss and the decoders' logits.
-//
-// The backward checks (gradients bitwise too) are the hidden "[testdev_backward]" cases: the
-// autograd engine still adds gradients on the host (autograd::accumulate_into loops over the data,
-// which faults on the test device), and so does DecoderLM's loss count (ops count_targets); run
-// them with `test_models "[testdev_backward]"` once those call kernels.
+// parameters and inputs on the test device against the CPU: DiT's loss and the decoders' logits,
+// and every model's gradients, bit for bit.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -137,7 +133,7 @@ TEST_CASE("test device: tiny GPT and LLaMA logits match the CPU bitwise", "[mode
 // Hidden until ops' count_targets (a host loop over the targets, called by DecoderLM's loss) and
 // the autograd engine's gradient accumulation run on the device.
 TEST_CASE("test device: tiny GPT and LLaMA losses and gradients match the CPU bitwise",
-          "[.][models][testdev_backward]") {
+          "[models][testdev]") {
   check_decoders_on_test_device();
 }
 
@@ -179,7 +175,7 @@ TEST_CASE("test device: diffusion noising, the loss with L_vb and its gradient m
   }
 }
 
-TEST_CASE("test device: the diffusion loss's gradients match the CPU bitwise", "[.][models][testdev_backward]") {
+TEST_CASE("test device: the diffusion loss's gradients match the CPU bitwise", "[models][testdev]") {
   const Shape shape = {3, 2, 4, 4};
   const Tensor x0 = Tensor::randn_at(shape, 1, 0), noise = Tensor::randn_at(shape, 2, 0);
   for (const DiffusionKind kind : {DiffusionKind::ddpm, DiffusionKind::flow}) {
@@ -221,7 +217,7 @@ TEST_CASE("test device: a tiny DiT's loss matches the CPU bitwise", "[models][te
   CHECK(same_bits(tiny_dit_loss(Device::test(), false).at("loss"), tiny_dit_loss(Device::cpu(), false).at("loss")));
 }
 
-TEST_CASE("test device: a tiny DiT's gradients match the CPU bitwise", "[.][models][testdev_backward]") {
+TEST_CASE("test device: a tiny DiT's gradients match the CPU bitwise", "[models][testdev]") {
   const auto cpu = tiny_dit_loss(Device::cpu(), true), dev = tiny_dit_loss(Device::test(), true);
   for (const auto& [name, t] : cpu) {
     INFO(name);

@@ -49,10 +49,17 @@ Batch token_batch(const data::Batch& batch);
 Batch token_batch(Tensor tokens, Tensor targets, Tensor positions);
 
 // A loss as its sum and the number of elements counted into it (targets equal to ignore_index
-// are not counted).
+// are not counted). Both stay on the loss's device: the trainer adds them up there and reads the
+// host once per logged step (docs/devices.md).
 struct LossSum {
-  Tensor sum;  // differentiable 0-dim tensor
-  std::int64_t count = 0;
+  Tensor sum;    // differentiable 0-dim tensor
+  Tensor count;  // 0-dim i64 on sum's device
+  LossSum() = default;
+  // A count the device computed (count_targets_device).
+  LossSum(Tensor loss_sum, Tensor counted) : sum(std::move(loss_sum)), count(std::move(counted)) {}
+  // A count the host knows (every element of a known shape counts): copied beside the sum.
+  LossSum(Tensor loss_sum, std::int64_t counted)
+      : sum(std::move(loss_sum)), count(Tensor::scalar(static_cast<double>(counted), DType::i64).to(sum.device())) {}
 };
 
 // The part of a model one pipeline rank holds: blocks by their global index, one contiguous range

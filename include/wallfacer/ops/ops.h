@@ -3,6 +3,7 @@
 #include "wallfacer/ops/activation.h"
 #include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/ops/attention.h"
+#include "wallfacer/ops/count.h"
 #include "wallfacer/ops/embedding.h"
 #include "wallfacer/ops/linalg.h"
 #include "wallfacer/ops/loss.h"
