@@ -188,8 +188,13 @@ class MpiRequest final : public RequestImpl {
 // the stream of the thread that completes the request, once MPI has written it.
 
 bool on_device(const Tensor& t) { return t.defined() && !t.device().is_cpu(); }
-// What MPI sends: the tensor itself on the host, else its host copy.
-Tensor host_copy(const Tensor& t) { return on_device(t) ? t.to(Device::cpu()) : t; }
+// What MPI sends: the tensor itself on the host, else its host copy (a staging synchronisation:
+// core/stream.h staging_sync_count).
+Tensor host_copy(const Tensor& t) {
+  if (!on_device(t)) return t;
+  detail::StagingScope staging;
+  return t.to(Device::cpu());
+}
 // What MPI receives into: the tensor itself on the host, else a host buffer of its shape.
 Tensor host_buffer(const Tensor& t) { return on_device(t) ? Tensor::empty(t.shape(), t.dtype()) : t; }
 // Copies what MPI received into `host` back into `target` (nothing when they are one tensor).

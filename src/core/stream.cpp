@@ -28,10 +28,21 @@ void set_current(const Stream& stream) {
 }  // namespace
 
 namespace detail {
-void count_host_sync() { g_host_syncs.fetch_add(1, std::memory_order_relaxed); }
+namespace {
+std::atomic<std::int64_t> g_staging_syncs{0};
+thread_local int t_staging_depth = 0;
+}  // namespace
+
+void count_host_sync() {
+  g_host_syncs.fetch_add(1, std::memory_order_relaxed);
+  if (t_staging_depth > 0) g_staging_syncs.fetch_add(1, std::memory_order_relaxed);
+}
+StagingScope::StagingScope() { ++t_staging_depth; }
+StagingScope::~StagingScope() { --t_staging_depth; }
 }  // namespace detail
 
 std::int64_t host_sync_count() { return g_host_syncs.load(std::memory_order_relaxed); }
+std::int64_t staging_sync_count() { return detail::g_staging_syncs.load(std::memory_order_relaxed); }
 
 // ---- Stream -------------------------------------------------------------------------------------
 Stream Stream::create(Device device) { return device_backend(device).create_stream(device); }

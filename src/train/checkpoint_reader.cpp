@@ -1,6 +1,7 @@
 // Reading checkpoints of format 3 or 4 piece by piece, into any layout (distributed_checkpoint.h).
 #include <fmt/format.h>
 
+#include <map>
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -179,9 +180,8 @@ void CheckpointReader::load(ShardedStateDict& targets) {
                   shape_str(shape));
     const detail::PieceLayout wanted = detail::PieceLayout::of(target.shard, target.flat_begin, target.flat_end);
     detail::check_layout(wanted, fmt::format("checkpoint load: target '{}'", target.key));
-    WF_CHECK(target.data.numel() == target.numel() && target.data.device().is_cpu(),
-             "checkpoint load: target '{}' holds {} elements on {} for a piece of {} (the cpu)", target.key,
-             target.data.numel(), target.data.device().str(), target.numel());
+    WF_CHECK(target.data.numel() == target.numel(), "checkpoint load: target '{}' holds {} elements for a piece of {}",
+             target.key, target.data.numel(), target.numel());
     const std::vector<detail::Run> runs = detail::piece_runs(wanted);
     std::int64_t covered = 0;
     for (const StoredPiece& piece : info->pieces) {
@@ -198,7 +198,19 @@ void CheckpointReader::load(ShardedStateDict& targets) {
                   detail::corrupt_fix(dir_));
     if (covered < target.numel()) padded.push_back(&target);
   }
-  for (ShardedTensor* target : padded) std::memset(target->data.raw_data(), 0, target->data.nbytes());
+  // Files are read on the host: a target on a device is read into a host copy of its shape, which
+  // goes to the device once it is complete (one copy per tensor, not one per stored piece).
+  std::map<ShardedTensor*, Tensor> staged;
+  const auto host_of = [&](ShardedTensor* target) -> Tensor& {
+    if (target->data.device().is_cpu()) return target->data;
+    auto [it, fresh] = staged.try_emplace(target);
+    if (fresh) it->second = Tensor::empty(target->data.shape(), target->data.dtype());
+    return it->second;
+  };
+  for (ShardedTensor* target : padded) {
+    Tensor& host = host_of(target);
+    std::memset(host.raw_data(), 0, host.nbytes());
+  }
   for (const Transfer& t : transfers) {
     const SafetensorsReader& reader = open(t.piece->file).reader;
     const SafetensorsEntry* entry = reader.find(t.piece->entry);
@@ -208,10 +220,11 @@ void CheckpointReader::load(ShardedStateDict& targets) {
                   "checkpoint '{}': file '{}' does not hold tensor '{}' as its manifest records ({} elements of {}); {}",
                   dir_, t.piece->file, t.piece->entry, t.piece->flat_end - t.piece->flat_begin,
                   dtype_name(t.info->dtype), detail::corrupt_fix(dir_));
-    auto* out = static_cast<unsigned char*>(t.target->data.raw_data()) + t.copy.dst * static_cast<std::int64_t>(element);
+    auto* out = static_cast<unsigned char*>(host_of(t.target).raw_data()) + t.copy.dst * static_cast<std::int64_t>(element);
     reader.read(*entry, static_cast<std::uint64_t>(t.copy.src) * element,
                 static_cast<std::uint64_t>(t.copy.count) * element, out);
   }
+  for (auto& [target, host] : staged) target->data.copy_(host);
 }
 
 Tensor CheckpointReader::load_whole(const std::string& key) {

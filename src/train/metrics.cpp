@@ -43,6 +43,8 @@ std::string to_json(const StepMetrics& m) {
   j["peak_mem_bytes"] = m.peak_mem_bytes;
   j["cached_mem_bytes"] = m.cached_mem_bytes;
   j["elapsed_s"] = m.elapsed_seconds;
+  j["host_syncs_per_step"] = m.host_syncs_per_step;
+  j["staging_syncs_per_step"] = m.staging_syncs_per_step;
   return j.dump();
 }
 

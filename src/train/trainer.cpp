@@ -571,6 +571,9 @@ void Trainer::log_step(double val_loss) {
   m.peak_mem_bytes = memory.peak_bytes;
   m.cached_mem_bytes = memory.cached_bytes;
   m.elapsed_seconds = run_seconds_;
+  const std::int64_t staging = staging_sync_count() - interval_.staging_syncs;
+  m.host_syncs_per_step = static_cast<double>(host_sync_count() - interval_.host_syncs - staging) / steps;
+  m.staging_syncs_per_step = static_cast<double>(staging) / steps;
   if (metrics_) metrics_->write(m);
   log::info("{}", progress_line(m));
   start_interval(now);
@@ -608,7 +611,8 @@ int Trainer::agreed_stop_request() {
   Tensor answer = Tensor::full({1}, static_cast<double>(stop_request_()), DType::f64);
   grid_.group("world").all_reduce(answer, comm::ReduceOp::max);
   interval_.traffic.advance(before, TrafficSnapshot::take());
-  return static_cast<int>(answer.item());
+  // A host tensor the host all-reduced: reading it waits for no device (item() would count it).
+  return static_cast<int>(answer.data<double>()[0]);
 }
 
 void Trainer::fit(std::int64_t stop_after) {

@@ -92,9 +92,21 @@ void synchronize(Device device);
 
 // Host synchronisations so far in this process (see the comment at the top).
 std::int64_t host_sync_count();
+// The part of host_sync_count() made to stage device tensors through host memory for a transport
+// that carries host memory only (MPI: comm/mpi_backend.cpp). A transport of the device's own
+// (NCCL on GPUs) makes none, so a step's own host reads are host_sync_count() minus these.
+std::int64_t staging_sync_count();
 
 namespace detail {
 void count_host_sync();
+// While one exists on this thread, the host synchronisations it sees count as staging too.
+class StagingScope {
+ public:
+  StagingScope();
+  ~StagingScope();
+  StagingScope(const StagingScope&) = delete;
+  StagingScope& operator=(const StagingScope&) = delete;
+};
 }  // namespace detail
 
 }  // namespace wf

@@ -24,6 +24,12 @@ struct StepMetrics {
   std::int64_t peak_mem_bytes = 0;    // peak bytes held in tensors on this rank so far
   std::int64_t cached_mem_bytes = 0;  // freed bytes the caching allocator keeps for reuse, now
   double elapsed_seconds = 0;         // since the run (or the resume) started
+  // Host synchronisations (core/stream.h host_sync_count) per step over the logged interval,
+  // this rank's, without MPI's staging of device tensors: the step's target is one per logged
+  // step, the read of the interval's losses. Staging (a device without a transport of its own,
+  // like the test device) apart: a GPU with NCCL makes none.
+  double host_syncs_per_step = 0;
+  double staging_syncs_per_step = 0;
   double val_loss = -1;               // < 0: not evaluated at this step
   // Pipeline parallelism (pp > 1; < 0 otherwise): the measured bubble, time the pp ranks waited
   // for a neighbour over the time they computed (mean over the pp group and the interval), and

@@ -29,6 +29,7 @@
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/comm/traffic.h"
 #include "wallfacer/config/run_config.h"
+#include "wallfacer/core/stream.h"
 #include "wallfacer/data/loader.h"
 #include "wallfacer/models/model.h"
 #include "wallfacer/train/grad_sync.h"
@@ -212,6 +213,8 @@ class Trainer {
     double seconds = 0;
     TrafficSnapshot traffic;  // at the interval's start
     double pp_wait = 0, pp_compute = 0;  // this rank's pipeline waits and compute, summed
+    std::int64_t host_syncs = host_sync_count();        // at the interval's start
+    std::int64_t staging_syncs = staging_sync_count();  // the same, MPI's staging of device tensors
   } interval_;
   double run_seconds_ = 0;
   PeakFlops peak_;  // measured (or configured) when fit() starts
