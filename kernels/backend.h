@@ -242,6 +242,14 @@ class Backend {
                           void* exp_avg, void* exp_avg_sq, const AdamWParams& params) = 0;
   // x *= alpha
   virtual void scale_inplace(const Stream& stream, DType dtype, std::int64_t n, void* x, double alpha) = 0;
+  // ---- optimizer: the update skipped on the device ----
+  // One parameter's AdamW step (ema non-null: and its EMA, e) only when *grad_norm is finite (null:
+  // always), its bias correction from the updates applied so far, *applied (an i64 on the device,
+  // incremented when the update applies; params.step is ignored): a diverged step is skipped
+  // without the host reading its norm. kernels/cpu/optimizer.h's adamw_update.
+  virtual void adamw_update(const Stream& stream, DType dtype, std::int64_t n, void* param, const void* grad,
+                            void* exp_avg, void* exp_avg_sq, void* ema, const AdamWParams& params, const EmaParams& e,
+                            std::int64_t* applied, const double* grad_norm) = 0;
   // ---- gradient clipping and vocabulary-parallel cross-entropy (kernels/cpu/optimizer.h,
   // kernels/cpu/vocab_parallel.h) ---------------------------------------------------------------
   // *norm = sqrt(Σ sq_sums[0..parts)) and *coefficient = clip_coefficient(*norm, max_norm), all

@@ -63,4 +63,10 @@ double clip_coefficient(double total_norm, double max_norm) {
   return std::isnan(coefficient) ? coefficient : std::min(1.0, coefficient);
 }
 
+double ema_decay_at(double decay, std::int64_t earlier, bool warmup) {
+  if (!warmup) return decay;
+  const double n = static_cast<double>(std::max<std::int64_t>(earlier, 0));
+  return std::min(decay, (1.0 + n) / (10.0 + n));
+}
+
 }  // namespace wf::kernels

@@ -68,5 +68,13 @@ struct AdamWParams {
 };
 // The factor clip_grad_norm_ multiplies every gradient by: min(1, max_norm / (total_norm + 1e-6)).
 double clip_coefficient(double total_norm, double max_norm);
+// The exponential moving average AdamW keeps of a parameter (decay 0: none): after each applied
+// update ema = d·ema + (1 − d)·param, d = ema_decay_at(decay, the updates before it, warmup).
+struct EmaParams {
+  double decay = 0.0;
+  bool warmup = true;
+};
+// With the warm-up min(decay, (1 + earlier) / (10 + earlier)) (earlier < 0 counts as 0), else decay.
+double ema_decay_at(double decay, std::int64_t earlier, bool warmup);
 
 }  // namespace wf::kernels

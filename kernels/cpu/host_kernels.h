@@ -440,6 +440,16 @@ class HostKernels : public Backend {
       cpu::scale_inplace<T>(n, io<T>(x), static_cast<T>(alpha));
     });
   }
+  // ---- optimizer: the update skipped on the device ----
+  void adamw_update(const Stream& s, DType dt, std::int64_t n, void* param, const void* grad, void* exp_avg,
+                    void* exp_avg_sq, void* ema, const AdamWParams& p, const EmaParams& e, std::int64_t* applied,
+                    const double* grad_norm) override {
+    typed(s, dt, "adamw_update", [=](auto t) {
+      using T = decltype(t);
+      cpu::adamw_update<T>(n, io<T>(param), in<T>(grad), io<T>(exp_avg), io<T>(exp_avg_sq), io<T>(ema), p, e, applied,
+                           grad_norm);
+    });
+  }
   // ---- gradient clipping and vocabulary-parallel cross-entropy ----
   void clip_coefficient(const Stream& s, std::int64_t parts, const double* sq_sums, double max_norm, double* norm,
                         double* coefficient) override {

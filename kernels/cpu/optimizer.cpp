@@ -128,6 +128,36 @@ void adamw_step_reference(std::int64_t n, T* param, const T* grad, T* exp_avg, T
 }
 
 template <class T>
+void adamw_update(std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_sq, T* ema, const AdamWParams& p,
+                  const EmaParams& e, std::int64_t* applied, const double* grad_norm) {
+  if (grad_norm != nullptr && !std::isfinite(*grad_norm)) return;
+  AdamWParams at = p;
+  at.step = *applied + 1;
+  adamw_step<T>(n, param, grad, exp_avg, exp_avg_sq, at);
+  if (ema != nullptr) {
+    // d and 1 − d in T, as the host formed them before the update moved here.
+    const T d = static_cast<T>(ema_decay_at(e.decay, *applied, e.warmup));
+    scale_inplace<T>(n, ema, d);
+    add_scaled<T>(n, T(1) - d, param, ema);
+  }
+  *applied += 1;
+}
+
+template <class T>
+void adamw_update_reference(std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_sq, T* ema,
+                            const AdamWParams& p, const EmaParams& e, std::int64_t* applied, const double* grad_norm) {
+  if (grad_norm != nullptr && !std::isfinite(*grad_norm)) return;
+  AdamWParams at = p;
+  at.step = *applied + 1;
+  adamw_step_reference<T>(n, param, grad, exp_avg, exp_avg_sq, at);
+  if (ema != nullptr) {
+    const double d = ema_decay_at(e.decay, *applied, e.warmup);
+    for (std::int64_t i = 0; i < n; ++i) ema[i] = static_cast<T>(d * double(ema[i]) + (1.0 - d) * double(param[i]));
+  }
+  *applied += 1;
+}
+
+template <class T>
 double sum_of_squares(std::int64_t n, const T* x) {
   return sum_of_products(n, x, x);
 }
@@ -161,6 +191,10 @@ void scale_by_coefficient_reference(std::int64_t n, T* x, double coefficient) {
 #define WF_INSTANTIATE_OPTIMIZER(T)                                                          \
   template void adamw_step<T>(std::int64_t, T*, const T*, T*, T*, const AdamWParams&);      \
   template void adamw_step_reference<T>(std::int64_t, T*, const T*, T*, T*, const AdamWParams&); \
+  template void adamw_update<T>(std::int64_t, T*, const T*, T*, T*, T*, const AdamWParams&, const EmaParams&, \
+                                std::int64_t*, const double*);                               \
+  template void adamw_update_reference<T>(std::int64_t, T*, const T*, T*, T*, T*, const AdamWParams&,      \
+                                          const EmaParams&, std::int64_t*, const double*);          \
   template double sum_of_squares<T>(std::int64_t, const T*);                                \
   template void scale_inplace<T>(std::int64_t, T*, T);                                      \
   template void scale_by_coefficient<T>(std::int64_t, T*, double);                          \

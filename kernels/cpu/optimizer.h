@@ -7,6 +7,7 @@
 namespace wf::kernels::cpu {
 
 using kernels::AdamWParams;  // kernels/kernel_args.h
+using kernels::EmaParams;
 
 // One AdamW update of n parameters in a single pass, with PyTorch's torch.optim.AdamW formula
 // (amsgrad=False, maximize=False) and its order of operations:
@@ -24,6 +25,20 @@ void adamw_step(std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_
 template <class T>
 void adamw_step_reference(std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
                           const AdamWParams& p);
+
+// One parameter's whole AdamW step, taken only when the step's gradient norm is finite, so that
+// a diverged step is skipped without the host reading the norm: when *grad_norm is finite (or
+// grad_norm is null) adamw_step with p.step = *applied + 1 (p.step itself is ignored), then, with
+// ema non-null, ema = d·ema + (1 − d)·param with d = T(ema_decay_at(e.decay, *applied, e.warmup))
+// and 1 − d formed in T, then ++*applied: bit for bit what adamw_step and the host-formed EMA
+// update give. A non-finite norm leaves every array and *applied as they were.
+template <class T>
+void adamw_update(std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_sq, T* ema, const AdamWParams& p,
+                  const EmaParams& e, std::int64_t* applied, const double* grad_norm);
+// The same with adamw_step_reference and the EMA per element in double, rounded once: its oracle.
+template <class T>
+void adamw_update_reference(std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_sq, T* ema,
+                            const AdamWParams& p, const EmaParams& e, std::int64_t* applied, const double* grad_norm);
 
 // Σ x[i]² accumulated in double, in a fixed order (bitwise reproducible for any thread count).
 template <class T>

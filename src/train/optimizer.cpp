@@ -10,8 +10,11 @@
 #include <string>
 #include <string_view>
 
+#include "kernels/kernel_args.h"
 #include "src/ops/common.h"
 #include "wallfacer/autograd/grad_mode.h"
+#include "wallfacer/ops/shape_ops.h"
+#include "wallfacer/train/device_placement.h"
 
 namespace wf::train {
 namespace {
@@ -53,45 +56,46 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) : params_(std::mo
   }
 }
 
-void AdamW::step() {
+void AdamW::step() { update(nullptr); }
+
+void AdamW::step(const Tensor& grad_norm) {
+  WF_CHECK(grad_norm.defined() && grad_norm.numel() == 1 && grad_norm.dtype() == DType::f64,
+           "AdamW::step: the gradient norm must be one f64 value (clip_grad_norm_on_device's), got {} {}",
+           grad_norm.defined() ? dtype_name(grad_norm.dtype()) : "an undefined tensor",
+           grad_norm.defined() ? shape_str(grad_norm.shape()) : "");
+  update(&grad_norm);
+}
+
+void AdamW::update(const Tensor* grad_norm) {
   NoGradGuard no_grad;
+  const kernels::EmaParams ema{.decay = options_.ema_decay, .warmup = options_.ema_warmup};
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Tensor& param = params_[i];
     if (!param.grad().defined()) continue;
     const Tensor grad = grad_like_param(param, i);
-    const ops::Kernels k = ops::kernels_for("AdamW::step", {param, grad});
+    const ops::Kernels k = grad_norm != nullptr ? ops::kernels_for("AdamW::step", {param, grad, *grad_norm})
+                                                : ops::kernels_for("AdamW::step", {param, grad});
     ParamState& s = state_[i];
     if (!s.exp_avg.defined()) {
       s.exp_avg = Tensor::zeros(param.shape(), param.dtype(), k.device());
       s.exp_avg_sq = Tensor::zeros(param.shape(), param.dtype(), k.device());
+      s.applied = Tensor::zeros({}, DType::i64, k.device());
     }
-    if (options_.ema_decay > 0 && !s.ema.defined()) s.ema = param.clone();  // the value before the first update
-    ++s.step;
+    // The value before the first update (a skipped step leaves the parameter as it is).
+    if (options_.ema_decay > 0 && !s.ema.defined()) s.ema = param.clone();
     const kernels::AdamWParams hyper{.lr = options_.lr,
                                      .beta1 = options_.beta1,
                                      .beta2 = options_.beta2,
                                      .eps = options_.eps,
-                                     .weight_decay = s.weight_decay ? options_.weight_decay : 0.0,
-                                     .step = s.step};
-    const DType dtype = param.dtype();
-    k->adamw_step(k.stream, dtype, param.numel(), param.raw_data(), grad.raw_data(), s.exp_avg.raw_data(),
-                  s.exp_avg_sq.raw_data(), hyper);
-    if (options_.ema_decay > 0) {  // ema = d·ema + (1 − d)·param
-      dispatch_float(dtype, "AdamW::step", [&](auto tag) {
-        using T = decltype(tag);
-        // d and 1 − d rounded to T on the host, as the update has always formed them; exact as doubles.
-        const T d = static_cast<T>(ema_decay_at(options_.ema_decay, s.step - 1, options_.ema_warmup));
-        k->scale_inplace(k.stream, dtype, param.numel(), s.ema.raw_data(), double(d));
-        k->add_scaled(k.stream, dtype, param.numel(), double(T(1) - d), param.raw_data(), s.ema.raw_data());
-      });
-    }
+                                     .weight_decay = s.weight_decay ? options_.weight_decay : 0.0};
+    k->adamw_update(k.stream, param.dtype(), param.numel(), param.raw_data(), grad.raw_data(), s.exp_avg.raw_data(),
+                    s.exp_avg_sq.raw_data(), options_.ema_decay > 0 ? s.ema.raw_data() : nullptr, hyper, ema,
+                    s.applied.data<std::int64_t>(), grad_norm != nullptr ? grad_norm->data<double>() : nullptr);
   }
 }
 
 double ema_decay_at(double decay, std::int64_t earlier, bool warmup) {
-  if (!warmup) return decay;
-  const double n = static_cast<double>(std::max<std::int64_t>(earlier, 0));
-  return std::min(decay, (1.0 + n) / (10.0 + n));
+  return kernels::ema_decay_at(decay, earlier, warmup);
 }
 
 double ema_initial_weight(double decay, std::int64_t updates, bool warmup) {
@@ -123,7 +127,23 @@ void AdamW::set_weight_decay(std::size_t param, bool enabled) {
 
 std::int64_t AdamW::step_count(std::size_t param) const {
   WF_CHECK(param < params_.size(), "AdamW: parameter index {} out of range ({} parameters)", param, params_.size());
-  return state_[param].step;
+  const Tensor& applied = state_[param].applied;
+  return applied.defined() ? read_to_host(applied).data<std::int64_t>()[0] : 0;
+}
+
+std::vector<std::int64_t> AdamW::applied_counts() const {
+  std::vector<std::int64_t> counts(state_.size(), 0);
+  std::vector<Tensor> defined;
+  for (const ParamState& s : state_) {
+    if (s.applied.defined()) defined.push_back(reshape(s.applied, {1}));
+  }
+  if (defined.empty()) return counts;
+  const Tensor host = read_to_host(defined.size() == 1 ? defined.front() : cat(defined, 0));
+  const std::int64_t* read = host.data<std::int64_t>();
+  for (std::size_t i = 0; i < state_.size(); ++i) {
+    if (state_[i].applied.defined()) counts[i] = *read++;
+  }
+  return counts;
 }
 
 const Tensor& AdamW::ema(std::size_t param) const {
@@ -133,10 +153,11 @@ const Tensor& AdamW::ema(std::size_t param) const {
 
 nn::StateDict AdamW::state_dict() const {
   nn::StateDict out;
+  const std::vector<std::int64_t> steps = applied_counts();
   for (std::size_t i = 0; i < state_.size(); ++i) {
     const ParamState& s = state_[i];
-    if (!s.exp_avg.defined()) continue;
-    out.insert(adamw_state_key(i, "step"), Tensor::scalar(static_cast<double>(s.step), DType::i64));
+    if (steps[i] == 0) continue;  // never updated (every step so far skipped, or none taken)
+    out.insert(adamw_state_key(i, "step"), Tensor::scalar(static_cast<double>(steps[i]), DType::i64));
     out.insert(adamw_state_key(i, "exp_avg"), s.exp_avg.clone());
     out.insert(adamw_state_key(i, "exp_avg_sq"), s.exp_avg_sq.clone());
     if (s.ema.defined()) out.insert(adamw_state_key(i, "ema"), s.ema.clone());
@@ -177,12 +198,11 @@ void AdamW::load_state_dict(const nn::StateDict& state) {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     ParamState& s = state_[i];
     if (!present[i]) {
-      s.exp_avg = s.exp_avg_sq = s.ema = Tensor();
-      s.step = 0;
+      s.exp_avg = s.exp_avg_sq = s.ema = s.applied = Tensor();
       continue;
     }
-    s.step = static_cast<std::int64_t>(state.at(adamw_state_key(i, "step")).item());
-    // The moments live where their parameter does (a checkpoint loads on the host).
+    // The count and the moments live where their parameter does (a checkpoint loads on the host).
+    s.applied = Tensor::full({}, state.at(adamw_state_key(i, "step")).item(), DType::i64, params_[i].device());
     const auto like_param = [&](const Tensor& t) { return t.to(params_[i].dtype()).to(params_[i].device()).clone(); };
     s.exp_avg = like_param(state.at(adamw_state_key(i, "exp_avg")));
     s.exp_avg_sq = like_param(state.at(adamw_state_key(i, "exp_avg_sq")));

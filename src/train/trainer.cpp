@@ -110,15 +110,17 @@ double total_sent_since(const TrafficMap& now, const TrafficMap& before) {
   return total;
 }
 
-// Whether every element of `params` is finite, with one host synchronisation: the sum of their
-// sums is NaN or infinite as soon as one element is. (A sum of finite weights overflows only when
-// they average past about 1e29: a run diverged just the same.)
-bool all_finite(const std::vector<Tensor>& params) {
-  if (params.empty()) return true;
+// Whether every element of `params` on every rank of `world` is finite, with one host
+// synchronisation: a rank's sum of their sums is NaN or infinite as soon as one element is, so
+// total − total is 0 or NaN, and its sum over the world is 0 only when every rank's is. (A sum of
+// finite weights overflows only when they average past about 1e29: a run diverged just the same.)
+bool all_finite(const std::vector<Tensor>& params, comm::Group& world, Device device) {
   autograd::NoGradGuard no_grad;
-  Tensor total = sum(params.front()).to(DType::f64);
-  for (std::size_t i = 1; i < params.size(); ++i) total = add(total, sum(params[i]).to(DType::f64));
-  return std::isfinite(read_to_host(total).data<double>()[0]);  // one host read per checkpoint
+  Tensor total = Tensor::zeros({1}, DType::f64, device);
+  for (const Tensor& p : params) total = add(total, reshape(sum(p).to(DType::f64), {1}));
+  Tensor check = sub(total, total);
+  world.all_reduce(check);
+  return read_to_host(check).data<double>()[0] == 0.0;  // one host read per checkpoint
 }
 
 }  // namespace
@@ -344,72 +346,91 @@ Tensor Trainer::compute_gradients_on_device() {
 void Trainer::zero_grad() { grads_->zero_grad(); }
 
 StepResult Trainer::apply_gradients(double loss) {
-  StepResult result = update();
+  StepResult result;
+  const Tensor norm = update(result);
   result.loss = loss;
+  result.grad_norm = read_to_host(norm).data<double>()[0];  // the one host read of this form
+  count_skipped_step(result);
   return result;
 }
 
-StepResult Trainer::update() {
-  StepResult result;
+Tensor Trainer::update(StepResult& result) {
   result.step = step_ + 1;
   // After the all-reduce every replica holds the same gradient shards; the norm of the whole
   // model sums the split parameters' shards over tp and counts the replicated ones once.
   const double max_norm = config_.train.grad_clip > 0 ? config_.train.grad_clip : std::numeric_limits<double>::infinity();
   // Under ZeRO each replica holds other pieces: the norm sums them over the replicas as well.
-  result.grad_norm = clip_grad_norm(grads_->optimizer_params(), optimizer_shards_, grid_.group("tp"),
-                                    GradNormScope{.replicas = grads_->zero() > 0 ? &replicas_ : nullptr,
-                                                  .stages = pipeline_ ? &grid_.group("pp") : nullptr,
-                                                  .counted = &counted_in_norm_},
-                                    max_norm);
+  const Tensor norm = clip_grad_norm_on_device(grads_->optimizer_params(), optimizer_shards_, grid_.group("tp"),
+                                               GradNormScope{.replicas = grads_->zero() > 0 ? &replicas_ : nullptr,
+                                                             .stages = pipeline_ ? &grid_.group("pp") : nullptr,
+                                                             .counted = &counted_in_norm_},
+                                               max_norm);
   result.lr = schedule_.lr_at(result.step);
-  if (std::isfinite(result.grad_norm)) {  // the same on every rank: all take the same branch
-    skipped_in_a_row_ = 0;
-    optimizer_->set_lr(result.lr);
-    optimizer_->step();
-    grads_->gather_parameters();
-    if (config_.train.check_replicas) parallel::check_tp_replicas(*model_, grid_.group("tp"));
-  } else {
-    skipped_in_a_row_ += 1;
-    // "NaN" whatever its sign bit: printf's "-nan" reads as a negative number.
-    const std::string norm = std::isnan(result.grad_norm) ? "NaN" : fmt::format("{}", result.grad_norm);
-    log::warn("step {}: the gradient norm is {}; skipping the update", result.step, norm);
-    const auto& t = config_.train;
-    WF_USER_CHECK(skipped_in_a_row_ < t.max_skipped_steps,
-                  "step {}: the gradient norm has not been finite for {} steps in a row (the last {}), "
-                  "train.max_skipped_steps = {}: the run has diverged and would skip its updates forever; lower "
-                  "train.lr (now {}), set train.grad_clip (now {}), check the data, then resume from the last "
-                  "checkpoint in {} (or raise train.max_skipped_steps to wait longer)",
-                  result.step, skipped_in_a_row_, norm, t.max_skipped_steps, t.lr, t.grad_clip,
-                  config_.checkpoint.dir);
-  }
+  // A norm that is not finite (the same on every rank) skips the update on the device: the
+  // parameters, moments and step counts stay as they were, so the gather below and the replica
+  // check see the weights of the last step that applied. The host learns of the skip when it
+  // reads the norm (count_skipped_step).
+  optimizer_->set_lr(result.lr);
+  optimizer_->step(norm);
+  grads_->gather_parameters();
+  if (config_.train.check_replicas) parallel::check_tp_replicas(*model_, grid_.group("tp"));
   zero_grad();
   step_ = result.step;
-  return result;
+  return norm;
+}
+
+void Trainer::count_skipped_step(const StepResult& result) {
+  if (std::isfinite(result.grad_norm)) {  // the same on every rank: all take the same branch
+    skipped_in_a_row_ = 0;
+    return;
+  }
+  skipped_in_a_row_ += 1;
+  // "NaN" whatever its sign bit: printf's "-nan" reads as a negative number.
+  const std::string norm = std::isnan(result.grad_norm) ? "NaN" : fmt::format("{}", result.grad_norm);
+  log::warn("step {}: the gradient norm is {}; skipping the update", result.step, norm);
+  const auto& t = config_.train;
+  WF_USER_CHECK(skipped_in_a_row_ < t.max_skipped_steps,
+                "step {}: the gradient norm has not been finite for {} steps in a row (the last {}), "
+                "train.max_skipped_steps = {}: the run has diverged and would skip its updates forever; lower "
+                "train.lr (now {}), set train.grad_clip (now {}), check the data, then resume from the last "
+                "checkpoint in {} (or raise train.max_skipped_steps to wait longer)",
+                result.step, skipped_in_a_row_, norm, t.max_skipped_steps, t.lr, t.grad_clip,
+                config_.checkpoint.dir);
 }
 
 StepResult Trainer::train_step() {
   train_step_on_device();
-  read_pending_losses();
+  read_pending_steps();
   return history_.back();
 }
 
 StepResult Trainer::train_step_on_device() {
   const auto start = Clock::now();
   const Tensor loss = compute_gradients_on_device();
-  StepResult result = update();
+  StepResult result;
+  const Tensor norm = update(result);
   result.seconds = seconds_since(start);
   history_.push_back(result);
-  pending_losses_.push_back(loss);
+  // [loss, norm]: the pair read_pending_steps copies with the other steps' pairs.
+  pending_.push_back(reshape(loss, {1}));
+  pending_.push_back(reshape(norm, {1}));
   return result;
 }
 
-void Trainer::read_pending_losses() {
-  if (pending_losses_.empty()) return;
-  // One copy of the steps' losses since the last read, whatever their number.
-  const Tensor losses = read_to_host(pending_losses_.size() == 1 ? pending_losses_.front() : cat(pending_losses_, 0));
-  const std::size_t first = history_.size() - pending_losses_.size();
-  for (std::size_t i = 0; i < pending_losses_.size(); ++i) history_[first + i].loss = losses.data<double>()[i];
-  pending_losses_.clear();
+void Trainer::read_pending_steps() {
+  if (pending_.empty()) return;
+  // One copy of the steps' losses and gradient norms since the last read, whatever their number.
+  const Tensor read = read_to_host(cat(pending_, 0));
+  const double* values = read.data<double>();
+  const std::size_t steps = pending_.size() / 2;
+  pending_.clear();
+  const std::size_t first = history_.size() - steps;
+  for (std::size_t i = 0; i < steps; ++i) {
+    history_[first + i].loss = values[2 * i];
+    history_[first + i].grad_norm = values[2 * i + 1];
+  }
+  // In step order, once every step read is filled in: may end the run.
+  for (std::size_t i = first; i < history_.size(); ++i) count_skipped_step(history_[i]);
 }
 
 double Trainer::evaluate() {
@@ -439,9 +460,7 @@ double Trainer::evaluate() {
 std::string Trainer::save_checkpoint() {
   // A diverged run must not replace its good checkpoints with NaNs: every rank checks its weights
   // and all learn whether any rank's are not finite.
-  Tensor bad = Tensor::full({1}, all_finite(model_->parameters()) ? 0.0 : 1.0, DType::f64);
-  grid_.group("world").all_reduce(bad, comm::ReduceOp::max);
-  WF_USER_CHECK(bad.item() == 0.0,
+  WF_USER_CHECK(all_finite(model_->parameters(), grid_.group("world"), device()),
                 "checkpoint: the weights at step {} are not all finite (NaN or infinity): not saved, so the "
                 "checkpoints in {} stay as they were; the run has diverged: lower train.lr (now {}) or set "
                 "train.grad_clip (now {}), then resume from the last checkpoint",
@@ -528,12 +547,15 @@ bool Trainer::resume() {
   }
 }
 
+bool Trainer::logs_step(std::int64_t step, bool validated) const {
+  const auto& t = config_.train;
+  return step % t.log_every == 0 || step == t.steps || validated;
+}
+
 void Trainer::log_step(double val_loss) {
   const auto& t = config_.train;
-  const std::int64_t step = history_.back().step;
-  const bool log_now = step % t.log_every == 0 || step == t.steps || val_loss >= 0;
-  if (!log_now) return;
-  read_pending_losses();  // the step's one host read: every loss since the last logged step
+  if (!logs_step(history_.back().step, val_loss >= 0)) return;
+  read_pending_steps();  // the step's one host read: every loss and norm since the last logged step
   const StepResult& result = history_.back();
   StepMetrics m;
   if (pipeline_) {
@@ -647,6 +669,10 @@ void Trainer::fit(std::int64_t stop_after) {
     summary_.last_step = step_;
     summary_.tokens += tokens_per_step();
     const bool eval_now = val_batches_ && t.eval_every > 0 && (step_ % t.eval_every == 0 || step_ == t.steps);
+    // A logged step reads its loss and gradient norm (and those of the steps since the last one)
+    // before validating: a skipped update is reported, and train.max_skipped_steps of them in a row
+    // end the run, as soon as the host learns of them.
+    if (logs_step(step_, eval_now)) read_pending_steps();
     const double val_loss = eval_now ? evaluate() : -1.0;
     if (val_loss >= 0 && (summary_.best_val_loss < 0 || val_loss < summary_.best_val_loss)) {
       summary_.best_val_loss = val_loss;
@@ -656,6 +682,9 @@ void Trainer::fit(std::int64_t stop_after) {
     const auto& c = config_.checkpoint;
     summary_.stopped_for = agreed_stop_request();
     if ((c.every > 0 && step_ % c.every == 0) || step_ == t.steps || summary_.stopped_for != 0) {
+      // A checkpoint between logged steps reads their norms first: a run past
+      // train.max_skipped_steps stops before it writes one.
+      read_pending_steps();
       // The checkpoint's collectives (its agreement, the manifest's gather) are not a training
       // step's traffic: the interval's baseline moves past them.
       const TrafficSnapshot before = TrafficSnapshot::take();
@@ -664,7 +693,7 @@ void Trainer::fit(std::int64_t stop_after) {
     }
     if (summary_.stopped_for != 0) break;
   }
-  read_pending_losses();  // a run stopped between logged steps: its last losses (none otherwise)
+  read_pending_steps();  // a run stopped between logged steps: its last losses (none otherwise)
   if (history_.size() > first) {
     summary_.first_loss = history_[first].loss;
     summary_.last_loss = history_.back().loss;

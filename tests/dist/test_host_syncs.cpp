@@ -1,8 +1,11 @@
 // The step reads the host once per logged step (train/loss_totals.h, Trainer::fit): a short run
-// with log_every = k counts at most steps / k + 3 host synchronisations (host_sync_count): one
-// read of the pending losses per logged step, plus 3 outside the steps: the peak-FLOP/s
-// broadcast fit() starts with, and the end-of-run checkpoint's finite check and its agreement.
-// The losses read late are the ones read at every step, bit for bit.
+// with log_every = k counts exactly steps / k + 3 host synchronisations (host_sync_count): one
+// read of the pending losses and gradient norms per logged step, plus 3 outside the steps: the
+// peak-FLOP/s broadcast fit() starts with, and the end-of-run checkpoint's finite check (its
+// agreement included) and its read of the optimizer's step counts. The losses read late are the
+// ones read at every step, bit for bit. A non-finite gradient norm skips the update on the device:
+// a diverging run reads no more, and its skips are counted when the norms are read.
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -25,15 +28,19 @@ struct Run {
   std::int64_t host_syncs = 0;
 };
 
-Run fit_with_log_every(std::int64_t log_every, std::int64_t steps) {
-  const int world = runtime().world_size();
-  wf::config::RunConfig c = small_gpt_run(world, 1, false, "wf-host-syncs-" + std::to_string(log_every));
+wf::config::RunConfig host_syncs_run(std::int64_t log_every, std::int64_t steps, const std::string& name) {
+  wf::config::RunConfig c = small_gpt_run(runtime().world_size(), 1, false, "wf-host-syncs-" + name);
   c.train.steps = steps;
   c.train.log_every = log_every;
   c.log.peak_gflops = 1.0;  // no measurement
   if (runtime().rank() == 0) std::filesystem::remove_all(c.checkpoint.dir);  // one rank: no race
   runtime().world().barrier();
-  wf::comm::CommGrid grid(wf::comm::ProcessGrid(c.parallel.grid(), world, runtime().rank()));
+  return c;
+}
+
+Run fit_with_log_every(std::int64_t log_every, std::int64_t steps) {
+  const wf::config::RunConfig c = host_syncs_run(log_every, steps, std::to_string(log_every));
+  wf::comm::CommGrid grid(wf::comm::ProcessGrid(c.parallel.grid(), runtime().world_size(), runtime().rank()));
   wf::train::Trainer trainer(c, grid);
   const std::int64_t before = wf::host_sync_count();
   trainer.fit();
@@ -50,13 +57,35 @@ TEST_CASE("a training run reads the host once per logged step", "[dist][train][h
   const Run every_step = fit_with_log_every(1, kSteps);
   const Run every_third = fit_with_log_every(3, kSteps);
   INFO("host syncs: log_every 1 " << every_step.host_syncs << ", log_every 3 " << every_third.host_syncs);
-  CHECK(every_third.host_syncs <= kSteps / 3 + 3);
-  CHECK(every_step.host_syncs <= kSteps + 3);
+  CHECK(every_third.host_syncs == kSteps / 3 + 3);
+  CHECK(every_step.host_syncs == kSteps + 3);
   // The counter sees the reads: logging every step reads at every step.
   CHECK(every_step.host_syncs - every_third.host_syncs == kSteps - kSteps / 3);
   REQUIRE(every_third.losses.size() == static_cast<std::size_t>(kSteps));
   CHECK(every_third.losses == every_step.losses);  // bit for bit
   for (double loss : every_third.losses) CHECK(loss > 0.0);
+}
+
+TEST_CASE("a diverging run skips its updates on the device and learns of them at the next logged step",
+          "[dist][train][host_syncs]") {
+  // lr 1e300 makes the first update's weights infinite: every later norm is NaN. With log_every 4,
+  // max_skipped_steps 2 is reached at step 3 and noticed at step 4's read, the one read of steps 1-4.
+  wf::config::RunConfig c = host_syncs_run(4, 8, "diverging");
+  c.train.lr = 1e300;
+  c.train.warmup_steps = 0;
+  c.train.max_skipped_steps = 2;
+  wf::comm::CommGrid grid(wf::comm::ProcessGrid(c.parallel.grid(), runtime().world_size(), runtime().rank()));
+  wf::train::Trainer trainer(c, grid);
+  const std::int64_t before = wf::host_sync_count();
+  CHECK_THROWS_WITH(trainer.fit(), Catch::Contains("step 3: the gradient norm has not been finite for 2 steps in a "
+                                                   "row (the last NaN), train.max_skipped_steps = 2"));
+  CHECK(wf::host_sync_count() - before == 1 + 1);  // the peak-FLOP/s broadcast, then steps 1-4's read
+  CHECK(trainer.step() == 4);
+  REQUIRE(trainer.history().size() == 4);
+  CHECK(std::isfinite(trainer.history()[0].grad_norm));
+  for (std::size_t i = 1; i < 4; ++i) CHECK(!std::isfinite(trainer.history()[i].grad_norm));
+  // Only step 1 applied: the saved step count is the updates applied.
+  for (std::size_t i = 0; i < trainer.optimizer().num_params(); ++i) CHECK(trainer.optimizer().step_count(i) == 1);
 }
 
 TEST_CASE("the loss totals and gradient normalisation on the test device equal the host's bit for bit",

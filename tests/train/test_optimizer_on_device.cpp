@@ -109,6 +109,49 @@ TEST_CASE("a non-finite gradient norm stays on the test device and poisons the g
   for (std::size_t i = 0; i + 1 < cpu.size(); ++i) CHECK(same_bits(dev[i].grad(), cpu[i].grad()));
 }
 
+TEST_CASE("a non-finite gradient norm skips AdamW's update on the device, its step counts included",
+          "[train][optimizer][testdev]") {
+  const bool async = GENERATE(false, true);
+  CAPTURE(async);
+  const AsyncStreams streams(async);
+  // Steps 0 and 2 are not finite: the first skipped step comes before any update (no state yet).
+  const double scales[] = {std::numeric_limits<double>::infinity(), 3.0, std::numeric_limits<double>::quiet_NaN(),
+                           0.5};
+  const wf::train::AdamWOptions options{.lr = 0.05, .weight_decay = 0.1, .ema_decay = 0.9};
+  // The host-decided path (the norm read, step() only when it is finite) against the device's.
+  std::vector<Tensor> host = make_params(Device::cpu());
+  wf::train::AdamW host_opt(host, options);
+  for (const Device device : {Device::cpu(), Device::test()}) {
+    CAPTURE(device.str());
+    std::vector<Tensor> params = make_params(device);
+    wf::train::AdamW opt(params, options);
+    for (int step = 0; step < 4; ++step) {
+      CAPTURE(step);
+      set_grads(params, step, device, scales[step]);
+      const std::int64_t before = wf::host_sync_count();
+      opt.step(wf::train::clip_grad_norm_on_device(params, 1.0));
+      CHECK(wf::host_sync_count() == before);  // the skip is decided on the device
+      if (device.is_cpu()) {
+        set_grads(host, step, Device::cpu(), scales[step]);
+        if (std::isfinite(wf::train::clip_grad_norm(host, 1.0))) host_opt.step();
+      }
+      if (step == 0) CHECK(opt.state_dict().empty());  // a skipped first step leaves no state to save
+    }
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      CAPTURE(i);
+      CHECK(same_bits(params[i], host[i]));
+      CHECK(opt.step_count(i) == host_opt.step_count(i));
+    }
+    CHECK(opt.step_count(0) == 2);
+    const wf::nn::StateDict want = host_opt.state_dict(), got = opt.state_dict();
+    REQUIRE(got.size() == want.size());
+    for (const auto& [key, value] : want) {
+      CAPTURE(key);
+      CHECK(same_bits(got.at(key), value));  // the saved step counts are the updates applied
+    }
+  }
+}
+
 TEST_CASE("gradient accumulation on the test device matches the CPU bit for bit", "[train][autograd][testdev]") {
   for (const DType dtype : {DType::f32, DType::f64, DType::bf16}) {
     CAPTURE(wf::dtype_name(dtype));

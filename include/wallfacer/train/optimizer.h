@@ -61,6 +61,11 @@ class AdamW {
   // One update of every parameter whose grad is defined; the others (and their step counts)
   // are left alone. Runs without recording a graph.
   void step();
+  // The same only when `grad_norm` (an f64 scalar on the parameters' device: the norm
+  // clip_grad_norm_on_device gives) is finite; else nothing changes, the step counts included.
+  // The decision is taken on the device (kernels/backend.h's adamw_update): the host reads nothing,
+  // so a diverged step is skipped without a host synchronisation.
+  void step(const Tensor& grad_norm);
   void zero_grad();  // grads become undefined
 
   void set_lr(double lr);
@@ -72,12 +77,13 @@ class AdamW {
   const std::vector<Tensor>& params() const { return params_; }
   bool weight_decay_enabled(std::size_t param) const;
   void set_weight_decay(std::size_t param, bool enabled);
-  // Updates parameter `param` has received (0 before its first).
+  // Updates parameter `param` has received (0 before its first). Kept on the device: this reads
+  // it (one host synchronisation).
   std::int64_t step_count(std::size_t param) const;
 
   // Per parameter i that has been updated: "state.<i>.step" (i64 scalar), "state.<i>.exp_avg"
   // and "state.<i>.exp_avg_sq" (the parameter's shape and dtype), and "state.<i>.ema" when an
-  // EMA is kept. Tensors are copies.
+  // EMA is kept. Tensors are copies; the step counts are read to the host with one copy.
   nn::StateDict state_dict() const;
   // Replaces the whole state; wf::Error listing every unknown key, missing companion entry and
   // shape mismatch (nothing changes when a check fails).
@@ -91,9 +97,15 @@ class AdamW {
     Tensor exp_avg;     // undefined until the first step
     Tensor exp_avg_sq;
     Tensor ema;  // with ema_decay > 0
-    std::int64_t step = 0;
+    // The updates applied: an i64 scalar on the parameter's device (steps skipped for a non-finite
+    // norm do not count), defined with exp_avg. The bias correction's t is this + 1.
+    Tensor applied;
     bool weight_decay = true;
   };
+  // step() and step(grad_norm): a null norm always applies.
+  void update(const Tensor* grad_norm);
+  // Every parameter's applied count, read to the host with one copy (0 for those never stepped).
+  std::vector<std::int64_t> applied_counts() const;
   std::vector<Tensor> params_;
   std::vector<ParamState> state_;
   AdamWOptions options_;
@@ -128,9 +140,9 @@ struct GradNormScope {
 double clip_grad_norm(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
                       comm::Group& tp, const GradNormScope& scope, double max_norm);
 // The same without a host read: the norm is an f64 scalar on the gradients' device (the CPU's when
-// no parameter has a gradient), the clipping coefficient is computed and applied there. The
-// overloads above that return a double read that norm once (one host synchronisation: the
-// trainer's skip decision and log). Gradients on different devices are an error.
+// no parameter has a gradient), the clipping coefficient is computed and applied there; pass it to
+// AdamW::step(grad_norm) to skip a non-finite step on the device. The overloads above that return a
+// double read that norm once (one host synchronisation). Gradients on different devices are an error.
 Tensor clip_grad_norm_on_device(const std::vector<Tensor>& params, double max_norm);
 Tensor clip_grad_norm_on_device(const std::vector<Tensor>& params, const std::vector<nn::ParameterShard>& shards,
                                 comm::Group& tp, const GradNormScope& scope, double max_norm);

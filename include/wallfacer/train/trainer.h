@@ -89,8 +89,9 @@ class Trainer {
   // Trains from step() to train.steps; with stop_after > 0, returns once that many steps are
   // done (as if the job had been killed there, without the end-of-run checkpoint).
   void fit(std::int64_t stop_after = 0);
-  // One optimizer step: compute_gradients() then apply_gradients(). Reads its loss to the host
-  // (one host synchronisation); fit() reads the losses once per logged step instead.
+  // One optimizer step: compute_gradients() then apply_gradients(). Reads its loss and gradient
+  // norm to the host (one host synchronisation); fit() reads them once per logged step instead, so
+  // there a run past train.max_skipped_steps stops at the next logged step (or checkpoint).
   StepResult train_step();
   // The microbatches of step() + 1: forward, backward, gradient all-reduce over dp × sp. Returns
   // the step's loss; every parameter's grad then holds the full gradient of that mean loss.
@@ -111,8 +112,9 @@ class Trainer {
   // Sets the gradients to zero (apply_gradients does it after each update).
   void zero_grad();
   // Clips the gradients, sets the step's learning rate, updates and clears the gradients. A
-  // non-finite gradient norm skips the update; train.max_skipped_steps of those in a row throw
-  // wf::UserError on every rank (the norm is the same on all).
+  // non-finite gradient norm skips the update (decided on the device); this reads the norm (one
+  // host synchronisation) and train.max_skipped_steps of those in a row throw wf::UserError on
+  // every rank (the norm is the same on all).
   StepResult apply_gradients(double loss);
   // Mean loss over train.eval_batches validation batches (no graph, no update).
   double evaluate();
@@ -164,12 +166,20 @@ class Trainer {
   DeviceLossTotals run_microbatches();
   // A source's batch, on the step's device.
   models::Batch batch(const models::BatchSource& source, std::int64_t index, std::int64_t micro) const;
-  // A step whose loss stays on the device until read_pending_losses (history_ holds the rest).
+  // A step whose loss and gradient norm stay on the device until read_pending_steps (history_
+  // holds the rest).
   StepResult train_step_on_device();
-  // Clips, updates and clears the gradients (apply_gradients without the loss).
-  StepResult update();
-  // Fills the losses of history_'s last steps from pending_losses_: one host read for all.
-  void read_pending_losses();
+  // Clips, updates (on the device: not when the norm is not finite) and clears the gradients;
+  // fills `result` but its loss and norm, and returns the norm, an f64 scalar on the device.
+  Tensor update(StepResult& result);
+  // A step whose norm is not finite was skipped: warns, and throws wf::UserError when
+  // train.max_skipped_steps steps in a row were. Called in step order, as the norms are read.
+  void count_skipped_step(const StepResult& result);
+  // Fills the losses and gradient norms of history_'s last steps from pending_ (one host read for
+  // all) and counts their skipped updates.
+  void read_pending_steps();
+  // Whether fit() logs `step` (validated: a validation ran at it).
+  bool logs_step(std::int64_t step, bool validated) const;
   // pp > 1: this rank's latest step timeline to <log.dir>/pp-timeline/pp-timeline-rank<R>.json
   // (scripts/plot-pipeline.sh draws them as a Gantt chart).
   void write_pipeline_timeline() const;
@@ -204,8 +214,10 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;
   std::int64_t step_ = 0;
   std::vector<StepResult> history_;
-  std::vector<Tensor> pending_losses_;  // on the device: the losses of history_'s last steps, not yet read
-  std::int64_t skipped_in_a_row_ = 0;  // steps just before this one whose update was skipped
+  // On the device, [1] each: the loss and the gradient norm of each of history_'s last steps, not
+  // yet read (loss, norm, loss, norm, ...).
+  std::vector<Tensor> pending_;
+  std::int64_t skipped_in_a_row_ = 0;  // read steps, up to the last read, whose update was skipped
 
   // Accumulated over the current logging interval.
   struct Interval {
