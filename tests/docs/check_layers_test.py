@@ -98,7 +98,7 @@ CASES = [
      lambda t: write(t, "src/ops/planted.cpp", '#include "kernels/cpu/gemm.h"\n'),
      ["src/ops/planted.cpp:1: #include of kernels/cpu/gemm.h: kernels/cpu is private to kernels"]),
     ("a stale direct use of backend internals",
-     lambda t: edit_doc(t, "| `src/train/peak_flops.cpp` |", "| `src/nn/module.cpp` | planted |\n| `src/train/peak_flops.cpp` |"),
+     lambda t: edit_doc(t, "| `src/cli/info_command.cpp` |", "| `src/nn/module.cpp` | planted |\n| `src/cli/info_command.cpp` |"),
      ["`src/nn/module.cpp` is listed under '### Backend internals used directly' but uses none"]),
     ("no table",
      lambda t: edit_doc(t, "## Layers", "## Layering"),
