@@ -6,6 +6,7 @@
 
 #include "src/ops/common.h"
 #include "wallfacer/autograd/function.h"
+#include "wallfacer/ops/count.h"
 
 namespace wf {
 namespace {
@@ -93,11 +94,9 @@ Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets, std::int64
 
 std::int64_t count_targets(const Tensor& targets, std::int64_t ignore_index) {
   WF_CHECK(targets.defined(), "count_targets: the targets are undefined");
-  const Tensor t = targets.to(DType::i64);
-  const std::int64_t* p = t.data<std::int64_t>();
-  std::int64_t count = 0;
-  for (std::int64_t i = 0; i < t.numel(); ++i) count += p[i] != ignore_index;
-  return count;
+  // The device count read back (the copy is the host synchronisation on a device): one counting
+  // kernel serves both.
+  return count_targets_device(targets, ignore_index).to(Device::cpu()).data<std::int64_t>()[0];
 }
 
 }  // namespace wf

@@ -11,7 +11,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t i
 // The SUM over the targets that are not ignore_index (0 when all are): what a rank contributes to
 // a loss the trainer normalises once by the global count (models::LossSum).
 Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index = -100);
-// How many targets are not ignore_index: the count that goes with cross_entropy_sum.
+// How many targets are not ignore_index, read to the host: the count that goes with
+// cross_entropy_sum (count_targets_device, ops/count.h, keeps it on the device).
 std::int64_t count_targets(const Tensor& targets, std::int64_t ignore_index = -100);
 
 }  // namespace wf
