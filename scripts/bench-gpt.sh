@@ -93,19 +93,8 @@ echo "   load1: /proc/loadavg's 1-minute average read before the round. After th
 echo "   counts our own runs (it decays over minutes), so idleness is judged by others' CPU: the CPU"
 echo "   time in /proc/stat (steal included) less our runs' own, during the round, in cores."
 
-# Pure-bash readers (no child process, so reading them adds nothing to what they measure).
-read_cpu() {  # sets cpu_busy, cpu_total: ticks of all CPUs since boot
-  local _label user nice system idle iowait irq softirq steal _rest
-  read -r _label user nice system idle iowait irq softirq steal _rest </proc/stat
-  cpu_busy=$((user + nice + system + irq + softirq + steal))
-  cpu_total=$((cpu_busy + idle + iowait))
-}
-read_children() {  # sets child_cpu: ticks used by this shell's finished children (cutime + cstime)
-  local stat fields
-  read -r stat </proc/$$/stat
-  read -ra fields <<<"${stat##*) }"  # the fields after "pid (comm) ", from state on
-  child_cpu=$((fields[13] + fields[14]))
-}
+# read_cpu, read_children: the CPU accounting of each round.
+source scripts/cpu-accounting.sh  # after the cd above
 
 # bench NAME OUR_DTYPE TORCH_DTYPE THREADS PROFILE_LAST_ROUND SHAPE...: ROUNDS rounds of ours then
 # PyTorch, each run's stdout/stderr/exit status in $tmp/NAME.ROUND.{ours,torch}.{json,err,rc} and the
