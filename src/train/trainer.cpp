@@ -414,6 +414,10 @@ StepResult Trainer::train_step_on_device() {
   // [loss, norm]: the pair read_pending_steps copies with the other steps' pairs.
   pending_.push_back(reshape(loss, {1}));
   pending_.push_back(reshape(norm, {1}));
+  // A long interval between logged steps (train.log_every of thousands) is read in parts, so the
+  // pairs held on the device stay bounded: one read per kMaxPendingSteps steps at most.
+  constexpr std::size_t kMaxPendingSteps = 1024;
+  if (pending_.size() >= 2 * kMaxPendingSteps) read_pending_steps();
   return result;
 }
 

@@ -66,6 +66,17 @@ TEST_CASE("a training run reads the host once per logged step", "[dist][train][h
   for (double loss : every_third.losses) CHECK(loss > 0.0);
 }
 
+TEST_CASE("a long interval between logged steps is read in parts of 1024 steps", "[dist][train][host_syncs]") {
+  // log_every beyond the run: the steps' losses and norms are held on the device, read when 1024
+  // of them wait (step 1024) and at the run's last step (1030, logged), besides the 3 reads
+  // outside the steps. Every step's loss is filled in.
+  constexpr std::int64_t kSteps = 1030;
+  const Run run = fit_with_log_every(1000000, kSteps);
+  CHECK(run.host_syncs == 2 + 3);
+  REQUIRE(run.losses.size() == static_cast<std::size_t>(kSteps));
+  for (double loss : run.losses) CHECK(loss > 0.0);
+}
+
 TEST_CASE("a diverging run skips its updates on the device and learns of them at the next logged step",
           "[dist][train][host_syncs]") {
   // lr 1e300 makes the first update's weights infinite: every later norm is NaN. With log_every 4,
