@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "kernels/builtin_backends.h"
+#include "wallfacer/build_info.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::kernels {
@@ -17,6 +18,9 @@ struct Registry {
   Registry() {
     slots[static_cast<int>(DeviceType::cpu)].store(&cpu_kernels());
     slots[static_cast<int>(DeviceType::test)].store(&test_device_kernels());
+#if WF_HAVE_CUDA
+    slots[static_cast<int>(DeviceType::cuda)].store(&cuda_kernels());
+#endif
   }
 };
 Registry& registry() {
@@ -33,8 +37,8 @@ DType Backend::attention_operand_dtype(DType activation) const {
 
 Backend& backend_for(Device device) {
   Backend* backend = registry().slots[static_cast<int>(device.type)].load(std::memory_order_acquire);
-  WF_CHECK(backend != nullptr, "{}: this build has no kernels for {} devices (built in: cpu, testdev); keep tensors on "
-           "the cpu", device.str(), device_type_name(device.type));
+  WF_CHECK(backend != nullptr, "{}: this build has no kernels for {} devices (built in: cpu, testdev; cuda needs a build with the CUDA "
+           "toolkit, -DWF_CUDA=ON); keep tensors on the cpu", device.str(), device_type_name(device.type));
   return *backend;
 }
 

@@ -78,7 +78,7 @@ if [ "${WF_TEST_SANITIZE:-1}" != "0" ]; then
   export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   # -O1: sanitizer reports stay precise and the second build of everything stays short.
-  WF_SANITIZE=address,undefined build_and_test "ASan+UBSan" build-asan -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG"
+  WF_SANITIZE=address,undefined build_and_test "ASan+UBSan" build-asan -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DWF_CUDA=OFF
 else
   echo "== test.sh: sanitizer pass skipped (WF_TEST_SANITIZE=0)"
 fi

@@ -45,6 +45,20 @@ if(NOT WF_CUDA STREQUAL "OFF")
   if(CUDAToolkit_FOUND)
     set(WF_HAVE_CUDA ON)
     message(STATUS "wallfacer: CUDA toolkit ${CUDAToolkit_VERSION} (${CUDAToolkit_BIN_DIR})")
+    # The kernels (kernels/cuda/*.cu, src/core/cuda/*.cu) are compiled for Ampere and Hopper; a
+    # GPU of another generation runs the sm_90 PTX through the driver's JIT.
+    set(WF_CUDA_ARCHITECTURES "80;90" CACHE STRING "CUDA architectures the kernels are compiled for")
+    set(CMAKE_CUDA_ARCHITECTURES ${WF_CUDA_ARCHITECTURES})
+    if(NOT CMAKE_CUDA_COMPILER)
+      set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})
+    endif()
+    if(CCACHE_PROGRAM)
+      set(CMAKE_CUDA_COMPILER_LAUNCHER "${CCACHE_PROGRAM}")
+    endif()
+    enable_language(CUDA)
+    # CMake 3.25 knows no CUDA20 dialect flag for nvcc 13 (Debian 12's CMake): the standard is
+    # passed by hand, after the compiler check.
+    set(CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS} -std=c++20")
   elseif(WF_CUDA STREQUAL "ON")
     message(FATAL_ERROR "WF_CUDA=ON but no CUDA toolkit was found: set CUDAToolkit_ROOT or use -DWF_CUDA=AUTO")
   else()

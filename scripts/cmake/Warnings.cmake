@@ -1,6 +1,7 @@
 # Warnings on for every target the project builds; sanitizers when WF_SANITIZE is set.
 function(wf_set_warnings target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unknown-pragmas)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unknown-pragmas>
+                                           $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --Werror=all-warnings>)
 endfunction()
 
 if(WF_SANITIZE)

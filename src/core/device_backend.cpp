@@ -6,6 +6,10 @@
 
 #include "src/core/cpu_allocator.h"
 #include "src/core/host_backend.h"
+#include "wallfacer/build_info.h"
+#if WF_HAVE_CUDA
+#include "src/core/cuda/cuda_device.h"
+#endif
 #include "wallfacer/core/error.h"
 
 namespace wf {
@@ -19,6 +23,9 @@ struct Registry {
   Registry() {
     slots[static_cast<int>(DeviceType::cpu)].store(&detail::cpu_backend());
     slots[static_cast<int>(DeviceType::test)].store(&detail::test_device_backend());
+#if WF_HAVE_CUDA
+    slots[static_cast<int>(DeviceType::cuda)].store(&detail::cuda_device_backend());
+#endif
   }
 };
 Registry& registry() {
