@@ -9,9 +9,11 @@ namespace cuda {
 
 const char* CudaKernels::name() const { return "cuda"; }
 
-// Tensor cores multiply bf16 (and f16) with f32 accumulation on every GPU CUDA 13 supports
+// Tensor cores multiply bf16 with f32 accumulation on every GPU CUDA 13 supports
 // (sm_75 and newer), so the ops hand bf16 operands to the GEMMs and attention as they are.
-bool CudaKernels::multiplies_natively(DType dtype) const { return dtype == DType::bf16 || dtype == DType::f16; }
+bool CudaKernels::multiplies_natively(DType dtype) const {
+  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16;
+}
 
 // cuBLASLt's heuristic answers alike for the same shapes on the same GPU model, and the
 // attention kernels have one tiling: no per-process choice for replicas to share.
