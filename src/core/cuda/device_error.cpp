@@ -65,7 +65,8 @@ void raise_device_error(int device_index) {
     const int id = record->message;
     const long long row = record->row, value = record->value;
     record->message = 0;
-    record->row = record->value = 0;
+    record->row = 0;
+    record->value = 0;
     record->raised = 0;
     const std::string format = id >= 0 && id < static_cast<int>(r.messages.size())
                                    ? r.messages[static_cast<std::size_t>(id)]
