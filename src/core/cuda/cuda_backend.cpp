@@ -36,4 +36,11 @@ cudaStream_t cuda_stream(const Stream&) { WF_FAIL("cuda: not implemented yet"); 
 int cuda_device_count() { return 0; }
 int cuda_multiprocessors(Device) { return 0; }
 int cuda_compute_capability(Device) { return 0; }
+CudaScratch::CudaScratch(const Stream& stream, std::size_t nbytes) : stream_(stream), nbytes_(nbytes) {
+  WF_FAIL("cuda: not implemented yet");
+}
+CudaScratch::CudaScratch(const Stream& stream, const void*, std::size_t nbytes) : stream_(stream), nbytes_(nbytes) {
+  WF_FAIL("cuda: not implemented yet");
+}
+CudaScratch::~CudaScratch() {}
 }  // namespace wf::detail

@@ -37,4 +37,32 @@ int cuda_device_count();
 int cuda_multiprocessors(Device device);
 int cuda_compute_capability(Device device);
 
+// Device memory for kernels' own use (an index list, a reduction's partials) while the work
+// queued on `stream` needs it: allocated on construction; on destruction released in stream
+// order once the work queued on `stream` so far has run, whichever stream that is (the main
+// stream waits for an event recorded on `stream` before the free). Never waits on the host.
+class CudaScratch {
+ public:
+  CudaScratch(const Stream& stream, std::size_t nbytes);
+  // The same, holding a copy of host_src's nbytes (queued on `stream`; host_src may be reused
+  // as soon as the constructor returns).
+  CudaScratch(const Stream& stream, const void* host_src, std::size_t nbytes);
+  ~CudaScratch();
+  CudaScratch(const CudaScratch&) = delete;
+  CudaScratch& operator=(const CudaScratch&) = delete;
+
+  void* data() const { return data_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  std::size_t nbytes() const { return nbytes_; }
+
+ private:
+  Stream stream_;
+  void* data_ = nullptr;
+  std::size_t nbytes_ = 0;
+  std::size_t capacity_ = 0;
+};
+
 }  // namespace wf::detail
