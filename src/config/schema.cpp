@@ -20,9 +20,10 @@ namespace {
 const Choices<TokenizerKind> kTokenizers = {{"byte", TokenizerKind::byte}, {"gpt2", TokenizerKind::gpt2}};
 const Choices<DataSource> kSources = {{"file", DataSource::file}, {"synthetic", DataSource::synthetic}};
 const Choices<DType> kDtypes = {{"f32", DType::f32}, {"bf16", DType::bf16}};
-// cuda parses, so that validate can say what is missing (unsupported_by_trainer) rather than
-// that the word is unknown.
-const Choices<Device> kDevices = {{"cpu", Device::cpu()}, {"testdev", Device::test()}, {"cuda", Device::cuda()}};
+// cuda parses in every build, so that validate can say what is missing (unsupported_by_trainer)
+// rather than that the word is unknown.
+const Choices<Device> kDevices = {
+    {"cpu", Device::cpu()}, {"cuda", Device::cuda()}, {"auto", kAutoDevice}, {"testdev", Device::test()}};
 
 template <typename E>
 Choices<E> named_choices(std::initializer_list<E> values, auto name_of) {

@@ -19,6 +19,7 @@
 
 #include "src/config/schema.h"
 #include "wallfacer/config/model_schema.h"
+#include "wallfacer/core/cuda_info.h"
 #include "wallfacer/core/device_backend.h"
 #include "wallfacer/core/machine.h"
 #include "wallfacer/core/error.h"
@@ -322,11 +323,20 @@ std::vector<std::string> unsupported_by_trainer(const RunConfig& c) {
   // no other value.
   // train.device: a device whose type this build has no backend for (cuda, until a CUDA build
   // registers one) would fail at the first tensor the trainer moves there.
-  if (find_device_backend(c.train.device.type) == nullptr) {
+  // auto falls back to the CPU where there is no GPU or no CUDA build.
+  const bool automatic = c.train.device == kAutoDevice;
+  if (!automatic && find_device_backend(c.train.device.type) == nullptr) {
     problems.push_back(fmt::format(
-        "train.device is {}, but this build has no {} backend yet (docs/devices.md: the CUDA backend is the next "
-        "step); set train.device: cpu (or testdev to run the step through the device seam on the CPU)",
+        "train.device is {}, but this build has no {} backend (build with the CUDA toolkit: scripts/build.sh finds "
+        "/usr/local/cuda); set train.device: cpu, or auto to use a GPU only where the build and the machine have one",
         device_type_name(c.train.device.type), device_type_name(c.train.device.type)));
+  } else if (!automatic && c.train.device.is_cuda()) {
+    std::string why;
+    if (cuda_devices(&why).empty()) {
+      problems.push_back(fmt::format("train.device is cuda, but no CUDA GPU is visible to this process ({}); set "
+                                     "train.device: cpu, or auto to use a GPU only where there is one",
+                                     why));
+    }
   }
   return problems;
 }

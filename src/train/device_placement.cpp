@@ -1,6 +1,10 @@
 #include "wallfacer/train/device_placement.h"
 
 #include "wallfacer/autograd/grad_mode.h"
+#include "wallfacer/comm/runtime.h"
+#include "wallfacer/config/run_config.h"
+#include "wallfacer/core/cuda_info.h"
+#include "wallfacer/core/error.h"
 #include "wallfacer/core/stream.h"
 
 namespace wf::train {
@@ -16,6 +20,20 @@ void move_in_place(const Tensor& t, Device device) {
 }
 
 }  // namespace
+
+Device resolve_train_device(Device configured) {
+  const bool automatic = configured == config::kAutoDevice;
+  if (!configured.is_cuda()) return configured;
+  std::string why;
+  const std::vector<std::string> gpus = cuda_devices(&why);
+  if (gpus.empty()) {
+    WF_USER_CHECK(automatic, "train.device is cuda, but no CUDA GPU is visible to this process ({}); set "
+                  "train.device: cpu, or auto to use a GPU only where there is one", why);
+    return Device::cpu();
+  }
+  if (comm::Runtime::initialized() && comm::Runtime::get().device().is_cuda()) return comm::Runtime::get().device();
+  return Device::cuda(0);
+}
 
 void move_to_device(nn::Module& module, Device device) {
   autograd::NoGradGuard no_grad;

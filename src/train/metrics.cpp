@@ -40,6 +40,8 @@ std::string to_json(const StepMetrics& m) {
   j["p2p_bytes"] = m.p2p_bytes;
   j["collective_bytes"] = m.collective_bytes;
   j["bytes_by_group"] = m.bytes_by_group;
+  j["allocated_mem_bytes"] = m.allocated_mem_bytes;
+  j["reserved_mem_bytes"] = m.reserved_mem_bytes;
   j["peak_mem_bytes"] = m.peak_mem_bytes;
   j["cached_mem_bytes"] = m.cached_mem_bytes;
   j["elapsed_s"] = m.elapsed_seconds;

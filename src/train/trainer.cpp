@@ -163,6 +163,8 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
                  std::unique_ptr<models::BatchSource> train, std::unique_ptr<models::BatchSource> val)
     : config_(config), grid_(grid), replicas_(grid.group("dp_sp")), model_(std::move(model)) {
   check_supported();
+  device_ = resolve_train_device(config_.train.device);
+  stager_ = std::make_unique<BatchStager>(device_, config::grad_accum_steps(config_));
   WF_CHECK(model_ != nullptr && train != nullptr, "Trainer: a model and a training data source are required");
   // Built on the CPU (its weights from the seeds alone), then moved: before the gradient buffers
   // and the optimizer take views of the parameters.
@@ -300,8 +302,9 @@ std::int64_t Trainer::tokens_per_step() const {
   return config::global_batch_sequences(config_) * config_.train.seq_len;
 }
 
-models::Batch Trainer::batch(const models::BatchSource& source, std::int64_t index, std::int64_t micro) const {
-  return batch_on(source.get(index, micro), device());
+models::Batch Trainer::batch(const models::BatchSource& source, std::int64_t index, std::int64_t micro) {
+  // Validation batches come one evaluation at a time: no prefetch past them.
+  return stager_->get(source, index, micro, /*prefetch_next=*/&source == train_batches_.get());
 }
 
 DeviceLossTotals Trainer::run_microbatches() {
@@ -593,7 +596,9 @@ void Trainer::log_step(double val_loss) {
   }
   m.p2p_bytes = static_cast<std::int64_t>(total_sent_since(now.p2p, interval_.traffic.p2p) / steps);
   m.collective_bytes = static_cast<std::int64_t>(total_sent_since(now.collectives, interval_.traffic.collectives) / steps);
-  const MemoryStats memory = memory_stats();
+  const MemoryStats memory = memory_stats(device());
+  m.allocated_mem_bytes = memory.live_bytes;
+  m.reserved_mem_bytes = memory.live_bytes + memory.cached_bytes;
   m.peak_mem_bytes = memory.peak_bytes;
   m.cached_mem_bytes = memory.cached_bytes;
   m.elapsed_seconds = run_seconds_;

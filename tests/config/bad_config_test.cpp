@@ -10,6 +10,7 @@
 
 #include "config/config_test_util.h"
 #include "wallfacer/config/run_config.h"
+#include "wallfacer/core/cuda_info.h"
 
 namespace wf::config {
 namespace {
@@ -130,8 +131,8 @@ const std::vector<BadConfig>& load_time_cases() {
   return cases;
 }
 
-const std::vector<BadConfig>& layout_cases() {
-  static const std::vector<BadConfig> cases = {
+std::vector<BadConfig> layout_case_list() {
+  std::vector<BadConfig> cases = {
       {"world_mismatch", "parallel:\n  dp: 2\n  sp: 2\n", 8, {},
        {"invalid config for a world of 8 ranks", "parallel.dp, parallel.tp, parallel.pp, parallel.sp",
         "dp 2 x tp 1 x pp 1 x sp 2 = 4 ranks, but the world has 8", "must multiply to the world size"}},
@@ -272,12 +273,18 @@ const std::vector<BadConfig>& layout_cases() {
       {"eval_without_val", "train:\n  eval_every: 50\n", 1, {},
        {"train.eval_every: eval_every = 50 but data.val_path is empty"}},
       {"override_breaks_layout", "parallel:\n  dp: 2\n", 2, {"parallel.dp=3"}, {"but the world has 2"}},
-      // A device this build has no backend for: validate refuses it as train would, naming the fix.
-      {"device_cuda", "train:\n  device: cuda\n", 1, {},
-       {"train.device is cuda, but this build has no cuda backend yet", "set train.device: cpu"}},
       {"device_unknown", "train:\n  device: tpu\n", 1, {},
-       {"train.device: 'tpu' is not a valid choice; expected one of cpu, testdev, cuda"}},
+       {"train.device: 'tpu' is not a valid choice; expected one of cpu, cuda, auto, testdev"}},
   };
+  // cuda where this build has no CUDA backend or the machine no GPU: validate refuses it as train
+  // would, naming why and the fix. (Where a GPU is visible cuda is valid: tests/cuda.)
+  if (cuda_devices().empty()) {
+    cases.push_back({"device_cuda", "train:\n  device: cuda\n", 1, {}, {"train.device is cuda, but", "set train.device: cpu"}});
+  }
+  return cases;
+}
+const std::vector<BadConfig>& layout_cases() {
+  static const std::vector<BadConfig> cases = layout_case_list();
   return cases;
 }
 
@@ -452,6 +459,16 @@ TEST_CASE("config: a layout suggested for another world passes validation itself
 
 namespace wf::config {
 namespace {
+
+TEST_CASE("config: train.device auto validates everywhere and reads back as auto", "[config]") {
+  test::TempYaml file("auto.yaml", "train:\n  device: auto\n"), data("data.bin", "");
+  const RunConfig c = test::with_data_file(load_config(file.path()), data.path());
+  CHECK(c.train.device == kAutoDevice);
+  CHECK_NOTHROW(validate(c, 1));
+  CHECK_THAT(to_yaml(c), Catch::Contains("device: auto"));
+  test::TempYaml again("auto-again.yaml", to_yaml(c));
+  CHECK(test::with_data_file(load_config(again.path()), data.path()) == c);
+}
 
 TEST_CASE("config: train.device testdev validates and reads back from to_yaml", "[config]") {
   test::TempYaml file("testdev.yaml", "train:\n  device: testdev\n"), data("data.bin", "");

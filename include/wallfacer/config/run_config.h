@@ -65,6 +65,9 @@ struct ParallelSection {
   friend bool operator==(const ParallelSection&, const ParallelSection&) = default;
 };
 
+// train.device: auto. Not a device: resolved per rank by train::resolve_train_device.
+inline constexpr Device kAutoDevice{DeviceType::cuda, -1};
+
 struct TrainConfig {
   std::int64_t steps = 1000;             // optimizer steps
   std::int64_t micro_batch_size = 1;     // sequences per dp rank per forward/backward
@@ -93,8 +96,9 @@ struct TrainConfig {
   DType dtype = DType::f32;  // f32 or bf16
   // Where the step runs: the parameters are initialised on the CPU (the same weights on every
   // device and layout) and moved there, and each batch is moved there before its forward.
-  // cpu, or testdev (the test device that proves the device seam, docs/devices.md); cuda is
-  // refused until this build has a CUDA backend (unsupported_by_trainer).
+  // cpu; cuda (each rank on the GPU of its local rank); auto (kAutoDevice: cuda where a GPU is
+  // visible, else cpu); or testdev (the test device that proves the device seam,
+  // docs/devices.md). train::resolve_train_device turns it into this rank's device.
   Device device = Device::cpu();
   // Debug: after every optimizer step, compare the tp ranks' copies of each replicated parameter
   // and fail naming any that drifted apart (parallel/replica_check.h). Two all-reduces per step.

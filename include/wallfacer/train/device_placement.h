@@ -8,6 +8,12 @@
 
 namespace wf::train {
 
+// The device this rank's step runs on for train.device: the CPU or the test device as named; for
+// cuda, this rank's GPU (the one comm::Runtime picked: cuda:local_rank, round robin when ranks
+// outnumber the node's GPUs; cuda:0 without a runtime); for auto, that GPU when one is visible,
+// else the CPU. wf::UserError for cuda when no GPU is visible, naming why and the fix.
+Device resolve_train_device(Device configured);
+
 // Moves every parameter and buffer of `module` to `device` in place: each TensorImpl stays (the
 // layers' handles and the autograd graph see the new storage), its values are copied bit for bit.
 // The weights are initialised on the CPU first, from the seeds alone, so every device and layout

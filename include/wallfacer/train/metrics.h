@@ -21,6 +21,9 @@ struct StepMetrics {
   std::int64_t p2p_bytes = 0;      // bytes this rank sent point-to-point per step
   std::int64_t collective_bytes = 0;  // bytes this rank sent in collectives per step
   std::map<std::string, std::int64_t> bytes_by_group;  // bytes sent per step, by group name
+  // Memory of this rank's device (train.device), as wf::memory_stats counts it.
+  std::int64_t allocated_mem_bytes = 0;  // bytes held in tensors now
+  std::int64_t reserved_mem_bytes = 0;   // those plus what the caching allocator keeps for reuse
   std::int64_t peak_mem_bytes = 0;    // peak bytes held in tensors on this rank so far
   std::int64_t cached_mem_bytes = 0;  // freed bytes the caching allocator keeps for reuse, now
   double elapsed_seconds = 0;         // since the run (or the resume) started

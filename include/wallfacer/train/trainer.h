@@ -32,6 +32,7 @@
 #include "wallfacer/core/stream.h"
 #include "wallfacer/data/loader.h"
 #include "wallfacer/models/model.h"
+#include "wallfacer/train/batch_stager.h"
 #include "wallfacer/train/grad_sync.h"
 #include "wallfacer/train/loss_totals.h"
 #include "wallfacer/train/lr_schedule.h"
@@ -100,7 +101,8 @@ class Trainer {
   // The same, the loss a [1] f64 tensor on train.device: nothing in it reads the host.
   Tensor compute_gradients_on_device();
   // Where the step runs (train.device).
-  Device device() const { return config_.train.device; }
+  // This rank's device (train.device resolved: train::resolve_train_device).
+  Device device() const { return device_; }
   // How compute_gradients reduces over the replicas (replica_gradients.h, with parallel.zero's
   // stage): overlapped with the backward (the default) or after it, in buckets of `bucket_bytes`.
   // Both give the same gradients bit for bit. Rebuilds the optimizer: call before resume and fit.
@@ -165,7 +167,8 @@ class Trainer {
   // Loss totals of the step's microbatches on this rank (the last stage's, under pp), on the device.
   DeviceLossTotals run_microbatches();
   // A source's batch, on the step's device.
-  models::Batch batch(const models::BatchSource& source, std::int64_t index, std::int64_t micro) const;
+  // source's batch on the device; the training source's next micro batch is copied meanwhile.
+  models::Batch batch(const models::BatchSource& source, std::int64_t index, std::int64_t micro);
   // A step whose loss and gradient norm stay on the device until read_pending_steps (history_
   // holds the rest).
   StepResult train_step_on_device();
@@ -196,6 +199,7 @@ class Trainer {
   void start_interval(TrafficSnapshot traffic);
 
   config::RunConfig config_;
+  Device device_;
   comm::CommGrid& grid_;
   comm::Group& replicas_;  // dp × sp: the ranks that hold the same weights (or weight shards)
   std::shared_ptr<models::Model> model_;
@@ -208,6 +212,7 @@ class Trainer {
   std::vector<nn::ParameterShard> optimizer_shards_;  // [i]: the shard of optimizer parameter i's parameter
   std::unique_ptr<AdamW> optimizer_;
   CosineSchedule schedule_;
+  std::unique_ptr<BatchStager> stager_;
   std::unique_ptr<models::BatchSource> train_batches_;
   std::unique_ptr<models::BatchSource> val_batches_;
   std::unique_ptr<CheckpointStore> checkpoints_;
