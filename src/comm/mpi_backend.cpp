@@ -183,7 +183,8 @@ class MpiRequest final : public RequestImpl {
 
 // ---- device tensors: staged through host memory ------------------------------------------------
 // MPI reads and writes host memory only. A tensor on a device (the test device; a GPU without
-// NCCL) goes through a host copy: one to send, made by Tensor::to, which first synchronises the
+// NCCL, or ranks sharing one GPU) goes through a host copy in the device's pinned memory, which
+// the device copies to and from directly: one to send, filled by copy_, which synchronises the
 // device's stream so the values are final; one to receive into, copied back to the device on
 // the stream of the thread that completes the request, once MPI has written it.
 
@@ -193,10 +194,14 @@ bool on_device(const Tensor& t) { return t.defined() && !t.device().is_cpu(); }
 Tensor host_copy(const Tensor& t) {
   if (!on_device(t)) return t;
   detail::StagingScope staging;
-  return t.to(Device::cpu());
+  Tensor host = Tensor::empty_pinned(t.shape(), t.dtype(), t.device());
+  host.copy_(t);
+  return host;
 }
-// What MPI receives into: the tensor itself on the host, else a host buffer of its shape.
-Tensor host_buffer(const Tensor& t) { return on_device(t) ? Tensor::empty(t.shape(), t.dtype()) : t; }
+// What MPI receives into: the tensor itself on the host, else a pinned host buffer of its shape.
+Tensor host_buffer(const Tensor& t) {
+  return on_device(t) ? Tensor::empty_pinned(t.shape(), t.dtype(), t.device()) : t;
+}
 // Copies what MPI received into `host` back into `target` (nothing when they are one tensor).
 void copy_back(Tensor& target, const Tensor& host) {
   if (!host.is_same(target)) target.copy_(host);

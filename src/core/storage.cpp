@@ -51,8 +51,23 @@ Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(d
   count_alloc(device.type, static_cast<std::int64_t>(nbytes_));
 }
 
+Storage::Storage(std::size_t nbytes, Pinned pinned) : nbytes_(nbytes), device_(Device::cpu()), pinned_for_(pinned.pinned_for) {
+  if (pinned_for_.is_cpu()) {  // the CPU's host memory is what it copies from fastest already
+    const detail::HostBlock host = nbytes > 0 ? detail::cpu_allocate(nbytes) : detail::HostBlock{};
+    data_ = host.data;
+    capacity_ = host.size;
+  } else if (nbytes > 0) {
+    const MemoryBlock block = device_backend(pinned_for_).allocate_pinned(nbytes);
+    data_ = block.data;
+    capacity_ = block.size;
+  }
+  count_alloc(DeviceType::cpu, static_cast<std::int64_t>(nbytes_));
+}
+
 Storage::~Storage() {
-  if (data_ != nullptr) {
+  if (data_ != nullptr && !pinned_for_.is_cpu()) {
+    find_device_backend(pinned_for_.type)->release_pinned({data_, capacity_});
+  } else if (data_ != nullptr) {
     if (device_.is_cpu()) [[likely]] {
       detail::cpu_release({data_, capacity_});
     } else {

@@ -47,6 +47,14 @@ Tensor alias(const TensorImpl& src, std::int64_t offset, Shape shape) {
 // ---- creation ---------------------------------------------------------------------------
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) { return Tensor(make_impl(shape, dtype, device)); }
 
+Tensor Tensor::empty_pinned(const Shape& shape, DType dtype, Device device) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->storage = std::make_shared<Storage>(shape_nbytes(shape, dtype_size(dtype)), Storage::Pinned{device});
+  return Tensor(std::move(impl));
+}
+
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
 Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 

@@ -14,6 +14,12 @@ namespace wf {
 class Storage {
  public:
   Storage(std::size_t nbytes, Device device);
+  // Host memory (a CPU storage) from `pinned_for`'s pinned allocator: the device copies to and
+  // from it directly (DeviceBackend::allocate_pinned). Counted as CPU memory.
+  struct Pinned {
+    Device pinned_for;
+  };
+  Storage(std::size_t nbytes, Pinned pinned);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -28,6 +34,7 @@ class Storage {
   std::size_t nbytes_ = 0;
   std::size_t capacity_ = 0;  // bytes of the block behind data_ (>= nbytes_)
   Device device_;
+  Device pinned_for_;  // the device whose pinned allocator made this host block; cpu when none
 };
 
 // Per device type: the counts of cuda:0 and cuda:1 are one count. wf::Error for a device type

@@ -36,6 +36,9 @@ class Tensor {
 
   // ---- creation -------------------------------------------------------------------------
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+  // A CPU tensor in `device`'s pinned host memory (page-locked for CUDA), which copies to and from
+  // that device read and write directly: the staging buffers of transports that carry host memory.
+  static Tensor empty_pinned(const Shape& shape, DType dtype, Device device);
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
