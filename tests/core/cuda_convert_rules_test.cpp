@@ -45,12 +45,14 @@ std::vector<S> inputs_of(std::uint64_t seed) {
                                      1.0 + std::ldexp(1.0, -8) - std::ldexp(1.0, -40), 1.0 + std::ldexp(1.0, -11),
                                      1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40),
                                      -1.0 - std::ldexp(1.0, -11) + std::ldexp(1.0, -40),
-                                     std::ldexp(1.0, -25) + std::ldexp(1.0, -60), std::ldexp(1.0, -25) - std::ldexp(1.0, -60),
+                                     std::ldexp(1.0, -25) + std::ldexp(1.0, -60),
+                                     std::ldexp(1.0, -25) - std::ldexp(1.0, -60),
                                      2049.0, 65504.0, 65519.99, 65520.0, 70000.0, std::ldexp(1.0, -25),
                                      3 * std::ldexp(1.0, -25), 6e-8, -1e-40, 1e-310, 3.4028235677973366e38, -1e300,
                                      16777217.0, 2147483647.5, -2147483649.0, 9007199254740993.0,
                                      9223372036854775807.0, -9223372036854775808.0, inf, -inf,
-                                     std::numeric_limits<double>::quiet_NaN(), -std::numeric_limits<double>::quiet_NaN()};
+                                     std::numeric_limits<double>::quiet_NaN(),
+                                     -std::numeric_limits<double>::quiet_NaN()};
   std::vector<S> values;
   for (const double v : edges) values.push_back(wf::from_double<S>(v));
   if constexpr (std::is_same_v<S, std::int64_t>) {

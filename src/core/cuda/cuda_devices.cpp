@@ -90,7 +90,7 @@ void check_cuda_device(Device device) {
 }
 
 void cuda_set_device(Device device) {
-  if (device.index == t_current_device && device.is_cuda()) return;
+  if (device.index == t_current_device && device.index >= 0 && device.is_cuda()) return;
   check_cuda_device(device);
   WF_CUDA_CHECK(cudaSetDevice(device.index));
   t_current_device = device.index;
