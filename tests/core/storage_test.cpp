@@ -1,6 +1,7 @@
 // Allocation accounting: live and peak bytes per device, as benchmarks and the trainer report them.
 #include <catch2/catch.hpp>
 
+#include "wallfacer/build_info.h"
 #include "wallfacer/core/storage.h"
 #include "wallfacer/core/tensor.h"
 
@@ -50,7 +51,13 @@ TEST_CASE("storage keeps its memory alive while any view holds it", "[core]") {
 }
 
 TEST_CASE("memory_stats for a device without an allocator is an error", "[core]") {
+#if WF_HAVE_CUDA
+  // A CUDA build has an allocator for every device type; CUDA's counts start at 0 and reading
+  // them touches no GPU (so this runs without one).
+  CHECK_NOTHROW(wf::memory_stats(wf::Device::cuda(1)));
+#else
   REQUIRE_THROWS_WITH(wf::memory_stats(wf::Device::cuda(1)), Contains("cuda:1"));
+#endif
 }
 
 namespace {

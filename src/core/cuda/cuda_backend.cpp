@@ -1,46 +1,165 @@
-// STUB: replaced by the CUDA device backend (memory, streams, events, copies).
+// The CUDA device backend (docs/devices.md, "The CUDA device backend"): memory from
+// cuda_memory.cpp, copies with cudaMemcpyAsync, conversions and fills with convert.cu's kernels,
+// streams and events as CUDA's, each host wait followed by the check for errors kernels recorded
+// (device_error.h). Nothing here runs before a CUDA device is first used.
+#include <cstring>
+#include <memory>
+
+#include "src/core/cuda/convert.h"
+#include "src/core/cuda/cuda_check.h"
 #include "src/core/cuda/cuda_device.h"
+#include "src/core/cuda/cuda_devices.h"
+#include "src/core/cuda/cuda_memory.h"
+#include "src/core/cuda/device_error.h"
 #include "wallfacer/core/device_backend.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::detail {
 namespace {
-class Stub final : public DeviceBackend {
- public:
-  MemoryBlock allocate(Device, std::size_t) override { WF_FAIL("cuda: not implemented yet"); }
-  void release(Device, MemoryBlock) override {}
-  MemoryBlock allocate_pinned(std::size_t) override { WF_FAIL("cuda: not implemented yet"); }
-  void release_pinned(MemoryBlock) override {}
-  void copy_from_host(void*, const void*, std::size_t, const Stream&) override { WF_FAIL("cuda: not implemented yet"); }
-  void copy_to_host(void*, const void*, std::size_t, const Stream&) override { WF_FAIL("cuda: not implemented yet"); }
-  void convert(const void*, DType, void*, DType, std::int64_t, const Stream&) override { WF_FAIL("cuda: not implemented yet"); }
-  void fill(void*, DType, std::int64_t, double, const Stream&) override { WF_FAIL("cuda: not implemented yet"); }
-  Stream create_stream(Device) override { WF_FAIL("cuda: not implemented yet"); }
-  void synchronize(const Stream&) override {}
-  bool query(const Stream&) override { return true; }
-  void synchronize_device(Device) override {}
-  std::shared_ptr<void> create_event(Device) override { return nullptr; }
-  void record(const std::shared_ptr<void>&, const Stream&) override {}
-  void wait(const Stream&, const std::shared_ptr<void>&) override {}
-  void synchronize_event(void*) override {}
-  bool query_event(void*) override { return true; }
+
+CudaElement element_of(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return CudaElement::f32;
+    case DType::f64: return CudaElement::f64;
+    case DType::bf16: return CudaElement::bf16;
+    case DType::f16: return CudaElement::f16;
+    case DType::i32: return CudaElement::i32;
+    case DType::i64: return CudaElement::i64;
+    case DType::u8: return CudaElement::u8;
+  }
+  WF_FAIL("cuda: unknown dtype {}", static_cast<int>(dtype));
+}
+
+// What Event::handle() points to: the event and the device whose errors a wait on it raises.
+struct CudaEvent {
+  cudaEvent_t event = nullptr;
+  int device = 0;
 };
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  // ---- memory ----------------------------------------------------------------------------------
+  // The thread's current stream is the one that uses the block (ops queue their work on it).
+  MemoryBlock allocate(Device device, std::size_t nbytes) override {
+    return cuda_allocate(device, nbytes, Stream::current(device));
+  }
+  void release(Device device, MemoryBlock block) override { cuda_release(device, block, Stream::current(device)); }
+  CacheStats cache_stats() override { return cuda_cache_stats(); }
+  void empty_cache() override { cuda_empty_cache(); }
+  std::size_t cache_limit() override { return static_cast<std::size_t>(cuda_pool_release_threshold()); }
+  void set_cache_limit(std::size_t bytes) override { set_cuda_pool_release_threshold(bytes); }
+
+  MemoryBlock allocate_pinned(std::size_t nbytes) override { return cuda_allocate_pinned(nbytes); }
+  void release_pinned(MemoryBlock block) override { cuda_release_pinned(block); }
+
+  // ---- data movement ----------------------------------------------------------------------------
+  // From pageable host memory the copy is staged before cudaMemcpyAsync returns, so the caller
+  // may reuse host_src at once (as docs/devices.md promises of every backend).
+  void copy_from_host(void* dst, const void* host_src, std::size_t nbytes, const Stream& stream) override {
+    if (nbytes == 0) return;
+    WF_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, cuda_stream(stream)));
+  }
+  void copy_to_host(void* host_dst, const void* src, std::size_t nbytes, const Stream& stream) override {
+    if (nbytes == 0) return;
+    WF_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, nbytes, cudaMemcpyDeviceToHost, cuda_stream(stream)));
+  }
+  void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t n,
+               const Stream& stream) override {
+    if (n <= 0) return;
+    const cudaStream_t native = cuda_stream(stream);
+    if (src_dtype == dst_dtype) {
+      WF_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * dtype_size(src_dtype),
+                                    cudaMemcpyDeviceToDevice, native));
+      return;
+    }
+    launch_convert(src, element_of(src_dtype), dst, element_of(dst_dtype), n, native);
+  }
+  void fill(void* dst, DType dtype, std::int64_t n, double value, const Stream& stream) override {
+    if (n <= 0) return;
+    const cudaStream_t native = cuda_stream(stream);
+    // The element's bytes as the CPU makes them (from_double), computed here once.
+    std::uint64_t bits = 0;
+    dispatch_all(dtype, [&](auto tag) {
+      const auto v = from_double<decltype(tag)>(value);
+      std::memcpy(&bits, &v, sizeof v);
+    });
+    const std::size_t element = dtype_size(dtype);
+    if (bits == 0) {
+      WF_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<std::size_t>(n) * element, native));
+      return;
+    }
+    launch_fill(dst, static_cast<int>(element), bits, n, native);
+  }
+
+  // ---- streams and events ------------------------------------------------------------------------
+  Stream create_stream(Device device) override {
+    cuda_device_state(device);  // checks the device and makes it current
+    cudaStream_t stream = nullptr;
+    // Kept for the process (Stream::create's promise): never destroyed.
+    WF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    return Stream(device, reinterpret_cast<std::uint64_t>(stream));
+  }
+  void synchronize(const Stream& stream) override {
+    WF_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(stream)));
+    raise_device_error(stream.device().index);
+  }
+  bool query(const Stream& stream) override {
+    return completed(cudaStreamQuery(cuda_stream(stream)), "cudaStreamQuery");
+  }
+  void synchronize_device(Device device) override {
+    cuda_device_state(device);
+    WF_CUDA_CHECK(cudaDeviceSynchronize());
+    raise_device_error(device.index);
+  }
+
+  std::shared_ptr<void> create_event(Device device) override {
+    cuda_device_state(device);
+    auto* event = new CudaEvent{nullptr, device.index};
+    if (const cudaError_t status = cudaEventCreateWithFlags(&event->event, cudaEventDisableTiming);
+        status != cudaSuccess) {
+      delete event;
+      throw_cuda_error(status, "cudaEventCreateWithFlags", __FILE__, __LINE__);
+    }
+    return std::shared_ptr<void>(event, [](void* p) {
+      auto* e = static_cast<CudaEvent*>(p);
+      if (cudaEventDestroy(e->event) != cudaSuccess) cudaGetLastError();  // at exit: CUDA may be gone already
+      delete e;
+    });
+  }
+  void record(const std::shared_ptr<void>& event, const Stream& stream) override {
+    WF_CUDA_CHECK(cudaEventRecord(native(event.get()).event, cuda_stream(stream)));
+  }
+  void wait(const Stream& stream, const std::shared_ptr<void>& event) override {
+    WF_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(stream), native(event.get()).event, 0));
+  }
+  void synchronize_event(void* event) override {
+    const CudaEvent& e = native(event);
+    WF_CUDA_CHECK(cudaEventSynchronize(e.event));
+    raise_device_error(e.device);
+  }
+  bool query_event(void* event) override { return completed(cudaEventQuery(native(event).event), "cudaEventQuery"); }
+
+ private:
+  static const CudaEvent& native(void* event) {
+    WF_CHECK(event != nullptr, "cuda: an event without a CUDA event behind it");
+    return *static_cast<const CudaEvent*>(event);
+  }
+  // A query's answer: cudaErrorNotReady is "not yet", any other error is thrown.
+  static bool completed(cudaError_t status, const char* what) {
+    if (status == cudaErrorNotReady) {
+      cudaGetLastError();  // not an error: leave nothing for the next check to find
+      return false;
+    }
+    check_cuda(status, what, __FILE__, __LINE__);
+    return true;
+  }
+};
+
 }  // namespace
 
 DeviceBackend& cuda_device_backend() {
-  static auto* backend = new Stub();
+  static auto* backend = new CudaBackend();  // never destroyed; makes no CUDA call until used
   return *backend;
 }
-void cuda_set_device(Device) {}
-cudaStream_t cuda_stream(const Stream&) { WF_FAIL("cuda: not implemented yet"); }
-int cuda_device_count() { return 0; }
-int cuda_multiprocessors(Device) { return 0; }
-int cuda_compute_capability(Device) { return 0; }
-CudaScratch::CudaScratch(const Stream& stream, std::size_t nbytes) : stream_(stream), nbytes_(nbytes) {
-  WF_FAIL("cuda: not implemented yet");
-}
-CudaScratch::CudaScratch(const Stream& stream, const void*, std::size_t nbytes) : stream_(stream), nbytes_(nbytes) {
-  WF_FAIL("cuda: not implemented yet");
-}
-CudaScratch::~CudaScratch() {}
+
 }  // namespace wf::detail

@@ -6,9 +6,12 @@
 // Streams: handle 0 is the device's main stream, a non-blocking stream the backend creates on
 // first use (not CUDA's legacy default stream, which would serialise with every other stream);
 // any other handle is a cudaStream_t made by Stream::create. Memory is allocated and freed in the
-// main stream's order (cudaMallocAsync / cudaFreeAsync on a pool that keeps what is freed):
-// work queued on another stream that uses a tensor must be joined back into the main stream
-// (an Event wait, as comm::Request::make_wait does) before that tensor is dropped.
+// main stream's order (cudaMallocFromPoolAsync / cudaFreeAsync on a pool that keeps what is
+// freed). The backend joins the thread's current stream to it: when that is another stream, the
+// current stream waits for the main stream after an allocation, and the main stream waits for
+// the current stream before a free. Work queued on any other stream that uses a tensor must be
+// joined back into the main stream (an Event wait, as comm::Request::make_wait does) before that
+// tensor is dropped.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
