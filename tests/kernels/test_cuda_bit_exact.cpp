@@ -1,0 +1,101 @@
+// The routines the CUDA kernels share with the CPU bit for bit (kernels/cuda/philox.h,
+// kernels/cuda/float_bits.h), compiled for the host and compared with core's: the same source is
+// what nvcc compiles into the dropout and Ulysses kernels, so these prove the device's bits where
+// no GPU is. Exact comparisons throughout.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "kernels/cuda/float_bits.h"
+#include "kernels/cuda/philox.h"
+#include "wallfacer/core/dtype.h"
+#include "wallfacer/core/rng.h"
+
+namespace cuda = wf::kernels::cuda;
+
+namespace {
+
+std::uint32_t bits_of(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// Doubles of every kind: normal draws at many scales, values near bf16 and f32 rounding ties,
+// subnormals, the extremes, infinities and NaNs of both signs.
+std::vector<double> awkward_doubles() {
+  std::vector<double> v = {0.0, -0.0, 1.0, -1.0, 1.0 + 0x1.0p-8, 1.0 + 0x1.0p-8 + 0x1.0p-40, 1.0 + 0x1.0p-24,
+                           1.0 + 0x1.0p-24 + 0x1.0p-52, 1.0 + 0x1.8p-8, 1.0 - 0x1.0p-9 - 0x1.0p-60,
+                           std::numeric_limits<double>::min(), std::numeric_limits<double>::denorm_min(),
+                           static_cast<double>(std::numeric_limits<float>::denorm_min()),
+                           0.75 * static_cast<double>(std::numeric_limits<float>::denorm_min()),
+                           0.25 * static_cast<double>(std::numeric_limits<float>::denorm_min()),
+                           static_cast<double>(std::numeric_limits<float>::max()),
+                           static_cast<double>(std::numeric_limits<float>::max()) * (1 + 0x1.0p-30),
+                           std::numeric_limits<double>::max(), std::numeric_limits<double>::infinity(),
+                           -std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(),
+                           -std::numeric_limits<double>::quiet_NaN()};
+  std::mt19937_64 gen(20260);
+  std::normal_distribution<double> normal;
+  std::uniform_int_distribution<int> scale(-140, 140);
+  for (int i = 0; i < 20000; ++i) v.push_back(std::ldexp(normal(gen), scale(gen)));
+  for (int i = 0; i < 2000; ++i) {  // random bit patterns: every exponent, NaN payloads
+    std::uint64_t u = gen();
+    double d;
+    std::memcpy(&d, &u, sizeof d);
+    v.push_back(d);
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("cuda philox.h: Philox-4x32-10 gives wf::philox4x32's words for any key and counter",
+          "[kernels][cuda_bit_exact]") {
+  std::mt19937_64 gen(4242);
+  for (int i = 0; i < 20000; ++i) {
+    // Small keys and counters (the usual seeds and element indices) and full 64-bit ones.
+    const std::uint64_t key = i % 2 ? gen() : gen() % 1000, lo = i % 3 ? gen() : std::uint64_t(i);
+    const std::uint64_t hi = i % 5 == 0 ? gen() : 0;
+    const auto want = wf::philox4x32(key, lo, hi);
+    const cuda::PhiloxBlock got = cuda::philox4x32_10(key, lo, hi);
+    INFO("key " << key << " counter " << lo << ", " << hi);
+    for (int w = 0; w < 4; ++w) REQUIRE(got.word[w] == want[static_cast<std::size_t>(w)]);
+  }
+}
+
+TEST_CASE("cuda philox.h: the uniform draw is wf::uniform_at's, bit for bit", "[kernels][cuda_bit_exact]") {
+  std::mt19937_64 gen(777);
+  for (int i = 0; i < 20000; ++i) {
+    const std::uint64_t seed = i % 2 ? gen() : std::uint64_t(i % 17), index = i % 3 ? gen() : std::uint64_t(i);
+    const double want = wf::uniform_at(seed, index), got = cuda::philox_uniform(seed, index);
+    INFO("seed " << seed << " index " << index);
+    REQUIRE(std::memcmp(&got, &want, sizeof got) == 0);
+    REQUIRE((got >= 0.0 && got < 1.0));
+  }
+}
+
+TEST_CASE("cuda float_bits.h: bf16 and round-to-odd conversions are core's, bit for bit",
+          "[kernels][cuda_bit_exact]") {
+  for (const double d : awkward_doubles()) {
+    INFO("value " << d);
+    const float rounded_odd = cuda::double_to_float_round_odd(d);
+    const float want_odd = wf::double_to_float_round_odd(d);
+    REQUIRE(bits_of(rounded_odd) == bits_of(want_odd));
+    REQUIRE(cuda::double_to_bf16_bits(d) == wf::from_double<wf::bf16>(d).bits);
+
+    const float f = static_cast<float>(d);
+    REQUIRE(cuda::float_to_bf16_bits(f) == wf::float_to_bf16(f).bits);
+    const std::uint16_t b = cuda::float_to_bf16_bits(f);
+    REQUIRE(bits_of(cuda::bf16_bits_to_float(b)) == bits_of(wf::bf16_to_float(wf::bf16{b})));
+  }
+  // Every bf16 widens as core's does.
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+    const auto bits = static_cast<std::uint16_t>(b);
+    REQUIRE(bits_of(cuda::bf16_bits_to_float(bits)) == bits_of(wf::bf16_to_float(wf::bf16{bits})));
+  }
+}
