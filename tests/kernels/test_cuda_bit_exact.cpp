@@ -1,9 +1,11 @@
 // The routines the CUDA kernels share with the CPU bit for bit (kernels/cuda/philox.h,
-// kernels/cuda/float_bits.h), compiled for the host and compared with core's: the same source is
-// what nvcc compiles into the dropout and Ulysses kernels, so these prove the device's bits where
-// no GPU is. Exact comparisons throughout.
+// kernels/cuda/float_bits.h) and their strided index map (kernels/cuda/strided.h), compiled for
+// the host and compared with core's: the same source is what nvcc compiles into the dropout,
+// Ulysses, gather and broadcast kernels, so these prove the device's bits where no GPU is.
+// Exact comparisons throughout.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +14,7 @@
 
 #include "kernels/cuda/float_bits.h"
 #include "kernels/cuda/philox.h"
+#include "kernels/cuda/strided.h"
 #include "wallfacer/core/dtype.h"
 #include "wallfacer/core/rng.h"
 
@@ -97,5 +100,47 @@ TEST_CASE("cuda float_bits.h: bf16 and round-to-odd conversions are core's, bit 
   for (std::uint32_t b = 0; b < 0x10000u; ++b) {
     const auto bits = static_cast<std::uint16_t>(b);
     REQUIRE(bits_of(cuda::bf16_bits_to_float(bits)) == bits_of(wf::bf16_to_float(wf::bf16{bits})));
+  }
+}
+
+TEST_CASE("cuda strided.h: the merged index map reads what a plain multi-index walk reads",
+          "[kernels][cuda_bit_exact]") {
+  std::mt19937_64 gen(99);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int nd = static_cast<int>(gen() % 8);
+    std::vector<std::int64_t> extent(static_cast<std::size_t>(nd));
+    std::int64_t n = 1;
+    for (auto& e : extent) n *= (e = 1 + static_cast<std::int64_t>(gen() % 4));
+    // Operand 0: a permuted contiguous tensor; operand 1: broadcast (stride 0) along random dims.
+    std::vector<std::int64_t> order(extent.size());
+    for (std::size_t d = 0; d < order.size(); ++d) order[d] = static_cast<std::int64_t>(d);
+    if (trial % 2) std::shuffle(order.begin(), order.end(), gen);
+    std::vector<std::int64_t> strides[2] = {std::vector<std::int64_t>(extent.size()),
+                                            std::vector<std::int64_t>(extent.size())};
+    std::int64_t step0 = 1, step1 = 1;
+    for (std::size_t j = order.size(); j-- > 0;) {
+      const auto d = static_cast<std::size_t>(order[j]);
+      strides[0][d] = step0;
+      step0 *= extent[d];
+    }
+    for (std::size_t d = extent.size(); d-- > 0;) {
+      const bool broadcast = gen() % 3 == 0;
+      strides[1][d] = broadcast ? 0 : step1;
+      if (!broadcast) step1 *= extent[d];
+    }
+    cuda::StridedLayout<2> layout;
+    REQUIRE(cuda::merge_strided_dims(extent, strides, layout) <= cuda::kMaxStridedDims);
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::int64_t want[2] = {0, 0}, rest = i, got[2];
+      for (std::size_t d = extent.size(); d-- > 0;) {
+        const std::int64_t index = rest % extent[d];
+        rest /= extent[d];
+        for (int k = 0; k < 2; ++k) want[k] += index * strides[k][d];
+      }
+      cuda::strided_offsets(layout, i, got);
+      INFO("trial " << trial << " element " << i);
+      REQUIRE(got[0] == want[0]);
+      REQUIRE(got[1] == want[1]);
+    }
   }
 }
