@@ -82,15 +82,18 @@ struct BF16 {
   using Storage = std::uint16_t;
 };
 
+// wf::to_double and wf::from_double, NaNs converted as x86 converts them (float_bits.h).
 template <class Tag>
 __device__ __forceinline__ double to_double(typename Tag::Storage x) {
-  if constexpr (std::is_same_v<Tag, BF16>) return static_cast<double>(bf16_bits_to_float(x));
-  else return static_cast<double>(x);
+  if constexpr (std::is_same_v<Tag, BF16>) return float_to_double(bf16_bits_to_float(x));
+  else if constexpr (std::is_same_v<Tag, F32>) return float_to_double(x);
+  else return x;
 }
 template <class Tag>
 __device__ __forceinline__ typename Tag::Storage from_double(double v) {
   if constexpr (std::is_same_v<Tag, BF16>) return double_to_bf16_bits(v);
-  else return static_cast<typename Tag::Storage>(v);
+  else if constexpr (std::is_same_v<Tag, F32>) return double_to_float(v);
+  else return v;
 }
 // One element from From to To, as the CPU's convert<To, From> (kernels/cpu/sp_attention.cpp):
 // exact when widening; rounded to nearest even when narrowing, f32 → bf16 directly, anything else

@@ -46,8 +46,9 @@ std::vector<double> awkward_doubles() {
   std::normal_distribution<double> normal;
   std::uniform_int_distribution<int> scale(-140, 140);
   for (int i = 0; i < 20000; ++i) v.push_back(std::ldexp(normal(gen), scale(gen)));
-  for (int i = 0; i < 2000; ++i) {  // random bit patterns: every exponent, NaN payloads
-    std::uint64_t u = gen();
+  for (int i = 0; i < 4000; ++i) {  // random bit patterns: every exponent; then NaNs with any payload
+    std::uint64_t u = i % 2 ? gen() : (gen() | 0x7ff0000000000000ull);
+    if (u << 1 == 0xffe0000000000000ull) u |= 1;  // not an infinity
     double d;
     std::memcpy(&d, &u, sizeof d);
     v.push_back(d);
@@ -82,7 +83,7 @@ TEST_CASE("cuda philox.h: the uniform draw is wf::uniform_at's, bit for bit", "[
   }
 }
 
-TEST_CASE("cuda float_bits.h: bf16 and round-to-odd conversions are core's, bit for bit",
+TEST_CASE("cuda float_bits.h: the float/double, bf16 and round-to-odd conversions are the host's, NaNs included",
           "[kernels][cuda_bit_exact]") {
   for (const double d : awkward_doubles()) {
     INFO("value " << d);
@@ -92,6 +93,9 @@ TEST_CASE("cuda float_bits.h: bf16 and round-to-odd conversions are core's, bit 
     REQUIRE(cuda::double_to_bf16_bits(d) == wf::from_double<wf::bf16>(d).bits);
 
     const float f = static_cast<float>(d);
+    REQUIRE(bits_of(cuda::double_to_float(d)) == bits_of(f));
+    const double widened = cuda::float_to_double(f), want_widened = static_cast<double>(f);
+    REQUIRE(std::memcmp(&widened, &want_widened, sizeof widened) == 0);
     REQUIRE(cuda::float_to_bf16_bits(f) == wf::float_to_bf16(f).bits);
     const std::uint16_t b = cuda::float_to_bf16_bits(f);
     REQUIRE(bits_of(cuda::bf16_bits_to_float(b)) == bits_of(wf::bf16_to_float(wf::bf16{b})));
