@@ -56,9 +56,10 @@ if(NOT WF_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_COMPILER_LAUNCHER "${CCACHE_PROGRAM}")
     endif()
     enable_language(CUDA)
-    # CMake 3.25 knows no CUDA20 dialect flag for nvcc 13 (Debian 12's CMake): the standard is
-    # passed by hand, after the compiler check.
-    set(CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS} -std=c++20")
+    # CMake 3.25 knows no CUDA20 dialect flag for nvcc 13 (Debian 12's CMake): it is given here,
+    # after the compiler check, so that targets with cxx_std_20 compile their .cu files too.
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
   elseif(WF_CUDA STREQUAL "ON")
     message(FATAL_ERROR "WF_CUDA=ON but no CUDA toolkit was found: set CUDAToolkit_ROOT or use -DWF_CUDA=AUTO")
   else()
