@@ -18,9 +18,11 @@ constexpr std::int64_t kNoIndex = INT64_MAX;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// Offset of the idx-th element of a row-major index space with the given extents and strides.
+// Offset of the idx-th element (idx < Π extent) of a row-major index space with the given extents
+// and strides. One dim, the common case (sum_dim), needs no division.
 __device__ __forceinline__ std::int64_t offset_of(std::int64_t idx, int dims, const std::int64_t* extent,
                                                   const std::int64_t* stride) {
+  if (dims == 1) return idx * stride[0];
   std::int64_t off = 0;
   for (int d = dims - 1; d >= 0; --d) {
     off += (idx % extent[d]) * stride[d];
