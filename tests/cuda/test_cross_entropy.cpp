@@ -191,7 +191,9 @@ TEMPLATE_TEST_CASE("cuda vocabulary-parallel cross-entropy pieces match the CPU 
       const Tensor gx = x[s].to(gpu());
       gpu_kernels().vocab_parallel_row_max(gpu_stream(), dt, rows, k, own[s], gx.raw_data(), got.data<double>());
       require_equal(got, want, "row max");
-      for (std::int64_t r = 0; r < rows; ++r) max.data<double>()[r] = std::max(max.data<double>()[r], want.data<double>()[r]);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        max.data<double>()[r] = std::max(max.data<double>()[r], want.data<double>()[r]);
+      }
     }
     const Tensor g_max = max.to(gpu());
 

@@ -133,8 +133,9 @@ TEST_CASE("cuda diffusion raises a ddpm time that is no step at the next synchro
   Tensor out = Tensor::empty({2, 5}, DType::f32, gpu());
   gpu_kernels().diffusion_noise(gpu_stream(), false, 2, 5, kSteps, table.data<double>(), times.data<double>(),
                                 x0.data<float>(), x0.data<float>(), out.data<float>());
-  REQUIRE_THROWS_WITH(gpu_stream().synchronize(), Catch::Contains("a ddpm time is an integer step in [0, 1000)") &&
-                                                      Catch::Contains("sample 1") && Catch::Contains("integer part: 7"));
+  REQUIRE_THROWS_WITH(gpu_stream().synchronize(),
+                      Catch::Contains("a ddpm time is an integer step in [0, 1000)") && Catch::Contains("sample 1") &&
+                          Catch::Contains("integer part: 7"));
 }
 
 TEST_CASE("cuda timestep_embedding matches the CPU", "[cuda][diffusion][timestep_embedding]") {
