@@ -37,10 +37,9 @@ void CudaKernels::adamw_update(const Stream& stream, DType dtype, std::int64_t n
   WF_CHECK(applied != nullptr, "adamw_update: the count of applied updates (an i64 on the device) is required");
   dispatch_floating(dtype, "adamw_update", [&](auto t) {
     using T = decltype(t);
-    const detail::CudaScratch scratch(stream, adamw_update_scratch_bytes());
     launch_adamw_update<T>(native(stream), n, static_cast<T*>(param), static_cast<const T*>(grad),
                            static_cast<T*>(exp_avg), static_cast<T*>(exp_avg_sq), static_cast<T*>(ema), params, e,
-                           applied, grad_norm, scratch.data());
+                           applied, grad_norm);
   });
 }
 

@@ -76,7 +76,7 @@ __global__ void adamw_step_kernel(std::int64_t n, T* param, const T* grad, T* ex
   WF_GRID_STRIDE_LOOP(i, n) { adamw_element(i, param, grad, exp_avg, exp_avg_sq, s, weight_below_half); }
 }
 
-// What adamw_update's deciding kernel leaves for the elementwise one.
+// What each block of adamw_update's kernel decides before it touches an element.
 template <class T>
 struct UpdateState {
   AdamWScalars<T> s;
@@ -92,31 +92,41 @@ __device__ double ema_decay_at_device(double decay, std::int64_t earlier, bool w
   return ramp < decay ? ramp : decay;  // std::min(decay, ramp)
 }
 
-// One thread: the decision, the coefficients of this update and the one increment of *applied.
-template <class T>
-__global__ void adamw_update_decide_kernel(AdamWScalars<T> base, AdamWParams p, EmaParams e, std::int64_t* applied,
-                                           const double* grad_norm, UpdateState<T>* state) {
-  UpdateState<T> st{};
-  st.s = base;
-  st.apply = grad_norm == nullptr || isfinite(*grad_norm) ? 1 : 0;
-  const std::int64_t earlier = *applied;
-  set_bias_correction(st.s, p, static_cast<double>(earlier + 1));
-  st.ema_decay = static_cast<T>(ema_decay_at_device(e.decay, earlier, e.warmup));
-  st.ema_weight = sub_rn(T(1), st.ema_decay);
-  *state = st;
-  if (st.apply) *applied = earlier + 1;
+__device__ __forceinline__ bool update_applies(const double* grad_norm) {
+  return grad_norm == nullptr || isfinite(*grad_norm);
 }
 
+// The decision (is *grad_norm finite, or null), the bias correction of update *applied + 1 and the
+// EMA decay of *applied, formed by each block's first thread (the same values in every block:
+// *applied changes only in the next kernel); then the update of the block's elements, or nothing.
 template <class T>
 __global__ void adamw_update_kernel(std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_sq, T* ema,
-                                    const UpdateState<T>* state, bool weight_below_half) {
-  const UpdateState<T> st = *state;
+                                    AdamWScalars<T> base, AdamWParams p, EmaParams e, const std::int64_t* applied,
+                                    const double* grad_norm, bool weight_below_half) {
+  __shared__ UpdateState<T> shared;
+  if (threadIdx.x == 0) {
+    UpdateState<T> st{};
+    st.s = base;
+    st.apply = update_applies(grad_norm) ? 1 : 0;
+    const std::int64_t earlier = *applied;
+    set_bias_correction(st.s, p, static_cast<double>(earlier + 1));
+    st.ema_decay = static_cast<T>(ema_decay_at_device(e.decay, earlier, e.warmup));
+    st.ema_weight = sub_rn(T(1), st.ema_decay);
+    shared = st;
+  }
+  __syncthreads();
+  const UpdateState<T> st = shared;
   if (!st.apply) return;  // a diverged step: every array stays as it was
   WF_GRID_STRIDE_LOOP(i, n) {
     adamw_element(i, param, grad, exp_avg, exp_avg_sq, st.s, weight_below_half);
     // ema·d, then + (1 − d)·param: scale_inplace and add_scaled, as the CPU runs them.
     if (ema != nullptr) ema[i] = add_rn(mul_rn(st.ema_decay, ema[i]), mul_rn(st.ema_weight, param[i]));
   }
+}
+
+// After the update, in stream order: the one increment of *applied when the update applied.
+__global__ void adamw_count_kernel(std::int64_t* applied, const double* grad_norm) {
+  if (update_applies(grad_norm)) *applied += 1;
 }
 
 }  // namespace
@@ -131,27 +141,25 @@ void launch_adamw_step(cudaStream_t stream, std::int64_t n, T* param, const T* g
   WF_CUDA_CHECK_LAUNCH("adamw_step_kernel");
 }
 
-std::size_t adamw_update_scratch_bytes() { return sizeof(UpdateState<double>); }
-
 template <class T>
 void launch_adamw_update(cudaStream_t stream, std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
                          T* ema, const AdamWParams& p, const EmaParams& e, std::int64_t* applied,
-                         const double* grad_norm, void* scratch) {
-  auto* state = static_cast<UpdateState<T>*>(scratch);
+                         const double* grad_norm) {
   // The step-independent coefficients from the host (step 1's correction is replaced on the device).
   const AdamWScalars<T> base = adamw_scalars<T>(p, 1);
-  adamw_update_decide_kernel<T><<<1, 1, 0, stream>>>(base, p, e, applied, grad_norm, state);
-  WF_CUDA_CHECK_LAUNCH("adamw_update_decide_kernel");
-  if (n == 0) return;  // *applied still counts the update, as on the CPU
-  adamw_update_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(n, param, grad, exp_avg, exp_avg_sq, ema, state,
-                                                                 below_half(base));
-  WF_CUDA_CHECK_LAUNCH("adamw_update_kernel");
+  if (n > 0) {
+    adamw_update_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(n, param, grad, exp_avg, exp_avg_sq, ema, base, p,
+                                                                   e, applied, grad_norm, below_half(base));
+    WF_CUDA_CHECK_LAUNCH("adamw_update_kernel");
+  }
+  adamw_count_kernel<<<1, 1, 0, stream>>>(applied, grad_norm);  // n = 0 still counts, as on the CPU
+  WF_CUDA_CHECK_LAUNCH("adamw_count_kernel");
 }
 
 #define WF_INSTANTIATE_OPTIMIZER(T)                                                                                \
   template void launch_adamw_step<T>(cudaStream_t, std::int64_t, T*, const T*, T*, T*, const AdamWParams&);       \
   template void launch_adamw_update<T>(cudaStream_t, std::int64_t, T*, const T*, T*, T*, T*, const AdamWParams&, \
-                                       const EmaParams&, std::int64_t*, const double*, void*);
+                                       const EmaParams&, std::int64_t*, const double*);
 WF_INSTANTIATE_OPTIMIZER(float)
 WF_INSTANTIATE_OPTIMIZER(double)
 #undef WF_INSTANTIATE_OPTIMIZER

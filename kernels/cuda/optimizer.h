@@ -6,7 +6,6 @@
 // hyperparameters are checked by the caller (kernels/cuda/optimizer.cpp). fmt-free: nvcc reads it.
 #include <cuda_runtime_api.h>
 
-#include <cstddef>
 #include <cstdint>
 
 #include "kernels/kernel_args.h"
@@ -18,15 +17,13 @@ template <class T>
 void launch_adamw_step(cudaStream_t stream, std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
                        const AdamWParams& p);
 
-// The device memory launch_adamw_update keeps the step's decision and coefficients in.
-std::size_t adamw_update_scratch_bytes();
-// kernels/cpu/optimizer.h's adamw_update without the host: a one-thread kernel decides (is
-// *grad_norm finite, or grad_norm null), forms the coefficients of step *applied + 1 and the EMA
-// decay of *applied into `scratch`, and increments *applied when the update applies; then the
-// elementwise kernel applies the update (and the EMA, ema non-null) or leaves everything as it was.
+// kernels/cpu/optimizer.h's adamw_update without the host: each block decides (is *grad_norm
+// finite, or grad_norm null) and forms the coefficients of update *applied + 1 and the EMA decay
+// of *applied, then updates its elements (and the EMA, ema non-null) or leaves them as they were;
+// a one-thread kernel after it increments *applied when the update applied.
 template <class T>
 void launch_adamw_update(cudaStream_t stream, std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
                          T* ema, const AdamWParams& p, const EmaParams& e, std::int64_t* applied,
-                         const double* grad_norm, void* scratch);
+                         const double* grad_norm);
 
 }  // namespace wf::kernels::cuda
