@@ -50,8 +50,9 @@ void CudaKernels::embedding_backward(const Stream& stream, DType dtype, std::int
   if (tokens == 0) return;
   dispatch_floating(dtype, "embedding_backward", [&](auto t) {
     using T = decltype(t);
+    const cudaStream_t native_stream = native(stream);  // the device current before CUB sizes its sort
     detail::CudaScratch scratch(stream, embedding_backward_scratch_bytes(tokens, vocab));
-    launch_embedding_backward<T>(native(stream), tokens, dim, vocab, ids, static_cast<const T*>(dout),
+    launch_embedding_backward<T>(native_stream, tokens, dim, vocab, ids, static_cast<const T*>(dout),
                                  static_cast<T*>(dweight), scratch.data(), scratch.nbytes(), error.record,
                                  error.message);
   });
