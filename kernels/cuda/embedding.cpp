@@ -1,24 +1,81 @@
-// STUB: replaced by the area's implementation.
-#include "kernels/cuda/cuda_kernels.h"
+// The embedding and RoPE entries of the CUDA backend: the CPU's argument checks on the host, the
+// kernels of kernels/cuda/embedding.cu on the stream. Ids are data: a bad one is found by the
+// kernel and raised at the next host synchronisation (kernels/cuda/data_error.h) with the CPU's
+// message.
+#include <fmt/format.h>
 
-#include "wallfacer/core/error.h"
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/data_error.h"
+#include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/embedding.h"
 
 namespace wf::kernels::cuda {
+namespace {
+
+// kernels/cpu/embedding.cpp's check_ids: its size check, and its message for an id the kernel
+// finds outside the table.
+DataError checked_ids(const Stream& stream, const char* what, std::int64_t tokens, std::int64_t dim,
+                      std::int64_t vocab) {
+  WF_CHECK(tokens >= 0 && dim >= 0 && vocab >= 0, "{}: sizes must be non-negative, got num_tokens={} dim={} vocab={}",
+           what, tokens, dim, vocab);
+  return data_error(stream, fmt::format("{}: token id {{1}} at index {{0}} is outside the vocabulary [0, {}); check "
+                                        "the tokenizer's vocab size against the embedding table",
+                                        what, vocab));
+}
+
+}  // namespace
 
 void CudaKernels::embedding_forward(const Stream& stream, DType dtype, std::int64_t tokens, std::int64_t dim,
-                         std::int64_t vocab, const void* weight, const std::int64_t* ids, void* out) {
-  WF_FAIL("cuda: embedding_forward is not implemented yet");
+                                    std::int64_t vocab, const void* weight, const std::int64_t* ids, void* out) {
+  const DataError error = checked_ids(stream, "embedding_forward", tokens, dim, vocab);
+  dispatch_floating(dtype, "embedding", [&](auto t) {
+    using T = decltype(t);
+    launch_embedding_forward<T>(native(stream), tokens, dim, vocab, static_cast<const T*>(weight), ids,
+                                static_cast<T*>(out), error.record, error.message);
+  });
 }
 
 void CudaKernels::embedding_backward(const Stream& stream, DType dtype, std::int64_t tokens, std::int64_t dim,
-                          std::int64_t vocab, const std::int64_t* ids, const void* dout, void* dweight) {
-  WF_FAIL("cuda: embedding_backward is not implemented yet");
+                                     std::int64_t vocab, const std::int64_t* ids, const void* dout, void* dweight) {
+  const DataError error = checked_ids(stream, "embedding_backward", tokens, dim, vocab);
+  // The sort keys are 32-bit ids (vocab itself marks a bad one) and the values 32-bit tokens.
+  constexpr std::int64_t kMax = std::numeric_limits<int>::max();
+  WF_CHECK(tokens < kMax && vocab < kMax,
+           "embedding_backward (cuda): at most {} tokens and table rows, got {} tokens and {} rows; split the batch",
+           kMax - 1, tokens, vocab);
+  if (tokens == 0) return;
+  dispatch_floating(dtype, "embedding_backward", [&](auto t) {
+    using T = decltype(t);
+    const cudaStream_t native_stream = native(stream);  // the device current before CUB sizes its sort
+    detail::CudaScratch scratch(stream, embedding_backward_scratch_bytes(tokens, vocab));
+    launch_embedding_backward<T>(native_stream, tokens, dim, vocab, ids, static_cast<const T*>(dout),
+                                 static_cast<T*>(dweight), scratch.data(), scratch.nbytes(), error.record,
+                                 error.message);
+  });
 }
 
 void CudaKernels::rope(const Stream& stream, DType dtype, const RopeShape& shape, const void* x,
-            const std::int64_t* positions, bool inverse, void* y) {
-  WF_FAIL("cuda: rope is not implemented yet");
+                       const std::int64_t* positions, bool inverse, void* y) {
+  check_rope_shape(shape, "rope");
+  const std::int64_t half = shape.head_dim / 2;
+  if (shape.batch * shape.tokens * shape.heads * half == 0) return;
+  // theta^(−2i/d) per pair, on the host exactly as kernels/cpu/rope.cpp forms it, so the angles
+  // (position · frequency, in double) are the CPU's bit for bit.
+  std::vector<double> inv_freq(static_cast<std::size_t>(half));
+  for (std::int64_t i = 0; i < half; ++i) {
+    inv_freq[static_cast<std::size_t>(i)] =
+        std::pow(shape.theta, -2.0 * static_cast<double>(i) / static_cast<double>(shape.head_dim));
+  }
+  const detail::CudaScratch table(stream, inv_freq.data(), inv_freq.size() * sizeof(double));
+  dispatch_floating(dtype, "rope", [&](auto t) {
+    using T = decltype(t);
+    launch_rope<T>(native(stream), shape.batch, shape.tokens, shape.heads, shape.head_dim, table.as<const double>(),
+                   static_cast<const T*>(x), positions, inverse, static_cast<T*>(y));
+  });
 }
-
 
 }  // namespace wf::kernels::cuda

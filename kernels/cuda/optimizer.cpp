@@ -1,20 +1,46 @@
-// STUB: replaced by the area's implementation.
+// The AdamW entries of the CUDA backend: torch.optim.AdamW's checks on the host (as
+// kernels/cpu/optimizer.cpp makes them), the kernels of kernels/cuda/optimizer.cu on the stream.
 #include "kernels/cuda/cuda_kernels.h"
-
-#include "wallfacer/core/error.h"
+#include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/optimizer.h"
 
 namespace wf::kernels::cuda {
+namespace {
+
+void check_adamw(const char* who, std::int64_t n, const AdamWParams& p) {
+  WF_CHECK(n >= 0, "{}: element count must be non-negative, got {}", who, n);
+  WF_CHECK(p.lr >= 0.0, "{}: learning rate must be >= 0, got lr={}", who, p.lr);
+  WF_CHECK(p.eps >= 0.0, "{}: eps must be >= 0, got {}", who, p.eps);
+  WF_CHECK(p.beta1 >= 0.0 && p.beta1 < 1.0 && p.beta2 >= 0.0 && p.beta2 < 1.0,
+           "{}: betas must be in [0, 1), got beta1={} beta2={}", who, p.beta1, p.beta2);
+  WF_CHECK(p.weight_decay >= 0.0, "{}: weight_decay must be >= 0, got {}", who, p.weight_decay);
+}
+
+}  // namespace
 
 void CudaKernels::adamw_step(const Stream& stream, DType dtype, std::int64_t n, void* param, const void* grad,
-                  void* exp_avg, void* exp_avg_sq, const AdamWParams& params) {
-  WF_FAIL("cuda: adamw_step is not implemented yet");
+                             void* exp_avg, void* exp_avg_sq, const AdamWParams& params) {
+  check_adamw("adamw_step", n, params);
+  WF_CHECK(params.step >= 1, "adamw_step: step is the 1-based count of updates (for bias correction), got {}",
+           params.step);
+  dispatch_floating(dtype, "adamw_step", [&](auto t) {
+    using T = decltype(t);
+    launch_adamw_step<T>(native(stream), n, static_cast<T*>(param), static_cast<const T*>(grad),
+                         static_cast<T*>(exp_avg), static_cast<T*>(exp_avg_sq), params);
+  });
 }
 
 void CudaKernels::adamw_update(const Stream& stream, DType dtype, std::int64_t n, void* param, const void* grad,
-                    void* exp_avg, void* exp_avg_sq, void* ema, const AdamWParams& params, const EmaParams& e,
-                    std::int64_t* applied, const double* grad_norm) {
-  WF_FAIL("cuda: adamw_update is not implemented yet");
+                               void* exp_avg, void* exp_avg_sq, void* ema, const AdamWParams& params,
+                               const EmaParams& e, std::int64_t* applied, const double* grad_norm) {
+  check_adamw("adamw_update", n, params);  // params.step is ignored: the device counts the updates
+  WF_CHECK(applied != nullptr, "adamw_update: the count of applied updates (an i64 on the device) is required");
+  dispatch_floating(dtype, "adamw_update", [&](auto t) {
+    using T = decltype(t);
+    launch_adamw_update<T>(native(stream), n, static_cast<T*>(param), static_cast<const T*>(grad),
+                           static_cast<T*>(exp_avg), static_cast<T*>(exp_avg_sq), static_cast<T*>(ema), params, e,
+                           applied, grad_norm);
+  });
 }
-
 
 }  // namespace wf::kernels::cuda
