@@ -95,17 +95,19 @@ void check_product(const char* who, const Product& p) {
   WF_CHECK(p.batch >= 0 && p.M >= 0 && p.N >= 0 && p.K >= 0,
            "{}: sizes must be non-negative, got batch={} M={} N={} K={}", who, p.batch, p.M, p.N, p.K);
   const std::int64_t a_cols = p.ta ? p.M : p.K, b_cols = p.tb ? p.K : p.N;
-  WF_CHECK(p.lda >= a_cols, "{}: lda={} is smaller than the {} columns of A as stored (trans_a={}, M={}, K={}); pass lda >= {}",
-           who, p.lda, a_cols, p.ta, p.M, p.K, a_cols);
-  WF_CHECK(p.ldb >= b_cols, "{}: ldb={} is smaller than the {} columns of B as stored (trans_b={}, K={}, N={}); pass ldb >= {}",
-           who, p.ldb, b_cols, p.tb, p.K, p.N, b_cols);
+  WF_CHECK(p.lda >= a_cols,
+           "{}: lda={} is smaller than the {} columns of A as stored (trans_a={}, M={}, K={}); pass lda >= {}", who,
+           p.lda, a_cols, p.ta, p.M, p.K, a_cols);
+  WF_CHECK(p.ldb >= b_cols,
+           "{}: ldb={} is smaller than the {} columns of B as stored (trans_b={}, K={}, N={}); pass ldb >= {}", who,
+           p.ldb, b_cols, p.tb, p.K, p.N, b_cols);
   WF_CHECK(p.ldc >= p.N, "{}: ldc={} is smaller than the N={} columns of C; pass ldc >= {}", who, p.ldc, p.N, p.N);
   WF_CHECK(p.stride_a >= 0 && p.stride_b >= 0 && p.stride_c >= 0,
            "{}: strides must be non-negative (0 broadcasts), got stride_a={} stride_b={} stride_c={}", who, p.stride_a,
            p.stride_b, p.stride_c);
   if (p.batch == 0 || p.M == 0 || p.N == 0) return;
-  WF_CHECK(p.K == 0 || (p.A != nullptr && p.B != nullptr), "{}: A or B is null for a non-empty product (M={} N={} K={})",
-           who, p.M, p.N, p.K);
+  WF_CHECK(p.K == 0 || (p.A != nullptr && p.B != nullptr),
+           "{}: A or B is null for a non-empty product (M={} N={} K={})", who, p.M, p.N, p.K);
   WF_CHECK(p.C != nullptr, "{}: C is null for a non-empty [{}, {}] result", who, p.M, p.N);
   const std::int64_t c_span = (p.M - 1) * p.ldc + p.N;
   WF_CHECK(p.batch == 1 || p.stride_c >= c_span,
@@ -190,11 +192,11 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, std::int64_t rows, std::
                     &key);
   if (batch > 1) {
     const auto count = static_cast<std::int32_t>(batch);
-    WF_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
-                      &key);
-    WF_CUBLASLT_CHECK(
-        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)),
-        &key);
+    const auto set = [&](cublasLtMatrixLayoutAttribute_t attribute, const auto& value) {
+      WF_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(layout, attribute, &value, sizeof(value)), &key);
+    };
+    set(CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count);
+    set(CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride);
   }
   return layout;
 }
@@ -356,8 +358,20 @@ void run_product(const Stream& stream, const char* who, const Product& p) {
     }
     return;
   }
-  if (!try_matmul(stream, native_stream, p)) {
-    WF_FAIL("{}: cuBLASLt offers no algorithm for the {} on this GPU", who, describe(key_of(stream.device(), p)));
+  if (try_matmul(stream, native_stream, p)) return;
+  const auto no_algorithm = [&](const Product& q) {
+    WF_FAIL("{}: cuBLASLt offers no algorithm for the {} on this GPU", who, describe(key_of(stream.device(), q)));
+  };
+  if (p.batch == 1) no_algorithm(p);
+  // No strided-batched algorithm for this shape (a broadcast operand, an odd stride): one product per item.
+  const Types t = types_of(p.kind, false);
+  for (std::int64_t i = 0; i < p.batch; ++i) {
+    Product item = p;
+    item.batch = 1;
+    item.A = static_cast<const char*>(p.A) + i * p.stride_a * static_cast<std::int64_t>(t.operand_size);
+    item.B = static_cast<const char*>(p.B) + i * p.stride_b * static_cast<std::int64_t>(t.operand_size);
+    item.C = static_cast<char*>(p.C) + i * p.stride_c * static_cast<std::int64_t>(t.result_size);
+    if (!try_matmul(stream, native_stream, item)) no_algorithm(item);
   }
 }
 
