@@ -407,7 +407,7 @@ std::string cuda_gemm_description() {
   const std::size_t version = cublasLtGetVersion();
   return fmt::format("cuBLASLt {}.{}.{} (built with {}.{}.{}); f32 products {}", version / 10000, version / 100 % 100,
                      version % 100, CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_PATCH,
-                     cuda_tf32() ? "in TF32 (WF_CUDA_TF32=1)" : "in true f32, TF32 off (WF_CUDA_TF32=1 turns it on)");
+                     cuda_tf32() ? "in TF32 (WF_CUDA_TF32=1 or set_cuda_tf32)" : "in true f32, TF32 off (WF_CUDA_TF32=1 turns it on)");
 }
 
 // ---- the entries --------------------------------------------------------------------------------

@@ -260,7 +260,8 @@ TEST_CASE("cuda linear_forward: x·Wᵀ with and without the bias epilogue match
   }
 }
 
-TEST_CASE("cuda gemm: TF32 is off by default, switchable, and named in the description", "[cuda][gemm]") {
+TEST_CASE("cuda gemm: TF32 by switch stays within its rounding, is named in the description and switches off",
+          "[cuda][gemm]") {
   REQUIRE(kernels::cuda::cuda_gemm_description().find("cuBLASLt") != std::string::npos);
   {
     const Tf32Scope tf32(true);
