@@ -201,6 +201,14 @@ class Backend {
   virtual void gemm_bf16(const Stream& stream, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,
                          std::int64_t K, float alpha, const bf16* A, std::int64_t lda, const bf16* B,
                          std::int64_t ldb, float beta, float* C, std::int64_t ldc) = 0;
+  // A linear layer's forward: y[rows, out] = x[rows, in]·weight[out, in]ᵀ (+ bias[out] on every
+  // row; bias nullable: none). `operands` f32 or f64: x, weight, bias and y all of that dtype;
+  // bf16 (where multiplies_natively(bf16)): x and weight bf16, bias and y f32, f32 accumulation.
+  // The result is gemm (or gemm_bf16) with beta 0 followed by add_bias, as the CPU computes it; a
+  // backend may fuse the bias into the product (cuBLASLt's epilogue) to save a pass over y.
+  virtual void linear_forward(const Stream& stream, DType operands, std::int64_t rows, std::int64_t in_features,
+                              std::int64_t out_features, const void* x, const void* weight, const void* bias,
+                              void* y) = 0;
 
   // ---- attention (kernel_args.h layouts) -----------------------------------------------------
   // `operands` is the dtype of q, k, v (and d_o): f32 or f64, with o, lse and the gradients in

@@ -361,6 +361,21 @@ class HostKernels : public Backend {
                  std::int64_t ldc) override {
     Launch::run(s, [=] { cpu::gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
   }
+  // The product, then the bias: the CPU has no fused epilogue, so this is what linear computed before.
+  void linear_forward(const Stream& s, DType operands, std::int64_t rows, std::int64_t in_features,
+                      std::int64_t out_features, const void* x, const void* weight, const void* bias,
+                      void* y) override {
+    if (operands == DType::bf16) {
+      gemm_bf16(s, false, true, rows, out_features, in_features, 1.0f, in<bf16>(x), in_features, in<bf16>(weight),
+                in_features, 0.0f, io<float>(y), out_features);
+    } else {
+      gemm(s, operands, false, true, rows, out_features, in_features, 1.0, x, in_features, weight, in_features, 0.0, y,
+           out_features);
+    }
+    if (bias != nullptr) {
+      add_bias(s, operands == DType::bf16 ? DType::f32 : operands, rows, out_features, y, bias, y);
+    }
+  }
 
   void attention_forward(const Stream& s, DType operands, const AttentionShape& shape, const void* q, const void* k,
                          const void* v, void* o, void* lse) override {

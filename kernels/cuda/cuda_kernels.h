@@ -168,6 +168,9 @@ class CudaKernels final : public Backend {
   void gemm_bf16(const Stream& stream, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,
                  std::int64_t K, float alpha, const bf16* A, std::int64_t lda, const bf16* B,
                  std::int64_t ldb, float beta, float* C, std::int64_t ldc) override;
+  void linear_forward(const Stream& stream, DType operands, std::int64_t rows, std::int64_t in_features,
+                      std::int64_t out_features, const void* x, const void* weight, const void* bias,
+                      void* y) override;
 
   // ---- kernels/cuda/attention.cpp (+ attention.cu, sp_attention.cu): attention and its sequence-parallel pieces
   void attention_forward(const Stream& stream, DType operands, const AttentionShape& shape, const void* q,

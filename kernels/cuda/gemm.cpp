@@ -1,29 +1,461 @@
-// STUB: replaced by the area's implementation.
-#include "kernels/cuda/cuda_kernels.h"
+// The CUDA backend's matrix products (kernels/backend.h: gemm, gemm_batched, gemm_bf16,
+// linear_forward) through cuBLASLt, with the semantics of kernels/cpu/gemm.h.
+//
+// Row-major through a column-major library. A row-major matrix X [r, c] with leading dimension
+// ld is, byte for byte, the column-major matrix Xᵀ [c, r] with the same ld. So the row-major
+// C[M, N] = op(A)·op(B) is computed as the column-major Cᵀ[N, M] = op(B)ᵀ·op(A)ᵀ:
+//   - cuBLASLt's first operand ("A") is our B. Stored, it is column-major [N, K] when trans_b
+//     is false (the row-major [K, N]; op N gives op(B)ᵀ) and [K, N] when trans_b (the row-major
+//     [N, K]; op T gives op(B)ᵀ = B as stored). Its ld is ldb.
+//   - its second operand ("B") is our A: column-major [K, M] when trans_a is false (op N) and
+//     [M, K] when trans_a (op T), with ld = lda.
+//   - its m, n, k are N, M, K; C and D are one column-major [N, M] layout with ld = ldc.
+// A bias per output feature (the N columns of row-major C) is then a bias per row of the
+// column-major D: exactly what CUBLASLT_EPILOGUE_BIAS adds.
+//
+// Per shape (dtype, TF32, trans flags, M, N, K, leading dimensions, batch and strides, pointer
+// alignments, epilogue) the descriptors and the heuristic's algorithm are made once and kept for
+// the process; the handle is one per device, the workspace one per stream (see workspace_for).
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_kernels.h"
 
+#include <cublasLt.h>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/dispatch.h"
+#include "src/core/cuda/cuda_check.h"
+#include "wallfacer/core/device_backend.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::kernels::cuda {
+namespace {
+
+// What cuBLAS itself keeps per stream on Hopper; the heuristic picks among algorithms within it.
+constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+
+// ---- the products' element types -------------------------------------------------------------
+
+// f32 and f64: operands, result and scalars of that type; bf16: bf16 operands, f32 result and
+// scalars, f32 accumulation.
+enum class Kind { f32, f64, bf16 };
+
+struct Types {
+  cudaDataType_t operands, result, scale;
+  cublasComputeType_t compute;
+  std::size_t operand_size, result_size;
+  const char* name;
+};
+
+Types types_of(Kind kind, bool tf32) {
+  switch (kind) {
+    case Kind::f64: return {CUDA_R_64F, CUDA_R_64F, CUDA_R_64F, CUBLAS_COMPUTE_64F, 8, 8, "f64"};
+    case Kind::bf16: return {CUDA_R_16BF, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 2, 4, "bf16"};
+    case Kind::f32: break;
+  }
+  return {CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, 4, 4,
+          tf32 ? "f32 (TF32)" : "f32"};
+}
+
+Kind floating_kind(DType dtype, const char* who) {
+  Kind kind = Kind::f32;
+  dispatch_floating(dtype, who, [&](auto tag) { kind = sizeof(tag) == 8 ? Kind::f64 : Kind::f32; });
+  return kind;
+}
+
+// ---- one product, as the entries describe it ---------------------------------------------------
+
+// `batch` products C_i = alpha·op(A_i)·op(B_i) + beta·C_i (+ bias per column), X_i = X + i·stride_x.
+struct Product {
+  Kind kind;
+  bool ta, tb;
+  std::int64_t batch, M, N, K;
+  double alpha;
+  const void* A;
+  std::int64_t lda, stride_a;
+  const void* B;
+  std::int64_t ldb, stride_b;
+  double beta;
+  void* C;
+  std::int64_t ldc, stride_c;
+  const void* bias;  // null: no epilogue
+};
+
+// kernels/cpu/gemm.h's checks, so that a bad call fails alike on either device.
+void check_product(const char* who, const Product& p) {
+  WF_CHECK(p.batch >= 0 && p.M >= 0 && p.N >= 0 && p.K >= 0,
+           "{}: sizes must be non-negative, got batch={} M={} N={} K={}", who, p.batch, p.M, p.N, p.K);
+  const std::int64_t a_cols = p.ta ? p.M : p.K, b_cols = p.tb ? p.K : p.N;
+  WF_CHECK(p.lda >= a_cols,
+           "{}: lda={} is smaller than the {} columns of A as stored (trans_a={}, M={}, K={}); pass lda >= {}", who,
+           p.lda, a_cols, p.ta, p.M, p.K, a_cols);
+  WF_CHECK(p.ldb >= b_cols,
+           "{}: ldb={} is smaller than the {} columns of B as stored (trans_b={}, K={}, N={}); pass ldb >= {}", who,
+           p.ldb, b_cols, p.tb, p.K, p.N, b_cols);
+  WF_CHECK(p.ldc >= p.N, "{}: ldc={} is smaller than the N={} columns of C; pass ldc >= {}", who, p.ldc, p.N, p.N);
+  WF_CHECK(p.stride_a >= 0 && p.stride_b >= 0 && p.stride_c >= 0,
+           "{}: strides must be non-negative (0 broadcasts), got stride_a={} stride_b={} stride_c={}", who, p.stride_a,
+           p.stride_b, p.stride_c);
+  if (p.batch == 0 || p.M == 0 || p.N == 0) return;
+  WF_CHECK(p.K == 0 || (p.A != nullptr && p.B != nullptr),
+           "{}: A or B is null for a non-empty product (M={} N={} K={})", who, p.M, p.N, p.K);
+  WF_CHECK(p.C != nullptr, "{}: C is null for a non-empty [{}, {}] result", who, p.M, p.N);
+  const std::int64_t c_span = (p.M - 1) * p.ldc + p.N;
+  WF_CHECK(p.batch == 1 || p.stride_c >= c_span,
+           "{}: stride_c={} makes the {} C matrices overlap (each spans {} elements for M={}, N={}, ldc={}); pass "
+           "stride_c >= {}",
+           who, p.stride_c, p.batch, c_span, p.M, p.N, p.ldc, c_span);
+  WF_CHECK(p.batch <= std::numeric_limits<std::int32_t>::max(),
+           "{}: batch={} exceeds cuBLASLt's 32-bit batch count; split the batch", who, p.batch);
+}
+
+// ---- the plan of one shape: descriptors and the heuristic's algorithm -------------------------
+
+struct PlanKey {
+  int device;
+  Kind kind;
+  bool tf32, ta, tb, bias;
+  std::int64_t M, N, K, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
+  // Alignment in bytes (a power of two, at most 256) of each operand's first element and of
+  // every batch item's: algorithms that need more are excluded.
+  std::uint32_t align_a, align_b, align_c, align_bias;
+  friend auto operator<=>(const PlanKey&, const PlanKey&) = default;
+};
+
+std::uint32_t alignment(const void* p, std::int64_t batch, std::int64_t stride, std::size_t elem_size) {
+  std::uint64_t bits = reinterpret_cast<std::uintptr_t>(p) | 256u;
+  if (batch > 1) bits |= static_cast<std::uint64_t>(stride) * elem_size;
+  return static_cast<std::uint32_t>(bits & (~bits + 1));  // the lowest set bit
+}
+
+PlanKey key_of(Device device, const Product& p) {
+  const Types t = types_of(p.kind, false);
+  return {device.index,
+          p.kind,
+          p.kind == Kind::f32 && cuda_tf32(),
+          p.ta,
+          p.tb,
+          p.bias != nullptr,
+          p.M,
+          p.N,
+          p.K,
+          p.lda,
+          p.ldb,
+          p.ldc,
+          p.batch,
+          p.batch > 1 ? p.stride_a : 0,
+          p.batch > 1 ? p.stride_b : 0,
+          p.batch > 1 ? p.stride_c : 0,
+          alignment(p.A, p.batch, p.stride_a, t.operand_size),
+          alignment(p.B, p.batch, p.stride_b, t.operand_size),
+          alignment(p.C, p.batch, p.stride_c, t.result_size),
+          p.bias != nullptr ? alignment(p.bias, 1, 0, t.result_size) : 0u};
+}
+
+std::string describe(const PlanKey& k) {
+  return fmt::format("{} product M={} N={} K={} (trans_a={}, trans_b={}, lda={}, ldb={}, ldc={}, batch={}, strides "
+                     "{}/{}/{}{})",
+                     types_of(k.kind, k.tf32).name, k.M, k.N, k.K, k.ta, k.tb, k.lda, k.ldb, k.ldc, k.batch,
+                     k.stride_a, k.stride_b, k.stride_c, k.bias ? ", bias epilogue" : "");
+}
+
+// `key` (nullable) names the shape; the message is built only on failure.
+void check_status(cublasStatus_t status, const char* call, const PlanKey* key, const char* file, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  const std::string what = key == nullptr ? std::string(call) : fmt::format("{} for the {}", call, describe(*key));
+  detail::throw_library_error("cuBLASLt", static_cast<int>(status), cublasLtGetStatusName(status), what.c_str(), file,
+                              line);
+}
+// WF_CUBLASLT_CHECK(cublasLt...(...), &key): wf::Error naming the call, the shape and the status.
+#define WF_CUBLASLT_CHECK(call, key) check_status((call), #call, (key), __FILE__, __LINE__)
+
+template <class V>
+void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const V& value,
+                   const PlanKey& key) {
+  WF_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), &key);
+}
+
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                                   std::int64_t batch, std::int64_t stride, const PlanKey& key) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  WF_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&layout, type, static_cast<std::uint64_t>(rows),
+                                               static_cast<std::uint64_t>(cols), ld),
+                    &key);
+  if (batch > 1) {
+    const auto count = static_cast<std::int32_t>(batch);
+    const auto set = [&](cublasLtMatrixLayoutAttribute_t attribute, const auto& value) {
+      WF_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(layout, attribute, &value, sizeof(value)), &key);
+    };
+    set(CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count);
+    set(CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride);
+  }
+  return layout;
+}
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  // cuBLASLt's A (our B), B (our A), and C = D (see the top of this file).
+  cublasLtMatrixLayout_t lt_a = nullptr, lt_b = nullptr, lt_c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;  // whether the heuristic offered an algorithm
+  // The bias pointer is an attribute of the descriptor, which every call of this shape shares:
+  // it is set and used under this lock.
+  std::mutex bias_mutex;
+};
+
+void build_plan(cublasLtHandle_t handle, const PlanKey& key, const void* bias, Plan& plan) {
+  const Types t = types_of(key.kind, key.tf32);
+  WF_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&plan.desc, t.compute, t.scale), &key);
+  const std::int32_t op_a = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our B
+  const std::int32_t op_b = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a, key);
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b, key);
+  if (key.bias) {
+    // The bias is D's type (f32 for bf16 operands), the default of CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE.
+    // The heuristic reads the pointer's alignment, so it is set before asking.
+    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<std::uint32_t>(CUBLASLT_EPILOGUE_BIAS), key);
+    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, key);
+  }
+  plan.lt_a = make_layout(t.operands, key.tb ? key.K : key.N, key.tb ? key.N : key.K, key.ldb, key.batch,
+                          key.stride_b, key);
+  plan.lt_b = make_layout(t.operands, key.ta ? key.M : key.K, key.ta ? key.K : key.M, key.lda, key.batch,
+                          key.stride_a, key);
+  plan.lt_c = make_layout(t.result, key.N, key.M, key.ldc, key.batch, key.stride_c, key);
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  WF_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&preference), &key);
+  const auto set_preference = [&](cublasLtMatmulPreferenceAttributes_t attribute, const auto& value) {
+    WF_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)),
+                      &key);
+  };
+  set_preference(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(kWorkspaceBytes));
+  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);  // cuBLASLt's A is our B
+  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
+  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
+  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+  cublasLtMatmulHeuristicResult_t result{};
+  int count = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.lt_a, plan.lt_b, plan.lt_c,
+                                                               plan.lt_c, preference, 1, &result, &count);
+  cublasLtMatmulPreferenceDestroy(preference);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && count == 0)) return;
+  WF_CUBLASLT_CHECK(status, &key);
+  WF_CUBLASLT_CHECK(result.state, &key);
+  plan.algo = result.algo;
+  plan.found = true;
+}
+
+// The plan of `key`, made at its first use. Plans live as long as the process (their descriptors
+// are destroyed by nobody: the driver may be gone by the time static destructors run).
+Plan& plan_for(cublasLtHandle_t handle, const PlanKey& key, const void* bias) {
+  static std::mutex mutex;
+  static auto* plans = new std::map<PlanKey, std::unique_ptr<Plan>>();
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<Plan>& slot = (*plans)[key];
+  if (!slot) {
+    auto plan = std::make_unique<Plan>();
+    build_plan(handle, key, bias, *plan);
+    slot = std::move(plan);
+  }
+  return *slot;
+}
+
+// ---- per device: the handle; per stream: the workspace -----------------------------------------
+
+struct DeviceState {
+  cublasLtHandle_t handle = nullptr;
+  std::map<cudaStream_t, void*> workspaces;
+};
+
+std::mutex& device_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+DeviceState& device_state(int device) {  // under device_mutex()
+  static auto* states = new std::map<int, DeviceState>();
+  return (*states)[device];
+}
+
+// The device's cuBLASLt handle, made at its first product (the device is current: native(stream)).
+cublasLtHandle_t handle_for(Device device) {
+  const std::lock_guard<std::mutex> lock(device_mutex());
+  DeviceState& state = device_state(device.index);
+  if (state.handle == nullptr) WF_CUBLASLT_CHECK(cublasLtCreate(&state.handle), nullptr);
+  return state.handle;
+}
+
+// The workspace of products queued on `stream`: one per stream, because products on two streams
+// may run at once and must not share scratch memory (cuBLAS keeps one per stream for the same
+// reason); within one stream, products run in order. Allocated from the device's allocator at the
+// stream's first product and kept for the process. The allocator orders its memory on the
+// device's main stream, so another stream waits for that allocation once.
+void* workspace_for(const Stream& stream, cudaStream_t native_stream) {
+  const Device device = stream.device();
+  const std::lock_guard<std::mutex> lock(device_mutex());
+  void*& workspace = device_state(device.index).workspaces[native_stream];
+  if (workspace == nullptr) {
+    workspace = device_backend(device).allocate(device, kWorkspaceBytes).data;
+    if (stream.handle() != 0) {
+      Event allocated;
+      allocated.record(Stream::default_for(device));
+      stream.wait(allocated);
+    }
+  }
+  return workspace;
+}
+
+// ---- running a product ------------------------------------------------------------------------
+
+// Queues `p` (non-empty, K > 0, alpha != 0) through cuBLASLt; false when the heuristic offers no
+// algorithm for its shape (nothing queued).
+bool try_matmul(const Stream& stream, cudaStream_t native_stream, const Product& p) {
+  const PlanKey key = key_of(stream.device(), p);
+  const cublasLtHandle_t handle = handle_for(stream.device());
+  Plan& plan = plan_for(handle, key, p.bias);
+  if (!plan.found) return false;
+  void* workspace = workspace_for(stream, native_stream);
+  // The scalars in the scale type, read on the host when the call is queued.
+  const float alpha_f = static_cast<float>(p.alpha), beta_f = static_cast<float>(p.beta);
+  const bool f64 = p.kind == Kind::f64;
+  const void* alpha = f64 ? static_cast<const void*>(&p.alpha) : &alpha_f;
+  const void* beta = f64 ? static_cast<const void*>(&p.beta) : &beta_f;
+  const auto run = [&] {
+    // beta == 0: cuBLASLt does not read C, so NaN in C does not leak (BLAS semantics, as the CPU).
+    WF_CUBLASLT_CHECK(cublasLtMatmul(handle, plan.desc, alpha, p.B, plan.lt_a, p.A, plan.lt_b, beta, p.C, plan.lt_c,
+                                     p.C, plan.lt_c, &plan.algo, workspace, kWorkspaceBytes, native_stream),
+                      &key);
+  };
+  if (p.bias == nullptr) {
+    run();
+  } else {
+    const std::lock_guard<std::mutex> lock(plan.bias_mutex);
+    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, key);
+    run();
+  }
+  return true;
+}
+
+// The whole of a product without epilogue (p.bias null), degenerate shapes as the CPU does them.
+void run_product(const Stream& stream, const char* who, const Product& p) {
+  check_product(who, p);
+  if (p.batch == 0 || p.M == 0 || p.N == 0) return;
+  const cudaStream_t native_stream = native(stream);
+  if (p.K == 0 || p.alpha == 0.0) {  // C = beta·C without reading A or B
+    if (p.kind == Kind::f64) {
+      launch_scale_matrices(native_stream, p.batch, p.M, p.N, p.ldc, p.stride_c, p.beta, static_cast<double*>(p.C));
+    } else {
+      launch_scale_matrices(native_stream, p.batch, p.M, p.N, p.ldc, p.stride_c, static_cast<float>(p.beta),
+                            static_cast<float*>(p.C));
+    }
+    return;
+  }
+  if (try_matmul(stream, native_stream, p)) return;
+  const auto no_algorithm = [&](const Product& q) {
+    WF_FAIL("{}: cuBLASLt offers no algorithm for the {} on this GPU", who, describe(key_of(stream.device(), q)));
+  };
+  if (p.batch == 1) no_algorithm(p);
+  // No strided-batched algorithm for this shape (a broadcast operand, an odd stride): one product per item.
+  const Types t = types_of(p.kind, false);
+  for (std::int64_t i = 0; i < p.batch; ++i) {
+    Product item = p;
+    item.batch = 1;
+    item.A = static_cast<const char*>(p.A) + i * p.stride_a * static_cast<std::int64_t>(t.operand_size);
+    item.B = static_cast<const char*>(p.B) + i * p.stride_b * static_cast<std::int64_t>(t.operand_size);
+    item.C = static_cast<char*>(p.C) + i * p.stride_c * static_cast<std::int64_t>(t.result_size);
+    if (!try_matmul(stream, native_stream, item)) no_algorithm(item);
+  }
+}
+
+}  // namespace
+
+// ---- the TF32 switch and the description ------------------------------------------------------
+
+namespace {
+std::atomic<int>& tf32_state() {  // -1: not decided yet, else 0 or 1
+  static std::atomic<int> state{-1};
+  return state;
+}
+}  // namespace
+
+void set_cuda_tf32(bool on) { tf32_state().store(on ? 1 : 0); }
+
+bool cuda_tf32() {
+  int state = tf32_state().load();
+  if (state < 0) {
+    const char* env = std::getenv("WF_CUDA_TF32");
+    const std::string_view value = env == nullptr ? "" : env;
+    WF_CHECK(value.empty() || value == "0" || value == "1",
+             "WF_CUDA_TF32={} is not understood; set it to 1 (f32 products in TF32) or 0 (true f32, the default)",
+             value);
+    int expected = -1;
+    tf32_state().compare_exchange_strong(expected, value == "1" ? 1 : 0);  // set_cuda_tf32 wins a race
+    state = tf32_state().load();
+  }
+  return state == 1;
+}
+
+std::string cuda_gemm_description() {
+  const std::size_t version = cublasLtGetVersion();
+  return fmt::format("cuBLASLt {}.{}.{} (built with {}.{}.{}); f32 products {}", version / 10000, version / 100 % 100,
+                     version % 100, CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_PATCH,
+                     cuda_tf32() ? "in TF32 (WF_CUDA_TF32=1 or set_cuda_tf32)" : "in true f32, TF32 off (WF_CUDA_TF32=1 turns it on)");
+}
+
+// ---- the entries --------------------------------------------------------------------------------
 
 void CudaKernels::gemm(const Stream& stream, DType dtype, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,
-            std::int64_t K, double alpha, const void* A, std::int64_t lda, const void* B, std::int64_t ldb,
-            double beta, void* C, std::int64_t ldc) {
-  WF_FAIL("cuda: gemm is not implemented yet");
+                       std::int64_t K, double alpha, const void* A, std::int64_t lda, const void* B, std::int64_t ldb,
+                       double beta, void* C, std::int64_t ldc) {
+  run_product(stream, "gemm",
+              {floating_kind(dtype, "gemm"), trans_a, trans_b, 1, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
+               0, nullptr});
 }
 
 void CudaKernels::gemm_batched(const Stream& stream, DType dtype, bool trans_a, bool trans_b, std::int64_t batch,
-                    std::int64_t M, std::int64_t N, std::int64_t K, double alpha, const void* A,
-                    std::int64_t lda, std::int64_t stride_a, const void* B, std::int64_t ldb,
-                    std::int64_t stride_b, double beta, void* C, std::int64_t ldc,
-                    std::int64_t stride_c) {
-  WF_FAIL("cuda: gemm_batched is not implemented yet");
+                               std::int64_t M, std::int64_t N, std::int64_t K, double alpha, const void* A,
+                               std::int64_t lda, std::int64_t stride_a, const void* B, std::int64_t ldb,
+                               std::int64_t stride_b, double beta, void* C, std::int64_t ldc, std::int64_t stride_c) {
+  run_product(stream, "gemm_batched",
+              {floating_kind(dtype, "gemm_batched"), trans_a, trans_b, batch, M, N, K, alpha, A, lda, stride_a, B, ldb,
+               stride_b, beta, C, ldc, stride_c, nullptr});
 }
 
 void CudaKernels::gemm_bf16(const Stream& stream, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,
-                 std::int64_t K, float alpha, const bf16* A, std::int64_t lda, const bf16* B,
-                 std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
-  WF_FAIL("cuda: gemm_bf16 is not implemented yet");
+                            std::int64_t K, float alpha, const bf16* A, std::int64_t lda, const bf16* B,
+                            std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+  run_product(stream, "gemm_bf16",
+              {Kind::bf16, trans_a, trans_b, 1, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, nullptr});
 }
 
+// y = x·Wᵀ with the bias added by cuBLASLt's epilogue (one pass over y instead of two). Where the
+// epilogue has no algorithm (f64 on some GPUs, a misaligned bias) or nothing is multiplied
+// (in_features 0), the product and add_bias run one after the other: the CPU's order.
+void CudaKernels::linear_forward(const Stream& stream, DType operands, std::int64_t rows, std::int64_t in_features,
+                                 std::int64_t out_features, const void* x, const void* weight, const void* bias,
+                                 void* y) {
+  const Kind kind = operands == DType::bf16 ? Kind::bf16 : floating_kind(operands, "linear_forward");
+  Product p{kind, false, true, 1, rows, out_features, in_features, 1.0, x, in_features, 0,
+            weight, in_features, 0, 0.0, y, out_features, 0, nullptr};
+  check_product("linear_forward", p);
+  if (rows == 0 || out_features == 0) return;
+  if (bias != nullptr && in_features > 0) {
+    p.bias = bias;
+    if (try_matmul(stream, native(stream), p)) return;
+    p.bias = nullptr;
+  }
+  run_product(stream, "linear_forward", p);
+  if (bias != nullptr) {
+    add_bias(stream, kind == Kind::f64 ? DType::f64 : DType::f32, rows, out_features, y, bias, y);
+  }
+}
 
 }  // namespace wf::kernels::cuda

@@ -179,30 +179,25 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       [=](Context& ctx, const TensorList& in) {
         const ops::Kernels k = ops::kernels_for(name, {in[0], in[1], in[2]});
         if (in[0].dtype() == DType::bf16) {
-          // bf16 multiplies, f32 accumulation and bias, one rounding to bf16 at the end.
+          // bf16 multiplies, f32 accumulation and bias (one entry: a backend may fuse the bias into the
+          // product), one rounding to bf16 at the end.
           const Tensor w16 = in[1].to(DType::bf16);  // the weight itself unless mixed
           ctx.save_for_backward({in[0], w16});
           Tensor y = Tensor::empty(y_shape, DType::f32, k.device());
-          float* Y = y.data<float>();
-          gemm_into(k, false, true, rows, out_features, in_features, in[0].data<bf16>(), in_features, w16.data<bf16>(),
-                    in_features, 0.0f, Y, out_features);
-          if (in[2].defined()) {
-            const Tensor b = in[2].to(DType::f32);
-            k->add_bias(k.stream, DType::f32, rows, out_features, Y, b.data<float>(), Y);
-          }
+          const Tensor b = in[2].defined() ? in[2].to(DType::f32) : Tensor();
+          k->linear_forward(k.stream, DType::bf16, rows, in_features, out_features, in[0].data<bf16>(),
+                            w16.data<bf16>(), b.defined() ? b.data<float>() : nullptr, y.data<float>());
           return TensorList{y.to(DType::bf16)};
         }
         ctx.save_for_backward({in[0], in[1]});
         return TensorList{ops::compute_in(name, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
           using T = decltype(tag);
-          // y[rows, out] = x[rows, in]·Wᵀ (+ bias per row), all leading dims of x as rows.
+          // y[rows, out] = x[rows, in]·Wᵀ (+ bias per row), all leading dims of x as rows, in one entry
+          // (a backend may fuse the bias into the product).
           Tensor y = Tensor::empty(y_shape, dtype_v<T>, k.device());
-          T* Y = y.template data<T>();
-          gemm_into<T>(k, false, true, rows, out_features, in_features, c[0].template data<T>(), in_features,
-                       c[1].template data<T>(), in_features, T(0), Y, out_features);
-          if (c[2].defined()) {
-            k->add_bias(k.stream, dtype_v<T>, rows, out_features, Y, c[2].template data<T>(), Y);
-          }
+          k->linear_forward(k.stream, dtype_v<T>, rows, in_features, out_features, c[0].template data<T>(),
+                            c[1].template data<T>(), c[2].defined() ? c[2].template data<T>() : nullptr,
+                            y.template data<T>());
           return y;
         })};
       },
