@@ -59,6 +59,10 @@ if(NOT WF_CUDA STREQUAL "OFF")
     # CMake 3.25 knows no CUDA20 dialect flag for nvcc 13 (Debian 12's CMake): the standard is
     # passed by hand, after the compiler check.
     set(CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS} -std=c++20")
+    # The library's cxx_std_20 makes CMake ask for the CUDA20 dialect as soon as it has a .cu
+    # source: tell it the flag (already passed above) so that it adds nothing and does not fail.
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "")
   elseif(WF_CUDA STREQUAL "ON")
     message(FATAL_ERROR "WF_CUDA=ON but no CUDA toolkit was found: set CUDAToolkit_ROOT or use -DWF_CUDA=AUTO")
   else()
