@@ -348,6 +348,139 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
+// ---- forward on tensor cores (bf16, WMMA) -------------------------------------------------------
+// The SIMT forward's algorithm with Q·Kᵀ and P·V on tensor cores: 16×16×16 bf16 fragments with
+// f32 accumulation. Each of the block's kWmmaWarps warps owns 16 query rows of a 64-row tile;
+// key tiles of kWmmaKeys rows pass through shared memory. A warp's scores and its rows of the
+// O accumulator stay in shared memory (f32), where the online softmax reads and rescales them
+// row by row (a fragment's element layout is opaque). P is rounded to bf16 for its product, as
+// the CPU's bf16 kernel does. head_dim: a multiple of 16, at most kWmmaMaxHeadDim.
+constexpr int kWmmaWarps = kBlockThreads / 32;
+constexpr int kWmmaRows = 16 * kWmmaWarps;
+constexpr int kWmmaKeys = 32;  // one key per lane in the softmax
+constexpr std::int64_t kWmmaMaxHeadDim = 128;
+
+// Shared memory of the WMMA forward: Q [rows, d], K, V [keys, d] and P [rows, keys] in bf16;
+// scores [rows, keys], the O accumulator [rows, d], row max, sum and rescale [rows] in f32.
+// Every region's size is a multiple of 32 bytes (d % 16 == 0), so fragments stay aligned.
+std::int64_t wmma_forward_bytes(std::int64_t d) {
+  return 2 * ((kWmmaRows + 2 * kWmmaKeys) * d + kWmmaRows * kWmmaKeys) +
+         4 * (kWmmaRows * kWmmaKeys + kWmmaRows * d + 3 * kWmmaRows);
+}
+
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_forward_wmma(AttentionShape s, std::int64_t tasks, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                           const __nv_bfloat16* v, float* o, float* lse) {
+  namespace wmma = nvcuda::wmma;
+  using Bf16 = __nv_bfloat16;
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  const int d = static_cast<int>(s.head_dim);
+  Bf16* qs = reinterpret_cast<Bf16*>(smem_bytes);
+  Bf16* ks = qs + kWmmaRows * d;
+  Bf16* vs = ks + kWmmaKeys * d;
+  Bf16* ps = vs + kWmmaKeys * d;
+  float* sc = reinterpret_cast<float*>(ps + kWmmaRows * kWmmaKeys);
+  float* acc = sc + kWmmaRows * kWmmaKeys;
+  float* m = acc + kWmmaRows * d;
+  float* l = m + kWmmaRows;
+  float* alpha = l + kWmmaRows;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row0 = 16 * warp;  // the warp's first row in the tile
+  const std::int64_t bh_count = s.batch * s.heads;
+  const std::int64_t q_tiles = (s.q_len + kWmmaRows - 1) / kWmmaRows;
+  const std::int64_t group = s.heads / s.kv_heads;
+  const float scale = float(s.scale);
+  const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
+  const Bf16 zero = __float2bfloat16(0.0f);
+
+  for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const std::int64_t i0 = (q_tiles - 1 - task / bh_count) * kWmmaRows;
+    const std::int64_t b = (task % bh_count) / s.heads, h = task % s.heads, hk = h / group;
+    const std::int64_t rows = min64(kWmmaRows, s.q_len - i0);
+    __syncthreads();  // the previous task's output reads are done
+    const Bf16* q_tile = q + q_at(s, b, i0, h);
+    for (int e = threadIdx.x; e < kWmmaRows * d; e += blockDim.x) {
+      const int r = e / d, c = e % d;
+      qs[e] = r < rows ? q_tile[r * q_stride + c] : zero;
+      acc[e] = 0;
+    }
+    for (int r = threadIdx.x; r < kWmmaRows; r += blockDim.x) {
+      m[r] = neg_inf<float>();
+      l[r] = 0;
+    }
+    const std::int64_t key_end = visible_keys(s, i0 + rows - 1);
+    for (std::int64_t k0 = 0; k0 < key_end; k0 += kWmmaKeys) {
+      const std::int64_t kn = min64(kWmmaKeys, key_end - k0);
+      __syncthreads();  // every warp is done with the previous key tile
+      const Bf16* k_tile = k + kv_at(s, b, k0, hk);
+      const Bf16* v_tile = v + kv_at(s, b, k0, hk);
+      for (int e = threadIdx.x; e < kWmmaKeys * d; e += blockDim.x) {
+        const int j = e / d, c = e % d;
+        ks[e] = j < kn ? k_tile[j * kv_stride + c] : zero;
+        vs[e] = j < kn ? v_tile[j * kv_stride + c] : zero;
+      }
+      __syncthreads();
+      // The warp's scores [16, keys] = Q·Kᵀ (K row-major is Kᵀ column-major).
+      for (int n0 = 0; n0 < kWmmaKeys; n0 += 16) {
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+        wmma::fill_fragment(c, 0.0f);
+        for (int kk = 0; kk < d; kk += 16) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> a;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::col_major> bt;
+          wmma::load_matrix_sync(a, qs + row0 * d + kk, d);
+          wmma::load_matrix_sync(bt, ks + n0 * d + kk, d);
+          wmma::mma_sync(c, a, bt, c);
+        }
+        wmma::store_matrix_sync(sc + row0 * kWmmaKeys + n0, c, kWmmaKeys, wmma::mem_row_major);
+      }
+      __syncwarp();
+      // Online softmax of the warp's rows, lane j on key k0 + j (the branches are warp-uniform).
+      for (int r = row0; r < row0 + 16; ++r) {
+        const bool seen = r < rows && lane < min64(kn, visible_keys(s, i0 + r) - k0);
+        const float x = seen ? scale * sc[r * kWmmaKeys + lane] : neg_inf<float>();
+        const float tile_max = warp_max(x);
+        float p = 0, rescale = 1;  // a row with nothing visible here: P = 0, O unchanged
+        if (tile_max != neg_inf<float>()) {
+          const float m_old = m[r];
+          const float m_new = m_old > tile_max ? m_old : tile_max;
+          rescale = dev_exp(m_old - m_new);  // m_old = −inf (first visible tile) → 0
+          p = seen ? dev_exp(x - m_new) : 0.0f;
+          const float sum = warp_sum(p);  // every lane has read m[r] before lane 0 writes it
+          if (lane == 0) {
+            l[r] = l[r] * rescale + sum;
+            m[r] = m_new;
+          }
+        }
+        ps[r * kWmmaKeys + lane] = __float2bfloat16(p);
+        if (lane == 0) alpha[r] = rescale;
+      }
+      __syncwarp();
+      for (int e = lane; e < 16 * d; e += 32) acc[row0 * d + e] *= alpha[row0 + e / d];
+      __syncwarp();
+      // The warp's O rows [16, d] += P·V.
+      for (int n0 = 0; n0 < d; n0 += 16) {
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+        wmma::load_matrix_sync(c, acc + row0 * d + n0, d, wmma::mem_row_major);
+        for (int kk = 0; kk < kWmmaKeys; kk += 16) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> a;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::row_major> bv;
+          wmma::load_matrix_sync(a, ps + row0 * kWmmaKeys + kk, kWmmaKeys);
+          wmma::load_matrix_sync(bv, vs + kk * d + n0, d);
+          wmma::mma_sync(c, a, bv, c);
+        }
+        wmma::store_matrix_sync(acc + row0 * d + n0, c, d, wmma::mem_row_major);
+      }
+    }
+    __syncthreads();
+    for (std::int64_t e = threadIdx.x; e < rows * d; e += blockDim.x) {
+      const std::int64_t r = e / d, c = e % d;
+      o[q_at(s, b, i0 + r, h) + c] = m[r] == neg_inf<float>() ? 0.0f : acc[e] / l[r];
+    }
+    for (int r = threadIdx.x; r < rows; r += blockDim.x)
+      lse[lse_at(s, b, h, i0 + r)] = m[r] == neg_inf<float>() ? neg_inf<float>() : m[r] + dev_log(l[r]);
+  }
+}
+
 // ---- launch -------------------------------------------------------------------------------------
 // Elements of shared memory each kernel takes for a tile of `tile` rows.
 std::int64_t forward_elements(std::int64_t tile, std::int64_t d) { return 4 * tile * d + tile * tile + 3 * tile; }
@@ -420,7 +553,13 @@ void launch_attention_forward(cudaStream_t stream, const AttentionShape& shape, 
 }
 void launch_attention_forward(cudaStream_t stream, const AttentionShape& shape, const __nv_bfloat16* q,
                               const __nv_bfloat16* k, const __nv_bfloat16* v, float* o, float* lse) {
-  forward_simt(stream, shape, q, k, v, o, lse);
+  if (shape.head_dim % 16 != 0 || shape.head_dim > kWmmaMaxHeadDim) {  // no whole fragments: SIMT
+    forward_simt(stream, shape, q, k, v, o, lse);
+    return;
+  }
+  const std::int64_t tasks = tiles_of(shape.q_len, kWmmaRows) * shape.batch * shape.heads;
+  launch_tiles(attention_forward_wmma, "attention_forward_wmma", stream, tasks,
+               static_cast<std::size_t>(wmma_forward_bytes(shape.head_dim)), shape, tasks, q, k, v, o, lse);
 }
 
 void launch_attention_backward(cudaStream_t stream, const AttentionShape& shape, const float* q, const float* k,
