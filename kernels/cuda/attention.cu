@@ -1,0 +1,582 @@
+// Flash attention on CUDA: the forward (online softmax over key tiles, o and lse) and the
+// backward (dK/dV per key tile, dQ per query tile), with the CPU kernel's semantics
+// (kernels/cpu/attention.h): causal masks at global positions, GQA without copying K/V, a row
+// that sees no key gets o = 0, lse = −inf and zero gradients.
+//
+// The plain kernels (SIMT) serve every operand type: a block of kBlockThreads threads owns a
+// tile of `tile` rows and streams the other side's tiles through shared memory, where every
+// operand is widened to the accumulation type Acc (f32 for f32 and bf16, f64 for f64). bf16
+// operands round P and dS to bf16 before their products, as the CPU's bf16 kernel does. Each
+// output element has one writer that sums in a fixed order: the results are deterministic.
+// bf16 forwards with head_dim a multiple of 16 run on tensor cores instead (WMMA, below).
+// Design notes: docs/kernels-attention.md ("CUDA attention").
+#include <math.h>
+#include <mma.h>
+
+#include <type_traits>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/launch.cuh"
+#include "src/core/cuda/cuda_check.h"
+
+namespace wf::kernels::cuda {
+namespace {
+
+constexpr int kBlockThreads = 128;
+// Shared memory a SIMT block may take: the tile shrinks (32, 16, 8 rows) until it fits. Under
+// sm_80's 163 KiB opt-in limit, and enough for f64 at head_dim 256 with 8-row tiles.
+constexpr std::int64_t kMaxSharedBytes = 100 * 1024;
+
+__device__ __forceinline__ float dev_exp(float x) { return expf(x); }
+__device__ __forceinline__ double dev_exp(double x) { return exp(x); }
+__device__ __forceinline__ float dev_log(float x) { return logf(x); }
+__device__ __forceinline__ double dev_log(double x) { return log(x); }
+
+template <class T>
+__device__ __forceinline__ T neg_inf() {
+  return T(-INFINITY);
+}
+
+// A product operand as the CPU kernel multiplies it: bf16 operands round P and dS to bf16.
+template <class In, class Acc>
+__device__ __forceinline__ Acc as_operand(Acc x) {
+  if constexpr (std::is_same_v<In, __nv_bfloat16>) {
+    return __bfloat162float(__float2bfloat16(x));
+  } else {
+    return x;
+  }
+}
+
+template <class Acc, class In>
+__device__ __forceinline__ Acc widen(In x) {
+  return Acc(to_float(x));
+}
+
+// ---- geometry -----------------------------------------------------------------------------------
+// The keys a query row i sees are a prefix [0, n) of the block (kernels/cpu/attention.cpp).
+__device__ __forceinline__ std::int64_t min64(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
+__device__ __forceinline__ std::int64_t clamp64(std::int64_t x, std::int64_t lo, std::int64_t hi) {
+  return x < lo ? lo : (x > hi ? hi : x);
+}
+__device__ __forceinline__ std::int64_t visible_keys(const AttentionShape& s, std::int64_t i) {
+  return s.causal ? clamp64(s.q_offset + i - s.kv_offset + 1, 0, s.kv_len) : s.kv_len;
+}
+// The first query row that sees key j (q_len when none does).
+__device__ __forceinline__ std::int64_t first_query(const AttentionShape& s, std::int64_t j) {
+  return s.causal ? clamp64(j + s.kv_offset - s.q_offset, 0, s.q_len) : 0;
+}
+__device__ __forceinline__ std::int64_t q_at(const AttentionShape& s, std::int64_t b, std::int64_t i,
+                                             std::int64_t h) {
+  return ((b * s.q_len + i) * s.heads + h) * s.head_dim;
+}
+__device__ __forceinline__ std::int64_t kv_at(const AttentionShape& s, std::int64_t b, std::int64_t j,
+                                              std::int64_t hk) {
+  return ((b * s.kv_len + j) * s.kv_heads + hk) * s.head_dim;
+}
+__device__ __forceinline__ std::int64_t lse_at(const AttentionShape& s, std::int64_t b, std::int64_t h,
+                                               std::int64_t i) {
+  return (b * s.heads + h) * s.q_len + i;
+}
+
+// Rows [0, count) of a tile (row r at src + r·stride, head_dim elements) into shared memory as
+// Acc, rows [count, tile) zero: padding rows multiply as zeros, never as stale data.
+template <class Acc, class In>
+__device__ void load_rows(Acc* dst, const In* src, std::int64_t stride, int tile, std::int64_t count,
+                          std::int64_t d) {
+  for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) {
+    const std::int64_t r = e / d, c = e % d;
+    dst[e] = r < count ? widen<Acc>(src[r * stride + c]) : Acc(0);
+  }
+}
+
+template <class Acc>
+__device__ Acc dot_rows(const Acc* x, const Acc* y, std::int64_t d) {
+  Acc sum = 0;
+  for (std::int64_t c = 0; c < d; ++c) sum += x[c] * y[c];
+  return sum;
+}
+
+// ---- forward (SIMT) -----------------------------------------------------------------------------
+// Task t of q_tiles·batch·heads: query tile (last first: under a causal mask they see the most
+// keys) of head (b, h). Shared: Q, K, V, O accumulator [tile, d]; scores [tile, tile]; row max,
+// row sum and rescale [tile].
+template <class In, class Acc>
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_forward_simt(AttentionShape s, int tile, std::int64_t tasks, const In* q, const In* k, const In* v,
+                           Acc* o, Acc* lse) {
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  const std::int64_t d = s.head_dim;
+  Acc* qs = reinterpret_cast<Acc*>(smem_bytes);
+  Acc* ks = qs + tile * d;
+  Acc* vs = ks + tile * d;
+  Acc* acc = vs + tile * d;
+  Acc* sc = acc + tile * d;
+  Acc* m = sc + tile * tile;
+  Acc* l = m + tile;
+  Acc* alpha = l + tile;
+  const std::int64_t bh_count = s.batch * s.heads;
+  const std::int64_t q_tiles = (s.q_len + tile - 1) / tile;
+  const std::int64_t group = s.heads / s.kv_heads;
+  const Acc scale = Acc(s.scale);
+  const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
+
+  for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const std::int64_t i0 = (q_tiles - 1 - task / bh_count) * tile;
+    const std::int64_t b = (task % bh_count) / s.heads, h = task % s.heads, hk = h / group;
+    const std::int64_t rows = min64(tile, s.q_len - i0);
+    __syncthreads();  // the previous task's output reads are done
+    load_rows(qs, q + q_at(s, b, i0, h), q_stride, tile, rows, d);
+    for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) acc[e] = 0;
+    for (int r = threadIdx.x; r < tile; r += blockDim.x) {
+      m[r] = neg_inf<Acc>();
+      l[r] = 0;
+    }
+    // Key tiles past what the tile's last row sees are fully masked: never loaded.
+    const std::int64_t key_end = visible_keys(s, i0 + rows - 1);
+    for (std::int64_t k0 = 0; k0 < key_end; k0 += tile) {
+      const std::int64_t kn = min64(tile, key_end - k0);
+      __syncthreads();  // the previous key tile's reads are done
+      load_rows(ks, k + kv_at(s, b, k0, hk), kv_stride, tile, kn, d);
+      load_rows(vs, v + kv_at(s, b, k0, hk), kv_stride, tile, kn, d);
+      __syncthreads();
+      for (int e = threadIdx.x; e < tile * tile; e += blockDim.x) {
+        const int r = e / tile, j = e % tile;
+        const bool seen = r < rows && j < min64(kn, visible_keys(s, i0 + r) - k0);
+        sc[e] = seen ? scale * dot_rows(qs + r * d, ks + j * d, d) : neg_inf<Acc>();
+      }
+      __syncthreads();
+      // Online softmax, one thread per row: the tile's scores become P = exp(s − m_new).
+      for (int r = threadIdx.x; r < tile; r += blockDim.x) {
+        Acc* row = sc + r * tile;
+        Acc tile_max = neg_inf<Acc>();
+        for (int j = 0; j < tile; ++j) tile_max = row[j] > tile_max ? row[j] : tile_max;
+        if (tile_max == neg_inf<Acc>()) {  // nothing visible in this tile: contributes nothing
+          for (int j = 0; j < tile; ++j) row[j] = 0;
+          alpha[r] = 1;
+          continue;
+        }
+        const Acc m_new = m[r] > tile_max ? m[r] : tile_max;
+        const Acc rescale = dev_exp(m[r] - m_new);  // m[r] = −inf (first visible tile) → 0
+        Acc sum = 0;
+        for (int j = 0; j < tile; ++j) {
+          const Acc p = row[j] == neg_inf<Acc>() ? Acc(0) : dev_exp(row[j] - m_new);
+          sum += p;
+          row[j] = as_operand<In>(p);
+        }
+        l[r] = l[r] * rescale + sum;
+        m[r] = m_new;
+        alpha[r] = rescale;
+      }
+      __syncthreads();
+      for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) {
+        const std::int64_t r = e / d, c = e % d;
+        Acc x = acc[e] * alpha[r];
+        for (int j = 0; j < kn; ++j) x += sc[r * tile + j] * vs[j * d + c];
+        acc[e] = x;
+      }
+    }
+    __syncthreads();
+    for (std::int64_t e = threadIdx.x; e < rows * d; e += blockDim.x) {
+      const std::int64_t r = e / d, c = e % d;
+      // No visible key: o = 0 by definition (acc is 0 and l is 0 there).
+      o[q_at(s, b, i0 + r, h) + c] = m[r] == neg_inf<Acc>() ? Acc(0) : acc[e] / l[r];
+    }
+    for (int r = threadIdx.x; r < rows; r += blockDim.x)
+      lse[lse_at(s, b, h, i0 + r)] = m[r] == neg_inf<Acc>() ? neg_inf<Acc>() : m[r] + dev_log(l[r]);
+  }
+}
+
+// ---- backward (SIMT) ----------------------------------------------------------------------------
+// P and dS of query rows [i0, i0 + rows) of head h against the key tile [j0, j0 + kn) held in ks,
+// vs: p = exp(scale·q·k − lse) on visible entries, else 0 (also for rows whose lse is −inf), and
+// dS = scale·P∘(dP − D) with dP = dO·Vᵀ and md = −D. Both stored as their products' operands.
+template <class In, class Acc>
+__device__ void probabilities_and_ds(const AttentionShape& s, int tile, std::int64_t i0, std::int64_t rows,
+                                     std::int64_t j0, std::int64_t kn, const Acc* qs, const Acc* dos,
+                                     const Acc* ks, const Acc* vs, const Acc* lse_s, const Acc* md_s, Acc* ps,
+                                     Acc* dss) {
+  const std::int64_t d = s.head_dim;
+  const Acc scale = Acc(s.scale);
+  for (int e = threadIdx.x; e < tile * tile; e += blockDim.x) {
+    const int r = e / tile, j = e % tile;
+    Acc p = 0, ds = 0;
+    if (r < rows && j < kn && j0 + j < visible_keys(s, i0 + r) && lse_s[r] != neg_inf<Acc>()) {
+      p = dev_exp(scale * dot_rows(qs + r * d, ks + j * d, d) - lse_s[r]);
+      ds = scale * p * (dot_rows(dos + r * d, vs + j * d, d) + md_s[r]);
+    }
+    if (ps != nullptr) ps[e] = as_operand<In>(p);
+    dss[e] = as_operand<In>(ds);
+  }
+}
+
+// Loads a query tile's lse and −D rows: padding rows read as −inf (no probability) and 0.
+template <class Acc>
+__device__ void load_row_stats(const AttentionShape& s, std::int64_t b, std::int64_t h, std::int64_t i0,
+                               std::int64_t rows, int tile, const Acc* lse, const Acc* minus_delta, Acc* lse_s,
+                               Acc* md_s) {
+  for (int r = threadIdx.x; r < tile; r += blockDim.x) {
+    lse_s[r] = r < rows ? lse[lse_at(s, b, h, i0 + r)] : neg_inf<Acc>();
+    md_s[r] = r < rows ? minus_delta[lse_at(s, b, h, i0 + r)] : Acc(0);
+  }
+}
+
+// Task t of kv_tiles·batch·kv_heads: key tile [j0, j0 + kn) of kv head (b, hk), which owns its
+// dK/dV rows and sums them over the group's query heads and every query tile that sees it, in a
+// fixed order. Shared: K, V, dK, dV, Q, dO [tile, d]; P, dS [tile, tile]; lse, −D [tile].
+template <class In, class Acc>
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_backward_dkdv_simt(AttentionShape s, int tile, std::int64_t tasks, const In* q, const In* k,
+                                 const In* v, const Acc* lse, const In* d_o, const Acc* minus_delta, Acc* dk,
+                                 Acc* dv, bool accumulate) {
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  const std::int64_t d = s.head_dim;
+  Acc* ks = reinterpret_cast<Acc*>(smem_bytes);
+  Acc* vs = ks + tile * d;
+  Acc* dks = vs + tile * d;
+  Acc* dvs = dks + tile * d;
+  Acc* qs = dvs + tile * d;
+  Acc* dos = qs + tile * d;
+  Acc* ps = dos + tile * d;
+  Acc* dss = ps + tile * tile;
+  Acc* lse_s = dss + tile * tile;
+  Acc* md_s = lse_s + tile;
+  const std::int64_t groups = s.batch * s.kv_heads;
+  const std::int64_t group = s.heads / s.kv_heads;
+  const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
+
+  for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const std::int64_t j0 = (task / groups) * tile;
+    const std::int64_t b = (task % groups) / s.kv_heads, hk = task % s.kv_heads;
+    const std::int64_t kn = min64(tile, s.kv_len - j0);
+    __syncthreads();  // the previous task's output reads are done
+    load_rows(ks, k + kv_at(s, b, j0, hk), kv_stride, tile, kn, d);
+    load_rows(vs, v + kv_at(s, b, j0, hk), kv_stride, tile, kn, d);
+    for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) {
+      dks[e] = 0;
+      dvs[e] = 0;
+    }
+    // Query rows before first_query(j0) see none of these keys.
+    const std::int64_t i_begin = first_query(s, j0);
+    for (std::int64_t g = 0; g < group; ++g) {
+      const std::int64_t h = hk * group + g;
+      for (std::int64_t i0 = i_begin; i0 < s.q_len; i0 += tile) {
+        const std::int64_t rows = min64(tile, s.q_len - i0);
+        __syncthreads();  // the previous query tile's reads are done
+        load_rows(qs, q + q_at(s, b, i0, h), q_stride, tile, rows, d);
+        load_rows(dos, d_o + q_at(s, b, i0, h), q_stride, tile, rows, d);
+        load_row_stats(s, b, h, i0, rows, tile, lse, minus_delta, lse_s, md_s);
+        __syncthreads();
+        probabilities_and_ds<In>(s, tile, i0, rows, j0, kn, qs, dos, ks, vs, lse_s, md_s, ps, dss);
+        __syncthreads();
+        // dV += Pᵀ·dO, dK += dSᵀ·Q (padding rows have P = dS = 0).
+        for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) {
+          const std::int64_t j = e / d, c = e % d;
+          Acc x_v = dvs[e], x_k = dks[e];
+          for (int r = 0; r < rows; ++r) {
+            x_v += ps[r * tile + j] * dos[r * d + c];
+            x_k += dss[r * tile + j] * qs[r * d + c];
+          }
+          dvs[e] = x_v;
+          dks[e] = x_k;
+        }
+      }
+    }
+    __syncthreads();
+    for (std::int64_t e = threadIdx.x; e < kn * d; e += blockDim.x) {
+      const std::int64_t j = e / d, c = e % d;
+      const std::int64_t at = kv_at(s, b, j0 + j, hk) + c;
+      dk[at] = accumulate ? dk[at] + dks[e] : dks[e];
+      dv[at] = accumulate ? dv[at] + dvs[e] : dvs[e];
+    }
+  }
+}
+
+// Task t of q_tiles·batch·heads: query tile [i0, i0 + rows) of head (b, h) owns its dQ rows,
+// summed over the key tiles it sees in order. Shared: Q, dO, dQ, K, V [tile, d]; dS [tile, tile];
+// lse, −D [tile].
+template <class In, class Acc>
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_backward_dq_simt(AttentionShape s, int tile, std::int64_t tasks, const In* q, const In* k,
+                               const In* v, const Acc* lse, const In* d_o, const Acc* minus_delta, Acc* dq,
+                               bool accumulate) {
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  const std::int64_t d = s.head_dim;
+  Acc* qs = reinterpret_cast<Acc*>(smem_bytes);
+  Acc* dos = qs + tile * d;
+  Acc* dqs = dos + tile * d;
+  Acc* ks = dqs + tile * d;
+  Acc* vs = ks + tile * d;
+  Acc* dss = vs + tile * d;
+  Acc* lse_s = dss + tile * tile;
+  Acc* md_s = lse_s + tile;
+  const std::int64_t bh_count = s.batch * s.heads;
+  const std::int64_t q_tiles = (s.q_len + tile - 1) / tile;
+  const std::int64_t group = s.heads / s.kv_heads;
+  const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
+
+  for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const std::int64_t i0 = (q_tiles - 1 - task / bh_count) * tile;
+    const std::int64_t b = (task % bh_count) / s.heads, h = task % s.heads, hk = h / group;
+    const std::int64_t rows = min64(tile, s.q_len - i0);
+    __syncthreads();  // the previous task's output reads are done
+    load_rows(qs, q + q_at(s, b, i0, h), q_stride, tile, rows, d);
+    load_rows(dos, d_o + q_at(s, b, i0, h), q_stride, tile, rows, d);
+    load_row_stats(s, b, h, i0, rows, tile, lse, minus_delta, lse_s, md_s);
+    for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) dqs[e] = 0;
+    const std::int64_t key_end = visible_keys(s, i0 + rows - 1);
+    for (std::int64_t j0 = 0; j0 < key_end; j0 += tile) {
+      const std::int64_t kn = min64(tile, key_end - j0);
+      __syncthreads();  // the previous key tile's reads are done
+      load_rows(ks, k + kv_at(s, b, j0, hk), kv_stride, tile, kn, d);
+      load_rows(vs, v + kv_at(s, b, j0, hk), kv_stride, tile, kn, d);
+      __syncthreads();
+      probabilities_and_ds<In, Acc>(s, tile, i0, rows, j0, kn, qs, dos, ks, vs, lse_s, md_s, nullptr, dss);
+      __syncthreads();
+      for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) {  // dQ += dS·K
+        const std::int64_t r = e / d, c = e % d;
+        Acc x = dqs[e];
+        for (int j = 0; j < kn; ++j) x += dss[r * tile + j] * ks[j * d + c];
+        dqs[e] = x;
+      }
+    }
+    __syncthreads();
+    for (std::int64_t e = threadIdx.x; e < rows * d; e += blockDim.x) {
+      const std::int64_t r = e / d, c = e % d;
+      const std::int64_t at = q_at(s, b, i0 + r, h) + c;
+      dq[at] = accumulate ? dq[at] + dqs[e] : dqs[e];
+    }
+  }
+}
+
+// ---- forward on tensor cores (bf16, WMMA) -------------------------------------------------------
+// The SIMT forward's algorithm with Q·Kᵀ and P·V on tensor cores: 16×16×16 bf16 fragments with
+// f32 accumulation. Each of the block's kWmmaWarps warps owns 16 query rows of a 64-row tile;
+// key tiles of kWmmaKeys rows pass through shared memory. A warp's scores and its rows of the
+// O accumulator stay in shared memory (f32), where the online softmax reads and rescales them
+// row by row (a fragment's element layout is opaque). P is rounded to bf16 for its product, as
+// the CPU's bf16 kernel does. head_dim: a multiple of 16, at most kWmmaMaxHeadDim.
+constexpr int kWmmaWarps = kBlockThreads / 32;
+constexpr int kWmmaRows = 16 * kWmmaWarps;
+constexpr int kWmmaKeys = 32;  // one key per lane in the softmax
+constexpr std::int64_t kWmmaMaxHeadDim = 128;
+
+// Shared memory of the WMMA forward: Q [rows, d], K, V [keys, d] and P [rows, keys] in bf16;
+// scores [rows, keys], the O accumulator [rows, d], row max, sum and rescale [rows] in f32.
+// Every region's size is a multiple of 32 bytes (d % 16 == 0), so fragments stay aligned.
+std::int64_t wmma_forward_bytes(std::int64_t d) {
+  return 2 * ((kWmmaRows + 2 * kWmmaKeys) * d + kWmmaRows * kWmmaKeys) +
+         4 * (kWmmaRows * kWmmaKeys + kWmmaRows * d + 3 * kWmmaRows);
+}
+
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_forward_wmma(AttentionShape s, std::int64_t tasks, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                           const __nv_bfloat16* v, float* o, float* lse) {
+  namespace wmma = nvcuda::wmma;
+  using Bf16 = __nv_bfloat16;
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  const int d = static_cast<int>(s.head_dim);
+  Bf16* qs = reinterpret_cast<Bf16*>(smem_bytes);
+  Bf16* ks = qs + kWmmaRows * d;
+  Bf16* vs = ks + kWmmaKeys * d;
+  Bf16* ps = vs + kWmmaKeys * d;
+  float* sc = reinterpret_cast<float*>(ps + kWmmaRows * kWmmaKeys);
+  float* acc = sc + kWmmaRows * kWmmaKeys;
+  float* m = acc + kWmmaRows * d;
+  float* l = m + kWmmaRows;
+  float* alpha = l + kWmmaRows;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row0 = 16 * warp;  // the warp's first row in the tile
+  const std::int64_t bh_count = s.batch * s.heads;
+  const std::int64_t q_tiles = (s.q_len + kWmmaRows - 1) / kWmmaRows;
+  const std::int64_t group = s.heads / s.kv_heads;
+  const float scale = float(s.scale);
+  const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
+  const Bf16 zero = __float2bfloat16(0.0f);
+
+  for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const std::int64_t i0 = (q_tiles - 1 - task / bh_count) * kWmmaRows;
+    const std::int64_t b = (task % bh_count) / s.heads, h = task % s.heads, hk = h / group;
+    const std::int64_t rows = min64(kWmmaRows, s.q_len - i0);
+    __syncthreads();  // the previous task's output reads are done
+    const Bf16* q_tile = q + q_at(s, b, i0, h);
+    for (int e = threadIdx.x; e < kWmmaRows * d; e += blockDim.x) {
+      const int r = e / d, c = e % d;
+      qs[e] = r < rows ? q_tile[r * q_stride + c] : zero;
+      acc[e] = 0;
+    }
+    for (int r = threadIdx.x; r < kWmmaRows; r += blockDim.x) {
+      m[r] = neg_inf<float>();
+      l[r] = 0;
+    }
+    const std::int64_t key_end = visible_keys(s, i0 + rows - 1);
+    for (std::int64_t k0 = 0; k0 < key_end; k0 += kWmmaKeys) {
+      const std::int64_t kn = min64(kWmmaKeys, key_end - k0);
+      __syncthreads();  // every warp is done with the previous key tile
+      const Bf16* k_tile = k + kv_at(s, b, k0, hk);
+      const Bf16* v_tile = v + kv_at(s, b, k0, hk);
+      for (int e = threadIdx.x; e < kWmmaKeys * d; e += blockDim.x) {
+        const int j = e / d, c = e % d;
+        ks[e] = j < kn ? k_tile[j * kv_stride + c] : zero;
+        vs[e] = j < kn ? v_tile[j * kv_stride + c] : zero;
+      }
+      __syncthreads();
+      // The warp's scores [16, keys] = Q·Kᵀ (K row-major is Kᵀ column-major).
+      for (int n0 = 0; n0 < kWmmaKeys; n0 += 16) {
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+        wmma::fill_fragment(c, 0.0f);
+        for (int kk = 0; kk < d; kk += 16) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> a;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::col_major> bt;
+          wmma::load_matrix_sync(a, qs + row0 * d + kk, d);
+          wmma::load_matrix_sync(bt, ks + n0 * d + kk, d);
+          wmma::mma_sync(c, a, bt, c);
+        }
+        wmma::store_matrix_sync(sc + row0 * kWmmaKeys + n0, c, kWmmaKeys, wmma::mem_row_major);
+      }
+      __syncwarp();
+      // Online softmax of the warp's rows, lane j on key k0 + j (the branches are warp-uniform).
+      for (int r = row0; r < row0 + 16; ++r) {
+        const bool seen = r < rows && lane < min64(kn, visible_keys(s, i0 + r) - k0);
+        const float x = seen ? scale * sc[r * kWmmaKeys + lane] : neg_inf<float>();
+        const float tile_max = warp_max(x);
+        float p = 0, rescale = 1;  // a row with nothing visible here: P = 0, O unchanged
+        if (tile_max != neg_inf<float>()) {
+          const float m_old = m[r];
+          const float m_new = m_old > tile_max ? m_old : tile_max;
+          rescale = dev_exp(m_old - m_new);  // m_old = −inf (first visible tile) → 0
+          p = seen ? dev_exp(x - m_new) : 0.0f;
+          const float sum = warp_sum(p);  // every lane has read m[r] before lane 0 writes it
+          if (lane == 0) {
+            l[r] = l[r] * rescale + sum;
+            m[r] = m_new;
+          }
+        }
+        ps[r * kWmmaKeys + lane] = __float2bfloat16(p);
+        if (lane == 0) alpha[r] = rescale;
+      }
+      __syncwarp();
+      for (int e = lane; e < 16 * d; e += 32) acc[row0 * d + e] *= alpha[row0 + e / d];
+      __syncwarp();
+      // The warp's O rows [16, d] += P·V.
+      for (int n0 = 0; n0 < d; n0 += 16) {
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+        wmma::load_matrix_sync(c, acc + row0 * d + n0, d, wmma::mem_row_major);
+        for (int kk = 0; kk < kWmmaKeys; kk += 16) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> a;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::row_major> bv;
+          wmma::load_matrix_sync(a, ps + row0 * kWmmaKeys + kk, kWmmaKeys);
+          wmma::load_matrix_sync(bv, vs + kk * d + n0, d);
+          wmma::mma_sync(c, a, bv, c);
+        }
+        wmma::store_matrix_sync(acc + row0 * d + n0, c, d, wmma::mem_row_major);
+      }
+    }
+    __syncthreads();
+    for (std::int64_t e = threadIdx.x; e < rows * d; e += blockDim.x) {
+      const std::int64_t r = e / d, c = e % d;
+      o[q_at(s, b, i0 + r, h) + c] = m[r] == neg_inf<float>() ? 0.0f : acc[e] / l[r];
+    }
+    for (int r = threadIdx.x; r < rows; r += blockDim.x)
+      lse[lse_at(s, b, h, i0 + r)] = m[r] == neg_inf<float>() ? neg_inf<float>() : m[r] + dev_log(l[r]);
+  }
+}
+
+// ---- launch -------------------------------------------------------------------------------------
+// Elements of shared memory each kernel takes for a tile of `tile` rows.
+std::int64_t forward_elements(std::int64_t tile, std::int64_t d) { return 4 * tile * d + tile * tile + 3 * tile; }
+std::int64_t dkdv_elements(std::int64_t tile, std::int64_t d) { return 6 * tile * d + 2 * tile * tile + 2 * tile; }
+std::int64_t dq_elements(std::int64_t tile, std::int64_t d) { return 5 * tile * d + tile * tile + 2 * tile; }
+
+// The largest tile (32, 16 or 8 rows) whose shared memory fits kMaxSharedBytes (head_dim <=
+// kMaxAttentionHeadDim always fits 8 rows).
+template <class Acc>
+int choose_tile(std::int64_t (*elements)(std::int64_t, std::int64_t), std::int64_t d) {
+  int tile = 32;
+  while (tile > 8 && elements(tile, d) * std::int64_t{sizeof(Acc)} > kMaxSharedBytes) tile /= 2;
+  return tile;
+}
+
+// Blocks for `tasks` block-sized tasks: the kernels loop over the rest.
+int grid_for(std::int64_t tasks) {
+  constexpr std::int64_t kMaxGrid = std::int64_t{1} << 30;
+  return static_cast<int>(tasks < kMaxGrid ? tasks : kMaxGrid);
+}
+
+// Launches kernel over `tasks` blocks with `bytes` of dynamic shared memory (opting in above
+// the default 48 KiB).
+template <class Kernel, class... Args>
+void launch_tiles(Kernel kernel, const char* name, cudaStream_t stream, std::int64_t tasks, std::size_t bytes,
+                  Args... args) {
+  if (tasks == 0) return;
+  WF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  kernel<<<grid_for(tasks), kBlockThreads, bytes, stream>>>(args...);
+  WF_CUDA_CHECK_LAUNCH(name);
+}
+
+std::int64_t tiles_of(std::int64_t n, int tile) { return (n + tile - 1) / tile; }
+
+template <class In, class Acc>
+void forward_simt(cudaStream_t stream, const AttentionShape& s, const In* q, const In* k, const In* v, Acc* o,
+                  Acc* lse) {
+  const int tile = choose_tile<Acc>(forward_elements, s.head_dim);
+  const std::int64_t tasks = tiles_of(s.q_len, tile) * s.batch * s.heads;
+  launch_tiles(attention_forward_simt<In, Acc>, "attention_forward_simt", stream, tasks,
+               forward_elements(tile, s.head_dim) * sizeof(Acc), s, tile, tasks, q, k, v, o, lse);
+}
+
+template <class In, class Acc>
+void backward_simt(cudaStream_t stream, const AttentionShape& s, const In* q, const In* k, const In* v, const Acc* o,
+                   const Acc* lse, const In* d_o, Acc* dq, Acc* dk, Acc* dv, bool accumulate, const Acc* d_lse,
+                   Acc* minus_delta) {
+  launch_attention_minus_delta<In, Acc>(stream, s.batch, s.q_len, s.heads, s.head_dim, d_o, o, d_lse, minus_delta);
+  const int kv_tile = choose_tile<Acc>(dkdv_elements, s.head_dim);
+  const std::int64_t kv_tasks = tiles_of(s.kv_len, kv_tile) * s.batch * s.kv_heads;
+  launch_tiles(attention_backward_dkdv_simt<In, Acc>, "attention_backward_dkdv_simt", stream, kv_tasks,
+               dkdv_elements(kv_tile, s.head_dim) * sizeof(Acc), s, kv_tile, kv_tasks, q, k, v, lse, d_o,
+               static_cast<const Acc*>(minus_delta), dk, dv, accumulate);
+  const int q_tile = choose_tile<Acc>(dq_elements, s.head_dim);
+  const std::int64_t q_tasks = tiles_of(s.q_len, q_tile) * s.batch * s.heads;
+  launch_tiles(attention_backward_dq_simt<In, Acc>, "attention_backward_dq_simt", stream, q_tasks,
+               dq_elements(q_tile, s.head_dim) * sizeof(Acc), s, q_tile, q_tasks, q, k, v, lse, d_o,
+               static_cast<const Acc*>(minus_delta), dq, accumulate);
+}
+
+}  // namespace
+
+void launch_attention_forward(cudaStream_t stream, const AttentionShape& shape, const float* q, const float* k,
+                              const float* v, float* o, float* lse) {
+  forward_simt(stream, shape, q, k, v, o, lse);
+}
+void launch_attention_forward(cudaStream_t stream, const AttentionShape& shape, const double* q, const double* k,
+                              const double* v, double* o, double* lse) {
+  forward_simt(stream, shape, q, k, v, o, lse);
+}
+void launch_attention_forward(cudaStream_t stream, const AttentionShape& shape, const __nv_bfloat16* q,
+                              const __nv_bfloat16* k, const __nv_bfloat16* v, float* o, float* lse) {
+  if (shape.head_dim % 16 != 0 || shape.head_dim > kWmmaMaxHeadDim) {  // no whole fragments: SIMT
+    forward_simt(stream, shape, q, k, v, o, lse);
+    return;
+  }
+  const std::int64_t tasks = tiles_of(shape.q_len, kWmmaRows) * shape.batch * shape.heads;
+  launch_tiles(attention_forward_wmma, "attention_forward_wmma", stream, tasks,
+               static_cast<std::size_t>(wmma_forward_bytes(shape.head_dim)), shape, tasks, q, k, v, o, lse);
+}
+
+void launch_attention_backward(cudaStream_t stream, const AttentionShape& shape, const float* q, const float* k,
+                               const float* v, const float* o, const float* lse, const float* d_o, float* dq,
+                               float* dk, float* dv, bool accumulate, const float* d_lse, float* minus_delta) {
+  backward_simt(stream, shape, q, k, v, o, lse, d_o, dq, dk, dv, accumulate, d_lse, minus_delta);
+}
+void launch_attention_backward(cudaStream_t stream, const AttentionShape& shape, const double* q, const double* k,
+                               const double* v, const double* o, const double* lse, const double* d_o, double* dq,
+                               double* dk, double* dv, bool accumulate, const double* d_lse, double* minus_delta) {
+  backward_simt(stream, shape, q, k, v, o, lse, d_o, dq, dk, dv, accumulate, d_lse, minus_delta);
+}
+void launch_attention_backward(cudaStream_t stream, const AttentionShape& shape, const __nv_bfloat16* q,
+                               const __nv_bfloat16* k, const __nv_bfloat16* v, const float* o, const float* lse,
+                               const __nv_bfloat16* d_o, float* dq, float* dk, float* dv, bool accumulate,
+                               const float* d_lse, float* minus_delta) {
+  backward_simt(stream, shape, q, k, v, o, lse, d_o, dq, dk, dv, accumulate, d_lse, minus_delta);
+}
+
+}  // namespace wf::kernels::cuda

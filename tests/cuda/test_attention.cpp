@@ -1,0 +1,336 @@
+// CUDA attention (kernels/cuda/attention.cpp) against the CPU entries on the same fresh random
+// inputs: the forward's o and lse, the backward's dq, dk, dv (with and without a gradient at lse,
+// written and accumulated), the lse merge and sequence-parallel attention's pieces.
+//
+// Tolerances (|gpu − cpu| <= rtol·|cpu| + rtol·max(max|cpu|, 1) over the whole output): the two
+// backends sum in different orders (tiles of 32 keys here, 128/256 on the CPU), so elements near
+// zero are judged against the output's scale (or the inputs', 1, where the output is 0 up to
+// rounding: with one visible key dq and dk vanish).
+//   f32: 1e-5 for o and lse; 3e-5 for the gradients, sums of up to q_len·group terms of
+//        dP − D, whose cancellation costs a few more ulps of the largest term.
+//   f64: 1e-12.
+//   bf16 operands (vs the CPU's bf16 entry, which also rounds P and dS to bf16 before their
+//        products): 2e-2; a P or dS that the two round to neighbouring bf16 values (the f32
+//        values differ in their last bits) moves a product by one bf16 ulp, 2^-8 relative.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "tests/cuda/cuda_test_util.h"
+
+namespace {
+
+using namespace wf;
+using namespace wf::cuda_test;
+using kernels::AttentionShape;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+DType result_dtype(DType operands) { return operands == DType::bf16 ? DType::f32 : operands; }
+
+double forward_tolerance(DType operands) {
+  return operands == DType::f64 ? 1e-12 : operands == DType::f32 ? 1e-5 : 2e-2;
+}
+double gradient_tolerance(DType operands) {
+  return operands == DType::f64 ? 1e-12 : operands == DType::f32 ? 3e-5 : 2e-2;
+}
+
+// The largest finite |x|.
+double max_abs(const Tensor& x) {
+  const Tensor c = x.to(Device::cpu()).to(DType::f64);
+  double m = 0;
+  for (std::int64_t i = 0; i < c.numel(); ++i)
+    if (std::isfinite(c.data<double>()[i])) m = std::max(m, std::abs(c.data<double>()[i]));
+  return m;
+}
+
+// Elements are judged against the output's scale, or 1 (the inputs' scale) where the output is all
+// rounding noise (one visible key: dq and dk are 0 up to rounding).
+void require_near(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+  require_close(got, want, tol, tol * std::max(max_abs(want), 1.0), what);
+}
+
+std::string describe(const AttentionShape& s, DType operands) {
+  return std::string(dtype_name(operands)) + " batch " + std::to_string(s.batch) + " q_len " +
+         std::to_string(s.q_len) + " kv_len " + std::to_string(s.kv_len) + " heads " + std::to_string(s.heads) +
+         "/" + std::to_string(s.kv_heads) + " head_dim " + std::to_string(s.head_dim) +
+         (s.causal ? " causal" : " full") + " offsets " + std::to_string(s.q_offset) + "/" +
+         std::to_string(s.kv_offset);
+}
+
+Shape q_shape(const AttentionShape& s) { return {s.batch, s.q_len, s.heads, s.head_dim}; }
+Shape kv_shape(const AttentionShape& s) { return {s.batch, s.kv_len, s.kv_heads, s.head_dim}; }
+Shape lse_shape(const AttentionShape& s) { return {s.batch, s.heads, s.q_len}; }
+
+struct Inputs {
+  Tensor q, k, v, d_o, d_lse;  // on the CPU; d_lse in the result dtype
+};
+
+Inputs random_inputs(const AttentionShape& s, DType operands, std::uint64_t seed) {
+  return {random_normal(q_shape(s), seed + 1, operands), random_normal(kv_shape(s), seed + 2, operands),
+          random_normal(kv_shape(s), seed + 3, operands), random_normal(q_shape(s), seed + 4, operands),
+          random_normal(lse_shape(s), seed + 5, result_dtype(operands))};
+}
+
+struct Forward {
+  Tensor o, lse;
+};
+
+Forward run_forward(kernels::Backend& backend, const Stream& stream, Device device, const AttentionShape& s,
+                    DType operands, const Inputs& in) {
+  const DType out = result_dtype(operands);
+  const Tensor q = in.q.to(device), k = in.k.to(device), v = in.v.to(device);
+  Forward f{Tensor::empty(q_shape(s), out, device), Tensor::empty(lse_shape(s), out, device)};
+  backend.attention_forward(stream, operands, s, q.raw_data(), k.raw_data(), v.raw_data(), f.o.raw_data(),
+                            f.lse.raw_data());
+  stream.synchronize();
+  return {f.o.to(Device::cpu()), f.lse.to(Device::cpu())};
+}
+
+struct Gradients {
+  Tensor dq, dk, dv;
+};
+
+// The backward from the CPU forward's o and lse (the same for both backends), into gradients that
+// start as `start` (accumulate) or as garbage the entry must overwrite.
+Gradients run_backward(kernels::Backend& backend, const Stream& stream, Device device, const AttentionShape& s,
+                       DType operands, const Inputs& in, const Forward& f, bool accumulate, bool with_d_lse,
+                       const Gradients& start) {
+  const Tensor q = in.q.to(device), k = in.k.to(device), v = in.v.to(device), d_o = in.d_o.to(device);
+  const Tensor o = f.o.to(device), lse = f.lse.to(device), d_lse = in.d_lse.to(device);
+  // Copies (.to(Device::cpu()) on the CPU would share `start`'s storage).
+  Gradients g{start.dq.clone().to(device), start.dk.clone().to(device), start.dv.clone().to(device)};
+  backend.attention_backward(stream, operands, s, q.raw_data(), k.raw_data(), v.raw_data(), o.raw_data(),
+                             lse.raw_data(), d_o.raw_data(), g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data(),
+                             accumulate, with_d_lse ? d_lse.raw_data() : nullptr);
+  stream.synchronize();
+  return {g.dq.to(Device::cpu()), g.dk.to(Device::cpu()), g.dv.to(Device::cpu())};
+}
+
+// Forward, then the backward in all four combinations of accumulate and d_lse: GPU vs CPU.
+void check_attention(const AttentionShape& s, DType operands, std::uint64_t salt) {
+  const std::string what = describe(s, operands);
+  INFO(what);
+  const Inputs in = random_inputs(s, operands, fresh_seed(salt));
+  const Forward want = run_forward(cpu_kernels(), cpu_stream(), Device::cpu(), s, operands, in);
+  const Forward got = run_forward(gpu_kernels(), gpu_stream(), gpu(), s, operands, in);
+  require_near(got.o, want.o, forward_tolerance(operands), what + ": o");
+  require_near(got.lse, want.lse, forward_tolerance(operands), what + ": lse");
+
+  const DType out = result_dtype(operands);
+  const Gradients random_start{random_normal(q_shape(s), fresh_seed(salt) + 6, out),
+                               random_normal(kv_shape(s), fresh_seed(salt) + 7, out),
+                               random_normal(kv_shape(s), fresh_seed(salt) + 8, out)};
+  // Garbage the overwriting entry must not read: large, so that a stray add shows.
+  const Gradients garbage{Tensor::full(q_shape(s), 1e6, out), Tensor::full(kv_shape(s), 1e6, out),
+                          Tensor::full(kv_shape(s), 1e6, out)};
+  for (const bool accumulate : {false, true}) {
+    for (const bool with_d_lse : {false, true}) {
+      const std::string how = what + (accumulate ? ", accumulated" : ", written") + (with_d_lse ? ", d_lse" : "");
+      const Gradients& start = accumulate ? random_start : garbage;
+      const Gradients w =
+          run_backward(cpu_kernels(), cpu_stream(), Device::cpu(), s, operands, in, want, accumulate, with_d_lse,
+                       start);
+      const Gradients g =
+          run_backward(gpu_kernels(), gpu_stream(), gpu(), s, operands, in, want, accumulate, with_d_lse, start);
+      require_near(g.dq, w.dq, gradient_tolerance(operands), how + ": dq");
+      require_near(g.dk, w.dk, gradient_tolerance(operands), how + ": dk");
+      require_near(g.dv, w.dv, gradient_tolerance(operands), how + ": dv");
+    }
+  }
+}
+
+AttentionShape shape(std::int64_t batch, std::int64_t q_len, std::int64_t kv_len, std::int64_t heads,
+                     std::int64_t kv_heads, std::int64_t head_dim, bool causal, std::int64_t q_offset = 0,
+                     std::int64_t kv_offset = 0, double scale = 0) {
+  AttentionShape s;
+  s.batch = batch;
+  s.q_len = q_len;
+  s.kv_len = kv_len;
+  s.heads = heads;
+  s.kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  s.causal = causal;
+  s.q_offset = q_offset;
+  s.kv_offset = kv_offset;
+  s.scale = scale;
+  return s;
+}
+
+// Shapes every operand type runs: masks, ring blocks, GQA, head widths and lengths with tails.
+std::vector<AttentionShape> shapes() {
+  return {
+      shape(2, 17, 17, 4, 4, 16, true),            // causal, one partial tile
+      shape(1, 64, 64, 4, 1, 64, true),            // GQA 4:1
+      shape(2, 200, 200, 4, 2, 80, false),         // full, GQA 2:1, head_dim not a power of two
+      shape(1, 1, 1, 2, 2, 128, true),             // one token
+      shape(1, 1000, 1000, 2, 1, 64, true),        // long causal
+      shape(1, 64, 200, 4, 2, 32, true, 200, 0),   // ring block from the past: nothing masked
+      shape(1, 200, 200, 2, 2, 64, true, 400, 400),  // ring diagonal block
+      shape(1, 17, 64, 2, 1, 16, true, 0, 10),     // block partly in the future: rows 0..9 see nothing
+      shape(1, 17, 0, 2, 2, 16, false),            // no keys: o = 0, lse = −inf
+      shape(1, 0, 17, 2, 2, 16, false),            // no queries: zero dk, dv
+      shape(2, 33, 257, 4, 2, 128, false),         // q_len != kv_len
+      shape(1, 31, 31, 3, 3, 24, true, 0, 0, 0.3),  // head_dim not a multiple of 16, explicit scale
+      shape(1, 33, 40, 2, 1, 256, true),           // the widest head
+  };
+}
+
+}  // namespace
+
+TEST_CASE("cuda attention: f32 forward and backward match the CPU", "[cuda][attention]") {
+  std::uint64_t salt = 100;
+  for (const AttentionShape& s : shapes()) check_attention(s, DType::f32, ++salt);
+}
+
+TEST_CASE("cuda attention: f64 forward and backward match the CPU", "[cuda][attention]") {
+  std::uint64_t salt = 200;
+  for (const AttentionShape& s : shapes()) check_attention(s, DType::f64, ++salt);
+}
+
+TEST_CASE("cuda attention: bf16 operands (tensor cores where head_dim % 16 == 0) match the CPU's bf16 kernel",
+          "[cuda][attention]") {
+  std::uint64_t salt = 300;
+  for (const AttentionShape& s : shapes()) check_attention(s, DType::bf16, ++salt);
+}
+
+TEST_CASE("cuda attention: a row that sees no key gets o = 0 and lse = -inf exactly, and zero gradients",
+          "[cuda][attention]") {
+  for (const DType operands : {DType::f32, DType::f64, DType::bf16}) {
+    const AttentionShape s = shape(1, 17, 64, 2, 1, 32, true, 0, 10);  // rows 0..9 see nothing
+    const Inputs in = random_inputs(s, operands, fresh_seed(400));
+    const Forward f = run_forward(gpu_kernels(), gpu_stream(), gpu(), s, operands, in);
+    const Tensor o = f.o.to(DType::f64), lse = f.lse.to(DType::f64);
+    const Gradients zero{Tensor::zeros(q_shape(s), result_dtype(operands)),
+                         Tensor::zeros(kv_shape(s), result_dtype(operands)),
+                         Tensor::zeros(kv_shape(s), result_dtype(operands))};
+    const Gradients g = run_backward(gpu_kernels(), gpu_stream(), gpu(), s, operands, in, f, false, true, zero);
+    const Tensor dq = g.dq.to(DType::f64);
+    for (std::int64_t h = 0; h < s.heads; ++h) {
+      for (std::int64_t i = 0; i < s.q_len; ++i) {
+        const bool sees = i >= 10;
+        INFO(dtype_name(operands) << " head " << h << " row " << i);
+        REQUIRE((lse.data<double>()[h * s.q_len + i] == -kInf) == !sees);
+        for (std::int64_t c = 0; c < s.head_dim; ++c) {
+          const std::int64_t at = (i * s.heads + h) * s.head_dim + c;
+          REQUIRE(std::isfinite(o.data<double>()[at]));
+          if (!sees) REQUIRE(o.data<double>()[at] == 0.0);
+          if (!sees) REQUIRE(dq.data<double>()[at] == 0.0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda attention: head_dim above the kernels' limit is an error naming it", "[cuda][attention]") {
+  const AttentionShape s = shape(1, 4, 4, 1, 1, 512, false);
+  Tensor q = Tensor::zeros(q_shape(s)).to(gpu());
+  Tensor o = Tensor::zeros(q_shape(s)).to(gpu());
+  Tensor lse = Tensor::zeros(lse_shape(s)).to(gpu());
+  REQUIRE_THROWS_WITH(gpu_kernels().attention_forward(gpu_stream(), DType::f32, s, q.raw_data(), q.raw_data(),
+                                                      q.raw_data(), o.raw_data(), lse.raw_data()),
+                      Catch::Contains("head_dim 512 exceeds the 256"));
+}
+
+namespace {
+
+// lse of partial attention: random, with −inf in a pattern that covers every pairing of a running
+// row and a partial (both finite, one −inf, both −inf) and gaps large enough to underflow exp.
+Tensor partial_lse(const Shape& shape, std::uint64_t seed, DType dtype, int phase) {
+  Tensor lse = random_normal(shape, seed, DType::f64);
+  double* p = lse.data<double>();
+  for (std::int64_t i = 0; i < lse.numel(); ++i) {
+    p[i] *= 10;
+    if ((i + phase) % 3 == 0) p[i] = -kInf;
+    if (i % 7 == 0) p[i] += phase == 0 ? 200 : -200;
+  }
+  return lse.to(dtype);
+}
+
+}  // namespace
+
+TEST_CASE("cuda attention_merge matches the CPU, -inf rows included", "[cuda][attention]") {
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    const std::int64_t batch = 2, q_len = 37, heads = 3, head_dim = 40;
+    const Shape o_shape{batch, q_len, heads, head_dim}, lse_shape{batch, heads, q_len};
+    const Tensor o = random_normal(o_shape, fresh_seed(500), dtype);
+    const Tensor o_i = random_normal(o_shape, fresh_seed(501), dtype);
+    const Tensor lse = partial_lse(lse_shape, fresh_seed(502), dtype, 0);
+    const Tensor lse_i = partial_lse(lse_shape, fresh_seed(503), dtype, 1);
+    Tensor want_o = o.clone(), want_lse = lse.clone();
+    cpu_kernels().attention_merge(cpu_stream(), dtype, batch, q_len, heads, head_dim, want_o.raw_data(),
+                                  want_lse.raw_data(), o_i.raw_data(), lse_i.raw_data());
+    cpu_stream().synchronize();
+    Tensor got_o = o.to(gpu()), got_lse = lse.to(gpu());
+    const Tensor g_o_i = o_i.to(gpu()), g_lse_i = lse_i.to(gpu());
+    gpu_kernels().attention_merge(gpu_stream(), dtype, batch, q_len, heads, head_dim, got_o.raw_data(),
+                                  got_lse.raw_data(), g_o_i.raw_data(), g_lse_i.raw_data());
+    gpu_stream().synchronize();
+    const double tol = forward_tolerance(dtype);
+    require_near(got_o, want_o, tol, std::string(dtype_name(dtype)) + " merged o");
+    require_near(got_lse, want_lse, tol, std::string(dtype_name(dtype)) + " merged lse");
+  }
+}
+
+TEST_CASE("cuda team_lse_combine matches the CPU, rows no member saw included", "[cuda][attention]") {
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    const int members = 3;
+    const std::int64_t rows = 1001;
+    Tensor all = random_normal({members, rows}, fresh_seed(600), DType::f64);
+    double* p = all.data<double>();
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (int c = 0; c < members; ++c) {
+        p[c * rows + r] *= 10;
+        if (r % 5 == 0 || (r % 3 == 0 && c == 1)) p[c * rows + r] = -kInf;  // no member; member 1 only
+      }
+    all = all.to(dtype);
+    for (int member = 0; member < members; ++member) {
+      Tensor want_star = Tensor::empty({rows}, dtype), want_weight = Tensor::empty({rows}, dtype);
+      cpu_kernels().team_lse_combine(cpu_stream(), dtype, members, rows, member, all.raw_data(),
+                                     want_star.raw_data(), want_weight.raw_data());
+      cpu_stream().synchronize();
+      const Tensor g_all = all.to(gpu());
+      Tensor star = Tensor::empty({rows}, dtype, gpu()), weight = Tensor::empty({rows}, dtype, gpu());
+      gpu_kernels().team_lse_combine(gpu_stream(), dtype, members, rows, member, g_all.raw_data(), star.raw_data(),
+                                     weight.raw_data());
+      gpu_stream().synchronize();
+      const std::string what = std::string(dtype_name(dtype)) + " member " + std::to_string(member);
+      require_near(star, want_star, forward_tolerance(dtype), what + ": lse_star");
+      require_near(weight, want_weight, forward_tolerance(dtype), what + ": weight");
+    }
+  }
+}
+
+TEST_CASE("cuda scale_attention_rows and attention_minus_delta match the CPU", "[cuda][attention]") {
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    const std::int64_t B = 2, n = 33, h = 3, d = 17;
+    const std::string name = dtype_name(dtype);
+    const Tensor o = random_normal({B, n, h, d}, fresh_seed(700), dtype);
+    const Tensor weight = random_normal({B, h, n}, fresh_seed(701), dtype);
+    Tensor want = o.clone();
+    cpu_kernels().scale_attention_rows(cpu_stream(), dtype, B, n, h, d, want.raw_data(), weight.raw_data());
+    cpu_stream().synchronize();
+    Tensor got = o.to(gpu());
+    const Tensor g_weight = weight.to(gpu());
+    gpu_kernels().scale_attention_rows(gpu_stream(), dtype, B, n, h, d, got.raw_data(), g_weight.raw_data());
+    gpu_stream().synchronize();
+    require_near(got, want, forward_tolerance(dtype), name + " scaled rows");
+
+    const Tensor d_o = random_normal({B, n, h, d}, fresh_seed(702), dtype);
+    const Tensor d_lse = random_normal({B, h, n}, fresh_seed(703), dtype);
+    const Tensor g_o = o.to(gpu()), g_d_o = d_o.to(gpu()), g_d_lse = d_lse.to(gpu());
+    for (const bool with_d_lse : {false, true}) {
+      Tensor want_md = Tensor::empty({B, h, n}, dtype);
+      cpu_kernels().attention_minus_delta(cpu_stream(), dtype, B, n, h, d, d_o.raw_data(), o.raw_data(),
+                                          with_d_lse ? d_lse.raw_data() : nullptr, want_md.raw_data());
+      cpu_stream().synchronize();
+      Tensor md = Tensor::empty({B, h, n}, dtype, gpu());
+      gpu_kernels().attention_minus_delta(gpu_stream(), dtype, B, n, h, d, g_d_o.raw_data(), g_o.raw_data(),
+                                          with_d_lse ? g_d_lse.raw_data() : nullptr, md.raw_data());
+      gpu_stream().synchronize();
+      require_near(md, want_md, forward_tolerance(dtype), name + (with_d_lse ? " −D with d_lse" : " −D"));
+    }
+  }
+}
