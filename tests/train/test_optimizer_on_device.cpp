@@ -1,6 +1,8 @@
 // AdamW (with its EMA), gradient clipping and gradient accumulation on the test device
 // (src/core/test_device.h), whose memory the host cannot touch: they run through the kernel seam
-// and agree with the CPU bit for bit, and clipping reads nothing back on the host.
+// and agree with the CPU bit for bit, and clipping reads nothing back on the host. The parameters
+// and gradients are tests/support/optimizer_cases.cpp (tests/cuda/test_optimizer_on_cuda.cpp runs
+// the same cases on a GPU).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "src/core/test_device_streams.h"
+#include "support/optimizer_cases.h"
 #include "wallfacer/autograd/node.h"
 #include "wallfacer/core/stream.h"
 #include "wallfacer/core/tensor.h"
@@ -26,27 +29,8 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return x.dtype() == y.dtype() && x.shape() == y.shape() && std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
 }
 
-// Parameters of both dtypes, with and without weight decay (2-D and 1-D), and one without a grad.
-std::vector<Tensor> make_params(Device device) {
-  std::vector<Tensor> params = {Tensor::randn_at({5, 7}, 11, 0, DType::f32),
-                                Tensor::randn_at({7}, 11, 100, DType::f32),
-                                Tensor::randn_at({3, 4}, 11, 200, DType::f64),
-                                Tensor::randn_at({6}, 11, 300, DType::f64)};
-  for (Tensor& p : params) {
-    p = p.to(device);
-    p.set_requires_grad(true);
-  }
-  return params;
-}
-
-// The gradients of step `step`: large enough that clipping to 1 scales them.
-void set_grads(std::vector<Tensor>& params, int step, Device device, double scale = 3.0) {
-  for (std::size_t i = 0; i + 1 < params.size(); ++i) {  // the last one has none
-    const Tensor g = Tensor::randn_at(params[i].shape(), 23 + step, 1000 * i, params[i].dtype());
-    params[i].set_grad(g.to(device));
-    wf::train::scale_gradients({params[i]}, scale);
-  }
-}
+using wf::parity::make_params;
+using wf::parity::set_grads;
 
 // Asynchronous test-device streams for the scope: kernels run later, on worker threads.
 struct AsyncStreams {
