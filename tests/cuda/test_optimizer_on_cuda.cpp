@@ -6,7 +6,6 @@
 // nothing back on the host; a non-finite norm poisons the gradients and skips the update as on the
 // CPU.
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "support/optimizer_cases.h"
@@ -25,8 +24,6 @@ using wf::parity::make_params;
 using wf::parity::set_grads;
 
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Each parameter (and its gradient, where it has one) against the CPU's, in its own dtype's tolerance.
 void check_params(const std::vector<Tensor>& gpu, const std::vector<Tensor>& cpu) {
@@ -53,21 +50,14 @@ TEST_CASE("cuda: AdamW with EMA and clipping matches the CPU, reading nothing on
           "[cuda][train][optimizer]") {
   const Device gpu = wf::cuda_test::gpu();
   std::vector<Tensor> cpu = make_params(Device::cpu()), dev = make_params(gpu);
-  const wf::train::AdamWOptions options{.lr = 0.05, .weight_decay = 0.1, .ema_decay = 0.9};
-  wf::train::AdamW cpu_opt(cpu, options), dev_opt(dev, options);
+  wf::train::AdamW cpu_opt(cpu, wf::parity::adamw_options()), dev_opt(dev, wf::parity::adamw_options());
   for (int step = 0; step < 3; ++step) {
     CAPTURE(step);
-    set_grads(cpu, step, Device::cpu());
-    set_grads(dev, step, gpu);
-    const double cpu_norm = wf::train::clip_grad_norm(cpu, 1.0);
-    const std::int64_t before = wf::host_sync_count();
-    const Tensor dev_norm = wf::train::clip_grad_norm_on_device(dev, 1.0);
-    dev_opt.step();
-    CHECK(wf::host_sync_count() == before);  // clipping and the update read nothing on the host
-    cpu_opt.step();
-    CHECK(dev_norm.device() == gpu);
+    const wf::parity::ClippedStep r = wf::parity::clipped_step(cpu, cpu_opt, dev, dev_opt, gpu, step);
+    CHECK(r.device_host_syncs == 0);  // clipping and the update read nothing on the host
+    CHECK(r.device_norm.device() == gpu);
     // The norm sums f32 and f64 squares: f32's tolerance.
-    CHECK(std::abs(dev_norm.to(Device::cpu()).item() - cpu_norm) <= 1e-5 * cpu_norm);
+    CHECK(std::abs(r.device_norm.to(Device::cpu()).item() - r.cpu_norm) <= 1e-5 * r.cpu_norm);
     check_params(dev, cpu);  // the gradients clipped alike
   }
   check_states(dev_opt.state_dict(), cpu_opt.state_dict());
@@ -81,39 +71,28 @@ TEST_CASE("cuda: AdamW with EMA and clipping matches the CPU, reading nothing on
 }
 
 TEST_CASE("cuda: a non-finite gradient norm poisons the gradients as on the CPU", "[cuda][train][optimizer]") {
-  const Device gpu = wf::cuda_test::gpu();
-  std::vector<Tensor> cpu = make_params(Device::cpu()), dev = make_params(gpu);
-  set_grads(cpu, 0, Device::cpu(), kInf);
-  set_grads(dev, 0, gpu, kInf);
-  const double cpu_norm = wf::train::clip_grad_norm(cpu, 1.0);
-  const std::int64_t before = wf::host_sync_count();
-  const double dev_norm = wf::train::clip_grad_norm(dev, 1.0);
-  CHECK(wf::host_sync_count() == before + 1);  // the one read of the skip decision
-  CHECK(!std::isfinite(cpu_norm));
-  CHECK(std::isnan(dev_norm) == std::isnan(cpu_norm));
-  for (std::size_t i = 0; i + 1 < cpu.size(); ++i) {
+  const wf::parity::PoisonedClip r = wf::parity::poisoned_clip(wf::cuda_test::gpu());
+  CHECK(r.device_host_syncs == 1);  // the one read of the skip decision
+  CHECK(!std::isfinite(r.cpu_norm));
+  CHECK(std::isnan(r.device_norm) == std::isnan(r.cpu_norm));
+  for (std::size_t i = 0; i + 1 < r.cpu.size(); ++i) {
     CAPTURE(i);
-    CHECK(mismatch(dev[i].grad(), cpu[i].grad(), op_tolerance(cpu[i].dtype())) == "");
+    CHECK(mismatch(r.dev[i].grad(), r.cpu[i].grad(), op_tolerance(r.cpu[i].dtype())) == "");
   }
 }
 
 TEST_CASE("cuda: a non-finite gradient norm skips AdamW's update on the GPU, its step counts included",
           "[cuda][train][optimizer]") {
   const Device gpu = wf::cuda_test::gpu();
-  // Steps 0 and 2 are not finite: the first skipped step comes before any update (no state yet).
-  const double scales[] = {kInf, 3.0, std::numeric_limits<double>::quiet_NaN(), 0.5};
-  const wf::train::AdamWOptions options{.lr = 0.05, .weight_decay = 0.1, .ema_decay = 0.9};
+  const std::vector<double> scales = wf::parity::skip_scales();
   // The host-decided path on the CPU (the norm read, step() only when it is finite) against the GPU's.
   std::vector<Tensor> host = make_params(Device::cpu()), params = make_params(gpu);
-  wf::train::AdamW host_opt(host, options), opt(params, options);
+  wf::train::AdamW host_opt(host, wf::parity::adamw_options()), opt(params, wf::parity::adamw_options());
   for (int step = 0; step < 4; ++step) {
     CAPTURE(step);
-    set_grads(params, step, gpu, scales[step]);
-    const std::int64_t before = wf::host_sync_count();
-    opt.step(wf::train::clip_grad_norm_on_device(params, 1.0));
-    CHECK(wf::host_sync_count() == before);  // the skip is decided on the device
-    set_grads(host, step, Device::cpu(), scales[step]);
-    if (std::isfinite(wf::train::clip_grad_norm(host, 1.0))) host_opt.step();
+    // The skip is decided on the GPU: no host read.
+    CHECK(wf::parity::device_decided_step(params, opt, gpu, step, scales[step]) == 0);
+    wf::parity::host_decided_step(host, host_opt, step, scales[step]);
     if (step == 0) CHECK(opt.state_dict().empty());  // a skipped first step leaves no state to save
   }
   for (std::size_t i = 0; i < params.size(); ++i) {

@@ -16,9 +16,6 @@
 #include "support/sp_cases.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/parity_tolerance.h"
-#include "wallfacer/comm/process_grid.h"
-#include "wallfacer/comm/runtime.h"
-#include "wallfacer/parallel/sp_attention.h"
 #include "wallfacer/parallel/sp_strategy.h"
 
 using wf::Device;
@@ -59,15 +56,11 @@ TEST_CASE("cuda: block attention matches the CPU, with no host synchronisation",
 }
 
 TEST_CASE("cuda: ring, Ulysses and WallFacer at sp = 1 match the CPU", "[cuda][parallel][attention]") {
-  wf::comm::Runtime::init();  // a world of one: no mpirun needed
-  wf::comm::ParallelConfig config;
-  static wf::comm::CommGrid grid(wf::comm::ProcessGrid(config, 1, 0));
   const wf::parallel::SpStrategy strategy =
       GENERATE(wf::parallel::SpStrategy::ring, wf::parallel::SpStrategy::ulysses, wf::parallel::SpStrategy::wallfacer);
   const DType dtype = GENERATE(DType::f64, DType::f32, DType::bf16);
   INFO(wf::parallel::sp_strategy_name(strategy) << ", " << wf::dtype_name(dtype));
-  const wf::parallel::SpAttentionConfig sp{strategy, wf::parallel::SequenceLayout::zigzag, 8, true};
-  const auto attention = wf::parallel::make_sp_attention(sp, grid);
+  const auto attention = wf::parity::attention_at_sp1(strategy);
   const wf::parity::StrategyResult want = wf::parity::run_strategy(*attention, dtype, Device::cpu());
   const wf::parity::StrategyResult got = wf::parity::run_strategy(*attention, dtype, wf::cuda_test::gpu());
   CHECK(got.out.device() == wf::cuda_test::gpu());

@@ -17,10 +17,7 @@
 
 #include "src/core/test_device_streams.h"
 #include "support/sp_cases.h"
-#include "wallfacer/comm/process_grid.h"
-#include "wallfacer/comm/runtime.h"
 #include "wallfacer/core/tensor.h"
-#include "wallfacer/parallel/sp_attention.h"
 #include "wallfacer/parallel/sp_strategy.h"
 
 using wf::Device;
@@ -75,17 +72,13 @@ TEST_CASE("block attention on the test device gives the CPU's bits, with no host
 }
 
 TEST_CASE("ring, Ulysses and WallFacer at sp = 1 give the CPU's bits on the test device", "[parallel][test_device]") {
-  wf::comm::Runtime::init();  // a world of one: no mpirun needed
-  wf::comm::ParallelConfig config;
-  static wf::comm::CommGrid grid(wf::comm::ProcessGrid(config, 1, 0));
   const wf::parallel::SpStrategy strategy =
       GENERATE(wf::parallel::SpStrategy::ring, wf::parallel::SpStrategy::ulysses, wf::parallel::SpStrategy::wallfacer);
   const DType dtype = GENERATE(DType::f64, DType::f32, DType::bf16);
   const bool async = GENERATE(false, true);
   INFO(wf::parallel::sp_strategy_name(strategy) << ", " << wf::dtype_name(dtype)
                                                 << (async ? ", asynchronous streams" : ", inline streams"));
-  const wf::parallel::SpAttentionConfig sp{strategy, wf::parallel::SequenceLayout::zigzag, 8, true};
-  const auto attention = wf::parallel::make_sp_attention(sp, grid);
+  const auto attention = wf::parity::attention_at_sp1(strategy);
   const wf::parity::StrategyResult want = wf::parity::run_strategy(*attention, dtype, Device::cpu());
   AsyncScope scope(async);
   const wf::parity::StrategyResult got = wf::parity::run_strategy(*attention, dtype, Device::test());

@@ -6,9 +6,12 @@
 #include <utility>
 
 #include "kernels/backend.h"
+#include "wallfacer/comm/process_grid.h"
+#include "wallfacer/comm/runtime.h"
 #include "wallfacer/core/stream.h"
 #include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/ops/reduction.h"
+#include "wallfacer/parallel/sp_attention.h"
 
 namespace wf::parity {
 
@@ -54,6 +57,12 @@ BlockResult run_blocks(const BlockProblem& p, Device device, std::int64_t* host_
   }
   *host_syncs = host_sync_count() - before;
   return r;
+}
+
+std::shared_ptr<nn::AttentionStrategy> attention_at_sp1(parallel::SpStrategy strategy) {
+  comm::Runtime::init();
+  static comm::CommGrid grid(comm::ProcessGrid(comm::ParallelConfig{}, 1, 0));
+  return parallel::make_sp_attention({strategy, parallel::SequenceLayout::zigzag, 8, true}, grid);
 }
 
 StrategyResult run_strategy(nn::AttentionStrategy& strategy, DType dtype, Device device) {

@@ -4,12 +4,14 @@
 // and test_vocab_parallel_on_device.cpp (the test device, bit for bit) and
 // tests/cuda/test_sp_on_cuda.cpp (a GPU, within tolerances) share them.
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "wallfacer/core/tensor.h"
 #include "wallfacer/nn/attention_strategy.h"
 #include "wallfacer/parallel/block_attention.h"
+#include "wallfacer/parallel/sp_strategy.h"
 
 namespace wf::parity {
 
@@ -38,6 +40,9 @@ BlockResult run_blocks(const BlockProblem& p, Device device, std::int64_t* host_
 struct StrategyResult {
   Tensor out, lse, dq, dk, dv;
 };
+
+// `strategy` (zigzag, causal) over the sp group of a world of one (no mpirun needed).
+std::shared_ptr<nn::AttentionStrategy> attention_at_sp1(parallel::SpStrategy strategy);
 
 // Forward, then backward of Σ out·g_out + Σ lse·g_lse, through `strategy` on `device`.
 StrategyResult run_strategy(nn::AttentionStrategy& strategy, DType dtype, Device device);

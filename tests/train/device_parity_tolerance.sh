@@ -48,8 +48,9 @@ settings() {
   config=(--set parallel.dp=1 --set parallel.tp=1 --set parallel.pp=1 --set parallel.sp=1 --set parallel.C=1
           --set train.steps="$steps" --set train.log_every=1 --set train.eval_every=0 --set checkpoint.every=0)
   case "$1" in
-    gpt) config=("$root/configs/gpt-tiny.yaml" "${config[@]}" --set data.source=synthetic) data="synthetic tokens" ;;
-    llama) config=("$root/configs/llama-tiny.yaml" "${config[@]}" --set data.source=synthetic) data="synthetic tokens" ;;
+    gpt|llama)
+      config=("$root/configs/$1-tiny.yaml" "${config[@]}" --set data.source=synthetic)
+      data="synthetic tokens" ;;
     dit)
       config=("$root/configs/dit-fashion.yaml" "${config[@]}" --set data.source=synthetic) data="synthetic images"
       local dir="${WF_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}" split
@@ -72,7 +73,8 @@ run() {
   settings "$1"
   # shellcheck disable=SC2086 # WF_DEVICE_PARITY_SET: more --set arguments, split at spaces
   timeout "${WF_DEVICE_PARITY_TIMEOUT:-300}" "$exe" train "${config[@]}" --set train.dtype="$2" \
-    --set train.device="$3" --set checkpoint.dir="$dir/checkpoints" --set log.dir="$dir" ${WF_DEVICE_PARITY_SET:-} > "$dir/out.txt" 2>&1
+    --set train.device="$3" --set checkpoint.dir="$dir/checkpoints" --set log.dir="$dir" \
+    ${WF_DEVICE_PARITY_SET:-} > "$dir/out.txt" 2>&1
 }
 
 # compare MODEL DTYPE: prints "DTYPE: …" (how close) and succeeds, or "DTYPE: FAIL …" and fails.
