@@ -1,7 +1,9 @@
 // Tiny GPT, LLaMA and DiT models (tests/support/model_cases.cpp, which the test device runs bit for
 // bit) with parameters and batch on the GPU against the CPU, in f32 and in bf16 mixed precision
 // (f32 masters, bf16 compute): the decoders' logits, every model's loss and gradients, and the
-// parameters after one AdamW step from those gradients. Tolerances below, with why.
+// parameters after one AdamW step from those gradients. Tolerances below, with why. First the
+// models' own arithmetic (the timestep embedding, row selection, diffusion's noising and loss with
+// L_vb and its gradients, the DDIM sampler's clamp), in f32 within op_tolerance.
 #include <cmath>
 #include <map>
 #include <string>
@@ -102,6 +104,38 @@ ModelRun dit_run(DType compute, Device device) {
 }
 
 }  // namespace
+
+TEST_CASE("cuda: the timestep embedding, row selection and the DDIM sampler match the CPU",
+          "[cuda][models][dit]") {
+  const Device gpu = wf::cuda_test::gpu();
+  const Tolerance f32 = wf::cuda_test::op_tolerance(DType::f32);
+  const Tensor embedding = wf::parity::timestep_embedding_on(gpu);
+  CHECK(wf::cuda_test::mismatch(embedding, wf::parity::timestep_embedding_on(Device::cpu()), f32) == "");
+  const Tensor selected = wf::parity::selected_rows_on(gpu);
+  CHECK(selected.device() == gpu);
+  CHECK(wf::cuda_test::mismatch(selected, wf::parity::selected_rows_on(Device::cpu()), {}) == "");  // a gather: exact
+  const Tensor sample = wf::parity::ddim_sample_on(gpu);
+  CHECK(sample.device() == gpu);
+  CHECK(wf::cuda_test::mismatch(sample, wf::parity::ddim_sample_on(Device::cpu()), f32) == "");
+}
+
+TEST_CASE("cuda: diffusion noising, the loss with L_vb and its gradients match the CPU", "[cuda][models][dit]") {
+  const auto kind = GENERATE(wf::models::DiffusionKind::ddpm, wf::models::DiffusionKind::flow);
+  INFO(wf::models::diffusion_kind_name(kind));
+  const wf::parity::DiffusionRun gpu = wf::parity::diffusion_run(kind, wf::cuda_test::gpu());
+  const wf::parity::DiffusionRun cpu = wf::parity::diffusion_run(kind, Device::cpu());
+  const Tolerance f32 = wf::cuda_test::op_tolerance(DType::f32);
+  CHECK(gpu.x_t.device() == wf::cuda_test::gpu());
+  CHECK(wf::cuda_test::mismatch(gpu.x_t, cpu.x_t, f32) == "");
+  CHECK(wf::cuda_test::mismatch(gpu.x_t_host_times, cpu.x_t, f32) == "");
+  CHECK(wf::cuda_test::mismatch(gpu.model_times, cpu.model_times, f32) == "");
+  CHECK(wf::cuda_test::mismatch(gpu.loss, cpu.loss, f32) == "");
+  REQUIRE(gpu.loss_and_grads.size() == cpu.loss_and_grads.size());
+  for (std::size_t i = 0; i < cpu.loss_and_grads.size(); ++i) {
+    CAPTURE(i);  // the loss, the prediction's gradient, the variance's
+    CHECK(wf::cuda_test::mismatch(gpu.loss_and_grads[i], cpu.loss_and_grads[i], f32) == "");
+  }
+}
 
 TEST_CASE("cuda: tiny GPT and LLaMA logits match the CPU", "[cuda][models]") {
   const std::string kind = GENERATE("gpt", "llama");

@@ -8,6 +8,8 @@
 #include "wallfacer/autograd/grad_mode.h"
 #include "wallfacer/models/gpt.h"
 #include "wallfacer/models/llama.h"
+#include "wallfacer/nn/sincos_position.h"
+#include "wallfacer/nn/timestep_embedder.h"
 #include "wallfacer/ops/ops.h"
 
 namespace wf::parity {
@@ -83,6 +85,54 @@ std::map<std::string, Tensor> dit_loss(models::Dit& model, Device device, bool b
   loss.sum.backward();
   for (const auto& [name, p] : model.named_parameters()) out[name] = p.grad();
   return out;
+}
+
+Tensor timestep_embedding_on(Device device) {
+  const Tensor t = Tensor::from_vector(std::vector<double>{0, 17, 999, 250.5}, {4});
+  return nn::timestep_frequency_embedding(t.to(device), 256);
+}
+
+Tensor selected_rows_on(Device device) {
+  const Tensor x = Tensor::randn_at({2, 9, 4}, 5, 0);
+  const Tensor positions = Tensor::from_vector(std::vector<std::int64_t>{8, 0, 4}, {3});
+  return nn::select_rows(x.to(device), positions.to(device));
+}
+
+DiffusionRun diffusion_run(models::DiffusionKind kind, Device device) {
+  const Shape shape = {3, 2, 4, 4};
+  const Tensor x0 = Tensor::randn_at(shape, 1, 0), noise = Tensor::randn_at(shape, 2, 0);
+  const bool learn_sigma = kind == models::DiffusionKind::ddpm;
+  const models::Diffusion diffusion({.kind = kind, .learn_sigma = learn_sigma});
+  const std::vector<double> host_times =
+      learn_sigma ? std::vector<double>{0, 1, 999} : std::vector<double>{0.0, 0.5, 0.97};
+  const Tensor times = Tensor::from_vector(host_times, {3});
+  DiffusionRun run;
+  run.x_t = diffusion.noised(x0.to(device), noise.to(device), times.to(device));
+  run.x_t_host_times = diffusion.noised(x0.to(device), noise.to(device), host_times);
+  run.model_times = diffusion.model_times(times.to(device));
+  // The loss's inputs as the CPU makes them, so that only the loss itself runs on `device`.
+  const Tensor x_t = diffusion.noised(x0, noise, times), target = diffusion.target(x0, noise);
+  const Tensor prediction = Tensor::randn_at(shape, 3, 0), variance = tanh(Tensor::randn_at(shape, 4, 0));
+  run.loss = diffusion.loss_sum(prediction.to(device), learn_sigma ? variance.to(device) : Tensor(), target.to(device),
+                                x0.to(device), x_t.to(device), times.to(device));
+  Tensor leaf_prediction = prediction.to(device), leaf_variance;
+  leaf_prediction.set_requires_grad(true);
+  if (learn_sigma) {
+    leaf_variance = variance.to(device);
+    leaf_variance.set_requires_grad(true);
+  }
+  const Tensor loss = diffusion.loss_sum(leaf_prediction, leaf_variance, target.to(device), x0.to(device),
+                                         x_t.to(device), times.to(device));
+  loss.backward();
+  run.loss_and_grads = {loss, leaf_prediction.grad(), learn_sigma ? leaf_variance.grad() : Tensor::zeros({1})};
+  return run;
+}
+
+Tensor ddim_sample_on(Device device) {
+  const models::Diffusion diffusion({});
+  const Tensor noise = Tensor::randn_at({2, 1, 4, 4}, 6, 0);
+  const models::Diffusion::Denoiser model = [](const Tensor& x, const std::vector<double>&) { return scale(x, -3.0); };
+  return diffusion.sample(model, noise.to(device), 4, true);
 }
 
 }  // namespace wf::parity
