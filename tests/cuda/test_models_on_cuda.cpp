@@ -4,6 +4,7 @@
 // parameters after one AdamW step from those gradients. Tolerances below, with why. First the
 // models' own arithmetic (the timestep embedding, row selection, diffusion's noising and loss with
 // L_vb and its gradients, the DDIM sampler's clamp), in f32 within op_tolerance.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -21,6 +22,7 @@ using wf::cuda_test::Tolerance;
 namespace {
 
 constexpr double kLr = 1e-2;
+constexpr double kEps = 1e-8;  // the step's ε
 
 // What a model's comparison allows, by the dtype it computes in.
 // - f32: the loss within 1e-5 relative (the bound). A gradient crosses the two layers'
@@ -32,8 +34,9 @@ constexpr double kLr = 1e-2;
 //   round each op's result to bf16, and rarely on different sides); the parameters are f32
 //   masters stepped in f32, as above.
 // Where the CPU's gradient element lies within its bound of zero its sign is not determined at
-// that precision, and the first AdamW step moves the parameter by ±lr: those elements may differ
-// by 2·lr (sign_allowance).
+// that precision, and the first AdamW step moves the parameter by ±lr; within 100·ε (AdamW's
+// ε = 1e-8) of zero the step's size depends on the gradient's (d/dg of g/(|g| + ε) is ε/(|g| + ε)²).
+// Those elements may differ by 2·lr (sign_allowance).
 struct ModelTolerance {
   double loss;
   Tolerance grad, step;
@@ -53,13 +56,13 @@ struct ModelRun {
 ModelRun step_once(wf::nn::Module& model, const std::map<std::string, Tensor>& loss_and_grads) {
   ModelRun run;
   for (const auto& [name, t] : loss_and_grads) run.loss_and_grads[name] = t.defined() ? t.to(Device::cpu()) : t;
-  wf::train::AdamW optimizer(model.parameters(), {.lr = kLr, .weight_decay = 0.1});
+  wf::train::AdamW optimizer(model.parameters(), {.lr = kLr, .eps = kEps, .weight_decay = 0.1});
   optimizer.step();
   for (const auto& [name, p] : model.named_parameters()) run.stepped[name] = p.detach().to(Device::cpu());
   return run;
 }
 
-// 2·lr where |grad| lies within `tol` of zero (the first step's sign undetermined), else 0.
+// 2·lr where |grad| lies within `tol` or 100·ε of zero (the first step's sign or size undetermined), else 0.
 Tensor sign_allowance(const Tensor& grad, Tolerance tol) {
   const Tensor g = grad.to(DType::f64);
   Tensor allowance = Tensor::zeros(g.shape(), DType::f64);
@@ -67,7 +70,7 @@ Tensor sign_allowance(const Tensor& grad, Tolerance tol) {
   const double* gp = g.data<double>();
   double* ap = allowance.data<double>();
   for (std::int64_t i = 0; i < g.numel(); ++i) {
-    if (std::abs(gp[i]) <= tol.rtol * std::abs(gp[i]) + floor) ap[i] = 2 * kLr;
+    if (std::abs(gp[i]) <= std::max(tol.rtol * std::abs(gp[i]) + floor, 100 * kEps)) ap[i] = 2 * kLr;
   }
   return allowance;
 }
