@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <map>
 #include <sstream>
 #include <string>
 
@@ -102,17 +101,6 @@ inline std::string mismatch(const Tensor& got, const Tensor& want, Tolerance tol
       << tol.rtol << ", floor " << floor << " = " << tol.floor << " x max |CPU|"
       << (ap ? ", allowance " + std::to_string(ap[worst]) : std::string()) << ")";
   return out.str();
-}
-
-// mismatch() of every tensor of `want` against the same name in `got`, one CHECK each.
-inline void check_all_close(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want,
-                            Tolerance tol, const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  for (const auto& [name, t] : want) {
-    INFO(what << ": " << name);
-    REQUIRE(got.count(name) == 1);
-    CHECK(mismatch(got.at(name), t, tol) == "");
-  }
 }
 
 }  // namespace wf::cuda_test
