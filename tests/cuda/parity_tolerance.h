@@ -12,8 +12,6 @@
 //
 // with integer tensors (indices, counts, argmax) equal and every non-finite value where the CPU
 // has it (NaN where NaN, the same infinity), and only there.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
