@@ -14,7 +14,8 @@
 # synthetic tokens, DiT on Fashion-MNIST ($WF_FASHION_MNIST_DIR, default
 # /usr/share/datasets/fashion-mnist: the train split, else the t10k split, which is small enough to
 # take to a GPU machine; synthetic images without either), so nothing else needs to be there. The
-# runs' logs and metrics stay in WORK_DIR (default: a temporary directory, removed at the end).
+# runs' logs and metrics stay in WORK_DIR (default: a temporary directory, removed at the end when
+# every model passed).
 # WF_DEVICE_PARITY_SET adds --set arguments to every run (e.g. a smaller model for a quick try).
 # WF_DEVICE_PARITY_DEVICE=testdev compares the test device instead, which tries the harness on a
 # machine without a GPU.
@@ -36,9 +37,10 @@ for model in $models; do
   esac
 done
 [ -x "$exe" ] || { echo "$exe is not an executable (give the path of the wallfacer executable)" >&2; exit 2; }
+failed=0
 if [ -z "$work" ]; then
   work="$(mktemp -d)"
-  trap 'rm -rf "$work"' EXIT
+  trap '[ "$failed" = 0 ] && rm -rf "$work"' EXIT  # a failure's logs stay
 fi
 mkdir -p "$work"
 
@@ -110,7 +112,6 @@ print(f"{dtype} losses within {worst:.1e} relative (bound {bound:g}, worst at st
 PY
 }
 
-failed=0
 for model in $models; do
   start=$SECONDS
   settings "$model"
