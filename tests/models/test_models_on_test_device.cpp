@@ -2,23 +2,16 @@
 // the sampler's clamp) on the test device (Device::test(): its memory faults on any host touch
 // outside its kernels) against the CPU, bit for bit; then tiny DiT, GPT and LLaMA models with
 // parameters and inputs on the test device against the CPU: DiT's loss and the decoders' logits,
-// and every model's gradients, bit for bit.
+// and every model's gradients, bit for bit. The computations are tests/support/model_cases.cpp
+// (tests/cuda/test_models_on_cuda.cpp runs them on a GPU).
 #include <catch2/catch.hpp>
 
 #include <cstring>
-#include <map>
 #include <string>
 #include <vector>
 
-#include "models/model_testing.h"
-#include "wallfacer/autograd/grad_mode.h"
+#include "support/model_cases.h"
 #include "wallfacer/models/diffusion.h"
-#include "wallfacer/models/dit.h"
-#include "wallfacer/models/gpt.h"
-#include "wallfacer/models/llama.h"
-#include "wallfacer/nn/sincos_position.h"
-#include "wallfacer/nn/timestep_embedder.h"
-#include "wallfacer/ops/ops.h"
 
 using namespace wf;
 using namespace wf::models;
@@ -32,82 +25,13 @@ bool same_bits(const Tensor& a, const Tensor& b) {
          std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()) == 0;
 }
 
-Tensor on_test(const Tensor& t) { return t.to(Device::test()); }
-
-// Moves every parameter and buffer of `module` to `device` in place (the handles stay valid).
-void move_module(nn::Module& module, Device device) {
-  const auto move = [&](const Tensor& t) {
-    const Tensor moved = t.detach().to(device);
-    t.impl()->storage = moved.impl()->storage;
-    t.impl()->offset = moved.storage_offset();
-  };
-  for (const auto& [name, t] : module.named_parameters()) move(t);
-  for (const auto& [name, t] : module.named_buffers()) move(t);
-}
-
-// A tiny DiT (learn_sigma) with nonzero modulations and head on `device`: its loss on a fixed batch and, when
-// `backward`, every parameter's gradient.
-std::map<std::string, Tensor> tiny_dit_loss(Device device, bool backward) {
-  DitOptions o;
-  o.image_size = 8, o.in_channels = 2, o.patch_size = 2, o.d_model = 16, o.n_layer = 2, o.n_head = 2;
-  o.num_classes = 5, o.learn_sigma = true, o.seed = 3;
-  const Shape shape = {2, o.in_channels, o.image_size, o.image_size};
-  Batch batch;
-  batch.set("images", Tensor::randn_at(shape, 7, 0)).set("noise", Tensor::randn_at(shape, 8, 0));
-  batch.set("times", Tensor::from_vector(std::vector<double>{0, 613}, {2}));
-  batch.set("labels", Tensor::from_vector(std::vector<std::int64_t>{1, 5}, {2}));
-  batch.set("positions", models::testing::positions_of(o.num_patches()));
-  Dit model(o);
-  // Nonzero modulations and head (the published init zeroes them, and with them most gradients).
-  std::uint64_t offset = 0;
-  for (auto& [name, p] : model.named_parameters()) {
-    autograd::NoGradGuard no_grad;
-    p.copy_(scale(Tensor::randn_at(p.shape(), 11, offset, p.dtype()), 0.3));
-    offset += static_cast<std::uint64_t>(p.numel());
-  }
-  move_module(model, device);
-  Batch on_device;
-  for (const std::string key : {"images", "noise", "times", "labels", "positions"}) {
-    on_device.set(key, batch.at(key).to(device));
-  }
-  const LossSum loss = model.loss_sum(on_device);
-  std::map<std::string, Tensor> out = {{"loss", loss.sum}};
-  if (!backward) return out;
-  loss.sum.backward();
-  for (const auto& [name, p] : model.named_parameters()) out[name] = p.grad();
-  return out;
-}
-
-// A decoder's loss sum on a fixed batch with parameters and batch on `device`, and every
-// parameter's gradient.
-std::map<std::string, Tensor> decoder_loss(DecoderLM& model, Device device) {
-  const Tensor tokens = models::testing::random_ids(2, 8, model.vocab_size(), 5);
-  const Tensor targets = models::testing::random_ids(2, 8, model.vocab_size(), 6);
-  move_module(model, device);
-  const LossSum loss =
-      model.loss_sum(token_batch(tokens.to(device), targets.to(device), models::testing::positions_of(8).to(device)));
-  std::map<std::string, Tensor> out = {{"loss", loss.sum}};
-  loss.sum.backward();
-  for (const auto& [name, p] : model.named_parameters()) out[name] = p.grad();
-  return out;
-}
-
-std::unique_ptr<DecoderLM> tiny_decoder(const std::string& kind) {
-  if (kind == "gpt") {
-    return std::make_unique<Gpt>(
-        GptOptions{.vocab_size = 32, .max_seq_len = 16, .n_layer = 2, .n_head = 4, .d_model = 16, .seed = 7});
-  }
-  return std::make_unique<Llama>(LlamaOptions{.vocab_size = 40, .max_seq_len = 16, .n_layer = 2, .n_head = 4,
-                                              .n_kv_head = 2, .d_model = 16, .d_ff = 24, .seed = 3});
-}
-
 // Loss and gradients of fresh tiny GPT and LLaMA models on the test device and on the CPU,
 // compared bitwise.
 void check_decoders_on_test_device() {
   for (const std::string kind : {"gpt", "llama"}) {
     INFO(kind);
-    const auto cpu = decoder_loss(*tiny_decoder(kind), Device::cpu());
-    const auto dev = decoder_loss(*tiny_decoder(kind), Device::test());
+    const auto cpu = wf::parity::decoder_loss(*wf::parity::tiny_decoder(kind), Device::cpu());
+    const auto dev = wf::parity::decoder_loss(*wf::parity::tiny_decoder(kind), Device::test());
     for (const auto& [name, t] : cpu) {
       INFO(name);
       CHECK(same_bits(dev.at(name), t));
@@ -121,10 +45,7 @@ TEST_CASE("test device: tiny GPT and LLaMA logits match the CPU bitwise", "[mode
   for (const std::string kind : {"gpt", "llama"}) {
     INFO(kind);
     const auto logits = [&](Device device) {
-      const std::unique_ptr<DecoderLM> model = tiny_decoder(kind);
-      move_module(*model, device);
-      const Tensor ids = models::testing::random_ids(2, 8, model->vocab_size(), 5).to(device);
-      return model->logits(ids, models::testing::positions_of(8).to(device));
+      return wf::parity::decoder_logits(*wf::parity::tiny_decoder(kind), device);
     };
     CHECK(same_bits(logits(Device::test()), logits(Device::cpu())));
   }
@@ -138,87 +59,50 @@ TEST_CASE("test device: tiny GPT and LLaMA losses and gradients match the CPU bi
 }
 
 TEST_CASE("test device: the timestep embedding and row selection match the CPU bitwise", "[models][testdev]") {
-  const Tensor t = Tensor::from_vector(std::vector<double>{0, 17, 999, 250.5}, {4});
-  CHECK(same_bits(nn::timestep_frequency_embedding(on_test(t), 256), nn::timestep_frequency_embedding(t, 256)));
-  const Tensor x = Tensor::randn_at({2, 9, 4}, 5, 0);
-  const Tensor positions = Tensor::from_vector(std::vector<std::int64_t>{8, 0, 4}, {3});
-  const Tensor selected = nn::select_rows(on_test(x), on_test(positions));
+  CHECK(same_bits(wf::parity::timestep_embedding_on(Device::test()), wf::parity::timestep_embedding_on(Device::cpu())));
+  const Tensor selected = wf::parity::selected_rows_on(Device::test());
   CHECK(selected.device() == Device::test());
-  CHECK(same_bits(selected, nn::select_rows(x, positions)));
+  CHECK(same_bits(selected, wf::parity::selected_rows_on(Device::cpu())));
 }
 
 TEST_CASE("test device: diffusion noising, the loss with L_vb and its gradient match the CPU bitwise",
           "[models][testdev]") {
-  const Shape shape = {3, 2, 4, 4};
-  const Tensor x0 = Tensor::randn_at(shape, 1, 0), noise = Tensor::randn_at(shape, 2, 0);
   for (const DiffusionKind kind : {DiffusionKind::ddpm, DiffusionKind::flow}) {
     INFO(diffusion_kind_name(kind));
-    const bool learn_sigma = kind == DiffusionKind::ddpm;
-    const Diffusion diffusion({.kind = kind, .learn_sigma = learn_sigma});
-    const std::vector<double> host_times =
-        kind == DiffusionKind::ddpm ? std::vector<double>{0, 1, 999} : std::vector<double>{0.0, 0.5, 0.97};
-    const Tensor times = Tensor::from_vector(host_times, {3});
-    const Tensor x_t = diffusion.noised(x0, noise, times);
-    const Tensor x_t_dev = diffusion.noised(on_test(x0), on_test(noise), on_test(times));
-    CHECK(x_t_dev.device() == Device::test());
-    CHECK(same_bits(x_t_dev, x_t));
-    CHECK(same_bits(diffusion.noised(x0, noise, host_times), x_t));  // the host-times overload
-    CHECK(same_bits(diffusion.model_times(on_test(times)), diffusion.model_times(times)));
-
-    const Tensor target = diffusion.target(x0, noise);
-    const Tensor prediction = Tensor::randn_at(shape, 3, 0), variance = wf::tanh(Tensor::randn_at(shape, 4, 0));
-    const auto loss_on = [&](Device device) {
-      return diffusion.loss_sum(prediction.to(device), learn_sigma ? variance.to(device) : Tensor(), target.to(device),
-                                x0.to(device), x_t.to(device), times.to(device));
-    };
-    CHECK(same_bits(loss_on(Device::test()), loss_on(Device::cpu())));
+    const wf::parity::DiffusionRun cpu = wf::parity::diffusion_run(kind, Device::cpu());
+    const wf::parity::DiffusionRun dev = wf::parity::diffusion_run(kind, Device::test());
+    CHECK(dev.x_t.device() == Device::test());
+    CHECK(same_bits(dev.x_t, cpu.x_t));
+    CHECK(same_bits(dev.x_t_host_times, cpu.x_t));  // the host-times overload
+    CHECK(same_bits(cpu.x_t_host_times, cpu.x_t));
+    CHECK(same_bits(dev.model_times, cpu.model_times));
+    CHECK(same_bits(dev.loss, cpu.loss));
   }
 }
 
 TEST_CASE("test device: the diffusion loss's gradients match the CPU bitwise", "[models][testdev]") {
-  const Shape shape = {3, 2, 4, 4};
-  const Tensor x0 = Tensor::randn_at(shape, 1, 0), noise = Tensor::randn_at(shape, 2, 0);
   for (const DiffusionKind kind : {DiffusionKind::ddpm, DiffusionKind::flow}) {
     INFO(diffusion_kind_name(kind));
-    const bool learn_sigma = kind == DiffusionKind::ddpm;
-    const Diffusion diffusion({.kind = kind, .learn_sigma = learn_sigma});
-    const Tensor times = Tensor::from_vector(
-        kind == DiffusionKind::ddpm ? std::vector<double>{0, 1, 999} : std::vector<double>{0.0, 0.5, 0.97}, {3});
-    const Tensor x_t = diffusion.noised(x0, noise, times), target = diffusion.target(x0, noise);
-    const auto loss_and_grads = [&](Device device) {
-      Tensor prediction = Tensor::randn_at(shape, 3, 0).to(device), variance;
-      prediction.set_requires_grad(true);
-      if (learn_sigma) {
-        variance = wf::tanh(Tensor::randn_at(shape, 4, 0)).to(device);
-        variance.set_requires_grad(true);
-      }
-      const Tensor loss = diffusion.loss_sum(prediction, variance, target.to(device), x0.to(device), x_t.to(device),
-                                             times.to(device));
-      loss.backward();
-      return std::vector<Tensor>{loss, prediction.grad(), learn_sigma ? variance.grad() : Tensor::zeros({1})};
-    };
-    const std::vector<Tensor> cpu = loss_and_grads(Device::cpu()), dev = loss_and_grads(Device::test());
+    const std::vector<Tensor> cpu = wf::parity::diffusion_run(kind, Device::cpu()).loss_and_grads;
+    const std::vector<Tensor> dev = wf::parity::diffusion_run(kind, Device::test()).loss_and_grads;
     for (std::size_t i = 0; i < cpu.size(); ++i) CHECK(same_bits(dev[i], cpu[i]));
   }
 }
 
 TEST_CASE("test device: the DDIM sampler with clipping matches the CPU bitwise", "[models][testdev]") {
-  const Diffusion diffusion({});
-  const Tensor noise = Tensor::randn_at({2, 1, 4, 4}, 6, 0);
-  // A denoiser that overshoots, so the clamp to [−1, 1] bites.
-  const Diffusion::Denoiser model = [](const Tensor& x, const std::vector<double>&) { return scale(x, -3.0); };
-  const Tensor on_cpu = diffusion.sample(model, noise, 4, true);
-  const Tensor on_dev = diffusion.sample(model, on_test(noise), 4, true);
+  const Tensor on_dev = wf::parity::ddim_sample_on(Device::test());
   CHECK(on_dev.device() == Device::test());
-  CHECK(same_bits(on_dev, on_cpu));
+  CHECK(same_bits(on_dev, wf::parity::ddim_sample_on(Device::cpu())));
 }
 
 TEST_CASE("test device: a tiny DiT's loss matches the CPU bitwise", "[models][testdev]") {
-  CHECK(same_bits(tiny_dit_loss(Device::test(), false).at("loss"), tiny_dit_loss(Device::cpu(), false).at("loss")));
+  CHECK(same_bits(wf::parity::dit_loss(*wf::parity::tiny_dit(), Device::test(), false).at("loss"),
+                  wf::parity::dit_loss(*wf::parity::tiny_dit(), Device::cpu(), false).at("loss")));
 }
 
 TEST_CASE("test device: a tiny DiT's gradients match the CPU bitwise", "[models][testdev]") {
-  const auto cpu = tiny_dit_loss(Device::cpu(), true), dev = tiny_dit_loss(Device::test(), true);
+  const auto cpu = wf::parity::dit_loss(*wf::parity::tiny_dit(), Device::cpu(), true);
+  const auto dev = wf::parity::dit_loss(*wf::parity::tiny_dit(), Device::test(), true);
   for (const auto& [name, t] : cpu) {
     INFO(name);
     CHECK(same_bits(dev.at(name), t));

@@ -12,7 +12,15 @@
 # WallFacer C 1 and 2, the hybrid), tp, pp (1F1B and interleaved), dp with ZeRO-2, each pair of
 # dimensions, bf16, activation checkpointing, and a save + resume; LLaMA and DiT a few layouts each.
 # WF_DEVICE_PARITY_ONLY=NAME runs one case (its name as printed).
+#
+# With WF_DEVICE_PARITY_DEVICE=cuda it is the GPU's parity run instead (each model's preset trained
+# on a GPU beside the CPU, within tolerances): tests/train/device_parity_tolerance.sh says how.
+#
+#   WF_DEVICE_PARITY_DEVICE=cuda tests/train/device_parity_test.sh gpt|llama|dit|all WALLFACER_EXE [WORK_DIR]
 set -euo pipefail
+if [ -n "${WF_DEVICE_PARITY_DEVICE:-}" ]; then
+  exec bash "$(dirname "${BASH_SOURCE[0]}")/device_parity_tolerance.sh" "$@"
+fi
 model="$1"; exe="$2"; mpiexec="$3"; shift 3
 flags=("$@")
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

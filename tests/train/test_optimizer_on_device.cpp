@@ -1,14 +1,16 @@
 // AdamW (with its EMA), gradient clipping and gradient accumulation on the test device
 // (src/core/test_device.h), whose memory the host cannot touch: they run through the kernel seam
-// and agree with the CPU bit for bit, and clipping reads nothing back on the host.
+// and agree with the CPU bit for bit, and clipping reads nothing back on the host. The parameters
+// and gradients are tests/support/optimizer_cases.cpp (tests/cuda/test_optimizer_on_cuda.cpp runs
+// the same cases on a GPU).
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "src/core/test_device_streams.h"
+#include "support/optimizer_cases.h"
 #include "wallfacer/autograd/node.h"
 #include "wallfacer/core/stream.h"
 #include "wallfacer/core/tensor.h"
@@ -26,27 +28,8 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return x.dtype() == y.dtype() && x.shape() == y.shape() && std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
 }
 
-// Parameters of both dtypes, with and without weight decay (2-D and 1-D), and one without a grad.
-std::vector<Tensor> make_params(Device device) {
-  std::vector<Tensor> params = {Tensor::randn_at({5, 7}, 11, 0, DType::f32),
-                                Tensor::randn_at({7}, 11, 100, DType::f32),
-                                Tensor::randn_at({3, 4}, 11, 200, DType::f64),
-                                Tensor::randn_at({6}, 11, 300, DType::f64)};
-  for (Tensor& p : params) {
-    p = p.to(device);
-    p.set_requires_grad(true);
-  }
-  return params;
-}
-
-// The gradients of step `step`: large enough that clipping to 1 scales them.
-void set_grads(std::vector<Tensor>& params, int step, Device device, double scale = 3.0) {
-  for (std::size_t i = 0; i + 1 < params.size(); ++i) {  // the last one has none
-    const Tensor g = Tensor::randn_at(params[i].shape(), 23 + step, 1000 * i, params[i].dtype());
-    params[i].set_grad(g.to(device));
-    wf::train::scale_gradients({params[i]}, scale);
-  }
-}
+using wf::parity::make_params;
+using wf::parity::set_grads;
 
 // Asynchronous test-device streams for the scope: kernels run later, on worker threads.
 struct AsyncStreams {
@@ -61,19 +44,13 @@ TEST_CASE("AdamW with EMA and clipping on the test device matches the CPU bit fo
   CAPTURE(async);
   const AsyncStreams streams(async);
   std::vector<Tensor> cpu = make_params(Device::cpu()), dev = make_params(Device::test());
-  const wf::train::AdamWOptions options{.lr = 0.05, .weight_decay = 0.1, .ema_decay = 0.9};
+  const wf::train::AdamWOptions options = wf::parity::adamw_options();
   wf::train::AdamW cpu_opt(cpu, options), dev_opt(dev, options);
   for (int step = 0; step < 3; ++step) {
-    set_grads(cpu, step, Device::cpu());
-    set_grads(dev, step, Device::test());
-    const double cpu_norm = wf::train::clip_grad_norm(cpu, 1.0);
-    const std::int64_t before = wf::host_sync_count();
-    const Tensor dev_norm = wf::train::clip_grad_norm_on_device(dev, 1.0);
-    dev_opt.step();
-    CHECK(wf::host_sync_count() == before);  // clipping and the update read nothing on the host
-    cpu_opt.step();
-    CHECK(dev_norm.device() == Device::test());
-    CHECK(dev_norm.to(Device::cpu()).item() == cpu_norm);
+    const wf::parity::ClippedStep r = wf::parity::clipped_step(cpu, cpu_opt, dev, dev_opt, Device::test(), step);
+    CHECK(r.device_host_syncs == 0);  // clipping and the update read nothing on the host
+    CHECK(r.device_norm.device() == Device::test());
+    CHECK(r.device_norm.to(Device::cpu()).item() == r.cpu_norm);
     for (std::size_t i = 0; i < cpu.size(); ++i) {
       CAPTURE(step, i);
       CHECK(same_bits(dev[i], cpu[i]));
@@ -97,16 +74,11 @@ TEST_CASE("AdamW with EMA and clipping on the test device matches the CPU bit fo
 
 TEST_CASE("a non-finite gradient norm stays on the test device and poisons the gradients as on the CPU",
           "[train][optimizer][testdev]") {
-  std::vector<Tensor> cpu = make_params(Device::cpu()), dev = make_params(Device::test());
-  set_grads(cpu, 0, Device::cpu(), std::numeric_limits<double>::infinity());
-  set_grads(dev, 0, Device::test(), std::numeric_limits<double>::infinity());
-  const double cpu_norm = wf::train::clip_grad_norm(cpu, 1.0);
-  const std::int64_t before = wf::host_sync_count();
-  const double dev_norm = wf::train::clip_grad_norm(dev, 1.0);
-  CHECK(wf::host_sync_count() == before + 1);  // the one read of the skip decision
-  CHECK(!std::isfinite(cpu_norm));
-  CHECK(std::isnan(dev_norm) == std::isnan(cpu_norm));
-  for (std::size_t i = 0; i + 1 < cpu.size(); ++i) CHECK(same_bits(dev[i].grad(), cpu[i].grad()));
+  const wf::parity::PoisonedClip r = wf::parity::poisoned_clip(Device::test());
+  CHECK(r.device_host_syncs == 1);  // the one read of the skip decision
+  CHECK(!std::isfinite(r.cpu_norm));
+  CHECK(std::isnan(r.device_norm) == std::isnan(r.cpu_norm));
+  for (std::size_t i = 0; i + 1 < r.cpu.size(); ++i) CHECK(same_bits(r.dev[i].grad(), r.cpu[i].grad()));
 }
 
 TEST_CASE("a non-finite gradient norm skips AdamW's update on the device, its step counts included",
@@ -114,10 +86,8 @@ TEST_CASE("a non-finite gradient norm skips AdamW's update on the device, its st
   const bool async = GENERATE(false, true);
   CAPTURE(async);
   const AsyncStreams streams(async);
-  // Steps 0 and 2 are not finite: the first skipped step comes before any update (no state yet).
-  const double scales[] = {std::numeric_limits<double>::infinity(), 3.0, std::numeric_limits<double>::quiet_NaN(),
-                           0.5};
-  const wf::train::AdamWOptions options{.lr = 0.05, .weight_decay = 0.1, .ema_decay = 0.9};
+  const std::vector<double> scales = wf::parity::skip_scales();
+  const wf::train::AdamWOptions options = wf::parity::adamw_options();
   // The host-decided path (the norm read, step() only when it is finite) against the device's.
   std::vector<Tensor> host = make_params(Device::cpu());
   wf::train::AdamW host_opt(host, options);
@@ -127,14 +97,9 @@ TEST_CASE("a non-finite gradient norm skips AdamW's update on the device, its st
     wf::train::AdamW opt(params, options);
     for (int step = 0; step < 4; ++step) {
       CAPTURE(step);
-      set_grads(params, step, device, scales[step]);
-      const std::int64_t before = wf::host_sync_count();
-      opt.step(wf::train::clip_grad_norm_on_device(params, 1.0));
-      CHECK(wf::host_sync_count() == before);  // the skip is decided on the device
-      if (device.is_cpu()) {
-        set_grads(host, step, Device::cpu(), scales[step]);
-        if (std::isfinite(wf::train::clip_grad_norm(host, 1.0))) host_opt.step();
-      }
+      // The skip is decided on the device: no host read.
+      CHECK(wf::parity::device_decided_step(params, opt, device, step, scales[step]) == 0);
+      if (device.is_cpu()) wf::parity::host_decided_step(host, host_opt, step, scales[step]);
       if (step == 0) CHECK(opt.state_dict().empty());  // a skipped first step leaves no state to save
     }
     for (std::size_t i = 0; i < params.size(); ++i) {
