@@ -3,6 +3,8 @@
 #include "kernels/cuda/cuda_kernels.h"
 
 #include "kernels/builtin_backends.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/inventory.h"
 
 namespace wf::kernels {
 namespace cuda {
@@ -22,6 +24,24 @@ int CudaKernels::replicated_choice(std::string& reason) {
   return 0;
 }
 void CudaKernels::adopt_replicated_choice(int, const std::string&) {}
+
+std::vector<std::string> cuda_kernel_inventory() {
+  return {
+      "gemm: cuBLASLt (" + cuda_gemm_description() + "), bias epilogue for linear",
+      "attention: flash-attention forward and backward with lse, causal/full, GQA (f32, f64 SIMT; bf16 forward "
+      "on tensor cores through WMMA), the lse merge and the sp pieces",
+      "elementwise: broadcasting binary ops, GELU/SiLU/exp/ln/tanh and their backwards, dropout (Philox, the CPU's "
+      "masks), bias and residual adds, scaling",
+      "movement: gather, strided block copies, row selection, Ulysses message blocks",
+      "reduce: sums, means, max/argmax, step totals, counts, gradient-norm clipping (deterministic, no float "
+      "atomics)",
+      "norm: softmax and log-softmax, LayerNorm and RMSNorm forward/backward",
+      "cross_entropy: fused softmax cross-entropy and the vocabulary-parallel partials",
+      "embedding: embedding forward/backward (sorted, deterministic), RoPE",
+      "diffusion: noising, L_vb, timestep embedding",
+      "optimizer: AdamW with f32 masters, the update skipped on the device for a non-finite norm, EMA",
+  };
+}
 
 }  // namespace cuda
 

@@ -23,6 +23,9 @@
 #include "wallfacer/core/cuda_info.h"
 #include "wallfacer/core/storage.h"
 #include "wallfacer/core/threading.h"
+#if WF_HAVE_CUDA
+#include "kernels/cuda/inventory.h"
+#endif
 
 namespace wf::cli {
 namespace {
@@ -52,9 +55,9 @@ std::string mpi_library_version() {
   return version;
 }
 
-// A CUDA toolkit found at build time gives device discovery and the NCCL communication backend,
-// but no compute backend (there are no CUDA kernels yet): say so, so that nobody takes a listed
-// GPU for one that trains.
+// The CUDA backend compiled in (kernels/cuda, src/core/cuda): what computes, the libraries and
+// their versions, the devices and the allocator's memory on them. Nothing here starts a CUDA
+// context unless a device is visible.
 Json cuda_facts() {
   Json cuda;
   if (!WF_HAVE_CUDA) {
@@ -63,15 +66,26 @@ Json cuda_facts() {
     return cuda;
   }
   cuda["toolkit"] = WF_CUDA_TOOLKIT_VERSION;
-  cuda["use"] = fmt::format("device discovery and communication ({}); no CUDA compute backend is built, so "
-                            "tensors and kernels run on the CPU",
-                            WF_BUILT_WITH_NCCL ? "NCCL" : "no NCCL found");
+  cuda["use"] = fmt::format("compute (train.device: cuda or auto) and communication: MPI through pinned host memory{}",
+                            WF_BUILT_WITH_NCCL ? "; NCCL built in" : "; no NCCL found");
   const std::string runtime = cuda_runtime_version(), driver = cuda_driver_version();
   cuda["runtime"] = runtime.empty() ? Json() : Json(runtime);
   cuda["driver"] = driver.empty() ? Json() : Json(driver);
+#if WF_HAVE_CUDA
+  cuda["kernels"] = kernels::cuda::cuda_kernel_inventory();
+#endif
   std::string error;
   cuda["devices"] = cuda_devices(&error);
-  if (cuda["devices"].empty()) cuda["error"] = "no CUDA devices found (" + error + ")";
+  if (cuda["devices"].empty()) {
+    cuda["error"] = "no CUDA devices found (" + error + ")";
+  } else {
+    // This process's allocations so far (none yet in `info` itself: the fields metrics.jsonl
+    // reports per step, allocated = in tensors, reserved = that plus the pool's cache).
+    const MemoryStats memory = memory_stats(Device::cuda());
+    cuda["memory"]["allocated_bytes"] = memory.live_bytes;
+    cuda["memory"]["reserved_bytes"] = memory.live_bytes + memory.cached_bytes;
+    cuda["memory"]["peak_bytes"] = memory.peak_bytes;
+  }
   return cuda;
 }
 
@@ -81,8 +95,8 @@ Json collect_info() {
   info["build_type"] = WF_BUILD_TYPE;
   info["compiler"] = WF_CXX_COMPILER;
   info["sanitizers"] = split_commas(WF_SANITIZERS);
-  // The compute backends built: the CPU one only, with or without a CUDA toolkit (see cuda.use).
-  info["backends"] = std::vector<std::string>{"cpu"};
+  // The compute backends built (the test device is every build's, for tests: docs/devices.md).
+  info["backends"] = WF_HAVE_CUDA ? std::vector<std::string>{"cpu", "cuda"} : std::vector<std::string>{"cpu"};
   info["blas"] = blas_info();
   info["onednn"] = kernels::cpu::onednn_info();
   // The GEMM backend products run and why (WF_CPU_GEMM, or a ~50 ms measurement made now).
