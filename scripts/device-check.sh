@@ -110,6 +110,44 @@ extract_tar_xz() {
 }
 
 # ---- setup -----------------------------------------------------------------------------------------
+# Our binaries (and mpirun) run as "${wf[@]}" COMMAND: with the prefix's and the machine's CUDA
+# libraries, which nothing else (python3, PyTorch) sees. With WF_DEVICE_CHECK_HIDE_SYSTEM=1 (a
+# test of the pack on a Debian machine, as root) they run in a mount namespace of their own in
+# which this machine's copies of every packed package's files read as empty, as on an image
+# without them: a library missing from the pack, or a path not relocated, then fails the run.
+set_wf() {
+  wf=(env LD_LIBRARY_PATH="$WF_LD")
+  [[ ${WF_DEVICE_CHECK_HIDE_SYSTEM:-0} == 1 ]] && wf+=(unshare -m --propagation private "$work/hide.sh")
+}
+hide_system_copies() {
+  # The packages whose libraries our binaries load on this machine (ldd, dpkg -S), decided without
+  # looking at the pack, so that a package the pack lacks shows; glibc, the C++ runtime and CUDA
+  # stay (the GPU machine has its own), Open MPI's launcher and plugins and PMIx are added.
+  local so path pkg real p
+  {
+    printf '%s\n' openmpi-bin openmpi-common libopenmpi3 libpmix2
+    LD_LIBRARY_PATH="$prefix/wf/lib" ldd "$bin"/* "$prefix"/wf/lib/* | awk '/=> \//{print $1, $3}' | sort -u |
+      while read -r so path; do
+        [[ $so =~ ^(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libwallfacer)\.so ]] && continue
+        real="$(readlink -f "$path")"
+        for p in "$path" "$real" "${real#/usr}"; do  # dpkg knows /lib or /usr/lib (Debian 12 merges them)
+          dpkg -S "$p" 2>/dev/null | head -1 | cut -d: -f1 | grep . && break
+        done
+      done
+  } | sort -u | grep . > "$work/hidden-packages.txt"
+  while read -r pkg; do
+    dpkg -L "$pkg" 2>/dev/null | grep -vE "^/usr/share/(doc|man)/" |
+      while read -r path; do [[ -f $path && ! -L $path ]] && echo "$path"; done
+  done < "$work/hidden-packages.txt" | sort -u > "$work/hidden.txt"
+  cat > "$work/hide.sh" <<HIDE
+#!/bin/bash
+while read -r f; do mount --bind /dev/null "\$f" || exit 1; done < "$work/hidden.txt"
+exec "\$@"
+HIDE
+  chmod +x "$work/hide.sh"
+  echo "WF_DEVICE_CHECK_HIDE_SYSTEM=1: our binaries run with this machine's copies of these packages hidden" \
+    "($(wc -l < "$work/hidden.txt") files): $(xargs < "$work/hidden-packages.txt")"
+}
 setup() {
   phase "setup: unpack $pack into $prefix, find the libraries"
   if [[ ! -f $pack/build.tar.xz ]]; then
@@ -122,6 +160,7 @@ setup() {
   for f in "$pack"/debs/*.deb; do extract_deb "$f" "$prefix/root" || { result ERROR setup "unpacking $f failed"; return 1; }; done
   for f in "$pack"/debs/fallback/*.deb; do extract_deb "$f" "$prefix/fallback" || return 1; done
   extract_tar_xz "$pack/build.tar.xz" "$prefix/wf" || { result ERROR setup "unpacking build.tar.xz failed"; return 1; }
+  [[ ${WF_DEVICE_CHECK_HIDE_SYSTEM:-0} == 1 ]] && hide_system_copies
 
   local dirs=("$prefix/wf/lib")
   for d in usr/lib/x86_64-linux-gnu lib/x86_64-linux-gnu usr/lib/x86_64-linux-gnu/openblas-pthread \
@@ -151,18 +190,25 @@ PY
   echo "library folders for CUDA, cuBLAS, cuDNN, NCCL (in this order):"
   printf '  %s\n' "${cuda_dirs[@]}"
   WF_LD="$(IFS=:; echo "${dirs[*]}:${cuda_dirs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  set_wf
 
   # The image's libstdc++ / libgcc only if ours need newer versions than it has.
   local ldd_out
-  ldd_out="$(wfenv ldd "$bin"/* "$prefix"/wf/lib/* 2>&1)"
+  ldd_out="$("${wf[@]}" ldd "$bin"/* "$prefix"/wf/lib/* 2>&1)"
   if grep -q "version .* not found" <<<"$ldd_out"; then
     echo "the image's C++ runtime is older than the build's: using the packed libstdc++/libgcc"
     WF_LD="$prefix/fallback/usr/lib/x86_64-linux-gnu:$prefix/fallback/lib/x86_64-linux-gnu:$WF_LD"
-    ldd_out="$(wfenv ldd "$bin"/* "$prefix"/wf/lib/* 2>&1)"
+    set_wf
+    ldd_out="$("${wf[@]}" ldd "$bin"/* "$prefix"/wf/lib/* 2>&1)"
   fi
   if grep -qE "not found" <<<"$ldd_out"; then
     grep -E "^/|not found" <<<"$ldd_out"
     result ERROR setup "libraries not found (above): the pack lacks a package, or the image lacks a CUDA library"
+    return 1
+  fi
+  local started
+  if ! started="$("${wf[@]}" "$bin/wallfacer" --version 2>&1)"; then
+    result ERROR setup "our wallfacer does not start: $started"
     return 1
   fi
   echo "our binaries load (ldd):"
@@ -180,20 +226,19 @@ PY
   export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
   mpirun=("$prefix/root/usr/bin/orterun")  # local ranks inherit its environment
   local hosts system
-  hosts="$(wfenv timed 30 "${mpirun[@]}" -np 2 uname -n 2>&1)" ||
+  hosts="$(timed 30 "${wf[@]}" "${mpirun[@]}" -np 2 uname -n 2>&1)" ||
     { echo "$hosts"; result ERROR setup "the relocated mpirun -np 2 uname -n failed"; return 1; }
   # Which Open MPI mpirun loaded: its own memory map names the plugin files.
   # shellcheck disable=SC2016  # $PPID is the rank's parent, mpirun: expanded by the rank's shell
-  system="$(wfenv timed 30 "${mpirun[@]}" -np 1 bash -c 'grep -c " /usr/lib/x86_64-linux-gnu/openmpi/" /proc/$PPID/maps || true')"
+  system="$(timed 30 "${wf[@]}" "${mpirun[@]}" -np 1 bash -c 'grep -c " /usr/lib/x86_64-linux-gnu/openmpi/" /proc/$PPID/maps || true')"
   local ours
-  ours="$(wfenv timed 30 "${mpirun[@]}" -np 1 bash -c "grep -c ' $prefix/root/usr/lib/x86_64-linux-gnu/openmpi/' /proc/\$PPID/maps || true")"
+  ours="$(timed 30 "${wf[@]}" "${mpirun[@]}" -np 1 bash -c "grep -c ' $prefix/root/usr/lib/x86_64-linux-gnu/openmpi/' /proc/\$PPID/maps || true")"
   if [[ ${system:-0} != 0 || ${ours:-0} == 0 ]]; then
     result ERROR setup "mpirun mapped ${system:-?} files of a system Open MPI and ${ours:-0} of the prefix's: not relocated"
     return 1
   fi
   result PASS setup "unpacked $(find "$pack/debs" -name "*.deb" | wc -l) packages; mpirun -np 2 uname -n ($(echo "$hosts" | sort -u | xargs)) ran Open MPI from $OPAL_PREFIX ($ours plugin files mapped, none of a system one)"
 }
-wfenv() { LD_LIBRARY_PATH="$WF_LD" "$@"; }
 
 # ---- versions ----------------------------------------------------------------------------------
 versions() {
@@ -204,10 +249,13 @@ versions() {
   else
     echo "dry run: no nvidia-smi"
   fi
-  wfenv "$bin/wallfacer" info 2>&1 | tee "$work/info.txt"
-  wfenv "$bin/wallfacer" info --json > "$work/info.json" 2>/dev/null
+  if ! "${wf[@]}" "$bin/wallfacer" info 2>&1 | tee "$work/info.txt"; then
+    result ERROR versions "wallfacer info failed (above)"
+    return 1
+  fi
+  "${wf[@]}" "$bin/wallfacer" info --json > "$work/info.json" 2>/dev/null
   # The libraries' versions, asked of the libraries our binaries load (their file names often carry none).
-  wfenv python3 - "$WF_LD" <<'PY' | tee "$work/libraries.txt"
+  LD_LIBRARY_PATH="$WF_LD" python3 - "$WF_LD" <<'PY' | tee "$work/libraries.txt"
 import ctypes, os, sys
 dirs = [d for d in sys.argv[1].split(":") if d]
 def ask(name, soname, call):
@@ -231,7 +279,7 @@ ask("cuBLASLt", "libcublasLt.so.13", lambda l: dotted(size_t(l.cublasLtGetVersio
 ask("cuDNN", "libcudnn.so.9", lambda l: dotted(size_t(l.cudnnGetVersion)))
 ask("NCCL", "libnccl.so.2", lambda l: dotted(int_out(l.ncclGetVersion)))
 PY
-  if [[ $dry != 1 ]] && ! probe="$(wfenv "$bin/wf_gpu_probe" 2>&1)"; then
+  if [[ $dry != 1 ]] && ! probe="$("${wf[@]}" "$bin/wf_gpu_probe" 2>&1)"; then
     result ERROR versions "wf_gpu_probe sees no GPU: $probe"
     return 1
   fi
@@ -242,12 +290,12 @@ PY
 tests() {
   phase "tests: every CUDA test"
   if [[ $dry == 1 ]]; then
-    result SKIP tests "dry run: $(wfenv "$bin/test_cuda" --list-test-names-only 2>/dev/null | grep -c .) test_cuda cases listed, none run without a GPU"
+    result SKIP tests "dry run: $("${wf[@]}" "$bin/test_cuda" --list-test-names-only 2>/dev/null | grep -c .) test_cuda cases listed, none run without a GPU"
     return 0
   fi
   local lim rc
   lim=$(limit 110)
-  wfenv timed "$lim" "$bin/test_cuda" --use-colour no --durations yes 2>&1 | tee "$work/test_cuda.log" | grep -vE "^[0-9.]+ s: "
+  timed "$lim" "${wf[@]}" "$bin/test_cuda" --use-colour no --durations yes 2>&1 | tee "$work/test_cuda.log" | grep -vE "^[0-9.]+ s: "
   rc=${PIPESTATUS[0]}
   local summary
   summary="$(grep -E "^(All tests passed|test cases:)" "$work/test_cuda.log" | tail -1)"
@@ -258,7 +306,7 @@ tests() {
   fi
   if [[ -x $bin/test_dist ]]; then
     lim=$(limit 45)
-    OMP_NUM_THREADS=2 wfenv timed "$lim" "${mpirun[@]}" -np 2 "$bin/test_dist" --use-colour no "[cuda]" 2>&1 |
+    OMP_NUM_THREADS=2 timed "$lim" "${wf[@]}" "${mpirun[@]}" -np 2 "$bin/test_dist" --use-colour no "[cuda]" 2>&1 |
       tee "$work/test_dist.log"
     rc=${PIPESTATUS[0]}
     summary="$(grep -E "^(All tests passed|test cases:)" "$work/test_dist.log" | tail -1)"
@@ -304,7 +352,7 @@ train() {
   local launcher=() dir="$work/runs/$name"
   ((np > 1)) && launcher=("${mpirun[@]}" -np "$np")
   mkdir -p "$dir"
-  wfenv timed "$lim" "${launcher[@]}" "$bin/wallfacer" train "$@" --set train.device="$dev" --set train.dtype="$dtype" \
+  timed "$lim" "${wf[@]}" "${launcher[@]}" "$bin/wallfacer" train "$@" --set train.device="$dev" --set train.dtype="$dtype" \
     --set log.dir="$dir" --set checkpoint.dir="$dir/checkpoints" > "$dir.out" 2>&1
 }
 runs=(gpt:f32 gpt:bf16 llama:f32 llama:bf16 dit:f32 dit:bf16)
@@ -418,7 +466,7 @@ bench() {
   local B N H d
   IFS=, read -r B N H d <<<"$attention"
   lim=$(limit 45)
-  wfenv timed "$lim" "$bin/wallfacer" bench device --device "$bench_device" --json --size "$gemm" --batch "$B" \
+  timed "$lim" "${wf[@]}" "$bin/wallfacer" bench device --device "$bench_device" --json --size "$gemm" --batch "$B" \
     --tokens "$N" --heads "$H" --head-dim "$d" > "$b/wallfacer.jsonl"
   rc=$?
   cat "$b/wallfacer.jsonl"
@@ -562,7 +610,7 @@ main() {
   if ! setup; then summary; return 1; fi
   text_data=(--set data.train_path="$work/text/train.bin" --set data.val_path="$work/text/val.bin")
   cat "$root/README.md" "$root"/docs/*.md > "$work/text.txt"
-  wfenv "$bin/wallfacer" prepare-text --input "$work/text.txt" --output-dir "$work/text" --tokenizer byte
+  "${wf[@]}" "$bin/wallfacer" prepare-text --input "$work/text.txt" --output-dir "$work/text" --tokenizer byte
   cpu_threads=$(($(nproc) / 2)); ((cpu_threads > 0)) || cpu_threads=1
   mkdir -p "$work/runs"
   cpu_references &

@@ -37,9 +37,10 @@ git -C "$root" check-ignore -q "$rel/MANIFEST.txt" ||
 
 # ---- the build -------------------------------------------------------------------------------
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
+mkdir -p "$build"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWF_SANITIZE= \
-  -DWF_CUDA=ON -DWF_CUDA_ARCHITECTURES=90 > "$build.configure.log" 2>&1 ||
-  { tail -20 "$build.configure.log" >&2; die "configuring $build failed (the log is above)"; }
+  -DWF_CUDA=ON -DWF_CUDA_ARCHITECTURES=90 > "$build/configure.log" 2>&1 ||
+  { tail -20 "$build/configure.log" >&2; die "configuring $build failed (the log is above)"; }
 targets=(wallfacer_cli test_cuda wf_gpu_probe)
 # test_dist travels only when it holds CUDA cases (the multi-rank GPU tests).
 if grep -qsE '\[(cuda|gpu)\]' "$root"/tests/dist/*.cpp; then targets+=(test_dist); fi
