@@ -157,7 +157,9 @@ setup() {
   sed -n '1,4p' "$pack/MANIFEST.txt" 2>/dev/null
   local f d
   mkdir -p "$prefix/root" "$prefix/fallback" "$prefix/wf"
-  for f in "$pack"/debs/*.deb; do extract_deb "$f" "$prefix/root" || { result ERROR setup "unpacking $f failed"; return 1; }; done
+  for f in "$pack"/debs/*.deb; do
+    extract_deb "$f" "$prefix/root" || { result ERROR setup "unpacking $f failed"; return 1; }
+  done
   for f in "$pack"/debs/fallback/*.deb; do extract_deb "$f" "$prefix/fallback" || return 1; done
   extract_tar_xz "$pack/build.tar.xz" "$prefix/wf" || { result ERROR setup "unpacking build.tar.xz failed"; return 1; }
   [[ ${WF_DEVICE_CHECK_HIDE_SYSTEM:-0} == 1 ]] && hide_system_copies
@@ -229,15 +231,19 @@ PY
   hosts="$(timed 30 "${wf[@]}" "${mpirun[@]}" -np 2 uname -n 2>&1)" ||
     { echo "$hosts"; result ERROR setup "the relocated mpirun -np 2 uname -n failed"; return 1; }
   # Which Open MPI mpirun loaded: its own memory map names the plugin files.
-  # shellcheck disable=SC2016  # $PPID is the rank's parent, mpirun: expanded by the rank's shell
-  system="$(timed 30 "${wf[@]}" "${mpirun[@]}" -np 1 bash -c 'grep -c " /usr/lib/x86_64-linux-gnu/openmpi/" /proc/$PPID/maps || true')"
-  local ours
-  ours="$(timed 30 "${wf[@]}" "${mpirun[@]}" -np 1 bash -c "grep -c ' $prefix/root/usr/lib/x86_64-linux-gnu/openmpi/' /proc/\$PPID/maps || true")"
+  # A rank's $PPID is mpirun; $0 is the folder to count: the rank's shell expands both.
+  # shellcheck disable=SC2016
+  local ours maps='grep -c " $0/x86_64-linux-gnu/openmpi/" /proc/$PPID/maps || true'
+  system="$(timed 30 "${wf[@]}" "${mpirun[@]}" -np 1 bash -c "$maps" /usr/lib)"
+  ours="$(timed 30 "${wf[@]}" "${mpirun[@]}" -np 1 bash -c "$maps" "$prefix/root/usr/lib")"
   if [[ ${system:-0} != 0 || ${ours:-0} == 0 ]]; then
-    result ERROR setup "mpirun mapped ${system:-?} files of a system Open MPI and ${ours:-0} of the prefix's: not relocated"
+    result ERROR setup "mpirun mapped ${system:-?} files of a system Open MPI and ${ours:-0} of the prefix's:" \
+      "not relocated"
     return 1
   fi
-  result PASS setup "unpacked $(find "$pack/debs" -name "*.deb" | wc -l) packages; mpirun -np 2 uname -n ($(echo "$hosts" | sort -u | xargs)) ran Open MPI from $OPAL_PREFIX ($ours plugin files mapped, none of a system one)"
+  result PASS setup "unpacked $(find "$pack/debs" -name "*.deb" | wc -l) packages;" \
+    "mpirun -np 2 uname -n ($(echo "$hosts" | sort -u | xargs)) ran Open MPI from $OPAL_PREFIX" \
+    "($ours plugin files mapped, none of a system one)"
 }
 
 # ---- versions ----------------------------------------------------------------------------------
@@ -259,7 +265,8 @@ versions() {
 import ctypes, os, sys
 dirs = [d for d in sys.argv[1].split(":") if d]
 def ask(name, soname, call):
-    path = next((os.path.realpath(os.path.join(d, soname)) for d in dirs if os.path.exists(os.path.join(d, soname))), None)
+    path = next((os.path.realpath(os.path.join(d, soname)) for d in dirs
+                 if os.path.exists(os.path.join(d, soname))), None)
     if path is None:
         return print(f"{name}: not found ({soname})")
     try:
@@ -274,7 +281,8 @@ def size_t(fn):
     fn.restype = ctypes.c_size_t
     return fn()
 dotted = lambda v: f"{v // 10000}.{v % 10000 // 100}.{v % 100}"  # major·10000 + minor·100 + patch
-ask("CUDA runtime", "libcudart.so.13", lambda l: (lambda v: f"{v // 1000}.{v % 1000 // 10}")(int_out(l.cudaRuntimeGetVersion)))
+runtime = lambda v: f"{v // 1000}.{v % 1000 // 10}"  # major·1000 + minor·10
+ask("CUDA runtime", "libcudart.so.13", lambda l: runtime(int_out(l.cudaRuntimeGetVersion)))
 ask("cuBLASLt", "libcublasLt.so.13", lambda l: dotted(size_t(l.cublasLtGetVersion)))
 ask("cuDNN", "libcudnn.so.9", lambda l: dotted(size_t(l.cudnnGetVersion)))
 ask("NCCL", "libnccl.so.2", lambda l: dotted(int_out(l.ncclGetVersion)))
@@ -290,18 +298,22 @@ PY
 tests() {
   phase "tests: every CUDA test"
   if [[ $dry == 1 ]]; then
-    result SKIP tests "dry run: $("${wf[@]}" "$bin/test_cuda" --list-test-names-only 2>/dev/null | grep -c .) test_cuda cases listed, none run without a GPU"
+    local cases
+    cases="$("${wf[@]}" "$bin/test_cuda" --list-test-names-only 2>/dev/null | grep -c .)"
+    result SKIP tests "dry run: $cases test_cuda cases listed, none run without a GPU"
     return 0
   fi
   local lim rc
   lim=$(limit 110)
-  timed "$lim" "${wf[@]}" "$bin/test_cuda" --use-colour no --durations yes 2>&1 | tee "$work/test_cuda.log" | grep -vE "^[0-9.]+ s: "
+  timed "$lim" "${wf[@]}" "$bin/test_cuda" --use-colour no --durations yes 2>&1 | tee "$work/test_cuda.log" |
+    grep -vE "^[0-9.]+ s: "
   rc=${PIPESTATUS[0]}
   local summary
   summary="$(grep -E "^(All tests passed|test cases:)" "$work/test_cuda.log" | tail -1)"
   if ((rc == 0)); then result PASS test_cuda "$summary"
   elif ((rc == 124 || rc == 125 || rc == 137)); then
-    result ERROR test_cuda "$(why_failed "$rc" "$lim"); the last case that finished: $(grep -E "^[0-9.]+ s: " "$work/test_cuda.log" | tail -1)"
+    result ERROR test_cuda "$(why_failed "$rc" "$lim"); the last case that finished:" \
+      "$(grep -E "^[0-9.]+ s: " "$work/test_cuda.log" | tail -1)"
   else result FAIL test_cuda "${summary:-exit status $rc}"
   fi
   if [[ -x $bin/test_dist ]]; then
@@ -342,8 +354,8 @@ model_args() {
                    --set train.seq_len=16 --set train.micro_batch_size=2 --set train.global_batch_size=2) ;;
     esac
   fi
-  margs+=(--set train.steps="$steps" --set train.warmup_steps=$((steps / 4 + 1)) --set train.log_every=1 --set train.eval_every=0
-          --set checkpoint.every=0)
+  margs+=(--set train.steps="$steps" --set train.warmup_steps=$((steps / 4 + 1)) --set train.log_every=1
+          --set train.eval_every=0 --set checkpoint.every=0)
 }
 # train NAME DEVICE DTYPE NP LIMIT SETTINGS...: one `wallfacer train` (NP > 1: under mpirun); its
 # output in $work/runs/NAME.out, its metrics in $work/runs/NAME/metrics.jsonl.
@@ -352,8 +364,12 @@ train() {
   local launcher=() dir="$work/runs/$name"
   ((np > 1)) && launcher=("${mpirun[@]}" -np "$np")
   mkdir -p "$dir"
-  timed "$lim" "${wf[@]}" "${launcher[@]}" "$bin/wallfacer" train "$@" --set train.device="$dev" --set train.dtype="$dtype" \
-    --set log.dir="$dir" --set checkpoint.dir="$dir/checkpoints" > "$dir.out" 2>&1
+  timed "$lim" "${wf[@]}" "${launcher[@]}" "$bin/wallfacer" train "$@" --set train.device="$dev" \
+    --set train.dtype="$dtype" --set log.dir="$dir" --set checkpoint.dir="$dir/checkpoints" > "$dir.out" 2>&1
+}
+# log_end FILE [LINES]: the last lines of a run's output, on one line.
+log_end() {
+  tail -"${2:-3}" "$1" 2>/dev/null | tr '\n' ' ' | cut -c1-400
 }
 runs=(gpt:f32 gpt:bf16 llama:f32 llama:bf16 dit:f32 dit:bf16)
 # The CPU halves, in the background while the GPU works (half the cores).
@@ -404,7 +420,8 @@ parity() {
     lim=$(limit 45)
     train "$model-$dtype.$device" "$device" "$dtype" 1 "$lim" "${margs[@]}" "${one[@]}"
     rc=$?
-    echo "$model $dtype on $device: $(why_failed "$rc" "$lim" | sed 's/exit status 0/done/') ($(tail -1 "$work/runs/$model-$dtype.$device.out" | cut -c1-150))"
+    echo "$model $dtype on $device: $(why_failed "$rc" "$lim" | sed 's/exit status 0/done/')" \
+      "($(log_end "$work/runs/$model-$dtype.$device.out" 1 | cut -c1-150))"
     echo "$rc" > "$work/runs/$model-$dtype.$device.rc"
   done
   echo "waiting for the CPU runs"
@@ -416,7 +433,7 @@ parity() {
     for side in "$device" cpu; do
       rc="$(cat "$work/runs/$model-$dtype.$side.rc" 2>/dev/null || echo 125)"
       if ((rc != 0)); then
-        failed="the $side run: $(why_failed "$rc" "?"); its log ends: $(tail -3 "$work/runs/$model-$dtype.$side.out" 2>/dev/null | tr '\n' ' ' | cut -c1-300)"
+        failed="the $side run: $(why_failed "$rc" "?"); its log ends: $(log_end "$work/runs/$model-$dtype.$side.out")"
         break
       fi
     done
@@ -442,7 +459,7 @@ sp4() {
     --set parallel.pp=1 --set parallel.sp=4 --set parallel.C=2 --set parallel.sp_strategy=wallfacer
   rc=$?
   if ((rc != 0)); then
-    result ERROR sp4 "$(why_failed "$rc" "$lim"); its log ends: $(tail -5 "$work/runs/$name.out" | tr '\n' ' ' | cut -c1-400)"
+    result ERROR sp4 "$(why_failed "$rc" "$lim"); its log ends: $(log_end "$work/runs/$name.out" 5)"
   elif detail="$(compare "$name" "llama-f32.$device" 1e-4)"; then
     result PASS sp4 "4 processes vs 1 on $device: $detail"
   else
@@ -487,7 +504,8 @@ bench() {
       --set train.eval_every=0 --set checkpoint.every=0
     rc=$?
     if ((rc == 0)); then
-      python3 - "$work/runs/$name.steps/metrics.jsonl" "$name" "$dtype" "$batch" "$seq" "$warm" >> "$b/wallfacer.jsonl" <<'PY'
+      python3 - "$work/runs/$name.steps/metrics.jsonl" "$name" "$dtype" "$batch" "$seq" "$warm" \
+        >> "$b/wallfacer.jsonl" <<'PY'
 import json, statistics, sys
 path, name, dtype, batch, seq, warm = sys.argv[1:7]
 times = [r["step_s"] for r in map(json.loads, open(path)) if "step_s" in r and r["step"] > int(warm)]
@@ -496,7 +514,7 @@ print(json.dumps({"bench": "gpt", "model": name, "dtype": dtype, "batch": int(ba
 PY
       result PASS "bench wallfacer $name" "$(tail -1 "$b/wallfacer.jsonl")"
     else
-      result ERROR "bench wallfacer $name" "$(why_failed "$rc" "$lim"); its log ends: $(tail -3 "$work/runs/$name.steps.out" | tr '\n' ' ' | cut -c1-300)"
+      result ERROR "bench wallfacer $name" "$(why_failed "$rc" "$lim"); its log ends: $(log_end "$work/runs/$name.steps.out")"
     fi
   done
 
@@ -572,13 +590,15 @@ for model in ("gpt-tiny", "gpt2-124m"):
                      cell(o, "ms_per_step", "{:.4g}"), cell(t, "ms_per_step", "{:.4g}"),
                      ratio(o, t, "ms_per_step", False)))
 now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-lines = [f"### Device check, {now}, commit {commit}" + (" (DRY RUN: CPU, toy sizes; not GPU numbers)" if dry == "1" else ""),
-         "",
-         f"GPU: {smi[0].strip() if smi else versions.get('gpu', 'n/a')}"
-         f"{', ' + smi[2].strip() if len(smi) > 2 else ''}; driver {smi[1].strip() if len(smi) > 1 else cuda.get('driver') or 'n/a'}; "
-         + "; ".join(f"{k} {v}" for k, v in libs.items())
-         + f"; PyTorch {versions.get('torch', 'n/a')} (CUDA {versions.get('cuda', 'n/a')}, cuDNN {versions.get('cudnn', 'n/a')}, "
-         f"NCCL {versions.get('nccl', 'n/a')})",
+title = f"### Device check, {now}, commit {commit}"
+if dry == "1":
+    title += " (DRY RUN: CPU, toy sizes; not GPU numbers)"
+gpu = (smi[0].strip() if smi else versions.get("gpu", "n/a")) + (", " + smi[2].strip() if len(smi) > 2 else "")
+driver = smi[1].strip() if len(smi) > 1 else cuda.get("driver") or "n/a"
+torch = (f"PyTorch {versions.get('torch', 'n/a')} (CUDA {versions.get('cuda', 'n/a')}, "
+         f"cuDNN {versions.get('cudnn', 'n/a')}, NCCL {versions.get('nccl', 'n/a')})")
+lines = [title, "",
+         f"GPU: {gpu}; driver {driver}; " + "; ".join(f"{k} {v}" for k, v in libs.items()) + f"; {torch}",
          "",
          "| measurement | wallfacer | PyTorch | wallfacer speed / PyTorch's |",
          "|---|---|---|---|"]
@@ -589,8 +609,8 @@ text = "\n".join(lines) + "\n"
 print(text)
 open(f"{out}/table.md", "w").write(text)
 results = [dict(zip(("status", "phase", "detail"), l.rstrip("\n").split("\t", 2))) for l in open(f"{work}/results.tsv")]
-json.dump({"date": now, "commit": commit, "dry_run": dry == "1", "phases": results, "wallfacer": ours, "pytorch": theirs,
-           "info": info, "libraries": libs}, open(f"{out}/results.json", "w"), indent=1)
+json.dump({"date": now, "commit": commit, "dry_run": dry == "1", "phases": results, "wallfacer": ours,
+           "pytorch": theirs, "info": info, "libraries": libs}, open(f"{out}/results.json", "w"), indent=1)
 PY
 }
 
@@ -606,7 +626,8 @@ summary() {
 }
 
 main() {
-  echo "device check: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(uname -n), device $device, $steps steps, budget $budget s$([[ $dry == 1 ]] && echo ', DRY RUN')"
+  echo "device check: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(uname -n), device $device, $steps steps," \
+    "budget $budget s$([[ $dry == 1 ]] && echo ', DRY RUN')"
   if ! setup; then summary; return 1; fi
   text_data=(--set data.train_path="$work/text/train.bin" --set data.val_path="$work/text/val.bin")
   cat "$root/README.md" "$root"/docs/*.md > "$work/text.txt"

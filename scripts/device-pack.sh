@@ -72,7 +72,8 @@ while read -r soname path; do
   if is_fallback "$soname"; then fallback[$(owner "$path")]=1; continue; fi
   if pkg="$(owner "$path")" && [ -n "$pkg" ]; then
     packages[$pkg]=1
-  elif [[ "$path" == /usr/local/cuda* || "$soname" =~ ^lib(cuda|cudart|cublas|cublasLt|cudnn|nccl|nvrtc|nvJitLink) ]]; then
+  elif [[ "$path" == /usr/local/cuda* ||
+          "$soname" =~ ^lib(cuda|cudart|cublas|cublasLt|cudnn|nccl|nvrtc|nvJitLink) ]]; then
     :  # the GPU machine's own
   else
     die "$soname ($path) belongs to no Debian package and is not CUDA's: the GPU machine would lack it"
@@ -117,7 +118,8 @@ tar -C "$stage" -cf - bin lib | xz -6 -T"${WF_JOBS:-0}" > "$pack/build.tar.xz"
 cp -r "$stage/debs" "$stage/data" "$pack/"
 {
   echo "wallfacer device pack (scripts/device-pack.sh; used by scripts/device-check.sh)"
-  echo "commit: $(git -C "$root" rev-parse HEAD)$(git -C "$root" diff --quiet HEAD || echo ' (with uncommitted changes)')"
+  echo "commit: $(git -C "$root" rev-parse HEAD)$(git -C "$root" diff --quiet HEAD ||
+    echo ' (with uncommitted changes)')"
   echo "made: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(sed -n 's/^PRETTY_NAME="\(.*\)"/\1/p' /etc/os-release)"
   nvcc="$(grep -m1 '^CUDAToolkit_NVCC_EXECUTABLE:' "$build/CMakeCache.txt" | cut -d= -f2)"
   echo "build: Release, WF_CUDA_ARCHITECTURES=90, c++ $(c++ -dumpfullversion), $("$nvcc" --version | tail -1)"
@@ -139,9 +141,13 @@ shared_bytes=0
 pack_bytes=$(du -sb --apparent-size "$pack" | cut -f1)
 total=$((tree_bytes + shared_bytes + pack_bytes))
 mib() { awk -v b="$1" 'BEGIN{printf "%.1f MiB", b / 1048576}'; }
-echo "device-pack: $pack: $(mib "$pack_bytes") (build.tar.xz $(mib "$(stat -c %s "$pack/build.tar.xz")"), debs $(mib "$(du -sb "$pack/debs" | cut -f1)"), data $(mib "$(du -sb "$pack/data" | cut -f1)"))"
-echo "device-pack: working tree $(mib "$tree_bytes"), shared/ $(mib "$shared_bytes"); travels $(mib "$total") of $(mib "$limit"): $(mib $((limit - total))) left"
+size_of() { du -sb --apparent-size "$1" | cut -f1; }
+echo "device-pack: $pack: $(mib "$pack_bytes") (build.tar.xz $(mib "$(size_of "$pack/build.tar.xz")")," \
+  "debs $(mib "$(size_of "$pack/debs")"), data $(mib "$(size_of "$pack/data")"))"
+echo "device-pack: working tree $(mib "$tree_bytes"), shared/ $(mib "$shared_bytes");" \
+  "travels $(mib "$total") of $(mib "$limit"): $(mib $((limit - total))) left"
 if ((total > limit)); then
-  die "what would travel is $(mib $((total - limit))) over the device tool's 64 MiB: leave test_dist out, compress harder, or shrink the tree"
+  die "what would travel is $(mib $((total - limit))) over the device tool's 64 MiB:" \
+    "leave test_dist out, compress harder, or shrink the tree"
 fi
 echo "device-pack: ready. On the GPU machine, with ${rel} carried: scripts/device-check.sh ${rel}"
