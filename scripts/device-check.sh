@@ -69,12 +69,19 @@ timed() {
   ((lim > 0)) || return 125
   timeout -k 5 "$lim" "$@"
 }
-why_failed() {  # why_failed RC LIMIT: the words for a non-zero exit
+ran_out() { (($1 == 124 || $1 == 125 || $1 == 137)); }  # ran_out RC: timed out, or no time to start
+# why_failed RC LIMIT [LOG [LINES]]: the words for a non-zero exit, and the end of the run's output.
+why_failed() {
   case "$1" in
-    124 | 137) echo "timed out after $2 s" ;;
-    125) echo "not run: no time left in the $budget s budget" ;;
-    *) echo "exit status $1" ;;
+    124 | 137) echo -n "timed out after $2 s" ;;
+    125) echo -n "not run: no time left in the $budget s budget" ;;
+    *) echo -n "exit status $1" ;;
   esac
+  if [[ -s ${3:-} ]]; then echo "; its output ends: $(log_end "$3" "${4:-3}")"; else echo; fi
+}
+# log_end FILE [LINES]: the last lines of a run's output, on one line.
+log_end() {
+  tail -"${2:-3}" "$1" 2>/dev/null | tr '\n' ' ' | cut -c1-400
 }
 # The python3 that has torch (the GPU machine's image: its plain python3).
 python_with_torch() {
@@ -311,7 +318,7 @@ tests() {
   local summary
   summary="$(grep -E "^(All tests passed|test cases:)" "$work/test_cuda.log" | tail -1)"
   if ((rc == 0)); then result PASS test_cuda "$summary"
-  elif ((rc == 124 || rc == 125 || rc == 137)); then
+  elif ran_out "$rc"; then
     result ERROR test_cuda "$(why_failed "$rc" "$lim"); the last case that finished:" \
       "$(grep -E "^[0-9.]+ s: " "$work/test_cuda.log" | tail -1)"
   else result FAIL test_cuda "${summary:-exit status $rc}"
@@ -323,7 +330,7 @@ tests() {
     rc=${PIPESTATUS[0]}
     summary="$(grep -E "^(All tests passed|test cases:)" "$work/test_dist.log" | tail -1)"
     if ((rc == 0)); then result PASS test_dist "2 ranks, [cuda]: $summary"
-    elif ((rc == 124 || rc == 125 || rc == 137)); then result ERROR test_dist "$(why_failed "$rc" "$lim")"
+    elif ran_out "$rc"; then result ERROR test_dist "$(why_failed "$rc" "$lim")"
     else result FAIL test_dist "2 ranks, [cuda]: ${summary:-exit status $rc}"
     fi
   fi
@@ -367,21 +374,26 @@ train() {
   timed "$lim" "${wf[@]}" "${launcher[@]}" "$bin/wallfacer" train "$@" --set train.device="$dev" \
     --set train.dtype="$dtype" --set log.dir="$dir" --set checkpoint.dir="$dir/checkpoints" > "$dir.out" 2>&1
 }
-# log_end FILE [LINES]: the last lines of a run's output, on one line.
-log_end() {
-  tail -"${2:-3}" "$1" 2>/dev/null | tr '\n' ' ' | cut -c1-400
-}
 runs=(gpt:f32 gpt:bf16 llama:f32 llama:bf16 dit:f32 dit:bf16)
 # The CPU halves, in the background while the GPU works (half the cores).
 cpu_references() {
-  local run model dtype rc
+  local run model dtype lim
   for run in "${runs[@]}"; do
     model="${run%:*}" dtype="${run#*:}"
     model_args "$model"
-    OMP_NUM_THREADS="$cpu_threads" train "$model-$dtype.cpu" cpu "$dtype" 1 "$(limit 120)" "${margs[@]}" "${one[@]}"
-    rc=$?
-    echo "$rc" > "$work/runs/$model-$dtype.cpu.rc"
+    lim=$(limit 120)
+    OMP_NUM_THREADS="$cpu_threads" train "$model-$dtype.cpu" cpu "$dtype" 1 "$lim" "${margs[@]}" "${one[@]}"
+    echo "$? $lim" > "$work/runs/$model-$dtype.cpu.rc"  # exit status, time limit
   done
+}
+# Stops the CPU runs: the background shell first (no next run), then the run under way (timeout
+# passes the signal on to wallfacer).
+stop_cpu_references() {
+  local kids
+  mapfile -t kids < <(pgrep -P "$cpu_pid")
+  kill "$cpu_pid" 2>/dev/null
+  ((${#kids[@]} == 0)) || kill "${kids[@]}" 2>/dev/null
+  wait "$cpu_pid" 2>/dev/null
 }
 # compare A B TOLERANCE: every logged loss of run A within TOLERANCE (relative) of run B's,
 # the same number of steps, all finite. Prints the detail; exits 1 when they differ.
@@ -422,7 +434,7 @@ parity() {
     rc=$?
     echo "$model $dtype on $device: $(why_failed "$rc" "$lim" | sed 's/exit status 0/done/')" \
       "($(log_end "$work/runs/$model-$dtype.$device.out" 1 | cut -c1-150))"
-    echo "$rc" > "$work/runs/$model-$dtype.$device.rc"
+    echo "$rc $lim" > "$work/runs/$model-$dtype.$device.rc"
   done
   echo "waiting for the CPU runs"
   wait "$cpu_pid"
@@ -431,9 +443,9 @@ parity() {
     tol=1e-4; [[ $dtype == bf16 ]] && tol=2e-2
     local side failed=""
     for side in "$device" cpu; do
-      rc="$(cat "$work/runs/$model-$dtype.$side.rc" 2>/dev/null || echo 125)"
+      read -r rc lim < "$work/runs/$model-$dtype.$side.rc" 2>/dev/null || rc=125
       if ((rc != 0)); then
-        failed="the $side run: $(why_failed "$rc" "?"); its log ends: $(log_end "$work/runs/$model-$dtype.$side.out")"
+        failed="the $side run: $(why_failed "$rc" "$lim" "$work/runs/$model-$dtype.$side.out")"
         break
       fi
     done
@@ -449,7 +461,7 @@ parity() {
 sp4() {
   phase "sp4: LLaMA-tiny as sp 4 WallFacer C 2, 4 processes on one $device, beside one process"
   local lim rc detail name="llama-f32.$device.sp4"
-  if [[ "$(cat "$work/runs/llama-f32.$device.rc" 2>/dev/null)" != 0 ]]; then
+  if [[ "$(cut -d' ' -f1 "$work/runs/llama-f32.$device.rc" 2>/dev/null)" != 0 ]]; then
     result ERROR sp4 "the one-process $device run (parity llama f32) did not finish: nothing to compare with"
     return
   fi
@@ -459,7 +471,7 @@ sp4() {
     --set parallel.pp=1 --set parallel.sp=4 --set parallel.C=2 --set parallel.sp_strategy=wallfacer
   rc=$?
   if ((rc != 0)); then
-    result ERROR sp4 "$(why_failed "$rc" "$lim"); its log ends: $(log_end "$work/runs/$name.out" 5)"
+    result ERROR sp4 "$(why_failed "$rc" "$lim" "$work/runs/$name.out" 5)"
   elif detail="$(compare "$name" "llama-f32.$device" 1e-4)"; then
     result PASS sp4 "4 processes vs 1 on $device: $detail"
   else
@@ -488,6 +500,7 @@ bench() {
   rc=$?
   cat "$b/wallfacer.jsonl"
   if ((rc == 0)); then result PASS "bench wallfacer" "GEMM and attention measured, results checked"
+  elif ran_out "$rc"; then result ERROR "bench wallfacer" "$(why_failed "$rc" "$lim")"
   else result FAIL "bench wallfacer" "$(why_failed "$rc" "$lim")"
   fi
 
@@ -514,7 +527,7 @@ print(json.dumps({"bench": "gpt", "model": name, "dtype": dtype, "batch": int(ba
 PY
       result PASS "bench wallfacer $name" "$(tail -1 "$b/wallfacer.jsonl")"
     else
-      result ERROR "bench wallfacer $name" "$(why_failed "$rc" "$lim"); its log ends: $(log_end "$work/runs/$name.steps.out")"
+      result ERROR "bench wallfacer $name" "$(why_failed "$rc" "$lim" "$work/runs/$name.steps.out")"
     fi
   done
 
@@ -639,7 +652,7 @@ main() {
   if versions; then
     tests
   elif [[ $dry != 1 ]]; then  # no GPU: nothing else can run
-    kill "$cpu_pid" 2>/dev/null
+    stop_cpu_references
     summary
     return 1
   fi
