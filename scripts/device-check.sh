@@ -29,6 +29,8 @@
 # library discovery) runs as on the GPU machine, the GPU-only phases are skipped with a message,
 # and the other phases run with the test device (testdev) in the GPU's place, toy model sizes,
 # 3 steps and a CPU bench (WF_DEVICE_CHECK_DEVICE, _STEPS, _SMALL, _BUDGET_S override each).
+# WF_DEVICE_CHECK_PHASES=tests,parity,sp4,bench (the default: all) runs a subset, e.g. a second
+# call with the device time left after a first one ran out of its budget.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,6 +52,8 @@ reserve=8  # seconds kept for the table and the summary
 t0=$SECONDS
 
 # ---- bookkeeping ---------------------------------------------------------------------------------
+# wanted PHASE: whether WF_DEVICE_CHECK_PHASES (default: all) names it; setup and versions always run.
+wanted() { [[ ",${WF_DEVICE_CHECK_PHASES:-tests,parity,sp4,bench}," == *",$1,"* ]]; }
 left() { echo $((budget - (SECONDS - t0))); }
 # limit WANT: WANT seconds, or what the budget still allows (0 when too little is left).
 limit() {
@@ -461,11 +465,16 @@ parity() {
 sp4() {
   phase "sp4: LLaMA-tiny as sp 4 WallFacer C 2, 4 processes on one $device, beside one process"
   local lim rc detail name="llama-f32.$device.sp4"
-  if [[ "$(cut -d' ' -f1 "$work/runs/llama-f32.$device.rc" 2>/dev/null)" != 0 ]]; then
+  model_args llama
+  if [[ ! -f $work/runs/llama-f32.$device.rc ]]; then  # the parity phase did not run: the one-process run here
+    lim=$(limit 45)
+    train "llama-f32.$device" "$device" f32 1 "$lim" "${margs[@]}" "${one[@]}"
+    echo "$? $lim" > "$work/runs/llama-f32.$device.rc"
+  fi
+  if [[ "$(cut -d' ' -f1 "$work/runs/llama-f32.$device.rc")" != 0 ]]; then
     result ERROR sp4 "the one-process $device run (parity llama f32) did not finish: nothing to compare with"
     return
   fi
-  model_args llama
   lim=$(limit 60)
   OMP_NUM_THREADS=2 train "$name" "$device" f32 4 "$lim" "${margs[@]}" --set parallel.dp=1 --set parallel.tp=1 \
     --set parallel.pp=1 --set parallel.sp=4 --set parallel.C=2 --set parallel.sp_strategy=wallfacer
@@ -647,18 +656,19 @@ main() {
   "${wf[@]}" "$bin/wallfacer" prepare-text --input "$work/text.txt" --output-dir "$work/text" --tokenizer byte
   cpu_threads=$(($(nproc) / 2)); ((cpu_threads > 0)) || cpu_threads=1
   mkdir -p "$work/runs"
-  cpu_references &
-  cpu_pid=$!
-  if versions; then
-    tests
-  elif [[ $dry != 1 ]]; then  # no GPU: nothing else can run
-    stop_cpu_references
+  if wanted parity; then
+    cpu_references &
+    cpu_pid=$!
+  fi
+  if ! versions && [[ $dry != 1 ]]; then  # no GPU: nothing else can run
+    wanted parity && stop_cpu_references
     summary
     return 1
   fi
-  parity
-  sp4
-  bench
+  wanted tests && tests
+  wanted parity && parity
+  wanted sp4 && sp4
+  wanted bench && bench
   table
   summary
 }
