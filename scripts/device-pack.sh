@@ -32,6 +32,7 @@ die() { echo "device-pack: error: $*" >&2; exit 1; }
 
 # The pack must be ignored by git, or it would travel twice (as the tree and as the carry).
 rel="${pack#"$root"/}"
+[[ $rel != /* ]] || die "$pack is outside the repository: the device tool carries folders of the repository only"
 git -C "$root" check-ignore -q "$rel/MANIFEST.txt" ||
   die "$rel is not ignored by git: add it to .gitignore (the device tool carries it as an ignored path)"
 
