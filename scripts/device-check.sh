@@ -316,15 +316,17 @@ tests() {
   fi
   local lim rc
   lim=$(limit 110)
-  timed "$lim" "${wf[@]}" "$bin/test_cuda" --use-colour no --durations yes 2>&1 | tee "$work/test_cuda.log" |
-    grep -vE "^[0-9.]+ s: "
+  # On the cores the CPU runs of the parity phase leave.
+  OMP_NUM_THREADS=$(($(nproc) - cpu_threads)) timed "$lim" "${wf[@]}" "$bin/test_cuda" --use-colour no \
+    --durations yes 2>&1 | tee "$work/test_cuda.log" | grep -vE "^[0-9.]+ s: "
   rc=${PIPESTATUS[0]}
   local summary
   summary="$(grep -E "^(All tests passed|test cases:)" "$work/test_cuda.log" | tail -1)"
   if ((rc == 0)); then result PASS test_cuda "$summary"
   elif ran_out "$rc"; then
-    result ERROR test_cuda "$(why_failed "$rc" "$lim"); the last case that finished:" \
-      "$(grep -E "^[0-9.]+ s: " "$work/test_cuda.log" | tail -1)"
+    local last
+    last="$(grep -E "^[0-9.]+ s: " "$work/test_cuda.log" | tail -1)"
+    result ERROR test_cuda "$(why_failed "$rc" "$lim")${last:+; the last case that finished: $last}"
   else result FAIL test_cuda "${summary:-exit status $rc}"
   fi
   if [[ -x $bin/test_dist ]]; then
@@ -676,5 +678,7 @@ main() {
 rm -rf "$work" "$prefix"
 mkdir -p "$work" "$prefix" "$out"
 : > "$work/results.tsv"
+# Sourced (to try one phase by hand: `source scripts/device-check.sh; setup; tests`), it stops here.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
 main 2>&1 | tee "$out/device-check.log"
 exit "${PIPESTATUS[0]}"
