@@ -91,6 +91,11 @@ mkdir -p "$stage/debs/fallback"
   { cat "$stage/apt.log" >&2; die "apt-get download failed (the log is above)"; }
 (cd "$stage/debs/fallback" && apt-get download "${wanted_fallback[@]}" >> "$stage/apt.log" 2>&1) ||
   { cat "$stage/apt.log" >&2; die "apt-get download of the fallback libraries failed (the log is above)"; }
+# Plain file names for the transfer (apt's carry %3a for an epoch's colon, and libstdc++ a '+').
+for f in "$stage"/debs/*.deb "$stage"/debs/fallback/*.deb; do
+  plain="$(basename "$f" | sed 's/%3a/_/g; s/[^A-Za-z0-9._-]/_/g')"
+  [[ $plain == "$(basename "$f")" ]] || mv "$f" "$(dirname "$f")/$plain"
+done
 
 # ---- data ----------------------------------------------------------------------------------
 # DiT-fashion's 20 steps read 640 images: the first 2048 of the training split travel (the
