@@ -1,4 +1,4 @@
-// `wallfacer bench`: the group that holds the benchmarks (kernels, comm, attention, gpt, layout). It does
+// `wallfacer bench`: the group that holds the benchmarks (kernels, comm, attention, gpt, layout, device). It does
 // nothing itself; each benchmark is a subcommand in its own file.
 #include "src/cli/commands.h"
 

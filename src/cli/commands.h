@@ -75,5 +75,8 @@ void add_bench_gpt_command(CLI::App& bench);
 // `wallfacer bench layout CFG.yaml`: every dp x tp x sp layout of the world trained a few steps:
 // time, tokens/s, per-rank memory, bytes per group beside train/step_traffic.h (bench_layout_command.cpp).
 void add_bench_layout_command(CLI::App& bench);
+// `wallfacer bench device --device cuda`: bf16 GEMM and causal attention fwd+bwd through the ops
+// layer, TFLOP/s with results checked (bench_device_command.cpp, docs/gpu.md).
+void add_bench_device_command(CLI::App& bench);
 
 }  // namespace wf::cli

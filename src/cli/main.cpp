@@ -107,6 +107,7 @@ int main(int argc, char** argv) {
   add_bench_attention_command(bench);
   add_bench_gpt_command(bench);
   add_bench_layout_command(bench);
+  add_bench_device_command(bench);
 
   // `-np N` (mpirun's spelling, used by `wallfacer validate cfg.yaml -np 4`) is read as the
   // long option --np: CLI11 only knows one-letter short options.

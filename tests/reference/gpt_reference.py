@@ -116,10 +116,14 @@ class Attention(torch.nn.Module):
             q, k = rope(q, positions, o.rope_theta), rope(k, positions, o.rope_theta)
         k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, T, hd]
-        s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
-        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
-        p = s.masked_fill(mask, float("-inf")).softmax(-1)
-        return self.proj((p @ v).transpose(1, 2).reshape(B, T, o.d_model))
+        return self.proj(self.attend(q, k, v).transpose(1, 2).reshape(B, T, o.d_model))
+
+    def attend(self, q, k, v):
+        """Causal softmax(q kᵀ / sqrt(hd)) v on [B, H, T, hd] (scripts/bench_torch_gpu.py times SDPA instead)."""
+        T = q.shape[2]
+        s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.hd))
+        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+        return s.masked_fill(mask, float("-inf")).softmax(-1) @ v
 
 
 class MLP(torch.nn.Module):

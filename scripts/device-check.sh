@@ -1,0 +1,684 @@
+#!/usr/bin/env bash
+# The GPU path checked in one call on the GPU machine (issue 28's device check; docs/gpu.md):
+#
+#   scripts/device-pack.sh              on the CPU machine: the sm_90 build + libraries -> device-pack/
+#   scripts/device-check.sh [PACK_DIR]  on the GPU machine, from the repository root, device-pack carried
+#
+# Phases, each with its own time limit inside one budget (WF_DEVICE_CHECK_BUDGET_S, default 345 s,
+# so the whole stays within 6 minutes), each reported as PASS, FAIL (ran, wrong) or ERROR (could
+# not run: missing, timed out):
+#   setup     the pack's .debs unpacked into a prefix under /tmp (never onto /); LD_LIBRARY_PATH for
+#             our binaries only: the prefix, then the machine's CUDA, cuBLAS, cuDNN and NCCL (found
+#             in /usr/local/cuda and the nvidia/* packages of python3's site-packages, printed);
+#             the relocated Open MPI (OPAL_PREFIX, PMIx's paths) proven with mpirun -np 2 uname -n
+#   versions  GPU, driver, CUDA runtime, cuBLAS, cuDNN, NCCL (nvidia-smi, `wallfacer info`, the
+#             libraries' file names)
+#   tests     every CUDA test: test_cuda (and test_dist's [cuda] cases under mpirun when packed)
+#   parity    GPT-tiny, LLaMA-tiny and DiT-fashion, 20 steps each in f32 and bf16, on the GPU and on
+#             this machine's CPU (run meanwhile, in the background): every logged loss within 1e-4
+#             relative (f32, TF32 off) or 2e-2 (bf16), all finite
+#   sp4       LLaMA-tiny as sp 4 WallFacer C 2, 4 processes sharing the GPU (MPI staging), beside
+#             the one-process GPU run: losses within 1e-4
+#   bench     bf16 GEMM 8192³ (`wallfacer bench device`) beside torch.matmul; causal attention
+#             fwd+bwd, 8192 tokens, d 128, beside SDPA; GPT-tiny and GPT-2 124M step times beside
+#             PyTorch on the same GPU (scripts/bench_torch_gpu.py) -> the table, also in $OUT/table.md
+# Exit status 0 only when no phase failed or erred. Everything printed is also in
+# $OUT/device-check.log; $OUT/results.json holds the phase lines and every measured number.
+#
+# WF_DEVICE_CHECK_DRY=1 tests the script on a machine without a GPU: setup (unpacking, relocation,
+# library discovery) runs as on the GPU machine, the GPU-only phases are skipped with a message,
+# and the other phases run with the test device (testdev) in the GPU's place, toy model sizes,
+# 3 steps and a CPU bench (WF_DEVICE_CHECK_DEVICE, _STEPS, _SMALL, _BUDGET_S override each).
+# WF_DEVICE_CHECK_PHASES=tests,parity,sp4,bench (the default: all) runs a subset, e.g. a second
+# call with the device time left after a first one ran out of its budget.
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+pack="${1:-device-pack}"
+case "$pack" in /*) ;; *) pack="$root/$pack" ;; esac
+dry="${WF_DEVICE_CHECK_DRY:-0}"
+if [[ $dry == 1 ]]; then
+  device="${WF_DEVICE_CHECK_DEVICE:-testdev}" bench_device=cpu
+  budget="${WF_DEVICE_CHECK_BUDGET_S:-1800}" steps="${WF_DEVICE_CHECK_STEPS:-3}" small="${WF_DEVICE_CHECK_SMALL:-1}"
+else
+  device="${WF_DEVICE_CHECK_DEVICE:-cuda}" bench_device=cuda
+  budget="${WF_DEVICE_CHECK_BUDGET_S:-345}" steps="${WF_DEVICE_CHECK_STEPS:-20}" small="${WF_DEVICE_CHECK_SMALL:-0}"
+fi
+out="${OUT:-/tmp/wf-device-check-out}"
+work=/tmp/wf-device-check
+prefix=/tmp/wf-device-prefix  # the unpacked .debs and build
+bin="$prefix/wf/bin"
+reserve=8  # seconds kept for the table and the summary
+t0=$SECONDS
+
+# ---- bookkeeping ---------------------------------------------------------------------------------
+# wanted PHASE: whether WF_DEVICE_CHECK_PHASES (default: all) names it; setup and versions always run.
+wanted() { [[ ",${WF_DEVICE_CHECK_PHASES:-tests,parity,sp4,bench}," == *",$1,"* ]]; }
+left() { echo $((budget - (SECONDS - t0))); }
+# limit WANT: WANT seconds, or what the budget still allows (0 when too little is left).
+limit() {
+  local l=$(($(left) - reserve))
+  ((l < 5)) && { echo 0; return; }
+  ((l < $1)) && echo "$l" || echo "$1"
+}
+result() {  # result STATUS PHASE DETAIL...
+  local status="$1" phase="$2"; shift 2
+  echo "$status $phase: $*"
+  printf '%s\t%s\t%s\n' "$status" "$phase" "$*" >> "$work/results.tsv"
+}
+phase() { echo; echo "=== $1 ($(left) s of the $budget s budget left)"; }
+# timed LIMIT CMD...: CMD under LIMIT seconds; 124 when it timed out, 125 when no time was left.
+timed() {
+  local lim="$1"; shift
+  ((lim > 0)) || return 125
+  timeout -k 5 "$lim" "$@"
+}
+ran_out() { (($1 == 124 || $1 == 125 || $1 == 137)); }  # ran_out RC: timed out, or no time to start
+# why_failed RC LIMIT [LOG [LINES]]: the words for a non-zero exit, and the end of the run's output.
+why_failed() {
+  case "$1" in
+    124 | 137) echo -n "timed out after $2 s" ;;
+    125) echo -n "not run: no time left in the $budget s budget" ;;
+    *) echo -n "exit status $1" ;;
+  esac
+  if [[ -s ${3:-} ]]; then echo "; its output ends: $(log_end "$3" "${4:-3}")"; else echo; fi
+}
+# log_end FILE [LINES]: the last lines of a run's output, on one line.
+log_end() {
+  tail -"${2:-3}" "$1" 2>/dev/null | tr '\n' ' ' | cut -c1-400
+}
+# The python3 that has torch (the GPU machine's image: its plain python3).
+python_with_torch() {
+  local p
+  for p in "${WF_PYTHON:-}" python3 /usr/bin/python3; do
+    [[ -n $p ]] && "$p" -c "import torch" 2>/dev/null && { echo "$p"; return 0; }
+  done
+  return 1
+}
+
+# .deb and .tar.xz extraction, with python3 where dpkg-deb or xz are missing (not Debian).
+extract_deb() {
+  if command -v dpkg-deb >/dev/null; then dpkg-deb -x "$1" "$2"; return; fi
+  python3 - "$1" "$2" <<'PY'
+import io, sys, tarfile
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"!<arch>\n", f"{sys.argv[1]} is not a .deb (an ar archive)"
+pos = 8
+while pos < len(data):  # ar members: a 60-byte header (name 16, size at 48..58), the body, padding to even
+    name, size = data[pos:pos + 16].decode().strip().rstrip("/"), int(data[pos + 48:pos + 58])
+    body, pos = data[pos + 60:pos + 60 + size], pos + 60 + size + (size & 1)
+    if name.startswith("data.tar"):
+        kw = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
+        tarfile.open(fileobj=io.BytesIO(body)).extractall(sys.argv[2], **kw)
+        break
+else:
+    sys.exit(f"no data.tar in {sys.argv[1]}")
+PY
+}
+extract_tar_xz() {
+  if command -v xz >/dev/null; then tar -xJf "$1" -C "$2"; return; fi
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2])' "$1" "$2"
+}
+
+# ---- setup -----------------------------------------------------------------------------------------
+# Our binaries (and mpirun) run as "${wf[@]}" COMMAND: with the prefix's and the machine's CUDA
+# libraries, which nothing else (python3, PyTorch) sees. With WF_DEVICE_CHECK_HIDE_SYSTEM=1 (a
+# test of the pack on a Debian machine, as root) they run in a mount namespace of their own in
+# which this machine's copies of every packed package's files read as empty, as on an image
+# without them: a library missing from the pack, or a path not relocated, then fails the run.
+set_wf() {
+  wf=(env LD_LIBRARY_PATH="$WF_LD")
+  [[ ${WF_DEVICE_CHECK_HIDE_SYSTEM:-0} == 1 ]] && wf+=(unshare -m --propagation private "$work/hide.sh")
+}
+hide_system_copies() {
+  # The packages whose libraries our binaries load on this machine (ldd, dpkg -S), decided without
+  # looking at the pack, so that a package the pack lacks shows; glibc, the C++ runtime and CUDA
+  # stay (the GPU machine has its own), Open MPI's launcher and plugins and PMIx are added.
+  local so path pkg real p
+  {
+    printf '%s\n' openmpi-bin openmpi-common libopenmpi3 libpmix2
+    LD_LIBRARY_PATH="$prefix/wf/lib" ldd "$bin"/* "$prefix"/wf/lib/* | awk '/=> \//{print $1, $3}' | sort -u |
+      while read -r so path; do
+        [[ $so =~ ^(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libwallfacer)\.so ]] && continue
+        real="$(readlink -f "$path")"
+        for p in "$path" "$real" "${real#/usr}"; do  # dpkg knows /lib or /usr/lib (Debian 12 merges them)
+          dpkg -S "$p" 2>/dev/null | head -1 | cut -d: -f1 | grep . && break
+        done
+      done
+  } | sort -u | grep . > "$work/hidden-packages.txt"
+  while read -r pkg; do
+    dpkg -L "$pkg" 2>/dev/null | grep -vE "^/usr/share/(doc|man)/" |
+      while read -r path; do [[ -f $path && ! -L $path ]] && echo "$path"; done
+  done < "$work/hidden-packages.txt" | sort -u > "$work/hidden.txt"
+  cat > "$work/hide.sh" <<HIDE
+#!/bin/bash
+while read -r f; do mount --bind /dev/null "\$f" || exit 1; done < "$work/hidden.txt"
+exec "\$@"
+HIDE
+  chmod +x "$work/hide.sh"
+  echo "WF_DEVICE_CHECK_HIDE_SYSTEM=1: our binaries run with this machine's copies of these packages hidden" \
+    "($(wc -l < "$work/hidden.txt") files): $(xargs < "$work/hidden-packages.txt")"
+}
+setup() {
+  phase "setup: unpack $pack into $prefix, find the libraries"
+  if [[ ! -f $pack/build.tar.xz ]]; then
+    result ERROR setup "no $pack/build.tar.xz: run scripts/device-pack.sh on the CPU machine and carry its folder"
+    return 1
+  fi
+  sed -n '1,4p' "$pack/MANIFEST.txt" 2>/dev/null
+  local f d
+  mkdir -p "$prefix/root" "$prefix/fallback" "$prefix/wf"
+  for f in "$pack"/debs/*.deb; do
+    extract_deb "$f" "$prefix/root" || { result ERROR setup "unpacking $f failed"; return 1; }
+  done
+  for f in "$pack"/debs/fallback/*.deb; do extract_deb "$f" "$prefix/fallback" || return 1; done
+  extract_tar_xz "$pack/build.tar.xz" "$prefix/wf" || { result ERROR setup "unpacking build.tar.xz failed"; return 1; }
+  [[ ${WF_DEVICE_CHECK_HIDE_SYSTEM:-0} == 1 ]] && hide_system_copies
+
+  local dirs=("$prefix/wf/lib")
+  for d in usr/lib/x86_64-linux-gnu lib/x86_64-linux-gnu usr/lib/x86_64-linux-gnu/openblas-pthread \
+           usr/lib/x86_64-linux-gnu/pmix2/lib; do
+    [[ -d $prefix/root/$d ]] && dirs+=("$prefix/root/$d")
+  done
+  # CUDA, cuBLAS, cuDNN, NCCL: the toolkit's, then the NVIDIA wheels under python3 (PyTorch's),
+  # then the driver's folder.
+  local cuda_dirs=()
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+    [[ -d $d ]] && cuda_dirs+=("$d")
+  done
+  mapfile -t -O "${#cuda_dirs[@]}" cuda_dirs < <(python3 - <<'PY' 2>/dev/null
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+seen = []
+for r in roots:
+    for lib in sorted(glob.glob(os.path.join(r, "nvidia", "**", "lib*.so*"), recursive=True)):
+        d = os.path.dirname(os.path.realpath(lib))
+        if d not in seen:
+            seen.append(d)
+print("\n".join(seen))
+PY
+  )
+  mapfile -t cuda_dirs < <(printf '%s\n' "${cuda_dirs[@]}" | grep .)
+  [[ -d /usr/local/nvidia/lib64 ]] && cuda_dirs+=(/usr/local/nvidia/lib64)
+  echo "library folders for CUDA, cuBLAS, cuDNN, NCCL (in this order):"
+  printf '  %s\n' "${cuda_dirs[@]}"
+  WF_LD="$(IFS=:; echo "${dirs[*]}:${cuda_dirs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  set_wf
+
+  # The image's libstdc++ / libgcc only if ours need newer versions than it has.
+  local ldd_out
+  ldd_out="$("${wf[@]}" ldd "$bin"/* "$prefix"/wf/lib/* 2>&1)"
+  if grep -q "version .* not found" <<<"$ldd_out"; then
+    echo "the image's C++ runtime is older than the build's: using the packed libstdc++/libgcc"
+    WF_LD="$prefix/fallback/usr/lib/x86_64-linux-gnu:$prefix/fallback/lib/x86_64-linux-gnu:$WF_LD"
+    set_wf
+    ldd_out="$("${wf[@]}" ldd "$bin"/* "$prefix"/wf/lib/* 2>&1)"
+  fi
+  if grep -qE "not found" <<<"$ldd_out"; then
+    grep -E "^/|not found" <<<"$ldd_out"
+    result ERROR setup "libraries not found (above): the pack lacks a package, or the image lacks a CUDA library"
+    return 1
+  fi
+  local started
+  if ! started="$("${wf[@]}" "$bin/wallfacer" --version 2>&1)"; then
+    result ERROR setup "our wallfacer does not start: $started"
+    return 1
+  fi
+  echo "our binaries load (ldd):"
+  grep -E "libcuda|libcudart|libcublas|libcudnn|libnccl|libmpi\.|libopenblas|libdnnl|libstdc" <<<"$ldd_out" |
+    awk '{print $1, $3}' | sort -u | while read -r so path; do echo "  $so -> $(readlink -f "$path")"; done
+
+  # Open MPI from the prefix: OPAL_PREFIX relocates its plugins, help and config files; PMIx
+  # needs its own paths. Only the shared-memory transports are asked for: the image has none of
+  # the fabric libraries (UCX, libfabric) that other plugins would load.
+  local pmix="$prefix/root/usr/lib/x86_64-linux-gnu/pmix2"
+  export OPAL_PREFIX="$prefix/root/usr" PMIX_INSTALL_PREFIX="$pmix" PMIX_DATADIR="$pmix/share"
+  export PMIX_LIBDIR="$pmix/lib" PMIX_MCA_mca_base_component_path="$pmix/lib/pmix"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mca_base_component_show_load_errors=0
+  export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_osc='^ucx' OMPI_MCA_btl_vader_single_copy_mechanism=none
+  export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
+  mpirun=("$prefix/root/usr/bin/orterun")  # local ranks inherit its environment
+  local hosts system
+  hosts="$(timed 30 "${wf[@]}" "${mpirun[@]}" -np 2 uname -n 2>&1)" ||
+    { echo "$hosts"; result ERROR setup "the relocated mpirun -np 2 uname -n failed"; return 1; }
+  # Which Open MPI mpirun loaded: its own memory map names the plugin files.
+  # A rank's $PPID is mpirun; $0 is the folder to count: the rank's shell expands both.
+  # shellcheck disable=SC2016
+  local ours maps='grep -c " $0/x86_64-linux-gnu/openmpi/" /proc/$PPID/maps || true'
+  system="$(timed 30 "${wf[@]}" "${mpirun[@]}" -np 1 bash -c "$maps" /usr/lib)"
+  ours="$(timed 30 "${wf[@]}" "${mpirun[@]}" -np 1 bash -c "$maps" "$prefix/root/usr/lib")"
+  if [[ ${system:-0} != 0 || ${ours:-0} == 0 ]]; then
+    result ERROR setup "mpirun mapped ${system:-?} files of a system Open MPI and ${ours:-0} of the prefix's:" \
+      "not relocated"
+    return 1
+  fi
+  result PASS setup "unpacked $(find "$pack/debs" -name "*.deb" | wc -l) packages;" \
+    "mpirun -np 2 uname -n ($(echo "$hosts" | sort -u | xargs)) ran Open MPI from $OPAL_PREFIX" \
+    "($ours plugin files mapped, none of a system one)"
+}
+
+# ---- versions ----------------------------------------------------------------------------------
+versions() {
+  phase "versions"
+  if [[ $dry != 1 ]]; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>&1 |
+      tee "$work/nvidia-smi.csv"
+  else
+    echo "dry run: no nvidia-smi"
+  fi
+  if ! "${wf[@]}" "$bin/wallfacer" info 2>&1 | tee "$work/info.txt"; then
+    result ERROR versions "wallfacer info failed (above)"
+    return 1
+  fi
+  "${wf[@]}" "$bin/wallfacer" info --json > "$work/info.json" 2>/dev/null
+  # The libraries' versions, asked of the libraries our binaries load (their file names often carry none).
+  LD_LIBRARY_PATH="$WF_LD" python3 - "$WF_LD" <<'PY' | tee "$work/libraries.txt"
+import ctypes, os, sys
+dirs = [d for d in sys.argv[1].split(":") if d]
+def ask(name, soname, call):
+    path = next((os.path.realpath(os.path.join(d, soname)) for d in dirs
+                 if os.path.exists(os.path.join(d, soname))), None)
+    if path is None:
+        return print(f"{name}: not found ({soname})")
+    try:
+        print(f"{name}: {call(ctypes.CDLL(path))} ({path})")
+    except (OSError, AttributeError) as e:
+        print(f"{name}: unknown ({path}: {e})")
+def int_out(fn):
+    v = ctypes.c_int()
+    fn(ctypes.byref(v))
+    return v.value
+def size_t(fn):
+    fn.restype = ctypes.c_size_t
+    return fn()
+dotted = lambda v: f"{v // 10000}.{v % 10000 // 100}.{v % 100}"  # major·10000 + minor·100 + patch
+runtime = lambda v: f"{v // 1000}.{v % 1000 // 10}"  # major·1000 + minor·10
+ask("CUDA runtime", "libcudart.so.13", lambda l: runtime(int_out(l.cudaRuntimeGetVersion)))
+ask("cuBLASLt", "libcublasLt.so.13", lambda l: dotted(size_t(l.cublasLtGetVersion)))
+ask("cuDNN", "libcudnn.so.9", lambda l: dotted(size_t(l.cudnnGetVersion)))
+ask("NCCL", "libnccl.so.2", lambda l: dotted(int_out(l.ncclGetVersion)))
+PY
+  if [[ $dry != 1 ]] && ! probe="$("${wf[@]}" "$bin/wf_gpu_probe" 2>&1)"; then
+    result ERROR versions "wf_gpu_probe sees no GPU: $probe"
+    return 1
+  fi
+  result PASS versions "${probe:-dry run: no GPU}"
+}
+
+# ---- tests -------------------------------------------------------------------------------------
+tests() {
+  phase "tests: every CUDA test"
+  if [[ $dry == 1 ]]; then
+    local cases
+    cases="$("${wf[@]}" "$bin/test_cuda" --list-test-names-only 2>/dev/null | grep -c .)"
+    result SKIP tests "dry run: $cases test_cuda cases listed, none run without a GPU"
+    return 0
+  fi
+  local lim rc
+  lim=$(limit 110)
+  # On the cores the CPU runs of the parity phase leave.
+  OMP_NUM_THREADS=$(($(nproc) - cpu_threads)) timed "$lim" "${wf[@]}" "$bin/test_cuda" --use-colour no \
+    --durations yes 2>&1 | tee "$work/test_cuda.log" | grep -vE "^[0-9.]+ s: "
+  rc=${PIPESTATUS[0]}
+  local summary
+  summary="$(grep -E "^(All tests passed|test cases:)" "$work/test_cuda.log" | tail -1)"
+  if ((rc == 0)); then result PASS test_cuda "$summary"
+  elif ran_out "$rc"; then
+    local last
+    last="$(grep -E "^[0-9.]+ s: " "$work/test_cuda.log" | tail -1)"
+    result ERROR test_cuda "$(why_failed "$rc" "$lim")${last:+; the last case that finished: $last}"
+  else result FAIL test_cuda "${summary:-exit status $rc}"
+  fi
+  if [[ -x $bin/test_dist ]]; then
+    lim=$(limit 45)
+    OMP_NUM_THREADS=2 timed "$lim" "${wf[@]}" "${mpirun[@]}" -np 2 "$bin/test_dist" --use-colour no "[cuda]" 2>&1 |
+      tee "$work/test_dist.log"
+    rc=${PIPESTATUS[0]}
+    summary="$(grep -E "^(All tests passed|test cases:)" "$work/test_dist.log" | tail -1)"
+    if ((rc == 0)); then result PASS test_dist "2 ranks, [cuda]: $summary"
+    elif ran_out "$rc"; then result ERROR test_dist "$(why_failed "$rc" "$lim")"
+    else result FAIL test_dist "2 ranks, [cuda]: ${summary:-exit status $rc}"
+    fi
+  fi
+}
+
+# ---- training runs -------------------------------------------------------------------------------
+one=(--set parallel.dp=1 --set parallel.tp=1 --set parallel.pp=1 --set parallel.sp=1 --set parallel.C=1)
+# model_args gpt|llama|dit: the config and data settings of a model's 20-step run (array margs).
+model_args() {
+  case "$1" in
+    gpt) margs=("$root/configs/gpt-tiny.yaml" "${text_data[@]}" --set train.global_batch_size=8) ;;
+    llama) margs=("$root/configs/llama-tiny.yaml" "${text_data[@]}") ;;
+    dit) margs=("$root/configs/dit-fashion.yaml" --set model.diffusion=flow
+                --set data.train_path="$pack/data/train-images-idx3-ubyte.gz"
+                --set data.train_labels_path="$pack/data/train-labels-idx1-ubyte.gz"
+                --set data.val_path="$pack/data/train-images-idx3-ubyte.gz"
+                --set data.val_labels_path="$pack/data/train-labels-idx1-ubyte.gz") ;;
+  esac
+  if [[ $small == 1 ]]; then  # toy sizes for a dry run on a small CPU
+    case "$1" in
+      gpt) margs+=(--set model.n_layer=1 --set model.d_model=32 --set model.d_ff=64 --set model.n_head=4
+                   --set model.n_kv_head=4 --set model.max_seq_len=32 --set train.seq_len=32
+                   --set train.micro_batch_size=1 --set train.global_batch_size=2) ;;
+      llama) margs+=(--set model.n_layer=1 --set model.d_model=32 --set model.d_ff=64 --set model.n_head=4
+                     --set model.n_kv_head=2 --set model.max_seq_len=32 --set train.seq_len=32
+                     --set train.micro_batch_size=1 --set train.global_batch_size=2) ;;
+      dit) margs+=(--set model.image_size=16 --set model.d_model=32 --set model.n_layer=1 --set model.n_head=4
+                   --set train.seq_len=16 --set train.micro_batch_size=2 --set train.global_batch_size=2) ;;
+    esac
+  fi
+  margs+=(--set train.steps="$steps" --set train.warmup_steps=$((steps / 4 + 1)) --set train.log_every=1
+          --set train.eval_every=0 --set checkpoint.every=0)
+}
+# train NAME DEVICE DTYPE NP LIMIT SETTINGS...: one `wallfacer train` (NP > 1: under mpirun); its
+# output in $work/runs/NAME.out, its metrics in $work/runs/NAME/metrics.jsonl.
+train() {
+  local name="$1" dev="$2" dtype="$3" np="$4" lim="$5"; shift 5
+  local launcher=() dir="$work/runs/$name"
+  ((np > 1)) && launcher=("${mpirun[@]}" -np "$np")
+  mkdir -p "$dir"
+  timed "$lim" "${wf[@]}" "${launcher[@]}" "$bin/wallfacer" train "$@" --set train.device="$dev" \
+    --set train.dtype="$dtype" --set log.dir="$dir" --set checkpoint.dir="$dir/checkpoints" > "$dir.out" 2>&1
+}
+runs=(gpt:f32 gpt:bf16 llama:f32 llama:bf16 dit:f32 dit:bf16)
+# The CPU halves, in the background while the GPU works (half the cores).
+cpu_references() {
+  local run model dtype lim
+  for run in "${runs[@]}"; do
+    model="${run%:*}" dtype="${run#*:}"
+    model_args "$model"
+    lim=$(limit 120)
+    OMP_NUM_THREADS="$cpu_threads" train "$model-$dtype.cpu" cpu "$dtype" 1 "$lim" "${margs[@]}" "${one[@]}"
+    echo "$? $lim" > "$work/runs/$model-$dtype.cpu.rc"  # exit status, time limit
+  done
+}
+# Stops the CPU runs: the background shell first (no next run), then the run under way (timeout
+# passes the signal on to wallfacer).
+stop_cpu_references() {
+  local kids
+  mapfile -t kids < <(pgrep -P "$cpu_pid")
+  kill "$cpu_pid" 2>/dev/null
+  ((${#kids[@]} == 0)) || kill "${kids[@]}" 2>/dev/null
+  wait "$cpu_pid" 2>/dev/null
+}
+# compare A B TOLERANCE: every logged loss of run A within TOLERANCE (relative) of run B's,
+# the same number of steps, all finite. Prints the detail; exits 1 when they differ.
+compare() {
+  python3 - "$work/runs/$1/metrics.jsonl" "$work/runs/$2/metrics.jsonl" "$3" "$steps" <<'PY'
+import json, math, sys
+a_path, b_path, tol, steps = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+def load(path):
+    return [r for r in map(json.loads, open(path)) if "loss" in r and "step" in r]
+a, b = load(a_path), load(b_path)
+problems = []
+if len(a) != steps or len(b) != steps:
+    problems.append(f"{len(a)} and {len(b)} logged steps, not {steps}")
+bad = [r["step"] for r in a + b if not all(math.isfinite(r.get(k, 0.0)) for k in ("loss", "grad_norm"))]
+if bad:
+    problems.append(f"non-finite loss or gradient norm at steps {sorted(set(bad))}")
+rel = lambda x, y: abs(x - y) / max(abs(y), 1e-30)
+loss = max((rel(x["loss"], y["loss"]) for x, y in zip(a, b)), default=math.inf)
+norm = max((rel(x.get("grad_norm", 0), y.get("grad_norm", 0)) for x, y in zip(a, b)), default=math.inf)
+if not loss <= tol:
+    worst = max(zip(a, b), key=lambda p: rel(p[0]["loss"], p[1]["loss"]))
+    problems.append(f"step {worst[0]['step']}: loss {worst[0]['loss']!r} vs {worst[1]['loss']!r}")
+detail = (f"{len(a)} steps, loss {b[0]['loss']:.4f} -> {b[-1]['loss']:.4f}, max relative loss difference "
+          f"{loss:.1e} (tolerance {tol:g}), gradient norm {norm:.1e}" if a and b else "no logged steps")
+print(detail + ("; " + "; ".join(problems) if problems else ""))
+sys.exit(1 if problems else 0)
+PY
+}
+
+parity() {
+  phase "parity: $steps steps on $device beside the CPU (${runs[*]})"
+  local run model dtype tol lim rc detail
+  for run in "${runs[@]}"; do
+    model="${run%:*}" dtype="${run#*:}"
+    model_args "$model"
+    lim=$(limit 45)
+    train "$model-$dtype.$device" "$device" "$dtype" 1 "$lim" "${margs[@]}" "${one[@]}"
+    rc=$?
+    echo "$model $dtype on $device: $(why_failed "$rc" "$lim" | sed 's/exit status 0/done/')" \
+      "($(log_end "$work/runs/$model-$dtype.$device.out" 1 | cut -c1-150))"
+    echo "$rc $lim" > "$work/runs/$model-$dtype.$device.rc"
+  done
+  echo "waiting for the CPU runs"
+  wait "$cpu_pid"
+  for run in "${runs[@]}"; do
+    model="${run%:*}" dtype="${run#*:}"
+    tol=1e-4; [[ $dtype == bf16 ]] && tol=2e-2
+    local side failed=""
+    for side in "$device" cpu; do
+      read -r rc lim < "$work/runs/$model-$dtype.$side.rc" 2>/dev/null || rc=125
+      if ((rc != 0)); then
+        failed="the $side run: $(why_failed "$rc" "$lim" "$work/runs/$model-$dtype.$side.out")"
+        break
+      fi
+    done
+    if [[ -n $failed ]]; then result ERROR "parity $model $dtype" "$failed"; continue; fi
+    if detail="$(compare "$model-$dtype.$device" "$model-$dtype.cpu" "$tol")"; then
+      result PASS "parity $model $dtype" "$device vs cpu: $detail"
+    else
+      result FAIL "parity $model $dtype" "$device vs cpu: $detail"
+    fi
+  done
+}
+
+sp4() {
+  phase "sp4: LLaMA-tiny as sp 4 WallFacer C 2, 4 processes on one $device, beside one process"
+  local lim rc detail name="llama-f32.$device.sp4"
+  model_args llama
+  if [[ ! -f $work/runs/llama-f32.$device.rc ]]; then  # the parity phase did not run: the one-process run here
+    lim=$(limit 45)
+    train "llama-f32.$device" "$device" f32 1 "$lim" "${margs[@]}" "${one[@]}"
+    echo "$? $lim" > "$work/runs/llama-f32.$device.rc"
+  fi
+  if [[ "$(cut -d' ' -f1 "$work/runs/llama-f32.$device.rc")" != 0 ]]; then
+    result ERROR sp4 "the one-process $device run (parity llama f32) did not finish: nothing to compare with"
+    return
+  fi
+  lim=$(limit 60)
+  OMP_NUM_THREADS=2 train "$name" "$device" f32 4 "$lim" "${margs[@]}" --set parallel.dp=1 --set parallel.tp=1 \
+    --set parallel.pp=1 --set parallel.sp=4 --set parallel.C=2 --set parallel.sp_strategy=wallfacer
+  rc=$?
+  if ((rc != 0)); then
+    result ERROR sp4 "$(why_failed "$rc" "$lim" "$work/runs/$name.out" 5)"
+  elif detail="$(compare "$name" "llama-f32.$device" 1e-4)"; then
+    result PASS sp4 "4 processes vs 1 on $device: $detail"
+  else
+    result FAIL sp4 "4 processes vs 1 on $device: $detail"
+  fi
+}
+
+# ---- bench -------------------------------------------------------------------------------------
+bench() {
+  phase "bench: $bench_device, wallfacer beside PyTorch"
+  local b="$work/bench" lim rc py
+  mkdir -p "$b"
+  # name config layers d_model heads vocab batch seq dtype: the same model on both sides.
+  local specs=("gpt-tiny configs/gpt-tiny.yaml 4 256 4 256 4 256 f32"
+               "gpt2-124m configs/gpt2-124m.yaml 12 768 12 50304 8 1024 bf16")
+  local gemm=8192 attention="1,8192,16,128" warm=3 timed_steps=10
+  if [[ $small == 1 ]]; then
+    specs=("gpt-tiny configs/gpt-tiny.yaml 1 32 2 256 1 32 f32" "gpt2-124m configs/gpt2-124m.yaml 1 64 2 512 1 32 bf16")
+    gemm=64 attention="1,64,2,16" warm=1 timed_steps=2
+  fi
+  local B N H d
+  IFS=, read -r B N H d <<<"$attention"
+  lim=$(limit 45)
+  timed "$lim" "${wf[@]}" "$bin/wallfacer" bench device --device "$bench_device" --json --size "$gemm" --batch "$B" \
+    --tokens "$N" --heads "$H" --head-dim "$d" > "$b/wallfacer.jsonl"
+  rc=$?
+  cat "$b/wallfacer.jsonl"
+  if ((rc == 0)); then result PASS "bench wallfacer" "GEMM and attention measured, results checked"
+  elif ran_out "$rc"; then result ERROR "bench wallfacer" "$(why_failed "$rc" "$lim")"
+  else result FAIL "bench wallfacer" "$(why_failed "$rc" "$lim")"
+  fi
+
+  local spec name config layers dm heads vocab batch seq dtype gpt_args=()
+  for spec in "${specs[@]}"; do
+    read -r name config layers dm heads vocab batch seq dtype <<<"$spec"
+    gpt_args+=(--gpt "$name,$layers,$dm,$heads,$vocab,$batch,$seq,$dtype")
+    lim=$(limit 60)
+    train "$name.steps" "$bench_device" "$dtype" 1 "$lim" "$root/$config" "${one[@]}" --set data.source=synthetic \
+      --set model.n_layer="$layers" --set model.d_model="$dm" --set model.d_ff=$((4 * dm)) --set model.n_head="$heads" \
+      --set model.n_kv_head="$heads" --set model.vocab_size="$vocab" --set model.max_seq_len="$seq" \
+      --set train.seq_len="$seq" --set train.micro_batch_size="$batch" --set train.global_batch_size="$batch" \
+      --set train.steps=$((warm + timed_steps)) --set train.warmup_steps=1 --set train.log_every=1 \
+      --set train.eval_every=0 --set checkpoint.every=0
+    rc=$?
+    if ((rc == 0)); then
+      python3 - "$work/runs/$name.steps/metrics.jsonl" "$name" "$dtype" "$batch" "$seq" "$warm" \
+        >> "$b/wallfacer.jsonl" <<'PY'
+import json, statistics, sys
+path, name, dtype, batch, seq, warm = sys.argv[1:7]
+times = [r["step_s"] for r in map(json.loads, open(path)) if "step_s" in r and r["step"] > int(warm)]
+print(json.dumps({"bench": "gpt", "model": name, "dtype": dtype, "batch": int(batch), "seq": int(seq),
+                  "ms_per_step": statistics.median_high(times) * 1e3, "steps": len(times)}))
+PY
+      result PASS "bench wallfacer $name" "$(tail -1 "$b/wallfacer.jsonl")"
+    else
+      result ERROR "bench wallfacer $name" "$(why_failed "$rc" "$lim" "$work/runs/$name.steps.out")"
+    fi
+  done
+
+  if ! py="$(python_with_torch)"; then
+    result ERROR "bench pytorch" "no python3 with torch here (WF_PYTHON names one)"
+    return
+  fi
+  lim=$(limit 90)
+  PYTHONUNBUFFERED=1 timed "$lim" "$py" "$root/scripts/bench_torch_gpu.py" --device "$bench_device" --gemm "$gemm" \
+    --attention "$B,$N,$H,$d" "${gpt_args[@]}" --gpt-warmup "$warm" --gpt-steps "$timed_steps" > "$b/pytorch.jsonl"
+  rc=$?
+  cat "$b/pytorch.jsonl"
+  if ((rc == 0)); then result PASS "bench pytorch" "$(head -1 "$b/pytorch.jsonl")"
+  else result ERROR "bench pytorch" "$(why_failed "$rc" "$lim")"
+  fi
+}
+
+# ---- the table and the summary -------------------------------------------------------------------
+table() {
+  phase "table"
+  python3 - "$work" "$out" "$dry" "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')" <<'PY'
+import csv, datetime, json, os, sys
+work, out, dry, commit = sys.argv[1:5]
+def jsonl(path):
+    try:
+        return [json.loads(l) for l in open(path) if l.strip().startswith("{")]
+    except OSError:
+        return []
+ours, theirs = jsonl(f"{work}/bench/wallfacer.jsonl"), jsonl(f"{work}/bench/pytorch.jsonl")
+def pick(rows, bench, model=None):
+    return next((r for r in rows if r.get("bench") == bench and (model is None or r.get("model") == model)), None)
+versions = pick(theirs, "versions") or {}
+try:
+    info = json.load(open(f"{work}/info.json"))
+except (OSError, ValueError):
+    info = {}
+cuda = info.get("cuda", {}) if isinstance(info.get("cuda"), dict) else {}
+try:
+    smi = next(csv.reader(open(f"{work}/nvidia-smi.csv").read().splitlines()[1:2]), [])
+except OSError:
+    smi = []
+libs = {}
+if os.path.exists(f"{work}/libraries.txt"):
+    for line in open(f"{work}/libraries.txt"):
+        name, _, rest = line.partition(": ")
+        libs[name] = rest.split(" (")[0].strip()
+
+def cell(r, key, fmt):
+    return fmt.format(r[key]) if r and key in r else "n/a"
+def ratio(a, b, key, faster_is_larger):
+    if not (a and b and key in a and key in b and a[key] and b[key]):
+        return "n/a"
+    return f"{(a[key] / b[key]) if faster_is_larger else (b[key] / a[key]):.2f}"
+
+g_o, g_t = pick(ours, "gemm"), pick(theirs, "gemm")
+a_o, a_t = pick(ours, "attention"), pick(theirs, "attention")
+rows = []
+if g_t or g_o:
+    n = (g_o or g_t)["M"]
+    rows.append((f"bf16 GEMM {n}x{n}x{n}: TFLOP/s", cell(g_o, "tflops", "{:.4g}"), cell(g_t, "tflops", "{:.4g}"),
+                 ratio(g_o, g_t, "tflops", True)))
+if a_t or a_o:
+    r = a_o or a_t
+    rows.append((f"attention fwd+bwd, causal, bf16, B {r['batch']} x {r['tokens']} tokens x {r['heads']} heads x d "
+                 f"{r['head_dim']}: TFLOP/s (ms)",
+                 f"{cell(a_o, 'tflops', '{:.4g}')} ({cell(a_o, 'ms', '{:.3g}')})",
+                 f"{cell(a_t, 'tflops', '{:.4g}')} ({cell(a_t, 'ms', '{:.3g}')})", ratio(a_o, a_t, "tflops", True)))
+for model in ("gpt-tiny", "gpt2-124m"):
+    o, t = pick(ours, "gpt", model), pick(theirs, "gpt", model)
+    r = o or t
+    if r:
+        rows.append((f"{model} training step, {r['dtype']}, B {r['batch']} x T {r['seq']}: ms",
+                     cell(o, "ms_per_step", "{:.4g}"), cell(t, "ms_per_step", "{:.4g}"),
+                     ratio(o, t, "ms_per_step", False)))
+now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+title = f"### Device check, {now}, commit {commit}"
+if dry == "1":
+    title += " (DRY RUN: CPU, toy sizes; not GPU numbers)"
+gpu = (smi[0].strip() if smi else versions.get("gpu", "n/a")) + (", " + smi[2].strip() if len(smi) > 2 else "")
+driver = smi[1].strip() if len(smi) > 1 else cuda.get("driver") or "n/a"
+torch = (f"PyTorch {versions.get('torch', 'n/a')} (CUDA {versions.get('cuda', 'n/a')}, "
+         f"cuDNN {versions.get('cudnn', 'n/a')}, NCCL {versions.get('nccl', 'n/a')})")
+lines = [title, "",
+         f"GPU: {gpu}; driver {driver}; " + "; ".join(f"{k} {v}" for k, v in libs.items()) + f"; {torch}",
+         "",
+         "| measurement | wallfacer | PyTorch | wallfacer speed / PyTorch's |",
+         "|---|---|---|---|"]
+lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+if not rows:
+    lines.append("| (no measurement finished) | | | |")
+text = "\n".join(lines) + "\n"
+print(text)
+open(f"{out}/table.md", "w").write(text)
+results = [dict(zip(("status", "phase", "detail"), l.rstrip("\n").split("\t", 2))) for l in open(f"{work}/results.tsv")]
+json.dump({"date": now, "commit": commit, "dry_run": dry == "1", "phases": results, "wallfacer": ours,
+           "pytorch": theirs, "info": info, "libraries": libs}, open(f"{out}/results.json", "w"), indent=1)
+PY
+}
+
+summary() {
+  echo
+  echo "=== summary ($((SECONDS - t0)) s)"
+  cut -f1,2 "$work/results.tsv" | awk -F'\t' '{printf "%-5s %s\n", $1, $2}'
+  if grep -qE "^(FAIL|ERROR)" "$work/results.tsv"; then
+    echo "device check: FAILED ($(grep -cE "^(FAIL|ERROR)" "$work/results.tsv") phases failed or could not run)"
+    return 1
+  fi
+  echo "device check: every phase passed$([[ $dry == 1 ]] && echo ' (dry run: the GPU phases were skipped)')"
+}
+
+main() {
+  echo "device check: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(uname -n), device $device, $steps steps," \
+    "budget $budget s$([[ $dry == 1 ]] && echo ', DRY RUN')"
+  if ! setup; then summary; return 1; fi
+  text_data=(--set data.train_path="$work/text/train.bin" --set data.val_path="$work/text/val.bin")
+  cat "$root/README.md" "$root"/docs/*.md > "$work/text.txt"
+  "${wf[@]}" "$bin/wallfacer" prepare-text --input "$work/text.txt" --output-dir "$work/text" --tokenizer byte
+  cpu_threads=$(($(nproc) / 2)); ((cpu_threads > 0)) || cpu_threads=1
+  mkdir -p "$work/runs"
+  if wanted parity; then
+    cpu_references &
+    cpu_pid=$!
+  fi
+  if ! versions && [[ $dry != 1 ]]; then  # no GPU: nothing else can run
+    wanted parity && stop_cpu_references
+    summary
+    return 1
+  fi
+  wanted tests && tests
+  wanted parity && parity
+  wanted sp4 && sp4
+  wanted bench && bench
+  table
+  summary
+}
+
+rm -rf "$work" "$prefix"
+mkdir -p "$work" "$prefix" "$out"
+: > "$work/results.tsv"
+# Sourced (to try one phase by hand: `source scripts/device-check.sh; setup; tests`), it stops here.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
+main 2>&1 | tee "$out/device-check.log"
+exit "${PIPESTATUS[0]}"

@@ -1,0 +1,293 @@
+// `wallfacer bench device`: the two numbers a device is judged by, measured through the ops layer
+// (wf::matmul, wf::attention and the autograd engine) on any device — the same code a training
+// step runs, so the backend's dispatch, allocation and precision policy are inside the number.
+// scripts/device-check.sh prints them beside PyTorch in the same run (docs/gpu.md).
+//
+//   - gemm: bf16 A [M, K] @ B [K, N] (f32 accumulation; the output dtype is the backend's);
+//   - attention: bf16 q, k, v [B, N, H, d], causal, forward then backward from a random d_out.
+//
+// FLOP counts (the FlashAttention papers' convention, also what scripts/bench_torch_gpu.py uses):
+// GEMM 2·M·N·K; attention forward 4·B·H·N²·d for a full mask and half that, 2·B·H·N²·d, for a
+// causal one (N²/2 visible pairs, not the exact N(N+1)/2); backward 2.5× the forward.
+//
+// Timing: each call is bracketed by synchronize(device), so a time is the host clock around
+// work that has finished (wf::Event has no elapsed time); the sync costs ~10 µs, under 1% of the
+// GPU calls at the default sizes. Warm-up calls first, then the median of --iters calls. Inputs
+// are fresh normal draws (never zeros: METHOD.md), and results are checked before they are
+// reported: sampled GEMM entries and attention rows against f64 on the host, gradients finite.
+// A check that fails makes the command exit 1: a wrong kernel's speed means nothing.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "src/cli/commands.h"
+#include "src/cli/option_checks.h"
+#include "src/core/timing.h"
+#include "wallfacer/autograd/engine.h"
+#include "wallfacer/core/cuda_info.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/stream.h"
+#include "wallfacer/core/tensor.h"
+#include "wallfacer/ops/attention.h"
+#include "wallfacer/ops/linalg.h"
+
+namespace wf::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint64_t kSeed = 20261205;
+constexpr int kSamples = 16;  // GEMM entries and attention rows checked against f64
+// Errors in units of the checked quantity's natural size (below): bf16 output rounding alone
+// gives ~4e-3; a wrong kernel (a transposed operand, a missing block) gives ~1.
+constexpr double kMaxCheckError = 5e-2;
+
+struct Options {
+  std::string device = "cuda";
+  std::string only;  // "", "gemm" or "attention"
+  std::int64_t size = 8192;  // M = N = K
+  std::int64_t batch = 1, tokens = 8192, heads = 16, head_dim = 128;
+  int warmup = 2, iters = 10;
+  bool json = false;
+};
+
+struct Timed {
+  double median_s = 0;
+  std::vector<double> all_s;
+};
+
+// Seconds of `fn`, the device idle before and drained after.
+double timed_call(Device device, const std::function<void()>& fn) {
+  synchronize(device);
+  const Clock::time_point start = Clock::now();
+  fn();
+  synchronize(device);
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Normal draws in bf16 on the host (kept for the f64 check) and their copy on the device.
+struct Operand {
+  Tensor host, dev;
+};
+Operand random_bf16(const Shape& shape, std::uint64_t stream, Device device) {
+  Tensor host = Tensor::randn_at(shape, kSeed + stream, 0, DType::f32).to(DType::bf16);
+  return {host, host.to(device)};
+}
+
+std::vector<double> host_values(const Tensor& t) { return t.to(Device::cpu()).to_vector<double>(); }
+
+// Sample k of n (spread over the range, the ends included).
+std::int64_t sample(std::int64_t k, std::int64_t n) { return n <= 1 ? 0 : k * (n - 1) / (kSamples - 1); }
+
+// ---- gemm ----------------------------------------------------------------------------------
+
+struct GemmResult {
+  double ms = 0, tflops = 0, check = 0;
+};
+
+// |c − Σ a·b| over sqrt(Σ (a·b)²), the size of a sum of K random products.
+double gemm_check(const Tensor& a, const Tensor& b, const Tensor& c, std::int64_t n) {
+  const std::vector<double> av = host_values(a), bv = host_values(b), cv = host_values(c);
+  double worst = 0;
+  for (std::int64_t s = 0; s < kSamples; ++s) {
+    const std::int64_t i = sample(s, n), j = sample((s * 7 + 3) % kSamples, n);
+    double sum = 0, squares = 0;
+    for (std::int64_t k = 0; k < n; ++k) {
+      const double p = av[static_cast<std::size_t>(i * n + k)] * bv[static_cast<std::size_t>(k * n + j)];
+      sum += p;
+      squares += p * p;
+    }
+    const double got = cv[static_cast<std::size_t>(i * n + j)];
+    const double error = std::isfinite(got) ? std::abs(got - sum) / std::sqrt(std::max(squares, 1e-300)) : INFINITY;
+    worst = std::max(worst, error);
+  }
+  return worst;
+}
+
+GemmResult bench_gemm(const Options& o, Device device) {
+  const std::int64_t n = o.size;
+  const Operand a = random_bf16({n, n}, 1, device), b = random_bf16({n, n}, 2, device);
+  Tensor c;
+  for (int i = 0; i < o.warmup; ++i) timed_call(device, [&] { c = matmul(a.dev, b.dev); });
+  std::vector<double> times;
+  for (int i = 0; i < o.iters; ++i) times.push_back(timed_call(device, [&] { c = matmul(a.dev, b.dev); }));
+  const double s = median(times);
+  return {s * 1e3, 2.0 * double(n) * double(n) * double(n) / s * 1e-12, gemm_check(a.host, b.host, c, n)};
+}
+
+// ---- attention -----------------------------------------------------------------------------
+
+struct AttentionBench {
+  double fwd_ms = 0, bwd_ms = 0, tflops = 0, fwd_tflops = 0, bwd_tflops = 0, check = 0;
+  std::int64_t nonfinite_grads = 0;
+};
+
+// Sampled rows of the causal output against f64 softmax(q·kᵀ·scale)·v on the host:
+// ‖o − ref‖ / ‖ref‖ per row, the worst row.
+double attention_check(const Options& o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out) {
+  const std::int64_t N = o.tokens, H = o.heads, d = o.head_dim;
+  const std::vector<double> qv = host_values(q), kv = host_values(k), vv = host_values(v), ov = host_values(out);
+  const double scale = 1.0 / std::sqrt(double(d));
+  const auto at = [&](std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t c) {
+    return static_cast<std::size_t>(((b * N + t) * H + h) * d + c);
+  };
+  double worst = 0;
+  std::vector<double> scores(static_cast<std::size_t>(N)), ref(static_cast<std::size_t>(d));
+  for (std::int64_t s = 0; s < kSamples; ++s) {
+    const std::int64_t b = sample(s, o.batch), h = sample((s * 5 + 1) % kSamples, H), i = sample(s, N);
+    double top = -INFINITY;
+    for (std::int64_t j = 0; j <= i; ++j) {
+      double dot = 0;
+      for (std::int64_t c = 0; c < d; ++c) dot += qv[at(b, i, h, c)] * kv[at(b, j, h, c)];
+      scores[static_cast<std::size_t>(j)] = dot * scale;
+      top = std::max(top, dot * scale);
+    }
+    double total = 0;
+    std::fill(ref.begin(), ref.end(), 0.0);
+    for (std::int64_t j = 0; j <= i; ++j) {
+      const double p = std::exp(scores[static_cast<std::size_t>(j)] - top);
+      total += p;
+      for (std::int64_t c = 0; c < d; ++c) ref[static_cast<std::size_t>(c)] += p * vv[at(b, j, h, c)];
+    }
+    double diff = 0, norm = 0;
+    for (std::int64_t c = 0; c < d; ++c) {
+      const double r = ref[static_cast<std::size_t>(c)] / total, got = ov[at(b, i, h, c)];
+      diff += std::isfinite(got) ? (got - r) * (got - r) : INFINITY;
+      norm += r * r;
+    }
+    worst = std::max(worst, std::sqrt(diff / std::max(norm, 1e-300)));
+  }
+  return worst;
+}
+
+std::int64_t count_nonfinite(const std::vector<Tensor>& tensors) {
+  std::int64_t n = 0;
+  for (const Tensor& t : tensors) {
+    for (double x : host_values(t)) n += std::isfinite(x) ? 0 : 1;
+  }
+  return n;
+}
+
+AttentionBench bench_attention(const Options& o, Device device) {
+  const Shape shape{o.batch, o.tokens, o.heads, o.head_dim};
+  Operand q = random_bf16(shape, 3, device), k = random_bf16(shape, 4, device), v = random_bf16(shape, 5, device);
+  const Operand d_out = random_bf16(shape, 6, device);
+  for (Tensor* t : {&q.dev, &k.dev, &v.dev}) t->set_requires_grad();
+  AttentionOptions options;
+  options.causal = true;
+
+  AttentionResult result;
+  std::vector<double> fwd, bwd;
+  for (int i = 0; i < o.warmup + o.iters; ++i) {
+    for (Tensor* t : {&q.dev, &k.dev, &v.dev}) t->set_grad(Tensor());
+    const double f = timed_call(device, [&] { result = attention(q.dev, k.dev, v.dev, options); });
+    const double b = timed_call(device, [&] { autograd::backward({result.out}, {d_out.dev}); });
+    if (i >= o.warmup) {
+      fwd.push_back(f);
+      bwd.push_back(b);
+    }
+  }
+  AttentionBench r;
+  r.fwd_ms = median(fwd) * 1e3;
+  r.bwd_ms = median(bwd) * 1e3;
+  const double fwd_flops = 2.0 * double(o.batch * o.heads) * double(o.tokens) * double(o.tokens) * double(o.head_dim);
+  r.fwd_tflops = fwd_flops / (r.fwd_ms * 1e-3) * 1e-12;
+  r.bwd_tflops = 2.5 * fwd_flops / (r.bwd_ms * 1e-3) * 1e-12;
+  r.tflops = 3.5 * fwd_flops / ((r.fwd_ms + r.bwd_ms) * 1e-3) * 1e-12;
+  r.check = attention_check(o, q.host, k.host, v.host, result.out);
+  r.nonfinite_grads = count_nonfinite({q.dev.grad(), k.dev.grad(), v.dev.grad()});
+  return r;
+}
+
+// ---- the command -----------------------------------------------------------------------------
+
+std::string device_description(Device device) {
+  if (!device.is_cuda()) return device.str();
+  std::string error;
+  const std::vector<std::string> devices = cuda_devices(&error);
+  const auto index = static_cast<std::size_t>(device.index);
+  return index < devices.size() ? devices[index] : fmt::format("{} (not visible: {})", device.str(), error);
+}
+
+int run(const Options& o) {
+  const Device device = Device::parse(o.device);
+  const std::string timing = fmt::format("median of {} after {} warm-up, synchronized", o.iters, o.warmup);
+  if (!o.json) std::printf("device: %s\n", device_description(device).c_str());
+  bool ok = true;
+  if (o.only.empty() || o.only == "gemm") {
+    const GemmResult g = bench_gemm(o, device);
+    ok = ok && g.check <= kMaxCheckError;
+    if (o.json) {
+      std::printf("%s\n", Json{{"bench", "gemm"}, {"device", device.str()}, {"dtype", "bf16"}, {"M", o.size},
+                               {"N", o.size}, {"K", o.size}, {"ms", g.ms}, {"tflops", g.tflops},
+                               {"flops", "2*M*N*K"}, {"check_error", g.check}}
+                              .dump()
+                              .c_str());
+    } else {
+      std::printf("gemm bf16 %lldx%lldx%lld: %.3f ms, %.4g TFLOP/s (2·M·N·K; %s); check %.1e\n",
+                  static_cast<long long>(o.size), static_cast<long long>(o.size), static_cast<long long>(o.size), g.ms,
+                  g.tflops, timing.c_str(), g.check);
+    }
+  }
+  if (o.only.empty() || o.only == "attention") {
+    const AttentionBench a = bench_attention(o, device);
+    ok = ok && a.check <= kMaxCheckError && a.nonfinite_grads == 0;
+    if (o.json) {
+      std::printf("%s\n", Json{{"bench", "attention"}, {"device", device.str()}, {"dtype", "bf16"}, {"causal", true},
+                               {"batch", o.batch}, {"tokens", o.tokens}, {"heads", o.heads}, {"head_dim", o.head_dim},
+                               {"fwd_ms", a.fwd_ms}, {"bwd_ms", a.bwd_ms}, {"ms", a.fwd_ms + a.bwd_ms},
+                               {"tflops", a.tflops}, {"fwd_tflops", a.fwd_tflops}, {"bwd_tflops", a.bwd_tflops},
+                               {"flops", "fwd 2*B*H*N^2*d (causal), bwd 2.5*fwd"}, {"check_error", a.check},
+                               {"nonfinite_grads", a.nonfinite_grads}}
+                              .dump()
+                              .c_str());
+    } else {
+      std::printf("attention fwd+bwd bf16 causal B=%lld N=%lld H=%lld d=%lld: %.3f ms (fwd %.3f, bwd %.3f), "
+                  "%.4g TFLOP/s (fwd %.4g, bwd %.4g; fwd 2·B·H·N²·d causal, bwd 2.5× fwd; %s); check %.1e, "
+                  "%lld non-finite gradients\n",
+                  static_cast<long long>(o.batch), static_cast<long long>(o.tokens), static_cast<long long>(o.heads),
+                  static_cast<long long>(o.head_dim), a.fwd_ms + a.bwd_ms, a.fwd_ms, a.bwd_ms, a.tflops, a.fwd_tflops,
+                  a.bwd_tflops, timing.c_str(), a.check, static_cast<long long>(a.nonfinite_grads));
+    }
+  }
+  if (!ok) {
+    print_error(fmt::format("bench device: a result on {} is wrong (check error above {}, or non-finite gradients): "
+                            "the times above measure a broken kernel",
+                            device.str(), kMaxCheckError));
+    return kExitRuntimeError;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_bench_device_command(CLI::App& bench) {
+  auto options = std::make_shared<Options>();
+  CLI::App* command = bench.add_subcommand(
+      "device",
+      "bf16 GEMM and causal attention fwd+bwd through the ops layer on one device: time and TFLOP/s, results "
+      "checked against f64 (scripts/device-check.sh prints them beside PyTorch)");
+  command->add_option("--device", options->device, "cuda, cuda:N or cpu (cpu: small sizes, to test the command)");
+  command->add_option("--only", options->only, "gemm or attention (default: both)")
+      ->check(CLI::IsMember({"gemm", "attention"}));
+  command->add_option("--size", options->size, "GEMM M = N = K")->check(positive());
+  command->add_option("--batch", options->batch, "attention batch B")->check(positive());
+  command->add_option("--tokens", options->tokens, "attention sequence length N")->check(positive());
+  command->add_option("--heads", options->heads, "attention heads H")->check(positive());
+  command->add_option("--head-dim", options->head_dim, "attention head dimension d")->check(positive());
+  command->add_option("--warmup", options->warmup, "untimed calls first")->check(non_negative());
+  command->add_option("--iters", options->iters, "timed calls (the median is printed)")->check(positive());
+  command->add_flag("--json", options->json, "one JSON object per line per benchmark");
+  set_action(*command, [options] { return run(*options); });
+}
+
+}  // namespace wf::cli
