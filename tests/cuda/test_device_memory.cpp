@@ -2,11 +2,14 @@
 // and fills against the CPU's bit for bit, streams and events, out-of-memory, and CudaScratch.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "src/core/cuda/cuda_device.h"
@@ -305,6 +308,55 @@ TEST_CASE("cuda backend: pinned host buffers are page-locked host memory", "[cud
   CHECK(attributes.type == cudaMemoryTypeHost);
   std::memset(buffer.data(), 7, buffer.nbytes());
   CHECK(static_cast<unsigned char*>(buffer.data())[999] == 7);
+}
+
+TEST_CASE("cuda backend: a released pinned block is reused only once its queued copy has run",
+          "[cuda][device_memory]") {
+  constexpr std::int64_t kCount = 5000;  // one size class for the three blocks
+  wf::empty_cache(gpu());               // no cached pinned block but the two below
+  // Two blocks of one class, made before the stream stalls (no cudaHostAlloc while it does).
+  void* first = nullptr;
+  void* spare = nullptr;
+  {
+    const Tensor a = Tensor::empty_pinned({kCount}, DType::i32, gpu());
+    const Tensor b = Tensor::empty_pinned({kCount}, DType::i32, gpu());
+    first = a.raw_data();
+    spare = b.raw_data();
+  }
+  const Stream side = Stream::create(gpu());
+  Tensor device;
+  {
+    wf::StreamGuard on(side);
+    device = Tensor::empty({kCount}, DType::i32, gpu());
+  }
+  // The side stream stalls until `go` (60 s at most, so that a failure cannot hang the suite).
+  std::atomic<bool> go{false};
+  const auto stall = [](void* flag) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!static_cast<std::atomic<bool>*>(flag)->load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+  };
+  REQUIRE(cudaLaunchHostFunc(wf::detail::cuda_stream(side), stall, &go) == cudaSuccess);
+  void* staged = nullptr;
+  {
+    Tensor pinned = Tensor::empty_pinned({kCount}, DType::i32, gpu());
+    staged = pinned.raw_data();
+    for (std::int64_t i = 0; i < kCount; ++i) pinned.data<std::int32_t>()[i] = static_cast<std::int32_t>(3 * i + 1);
+    wf::StreamGuard on(side);
+    device.copy_(pinned);  // queued behind the stall
+  }  // released with its copy still queued
+  CHECK((staged == first || staged == spare));
+  const Tensor next = Tensor::empty_pinned({kCount}, DType::i32, gpu());
+  CHECK(next.raw_data() != staged);  // the idle block, not the one the copy will read
+  std::memset(next.raw_data(), 0xff, next.nbytes());
+  go.store(true);
+  side.synchronize();
+  const Tensor back = device.to(Device::cpu());
+  for (std::int64_t i = 0; i < kCount; ++i)
+    REQUIRE(back.data<std::int32_t>()[i] == static_cast<std::int32_t>(3 * i + 1));
+  // Its copy has run: the block is reused.
+  const Tensor reused = Tensor::empty_pinned({kCount}, DType::i32, gpu());
+  CHECK(reused.raw_data() == staged);
 }
 
 TEST_CASE("cuda backend: CudaScratch holds its upload on a side stream and frees in stream order",

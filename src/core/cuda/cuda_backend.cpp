@@ -54,14 +54,20 @@ class CudaBackend final : public DeviceBackend {
 
   // ---- data movement ----------------------------------------------------------------------------
   // From pageable host memory the copy is staged before cudaMemcpyAsync returns, so the caller
-  // may reuse host_src at once (as docs/devices.md promises of every backend).
+  // may reuse host_src at once (as docs/devices.md promises of every backend). From a pinned
+  // block the stream reads it when it runs the copy: the pinned cache keeps the block from being
+  // reused (or freed) before then, whenever its owner releases it.
   void copy_from_host(void* dst, const void* host_src, std::size_t nbytes, const Stream& stream) override {
     if (nbytes == 0) return;
-    WF_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, cuda_stream(stream)));
+    const cudaStream_t native = cuda_stream(stream);
+    WF_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, native));
+    cuda_pinned_used_by(host_src, nbytes, stream, native);
   }
   void copy_to_host(void* host_dst, const void* src, std::size_t nbytes, const Stream& stream) override {
     if (nbytes == 0) return;
-    WF_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, nbytes, cudaMemcpyDeviceToHost, cuda_stream(stream)));
+    const cudaStream_t native = cuda_stream(stream);
+    WF_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, nbytes, cudaMemcpyDeviceToHost, native));
+    cuda_pinned_used_by(host_dst, nbytes, stream, native);
   }
   void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t n,
                const Stream& stream) override {

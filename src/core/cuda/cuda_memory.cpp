@@ -1,7 +1,8 @@
 // The CUDA backend's memory: see cuda_memory.h and src/core/cuda/cuda_device.h (the main-stream
 // rule). The pool's allocator is the cache: with the release threshold at UINT64_MAX a freed
 // block stays reserved by the pool (not returned to the driver at the next synchronisation) and a
-// later cudaMallocFromPoolAsync on the main stream reuses it at once, in stream order.
+// later cudaMallocFromPoolAsync on the main stream reuses it at once, in stream order. Pinned
+// host blocks are cached by src/core/pinned_cache.h, which reuses one only after its copies ran.
 #include "src/core/cuda/cuda_memory.h"
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include "src/core/cuda/cuda_check.h"
 #include "src/core/cuda/cuda_device.h"
 #include "src/core/cuda/cuda_devices.h"
+#include "src/core/pinned_cache.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::detail {
@@ -24,6 +26,8 @@ constexpr std::size_t kBlockAlignment = 256;
 static_assert(kBlockAlignment % kTensorAlignment == 0);
 
 std::atomic<std::int64_t> g_cache_hits{0};
+
+PinnedCache& pinned_cache();  // the cache of page-locked host blocks (at the end of this file)
 
 std::uint64_t pool_attribute(cudaMemPool_t pool, cudaMemPoolAttr attribute) {
   std::uint64_t value = 0;
@@ -122,27 +126,87 @@ void cuda_empty_cache() {
     WF_CUDA_CHECK(cudaStreamSynchronize(s.main));
     WF_CUDA_CHECK(cudaMemPoolTrimTo(s.pool, 0));
   });
+  pinned_cache().empty();
 }
+
+namespace {
+
+// PinnedCache's device calls, through the CUDA runtime.
+class CudaPinnedApi final : public PinnedHostApi {
+ public:
+  void* allocate(std::size_t nbytes) override {
+    void* data = nullptr;
+    // Portable: pinned for every device of the process, whichever is current now.
+    const cudaError_t status = cudaHostAlloc(&data, nbytes, cudaHostAllocPortable);
+    if (status == cudaSuccess) return data;
+    cudaGetLastError();
+    last_failure.store(status);
+    return nullptr;
+  }
+  void free(void* data) override {
+    if (cudaFreeHost(data) != cudaSuccess) cudaGetLastError();  // at exit: nothing to do
+  }
+  void* record_new_event(int device, std::uint64_t stream) override {
+    cuda_set_device(Device::cuda(device));  // an event belongs to the device current at its creation
+    cudaEvent_t event = nullptr;
+    WF_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    record(event, device, stream);
+    return event;
+  }
+  void record(void* event, int, std::uint64_t stream) override {
+    WF_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), reinterpret_cast<cudaStream_t>(stream)));
+  }
+  bool completed(void* event) override {
+    const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (status == cudaErrorNotReady) {
+      cudaGetLastError();  // "not yet" is no error for the next check to find
+      return false;
+    }
+    WF_CUDA_CHECK(status);
+    return true;
+  }
+  void synchronize(void* event) override { WF_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event))); }
+  void destroy_event(void* event) override {
+    if (cudaEventDestroy(static_cast<cudaEvent_t>(event)) != cudaSuccess) cudaGetLastError();
+  }
+
+  std::atomic<cudaError_t> last_failure{cudaSuccess};
+};
+
+// Released pinned blocks kept for reuse, at most this many bytes: enough for MPI's staging of a
+// step's tensors (each send and receive asks for one) without holding the host's memory locked.
+constexpr std::size_t kPinnedCacheLimit = std::size_t{1} << 30;
+
+CudaPinnedApi& pinned_api() {
+  static auto* api = new CudaPinnedApi();  // never destroyed, as the cache
+  return *api;
+}
+PinnedCache& pinned_cache() {
+  // Never destroyed: storages may release pinned blocks from static destructors. Making it calls
+  // no CUDA function.
+  static auto* cache = new PinnedCache(pinned_api(), kPinnedCacheLimit);
+  return *cache;
+}
+
+}  // namespace
 
 MemoryBlock cuda_allocate_pinned(std::size_t nbytes) {
   // Page-locking needs a driver and a GPU: the same error as a device allocation without one.
   check_cuda_device(Device::cuda(0));
-  WF_CHECK(nbytes <= SIZE_MAX - kTensorAlignment, "cuda: cannot allocate {} bytes of pinned host memory", nbytes);
-  const std::size_t size = (nbytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
-  void* data = nullptr;
-  // Portable: pinned for every device of the process, whichever is current now.
-  const cudaError_t status = cudaHostAlloc(&data, size, cudaHostAllocPortable);
-  if (status != cudaSuccess) {
-    cudaGetLastError();
+  WF_CHECK(nbytes <= SIZE_MAX / 2, "cuda: cannot allocate {} bytes of pinned host memory", nbytes);
+  const MemoryBlock block = pinned_cache().allocate(nbytes);
+  if (block.data == nullptr) {
     WF_FAIL("cuda: cannot allocate {} bytes ({:.2f} GiB) of pinned host memory: {}; the host is short of "
             "page-lockable memory (ulimit -l, or other processes' pinned buffers)",
-            nbytes, gib(nbytes), cudaGetErrorString(status));
+            nbytes, gib(nbytes), cudaGetErrorString(pinned_api().last_failure.load()));
   }
-  return {data, size};
+  return block;
 }
 
-void cuda_release_pinned(MemoryBlock block) noexcept {
-  if (block.data != nullptr && cudaFreeHost(block.data) != cudaSuccess) cudaGetLastError();  // at exit: nothing to do
+void cuda_release_pinned(MemoryBlock block) noexcept { pinned_cache().release(block.data); }
+
+void cuda_pinned_used_by(const void* host, std::size_t nbytes, const Stream& stream, cudaStream_t native) {
+  pinned_cache().used_by(host, nbytes, stream.device().index, reinterpret_cast<std::uint64_t>(native));
 }
 
 }  // namespace wf::detail
