@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -38,7 +39,7 @@ DeviceErrorRecord* device_error_record(int device_index) {
     cuda_set_device(Device::cuda(device_index));
     void* host = nullptr;
     WF_CUDA_CHECK(cudaHostAlloc(&host, sizeof(DeviceErrorRecord), cudaHostAllocMapped | cudaHostAllocPortable));
-    *static_cast<DeviceErrorRecord*>(host) = DeviceErrorRecord{0, 0, 0, 0};
+    *static_cast<DeviceErrorRecord*>(host) = DeviceErrorRecord{0, 0, 0, 0, 0};
     void* device = nullptr;
     WF_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0));
     r.host[device_index] = static_cast<DeviceErrorRecord*>(host);
@@ -61,13 +62,18 @@ void raise_device_error(int device_index) {
   {
     std::lock_guard<std::mutex> lock(r.mutex);
     volatile DeviceErrorRecord* record = r.host[device_index];
-    if (record == nullptr || record->raised == 0) return;
+    // `ready`, not `raised`: a kernel still running on another stream may have claimed the record
+    // without having written its fields yet; it is raised at a later synchronisation.
+    if (record == nullptr || record->ready == 0) return;
+    std::atomic_thread_fence(std::memory_order_acquire);
     const int id = record->message;
     const long long row = record->row, value = record->value;
     record->message = 0;
     record->row = 0;
     record->value = 0;
-    record->raised = 0;
+    record->ready = 0;
+    std::atomic_thread_fence(std::memory_order_release);
+    record->raised = 0;  // last: the next kernel to claim it finds it clear
     const std::string format = id >= 0 && id < static_cast<int>(r.messages.size())
                                    ? r.messages[static_cast<std::size_t>(id)]
                                    : std::string("a CUDA kernel reported error {} {} with an unknown message id");

@@ -12,7 +12,8 @@
 namespace wf::detail {
 
 struct DeviceErrorRecord {
-  unsigned int raised;  // 0 until a kernel records an error; the first one wins
+  unsigned int raised;  // 0 until a kernel claims the record; the first one wins
+  unsigned int ready;   // 1 once the claimant's message, row and value are written
   int message;          // register_device_error_message's id
   long long row;        // the message's two numbers: where, and the offending value
   long long value;
@@ -25,7 +26,10 @@ __device__ inline void report_device_error(DeviceErrorRecord* record, int messag
     record->message = message;
     record->row = row;
     record->value = value;
+    // Published only after the fields: a host check made while this kernel still runs (after a
+    // synchronisation with another stream) sees either nothing or the whole record.
     __threadfence_system();
+    *static_cast<volatile unsigned int*>(&record->ready) = 1u;
   }
 }
 #endif
