@@ -18,7 +18,21 @@ BatchStager::BatchStager(Device device, std::int64_t microbatches)
   if (!device_.is_cpu()) copy_stream_ = Stream::create(device_);
 }
 
-BatchStager::~BatchStager() = default;
+BatchStager::~BatchStager() {
+  try {
+    drop_prefetch();
+  } catch (...) {
+    // At exit, with the device runtime gone, there is nothing left to order.
+  }
+}
+
+void BatchStager::drop_prefetch() {
+  if (!next_) return;
+  // Its tensors are freed in the compute stream's order, but the copy stream may still be writing
+  // them: the compute stream waits for the copies first (no host wait).
+  if (!device_.is_cpu()) Stream::current(device_).wait(next_->copied);
+  next_.reset();
+}
 
 PinnedHostBuffer& BatchStager::pinned_for(std::size_t nbytes, std::size_t& slot) {
   for (std::size_t i = 0; i < pinned_.size(); ++i) {
@@ -82,6 +96,7 @@ models::Batch BatchStager::get(const models::BatchSource& source, std::int64_t s
     current = std::move(*next_);
     ++hits_;
   } else {
+    drop_prefetch();  // a batch not asked for
     current = stage(source, step, micro);
     ++misses_;
   }

@@ -55,6 +55,8 @@ class BatchStager {
   Staged stage(const models::BatchSource& source, std::int64_t step, std::int64_t micro);
   // A pinned buffer of at least nbytes whose last copy has completed (a new one when none has).
   PinnedHostBuffer& pinned_for(std::size_t nbytes, std::size_t& slot);
+  // Drops the prefetched batch, once the compute stream is ordered after its copies.
+  void drop_prefetch();
 
   Device device_;
   std::int64_t microbatches_;
