@@ -49,8 +49,10 @@ States& states() {
 
 std::atomic<std::uint64_t> g_release_threshold{UINT64_MAX};
 
-// Every wallfacer call that changes the current device goes through cuda_set_device, so this
-// thread's last choice is the current device (-1: none made yet; CUDA's default is device 0).
+// The device this thread last made current through cuda_set_device (-1: none yet), checked
+// before: another library may have switched the device since (NCCL's guard restores it, but a
+// call made inside such a guard moved this mark), so a match is confirmed with cudaGetDevice,
+// which asks the runtime's per-thread state, not the driver.
 thread_local int t_current_device = -1;
 
 void start_device(CudaDeviceState& s) {
@@ -90,7 +92,12 @@ void check_cuda_device(Device device) {
 }
 
 void cuda_set_device(Device device) {
-  if (device.index == t_current_device && device.index >= 0 && device.is_cuda()) return;
+  if (device.index == t_current_device && device.index >= 0 && device.is_cuda()) {
+    int current = -1;
+    const cudaError_t status = cudaGetDevice(&current);
+    if (status == cudaSuccess && current == device.index) return;
+    if (status != cudaSuccess) cudaGetLastError();  // cudaSetDevice below reports what is wrong
+  }
   check_cuda_device(device);
   WF_CUDA_CHECK(cudaSetDevice(device.index));
   t_current_device = device.index;
