@@ -315,8 +315,8 @@ TEST_CASE("cuda backend: a released pinned block is reused only once its queued 
   constexpr std::int64_t kCount = 5000;  // one size class for the three blocks
   wf::empty_cache(gpu());               // no cached pinned block but the two below
   // Two blocks of one class, made before the stream stalls (no cudaHostAlloc while it does).
-  void* first = nullptr;
-  void* spare = nullptr;
+  const void* first = nullptr;
+  const void* spare = nullptr;
   {
     const Tensor a = Tensor::empty_pinned({kCount}, DType::i32, gpu());
     const Tensor b = Tensor::empty_pinned({kCount}, DType::i32, gpu());
@@ -337,7 +337,7 @@ TEST_CASE("cuda backend: a released pinned block is reused only once its queued 
       std::this_thread::yield();
   };
   REQUIRE(cudaLaunchHostFunc(wf::detail::cuda_stream(side), stall, &go) == cudaSuccess);
-  void* staged = nullptr;
+  const void* staged = nullptr;
   {
     Tensor pinned = Tensor::empty_pinned({kCount}, DType::i32, gpu());
     staged = pinned.raw_data();
@@ -346,7 +346,7 @@ TEST_CASE("cuda backend: a released pinned block is reused only once its queued 
     device.copy_(pinned);  // queued behind the stall
   }  // released with its copy still queued
   CHECK((staged == first || staged == spare));
-  const Tensor next = Tensor::empty_pinned({kCount}, DType::i32, gpu());
+  Tensor next = Tensor::empty_pinned({kCount}, DType::i32, gpu());
   CHECK(next.raw_data() != staged);  // the idle block, not the one the copy will read
   std::memset(next.raw_data(), 0xff, next.nbytes());
   go.store(true);
