@@ -414,7 +414,7 @@ sp4() {
   phase "sp4: LLaMA-tiny as sp 4 WallFacer C 2, 4 processes on one $device, beside one process"
   local one="$work/parity/llama.f32.$device" four="$work/sp4/llama.f32.$device" ran detail
   if [[ ! -f $one/rc ]]; then  # the parity phase did not run: the one-process run here
-    WF_DEVICE_PARITY_TIMEOUT=45 sp4_llama_f32 "$work/bin/wallfacer" "$work/parity"
+    echo "1 process: $(WF_DEVICE_PARITY_TIMEOUT=45 sp4_llama_f32 "$work/bin/wallfacer" "$work/parity" 2>&1)"
   fi
   if [[ "$(cut -d' ' -f1 "$one/rc" 2>/dev/null)" != 0 ]]; then
     result ERROR sp4 "the one-process $device run (parity llama f32) did not finish: nothing to compare with"
@@ -422,7 +422,7 @@ sp4() {
   fi
   ran="$(OMP_NUM_THREADS=2 WF_DEVICE_PARITY_TIMEOUT=60 WF_DEVICE_PARITY_SET="--set parallel.sp=4 --set parallel.C=2
     --set parallel.sp_strategy=wallfacer" sp4_llama_f32 "$work/bin/wallfacer-sp4" "$work/sp4" 2>&1)"
-  echo "$ran"
+  echo "4 processes: $ran"
   if [[ "$(cut -d' ' -f1 "$four/rc" 2>/dev/null)" != 0 ]]; then
     result ERROR sp4 "4 processes: ${ran:-no run}"
   elif detail="$(python3 "$root/tests/train/compare_losses.py" "$four/metrics.jsonl" "$one/metrics.jsonl" 1e-4 \
