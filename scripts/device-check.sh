@@ -15,10 +15,11 @@
 #             libraries' file names)
 #   tests     every CUDA test: test_cuda (and test_dist's [cuda] cases under mpirun when packed)
 #   parity    GPT-tiny, LLaMA-tiny and DiT-fashion, 20 steps each in f32 and bf16, on the GPU and on
-#             this machine's CPU (run meanwhile, in the background): every logged loss within 1e-4
-#             relative (f32, TF32 off) or 2e-2 (bf16), all finite
+#             this machine's CPU (started first, in the background on half the cores): every logged
+#             loss within 1e-4 relative (f32, TF32 off) or 2e-2 (bf16), all finite; one line per
+#             model (tests/train/device_parity_tolerance.sh, which the gpu-labelled tests run too)
 #   sp4       LLaMA-tiny as sp 4 WallFacer C 2, 4 processes sharing the GPU (MPI staging), beside
-#             the one-process GPU run: losses within 1e-4
+#             the one-process GPU run: losses within 1e-4 (the same script's runs)
 #   bench     bf16 GEMM 8192³ (`wallfacer bench device`) beside torch.matmul; causal attention
 #             fwd+bwd, 8192 tokens, d 128, beside SDPA; GPT-tiny and GPT-2 124M step times beside
 #             PyTorch on the same GPU (scripts/bench_torch_gpu.py) -> the table, also in $OUT/table.md
@@ -49,6 +50,8 @@ work=/tmp/wf-device-check
 prefix=/tmp/wf-device-prefix  # the unpacked .debs and build
 bin="$prefix/wf/bin"
 reserve=8  # seconds kept for the table and the summary
+cpu_threads=$(($(nproc) / 2))  # the CPU halves of the parity runs' (the rest: the GPU's runs and tests)
+((cpu_threads > 0)) || cpu_threads=1
 t0=$SECONDS
 
 # ---- bookkeeping ---------------------------------------------------------------------------------
@@ -252,6 +255,8 @@ PY
       "not relocated"
     return 1
   fi
+  wrapper "$work/bin/wallfacer" "${wf[@]}" "$bin/wallfacer"  # for the parity script
+  wrapper "$work/bin/wallfacer-sp4" "${wf[@]}" "${mpirun[@]}" -np 4 "$bin/wallfacer"
   result PASS setup "unpacked $(find "$pack/debs" -name "*.deb" | wc -l) packages;" \
     "mpirun -np 2 uname -n ($(echo "$hosts" | sort -u | xargs)) ran Open MPI from $OPAL_PREFIX" \
     "($ours plugin files mapped, none of a system one)"
@@ -343,154 +348,106 @@ tests() {
 }
 
 # ---- training runs -------------------------------------------------------------------------------
-one=(--set parallel.dp=1 --set parallel.tp=1 --set parallel.pp=1 --set parallel.sp=1 --set parallel.C=1)
-# model_args gpt|llama|dit: the config and data settings of a model's 20-step run (array margs).
-model_args() {
-  case "$1" in
-    gpt) margs=("$root/configs/gpt-tiny.yaml" "${text_data[@]}" --set train.global_batch_size=8) ;;
-    llama) margs=("$root/configs/llama-tiny.yaml" "${text_data[@]}") ;;
-    dit) margs=("$root/configs/dit-fashion.yaml" --set model.diffusion=flow
-                --set data.train_path="$pack/data/train-images-idx3-ubyte.gz"
-                --set data.train_labels_path="$pack/data/train-labels-idx1-ubyte.gz"
-                --set data.val_path="$pack/data/train-images-idx3-ubyte.gz"
-                --set data.val_labels_path="$pack/data/train-labels-idx1-ubyte.gz") ;;
-  esac
-  if [[ $small == 1 ]]; then  # toy sizes for a dry run on a small CPU
-    case "$1" in
-      gpt) margs+=(--set model.n_layer=1 --set model.d_model=32 --set model.d_ff=64 --set model.n_head=4
-                   --set model.n_kv_head=4 --set model.max_seq_len=32 --set train.seq_len=32
-                   --set train.micro_batch_size=1 --set train.global_batch_size=2) ;;
-      llama) margs+=(--set model.n_layer=1 --set model.d_model=32 --set model.d_ff=64 --set model.n_head=4
-                     --set model.n_kv_head=2 --set model.max_seq_len=32 --set train.seq_len=32
-                     --set train.micro_batch_size=1 --set train.global_batch_size=2) ;;
-      dit) margs+=(--set model.image_size=16 --set model.d_model=32 --set model.n_layer=1 --set model.n_head=4
-                   --set train.seq_len=16 --set train.micro_batch_size=2 --set train.global_batch_size=2) ;;
-    esac
-  fi
-  margs+=(--set train.steps="$steps" --set train.warmup_steps=$((steps / 4 + 1)) --set train.log_every=1
-          --set train.eval_every=0 --set checkpoint.every=0)
+# The parity and sp4 phases train through tests/train/device_parity_tolerance.sh (the one
+# implementation of a device's 20-step runs beside the CPU's, which the train_device_parity_cuda_*
+# tests run too; its header says how), given an executable that runs our wallfacer with the
+# prefix's libraries (and one that runs it as 4 ranks), the check's device, steps and sizes, and a
+# deadline that keeps every run inside the budget. Its runs land in $work/parity (and $work/sp4),
+# one folder per run: MODEL.DTYPE.SIDE.
+parity_script="$root/tests/train/device_parity_tolerance.sh"
+# wrapper FILE CMD...: an executable FILE that runs CMD followed by its own arguments.
+wrapper() {
+  local file="$1"; shift
+  mkdir -p "$(dirname "$file")"
+  printf '#!/usr/bin/env bash\nexec %s"$@"\n' "$(printf '%q ' "$@")" > "$file"
+  chmod +x "$file"
 }
-# train NAME DEVICE DTYPE NP LIMIT SETTINGS...: one `wallfacer train` (NP > 1: under mpirun); its
-# output in $work/runs/NAME.out, its metrics in $work/runs/NAME/metrics.jsonl.
-train() {
-  local name="$1" dev="$2" dtype="$3" np="$4" lim="$5"; shift 5
-  local launcher=() dir="$work/runs/$name"
-  ((np > 1)) && launcher=("${mpirun[@]}" -np "$np")
-  mkdir -p "$dir"
-  timed "$lim" "${wf[@]}" "${launcher[@]}" "$bin/wallfacer" train "$@" --set train.device="$dev" \
-    --set train.dtype="$dtype" --set log.dir="$dir" --set checkpoint.dir="$dir/checkpoints" > "$dir.out" 2>&1
+# parity_runs MODELS EXE WORK_DIR: the parity script with the check's settings (more in the caller's
+# WF_DEVICE_PARITY_* variables); its deadline: the budget's end, less the reserve.
+parity_runs() {
+  WF_DEVICE_PARITY_DEVICE="$device" WF_DEVICE_PARITY_STEPS="$steps" WF_DEVICE_PARITY_SMALL="$small" \
+    WF_DEVICE_PARITY_DEADLINE=$(($(date +%s) + $(left) - reserve)) WF_FASHION_MNIST_DIR="$pack/data" \
+    "$parity_script" "$@"
 }
-runs=(gpt:f32 gpt:bf16 llama:f32 llama:bf16 dit:f32 dit:bf16)
-# The CPU halves, in the background while the GPU works (half the cores).
-cpu_references() {
-  local run model dtype lim
-  for run in "${runs[@]}"; do
-    model="${run%:*}" dtype="${run#*:}"
-    model_args "$model"
-    lim=$(limit 120)
-    OMP_NUM_THREADS="$cpu_threads" train "$model-$dtype.cpu" cpu "$dtype" 1 "$lim" "${margs[@]}" "${one[@]}"
-    echo "$? $lim" > "$work/runs/$model-$dtype.cpu.rc"  # exit status, time limit
+# The CPU halves, in the background from the start, on half the cores (the GPU's runs, the CUDA tests
+# and the bench take the rest); their lines in $work/parity-cpu.log.
+cpu_halves() {
+  OMP_NUM_THREADS="$cpu_threads" WF_DEVICE_PARITY_TRAIN=cpu WF_DEVICE_PARITY_TIMEOUT=120 \
+    parity_runs all "$work/bin/wallfacer" "$work/parity" > "$work/parity-cpu.log" 2>&1
+}
+# Stops the CPU halves: every process under the background shell, parents first (no next run
+# starts; timeout passes the signal on to wallfacer).
+stop_cpu_halves() {
+  local tree=("$cpu_pid") i=0 kid
+  while ((i < ${#tree[@]})); do
+    for kid in $(pgrep -P "${tree[i]}"); do tree+=("$kid"); done
+    i=$((i + 1))
   done
-}
-# Stops the CPU runs: the background shell first (no next run), then the run under way (timeout
-# passes the signal on to wallfacer).
-stop_cpu_references() {
-  local kids
-  mapfile -t kids < <(pgrep -P "$cpu_pid")
-  kill "$cpu_pid" 2>/dev/null
-  ((${#kids[@]} == 0)) || kill "${kids[@]}" 2>/dev/null
+  kill "${tree[@]}" 2>/dev/null
   wait "$cpu_pid" 2>/dev/null
-}
-# compare A B TOLERANCE: every logged loss of run A within TOLERANCE (relative) of run B's,
-# the same number of steps, all finite. Prints the detail; exits 1 when they differ.
-compare() {
-  python3 - "$work/runs/$1/metrics.jsonl" "$work/runs/$2/metrics.jsonl" "$3" "$steps" <<'PY'
-import json, math, sys
-a_path, b_path, tol, steps = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
-def load(path):
-    return [r for r in map(json.loads, open(path)) if "loss" in r and "step" in r]
-a, b = load(a_path), load(b_path)
-problems = []
-if len(a) != steps or len(b) != steps:
-    problems.append(f"{len(a)} and {len(b)} logged steps, not {steps}")
-bad = [r["step"] for r in a + b if not all(math.isfinite(r.get(k, 0.0)) for k in ("loss", "grad_norm"))]
-if bad:
-    problems.append(f"non-finite loss or gradient norm at steps {sorted(set(bad))}")
-rel = lambda x, y: abs(x - y) / max(abs(y), 1e-30)
-loss = max((rel(x["loss"], y["loss"]) for x, y in zip(a, b)), default=math.inf)
-norm = max((rel(x.get("grad_norm", 0), y.get("grad_norm", 0)) for x, y in zip(a, b)), default=math.inf)
-if not loss <= tol:
-    worst = max(zip(a, b), key=lambda p: rel(p[0]["loss"], p[1]["loss"]))
-    problems.append(f"step {worst[0]['step']}: loss {worst[0]['loss']!r} vs {worst[1]['loss']!r}")
-detail = (f"{len(a)} steps, loss {b[0]['loss']:.4f} -> {b[-1]['loss']:.4f}, max relative loss difference "
-          f"{loss:.1e} (tolerance {tol:g}), gradient norm {norm:.1e}" if a and b else "no logged steps")
-print(detail + ("; " + "; ".join(problems) if problems else ""))
-sys.exit(1 if problems else 0)
-PY
 }
 
 parity() {
-  phase "parity: $steps steps on $device beside the CPU (${runs[*]})"
-  local run model dtype tol lim rc detail
-  for run in "${runs[@]}"; do
-    model="${run%:*}" dtype="${run#*:}"
-    model_args "$model"
-    lim=$(limit 45)
-    train "$model-$dtype.$device" "$device" "$dtype" 1 "$lim" "${margs[@]}" "${one[@]}"
-    rc=$?
-    echo "$model $dtype on $device: $(why_failed "$rc" "$lim" | sed 's/exit status 0/done/')" \
-      "($(log_end "$work/runs/$model-$dtype.$device.out" 1 | cut -c1-150))"
-    echo "$rc $lim" > "$work/runs/$model-$dtype.$device.rc"
-  done
-  echo "waiting for the CPU runs"
-  wait "$cpu_pid"
-  for run in "${runs[@]}"; do
-    model="${run%:*}" dtype="${run#*:}"
-    tol=1e-4; [[ $dtype == bf16 ]] && tol=2e-2
-    local side failed=""
-    for side in "$device" cpu; do
-      read -r rc lim < "$work/runs/$model-$dtype.$side.rc" 2>/dev/null || rc=125
-      if ((rc != 0)); then
-        failed="the $side run: $(why_failed "$rc" "$lim" "$work/runs/$model-$dtype.$side.out")"
-        break
-      fi
-    done
-    if [[ -n $failed ]]; then result ERROR "parity $model $dtype" "$failed"; continue; fi
-    if detail="$(compare "$model-$dtype.$device" "$model-$dtype.cpu" "$tol")"; then
-      result PASS "parity $model $dtype" "$device vs cpu: $detail"
-    else
-      result FAIL "parity $model $dtype" "$device vs cpu: $detail"
-    fi
-  done
+  phase "parity: $steps steps on $device beside the CPU (GPT-tiny, LLaMA-tiny, DiT-fashion; f32, bf16)"
+  # On the cores the CPU halves leave.
+  OMP_NUM_THREADS=$(($(nproc) - cpu_threads)) WF_DEVICE_PARITY_TRAIN=device WF_DEVICE_PARITY_TIMEOUT=45 \
+    parity_runs all "$work/bin/wallfacer" "$work/parity"
+  if [[ -n ${cpu_pid:-} ]]; then
+    echo "waiting for the CPU runs"
+    wait "$cpu_pid"
+  else  # main did not start them (the phase tried by hand)
+    cpu_halves
+  fi
+  cat "$work/parity-cpu.log"
+  # One line per model: PASS|FAIL|ERROR MODEL (...): DTYPE: detail; ...
+  local status model detail compared=0
+  while read -r status model detail; do
+    case "$status" in
+      PASS | FAIL | ERROR) result "$status" "parity $model" "$detail"; compared=$((compared + 1)) ;;
+      *) echo "$status $model $detail" ;;
+    esac
+  done < <(WF_DEVICE_PARITY_TRAIN=none parity_runs all "$work/bin/wallfacer" "$work/parity" 2>&1)
+  ((compared > 0)) || result ERROR parity "$parity_script compared nothing (its output is above)"
 }
 
 sp4() {
   phase "sp4: LLaMA-tiny as sp 4 WallFacer C 2, 4 processes on one $device, beside one process"
-  local lim rc detail name="llama-f32.$device.sp4"
-  model_args llama
-  if [[ ! -f $work/runs/llama-f32.$device.rc ]]; then  # the parity phase did not run: the one-process run here
-    lim=$(limit 45)
-    train "llama-f32.$device" "$device" f32 1 "$lim" "${margs[@]}" "${one[@]}"
-    echo "$? $lim" > "$work/runs/llama-f32.$device.rc"
+  local one="$work/parity/llama.f32.$device" four="$work/sp4/llama.f32.$device" ran detail
+  if [[ ! -f $one/rc ]]; then  # the parity phase did not run: the one-process run here
+    echo "1 process: $(WF_DEVICE_PARITY_TIMEOUT=45 sp4_llama_f32 "$work/bin/wallfacer" "$work/parity" 2>&1)"
   fi
-  if [[ "$(cut -d' ' -f1 "$work/runs/llama-f32.$device.rc")" != 0 ]]; then
+  if [[ "$(cut -d' ' -f1 "$one/rc" 2>/dev/null)" != 0 ]]; then
     result ERROR sp4 "the one-process $device run (parity llama f32) did not finish: nothing to compare with"
     return
   fi
-  lim=$(limit 60)
-  OMP_NUM_THREADS=2 train "$name" "$device" f32 4 "$lim" "${margs[@]}" --set parallel.dp=1 --set parallel.tp=1 \
-    --set parallel.pp=1 --set parallel.sp=4 --set parallel.C=2 --set parallel.sp_strategy=wallfacer
-  rc=$?
-  if ((rc != 0)); then
-    result ERROR sp4 "$(why_failed "$rc" "$lim" "$work/runs/$name.out" 5)"
-  elif detail="$(compare "$name" "llama-f32.$device" 1e-4)"; then
+  ran="$(OMP_NUM_THREADS=2 WF_DEVICE_PARITY_TIMEOUT=60 WF_DEVICE_PARITY_SET="--set parallel.sp=4 --set parallel.C=2
+    --set parallel.sp_strategy=wallfacer" sp4_llama_f32 "$work/bin/wallfacer-sp4" "$work/sp4" 2>&1)"
+  echo "4 processes: $ran"
+  if [[ "$(cut -d' ' -f1 "$four/rc" 2>/dev/null)" != 0 ]]; then
+    result ERROR sp4 "4 processes: ${ran:-no run}"
+  elif detail="$(python3 "$root/tests/train/compare_losses.py" "$four/metrics.jsonl" "$one/metrics.jsonl" 1e-4 \
+                 "$steps" --labels "4 processes" "1 process")"; then
     result PASS sp4 "4 processes vs 1 on $device: $detail"
   else
     result FAIL sp4 "4 processes vs 1 on $device: $detail"
   fi
 }
+# sp4_llama_f32 EXE WORK_DIR: the parity script's LLaMA f32 run on the device alone.
+sp4_llama_f32() {
+  WF_DEVICE_PARITY_TRAIN=device WF_DEVICE_PARITY_DTYPES=f32 parity_runs llama "$@"
+}
 
 # ---- bench -------------------------------------------------------------------------------------
+one=(--set parallel.dp=1 --set parallel.tp=1 --set parallel.pp=1 --set parallel.sp=1 --set parallel.C=1)
+# train NAME DEVICE DTYPE LIMIT SETTINGS...: one `wallfacer train` in one process; its output in
+# $work/runs/NAME.out, its metrics in $work/runs/NAME/metrics.jsonl.
+train() {
+  local name="$1" dev="$2" dtype="$3" lim="$4"; shift 4
+  local dir="$work/runs/$name"
+  mkdir -p "$dir"
+  timed "$lim" "${wf[@]}" "$bin/wallfacer" train "$@" --set train.device="$dev" --set train.dtype="$dtype" \
+    --set log.dir="$dir" --set checkpoint.dir="$dir/checkpoints" > "$dir.out" 2>&1
+}
 bench() {
   phase "bench: $bench_device, wallfacer beside PyTorch"
   local b="$work/bench" lim rc py
@@ -520,7 +477,7 @@ bench() {
     read -r name config layers dm heads vocab batch seq dtype <<<"$spec"
     gpt_args+=(--gpt "$name,$layers,$dm,$heads,$vocab,$batch,$seq,$dtype")
     lim=$(limit 60)
-    train "$name.steps" "$bench_device" "$dtype" 1 "$lim" "$root/$config" "${one[@]}" --set data.source=synthetic \
+    train "$name.steps" "$bench_device" "$dtype" "$lim" "$root/$config" "${one[@]}" --set data.source=synthetic \
       --set model.n_layer="$layers" --set model.d_model="$dm" --set model.d_ff=$((4 * dm)) --set model.n_head="$heads" \
       --set model.n_kv_head="$heads" --set model.vocab_size="$vocab" --set model.max_seq_len="$seq" \
       --set train.seq_len="$seq" --set train.micro_batch_size="$batch" --set train.global_batch_size="$batch" \
@@ -653,17 +610,13 @@ main() {
   echo "device check: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(uname -n), device $device, $steps steps," \
     "budget $budget s$([[ $dry == 1 ]] && echo ', DRY RUN')"
   if ! setup; then summary; return 1; fi
-  text_data=(--set data.train_path="$work/text/train.bin" --set data.val_path="$work/text/val.bin")
-  cat "$root/README.md" "$root"/docs/*.md > "$work/text.txt"
-  "${wf[@]}" "$bin/wallfacer" prepare-text --input "$work/text.txt" --output-dir "$work/text" --tokenizer byte
-  cpu_threads=$(($(nproc) / 2)); ((cpu_threads > 0)) || cpu_threads=1
   mkdir -p "$work/runs"
   if wanted parity; then
-    cpu_references &
+    cpu_halves &
     cpu_pid=$!
   fi
   if ! versions && [[ $dry != 1 ]]; then  # no GPU: nothing else can run
-    wanted parity && stop_cpu_references
+    wanted parity && stop_cpu_halves
     summary
     return 1
   fi
