@@ -445,7 +445,10 @@ __global__ void __launch_bounds__(kBlockThreads)
           const float m_new = m_old > tile_max ? m_old : tile_max;
           rescale = dev_exp(m_old - m_new);  // m_old = −inf (first visible tile) → 0
           p = seen ? dev_exp(x - m_new) : 0.0f;
-          const float sum = warp_sum(p);  // every lane has read m[r] before lane 0 writes it
+          const float sum = warp_sum(p);
+          // A shuffle orders no memory: every lane's read of m[r] must precede lane 0's write
+          // (the branch is warp-uniform, so the whole warp reaches this barrier).
+          __syncwarp();
           if (lane == 0) {
             l[r] = l[r] * rescale + sum;
             m[r] = m_new;
