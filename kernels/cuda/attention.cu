@@ -23,9 +23,10 @@ namespace wf::kernels::cuda {
 namespace {
 
 constexpr int kBlockThreads = 128;
-// Shared memory a SIMT block may take: the tile shrinks (32, 16, 8 rows) until it fits. Under
-// sm_80's 163 KiB opt-in limit, and enough for f64 at head_dim 256 with 8-row tiles.
-constexpr std::int64_t kMaxSharedBytes = 100 * 1024;
+// Shared memory a SIMT block may take: the tile shrinks (32, 16, 8 rows) until it fits. 99 KiB is
+// the smallest opt-in limit of the GPUs that run the sm_80 code (sm_86 and sm_89; sm_80 allows
+// 163 KiB, sm_90 227 KiB), and enough for f64 at head_dim 256 with 8-row tiles (97 KiB).
+constexpr std::int64_t kMaxSharedBytes = 99 * 1024;
 
 __device__ __forceinline__ float dev_exp(float x) { return expf(x); }
 __device__ __forceinline__ double dev_exp(double x) { return exp(x); }
@@ -363,10 +364,11 @@ constexpr std::int64_t kWmmaMaxHeadDim = 128;
 // Shared memory of the WMMA forward: Q [rows, d], K, V [keys, d] and P [rows, keys] in bf16;
 // scores [rows, keys], the O accumulator [rows, d], row max, sum and rescale [rows] in f32.
 // Every region's size is a multiple of 32 bytes (d % 16 == 0), so fragments stay aligned.
-std::int64_t wmma_forward_bytes(std::int64_t d) {
+constexpr std::int64_t wmma_forward_bytes(std::int64_t d) {
   return 2 * ((kWmmaRows + 2 * kWmmaKeys) * d + kWmmaRows * kWmmaKeys) +
          4 * (kWmmaRows * kWmmaKeys + kWmmaRows * d + 3 * kWmmaRows);
 }
+static_assert(wmma_forward_bytes(kWmmaMaxHeadDim) <= kMaxSharedBytes, "the WMMA forward's tiles outgrow the opt-in");
 
 __global__ void __launch_bounds__(kBlockThreads)
     attention_forward_wmma(AttentionShape s, std::int64_t tasks, const __nv_bfloat16* q, const __nv_bfloat16* k,
@@ -445,7 +447,10 @@ __global__ void __launch_bounds__(kBlockThreads)
           const float m_new = m_old > tile_max ? m_old : tile_max;
           rescale = dev_exp(m_old - m_new);  // m_old = −inf (first visible tile) → 0
           p = seen ? dev_exp(x - m_new) : 0.0f;
-          const float sum = warp_sum(p);  // every lane has read m[r] before lane 0 writes it
+          const float sum = warp_sum(p);
+          // A shuffle orders no memory: every lane's read of m[r] must precede lane 0's write
+          // (the branch is warp-uniform, so the whole warp reaches this barrier).
+          __syncwarp();
           if (lane == 0) {
             l[r] = l[r] * rescale + sum;
             m[r] = m_new;
@@ -483,9 +488,18 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 // ---- launch -------------------------------------------------------------------------------------
 // Elements of shared memory each kernel takes for a tile of `tile` rows.
-std::int64_t forward_elements(std::int64_t tile, std::int64_t d) { return 4 * tile * d + tile * tile + 3 * tile; }
-std::int64_t dkdv_elements(std::int64_t tile, std::int64_t d) { return 6 * tile * d + 2 * tile * tile + 2 * tile; }
-std::int64_t dq_elements(std::int64_t tile, std::int64_t d) { return 5 * tile * d + tile * tile + 2 * tile; }
+constexpr std::int64_t forward_elements(std::int64_t tile, std::int64_t d) {
+  return 4 * tile * d + tile * tile + 3 * tile;
+}
+constexpr std::int64_t dkdv_elements(std::int64_t tile, std::int64_t d) {
+  return 6 * tile * d + 2 * tile * tile + 2 * tile;
+}
+constexpr std::int64_t dq_elements(std::int64_t tile, std::int64_t d) { return 5 * tile * d + tile * tile + 2 * tile; }
+// The smallest tile holds the widest head in f64 (the largest of the three is dK/dV's, 97 KiB).
+static_assert(dkdv_elements(8, kMaxAttentionHeadDim) * 8 <= kMaxSharedBytes &&
+                  forward_elements(8, kMaxAttentionHeadDim) * 8 <= kMaxSharedBytes &&
+                  dq_elements(8, kMaxAttentionHeadDim) * 8 <= kMaxSharedBytes,
+              "8-row f64 tiles at kMaxAttentionHeadDim outgrow the shared-memory opt-in");
 
 // The largest tile (32, 16 or 8 rows) whose shared memory fits kMaxSharedBytes (head_dim <=
 // kMaxAttentionHeadDim always fits 8 rows).
@@ -502,13 +516,15 @@ int grid_for(std::int64_t tasks) {
   return static_cast<int>(tasks < kMaxGrid ? tasks : kMaxGrid);
 }
 
-// Launches kernel over `tasks` blocks with `bytes` of dynamic shared memory (opting in above
-// the default 48 KiB).
+// Launches kernel over `tasks` blocks with `bytes` (<= kMaxSharedBytes) of dynamic shared memory.
+// The opt-in above the default 48 KiB is the same limit on every call, so host threads launching
+// one kernel with different sizes cannot lower it under each other's launch.
 template <class Kernel, class... Args>
 void launch_tiles(Kernel kernel, const char* name, cudaStream_t stream, std::int64_t tasks, std::size_t bytes,
                   Args... args) {
   if (tasks == 0) return;
-  WF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  WF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(kMaxSharedBytes)));
   kernel<<<grid_for(tasks), kBlockThreads, bytes, stream>>>(args...);
   WF_CUDA_CHECK_LAUNCH(name);
 }

@@ -175,6 +175,7 @@ std::vector<AttentionShape> shapes() {
       shape(2, 33, 257, 4, 2, 128, false),         // q_len != kv_len
       shape(1, 31, 31, 3, 3, 24, true, 0, 0, 0.3),  // head_dim not a multiple of 16, explicit scale
       shape(1, 33, 40, 2, 1, 256, true),           // the widest head
+      shape(2, 65, 97, 6, 2, 96, true, 32, 0),     // one row past a WMMA tile (64), one key past 3 (32), GQA 3:1
   };
 }
 
