@@ -17,9 +17,7 @@ namespace {
 DataError checked_targets(const Stream& stream, const char* what, std::int64_t rows, std::int64_t vocab,
                           std::int64_t ignore_index) {
   WF_CHECK(rows >= 0 && vocab >= 0, "{}: sizes must be non-negative, got rows={} vocab={}", what, rows, vocab);
-  return data_error(stream, fmt::format("{}: target {{1}} of row {{0}} is outside the vocabulary [0, {}) and is not "
-                                        "ignore_index ({}); fix the labels or mark padding with ignore_index",
-                                        what, vocab, ignore_index));
+  return bad_target_error(stream, what, vocab, ignore_index);
 }
 
 // kernels/cpu/vocab_parallel.cpp's check of a rank's shard.

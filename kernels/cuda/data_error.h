@@ -3,6 +3,7 @@
 // the embedding, a ddpm time that is no step): the kernel records them in its device's record
 // (src/core/cuda/device_error.h) and the backend raises them at the host's next synchronisation,
 // with the message the CPU kernel would have thrown at once. Host code (fmt builds the text).
+#include <cstdint>
 #include <string>
 
 #include "src/core/cuda/device_error.h"
@@ -17,8 +18,12 @@ struct DataError {
 };
 
 // `text` has {0} (where: the row, token or sample) and {1} (the offending value) and no other
-// braces; host values (vocab, `what`) are already formatted into it. Each distinct text is
-// registered once per process, so a message built per call costs a lookup, not a new id.
+// braces; host values (vocab, `what`) are already formatted into it. Its id is
+// register_device_error_message's: the same for the same text, so building it per call is cheap.
 DataError data_error(const Stream& stream, const std::string& text);
+
+// kernels/cpu/cross_entropy.cpp's checked_target_count message for a target outside [0, vocab)
+// that is not ignore_index (row {0}, target {1}): the cross-entropy entries and count_targets.
+DataError bad_target_error(const Stream& stream, const char* what, std::int64_t vocab, std::int64_t ignore_index);
 
 }  // namespace wf::kernels::cuda

@@ -1,17 +1,12 @@
 // The CUDA entries of the reductions, step totals and norms of the step (kernels/cuda/cuda_kernels.h):
 // argument checks as the CPU entries make them, then the launchers of kernels/cuda/reduce.cu.
-#include <fmt/format.h>
-
-#include <map>
-#include <mutex>
 #include <optional>
-#include <string>
 #include <vector>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/data_error.h"
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/reduce.h"
-#include "src/core/cuda/device_error.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::kernels::cuda {
@@ -84,21 +79,6 @@ void run_sum_dim(const Stream& stream, DType dtype, const char* who, std::int64_
                  std::int64_t inner, double scale, const void* x, void* out) {
   check_dims(who, outer, dim, inner);
   run_sum(stream, dtype, who, plan_sum(who, {outer, dim, inner}, {false, true, false}), scale, x, out);
-}
-
-// The device error message of count_targets for these host values, registered once per distinct
-// text: the CPU's (kernels/cpu/cross_entropy.cpp), with the row as {0} and the target as {1}.
-int target_error_message(const char* what, std::int64_t vocab, std::int64_t ignore_index) {
-  static std::mutex mutex;
-  static std::map<std::string, int> ids;
-  std::string format = fmt::format(
-      "{}: target {{1}} of row {{0}} is outside the vocabulary [0, {}) and is not ignore_index ({}); "
-      "fix the labels or mark padding with ignore_index",
-      what, vocab, ignore_index);
-  std::lock_guard<std::mutex> lock(mutex);
-  auto [it, fresh] = ids.try_emplace(std::move(format), 0);
-  if (fresh) it->second = detail::register_device_error_message(it->first.c_str());
-  return it->second;
 }
 
 }  // namespace
@@ -175,9 +155,8 @@ void CudaKernels::loss_normaliser(const Stream& stream, const double* totals, do
 void CudaKernels::count_targets(const Stream& stream, const char* what, std::int64_t rows, std::int64_t vocab,
                                 const std::int64_t* targets, std::int64_t ignore_index, std::int64_t* count) {
   WF_CHECK(rows >= 0 && vocab >= 0, "{}: sizes must be non-negative, got rows={} vocab={}", what, rows, vocab);
-  const int message = target_error_message(what, vocab, ignore_index);
-  launch_count_targets(native(stream), rows, vocab, targets, ignore_index, count,
-                       detail::device_error_record(stream.device().index), message);
+  const DataError error = bad_target_error(stream, what, vocab, ignore_index);
+  launch_count_targets(native(stream), rows, vocab, targets, ignore_index, count, error.record, error.message);
 }
 
 void CudaKernels::clip_coefficient(const Stream& stream, std::int64_t parts, const double* sq_sums, double max_norm,

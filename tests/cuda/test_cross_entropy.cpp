@@ -72,7 +72,8 @@ TEMPLATE_TEST_CASE("cuda cross_entropy forward, reduce and backward match the CP
     std::int64_t rows, vocab;
   };
   std::uint64_t salt = 100;
-  for (const Shape shape : {Shape{1, 1}, Shape{33, 257}, Shape{1000, 31}, Shape{7, 50257}, Shape{5, 1031}}) {
+  for (const Shape shape :
+       {Shape{0, 31}, Shape{1, 1}, Shape{33, 257}, Shape{1000, 31}, Shape{7, 50257}, Shape{5, 1031}}) {
     CAPTURE(shape.rows, shape.vocab);
     const Tensor logits = random_normal({shape.rows, shape.vocab}, fresh_seed(++salt), dt);
     const Tensor targets = random_targets(shape.rows, shape.vocab, fresh_seed(++salt));

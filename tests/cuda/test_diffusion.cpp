@@ -3,10 +3,17 @@
 //
 // Tolerances: the noised sample is a·x0 + s·ε in f64 rounded once to f32 on both sides: 1e-6
 // relative. L_vb runs in f64 through tanh, exp and log, whose CUDA versions differ from libm's in
-// the last ulp or two, and nvcc fuses some of its multiply-adds; the KL's terms cancel near its
-// minimum, so d_v agrees to 1e-9 relative (1e-12 absolute) and the total, a sum of non-negative
-// terms in another order, to 1e-10. The timestep embedding's arguments are the CPU's bits; only
-// sin/cos differ in a double's last ulp: 1e-6 relative (1e-7 absolute) in f32.
+// the last ulp or two, and nvcc fuses some of its multiply-adds. The KL terms (steps > 0) are
+// well conditioned: d_v agrees to 1e-9 relative (1e-12 absolute). The decoder term (step 0) is
+// not: its probability p = cdf(u+) − cdf(u−) is a difference of two tanh values near ±1, so an ulp
+// of tanh (2.2e-16) moves p by up to 2.2e-16/p relative, and p may be as small as the 1e-12 floor
+// of the log: its d_v (∝ 1/p) agrees to 2e-3 relative (1e-9 absolute where one side's p falls
+// under the floor and its slope is 0). A 1-ulp jitter of tanh/exp/log on the host moved the
+// decoder's d_v by up to 1.2e-4 relative. So the total (a sum of non-negative terms in another
+// order) is checked to 1e-10 relative over the KL samples alone, and with the decoder's sample to
+// that plus 2e-3 per decoder element (each one's -log2 p moves by at most that much). The timestep
+// embedding's arguments are the CPU's bits; only sin/cos differ in a double's last ulp: 1e-6
+// relative (1e-7 absolute) in f32.
 #include <cmath>
 #include <random>
 #include <vector>
@@ -120,9 +127,25 @@ TEST_CASE("cuda diffusion_vb matches the CPU, decoder steps included, and its to
                                  g_times.data<double>(), g_v.data<double>(), g_eps.data<double>(), g_x0.data<float>(),
                                  g_xt.data<float>(), got_dv.data<double>(), total->data<double>());
     }
-    require_close(got_dv, want_dv, 1e-9, 1e-12, "d_v");
-    require_close(got_total, want_total, 1e-10, 0.0, "total");
+    // Sample 0 is at step 0 (random_times): the decoder term, the rest KL terms.
+    const Tensor got_cpu = got_dv.to(Device::cpu());
+    require_close(got_cpu.slice0(0, b.per_sample), want_dv.slice0(0, b.per_sample), 2e-3, 1e-9, "d_v, decoder");
+    require_close(got_cpu.slice0(b.per_sample, n), want_dv.slice0(b.per_sample, n), 1e-9, 1e-12, "d_v, KL");
+    require_close(got_total, want_total, 1e-10, 2e-3 * static_cast<double>(b.per_sample), "total");
     require_equal(again, got_total, "total, run twice");
+    if (b.batch > 1) {  // the KL samples alone: their total is well conditioned
+      const std::int64_t skip = b.per_sample;
+      Tensor want_kl = Tensor::empty({1}, DType::f64), got_kl = Tensor::empty({1}, DType::f64, gpu());
+      cpu_kernels().diffusion_vb(cpu_stream(), b.batch - 1, b.per_sample, kSteps, table.data<double>(),
+                                 times.data<double>() + 1, tv.data<double>() + skip, eps.data<double>() + skip,
+                                 tx0.data<float>() + skip, x_t.data<float>() + skip, want_dv.data<double>() + skip,
+                                 want_kl.data<double>());
+      gpu_kernels().diffusion_vb(gpu_stream(), b.batch - 1, b.per_sample, kSteps, g_table.data<double>(),
+                                 g_times.data<double>() + 1, g_v.data<double>() + skip, g_eps.data<double>() + skip,
+                                 g_x0.data<float>() + skip, g_xt.data<float>() + skip, got_dv.data<double>() + skip,
+                                 got_kl.data<double>());
+      require_close(got_kl, want_kl, 1e-10, 0.0, "total of the KL samples");
+    }
   }
 }
 

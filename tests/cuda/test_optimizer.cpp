@@ -62,8 +62,9 @@ void require_state_close(const State& got, const State& want, double rtol, doubl
 }
 
 constexpr std::int64_t kSizes[] = {1, 31, 33, 257, 100003};
-// The masked update's many combinations take the sizes with a tail and one of several blocks.
-constexpr std::int64_t kUpdateSizes[] = {1, 33, 1031};
+// The masked update's many combinations take the sizes with a tail and one of several blocks, and
+// an empty parameter (no update kernel: the count still moves, as on the CPU).
+constexpr std::int64_t kUpdateSizes[] = {0, 1, 33, 1031};
 
 std::vector<kernels::AdamWParams> hyperparameters() {
   return {kernels::AdamWParams{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-2, .step = 1},

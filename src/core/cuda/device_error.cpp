@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -22,7 +23,8 @@ struct Records {
   std::mutex mutex;
   std::array<DeviceErrorRecord*, kMaxDevices> host{};    // the host's view of each device's record
   std::array<DeviceErrorRecord*, kMaxDevices> device{};  // the same memory as the kernels see it
-  std::vector<std::string> messages;
+  std::vector<std::string> messages;  // by id
+  std::map<std::string, int> ids;     // by text: one id per distinct message
 };
 Records& records() {
   static auto* instance = new Records();  // never destroyed: kernels may still be queued at exit
@@ -51,8 +53,9 @@ DeviceErrorRecord* device_error_record(int device_index) {
 int register_device_error_message(const char* format) {
   Records& r = records();
   std::lock_guard<std::mutex> lock(r.mutex);
-  r.messages.emplace_back(format);
-  return static_cast<int>(r.messages.size()) - 1;
+  const auto [it, fresh] = r.ids.try_emplace(format, static_cast<int>(r.messages.size()));
+  if (fresh) r.messages.push_back(it->first);
+  return it->second;
 }
 
 void raise_device_error(int device_index) {

@@ -38,7 +38,8 @@ __device__ inline void report_device_error(DeviceErrorRecord* record, int messag
 // The record kernels of `device_index` write to (a device pointer to mapped pinned memory).
 DeviceErrorRecord* device_error_record(int device_index);
 // An id for a message with two {} placeholders, filled with row and value ("cross_entropy: target
-// {1} at row {0} is outside [0, vocab)"): register once (a function-local static).
+// {1} at row {0} is outside [0, vocab)"). The same text always gets the same id, so a message
+// formatted per call from host values (vocab, `what`) costs a lookup, not a new entry.
 int register_device_error_message(const char* format);
 // Throws wf::Error with the recorded message when a kernel of `device_index` recorded one, and
 // clears the record. The CUDA backend calls it after each host synchronisation.
