@@ -41,6 +41,9 @@ StridedLayout<2> broadcast_layout(const std::vector<std::int64_t>& a_shape, cons
     }
   }
   StridedLayout<2> layout;
+  for (const std::int64_t e : out_shape) {
+    if (e == 0) return layout;  // an empty output launches nothing, whatever its rank (as on the CPU)
+  }
   const int merged = merge_strided_dims(out_shape, strides, layout);
   WF_CHECK(merged <= kMaxStridedDims,
            "binary_broadcast (cuda): shapes {} and {} broadcast to {} in {} independent dims; the kernel walks at "

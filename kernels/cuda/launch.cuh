@@ -42,11 +42,14 @@ __device__ __forceinline__ T warp_sum(T v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
+// The maximum over the warp, to every lane; a NaN in any lane makes it NaN in every lane. (Taking
+// o only when o > v would keep a lane's own NaN but pass over its partner's: the lanes would
+// disagree, and a branch on the result, then a full-mask shuffle inside it, would split the warp.)
 template <class T>
 __device__ __forceinline__ T warp_max(T v) {
   for (int offset = 16; offset > 0; offset >>= 1) {
     const T o = __shfl_xor_sync(0xffffffffu, v, offset);
-    v = o > v ? o : v;
+    v = (o > v || o != o) ? o : v;
   }
   return v;
 }

@@ -56,6 +56,7 @@ TEST_CASE("cuda binary_broadcast gives the CPU's bits for every op and broadcast
       {{2, 3, 1, 5, 7}, {2, 1, 4, 5, 1}, {2, 3, 4, 5, 7}},     // rank 5
       {{2, 1, 2, 1, 3, 1, 2}, {1, 2, 1, 2, 1, 3, 1}, {2, 2, 2, 2, 3, 3, 2}},  // 7 unmergeable dims
       {{2, 0, 3}, {1, 1, 3}, {2, 0, 3}},                       // empty
+      {{2, 1, 2, 1, 2, 1, 2, 1, 0}, {1, 2, 1, 2, 1, 2, 1, 2, 1}, {2, 2, 2, 2, 2, 2, 2, 2, 0}},  // empty, 9 dims
       {{4, 1}, {1, 1}, {4, 1}},
   };
   const DType dtype = GENERATE(DType::f32, DType::f64);
@@ -94,7 +95,7 @@ TEST_CASE("cuda binary_broadcast refuses more independent dims than its kernel w
 
 TEST_CASE("cuda affine, add_scaled, add_bias and bias_residual_add give the CPU's bits", "[cuda][elementwise]") {
   const DType dtype = GENERATE(DType::f32, DType::f64);
-  const std::int64_t rows = GENERATE(as<std::int64_t>{}, 1, 33, 257);
+  const std::int64_t rows = GENERATE(as<std::int64_t>{}, 0, 1, 33, 257);  // 0: no launch (a 0-block grid fails)
   const std::int64_t cols = GENERATE(as<std::int64_t>{}, 1, 31, 1000);
   const std::int64_t n = rows * cols;
   const std::uint64_t seed = fresh_seed(static_cast<std::uint64_t>(rows * 7919 + cols));
@@ -129,6 +130,12 @@ TEST_CASE("cuda affine, add_scaled, add_bias and bias_residual_add give the CPU'
                                     with_bias ? bias_g.raw_data() : nullptr, rg.raw_data(), got.raw_data());
     require_equal(got, want, with_bias ? "bias_residual_add" : "residual add (no bias)");
   }
+  {  // in place: out == x, as linear_forward adds its bias to the product
+    Tensor want = x.clone(), got = x.to(gpu());
+    cpu_kernels().add_bias(cpu_stream(), dtype, rows, cols, want.raw_data(), bias.raw_data(), want.raw_data());
+    gpu_kernels().add_bias(gpu_stream(), dtype, rows, cols, got.raw_data(), bias_g.raw_data(), got.raw_data());
+    require_equal(got, want, "add_bias in place");
+  }
   {  // in place: out == x
     Tensor want = x.clone(), got = x.to(gpu());
     cpu_kernels().bias_residual_add(cpu_stream(), dtype, rows, cols, want.raw_data(), bias.raw_data(), r.raw_data(),
@@ -142,7 +149,7 @@ TEST_CASE("cuda affine, add_scaled, add_bias and bias_residual_add give the CPU'
 TEST_CASE("cuda unary_forward and unary_backward match the CPU for every op", "[cuda][elementwise]") {
   const DType dtype = GENERATE(DType::f32, DType::f64);
   const UnaryOp op = GENERATE(UnaryOp::gelu, UnaryOp::silu, UnaryOp::exp, UnaryOp::ln, UnaryOp::tanh);
-  const std::int64_t n = GENERATE(as<std::int64_t>{}, 1, 31, 33, 257, 100003);
+  const std::int64_t n = GENERATE(as<std::int64_t>{}, 0, 1, 31, 33, 257, 100003);
   const std::uint64_t seed = fresh_seed(static_cast<std::uint64_t>(n) * 5 + static_cast<std::uint64_t>(op));
   Tensor x = random_normal({n}, seed, DType::f64);
   if (op == UnaryOp::ln) {  // positive inputs over many scales: e^N(0, 3²)
@@ -197,6 +204,7 @@ TEST_CASE("cuda dropout_mask keeps exactly the CPU's elements for whole tensors 
       {31, {1, 3, 2}, 0.9, (1ull << 40) + 7},        // one element in three, far into the stream
       {257, {7, 19, 5}, 0.0, 3},                     // p = 0 keeps everything (scale 1)
       {4099, {4099, 4099, 0}, 0.999, 1ull << 62},    // nearly everything dropped
+      {0, {1, 1, 0}, 0.5, 0},                        // nothing: no launch
   };
   std::uint64_t salt = 500;
   for (const Case& c : cases) {
@@ -218,7 +226,7 @@ TEST_CASE("cuda dropout_mask keeps exactly the CPU's elements for whole tensors 
 TEST_CASE("cuda clamp, scale_inplace, scale_inplace_by and scale_by_coefficient give the CPU's bits",
           "[cuda][elementwise]") {
   const DType dtype = GENERATE(DType::f32, DType::f64);
-  const std::int64_t n = GENERATE(as<std::int64_t>{}, 1, 33, 1000, 65537);
+  const std::int64_t n = GENERATE(as<std::int64_t>{}, 0, 1, 33, 1000, 65537);
   const std::uint64_t seed = fresh_seed(static_cast<std::uint64_t>(n) + 900);
   std::vector<double> v = random_normal({n}, seed, DType::f64).to_vector<double>();
   if (n > 2) {  // NaN and infinities go through clamp and the scalings as on the CPU
