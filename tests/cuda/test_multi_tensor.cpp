@@ -54,7 +54,7 @@ struct Param {
     return {param.clone(), grad.clone(), exp_avg.clone(), exp_avg_sq.clone(), ema.defined() ? ema.clone() : Tensor(),
             applied.clone()};
   }
-  void* ema_data() const { return ema.defined() ? ema.raw_data() : nullptr; }
+  void* ema_data() { return ema.defined() ? ema.raw_data() : nullptr; }
 };
 
 std::vector<Param> fresh_params(DType dt, std::uint64_t salt) {
@@ -72,9 +72,9 @@ std::vector<Param> fresh_params(DType dt, std::uint64_t salt) {
   return params;
 }
 
-std::vector<kernels::AdamWTensor> list_of(const std::vector<Param>& params) {
+std::vector<kernels::AdamWTensor> list_of(std::vector<Param>& params) {
   std::vector<kernels::AdamWTensor> list;
-  for (const Param& p : params) {
+  for (Param& p : params) {
     list.push_back({.n = p.param.numel(),
                     .param = p.param.raw_data(),
                     .grad = p.grad.raw_data(),
@@ -125,7 +125,7 @@ TEMPLATE_TEST_CASE("cuda adamw_update_multi equals the GPU's adamw_update per te
     for (const Param& p : multi) before.push_back(p.to(Device::cpu()));
 
     gpu_kernels().adamw_update_multi(gpu_stream(), dt, list_of(multi), hyper, ema, g);
-    for (const Param& p : single) {
+    for (Param& p : single) {
       gpu_kernels().adamw_update(gpu_stream(), dt, p.param.numel(), p.param.raw_data(), p.grad.raw_data(),
                                  p.exp_avg.raw_data(), p.exp_avg_sq.raw_data(), p.ema_data(), hyper, ema,
                                  p.applied.data<std::int64_t>(), g);
