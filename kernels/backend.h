@@ -109,6 +109,12 @@ class Backend {
   // y == x, the sum of squares.
   virtual void sum_of_products(const Stream& stream, DType dtype, std::int64_t n, const void* x, const void* y,
                                double* out) = 0;
+  // out[i] (f64 on the device) = sum_of_products(tensors[i], tensors[i]) for every tensor of the list,
+  // each exactly as that entry computes it (the same bits); then, total non-null (one f64 on the
+  // device), *total += out[0] + out[1] + ..., one add at a time in list order: a gradient norm's
+  // squares in a constant number of launches (kernel_args.h TensorSpan).
+  virtual void sum_of_squares_multi(const Stream& stream, DType dtype, const std::vector<TensorSpan>& tensors,
+                                    double* out, double* total) = 0;
   // ---- step totals: the loss and token counts the step keeps on the device -----------------
   // *out (one i64 on the device) = how many of x[0..n) differ from `value` (the targets that are
   // not ignored: the count that goes with a loss sum).
@@ -258,6 +264,12 @@ class Backend {
   virtual void adamw_update(const Stream& stream, DType dtype, std::int64_t n, void* param, const void* grad,
                             void* exp_avg, void* exp_avg_sq, void* ema, const AdamWParams& params, const EmaParams& e,
                             std::int64_t* applied, const double* grad_norm) = 0;
+  // adamw_update of every parameter of the list (kernel_args.h AdamWTensor: each with its own
+  // *applied, read for its bias correction and EMA decay and incremented once when the update
+  // applies), with one dtype, one AdamWParams (weight decay included) and one EmaParams: the
+  // results of a loop of adamw_update over the list, bit for bit, in a constant number of launches.
+  virtual void adamw_update_multi(const Stream& stream, DType dtype, const std::vector<AdamWTensor>& tensors,
+                                  const AdamWParams& params, const EmaParams& e, const double* grad_norm) = 0;
   // ---- gradient clipping and vocabulary-parallel cross-entropy (kernels/cpu/optimizer.h,
   // kernels/cpu/vocab_parallel.h) ---------------------------------------------------------------
   // *norm = sqrt(Σ sq_sums[0..parts)) and *coefficient = clip_coefficient(*norm, max_norm), all

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "wallfacer/core/error.h"
 
@@ -67,6 +69,29 @@ double ema_decay_at(double decay, std::int64_t earlier, bool warmup) {
   if (!warmup) return decay;
   const double n = static_cast<double>(std::max<std::int64_t>(earlier, 0));
   return std::min(decay, (1.0 + n) / (10.0 + n));
+}
+
+void check_adamw_tensors(const std::vector<AdamWTensor>& tensors, const char* who) {
+  std::vector<std::pair<const std::int64_t*, std::size_t>> counts;
+  counts.reserve(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    WF_CHECK(tensors[i].n >= 0, "{}: tensor {} has a negative element count {}", who, i, tensors[i].n);
+    WF_CHECK(tensors[i].applied != nullptr,
+             "{}: tensor {} has no count of applied updates (an i64 on the device is required)", who, i);
+    counts.emplace_back(tensors[i].applied, i);
+  }
+  std::sort(counts.begin(), counts.end());
+  for (std::size_t k = 1; k < counts.size(); ++k) {
+    WF_CHECK(counts[k].first != counts[k - 1].first,
+             "{}: tensors {} and {} share one count of applied updates; give each parameter its own", who,
+             std::min(counts[k - 1].second, counts[k].second), std::max(counts[k - 1].second, counts[k].second));
+  }
+}
+
+void check_tensor_spans(const std::vector<TensorSpan>& tensors, const char* who) {
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    WF_CHECK(tensors[i].n >= 0, "{}: tensor {} has a negative element count {}", who, i, tensors[i].n);
+  }
 }
 
 }  // namespace wf::kernels

@@ -4,6 +4,7 @@
 // on them. The CPU kernels (kernels/cpu) and a CUDA backend read the same descriptors, so an op or
 // a parallel strategy builds one without naming a backend.
 #include <cstdint>
+#include <vector>
 
 namespace wf::kernels {
 
@@ -76,5 +77,33 @@ struct EmaParams {
 };
 // With the warm-up min(decay, (1 + earlier) / (10 + earlier)) (earlier < 0 counts as 0), else decay.
 double ema_decay_at(double decay, std::int64_t earlier, bool warmup);
+
+// ---- multi-tensor entries (Backend::adamw_update_multi, sum_of_squares_multi) ------------------
+// A list of tensors a backend may update or reduce in one launch instead of one per tensor (a
+// model has hundreds of parameters); the results are those of the single-tensor entry per tensor.
+//
+// One parameter of adamw_update_multi: n elements each of param, grad, exp_avg, exp_avg_sq and,
+// when not null, ema (device memory of the list's dtype), with its own count of applied updates.
+struct AdamWTensor {
+  std::int64_t n = 0;
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* exp_avg = nullptr;
+  void* exp_avg_sq = nullptr;
+  void* ema = nullptr;               // nullable: no EMA kept for this parameter
+  std::int64_t* applied = nullptr;   // one i64 on the device, this parameter's alone
+};
+// wf::Error naming `who` unless every n >= 0, every count is given and no two parameters share
+// one (each count is read before any is incremented, which only distinct counts make the same
+// as a loop of adamw_update).
+void check_adamw_tensors(const std::vector<AdamWTensor>& tensors, const char* who);
+
+// One input of sum_of_squares_multi: n elements at data (device memory of the list's dtype).
+struct TensorSpan {
+  const void* data = nullptr;
+  std::int64_t n = 0;
+};
+// wf::Error naming `who` unless every n >= 0.
+void check_tensor_spans(const std::vector<TensorSpan>& tensors, const char* who);
 
 }  // namespace wf::kernels

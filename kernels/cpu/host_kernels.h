@@ -180,6 +180,18 @@ class HostKernels : public Backend {
       *out = cpu::sum_of_products<T>(n, in<T>(x), in<T>(y));
     });
   }
+  void sum_of_squares_multi(const Stream& s, DType dt, const std::vector<TensorSpan>& tensors, double* out,
+                            double* total) override {
+    check_tensor_spans(tensors, "sum_of_squares_multi");
+    typed(s, dt, "sum_of_squares_multi", [=](auto t) {
+      using T = decltype(t);
+      for (std::size_t i = 0; i < tensors.size(); ++i) {
+        out[i] = cpu::sum_of_squares<T>(tensors[i].n, in<T>(tensors[i].data));
+      }
+      if (total == nullptr) return;
+      for (std::size_t i = 0; i < tensors.size(); ++i) *total += out[i];
+    });
+  }
   // ---- step totals ----
   void count_not_equal(const Stream& s, std::int64_t n, const std::int64_t* x, std::int64_t value,
                        std::int64_t* out) override {
@@ -463,6 +475,18 @@ class HostKernels : public Backend {
       using T = decltype(t);
       cpu::adamw_update<T>(n, io<T>(param), in<T>(grad), io<T>(exp_avg), io<T>(exp_avg_sq), io<T>(ema), p, e, applied,
                            grad_norm);
+    });
+  }
+  // The loop the entry replaces, in list order, as one kernel on the stream.
+  void adamw_update_multi(const Stream& s, DType dt, const std::vector<AdamWTensor>& tensors, const AdamWParams& p,
+                          const EmaParams& e, const double* grad_norm) override {
+    check_adamw_tensors(tensors, "adamw_update_multi");
+    typed(s, dt, "adamw_update_multi", [=](auto t) {
+      using T = decltype(t);
+      for (const AdamWTensor& a : tensors) {
+        cpu::adamw_update<T>(a.n, io<T>(a.param), in<T>(a.grad), io<T>(a.exp_avg), io<T>(a.exp_avg_sq), io<T>(a.ema),
+                             p, e, a.applied, grad_norm);
+      }
     });
   }
   // ---- gradient clipping and vocabulary-parallel cross-entropy ----

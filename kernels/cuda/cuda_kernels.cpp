@@ -33,13 +33,14 @@ std::vector<std::string> cuda_kernel_inventory() {
       "elementwise: broadcasting binary ops, GELU/SiLU/exp/ln/tanh and their backwards, dropout (Philox, the CPU's "
       "masks), bias and residual adds, scaling",
       "movement: gather, strided block copies, row selection, Ulysses message blocks",
-      "reduce: sums, means, max/argmax, step totals, counts, gradient-norm clipping (deterministic, no float "
-      "atomics)",
+      "reduce: sums, means, max/argmax, step totals, counts, gradient-norm clipping with the squares of all "
+      "gradients in one launch (deterministic, no float atomics)",
       "norm: softmax and log-softmax, LayerNorm and RMSNorm forward/backward",
       "cross_entropy: fused softmax cross-entropy and the vocabulary-parallel partials",
       "embedding: embedding forward/backward (sorted, deterministic), RoPE",
       "diffusion: noising, L_vb, timestep embedding",
-      "optimizer: AdamW with f32 masters, the update skipped on the device for a non-finite norm, EMA",
+      "optimizer: multi-tensor AdamW with f32 masters (one launch per parameter group), the update skipped on the "
+      "device for a non-finite norm, EMA",
   };
 }
 

@@ -74,6 +74,8 @@ class CudaKernels final : public Backend {
                         const std::vector<std::int64_t>& in_shape) override;
   void sum_of_products(const Stream& stream, DType dtype, std::int64_t n, const void* x, const void* y,
                        double* out) override;
+  void sum_of_squares_multi(const Stream& stream, DType dtype, const std::vector<TensorSpan>& tensors, double* out,
+                            double* total) override;
   void count_not_equal(const Stream& stream, std::int64_t n, const std::int64_t* x, std::int64_t value,
                        std::int64_t* out) override;
   void loss_normaliser(const Stream& stream, const double* totals, double* out) override;
@@ -155,6 +157,8 @@ class CudaKernels final : public Backend {
   void adamw_update(const Stream& stream, DType dtype, std::int64_t n, void* param, const void* grad,
                     void* exp_avg, void* exp_avg_sq, void* ema, const AdamWParams& params, const EmaParams& e,
                     std::int64_t* applied, const double* grad_norm) override;
+  void adamw_update_multi(const Stream& stream, DType dtype, const std::vector<AdamWTensor>& tensors,
+                          const AdamWParams& params, const EmaParams& e, const double* grad_norm) override;
 
   // ---- kernels/cuda/gemm.cpp: matrix products through cuBLASLt
   void gemm(const Stream& stream, DType dtype, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,

@@ -43,4 +43,26 @@ void CudaKernels::adamw_update(const Stream& stream, DType dtype, std::int64_t n
   });
 }
 
+void CudaKernels::adamw_update_multi(const Stream& stream, DType dtype, const std::vector<AdamWTensor>& tensors,
+                                     const AdamWParams& params, const EmaParams& e, const double* grad_norm) {
+  check_adamw("adamw_update_multi", 0, params);  // params.step is ignored: the device counts the updates
+  check_adamw_tensors(tensors, "adamw_update_multi");
+  std::vector<AdamWMultiEntry> table;
+  table.reserve(tensors.size());
+  for (const AdamWTensor& t : tensors) {
+    table.push_back({t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.ema, t.applied, t.n, {}});
+  }
+  const std::int64_t blocks =
+      lay_out_blocks(table, [](const AdamWMultiEntry& entry) { return adamw_update_multi_blocks(entry.n); });
+  WF_CHECK(blocks <= INT32_MAX, "adamw_update_multi: {} tensors need {} blocks, more than one launch takes; split "
+           "the list", tensors.size(), blocks);
+  dispatch_floating(dtype, "adamw_update_multi", [&](auto t) {
+    using T = decltype(t);
+    if (table.empty()) return;
+    const detail::CudaScratch device_table(stream, table.data(), table.size() * sizeof(AdamWMultiEntry));
+    launch_adamw_update_multi<T>(native(stream), static_cast<std::int64_t>(table.size()),
+                                 device_table.as<AdamWMultiEntry>(), blocks, params, e, grad_norm);
+  });
+}
+
 }  // namespace wf::kernels::cuda

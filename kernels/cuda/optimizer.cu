@@ -164,4 +164,84 @@ WF_INSTANTIATE_OPTIMIZER(float)
 WF_INSTANTIATE_OPTIMIZER(double)
 #undef WF_INSTANTIATE_OPTIMIZER
 
+// ---- multi-tensor AdamW -------------------------------------------------------------------------
+namespace {
+
+// Elements per block of the multi-tensor kernel: 16 per thread, so that a block's decision (one
+// thread's pows) is a small part of its work.
+constexpr std::int64_t kMultiChunk = std::int64_t{kThreads} * 16;
+
+// What adamw_update_kernel's first thread forms for its block, from the tensor's count `earlier`.
+template <class T>
+__device__ UpdateState<T> update_state(const AdamWScalars<T>& base, const AdamWParams& p, const EmaParams& e,
+                                       std::int64_t earlier, const double* grad_norm) {
+  UpdateState<T> st{};
+  st.s = base;
+  st.apply = update_applies(grad_norm) ? 1 : 0;
+  set_bias_correction(st.s, p, static_cast<double>(earlier + 1));
+  st.ema_decay = static_cast<T>(ema_decay_at_device(e.decay, earlier, e.warmup));
+  st.ema_weight = sub_rn(T(1), st.ema_decay);
+  return st;
+}
+
+// Block b of tensor t updates its chunk [b·kMultiChunk, (b + 1)·kMultiChunk) ∩ [0, n) exactly as
+// adamw_update_kernel updates those elements: same state from *applied, same element arithmetic.
+template <class T>
+__global__ void adamw_update_multi_kernel(std::int64_t tensors, const AdamWMultiEntry* table, AdamWScalars<T> base,
+                                          AdamWParams p, EmaParams e, const double* grad_norm,
+                                          bool weight_below_half) {
+  __shared__ UpdateState<T> shared;
+  __shared__ std::int64_t tensor;
+  if (threadIdx.x == 0) {
+    tensor = tensor_of_block(table, tensors, blockIdx.x);
+    shared = update_state(base, p, e, *table[tensor].applied, grad_norm);
+  }
+  __syncthreads();
+  const UpdateState<T> st = shared;
+  if (!st.apply) return;  // a diverged step: every array stays as it was
+  const AdamWMultiEntry m = table[tensor];
+  T* param = static_cast<T*>(m.param);
+  const T* grad = static_cast<const T*>(m.grad);
+  T* exp_avg = static_cast<T*>(m.exp_avg);
+  T* exp_avg_sq = static_cast<T*>(m.exp_avg_sq);
+  T* ema = static_cast<T*>(m.ema);
+  const std::int64_t begin = (static_cast<std::int64_t>(blockIdx.x) - m.blocks.first) * kMultiChunk;
+  const std::int64_t end = begin + kMultiChunk < m.n ? begin + kMultiChunk : m.n;
+  for (std::int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    adamw_element(i, param, grad, exp_avg, exp_avg_sq, st.s, weight_below_half);
+    if (ema != nullptr) ema[i] = add_rn(mul_rn(st.ema_decay, ema[i]), mul_rn(st.ema_weight, param[i]));
+  }
+}
+
+// After the update, in stream order: each tensor's one increment when the update applied.
+__global__ void adamw_count_multi_kernel(std::int64_t tensors, const AdamWMultiEntry* table,
+                                         const double* grad_norm) {
+  if (!update_applies(grad_norm)) return;
+  WF_GRID_STRIDE_LOOP(t, tensors) *table[t].applied += 1;
+}
+
+}  // namespace
+
+std::int64_t adamw_update_multi_blocks(std::int64_t n) { return (n + kMultiChunk - 1) / kMultiChunk; }
+
+template <class T>
+void launch_adamw_update_multi(cudaStream_t stream, std::int64_t tensors, const AdamWMultiEntry* table,
+                               std::int64_t blocks, const AdamWParams& p, const EmaParams& e,
+                               const double* grad_norm) {
+  if (tensors == 0) return;
+  const AdamWScalars<T> base = adamw_scalars<T>(p, 1);  // as launch_adamw_update forms it
+  if (blocks > 0) {
+    adamw_update_multi_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        tensors, table, base, p, e, grad_norm, below_half(base));
+    WF_CUDA_CHECK_LAUNCH("adamw_update_multi_kernel");
+  }
+  adamw_count_multi_kernel<<<blocks_for(tensors), kThreads, 0, stream>>>(tensors, table, grad_norm);
+  WF_CUDA_CHECK_LAUNCH("adamw_count_multi_kernel");
+}
+
+template void launch_adamw_update_multi<float>(cudaStream_t, std::int64_t, const AdamWMultiEntry*, std::int64_t,
+                                               const AdamWParams&, const EmaParams&, const double*);
+template void launch_adamw_update_multi<double>(cudaStream_t, std::int64_t, const AdamWMultiEntry*, std::int64_t,
+                                                const AdamWParams&, const EmaParams&, const double*);
+
 }  // namespace wf::kernels::cuda

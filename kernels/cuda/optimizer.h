@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/multi_tensor.h"
 #include "kernels/kernel_args.h"
 
 namespace wf::kernels::cuda {
@@ -25,5 +26,29 @@ template <class T>
 void launch_adamw_update(cudaStream_t stream, std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
                          T* ema, const AdamWParams& p, const EmaParams& e, std::int64_t* applied,
                          const double* grad_norm);
+
+// ---- multi-tensor AdamW (adamw_update_multi) ---------------------------------------------------
+// One tensor of the list as the kernel reads it from the table the host uploads (device pointers
+// of the launch's T; ema nullable).
+struct AdamWMultiEntry {
+  void* param;
+  const void* grad;
+  void* exp_avg;
+  void* exp_avg_sq;
+  void* ema;
+  std::int64_t* applied;
+  std::int64_t n;
+  MultiTensorBlocks blocks;  // adamw_update_multi_blocks(n) of them (multi_tensor.h)
+};
+// The blocks of a tensor of n elements: a fixed chunk of elements each.
+std::int64_t adamw_update_multi_blocks(std::int64_t n);
+// launch_adamw_update for every tensor of `table` (device memory, `tensors` entries laid out by
+// lay_out_blocks over `blocks` blocks) in one kernel, each block taking its tensor's *applied, then
+// one kernel that increments every tensor's count when the update applied: the per-tensor
+// launcher's results bit for bit, in two launches for the whole list.
+template <class T>
+void launch_adamw_update_multi(cudaStream_t stream, std::int64_t tensors, const AdamWMultiEntry* table,
+                               std::int64_t blocks, const AdamWParams& p, const EmaParams& e,
+                               const double* grad_norm);
 
 }  // namespace wf::kernels::cuda

@@ -181,4 +181,24 @@ void CudaKernels::replica_spread(const Stream& stream, std::int64_t n, const std
                         extremes, own, out);
 }
 
+void CudaKernels::sum_of_squares_multi(const Stream& stream, DType dtype, const std::vector<TensorSpan>& tensors,
+                                       double* out, double* total) {
+  check_tensor_spans(tensors, "sum_of_squares_multi");
+  std::vector<SquaresMultiEntry> table;
+  table.reserve(tensors.size());
+  for (const TensorSpan& t : tensors) table.push_back({t.data, t.n, {}});
+  const std::int64_t blocks =
+      lay_out_blocks(table, [](const SquaresMultiEntry& entry) { return sum_of_products_blocks(entry.n); });
+  WF_CHECK(blocks <= INT32_MAX, "sum_of_squares_multi: {} tensors need {} blocks, more than one launch takes; "
+           "split the list", tensors.size(), blocks);
+  dispatch_floating(dtype, "sum_of_squares_multi", [&](auto t) {
+    using T = decltype(t);
+    if (table.empty()) return;
+    const detail::CudaScratch device_table(stream, table.data(), table.size() * sizeof(SquaresMultiEntry));
+    const detail::CudaScratch partials(stream, static_cast<std::size_t>(blocks) * sizeof(double));
+    launch_sum_of_squares_multi<T>(native(stream), static_cast<std::int64_t>(table.size()),
+                                   device_table.as<SquaresMultiEntry>(), blocks, partials.as<double>(), out, total);
+  });
+}
+
 }  // namespace wf::kernels::cuda

@@ -451,4 +451,72 @@ void launch_replica_spread(cudaStream_t stream, std::int64_t n, std::int64_t par
   WF_CUDA_CHECK_LAUNCH("replica_spread_kernel");
 }
 
+// ---- Σ x² of many tensors -----------------------------------------------------------------------
+namespace {
+
+// Block b of tensor t is dot_partials_kernel's block b of a launch over t alone (its elements
+// b·blockDim + thread, then every sum_of_products_blocks(n)·blockDim-th; the same products, adds
+// and tree), its partial at partials[first + b].
+template <class T>
+__global__ void squares_multi_partials_kernel(std::int64_t tensors, const SquaresMultiEntry* table,
+                                              double* partials) {
+  __shared__ double scratch[32];
+  __shared__ std::int64_t tensor;
+  if (threadIdx.x == 0) tensor = tensor_of_block(table, tensors, blockIdx.x);
+  __syncthreads();
+  const SquaresMultiEntry m = table[tensor];
+  const T* x = static_cast<const T*>(m.x);
+  const std::int64_t b = static_cast<std::int64_t>(blockIdx.x) - m.blocks.first;
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * m.blocks.count;
+  double acc = 0.0;
+  for (std::int64_t i = b * blockDim.x + threadIdx.x; i < m.n; i += stride) {
+    acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  }
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+// One warp per tensor, as dot_finish_kernel: lane j adds its partials j, j + 32, ... in order, then a
+// warp tree. The warp's tensor is uniform over it, so whole warps leave together.
+__global__ void squares_multi_finish_kernel(std::int64_t tensors, const SquaresMultiEntry* table,
+                                            const double* partials, double* out) {
+  const std::int64_t t = grid_warp();
+  if (t >= tensors) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const SquaresMultiEntry m = table[t];
+  double acc = 0.0;
+  for (std::int64_t b = lane; b < m.blocks.count; b += kWarpSize) acc += partials[m.blocks.first + b];
+  acc = warp_sum(acc);
+  if (lane == 0) out[t] = acc;
+}
+
+// *total += out[0] + out[1] + ..., one add at a time in index order (as the CPU adds them).
+__global__ void squares_multi_total_kernel(std::int64_t tensors, const double* out, double* total) {
+  double sum = *total;
+  for (std::int64_t t = 0; t < tensors; ++t) sum += out[t];
+  *total = sum;
+}
+
+}  // namespace
+
+template <class T>
+void launch_sum_of_squares_multi(cudaStream_t stream, std::int64_t tensors, const SquaresMultiEntry* table,
+                                 std::int64_t blocks, double* partials, double* out, double* total) {
+  if (tensors == 0) return;
+  squares_multi_partials_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(tensors, table, partials);
+  WF_CUDA_CHECK_LAUNCH("squares_multi_partials_kernel");
+  squares_multi_finish_kernel<<<blocks_for(tensors * kWarpSize), kThreads, 0, stream>>>(tensors, table, partials,
+                                                                                         out);
+  WF_CUDA_CHECK_LAUNCH("squares_multi_finish_kernel");
+  if (total != nullptr) {
+    squares_multi_total_kernel<<<1, 1, 0, stream>>>(tensors, out, total);
+    WF_CUDA_CHECK_LAUNCH("squares_multi_total_kernel");
+  }
+}
+
+template void launch_sum_of_squares_multi<float>(cudaStream_t, std::int64_t, const SquaresMultiEntry*, std::int64_t,
+                                                 double*, double*, double*);
+template void launch_sum_of_squares_multi<double>(cudaStream_t, std::int64_t, const SquaresMultiEntry*, std::int64_t,
+                                                  double*, double*, double*);
+
 }  // namespace wf::kernels::cuda

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/multi_tensor.h"
 #include "src/core/cuda/device_error.h"
 
 namespace wf::kernels::cuda {
@@ -76,5 +77,21 @@ void launch_clip_coefficient(cudaStream_t stream, std::int64_t parts, const doub
 // its elements of extremes[k] + extremes[n + k]), out[2p + 1] = max(0, max |own[k]|), NaN passed over.
 void launch_replica_spread(cudaStream_t stream, std::int64_t n, std::int64_t parameters, const std::int64_t* ends,
                            const double* extremes, const double* own, double* out);
+
+// ---- Σ x² of many tensors in one launch (sum_of_squares_multi) ---------------------------------
+// One tensor of the list as the kernels read it from the table the host uploads (device memory of
+// the launch's T): sum_of_products_blocks(n) blocks, and as many partials from blocks.first on.
+struct SquaresMultiEntry {
+  const void* x;
+  std::int64_t n;
+  MultiTensorBlocks blocks;
+};
+// out[t] = Σ x_t² for every tensor of `table` (device memory, `tensors` entries laid out by
+// lay_out_blocks over `blocks` blocks and partials), each tensor's block partials and their sum
+// exactly launch_sum_of_products(n, x, x)'s: the same bits. Then, total non-null, *total += out[0]
+// + out[1] + ... in that order. Three launches for the whole list.
+template <class T>
+void launch_sum_of_squares_multi(cudaStream_t stream, std::int64_t tensors, const SquaresMultiEntry* table,
+                                 std::int64_t blocks, double* partials, double* out, double* total);
 
 }  // namespace wf::kernels::cuda

@@ -66,13 +66,24 @@ void AdamW::step(const Tensor& grad_norm) {
   update(&grad_norm);
 }
 
+// The parameters' updates, one adamw_update_multi per group of parameters that can share a call (the
+// same device, dtype and weight decay): a few launches per step on a GPU instead of one per
+// parameter. Parameters are independent, so grouping them changes no bits.
 void AdamW::update(const Tensor* grad_norm) {
   NoGradGuard no_grad;
   const kernels::EmaParams ema{.decay = options_.ema_decay, .warmup = options_.ema_warmup};
+  struct Group {
+    ops::Kernels k;
+    DType dtype;
+    bool weight_decay;
+    std::vector<kernels::AdamWTensor> tensors;
+  };
+  std::vector<Group> groups;
+  std::vector<Tensor> grads;  // the gradients in their parameters' dtype, alive until the launches
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Tensor& param = params_[i];
     if (!param.grad().defined()) continue;
-    const Tensor grad = grad_like_param(param, i);
+    const Tensor& grad = grads.emplace_back(grad_like_param(param, i));
     const ops::Kernels k = grad_norm != nullptr ? ops::kernels_for("AdamW::step", {param, grad, *grad_norm})
                                                 : ops::kernels_for("AdamW::step", {param, grad});
     ParamState& s = state_[i];
@@ -83,14 +94,30 @@ void AdamW::update(const Tensor* grad_norm) {
     }
     // The value before the first update (a skipped step leaves the parameter as it is).
     if (options_.ema_decay > 0 && !s.ema.defined()) s.ema = param.clone();
+    const auto same = [&](const Group& g) {
+      return g.k.device() == k.device() && g.dtype == param.dtype() && g.weight_decay == s.weight_decay;
+    };
+    auto group = std::find_if(groups.begin(), groups.end(), same);
+    if (group == groups.end()) {
+      groups.push_back(Group{k, param.dtype(), s.weight_decay, {}});
+      group = std::prev(groups.end());
+    }
+    group->tensors.push_back({.n = param.numel(),
+                              .param = param.raw_data(),
+                              .grad = grad.raw_data(),
+                              .exp_avg = s.exp_avg.raw_data(),
+                              .exp_avg_sq = s.exp_avg_sq.raw_data(),
+                              .ema = options_.ema_decay > 0 ? s.ema.raw_data() : nullptr,
+                              .applied = s.applied.data<std::int64_t>()});
+  }
+  for (const Group& g : groups) {
     const kernels::AdamWParams hyper{.lr = options_.lr,
                                      .beta1 = options_.beta1,
                                      .beta2 = options_.beta2,
                                      .eps = options_.eps,
-                                     .weight_decay = s.weight_decay ? options_.weight_decay : 0.0};
-    k->adamw_update(k.stream, param.dtype(), param.numel(), param.raw_data(), grad.raw_data(), s.exp_avg.raw_data(),
-                    s.exp_avg_sq.raw_data(), options_.ema_decay > 0 ? s.ema.raw_data() : nullptr, hyper, ema,
-                    s.applied.data<std::int64_t>(), grad_norm != nullptr ? grad_norm->data<double>() : nullptr);
+                                     .weight_decay = g.weight_decay ? options_.weight_decay : 0.0};
+    g.k->adamw_update_multi(g.k.stream, g.dtype, g.tensors, hyper, ema,
+                            grad_norm != nullptr ? grad_norm->data<double>() : nullptr);
   }
 }
 
@@ -234,17 +261,30 @@ ops::Kernels gradient_kernels(std::string_view who, const std::vector<Tensor>& p
 }
 
 // sums[slot[i]] += Σ g² of params[i]'s gradient (f64, on the device, in parameter order);
-// parameters without a gradient or with slot[i] < 0 add nothing.
+// parameters without a gradient or with slot[i] < 0 add nothing. One sum_of_squares_multi per slot
+// (per run of one gradient dtype, in the rare model that mixes them: the adds keep their order).
 void add_squares(const ops::Kernels& k, const std::vector<Tensor>& params, const std::vector<int>& slot,
                  Tensor& sums) {
   Tensor squares = Tensor::empty({static_cast<std::int64_t>(params.size())}, DType::f64, k.device());
   double* sq = squares.data<double>();
   double* s = sums.data<double>();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const Tensor g = params[i].grad();
-    if (!g.defined() || slot[i] < 0) continue;
-    k->sum_of_products(k.stream, g.dtype(), g.numel(), g.raw_data(), g.raw_data(), sq + i);
-    k->add_scaled(k.stream, DType::f64, 1, 1.0, sq + i, s + slot[i]);  // y + 1·x: the plain sum
+  for (int target = 0; target < static_cast<int>(sums.numel()); ++target) {
+    std::vector<kernels::TensorSpan> run;
+    DType run_dtype = DType::f32;
+    const auto flush = [&] {
+      if (run.empty()) return;
+      k->sum_of_squares_multi(k.stream, run_dtype, run, sq, s + target);
+      sq += run.size();
+      run.clear();
+    };
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const Tensor g = params[i].grad();
+      if (!g.defined() || slot[i] != target) continue;
+      if (!run.empty() && g.dtype() != run_dtype) flush();
+      run_dtype = g.dtype();
+      run.push_back({.data = g.raw_data(), .n = g.numel()});
+    }
+    flush();
   }
 }
 
