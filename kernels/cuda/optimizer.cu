@@ -96,6 +96,29 @@ __device__ __forceinline__ bool update_applies(const double* grad_norm) {
   return grad_norm == nullptr || isfinite(*grad_norm);
 }
 
+// What a block's first thread forms for it from the tensor's count of earlier updates: whether the
+// update applies, the bias correction of update earlier + 1 and the EMA decay of `earlier`.
+template <class T>
+__device__ UpdateState<T> update_state(const AdamWScalars<T>& base, const AdamWParams& p, const EmaParams& e,
+                                       std::int64_t earlier, const double* grad_norm) {
+  UpdateState<T> st{};
+  st.s = base;
+  st.apply = update_applies(grad_norm) ? 1 : 0;
+  set_bias_correction(st.s, p, static_cast<double>(earlier + 1));
+  st.ema_decay = static_cast<T>(ema_decay_at_device(e.decay, earlier, e.warmup));
+  st.ema_weight = sub_rn(T(1), st.ema_decay);
+  return st;
+}
+
+// One element's update, then its EMA: ema·d, then + (1 − d)·param (scale_inplace and add_scaled,
+// as the CPU runs them).
+template <class T>
+__device__ __forceinline__ void update_element(std::int64_t i, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
+                                               T* ema, const UpdateState<T>& st, bool weight_below_half) {
+  adamw_element(i, param, grad, exp_avg, exp_avg_sq, st.s, weight_below_half);
+  if (ema != nullptr) ema[i] = add_rn(mul_rn(st.ema_decay, ema[i]), mul_rn(st.ema_weight, param[i]));
+}
+
 // The decision (is *grad_norm finite, or null), the bias correction of update *applied + 1 and the
 // EMA decay of *applied, formed by each block's first thread (the same values in every block:
 // *applied changes only in the next kernel); then the update of the block's elements, or nothing.
@@ -104,24 +127,11 @@ __global__ void adamw_update_kernel(std::int64_t n, T* param, const T* grad, T* 
                                     AdamWScalars<T> base, AdamWParams p, EmaParams e, const std::int64_t* applied,
                                     const double* grad_norm, bool weight_below_half) {
   __shared__ UpdateState<T> shared;
-  if (threadIdx.x == 0) {
-    UpdateState<T> st{};
-    st.s = base;
-    st.apply = update_applies(grad_norm) ? 1 : 0;
-    const std::int64_t earlier = *applied;
-    set_bias_correction(st.s, p, static_cast<double>(earlier + 1));
-    st.ema_decay = static_cast<T>(ema_decay_at_device(e.decay, earlier, e.warmup));
-    st.ema_weight = sub_rn(T(1), st.ema_decay);
-    shared = st;
-  }
+  if (threadIdx.x == 0) shared = update_state(base, p, e, *applied, grad_norm);
   __syncthreads();
   const UpdateState<T> st = shared;
   if (!st.apply) return;  // a diverged step: every array stays as it was
-  WF_GRID_STRIDE_LOOP(i, n) {
-    adamw_element(i, param, grad, exp_avg, exp_avg_sq, st.s, weight_below_half);
-    // ema·d, then + (1 − d)·param: scale_inplace and add_scaled, as the CPU runs them.
-    if (ema != nullptr) ema[i] = add_rn(mul_rn(st.ema_decay, ema[i]), mul_rn(st.ema_weight, param[i]));
-  }
+  WF_GRID_STRIDE_LOOP(i, n) update_element(i, param, grad, exp_avg, exp_avg_sq, ema, st, weight_below_half);
 }
 
 // After the update, in stream order: the one increment of *applied when the update applied.
@@ -171,19 +181,6 @@ namespace {
 // thread's pows) is a small part of its work.
 constexpr std::int64_t kMultiChunk = std::int64_t{kThreads} * 16;
 
-// What adamw_update_kernel's first thread forms for its block, from the tensor's count `earlier`.
-template <class T>
-__device__ UpdateState<T> update_state(const AdamWScalars<T>& base, const AdamWParams& p, const EmaParams& e,
-                                       std::int64_t earlier, const double* grad_norm) {
-  UpdateState<T> st{};
-  st.s = base;
-  st.apply = update_applies(grad_norm) ? 1 : 0;
-  set_bias_correction(st.s, p, static_cast<double>(earlier + 1));
-  st.ema_decay = static_cast<T>(ema_decay_at_device(e.decay, earlier, e.warmup));
-  st.ema_weight = sub_rn(T(1), st.ema_decay);
-  return st;
-}
-
 // Block b of tensor t updates its chunk [b·kMultiChunk, (b + 1)·kMultiChunk) ∩ [0, n) exactly as
 // adamw_update_kernel updates those elements: same state from *applied, same element arithmetic.
 template <class T>
@@ -208,8 +205,7 @@ __global__ void adamw_update_multi_kernel(std::int64_t tensors, const AdamWMulti
   const std::int64_t begin = (static_cast<std::int64_t>(blockIdx.x) - m.blocks.first) * kMultiChunk;
   const std::int64_t end = begin + kMultiChunk < m.n ? begin + kMultiChunk : m.n;
   for (std::int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    adamw_element(i, param, grad, exp_avg, exp_avg_sq, st.s, weight_below_half);
-    if (ema != nullptr) ema[i] = add_rn(mul_rn(st.ema_decay, ema[i]), mul_rn(st.ema_weight, param[i]));
+    update_element(i, param, grad, exp_avg, exp_avg_sq, ema, st, weight_below_half);
   }
 }
 
