@@ -94,4 +94,25 @@ void check_tensor_spans(const std::vector<TensorSpan>& tensors, const char* who)
   }
 }
 
+void check_attention_pointers(const AttentionShape& shape, const char* what,
+                              std::initializer_list<const void*> q_side, std::initializer_list<const void*> kv_side) {
+  if (shape.q_len > 0) {
+    for (const void* ptr : q_side) WF_CHECK(ptr != nullptr, "{}: null Q-side pointer with q_len = {}", what, shape.q_len);
+  }
+  if (shape.kv_len > 0) {
+    for (const void* ptr : kv_side) {
+      WF_CHECK(ptr != nullptr, "{}: null K/V-side pointer with kv_len = {}", what, shape.kv_len);
+    }
+  }
+}
+
+void check_adamw_params(const char* who, std::int64_t n, const AdamWParams& p) {
+  WF_CHECK(n >= 0, "{}: element count must be non-negative, got {}", who, n);
+  WF_CHECK(p.lr >= 0.0, "{}: learning rate must be >= 0, got lr={}", who, p.lr);
+  WF_CHECK(p.eps >= 0.0, "{}: eps must be >= 0, got {}", who, p.eps);
+  WF_CHECK(p.beta1 >= 0.0 && p.beta1 < 1.0 && p.beta2 >= 0.0 && p.beta2 < 1.0,
+           "{}: betas must be in [0, 1), got beta1={} beta2={}", who, p.beta1, p.beta2);
+  WF_CHECK(p.weight_decay >= 0.0, "{}: weight_decay must be >= 0, got {}", who, p.weight_decay);
+}
+
 }  // namespace wf::kernels

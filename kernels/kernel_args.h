@@ -4,6 +4,7 @@
 // on them. The CPU kernels (kernels/cpu) and a CUDA backend read the same descriptors, so an op or
 // a parallel strategy builds one without naming a backend.
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 namespace wf::kernels {
@@ -43,6 +44,10 @@ struct AttentionShape {
 // wf::Error unless the shape is usable: batch, heads, kv_heads, head_dim >= 1, q_len, kv_len
 // >= 0, heads % kv_heads == 0, offsets >= 0, scale finite.
 void check_attention_shape(const AttentionShape& shape, const char* what = "attention");
+// wf::Error naming `what` when a pointer an attention call reads or writes is null while its
+// side has rows: q_side for q_len > 0 (Q, O, lse, dO, dQ), kv_side for kv_len > 0 (K, V, dK, dV).
+void check_attention_pointers(const AttentionShape& shape, const char* what,
+                              std::initializer_list<const void*> q_side, std::initializer_list<const void*> kv_side);
 // The scale actually applied: shape.scale, or 1/sqrt(head_dim) when it is 0.
 double attention_scale(const AttentionShape& shape);
 
@@ -67,6 +72,9 @@ struct AdamWParams {
   double weight_decay = 1e-2;
   std::int64_t step = 1;  // 1-based count of updates including this one, for bias correction
 };
+// wf::Error naming `who` unless n >= 0 and the hyper-parameters pass torch.optim.AdamW's
+// constructor checks (lr, eps, weight_decay >= 0; betas in [0, 1)). params.step is not checked.
+void check_adamw_params(const char* who, std::int64_t n, const AdamWParams& p);
 // The factor clip_grad_norm_ multiplies every gradient by: min(1, max_norm / (total_norm + 1e-6)).
 double clip_coefficient(double total_norm, double max_norm);
 // The exponential moving average AdamW keeps of a parameter (decay 0: none): after each applied

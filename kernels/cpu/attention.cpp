@@ -334,15 +334,6 @@ std::int64_t backward_chunks(const AttentionShape& s, std::int64_t key_tiles, st
   return max_chunks;
 }
 
-void check_pointers(const AttentionShape& s, const char* what, std::initializer_list<const void*> q_side,
-                    std::initializer_list<const void*> kv_side) {
-  if (s.q_len > 0)
-    for (const void* ptr : q_side) WF_CHECK(ptr != nullptr, "{}: null Q-side pointer with q_len = {}", what, s.q_len);
-  if (s.kv_len > 0)
-    for (const void* ptr : kv_side)
-      WF_CHECK(ptr != nullptr, "{}: null K/V-side pointer with kv_len = {}", what, s.kv_len);
-}
-
 // Threads cost more than they save on tiny blocks (tests, short ring steps): below about a
 // quarter million multiply-adds of Q·Kᵀ the work stays on the calling thread.
 bool worth_threading(const AttentionShape& s, std::int64_t tasks) {
@@ -358,7 +349,7 @@ namespace {
 template <class T, class In>
 void forward_impl(const AttentionShape& shape, const In* q, const In* k, const In* v, T* o, T* lse) {
   check_attention_shape(shape, "attention_forward");
-  check_pointers(shape, "attention_forward", {q, o, lse}, {k, v});
+  check_attention_pointers(shape, "attention_forward", {q, o, lse}, {k, v});
   init_blas_threads();
   Attention<T, In> a(shape);
   a.q = q;
@@ -387,7 +378,7 @@ template <class T, class In>
 void backward_impl(const AttentionShape& shape, const In* q, const In* k, const In* v, const T* o, const T* lse,
                    const In* d_o, T* dq, T* dk, T* dv, bool accumulate, const T* d_lse) {
   check_attention_shape(shape, "attention_backward");
-  check_pointers(shape, "attention_backward", {q, o, lse, d_o, dq}, {k, v, dk, dv});
+  check_attention_pointers(shape, "attention_backward", {q, o, lse, d_o, dq}, {k, v, dk, dv});
   init_blas_threads();
   Attention<T, In> a(shape);
   a.q = q;

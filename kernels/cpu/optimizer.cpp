@@ -16,12 +16,7 @@ namespace {
 
 // The same validation as torch.optim.AdamW's constructor, plus the step count.
 void check_adamw(const char* who, std::int64_t n, const AdamWParams& p) {
-  WF_CHECK(n >= 0, "{}: element count must be non-negative, got {}", who, n);
-  WF_CHECK(p.lr >= 0.0, "{}: learning rate must be >= 0, got lr={}", who, p.lr);
-  WF_CHECK(p.eps >= 0.0, "{}: eps must be >= 0, got {}", who, p.eps);
-  WF_CHECK(p.beta1 >= 0.0 && p.beta1 < 1.0 && p.beta2 >= 0.0 && p.beta2 < 1.0,
-           "{}: betas must be in [0, 1), got beta1={} beta2={}", who, p.beta1, p.beta2);
-  WF_CHECK(p.weight_decay >= 0.0, "{}: weight_decay must be >= 0, got {}", who, p.weight_decay);
+  check_adamw_params(who, n, p);
   WF_CHECK(p.step >= 1, "{}: step is the 1-based count of updates (for bias correction), got {}",
            who, p.step);
 }

@@ -27,23 +27,6 @@ AttentionShape launch_shape(const AttentionShape& shape, const char* what) {
   return s;
 }
 
-void check_pointers(const AttentionShape& s, const char* what, std::initializer_list<const void*> q_side,
-                    std::initializer_list<const void*> kv_side) {
-  if (s.q_len > 0)
-    for (const void* ptr : q_side) WF_CHECK(ptr != nullptr, "{}: null Q-side pointer with q_len = {}", what, s.q_len);
-  if (s.kv_len > 0)
-    for (const void* ptr : kv_side)
-      WF_CHECK(ptr != nullptr, "{}: null K/V-side pointer with kv_len = {}", what, s.kv_len);
-}
-
-template <class T>
-const T* in(const void* p) {
-  return static_cast<const T*>(p);
-}
-template <class T>
-T* io(void* p) {
-  return static_cast<T*>(p);
-}
 const __nv_bfloat16* in_bf16(const void* p) { return static_cast<const __nv_bfloat16*>(p); }
 
 }  // namespace
@@ -51,7 +34,7 @@ const __nv_bfloat16* in_bf16(const void* p) { return static_cast<const __nv_bflo
 void CudaKernels::attention_forward(const Stream& stream, DType operands, const AttentionShape& shape, const void* q,
                                     const void* k, const void* v, void* o, void* lse) {
   const AttentionShape s = launch_shape(shape, "attention_forward");
-  check_pointers(s, "attention_forward", {q, o, lse}, {k, v});
+  check_attention_pointers(s, "attention_forward", {q, o, lse}, {k, v});
   if (s.batch * s.q_len * s.heads == 0) return;
   if (operands == DType::bf16) {
     launch_attention_forward(native(stream), s, in_bf16(q), in_bf16(k), in_bf16(v), io<float>(o), io<float>(lse));
@@ -68,7 +51,7 @@ void CudaKernels::attention_backward(const Stream& stream, DType operands, const
                                      const void* d_o, void* dq, void* dk, void* dv, bool accumulate,
                                      const void* d_lse) {
   const AttentionShape s = launch_shape(shape, "attention_backward");
-  check_pointers(s, "attention_backward", {q, o, lse, d_o, dq}, {k, v, dk, dv});
+  check_attention_pointers(s, "attention_backward", {q, o, lse, d_o, dq}, {k, v, dk, dv});
   // The backward's −D = d_lse − rowsum(dO∘O), one per query row, in the gradients' type.
   const auto rows = static_cast<std::size_t>(std::max<std::int64_t>(s.batch * s.heads * s.q_len, 1));
   if (operands == DType::bf16) {

@@ -24,4 +24,14 @@ void dispatch_floating(DType dtype, const char* what, F&& f) {
   }
 }
 
+// The entries' void pointers as the launcher's element type: read-only inputs, and outputs.
+template <class T>
+const T* in(const void* p) {
+  return static_cast<const T*>(p);
+}
+template <class T>
+T* io(void* p) {
+  return static_cast<T*>(p);
+}
+
 }  // namespace wf::kernels::cuda

@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/philox.h"
+#include "src/core/philox.h"
 #include "src/core/cuda/cuda_check.h"
 
 namespace wf::kernels::cuda {
@@ -186,7 +186,7 @@ __global__ void dropout_mask_kernel(std::int64_t n, double p, T keep_scale, std:
   WF_GRID_STRIDE_LOOP(i, n) {
     const auto k = static_cast<std::uint64_t>(i);
     const std::uint64_t whole = (k / block) * stride + start + k % block;
-    const bool keep = philox_uniform(seed, first + whole) >= p;
+    const bool keep = ::wf::detail::philox_uniform(seed, first + whole) >= p;
     out[i] = keep ? mul_rn(x[i], keep_scale) : T(0);
   }
 }

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cuda/host_device.h"
+#include "src/core/host_device.h"
 
 namespace wf::kernels::cuda {
 

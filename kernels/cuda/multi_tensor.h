@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cuda/host_device.h"
+#include "src/core/host_device.h"
 
 namespace wf::kernels::cuda {
 

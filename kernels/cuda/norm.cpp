@@ -15,14 +15,6 @@ void check_sizes(const char* what, std::int64_t rows, std::int64_t cols, double 
   WF_CHECK(eps >= 0.0, "{}: eps must be >= 0, got {}", what, eps);
 }
 
-template <class T>
-const T* in(const void* p) {
-  return static_cast<const T*>(p);
-}
-template <class T>
-T* io(void* p) {
-  return static_cast<T*>(p);
-}
 
 // The backward of either norm: the parameter gradients first (their own passes over x and dy),
 // then dx, so a dx that shares dy's memory is written only after every read of dy.

@@ -5,22 +5,10 @@
 #include "kernels/cuda/optimizer.h"
 
 namespace wf::kernels::cuda {
-namespace {
-
-void check_adamw(const char* who, std::int64_t n, const AdamWParams& p) {
-  WF_CHECK(n >= 0, "{}: element count must be non-negative, got {}", who, n);
-  WF_CHECK(p.lr >= 0.0, "{}: learning rate must be >= 0, got lr={}", who, p.lr);
-  WF_CHECK(p.eps >= 0.0, "{}: eps must be >= 0, got {}", who, p.eps);
-  WF_CHECK(p.beta1 >= 0.0 && p.beta1 < 1.0 && p.beta2 >= 0.0 && p.beta2 < 1.0,
-           "{}: betas must be in [0, 1), got beta1={} beta2={}", who, p.beta1, p.beta2);
-  WF_CHECK(p.weight_decay >= 0.0, "{}: weight_decay must be >= 0, got {}", who, p.weight_decay);
-}
-
-}  // namespace
 
 void CudaKernels::adamw_step(const Stream& stream, DType dtype, std::int64_t n, void* param, const void* grad,
                              void* exp_avg, void* exp_avg_sq, const AdamWParams& params) {
-  check_adamw("adamw_step", n, params);
+  check_adamw_params("adamw_step", n, params);
   WF_CHECK(params.step >= 1, "adamw_step: step is the 1-based count of updates (for bias correction), got {}",
            params.step);
   dispatch_floating(dtype, "adamw_step", [&](auto t) {
@@ -33,7 +21,7 @@ void CudaKernels::adamw_step(const Stream& stream, DType dtype, std::int64_t n, 
 void CudaKernels::adamw_update(const Stream& stream, DType dtype, std::int64_t n, void* param, const void* grad,
                                void* exp_avg, void* exp_avg_sq, void* ema, const AdamWParams& params,
                                const EmaParams& e, std::int64_t* applied, const double* grad_norm) {
-  check_adamw("adamw_update", n, params);  // params.step is ignored: the device counts the updates
+  check_adamw_params("adamw_update", n, params);  // params.step is ignored: the device counts the updates
   WF_CHECK(applied != nullptr, "adamw_update: the count of applied updates (an i64 on the device) is required");
   dispatch_floating(dtype, "adamw_update", [&](auto t) {
     using T = decltype(t);
@@ -45,7 +33,7 @@ void CudaKernels::adamw_update(const Stream& stream, DType dtype, std::int64_t n
 
 void CudaKernels::adamw_update_multi(const Stream& stream, DType dtype, const std::vector<AdamWTensor>& tensors,
                                      const AdamWParams& params, const EmaParams& e, const double* grad_norm) {
-  check_adamw("adamw_update_multi", 0, params);  // params.step is ignored: the device counts the updates
+  check_adamw_params("adamw_update_multi", 0, params);  // params.step is ignored: the device counts the updates
   check_adamw_tensors(tensors, "adamw_update_multi");
   std::vector<AdamWMultiEntry> table;
   table.reserve(tensors.size());

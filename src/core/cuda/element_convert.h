@@ -18,16 +18,12 @@
 #include <cmath>
 #endif
 
-#ifdef __CUDACC__
-#define WF_CONVERT_FN __host__ __device__ inline
-#else
-#define WF_CONVERT_FN inline
-#endif
+#include "src/core/host_device.h"
 
 namespace wf::detail::element {
 
 // ---- bits, and the few library functions, alike on both sides ----------------------------------
-WF_CONVERT_FN std::uint32_t float_bits(float f) {
+WF_HOST_DEVICE std::uint32_t float_bits(float f) {
 #ifdef __CUDA_ARCH__
   return __float_as_uint(f);
 #else
@@ -36,7 +32,7 @@ WF_CONVERT_FN std::uint32_t float_bits(float f) {
   return u;
 #endif
 }
-WF_CONVERT_FN float float_from_bits(std::uint32_t u) {
+WF_HOST_DEVICE float float_from_bits(std::uint32_t u) {
 #ifdef __CUDA_ARCH__
   return __uint_as_float(u);
 #else
@@ -45,7 +41,7 @@ WF_CONVERT_FN float float_from_bits(std::uint32_t u) {
   return f;
 #endif
 }
-WF_CONVERT_FN std::uint64_t double_bits(double d) {
+WF_HOST_DEVICE std::uint64_t double_bits(double d) {
 #ifdef __CUDA_ARCH__
   return static_cast<std::uint64_t>(__double_as_longlong(d));
 #else
@@ -54,7 +50,7 @@ WF_CONVERT_FN std::uint64_t double_bits(double d) {
   return u;
 #endif
 }
-WF_CONVERT_FN double double_from_bits(std::uint64_t u) {
+WF_HOST_DEVICE double double_from_bits(std::uint64_t u) {
 #ifdef __CUDA_ARCH__
   return __longlong_as_double(static_cast<long long>(u));
 #else
@@ -63,12 +59,12 @@ WF_CONVERT_FN double double_from_bits(std::uint64_t u) {
   return d;
 #endif
 }
-WF_CONVERT_FN bool is_nan(float f) { return (float_bits(f) & 0x7fffffffu) > 0x7f800000u; }
-WF_CONVERT_FN bool is_nan(double d) { return (double_bits(d) & 0x7fffffffffffffffull) > 0x7ff0000000000000ull; }
-WF_CONVERT_FN bool is_finite(float f) { return (float_bits(f) & 0x7f800000u) != 0x7f800000u; }
-WF_CONVERT_FN double abs_of(double d) { return double_from_bits(double_bits(d) & 0x7fffffffffffffffull); }
+WF_HOST_DEVICE bool is_nan(float f) { return (float_bits(f) & 0x7fffffffu) > 0x7f800000u; }
+WF_HOST_DEVICE bool is_nan(double d) { return (double_bits(d) & 0x7fffffffffffffffull) > 0x7ff0000000000000ull; }
+WF_HOST_DEVICE bool is_finite(float f) { return (float_bits(f) & 0x7f800000u) != 0x7f800000u; }
+WF_HOST_DEVICE double abs_of(double d) { return double_from_bits(double_bits(d) & 0x7fffffffffffffffull); }
 // To the nearest integer, ties to even (the default rounding mode on both sides).
-WF_CONVERT_FN float round_half_even(float f) {
+WF_HOST_DEVICE float round_half_even(float f) {
 #ifdef __CUDA_ARCH__
   return rintf(f);
 #else
@@ -100,7 +96,7 @@ struct IntLimits<std::uint8_t> {
 };
 
 // ---- float <-> double, NaN as x86 converts it ---------------------------------------------------
-WF_CONVERT_FN double float_to_double(float f) {
+WF_HOST_DEVICE double float_to_double(float f) {
   if (is_nan(f)) {  // quiet, sign and payload kept (the payload moves to the top of the wider field)
     const std::uint32_t u = float_bits(f);
     const std::uint64_t sign = static_cast<std::uint64_t>(u >> 31) << 63;
@@ -110,7 +106,7 @@ WF_CONVERT_FN double float_to_double(float f) {
   return static_cast<double>(f);
 }
 
-WF_CONVERT_FN float double_to_float(double v) {
+WF_HOST_DEVICE float double_to_float(double v) {
   if (is_nan(v)) {  // quiet, sign and the payload's top 23 bits kept
     const std::uint64_t u = double_bits(v);
     const std::uint32_t sign = static_cast<std::uint32_t>(u >> 63) << 31;
@@ -121,7 +117,7 @@ WF_CONVERT_FN float double_to_float(double v) {
 }
 
 // dtype.cpp's double_to_float_round_odd: truncate, then set the last bit if anything was dropped.
-WF_CONVERT_FN float double_to_float_round_odd(double v) {
+WF_HOST_DEVICE float double_to_float_round_odd(double v) {
   const float f = double_to_float(v);
   if (!is_finite(f) || static_cast<double>(f) == v) return f;
   std::uint32_t u = float_bits(f);
@@ -130,16 +126,16 @@ WF_CONVERT_FN float double_to_float_round_odd(double v) {
 }
 
 // ---- bf16 and f16 (dtype.h, dtype.cpp) ----------------------------------------------------------
-WF_CONVERT_FN float bf16_to_float(Bf16 v) { return float_from_bits(static_cast<std::uint32_t>(v.bits) << 16); }
+WF_HOST_DEVICE float bf16_to_float(Bf16 v) { return float_from_bits(static_cast<std::uint32_t>(v.bits) << 16); }
 
-WF_CONVERT_FN Bf16 float_to_bf16(float f) {
+WF_HOST_DEVICE Bf16 float_to_bf16(float f) {
   std::uint32_t u = float_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return Bf16{static_cast<std::uint16_t>((u >> 16) | 0x40u)};  // quiet NaN
   u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
   return Bf16{static_cast<std::uint16_t>(u >> 16)};
 }
 
-WF_CONVERT_FN float f16_to_float(F16 v) {
+WF_HOST_DEVICE float f16_to_float(F16 v) {
   const std::uint32_t sign = (static_cast<std::uint32_t>(v.bits) & 0x8000u) << 16;
   const std::uint32_t exp = (v.bits >> 10) & 0x1fu;
   const std::uint32_t man = v.bits & 0x3ffu;
@@ -152,7 +148,7 @@ WF_CONVERT_FN float f16_to_float(F16 v) {
   return float_from_bits(sign | ((exp + 112) << 23) | (man << 13));
 }
 
-WF_CONVERT_FN F16 float_to_f16(float f) {
+WF_HOST_DEVICE F16 float_to_f16(float f) {
   const std::uint32_t u = float_bits(f);
   const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
   const std::uint32_t abs = u & 0x7fffffffu;
@@ -172,7 +168,7 @@ WF_CONVERT_FN F16 float_to_f16(float f) {
 
 // ---- to_double / from_double (dtype.h) ---------------------------------------------------------
 template <class T>
-WF_CONVERT_FN double to_double(T x) {
+WF_HOST_DEVICE double to_double(T x) {
   if constexpr (std::is_same_v<T, float>) return float_to_double(x);
   else if constexpr (std::is_same_v<T, Bf16>) return float_to_double(bf16_to_float(x));
   else if constexpr (std::is_same_v<T, F16>) return float_to_double(f16_to_float(x));
@@ -180,7 +176,7 @@ WF_CONVERT_FN double to_double(T x) {
 }
 
 template <class T>
-WF_CONVERT_FN T from_double(double v) {
+WF_HOST_DEVICE T from_double(double v) {
   if constexpr (std::is_same_v<T, Bf16>) return float_to_bf16(double_to_float_round_odd(v));
   else if constexpr (std::is_same_v<T, F16>) return float_to_f16(double_to_float_round_odd(v));
   else if constexpr (std::is_same_v<T, float>) return double_to_float(v);
@@ -195,7 +191,7 @@ WF_CONVERT_FN T from_double(double v) {
 
 // One element, as host_copy.cpp's convert_range converts it.
 template <class S, class D>
-WF_CONVERT_FN D convert_one(S x) {
+WF_HOST_DEVICE D convert_one(S x) {
   if constexpr (std::is_same_v<S, D>) return x;
   else if constexpr (std::is_same_v<S, float> && std::is_same_v<D, Bf16>) return float_to_bf16(x);
   else if constexpr (std::is_same_v<S, Bf16> && std::is_same_v<D, float>) return bf16_to_float(x);
@@ -207,4 +203,3 @@ WF_CONVERT_FN D convert_one(S x) {
 
 }  // namespace wf::detail::element
 
-#undef WF_CONVERT_FN

@@ -1,13 +1,13 @@
 #pragma once
 // Philox-4x32-10 and the uniform draw of element `index` of a stream, for device and host alike:
-// the same arithmetic, round for round, as wf::philox4x32 and wf::uniform_at (src/core/rng.cpp),
-// so the CUDA dropout keeps exactly the elements the CPU keeps. tests/kernels/test_cuda_bit_exact.cpp
-// compares the two on the host. Free of fmt (nvcc reads it).
+// wf::philox4x32 and wf::uniform_at (src/core/rng.cpp) are these functions, and the CUDA dropout
+// calls them in its kernel, so it keeps exactly the elements the CPU keeps. Free of fmt (nvcc
+// reads it).
 #include <cstdint>
 
-#include "kernels/cuda/host_device.h"
+#include "src/core/host_device.h"
 
-namespace wf::kernels::cuda {
+namespace wf::detail {
 
 struct PhiloxBlock {
   std::uint32_t word[4];
@@ -43,4 +43,4 @@ WF_HOST_DEVICE double philox_uniform(std::uint64_t seed, std::uint64_t index) {
   return static_cast<double>(bits & ((1ull << 53) - 1)) * 0x1.0p-53;
 }
 
-}  // namespace wf::kernels::cuda
+}  // namespace wf::detail
