@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "src/core/cuda/cuda_check.h"
 
@@ -28,15 +29,6 @@ constexpr int kBlockThreads = 128;
 // 163 KiB, sm_90 227 KiB), and enough for f64 at head_dim 256 with 8-row tiles (97 KiB).
 constexpr std::int64_t kMaxSharedBytes = 99 * 1024;
 
-__device__ __forceinline__ float dev_exp(float x) { return expf(x); }
-__device__ __forceinline__ double dev_exp(double x) { return exp(x); }
-__device__ __forceinline__ float dev_log(float x) { return logf(x); }
-__device__ __forceinline__ double dev_log(double x) { return log(x); }
-
-template <class T>
-__device__ __forceinline__ T neg_inf() {
-  return T(-INFINITY);
-}
 
 // A product operand as the CPU kernel multiplies it: bf16 operands round P and dS to bf16.
 template <class In, class Acc>

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "src/core/cuda/cuda_check.h"
 
@@ -18,11 +19,6 @@ namespace {
 int row_threads(std::int64_t cols) { return cols >= 4096 ? 1024 : 256; }
 // Blocks for one block per row (rows beyond the grid are looped over).
 int row_blocks(std::int64_t rows) { return static_cast<int>(rows < kMaxBlocks ? (rows < 1 ? 1 : rows) : kMaxBlocks); }
-
-// The exponential in T, as the CPU kernels take it for arguments <= 0 (float's is accurate enough
-// there; only the sums need double).
-__device__ __forceinline__ float exp_in(float x) { return expf(x); }
-__device__ __forceinline__ double exp_in(double x) { return exp(x); }
 
 // dLoss/dloss_r before the row's own factor: *grad_loss, divided by *count for the mean (0 when
 // every row is ignored: the loss is then the constant 0).
@@ -52,8 +48,8 @@ __global__ void cross_entropy_forward_kernel(std::int64_t rows, std::int64_t voc
     m = block_max(m, max_scratch, neg_inf);
     // An all -inf row has no finite shift: its sum stays 0 and its lse is -inf, as on the CPU.
     double sum = 0.0;
-    if (m != neg_inf) {
-      for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) sum += static_cast<double>(exp_in(xr[j] - m));
+    if (m != neg_inf) {  // exponentials in T of arguments <= 0, as on the CPU; only the sum in double
+      for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) sum += static_cast<double>(dev_exp(xr[j] - m));
     }
     sum = block_sum(sum, sum_scratch);
     if (threadIdx.x == 0) {
@@ -113,7 +109,7 @@ __global__ void cross_entropy_backward_kernel(std::int64_t rows, std::int64_t vo
           // p − 1 as expm1 in double: near 1 the difference would round away in T.
           out = static_cast<T>(expm1(static_cast<double>(x) - static_cast<double>(lse[r])) * scale);
         } else {
-          out = exp_in(x - lse[r]) * static_cast<T>(scale);
+          out = dev_exp(x - lse[r]) * static_cast<T>(scale);
         }
       }
     }

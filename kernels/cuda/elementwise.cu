@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "src/core/philox.h"
 #include "src/core/cuda/cuda_check.h"
@@ -13,21 +14,7 @@ namespace wf::kernels::cuda {
 namespace {
 
 // One IEEE operation each, rounded to nearest, never contracted.
-__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
-__device__ __forceinline__ float sub_rn(float a, float b) { return __fsub_rn(a, b); }
-__device__ __forceinline__ double sub_rn(double a, double b) { return __dsub_rn(a, b); }
-__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ float div_rn(float a, float b) { return __fdiv_rn(a, b); }
-__device__ __forceinline__ double div_rn(double a, double b) { return __ddiv_rn(a, b); }
 
-__device__ __forceinline__ float tanh_of(float x) { return tanhf(x); }
-__device__ __forceinline__ double tanh_of(double x) { return tanh(x); }
-__device__ __forceinline__ float exp_of(float x) { return expf(x); }
-__device__ __forceinline__ double exp_of(double x) { return exp(x); }
-__device__ __forceinline__ float log_of(float x) { return logf(x); }
-__device__ __forceinline__ double log_of(double x) { return log(x); }
 
 // ---- binary ops with broadcasting --------------------------------------------------------------
 
@@ -99,7 +86,7 @@ struct Gelu {
   static constexpr T kCubic3 = T(3) * kCubic;  // the CPU's T(3) * kCubic, rounded in T alike
   __device__ static T tanh_part(T x) {
     const T cube = mul_rn(mul_rn(mul_rn(kCubic, x), x), x);
-    return tanh_of(mul_rn(kSqrt2OverPi, add_rn(x, cube)));
+    return dev_tanh(mul_rn(kSqrt2OverPi, add_rn(x, cube)));
   }
   __device__ static T forward(T x) { return mul_rn(mul_rn(T(0.5), x), add_rn(T(1), tanh_part(x))); }
   __device__ static T derivative(T x) {
@@ -112,7 +99,7 @@ struct Gelu {
 
 template <class T>
 struct Silu {
-  __device__ static T sigmoid(T x) { return div_rn(T(1), add_rn(T(1), exp_of(-x))); }  // exp overflow: 0
+  __device__ static T sigmoid(T x) { return div_rn(T(1), add_rn(T(1), dev_exp(-x))); }  // exp overflow: 0
   __device__ static T forward(T x) { return mul_rn(x, sigmoid(x)); }
   __device__ static T derivative(T x) {
     const T s = sigmoid(x);
@@ -130,15 +117,15 @@ struct SiluForward {
 };
 template <class T>
 struct ExpForward {
-  __device__ T operator()(T x) const { return exp_of(x); }
+  __device__ T operator()(T x) const { return dev_exp(x); }
 };
 template <class T>
 struct LnForward {
-  __device__ T operator()(T x) const { return log_of(x); }
+  __device__ T operator()(T x) const { return dev_log(x); }
 };
 template <class T>
 struct TanhForward {
-  __device__ T operator()(T x) const { return tanh_of(x); }
+  __device__ T operator()(T x) const { return dev_tanh(x); }
 };
 
 // dx = dy·f'(saved): f' from x for gelu and silu, from y for tanh (1 − y²).

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "src/core/cuda/cuda_check.h"
 
@@ -31,31 +32,16 @@ int row_threads(std::int64_t cols) {
 }
 int row_blocks(std::int64_t rows) { return static_cast<int>(rows < kMaxBlocks ? rows : kMaxBlocks); }
 
-template <class T>
-__device__ __forceinline__ T negative_infinity();
-template <>
-__device__ __forceinline__ float negative_infinity<float>() {
-  return -__int_as_float(0x7f800000);
-}
-template <>
-__device__ __forceinline__ double negative_infinity<double>() {
-  return -__longlong_as_double(0x7ff0000000000000LL);
-}
-
-// The exponential in T, as the CPU takes it (the shifted argument is <= 0).
-__device__ __forceinline__ float exp_in(float v) { return expf(v); }
-__device__ __forceinline__ double exp_in(double v) { return exp(v); }
-
 // The largest entry of row[0, cols), NaNs passed over (kernels/cpu/softmax.h's row_max): -inf for an
 // empty or all -inf row. Every thread's running maximum is a number, so the block tree is exact.
 template <class T>
 __device__ T block_row_max(std::int64_t cols, const T* row, T* scratch) {
-  T m = negative_infinity<T>();
+  T m = neg_inf<T>();
   for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     const T v = row[j];
     m = v > m ? v : m;
   }
-  return block_max(m, scratch, negative_infinity<T>());
+  return block_max(m, scratch, neg_inf<T>());
 }
 
 // ---- softmax ------------------------------------------------------------------------------------
@@ -72,12 +58,12 @@ __global__ void softmax_forward_kernel(std::int64_t rows, std::int64_t cols, con
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
     const T shift = block_row_max(cols, xr, max_scratch);
-    if (shift == negative_infinity<T>()) {  // the same for every thread of the block
-      for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = kLog ? negative_infinity<T>() : T(0);
+    if (shift == neg_inf<T>()) {  // the same for every thread of the block
+      for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = kLog ? neg_inf<T>() : T(0);
       continue;
     }
     double sum = 0.0;
-    for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) sum += static_cast<double>(exp_in(xr[j] - shift));
+    for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) sum += static_cast<double>(dev_exp(xr[j] - shift));
     sum = block_sum(sum, sum_scratch);
     if constexpr (kLog) {
       const double lse = static_cast<double>(shift) + log(sum);
@@ -86,7 +72,7 @@ __global__ void softmax_forward_kernel(std::int64_t rows, std::int64_t cols, con
       }
     } else {
       const T scale = sum > 0.0 ? static_cast<T>(1.0 / sum) : T(0);
-      for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = exp_in(xr[j] - shift) * scale;
+      for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = dev_exp(xr[j] - shift) * scale;
     }
   }
 }
@@ -106,7 +92,7 @@ __global__ void softmax_backward_kernel(std::int64_t rows, std::int64_t cols, co
     }
     const T total = static_cast<T>(block_sum(sum, scratch));
     for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      dxr[j] = kLog ? dyr[j] - exp_in(yr[j]) * total : yr[j] * (dyr[j] - total);
+      dxr[j] = kLog ? dyr[j] - dev_exp(yr[j]) * total : yr[j] * (dyr[j] - total);
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "src/core/cuda/cuda_check.h"
 
@@ -13,17 +14,6 @@ namespace {
 
 constexpr int kWarpsPerBlock = kThreads / 32;
 
-__device__ __forceinline__ float dev_exp(float x) { return expf(x); }
-__device__ __forceinline__ double dev_exp(double x) { return exp(x); }
-__device__ __forceinline__ float dev_log(float x) { return logf(x); }
-__device__ __forceinline__ double dev_log(double x) { return log(x); }
-__device__ __forceinline__ float dev_log1p(float x) { return log1pf(x); }
-__device__ __forceinline__ double dev_log1p(double x) { return log1p(x); }
-
-template <class T>
-__device__ __forceinline__ T neg_inf() {
-  return T(-INFINITY);
-}
 
 // Rows handled one per warp: the warp's first row and the stride between its rows.
 __device__ __forceinline__ std::int64_t first_warp_row() {
