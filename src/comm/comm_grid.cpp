@@ -1,9 +1,13 @@
 // CommGrid: one Group per named group of a ProcessGrid. The grid already knows every rank list,
 // so each kind of group is one MPI_Comm_split over the world: color = which group of that kind
 // (its index among all of them), key = the rank's position inside it.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 
 #include "wallfacer/comm/runtime.h"
+#include "wallfacer/comm/nccl.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::comm {
@@ -26,7 +30,46 @@ CommGrid::CommGrid(const ProcessGrid& grid) : grid_(grid) {
              group ? fmt::format("{}", fmt::join(group->world_ranks(), ", ")) : std::string("none"),
              fmt::join(mine, ", "));
     groups_.emplace(std::string(kind), std::move(group));
+    colors_.emplace(std::string(kind), color);
   }
+}
+
+namespace {
+
+// Every rank's machine and device, in world order (an all-gather of fixed-size records).
+std::vector<RankDevice> gather_rank_devices(Group& world, Device device) {
+  constexpr std::int64_t kHostBytes = 256;
+  Tensor mine = Tensor::zeros({1, kHostBytes + 4}, DType::u8);
+  auto* bytes = static_cast<char*>(mine.raw_data());
+  gethostname(bytes, kHostBytes - 1);
+  const std::int32_t index = device.index;
+  std::memcpy(bytes + kHostBytes, &index, sizeof index);
+  const Tensor all = world.all_gather(mine);
+  std::vector<RankDevice> ranks;
+  const auto* gathered = static_cast<const char*>(all.raw_data());
+  for (int r = 0; r < world.size(); ++r) {
+    const char* record = gathered + r * (kHostBytes + 4);
+    std::int32_t gpu = 0;
+    std::memcpy(&gpu, record + kHostBytes, sizeof gpu);
+    ranks.push_back({std::string(record, strnlen(record, kHostBytes)), gpu});
+  }
+  return ranks;
+}
+
+}  // namespace
+
+TransportChoice CommGrid::use_device(Device device, GpuTransport requested) {
+  Group& world = group("world");
+  transport_ = choose_gpu_transport(requested, device, nccl_available(), gather_rank_devices(world, device));
+  const bool own_transport = transport_.transport == GpuTransport::nccl;
+  for (std::string_view kind : ProcessGrid::group_names()) {
+    Group& g = group(kind);
+    std::shared_ptr<Backend> transport;
+    if (own_transport && device.is_test()) transport = make_test_device_transport(g);
+    if (own_transport && device.is_cuda()) transport = make_nccl_backend(g, device.index);
+    g.set_device_transport(std::move(transport), device);
+  }
+  return transport_;
 }
 
 Group& CommGrid::group(std::string_view name) {

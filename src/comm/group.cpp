@@ -11,11 +11,6 @@
 namespace wf::comm {
 namespace {
 
-Group::GpuBackendFactory& gpu_backend_factory() {
-  static Group::GpuBackendFactory factory;
-  return factory;
-}
-
 std::int64_t bytes_of(const Tensor& t) { return static_cast<std::int64_t>(t.nbytes()); }
 
 Shape with_dim0(Shape shape, std::int64_t rows) {
@@ -41,19 +36,25 @@ Group::Group(std::string name, std::vector<int> world_ranks, int rank, std::shar
            cpu_->rank(), cpu_->size(), rank_, size());
 }
 
-void Group::set_gpu_backend_factory(GpuBackendFactory factory) { gpu_backend_factory() = std::move(factory); }
+void Group::set_device_transport(std::shared_ptr<Backend> transport, Device device) {
+  WF_CHECK(transport == nullptr || (transport->size() == size() && transport->rank() == rank_),
+           "group '{}': the {} transport has rank {} of {}, but the group lists rank {} of {}", name_,
+           transport->name(), transport->rank(), transport->size(), rank_, size());
+  device_transport_ = std::move(transport);
+  transport_device_ = device;
+}
+
+std::string Group::transport_name(Device device) const {
+  if (device.is_cpu()) return cpu_->name();
+  return device_transport_ && transport_device_ == device ? device_transport_->name() : "staged";
+}
 
 Backend& Group::backend_for(const Tensor& t, const char* primitive) {
   WF_CHECK(t.defined(), "{} on group '{}': the tensor is undefined", primitive, name_);
-  // The test device has no transport of its own: MPI stages its tensors through host memory
-  // (mpi_backend.h), as it would a GPU's without NCCL.
-  if (t.device().is_cpu() || t.device().is_test()) return *cpu_;
-  if (!gpu_ && gpu_backend_factory()) gpu_ = gpu_backend_factory()(*this);
-  WF_CHECK(gpu_ != nullptr,
-           "{} on group '{}': the tensor is on {}, but the group has no GPU backend (this build or program attached "
-           "none: see Group::set_gpu_backend / set_gpu_backend_factory); move the tensor to the cpu to use MPI",
-           primitive, name_, t.device().str());
-  return *gpu_;
+  if (device_transport_ && t.device() == transport_device_) return *device_transport_;
+  // The CPU's tensors, and a device's without a transport of its own: MPI stages those through
+  // pinned host memory (mpi_backend.cpp).
+  return *cpu_;
 }
 
 Backend& Group::backend_for(const Tensor& input, const Tensor& output, const char* primitive) {

@@ -470,24 +470,3 @@ std::shared_ptr<Backend> make_nccl_backend(Group& cpu_group_for_bootstrap, int d
 }  // namespace wf::comm
 
 #endif
-
-namespace wf::comm {
-namespace {
-
-// Every group creates its GPU backend with this on its first cuda tensor (Group::backend_for),
-// on the device the runtime picked for this rank. That first call must be a collective: NCCL
-// communicator creation involves every rank of the group, so a group whose first GPU call is a
-// P2P between two of its ranks needs set_gpu_backend(make_nccl_backend(...)) beforehand.
-const bool kRegistered = [] {
-  Group::set_gpu_backend_factory([](const Group& group) {
-    const int device = Runtime::initialized() && Runtime::get().device().is_cuda() ? Runtime::get().device().index : 0;
-    // The factory runs inside a call on `group` itself, which is not const there; bootstrapping
-    // needs its CPU broadcast. (The factory type passes const Group& only so that factories
-    // cannot rebind the group.)
-    return make_nccl_backend(const_cast<Group&>(group), device);
-  });
-  return true;
-}();
-
-}  // namespace
-}  // namespace wf::comm

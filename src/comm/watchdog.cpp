@@ -183,6 +183,19 @@ int wait_all(std::span<MPI_Request> requests, std::span<MPI_Status> statuses, co
   }
 }
 
+void wait_until(const CallSite& site, const std::function<bool()>& done, const std::function<void()>& before_abort) {
+  const milliseconds timeout = watchdog_timeout();
+  const Clock::time_point start = Clock::now();
+  for (int spin = 0; !done(); ++spin) {
+    const Clock::duration waited = Clock::now() - start;
+    if (waited > timeout) {
+      if (before_abort) before_abort();
+      expire(site, timeout);
+    }
+    back_off(spin, waited);
+  }
+}
+
 int run_watched(const CallSite& site, const std::function<int()>& call) {
   const milliseconds timeout = watchdog_timeout();
   // The message is made now: the call label is this thread's, and the site refers to the caller.

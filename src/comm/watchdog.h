@@ -33,6 +33,14 @@ int wait_all(std::span<MPI_Request> requests, std::span<MPI_Status> statuses, co
 // MPI_Allgather against libnbc's MPI_Iallgather: docs/communication.md). Returns call's code.
 int run_watched(const CallSite& site, const std::function<int()>& call);
 
+// Polls `done` until it returns true, with wait_all's back-off (yields, then growing sleeps), and
+// aborts the job with wait_all's message when it has not within watchdog_timeout(), after calling
+// `before_abort` (a device transport tears its communicator down there, so no kernel stays stuck
+// on the GPU). `done` may throw an error it finds (a peer's failure reported by the transport).
+// The wait of a request on a device's communication stream (stream_backend.h).
+void wait_until(const CallSite& site, const std::function<bool()>& done,
+                const std::function<void()>& before_abort = {});
+
 // MPI_Test on one request: whether it has completed; `rc` receives its MPI error code.
 bool test_one(MPI_Request& request, MPI_Status& status, int& rc);
 

@@ -1,6 +1,7 @@
 #pragma once
 // wf::comm::Group: a named set of ranks (e.g. "sp.ring") with one communicator interface.
-// Each call picks the backend by the tensor's device (MPI for cpu, NCCL for cuda), checks the
+// Each call picks the backend by the tensor's device (MPI for cpu; for a device, its transport:
+// comm/transport.h), checks the
 // arguments, counts traffic (traffic.h) under the group's name and runs under the watchdog.
 // Peers and roots are group ranks. Collectives concatenate / split along dim 0:
 //   all_gather:     input [n, ...] on every rank → output [size·n, ...] (rank order)
@@ -22,8 +23,8 @@ namespace wf::comm {
 
 class Group {
  public:
-  // `world_ranks` lists the members by group rank; `cpu` is the MPI backend of these ranks; a
-  // GPU backend is created on first use of a cuda tensor (or attached with set_gpu_backend).
+  // `world_ranks` lists the members by group rank; `cpu` is the MPI backend of these ranks (it
+  // also stages device tensors that have no transport of their own: set_device_transport).
   Group(std::string name, std::vector<int> world_ranks, int rank, std::shared_ptr<Backend> cpu);
 
   const std::string& name() const { return name_; }
@@ -75,11 +76,13 @@ class Group {
   // Learns every rank's dim-0 size first (a small, uncounted all-gather), then all_gather_v.
   Tensor all_gather_v(const Tensor& input);
 
-  void set_gpu_backend(std::shared_ptr<Backend> gpu) { gpu_ = std::move(gpu); }
-  // How a group creates its GPU backend on the first cuda tensor (the NCCL backend registers
-  // one). Without a factory or an attached backend, a cuda tensor is a wf::Error.
-  using GpuBackendFactory = std::function<std::shared_ptr<Backend>(const Group&)>;
-  static void set_gpu_backend_factory(GpuBackendFactory factory);
+  // The transport of `transport`'s device's tensors (comm/transport.h): a stream transport (NCCL, or
+  // the test device's stand-in) attached by CommGrid::use_device. Tensors of a device without one
+  // are staged through pinned host memory over the group's MPI backend.
+  void set_device_transport(std::shared_ptr<Backend> transport, Device device);
+  // "mpi" for the cpu; the attached transport's name ("nccl", "nccl-testdev"), else "staged".
+  std::string transport_name(Device device) const;
+  Backend& cpu_backend() const { return *cpu_; }
 
  private:
   friend Traffic sum_over_ranks(Group& group, const Traffic& traffic);
@@ -111,7 +114,8 @@ class Group {
   std::string name_;
   std::vector<int> world_ranks_;
   int rank_ = 0;
-  std::shared_ptr<Backend> cpu_, gpu_;
+  std::shared_ptr<Backend> cpu_, device_transport_;
+  Device transport_device_;
   TrafficCounters* traffic_;
   std::int64_t sequence_ = 0;  // collectives called on this group so far, for the argument checks
 };

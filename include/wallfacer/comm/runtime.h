@@ -13,6 +13,7 @@
 
 #include "wallfacer/comm/group.h"
 #include "wallfacer/comm/process_grid.h"
+#include "wallfacer/comm/transport.h"
 #include "wallfacer/core/device.h"
 
 namespace wf::comm {
@@ -81,8 +82,17 @@ class CommGrid {
   const ProcessGrid& grid() const { return grid_; }
   Group& group(std::string_view name);  // ProcessGrid::group_names(): "world", "dp", ..., "pp.embedding"
 
+  // Makes `device`'s tensors travel by the transport `requested` resolves to on this job
+  // (choose_gpu_transport) in every group of the grid, creating the device's communicators now,
+  // in one order on every rank: collective over the world. Returns the choice, for the log.
+  TransportChoice use_device(Device device, GpuTransport requested);
+  // The choice use_device made (staged, "not chosen", before it runs).
+  const TransportChoice& transport() const { return transport_; }
+
  private:
   ProcessGrid grid_;
+  TransportChoice transport_{GpuTransport::staged, "not chosen: device tensors are staged through host memory"};
+  std::map<std::string, int, std::less<>> colors_;  // each group's color in its kind's split
   std::map<std::string, std::shared_ptr<Group>, std::less<>> groups_;
 };
 
