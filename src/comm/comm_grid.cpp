@@ -44,7 +44,9 @@ std::vector<RankDevice> gather_rank_devices(Group& world, Device device) {
   gethostname(bytes, kHostBytes - 1);
   const std::int32_t index = device.index;
   std::memcpy(bytes + kHostBytes, &index, sizeof index);
-  const Tensor all = world.all_gather(mine);
+  // On the MPI backend itself: a setup exchange, not the program's traffic (traffic.h).
+  Tensor all = Tensor::empty({world.size(), kHostBytes + 4}, DType::u8);
+  world.cpu_backend().all_gather(mine, all);
   std::vector<RankDevice> ranks;
   const auto* gathered = static_cast<const char*>(all.raw_data());
   for (int r = 0; r < world.size(); ++r) {
@@ -65,8 +67,12 @@ TransportChoice CommGrid::use_device(Device device, GpuTransport requested) {
   for (std::string_view kind : ProcessGrid::group_names()) {
     Group& g = group(kind);
     std::shared_ptr<Backend> transport;
-    if (own_transport && device.is_test()) transport = make_test_device_transport(g);
-    if (own_transport && device.is_cuda()) transport = make_nccl_backend(g, device.index);
+    // The pipeline's stage-to-stage messages stay staged: PipelineRunner posts each receive ahead
+    // as a tagged irecv apart from its send, which MPI matches by tag but a transport that runs a
+    // rank's operations in order (NCCL) could deadlock on. Its collectives' groups take the device's.
+    const bool stream_ordered = own_transport && kind != "pp";
+    if (stream_ordered && device.is_test()) transport = make_test_device_transport(g);
+    if (stream_ordered && device.is_cuda()) transport = make_nccl_backend(g, device.index);
     g.set_device_transport(std::move(transport), device);
   }
   return transport_;

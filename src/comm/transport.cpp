@@ -18,15 +18,6 @@ std::string_view gpu_transport_name(GpuTransport transport) {
   return "unknown";
 }
 
-GpuTransport parse_gpu_transport(std::string_view text) {
-  for (GpuTransport t : {GpuTransport::automatic, GpuTransport::nccl, GpuTransport::staged}) {
-    if (text == gpu_transport_name(t)) return t;
-  }
-  WF_USER_FAIL("comm.gpu_transport: '{}' is not a transport; use auto (nccl where every rank has a GPU of its own, "
-               "else staged), nccl, or staged (MPI through pinned host memory)",
-               text);
-}
-
 TransportChoice choose_gpu_transport(GpuTransport requested, Device device, bool nccl_built,
                                      const std::vector<RankDevice>& ranks) {
   if (device.is_cpu()) return {GpuTransport::staged, "cpu tensors go over MPI"};

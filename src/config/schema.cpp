@@ -42,6 +42,8 @@ const Choices<parallel::PipelineScheduleKind> kPipelineSchedules = named_choices
     {parallel::PipelineScheduleKind::gpipe, parallel::PipelineScheduleKind::one_f_one_b,
      parallel::PipelineScheduleKind::interleaved},
     [](parallel::PipelineScheduleKind kind) { return parallel::to_string(kind); });
+const Choices<comm::GpuTransport> kGpuTransports = named_choices(
+    {comm::GpuTransport::automatic, comm::GpuTransport::nccl, comm::GpuTransport::staged}, comm::gpu_transport_name);
 
 // Stable storage for the names these return as string_views.
 template <typename E>
@@ -232,6 +234,8 @@ std::vector<Field> make_fields() {
       text(KEY(log, dir), false),
       text(KEY(log, metrics_file), false),
       number(KEY(log, peak_gflops), 0.0, true),
+
+      choice(KEY(comm, gpu_transport), kGpuTransports),
   };
 }
 

@@ -19,6 +19,7 @@
 
 #include "src/config/schema.h"
 #include "wallfacer/config/model_schema.h"
+#include "wallfacer/comm/nccl.h"
 #include "wallfacer/core/cuda_info.h"
 #include "wallfacer/core/device_backend.h"
 #include "wallfacer/core/machine.h"
@@ -337,6 +338,13 @@ std::vector<std::string> unsupported_by_trainer(const RunConfig& c) {
                                      "train.device: cpu, or auto to use a GPU only where there is one",
                                      why));
     }
+  }
+  // comm.gpu_transport: nccl on a GPU needs this build's NCCL; whether ranks share a GPU is known
+  // only when the job runs (CommGrid::use_device then refuses with the same fix).
+  if (c.comm.gpu_transport == comm::GpuTransport::nccl && c.train.device.is_cuda() && !comm::nccl_available()) {
+    problems.push_back("comm.gpu_transport is nccl, but this build has no NCCL (configure with the CUDA toolkit and "
+                       "NCCL installed); set comm.gpu_transport: staged or auto to move GPU tensors through pinned "
+                       "host memory over MPI");
   }
   return problems;
 }

@@ -16,8 +16,24 @@
 namespace wf::detail {
 namespace {
 
-std::atomic<bool> g_async{false};
-std::atomic<int> g_max_delay_us{200};
+// WF_TESTDEV_ASYNC=<max delay in microseconds> starts a program with asynchronous streams (a
+// training run's proof that its streams wait for each other: tests/train/device_parity_test.sh).
+int async_delay_from_environment() {
+  const char* env = std::getenv("WF_TESTDEV_ASYNC");
+  if (env == nullptr || *env == '\0') return -1;
+  char* end = nullptr;
+  const long us = std::strtol(env, &end, 10);
+  if (*end != '\0' || us < 0 || us > 1'000'000) {
+    std::fprintf(stderr, "testdev: ignoring WF_TESTDEV_ASYNC='%s': expected a delay in microseconds from 0 to "
+                         "1000000\n", env);
+    return -1;
+  }
+  return static_cast<int>(us);
+}
+const int kEnvironmentDelay = async_delay_from_environment();
+
+std::atomic<bool> g_async{kEnvironmentDelay >= 0};
+std::atomic<int> g_max_delay_us{kEnvironmentDelay >= 0 ? kEnvironmentDelay : 200};
 
 // One stream's work, run in order by its worker thread.
 struct Queue {
@@ -25,6 +41,7 @@ struct Queue {
   std::condition_variable changed;
   std::deque<std::function<void()>> tasks;
   bool running = false;  // a task has been taken and has not finished
+  std::atomic<int> extra_delay_us{0};  // test_stream_slow_down: added before each task
 
   void push(std::function<void()> task) {
     {
@@ -53,7 +70,8 @@ struct Queue {
         running = true;
       }
       const int max_delay = g_max_delay_us.load();
-      if (max_delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % (max_delay + 1)));
+      const int delay = (max_delay > 0 ? static_cast<int>(rng() % (max_delay + 1)) : 0) + extra_delay_us.load();
+      if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
       try {
         task();
       } catch (const std::exception& e) {
@@ -147,6 +165,8 @@ void test_streams_synchronize_all() { queues().drain_all(); }
 void test_stream_stall(const Stream& stream, int ms) {
   test_stream_run(stream, [ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); });
 }
+
+void test_stream_slow_down(const Stream& stream, int us) { queues().of(stream).extra_delay_us.store(us); }
 
 std::shared_ptr<void> test_event_create() { return std::make_shared<EventState>(); }
 

@@ -11,7 +11,8 @@
 
 namespace wf::detail {
 
-// Turns asynchronous mode on or off (after draining every queue); tasks wait up to
+// The environment variable WF_TESTDEV_ASYNC=<max delay, microseconds> starts a process in
+// asynchronous mode. Turns asynchronous mode on or off (after draining every queue); tasks wait up to
 // max_delay_us microseconds before they run.
 void set_test_device_async(bool on, int max_delay_us = 200);
 bool test_device_async();
@@ -23,6 +24,10 @@ bool test_stream_idle(const Stream& stream);
 void test_streams_synchronize_all();
 // A test's hook: the stream's worker sleeps `ms` milliseconds before the stream's next task.
 void test_stream_stall(const Stream& stream, int ms);
+// A test's hook: every later task of the stream waits `us` microseconds more before it runs (0
+// ends it), so work on another stream that should wait for this one's runs first when it does
+// not: a missing wait then fails deterministically rather than by chance.
+void test_stream_slow_down(const Stream& stream, int us);
 
 std::shared_ptr<void> test_event_create();
 void test_event_record(const std::shared_ptr<void>& event, const Stream& stream);

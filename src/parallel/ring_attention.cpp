@@ -32,6 +32,7 @@
 #include "src/parallel/sp_strategy_base.h"
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/stream.h"
 
 namespace wf::parallel {
 namespace {
@@ -41,7 +42,11 @@ using autograd::TensorList;
 using detail::pair_half;
 
 // The K/V ring and the dK/dV ring are both in flight between the same neighbours in the
-// backward; separate tags keep their messages apart.
+// backward; separate tags keep their messages apart on MPI (NCCL has no tags: there they match
+// because every rank issues them in the same order). Each ring step is one isendrecv, the
+// exchange that cannot deadlock on a transport that runs a rank's operations in order, and the
+// compute stream waits for it on the device (Request::make_wait): on a device's own transport
+// the host never blocks inside the loop, and the next block's attention overlaps the transfer.
 constexpr int kTagKv = 0x5201;
 constexpr int kTagDkv = 0x5202;
 
@@ -60,6 +65,7 @@ class RingAttentionFunction final : public autograd::Function {
   TensorList forward(Context& ctx, const TensorList& in) override {
     const Tensor &q = in[0], &k = in[1], &v = in[2];
     const Device device = q.device();
+    const Stream compute = Stream::current(device);  // waits for each exchange; the host does not
     const DType act = q.dtype(), cdt = detail::compute_dtype_of(act), mul = detail::multiply_dtype_of(act, device);
     if (replayed_) {  // the backward needs exactly what the forward below saves
       const AttentionResult r = std::move(*replayed_);
@@ -76,16 +82,12 @@ class RingAttentionFunction final : public autograd::Function {
     Tensor incoming = Tensor::empty(held.shape(), held.dtype(), device);
     for (int step = 0; step < P(); ++step) {
       const bool shift = step + 1 < P();
-      comm::Request recv, send;
-      if (shift) {
-        recv = sp_.irecv(incoming, prev(), kTagKv);
-        send = sp_.isend(held, next(), kTagKv);
-      }
+      comm::Request exchange;
+      if (shift) exchange = sp_.isendrecv(held, next(), incoming, prev(), kTagKv);
       work += block_attention_forward(q_mul, my_runs(), pair_half(held, 0).to(mul), pair_half(held, 1).to(mul),
                                       owner_runs(step), causal_, scale_, o, lse);
       if (shift) {
-        recv.wait();
-        send.wait();
+        exchange.make_wait(compute);
         std::swap(held, incoming);
       }
     }
@@ -97,6 +99,7 @@ class RingAttentionFunction final : public autograd::Function {
   TensorList backward(Context& ctx, const TensorList& grad) override {
     const TensorList& s = ctx.saved();  // q, k, v, o, lse (o and lse in the compute dtype)
     const Device device = s[0].device();
+    const Stream compute = Stream::current(device);
     const DType act = s[0].dtype(), cdt = detail::compute_dtype_of(act), mul = detail::multiply_dtype_of(act, device);
     const Tensor q = s[0].to(mul), &o = s[3], &lse = s[4];
     const Tensor d_o = (grad[0].defined() ? grad[0] : Tensor::zeros(s[0].shape(), act, device)).to(mul);
@@ -112,40 +115,31 @@ class RingAttentionFunction final : public autograd::Function {
     // accumulator sent on; two buffers because the previous one may still be being sent.
     Tensor share[2] = {Tensor::empty(held.shape(), cdt, device), Tensor::empty(held.shape(), cdt, device)};
     Tensor accumulated = Tensor::empty(held.shape(), cdt, device);  // from ring prev
-    comm::Request acc_recv, acc_send;
+    comm::Request accumulate;  // the dK, dV accumulator's exchange
     for (int step = 0; step < P(); ++step) {
       const bool shift = step + 1 < P();
-      comm::Request recv, send;
-      if (shift) {
-        recv = sp_.irecv(incoming, prev(), kTagKv);
-        send = sp_.isend(held, next(), kTagKv);
-      }
+      comm::Request exchange;
+      if (shift) exchange = sp_.isendrecv(held, next(), incoming, prev(), kTagKv);
       Tensor& mine = share[step % 2];
       mine.zero_();
       Tensor dk = pair_half(mine, 0), dv = pair_half(mine, 1);
       work += block_attention_backward(q, my_runs(), pair_half(held, 0).to(mul), pair_half(held, 1).to(mul),
                                        owner_runs(step), causal_, scale_, o, lse, d_o, d_lse, dq, dk, dv);
       if (step > 0) {  // the accumulator of the block held now, from ring prev
-        acc_recv.wait();
-        acc_send.wait();
+        accumulate.make_wait(compute);
         detail::add_into(mine, accumulated);
       }
       if (P() > 1) {  // on to ring next; after the last step that is the block's owner
-        acc_recv = sp_.irecv(accumulated, prev(), kTagDkv);
-        acc_send = sp_.isend(mine, next(), kTagDkv);
+        accumulate = sp_.isendrecv(mine, next(), accumulated, prev(), kTagDkv);
       }
       if (shift) {
-        recv.wait();
-        send.wait();
+        exchange.make_wait(compute);
         std::swap(held, incoming);
       }
     }
     work_->backward = work;
     const Tensor& home = P() > 1 ? accumulated : share[0];
-    if (P() > 1) {
-      acc_recv.wait();
-      acc_send.wait();
-    }
+    if (P() > 1) accumulate.make_wait(compute);
     // Fresh tensors in the inputs' dtype (the accumulators are reused views of one buffer).
     const auto owned = [act](const Tensor& t) { return t.dtype() == act ? t.clone() : t.to(act); };
     return {dq.to(act), owned(pair_half(home, 0)), owned(pair_half(home, 1))};

@@ -261,7 +261,8 @@ std::vector<Tensor> reduce_scatter_team(comm::Group& team, const std::vector<Ten
 
 // Tensors travelling together: send[k] goes to dst while recv[k] (same shape and dtype) arrives
 // from src, one isendrecv each (the exchange form that also cannot deadlock on NCCL), all
-// started at once. The tensors are held until wait().
+// started at once. The tensors are held until wait(), which makes the current stream of their
+// device wait for the transfers: on a device's own transport the host does not block.
 class Transfer {
  public:
   Transfer(comm::Group& group, const std::vector<Tensor>& send, int dst, std::vector<Tensor>& recv, int src, int tag)
@@ -279,7 +280,7 @@ class Transfer {
     }
   }
   void wait() {
-    for (comm::Request& r : requests_) r.wait();
+    for (comm::Request& r : requests_) r.make_wait(Stream::current(receiving_.front().device()));
     requests_.clear();
     sending_.clear();
     receiving_.clear();

@@ -63,7 +63,7 @@ void all_reduce_gradients(comm::Group& group, const std::vector<Tensor>& params,
     // The non-blocking all-reduce, waited for at once: the Trainer (replica_gradients.h) posts the
     // same call, so both reduce in the same order. (The blocking all_reduce may pick another
     // algorithm, with another summation order, at 3+ ranks.)
-    group.iall_reduce(packed).wait();
+    group.iall_reduce(packed).make_wait(Stream::current(packed.device()));
     unpack_gradients(bucket, packed, params);
   }
 }

@@ -244,8 +244,9 @@ void ReplicaGradients::post_reduce_scatter(std::size_t bucket, const Tensor& inp
 }
 
 void ReplicaGradients::complete(std::size_t bucket) {
-  std::exchange(requests_[bucket], {}).wait();
   Tensor received = std::exchange(output_[bucket], {});
+  // The current stream waits for the reduction; on a device's own transport the host does not.
+  std::exchange(requests_[bucket], {}).make_wait(Stream::current(received.device()));
   const Tensor wire = std::exchange(wire_[bucket], {});
   if (!wire.is_same(received)) received.copy_(wire);  // widened back from the narrower wire dtype
   if (stage_ != 2) return;
@@ -285,7 +286,7 @@ void ReplicaGradients::gather_parameters() {
     mine[i] = wholes[i].slice0(group_.rank() * b.chunk, (group_.rank() + 1) * b.chunk);
     gathers[i] = group_.iall_gather(mine[i], wholes[i]);
   }
-  for (comm::Request& r : gathers) r.wait();
+  for (std::size_t i = 0; i < gathers.size(); ++i) gathers[i].make_wait(Stream::current(wholes[i].device()));
 }
 
 void ReplicaGradients::zero_grad() {

@@ -164,6 +164,10 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
     : config_(config), grid_(grid), replicas_(grid.group("dp_sp")), model_(std::move(model)) {
   check_supported();
   device_ = resolve_train_device(config_.train.device);
+  if (!device_.is_cpu()) {  // collective over the world: every rank builds its Trainer at the same point
+    const comm::TransportChoice transport = grid_.use_device(device_, config_.comm.gpu_transport);
+    if (grid_.grid().rank() == 0) log::info("comm: {} tensors travel by {}", device_.str(), transport.reason);
+  }
   stager_ = std::make_unique<BatchStager>(device_, config::grad_accum_steps(config_));
   WF_CHECK(model_ != nullptr && train != nullptr, "Trainer: a model and a training data source are required");
   // Built on the CPU (its weights from the seeds alone), then moved: before the gradient buffers

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
+
+#include "src/core/test_device_streams.h"
 
 namespace wf::test {
 
@@ -106,5 +109,14 @@ void expect_traffic(comm::Group& group, std::initializer_list<std::pair<comm::Pr
   CHECK(group.traffic().total() == sum);  // nothing else was counted
   group.traffic().reset();
 }
+
+bool same_bytes(const Tensor& device_result, const Tensor& cpu_result) {
+  const Tensor got = device_result.to(Device::cpu());
+  return got.shape() == cpu_result.shape() && got.dtype() == cpu_result.dtype() &&
+         std::memcmp(got.raw_data(), cpu_result.raw_data(), got.nbytes()) == 0;
+}
+
+AsyncTestDevice::AsyncTestDevice(int max_delay_us) { detail::set_test_device_async(true, max_delay_us); }
+AsyncTestDevice::~AsyncTestDevice() { detail::set_test_device_async(false); }
 
 }  // namespace wf::test

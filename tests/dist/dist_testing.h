@@ -65,6 +65,20 @@ Tensor abs_sum_of_inputs(int ranks, const Shape& shape, DType dtype, std::uint64
 std::string sum_mismatch(const Tensor& actual, const Tensor& expected, const Tensor& abs_sum, int ranks,
                          int results = 1);
 
+// Whether `device_result` (any device) has the dtype, shape and bytes of `cpu_result`.
+bool same_bytes(const Tensor& device_result, const Tensor& cpu_result);
+
+// The test device's streams as worker-thread queues, each task delayed up to max_delay_us at
+// random, for one scope (src/core/test_device_streams.h): a missing wait between two streams
+// then gives wrong values instead of passing by luck.
+class AsyncTestDevice {
+ public:
+  explicit AsyncTestDevice(int max_delay_us);
+  ~AsyncTestDevice();
+  AsyncTestDevice(const AsyncTestDevice&) = delete;
+  AsyncTestDevice& operator=(const AsyncTestDevice&) = delete;
+};
+
 // The counters of one call: a message per direction that moved any bytes.
 comm::Traffic one_call(std::int64_t bytes_sent, std::int64_t bytes_received);
 

@@ -100,11 +100,12 @@ std::string str(const SpTraffic& t) {
 }
 
 std::string describe(const SpCase& c, int P) {
-  return fmt::format("{} P = {} U = {} ({}) C = {} {} {} B = {} h = {} h_kv = {} d = {} N = {} {}",
+  return fmt::format("{} P = {} U = {} ({}) C = {} {} {} B = {} h = {} h_kv = {} d = {} N = {} {} on {}{}",
                      parallel::sp_strategy_name(c.strategy), P, c.U, c.ulysses_inner ? "inner" : "outer", c.C,
                      c.causal ? "causal" : "full",
                      parallel::sequence_layout_name(c.layout_or_default()), c.B, c.h, c.h_kv, c.d, c.N,
-                     dtype_name(c.dtype));
+                     dtype_name(c.dtype), c.device.str(),
+                     c.device.is_cpu() ? "" : fmt::format(" ({} transport)", comm::gpu_transport_name(c.transport)));
 }
 
 
@@ -165,21 +166,26 @@ SpCaseResult run_sp_case(const SpCase& c) {
   const std::vector<std::int64_t> positions = parallel::run_positions(shard.runs());
 
   const std::shared_ptr<nn::AttentionStrategy> strategy = parallel::make_sp_attention(config, grid);
-  Tensor q = shard.shard(ref.q), k = shard.shard(ref.k), v = shard.shard(ref.v);
+  if (!c.device.is_cpu()) grid.use_device(c.device, c.transport);
+  Tensor q = shard.shard(ref.q).to(c.device), k = shard.shard(ref.k).to(c.device), v = shard.shard(ref.v).to(c.device);
   q.set_requires_grad();
   k.set_requires_grad();
   v.set_requires_grad();
   AttentionOptions options;
   options.causal = c.causal;
 
+  const Tensor d_o = shard.shard(ref.d_o).to(c.device), d_lse = take_positions(ref.d_lse, 2, positions).to(c.device);
   comm::TrafficRegistry::instance().reset();
+  const std::int64_t syncs_before = host_sync_count();
   const AttentionResult out = strategy->forward(q, k, v, options);
   const SpTraffic forward = parallel::measured_sp_traffic();
   comm::TrafficRegistry::instance().reset();
-  autograd::backward({out.out, out.lse}, {shard.shard(ref.d_o), take_positions(ref.d_lse, 2, positions)});
+  autograd::backward({out.out, out.lse}, {d_o, d_lse});
+  const std::int64_t host_syncs = host_sync_count() - syncs_before;
   const SpTraffic backward = parallel::measured_sp_traffic();
 
   SpCaseResult result;
+  result.host_syncs = host_syncs;
   check_traffic("forward, this rank", forward, expected_sp_traffic(c, P, shard.logical_index, Pass::forward));
   check_traffic("backward, this rank", backward, expected_sp_traffic(c, P, shard.logical_index, Pass::backward));
   result.total_forward = parallel::sum_over_ranks(sp, forward);
@@ -190,10 +196,11 @@ SpCaseResult run_sp_case(const SpCase& c) {
 
   // Gather every rank's shard of the five results in one all-gather, and put each in place.
   const std::vector<int> logical = logical_indices(c, grid);
-  const std::vector<Tensor> local{out.out, out.lse, q.grad(), k.grad(), v.grad()};
+  std::vector<Tensor> local{out.out, out.lse, q.grad(), k.grad(), v.grad()};
   std::int64_t per_rank = 0;
-  for (const Tensor& t : local) {
+  for (Tensor& t : local) {
     REQUIRE(t.defined());  // every rank fails here alike: the shapes are the same everywhere
+    t = t.to(Device::cpu());
     per_rank += t.numel();
   }
   Tensor flat = Tensor::empty({per_rank}, c.dtype);

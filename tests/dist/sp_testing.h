@@ -39,6 +39,11 @@ struct SpCase {
   // size for activations and the compute dtype's (f64 for f64, else f32) for statistics and
   // partial sums.
   std::optional<parallel::ElementBytes> bytes;
+  // Where q, k, v and the gradients live (the results are brought back to the CPU to compare),
+  // and, for a device, how its tensors travel: nccl attaches the device's own transport to the
+  // grid (on the test device its stand-in for NCCL), staged goes through host memory over MPI.
+  Device device = Device::cpu();
+  comm::GpuTransport transport = comm::GpuTransport::nccl;
 
   parallel::SequenceLayout layout_or_default() const;
   parallel::ElementBytes bytes_or_default() const;
@@ -55,6 +60,9 @@ struct SpCaseResult {
   parallel::SpTraffic total_forward, total_backward;
   // Unmasked pairs of each rank's forward, by logical sp index (empty: the strategy does not count).
   std::vector<std::int64_t> forward_pairs;
+  // This rank's host synchronisations during the forward and backward (a device's own transport
+  // makes none: the streams wait for each other on the device).
+  std::int64_t host_syncs = 0;
 };
 
 // f64 1e-10, f32 1e-5; bf16 2e-2: inputs are bf16 (the reference uses the same rounded values),

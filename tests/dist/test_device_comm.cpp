@@ -3,8 +3,6 @@
 // a send sees work still queued on the device's stream; and a comm::Request's completion is an
 // event that orders a consumer stream after the received values (the test device's streams run
 // as queues with random delays here, so a missing order would show as wrong values).
-#include <cstring>
-
 #include "dist_testing.h"
 #include "src/core/test_device_streams.h"
 #include "wallfacer/core/stream.h"
@@ -16,24 +14,6 @@ using wf::Shape;
 using wf::Tensor;
 using wf::comm::Request;
 using namespace wf::test;
-
-namespace {
-
-bool same_bytes(const Tensor& device_result, const Tensor& cpu_result) {
-  const Tensor got = device_result.to(Device::cpu());
-  return got.shape() == cpu_result.shape() && got.dtype() == cpu_result.dtype() &&
-         std::memcmp(got.raw_data(), cpu_result.raw_data(), got.nbytes()) == 0;
-}
-
-// The test device's streams as worker-thread queues with random delays, for one test.
-struct AsyncTestDevice {
-  explicit AsyncTestDevice(int max_delay_us) { wf::detail::set_test_device_async(true, max_delay_us); }
-  ~AsyncTestDevice() { wf::detail::set_test_device_async(false); }
-  AsyncTestDevice(const AsyncTestDevice&) = delete;
-  AsyncTestDevice& operator=(const AsyncTestDevice&) = delete;
-};
-
-}  // namespace
 
 TEST_CASE("collectives and point-to-point on test-device tensors give the CPU's bytes", "[dist][testdev]") {
   const AsyncTestDevice async(100);

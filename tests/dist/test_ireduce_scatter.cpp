@@ -42,10 +42,6 @@ std::string reduction_mismatch(const Tensor& actual, const Tensor& expected, int
   return mismatch(actual.to(DType::f64), expected.to(DType::f64), ranks * reduction_tolerance(actual.dtype()));
 }
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && (a.nbytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
-}
-
 // Work for the caller while requests are in flight (what the backward's kernels would be).
 double compute(std::int64_t n) {
   double acc = 0.0;

@@ -16,18 +16,16 @@
 #include <string_view>
 #include <vector>
 
-#include "wallfacer/comm/backend.h"
 #include "wallfacer/core/device.h"
 
 namespace wf::comm {
 
+class Backend;
 class Group;
 
 enum class GpuTransport { automatic, nccl, staged };
 
-std::string_view gpu_transport_name(GpuTransport transport);  // "auto", "nccl", "staged"
-// wf::Error naming the valid values on anything else.
-GpuTransport parse_gpu_transport(std::string_view text);
+std::string_view gpu_transport_name(GpuTransport transport);  // "auto", "nccl", "staged" (comm.gpu_transport)
 
 // Where one rank's device is: its machine and its device, for "has a GPU of its own".
 struct RankDevice {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "wallfacer/comm/process_grid.h"
+#include "wallfacer/comm/transport.h"
 #include "wallfacer/config/model_config.h"
 #include "wallfacer/core/device.h"
 #include "wallfacer/core/dtype.h"
@@ -145,6 +146,14 @@ struct GivenKeys {
   friend bool operator==(const GivenKeys&, const GivenKeys&) { return true; }
 };
 
+struct CommConfig {
+  // How tensors on a GPU (or the test device) travel between ranks (comm/transport.h): auto
+  // (nccl where every rank has a GPU of its own, else staged), nccl, or staged (MPI through
+  // pinned host memory; what ranks that share a GPU need).
+  comm::GpuTransport gpu_transport = comm::GpuTransport::automatic;
+  friend bool operator==(const CommConfig&, const CommConfig&) = default;
+};
+
 struct RunConfig {
   ModelConfig model;
   ParallelSection parallel;
@@ -152,6 +161,7 @@ struct RunConfig {
   DataConfig data;
   CheckpointConfig checkpoint;
   LogConfig log;
+  CommConfig comm;
   GivenKeys given;  // filled by load_config, parse_config and apply_override
   friend bool operator==(const RunConfig&, const RunConfig&) = default;
 };
