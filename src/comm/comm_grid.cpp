@@ -66,7 +66,10 @@ TransportChoice CommGrid::use_device(Device device, GpuTransport requested) {
     Group& g = group(kind);
     std::shared_ptr<Backend> transport;
     if (own_transport && device.is_test()) transport = make_test_device_transport(g);
-    if (own_transport && device.is_cuda()) transport = make_nccl_backend(g, device.index);
+    // Split from the world's NCCL communicator, with the color of this kind's MPI split.
+    if (own_transport && device.is_cuda()) {
+      transport = split_nccl_backend(world, g, colors_.find(kind)->second, device.index);
+    }
     g.set_device_transport(std::move(transport), device);
   }
   return transport_;
