@@ -70,9 +70,13 @@ TransportChoice CommGrid::use_device(Device device, GpuTransport requested) {
     // The pipeline's stage-to-stage messages stay staged: PipelineRunner posts each receive ahead
     // as a tagged irecv apart from its send, which MPI matches by tag but a transport that runs a
     // rank's operations in order (NCCL) could deadlock on. Its collectives' groups take the device's.
+    // (Every rank skips the same kind, so the world's splits stay collective.)
     const bool stream_ordered = own_transport && kind != "pp";
     if (stream_ordered && device.is_test()) transport = make_test_device_transport(g);
-    if (stream_ordered && device.is_cuda()) transport = make_nccl_backend(g, device.index);
+    // Split from the world's NCCL communicator, with the color of this kind's MPI split.
+    if (stream_ordered && device.is_cuda()) {
+      transport = split_nccl_backend(world, g, colors_.find(kind)->second, device.index);
+    }
     g.set_device_transport(std::move(transport), device);
   }
   return transport_;
