@@ -345,7 +345,7 @@ void NcclBackend::issue_p2p(const Stream& comm, const std::vector<P2p>& legs) {
   });
 }
 
-void NcclBackend::issue_all_reduce(const Stream& comm, const Tensor& t, ReduceOp op) {
+void NcclBackend::issue_all_reduce(const Stream& comm, const Tensor& t, ReduceOp op, Form /*form*/) {
   const ncclRedOp_t nccl_op = reduction(op, t.dtype(), "all_reduce");
   const ncclDataType_t dtype = nccl_dtype(t.dtype());
   if (t.numel() == 0) return;
@@ -355,7 +355,7 @@ void NcclBackend::issue_all_reduce(const Stream& comm, const Tensor& t, ReduceOp
   });
 }
 
-void NcclBackend::issue_all_gather(const Stream& comm, const Tensor& input, const Tensor& output) {
+void NcclBackend::issue_all_gather(const Stream& comm, const Tensor& input, const Tensor& output, Form /*form*/) {
   const ncclDataType_t dtype = nccl_dtype(input.dtype());
   if (input.numel() == 0) return;
   call("ncclAllGather", comm, [&](cudaStream_t stream) {
@@ -363,7 +363,8 @@ void NcclBackend::issue_all_gather(const Stream& comm, const Tensor& input, cons
   });
 }
 
-void NcclBackend::issue_reduce_scatter(const Stream& comm, const Tensor& input, const Tensor& output, ReduceOp op) {
+void NcclBackend::issue_reduce_scatter(const Stream& comm, const Tensor& input, const Tensor& output, ReduceOp op,
+                                       Form /*form*/) {
   const ncclRedOp_t nccl_op = reduction(op, input.dtype(), "reduce_scatter");
   const ncclDataType_t dtype = nccl_dtype(input.dtype());
   if (output.numel() == 0) return;

@@ -48,9 +48,10 @@ class NcclBackend final : public StreamBackend {
 
  protected:
   void issue_p2p(const Stream& comm, const std::vector<P2p>& legs) override;
-  void issue_all_reduce(const Stream& comm, const Tensor& t, ReduceOp op) override;
-  void issue_all_gather(const Stream& comm, const Tensor& input, const Tensor& output) override;
-  void issue_reduce_scatter(const Stream& comm, const Tensor& input, const Tensor& output, ReduceOp op) override;
+  void issue_all_reduce(const Stream& comm, const Tensor& t, ReduceOp op, Form form) override;
+  void issue_all_gather(const Stream& comm, const Tensor& input, const Tensor& output, Form form) override;
+  void issue_reduce_scatter(const Stream& comm, const Tensor& input, const Tensor& output, ReduceOp op,
+                            Form form) override;
   void issue_broadcast(const Stream& comm, const Tensor& t, int root) override;
   // ncclCommGetAsyncError; on an error, abort and a wf::Error naming the group, the last call and
   // NCCL's message. Also refuses a communicator aborted earlier.

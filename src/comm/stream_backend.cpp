@@ -140,28 +140,41 @@ void StreamBackend::sendrecv(const Tensor& send, int dst, Tensor& recv, int src,
 
 // ---- collectives ---------------------------------------------------------------------------
 
-Request StreamBackend::iall_reduce(Tensor& t, ReduceOp op) {
-  return enqueue("all_reduce", {t}, [this, t, op](const Stream& comm) { issue_all_reduce(comm, t, op); });
+Request StreamBackend::post_all_reduce(Tensor& t, ReduceOp op, Form form) {
+  return enqueue("all_reduce", {t}, [this, t, op, form](const Stream& comm) { issue_all_reduce(comm, t, op, form); });
 }
 
-void StreamBackend::all_reduce(Tensor& t, ReduceOp op) { iall_reduce(t, op).make_wait(Stream::current(device_)); }
+Request StreamBackend::iall_reduce(Tensor& t, ReduceOp op) { return post_all_reduce(t, op, Form::nonblocking); }
+
+void StreamBackend::all_reduce(Tensor& t, ReduceOp op) {
+  post_all_reduce(t, op, Form::blocking).make_wait(Stream::current(device_));
+}
+
+Request StreamBackend::post_all_gather(const Tensor& input, Tensor& output, Form form) {
+  return enqueue("all_gather", {input, output},
+                 [this, input, output, form](const Stream& comm) { issue_all_gather(comm, input, output, form); });
+}
 
 Request StreamBackend::iall_gather(const Tensor& input, Tensor& output) {
-  return enqueue("all_gather", {input, output},
-                 [this, input, output](const Stream& comm) { issue_all_gather(comm, input, output); });
+  return post_all_gather(input, output, Form::nonblocking);
 }
 
 void StreamBackend::all_gather(const Tensor& input, Tensor& output) {
-  iall_gather(input, output).make_wait(Stream::current(device_));
+  post_all_gather(input, output, Form::blocking).make_wait(Stream::current(device_));
+}
+
+Request StreamBackend::post_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op, Form form) {
+  return enqueue("reduce_scatter", {input, output}, [this, input, output, op, form](const Stream& comm) {
+    issue_reduce_scatter(comm, input, output, op, form);
+  });
 }
 
 Request StreamBackend::ireduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
-  return enqueue("reduce_scatter", {input, output},
-                 [this, input, output, op](const Stream& comm) { issue_reduce_scatter(comm, input, output, op); });
+  return post_reduce_scatter(input, output, op, Form::nonblocking);
 }
 
 void StreamBackend::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
-  ireduce_scatter(input, output, op).make_wait(Stream::current(device_));
+  post_reduce_scatter(input, output, op, Form::blocking).make_wait(Stream::current(device_));
 }
 
 void StreamBackend::broadcast(Tensor& t, int root) {

@@ -84,9 +84,14 @@ class StreamBackend : public Backend, public std::enable_shared_from_this<Stream
   // Issue the operation on `comm` (this backend's device's comm stream), which already waits for
   // the caller's work; the buffers are tensors on device() (every tensor is contiguous).
   virtual void issue_p2p(const Stream& comm, const std::vector<P2p>& legs) = 0;  // one group
-  virtual void issue_all_reduce(const Stream& comm, const Tensor& t, ReduceOp op) = 0;
-  virtual void issue_all_gather(const Stream& comm, const Tensor& input, const Tensor& output) = 0;
-  virtual void issue_reduce_scatter(const Stream& comm, const Tensor& input, const Tensor& output, ReduceOp op) = 0;
+  // How the caller posted a collective. NCCL runs both forms alike; the test device's transport
+  // runs MPI's matching form (the blocking and non-blocking collectives may sum in different
+  // orders at 3+ ranks), so its results are the bits of the same call on CPU tensors.
+  enum class Form { blocking, nonblocking };
+  virtual void issue_all_reduce(const Stream& comm, const Tensor& t, ReduceOp op, Form form) = 0;
+  virtual void issue_all_gather(const Stream& comm, const Tensor& input, const Tensor& output, Form form) = 0;
+  virtual void issue_reduce_scatter(const Stream& comm, const Tensor& input, const Tensor& output, ReduceOp op,
+                                    Form form) = 0;
   virtual void issue_broadcast(const Stream& comm, const Tensor& t, int root) = 0;
   // Throws a wf::Error for an error the transport recorded asynchronously (a peer failed).
   virtual void check_async_error() {}
@@ -103,6 +108,9 @@ class StreamBackend : public Backend, public std::enable_shared_from_this<Stream
   void check_buffer(const Tensor& t, const char* primitive) const;
   void check_peer(int peer, const char* primitive) const;
   std::vector<P2p> all_to_all_legs(const Tensor& input, const Tensor& output) const;
+  Request post_all_reduce(Tensor& t, ReduceOp op, Form form);
+  Request post_all_gather(const Tensor& input, Tensor& output, Form form);
+  Request post_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op, Form form);
 
   struct InFlight {
     Event done;

@@ -69,26 +69,39 @@ class TestDeviceTransport final : public StreamBackend {
     });
   }
 
-  void issue_all_reduce(const Stream& comm, const Tensor& t, ReduceOp op) override {
-    detail::test_stream_run(comm, [mpi = mpi_, t, op] {
+  void issue_all_reduce(const Stream& comm, const Tensor& t, ReduceOp op, Form form) override {
+    detail::test_stream_run(comm, [mpi = mpi_, t, op, form] {
       Tensor host = host_copy(t);
-      mpi->all_reduce(host, op);
+      if (form == Form::blocking) {
+        mpi->all_reduce(host, op);
+      } else {
+        mpi->iall_reduce(host, op).wait();
+      }
       copy_back(t, host);
     });
   }
 
-  void issue_all_gather(const Stream& comm, const Tensor& input, const Tensor& output) override {
-    detail::test_stream_run(comm, [mpi = mpi_, input, output] {
-      Tensor host_out = Tensor::empty(output.shape(), output.dtype());
-      mpi->all_gather(host_copy(input), host_out);
+  void issue_all_gather(const Stream& comm, const Tensor& input, const Tensor& output, Form form) override {
+    detail::test_stream_run(comm, [mpi = mpi_, input, output, form] {
+      Tensor host_in = host_copy(input), host_out = Tensor::empty(output.shape(), output.dtype());
+      if (form == Form::blocking) {
+        mpi->all_gather(host_in, host_out);
+      } else {
+        mpi->iall_gather(host_in, host_out).wait();
+      }
       copy_back(output, host_out);
     });
   }
 
-  void issue_reduce_scatter(const Stream& comm, const Tensor& input, const Tensor& output, ReduceOp op) override {
-    detail::test_stream_run(comm, [mpi = mpi_, input, output, op] {
-      Tensor host_out = Tensor::empty(output.shape(), output.dtype());
-      mpi->reduce_scatter(host_copy(input), host_out, op);
+  void issue_reduce_scatter(const Stream& comm, const Tensor& input, const Tensor& output, ReduceOp op,
+                            Form form) override {
+    detail::test_stream_run(comm, [mpi = mpi_, input, output, op, form] {
+      Tensor host_in = host_copy(input), host_out = Tensor::empty(output.shape(), output.dtype());
+      if (form == Form::blocking) {
+        mpi->reduce_scatter(host_in, host_out, op);
+      } else {
+        mpi->ireduce_scatter(host_in, host_out, op).wait();
+      }
       copy_back(output, host_out);
     });
   }
