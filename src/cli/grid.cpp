@@ -2,13 +2,18 @@
 // ranks (every group's rank lists, every rank's WallFacer peers) without launching anything,
 // so a layout can be checked before a run. An invalid layout prints the same validation
 // message a distributed run would fail with, and exits 1.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "src/cli/commands.h"
 #include "src/cli/option_checks.h"
+#include "wallfacer/comm/nccl.h"
 #include "wallfacer/comm/process_grid.h"
+#include "wallfacer/comm/transport.h"
 
 namespace wf::cli {
 
@@ -25,7 +30,26 @@ struct GridOptions {
   comm::ParallelConfig config;
   std::string placement = "collectives-intra";
   bool as_json = false;
+  int gpus_per_node = 0;   // 0: not asked; else the GPU transport is printed
+  int ranks_per_node = 0;  // 0: gpus_per_node
 };
+
+// Which transport GPU tensors would take (comm::choose_gpu_transport), for ranks placed node by node
+// and on the GPUs of a node round robin, as comm::Runtime places them (cuda:local_rank % GPUs).
+std::string gpu_transport_line(const GridOptions& o) {
+  const int per_node = o.ranks_per_node > 0 ? o.ranks_per_node : o.gpus_per_node;
+  std::vector<comm::RankDevice> ranks;
+  for (int r = 0; r < o.world; ++r) {
+    ranks.push_back({fmt::format("node{}", r / per_node), (r % per_node) % o.gpus_per_node});
+  }
+  const comm::TransportChoice choice =
+      comm::choose_gpu_transport(comm::GpuTransport::automatic, Device::cuda(0), comm::nccl_available(), ranks);
+  return fmt::format("GPU tensors ({} ranks a node, {} GPUs a node; comm.gpu_transport auto): {}{}\n", per_node,
+                     o.gpus_per_node, choice.reason,
+                     choice.transport == comm::GpuTransport::nccl && o.config.pp > 1
+                         ? "; the pipeline's stage-to-stage messages stay staged"
+                         : "");
+}
 
 }  // namespace
 
@@ -54,6 +78,14 @@ void add_grid_command(CLI::App& app) {
   command->add_option("--order", options->config.order, "Rank decomposition, innermost axis first")
       ->capture_default_str();
   command->add_flag("--json", options->as_json, "Print the layout as one JSON document");
+  command
+      ->add_option("--gpus-per-node", options->gpus_per_node,
+                   "Also print how GPU tensors would travel (nccl or staged) with this many GPUs a node")
+      ->check(in_range(1, 1 << 16, "--gpus-per-node must be at least 1"));
+  command
+      ->add_option("--ranks-per-node", options->ranks_per_node,
+                   "Ranks a node with --gpus-per-node (default: one a GPU); more than GPUs share them")
+      ->check(in_range(1, 1 << 16, "--ranks-per-node must be at least 1"));
   set_action(*command, [options] {
     comm::ParallelConfig config = options->config;
     config.placement = comm::parse_placement(options->placement);
@@ -61,6 +93,7 @@ void add_grid_command(CLI::App& app) {
     const comm::ProcessGrid grid(config, options->world, 0);
     const std::string text = options->as_json ? grid.to_json(2) + "\n" : grid.to_table();
     std::fputs(text.c_str(), stdout);
+    if (options->gpus_per_node > 0 && !options->as_json) std::fputs(gpu_transport_line(*options).c_str(), stdout);
     // On stderr, so that --json output stays one document.
     if (const std::string note = comm::placement_note(config.sp, config.C, config.U); !note.empty()) {
       std::fprintf(stderr, "note: %s\n", note.c_str());

@@ -19,6 +19,8 @@
 #include "kernels/cpu/gemm_onednn.h"
 #include "kernels/cpu/simd_dispatch.h"
 #include "src/cli/commands.h"
+#include "wallfacer/comm/nccl.h"
+#include "wallfacer/comm/transport.h"
 #include "wallfacer/build_info.h"
 #include "wallfacer/core/cuda_info.h"
 #include "wallfacer/core/storage.h"
@@ -66,8 +68,7 @@ Json cuda_facts() {
     return cuda;
   }
   cuda["toolkit"] = WF_CUDA_TOOLKIT_VERSION;
-  cuda["use"] = fmt::format("compute (train.device: cuda or auto) and communication: MPI through pinned host memory{}",
-                            WF_BUILT_WITH_NCCL ? "; NCCL built in" : "; no NCCL found");
+  cuda["use"] = "compute (train.device: cuda or auto); communication: see comm.device_transports";
   const std::string runtime = cuda_runtime_version(), driver = cuda_driver_version();
   cuda["runtime"] = runtime.empty() ? Json() : Json(runtime);
   cuda["driver"] = driver.empty() ? Json() : Json(driver);
@@ -87,6 +88,24 @@ Json cuda_facts() {
     cuda["memory"]["peak_bytes"] = memory.peak_bytes;
   }
   return cuda;
+}
+
+// How tensors travel between ranks (comm/transport.h): MPI for the CPU's; a GPU's by NCCL on its
+// communication stream where the build has NCCL and every rank has a GPU of its own, else staged
+// through pinned host memory over MPI. A world of one on this machine picks as `auto` says here.
+Json comm_facts() {
+  Json comm;
+  comm["cpu"] = "mpi";
+  comm["device_transports"] = comm::nccl_available() ? std::vector<std::string>{"nccl", "staged"}
+                                                     : std::vector<std::string>{"staged"};
+  comm["auto"] = "nccl where the build has it and every rank of the job has a GPU of its own, else staged "
+                 "(comm.gpu_transport overrides)";
+  if (WF_HAVE_CUDA && !cuda_devices().empty()) {
+    comm["auto_here"] =
+        comm::choose_gpu_transport(comm::GpuTransport::automatic, Device::cuda(0), comm::nccl_available(), {{"", 0}})
+            .reason;
+  }
+  return comm;
 }
 
 Json collect_info() {
@@ -112,6 +131,7 @@ Json collect_info() {
   info["host_memory_cache_limit_bytes"] = memory_cache_limit();
   info["mpi_library"] = mpi_library_version();
   info["cuda"] = cuda_facts();
+  info["comm"] = comm_facts();
   return info;
 }
 
