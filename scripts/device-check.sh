@@ -20,6 +20,9 @@
 #             model (tests/train/device_parity_tolerance.sh, which the gpu-labelled tests run too)
 #   sp4       LLaMA-tiny as sp 4 WallFacer C 2, 4 processes sharing the GPU (MPI staging), beside
 #             the one-process GPU run: losses within 1e-4 (the same script's runs)
+#   layouts   LLaMA-tiny as ring, Ulysses, WallFacer C 1 and the hybrid, tp x sp, pp x sp and
+#             dp x sp with ZeRO-2, 2 or 4 processes sharing the GPU (staged), each beside the
+#             one-process GPU run: losses within 1e-4
 #   bench     bf16 GEMM 8192³ (`wallfacer bench device`) beside torch.matmul; causal attention
 #             fwd+bwd, 8192 tokens, d 128, beside SDPA; GPT-tiny and GPT-2 124M step times beside
 #             PyTorch on the same GPU (scripts/bench_torch_gpu.py) -> the table, also in $OUT/table.md
@@ -30,7 +33,7 @@
 # library discovery) runs as on the GPU machine, the GPU-only phases are skipped with a message,
 # and the other phases run with the test device (testdev) in the GPU's place, toy model sizes,
 # 3 steps and a CPU bench (WF_DEVICE_CHECK_DEVICE, _STEPS, _SMALL, _BUDGET_S override each).
-# WF_DEVICE_CHECK_PHASES=tests,parity,sp4,bench (the default: all) runs a subset, e.g. a second
+# WF_DEVICE_CHECK_PHASES=tests,parity,sp4,layouts,bench (the default: all) runs a subset, e.g. a second
 # call with the device time left after a first one ran out of its budget.
 set -uo pipefail
 
@@ -56,7 +59,7 @@ t0=$SECONDS
 
 # ---- bookkeeping ---------------------------------------------------------------------------------
 # wanted PHASE: whether WF_DEVICE_CHECK_PHASES (default: all) names it; setup and versions always run.
-wanted() { [[ ",${WF_DEVICE_CHECK_PHASES:-tests,parity,sp4,bench}," == *",$1,"* ]]; }
+wanted() { [[ ",${WF_DEVICE_CHECK_PHASES:-tests,parity,sp4,layouts,bench}," == *",$1,"* ]]; }
 left() { echo $((budget - (SECONDS - t0))); }
 # limit WANT: WANT seconds, or what the budget still allows (0 when too little is left).
 limit() {
@@ -256,7 +259,8 @@ PY
     return 1
   fi
   wrapper "$work/bin/wallfacer" "${wf[@]}" "$bin/wallfacer"  # for the parity script
-  wrapper "$work/bin/wallfacer-sp4" "${wf[@]}" "${mpirun[@]}" -np 4 "$bin/wallfacer"
+  wrapper "$work/bin/wallfacer-np2" "${wf[@]}" "${mpirun[@]}" -np 2 "$bin/wallfacer"
+  wrapper "$work/bin/wallfacer-np4" "${wf[@]}" "${mpirun[@]}" -np 4 "$bin/wallfacer"
   result PASS setup "unpacked $(find "$pack/debs" -name "*.deb" | wc -l) packages;" \
     "mpirun -np 2 uname -n ($(echo "$hosts" | sort -u | xargs)) ran Open MPI from $OPAL_PREFIX" \
     "($ours plugin files mapped, none of a system one)"
@@ -410,27 +414,75 @@ parity() {
   ((compared > 0)) || result ERROR parity "$parity_script compared nothing (its output is above)"
 }
 
-sp4() {
-  phase "sp4: LLaMA-tiny as sp 4 WallFacer C 2, 4 processes on one $device, beside one process"
-  local one="$work/parity/llama.f32.$device" four="$work/sp4/llama.f32.$device" ran detail
-  if [[ ! -f $one/rc ]]; then  # the parity phase did not run: the one-process run here
+# one_process_llama: the parity phase's one-process LLaMA f32 run on the device (run here when that
+# phase did not run); true when it finished, the runs of sp4 and layouts compare with it.
+one_process_llama() {
+  local one="$work/parity/llama.f32.$device"
+  if [[ ! -f $one/rc ]]; then
     echo "1 process: $(WF_DEVICE_PARITY_TIMEOUT=45 sp4_llama_f32 "$work/bin/wallfacer" "$work/parity" 2>&1)"
   fi
-  if [[ "$(cut -d' ' -f1 "$one/rc" 2>/dev/null)" != 0 ]]; then
+  [[ "$(cut -d' ' -f1 "$one/rc" 2>/dev/null)" == 0 ]]
+}
+
+# layout_run PHASE NAME NP TIMEOUT SETTINGS: LLaMA-tiny f32 as NP processes sharing the one device
+# (device tensors cross ranks through MPI staging: NCCL refuses two ranks on one GPU) with the
+# --set SETTINGS, its losses within 1e-4 of the one-process run's (compare_losses.py).
+layout_run() {
+  local name="$1" label="$2" np="$3" lim="$4" settings="$5" ran detail
+  local one="$work/parity/llama.f32.$device" many="$work/layouts/$label/llama.f32.$device"
+  ran="$(OMP_NUM_THREADS=2 WF_DEVICE_PARITY_TIMEOUT="$lim" WF_DEVICE_PARITY_SET="$settings" \
+    sp4_llama_f32 "$work/bin/wallfacer-np$np" "$work/layouts/$label" 2>&1)"
+  echo "$label, $np processes: $ran"
+  if [[ "$(cut -d' ' -f1 "$many/rc" 2>/dev/null)" != 0 ]]; then
+    result ERROR "$name" "$label, $np processes: ${ran:-no run}"
+  elif detail="$(python3 "$root/tests/train/compare_losses.py" "$many/metrics.jsonl" "$one/metrics.jsonl" 1e-4 \
+                 "$steps" --labels "$np processes" "1 process")"; then
+    result PASS "$name" "$label, $np processes vs 1 on $device: $detail"
+  else
+    result FAIL "$name" "$label, $np processes vs 1 on $device: $detail"
+  fi
+}
+
+sp4() {
+  phase "sp4: LLaMA-tiny as sp 4 WallFacer C 2, 4 processes on one $device, beside one process"
+  if ! one_process_llama; then
     result ERROR sp4 "the one-process $device run (parity llama f32) did not finish: nothing to compare with"
     return
   fi
-  ran="$(OMP_NUM_THREADS=2 WF_DEVICE_PARITY_TIMEOUT=60 WF_DEVICE_PARITY_SET="--set parallel.sp=4 --set parallel.C=2
-    --set parallel.sp_strategy=wallfacer" sp4_llama_f32 "$work/bin/wallfacer-sp4" "$work/sp4" 2>&1)"
-  echo "4 processes: $ran"
-  if [[ "$(cut -d' ' -f1 "$four/rc" 2>/dev/null)" != 0 ]]; then
-    result ERROR sp4 "4 processes: ${ran:-no run}"
-  elif detail="$(python3 "$root/tests/train/compare_losses.py" "$four/metrics.jsonl" "$one/metrics.jsonl" 1e-4 \
-                 "$steps" --labels "4 processes" "1 process")"; then
-    result PASS sp4 "4 processes vs 1 on $device: $detail"
-  else
-    result FAIL sp4 "4 processes vs 1 on $device: $detail"
+  layout_run sp4 "sp 4 wallfacer C 2" 4 60 "--set parallel.sp=4 --set parallel.C=2 --set parallel.sp_strategy=wallfacer"
+}
+
+# Every sp strategy and sp paired with each other dimension (issue 29's device check), as 2 or 4
+# processes sharing the device, each against the one-process run; in order of importance, each cut
+# to the budget.
+layouts() {
+  phase "layouts: each sp strategy, tp x sp, pp x sp, dp x sp with ZeRO-2, processes sharing one $device"
+  if ! one_process_llama; then
+    result ERROR layouts "the one-process $device run (parity llama f32) did not finish: nothing to compare with"
+    return
   fi
+  local sp="--set parallel.sp"
+  local cases=(
+    "ring sp 2|2|$sp=2 --set parallel.sp_strategy=ring"
+    "ulysses sp 2|2|$sp=2 --set parallel.sp_strategy=ulysses"
+    "wallfacer sp 2 C 1|2|$sp=2 --set parallel.sp_strategy=wallfacer"
+    "ulysses-wallfacer sp 4 U 2|4|$sp=4 --set parallel.sp_strategy=ulysses-wallfacer --set parallel.U=2"
+    "tp 2 x sp 2|4|--set parallel.tp=2 $sp=2 --set parallel.sp_strategy=wallfacer"
+    "pp 2 x sp 2|4|--set parallel.pp=2 $sp=2 --set parallel.sp_strategy=ring"
+    "dp 2 x sp 2 zero-2|4|--set parallel.dp=2 $sp=2 --set parallel.zero=2 --set parallel.sp_strategy=wallfacer")
+  local c label np settings
+  for c in "${cases[@]}"; do
+    IFS='|' read -r label np settings <<<"$c"
+    if [[ $small == 1 && $label == pp* ]]; then
+      result SKIP layouts "$label: the small models have one layer, which two stages cannot split"
+      continue
+    fi
+    if (($(left) < reserve + 20)); then
+      result ERROR layouts "$label: no time left in the budget"
+      continue
+    fi
+    layout_run layouts "$label" "$np" 40 "$settings"
+  done
 }
 # sp4_llama_f32 EXE WORK_DIR: the parity script's LLaMA f32 run on the device alone.
 sp4_llama_f32() {
@@ -623,6 +675,7 @@ main() {
   wanted tests && tests
   wanted parity && parity
   wanted sp4 && sp4
+  wanted layouts && layouts
   wanted bench && bench
   table
   summary
