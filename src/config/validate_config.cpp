@@ -23,6 +23,7 @@
 #include "wallfacer/core/device_backend.h"
 #include "wallfacer/core/machine.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/data/document_index.h"
 #include "wallfacer/parallel/pipeline_schedule.h"
 #include "wallfacer/parallel/pipeline_stages.h"
 #include "wallfacer/parallel/sequence_layout.h"
@@ -259,6 +260,19 @@ void check_train(const RunConfig& c, std::vector<std::string>& problems) {
   }
 }
 
+// data.pack reads the document indexes of token files.
+void check_packing(const RunConfig& c, std::vector<std::string>& problems) {
+  if (!c.data.pack) return;
+  if (model_schema(c.model.name).image_data) {
+    problems.push_back(fmt::format("data.pack: packs documents of token files, but model {} reads images: set "
+                                   "data.pack: false",
+                                   c.model.name));
+  } else if (c.data.source != DataSource::file) {
+    problems.push_back("data.pack: synthetic tokens have no documents: set data.source: file with token files from "
+                       "`wallfacer prepare-text`, or data.pack: false");
+  }
+}
+
 // Why this process cannot read `path` as a file, or "" when it can.
 std::string unreadable_reason(const std::string& path) {
   // O_NONBLOCK: a FIFO must not wait for a writer.
@@ -313,6 +327,18 @@ void check_data_files(const RunConfig& c, std::vector<std::string>& problems) {
   };
   check("data.train_path", c.data.train_path);
   check("data.val_path", c.data.val_path);
+  if (!c.data.pack) return;
+  // The indexes' contents are checked when the loader opens them; here only that they are there.
+  for (const std::string* path : {&c.data.train_path, &c.data.val_path}) {
+    if (path->empty() || !unreadable_reason(*path).empty()) continue;
+    const std::string index = data::document_index_path(*path);
+    if (const std::string reason = unreadable_reason(index); !reason.empty()) {
+      problems.push_back(fmt::format("data.pack: cannot read the document index '{}' of token file '{}': {}; re-run "
+                                     "`wallfacer prepare-text` (it writes each token file's index beside it), or set "
+                                     "data.pack: false",
+                                     index, *path, reason));
+    }
+  }
 }
 
 }  // namespace
@@ -395,6 +421,7 @@ std::vector<std::string> validation_problems(const RunConfig& config, int world_
     }
   }
   check_train(config, problems);
+  check_packing(config, problems);
   if (scope == ValidateScope::this_machine) {
     for (std::string& p : unsupported_by_trainer(config)) problems.push_back(std::move(p));
   }
