@@ -2,7 +2,6 @@
 // gzip, bad records by file and line and their limit, the document index and its errors, and
 // prepare_text's token files (end-of-text after each document, validation documents whole).
 #include <catch2/catch.hpp>
-#include <zlib.h>
 
 #include <cstdint>
 #include <cstring>
@@ -21,17 +20,11 @@
 using namespace wf::data;
 using wf::data::testing::read_bytes;
 using wf::data::testing::TempDir;
+using wf::data::testing::write_gz;
 using wf::data::testing::write_bytes;
 using Catch::Matchers::Contains;
 
 namespace {
-
-void write_gzip(const std::string& path, const std::string& bytes) {
-  gzFile file = gzopen(path.c_str(), "wb");
-  REQUIRE(file != nullptr);
-  REQUIRE(gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
-  REQUIRE(gzclose(file) == Z_OK);
-}
 
 struct Found {
   std::vector<std::string> texts;
@@ -119,10 +112,10 @@ TEST_CASE("JSON Lines files, plain and gzipped, in folders read recursively in s
   TempDir dir;
   std::filesystem::create_directories(dir.file("in/b"));
   write_bytes(dir.file("in/b/2.jsonl"), "{\"text\": \"two\"}\r\n\n  \n{\"text\": \"three\"}");  // CRLF, blanks, no final \n
-  write_gzip(dir.file("in/a.jsonl.gz"), "{\"text\": \"one\"}\n");
+  write_gz(dir.file("in/a.jsonl.gz"), "{\"text\": \"one\"}\n");
   write_bytes(dir.file("in/notes.txt"), "not read: not a .jsonl file");
   write_bytes(dir.file("in/.hidden.jsonl"), "{\"text\": \"hidden\"}\n");
-  write_gzip(dir.file("single.gz"), "{\"text\": \"named\"}\n");  // named: read whatever its name
+  write_gz(dir.file("single.gz"), "{\"text\": \"named\"}\n");  // named: read whatever its name
 
   const std::vector<std::string> files = list_document_files({dir.file("in"), dir.file("single.gz")}, DocumentFormat::jsonl);
   REQUIRE(files == std::vector<std::string>{dir.file("in/a.jsonl.gz"), dir.file("in/b/2.jsonl"), dir.file("single.gz")});
@@ -183,7 +176,7 @@ TEST_CASE("bad records are counted and reported by file and line; past --max-bad
 TEST_CASE("text files: one document per file, or split on a separator, with lines for bad ones", "[data][documents]") {
   TempDir dir;
   write_bytes(dir.file("a.txt"), "first file\n");
-  write_gzip(dir.file("b.txt.gz"), "second\nfile\n");
+  write_gz(dir.file("b.txt.gz"), "second\nfile\n");
   CHECK(read_all({dir.file("a.txt"), dir.file("b.txt.gz")}, {}).texts ==
         std::vector<std::string>{"first file\n", "second\nfile\n"});
 
@@ -212,7 +205,7 @@ TEST_CASE("a corrupt or cut gzip document file is an error naming it", "[data][d
   TempDir dir;
   std::string text;
   for (int i = 0; i < 2000; ++i) text += std::to_string(i * 7919 % 1000) + " ";
-  write_gzip(dir.file("whole.txt.gz"), text);
+  write_gz(dir.file("whole.txt.gz"), text);
   const std::string bytes = read_bytes(dir.file("whole.txt.gz"));
   write_bytes(dir.file("cut.txt.gz"), bytes.substr(0, bytes.size() / 2));
   CHECK_THROWS_WITH(read_all({dir.file("cut.txt.gz")}, {}),
@@ -289,7 +282,7 @@ TEST_CASE("prepare_text writes token files, indexes and an end-of-text token aft
   TempDir dir;
   std::filesystem::create_directories(dir.file("in"));
   write_bytes(dir.file("in/1.jsonl"), "{\"text\": \"aaaa\"}\n{\"text\": \"bb\"}\n{\"text\": \"c\"}\n");
-  write_gzip(dir.file("in/2.jsonl.gz"), "{\"text\": \"dddddd\"}\n{\"text\": \"e\"}\n");
+  write_gz(dir.file("in/2.jsonl.gz"), "{\"text\": \"dddddd\"}\n{\"text\": \"e\"}\n");
   PrepareTextOptions options;
   options.inputs = {dir.file("in")};
   options.read = jsonl();
