@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -318,6 +319,19 @@ TEST_CASE("prepare_text writes token files, indexes and an end-of-text token aft
     CHECK(read_document_index(r.train.index_path) ==
           DocumentIndex{.token_count = 13, .starts = {0, 4, 6, 7}, .end_of_text = std::nullopt});
     CHECK(file_tokens(r.val.tokens_path) == bytes_then("e", std::nullopt));
+  }
+  SECTION("progress lines name the documents, tokens, bytes read and the time left") {
+    std::FILE* log = std::tmpfile();
+    REQUIRE(log != nullptr);
+    options.progress = log;
+    options.progress_seconds = 0;  // a line at every document
+    prepare_text(options, ByteTokenizer());
+    std::rewind(log);
+    std::string text(4096, '\0');
+    text.resize(std::fread(text.data(), 1, text.size(), log));
+    std::fclose(log);
+    CHECK_THAT(text, Contains("prepare-text: 1 documents, 4 tokens, 0.0/0.0 MiB read (") && Contains("left\n") &&
+                         Contains("prepare-text: 5 documents, 14 tokens, 0.0/0.0 MiB read (100%), 0m00s left\n"));
   }
   SECTION("one document: the validation set is its tail, and the run says so") {
     write_bytes(dir.file("one.txt"), "0123456789");
