@@ -49,7 +49,9 @@ int run(PrepareTextCommandOptions& o) {
               r.files.size());
   std::printf("%lld documents, %lld empty ones skipped, %s\n", static_cast<long long>(r.read.documents),
               static_cast<long long>(r.read.empty_skipped), r.read.bad.summary().c_str());
-  for (const std::string& example : r.read.bad.examples) std::fprintf(stderr, "prepare-text: skipped %s\n", example.c_str());
+  for (const std::string& example : r.read.bad.examples) {
+    std::fprintf(stderr, "prepare-text: skipped %s\n", example.c_str());
+  }
   if (r.cut_single_document) {
     std::fprintf(stderr,
                  "prepare-text: the input is one document, so the validation set is its last %lld tokens; give more "
@@ -81,8 +83,8 @@ void add_prepare_text_command(CLI::App& app) {
       ->capture_default_str();
   command
       ->add_option("--format", o->format,
-                   "text: one document per file (or per --separator); jsonl: one per line, the string under --text-key. "
-                   "Folders contribute *.txt[.gz] or *.jsonl[.gz]")
+                   "text: one document per file (or per --separator); jsonl: one per line, the string under "
+                   "--text-key. Folders contribute *.txt[.gz] or *.jsonl[.gz]")
       ->check(CLI::IsMember({"text", "jsonl"}))
       ->capture_default_str();
   o->separator_option = command->add_option(

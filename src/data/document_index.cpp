@@ -27,8 +27,9 @@ std::string document_index_path(const std::string& token_path) {
 void check_document_index(const DocumentIndex& index, const std::string& what) {
   const std::int64_t D = index.documents();
   WF_CHECK(index.token_count >= 0, "{}: token count {} is negative; {}", what, index.token_count, kHowToFix);
-  WF_CHECK((D == 0) == (index.token_count == 0), "{}: {} documents for {} tokens (only an empty token file has none); {}",
-           what, D, index.token_count, kHowToFix);
+  WF_CHECK((D == 0) == (index.token_count == 0),
+           "{}: {} documents for {} tokens (only an empty token file has none); {}", what, D, index.token_count,
+           kHowToFix);
   WF_CHECK(!index.end_of_text.has_value() || *index.end_of_text != kNoEndOfText,
            "{}: end-of-text token {:#x} is the value that means 'none'", what, kNoEndOfText);
   for (std::int64_t d = 0; d < D; ++d) {

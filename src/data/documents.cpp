@@ -21,7 +21,7 @@ constexpr std::int64_t kReadChunkBytes = 1 << 20;
 constexpr std::size_t kKeysNamed = 5;  // keys listed when the text key is missing
 
 bool is_blank(std::string_view text) {
-  return std::all_of(text.begin(), text.end(), [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; });
+  return text.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos;
 }
 
 std::string format_name(DocumentFormat format) { return format == DocumentFormat::jsonl ? "jsonl" : "text"; }
@@ -65,9 +65,8 @@ class TextKeyHandler final : public nlohmann::json_sax<nlohmann::json> {
   bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception& e) override {
     error_ = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 7: ..." -> from "parse error".
-    if (const std::size_t bracket = error_.find("] "); error_.starts_with("[json.exception") && bracket != std::string::npos) {
-      error_.erase(0, bracket + 2);
-    }
+    const std::size_t bracket = error_.find("] ");
+    if (error_.starts_with("[json.exception") && bracket != std::string::npos) error_.erase(0, bracket + 2);
     return false;
   }
 
@@ -126,8 +125,8 @@ class BadRecords {
     if (report_.total <= limit_) return;
     const bool listed = report_.total <= static_cast<std::int64_t>(BadRecordReport::kExamples);
     WF_USER_FAIL(
-        "prepare-text: more than --max-bad-records {} bad records ({}): {}{}; fix the input, or let up to N bad records "
-        "be skipped (and counted) with --max-bad-records N",
+        "prepare-text: more than --max-bad-records {} bad records ({}): {}{}; fix the input, or let up to N bad "
+        "records be skipped (and counted) with --max-bad-records N",
         limit_, report_.summary(), fmt::join(report_.examples, "; "), listed ? "" : fmt::format("; ...; {}", line));
   }
 
@@ -194,11 +193,10 @@ void for_each_piece(std::string_view text, const std::optional<std::string>& sep
   std::size_t start = 0;
   for (;;) {
     const std::size_t end = separator ? text.find(*separator, start) : std::string_view::npos;
-    const std::string_view piece = text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
-    on_piece(piece, line);
-    if (end == std::string_view::npos) return;
+    if (end == std::string_view::npos) return on_piece(text.substr(start), line);
+    on_piece(text.substr(start, end - start), line);
     const std::size_t next = end + separator->size();
-    line += std::count(text.begin() + static_cast<std::ptrdiff_t>(start), text.begin() + static_cast<std::ptrdiff_t>(next), '\n');
+    line += static_cast<std::int64_t>(std::count(text.data() + start, text.data() + next, '\n'));
     start = next;
   }
 }
@@ -293,8 +291,8 @@ JsonlRecord parse_jsonl_record(std::string_view line, std::string_view text_key)
   if (const std::size_t bad = first_invalid_utf8(line); bad != std::string_view::npos) {
     return {.text = std::nullopt,
             .problem = BadRecordKind::invalid_utf8,
-            .reason = fmt::format("byte 0x{:02x} at column {} is not valid UTF-8", static_cast<unsigned char>(line[bad]),
-                                  bad + 1)};
+            .reason = fmt::format("byte 0x{:02x} at column {} is not valid UTF-8",
+                                  static_cast<unsigned char>(line[bad]), bad + 1)};
   }
   TextKeyHandler handler(text_key);
   nlohmann::json::sax_parse(line.begin(), line.end(), &handler);
@@ -302,7 +300,7 @@ JsonlRecord parse_jsonl_record(std::string_view line, std::string_view text_key)
 }
 
 DocumentReadTotals read_documents(const std::vector<std::string>& files, const DocumentReadOptions& options,
-                                  const std::function<void(std::string_view, const RecordPlace&)>& on_document,
+                                  const DocumentCallback& on_document,
                                   const std::function<void(std::int64_t)>& on_bytes) {
   DocumentReadTotals totals;
   BadRecords bad(totals.bad, options.max_bad_records);
@@ -326,7 +324,7 @@ DocumentReadTotals read_documents(const std::vector<std::string>& files, const D
       for_each_piece(text, options.separator, [&](std::string_view piece, std::int64_t line) {
         place.line = line;
         if (const std::size_t at = first_invalid_utf8(piece); at != std::string_view::npos) {
-          const std::int64_t bad_line = line + std::count(piece.begin(), piece.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+          const std::int64_t bad_line = line + std::count(piece.data(), piece.data() + at, '\n');
           bad.add(BadRecordKind::invalid_utf8, {path, bad_line},
                   fmt::format("byte 0x{:02x} is not valid UTF-8 (the document starting on line {} is skipped)",
                               static_cast<unsigned char>(piece[at]), line));

@@ -7,7 +7,8 @@
 
 namespace wf::data {
 
-std::vector<std::int64_t> window_document_bounds(const DocumentIndex& index, std::int64_t window_start, std::int64_t N) {
+std::vector<std::int64_t> window_document_bounds(const DocumentIndex& index, std::int64_t window_start,
+                                                 std::int64_t N) {
   std::vector<std::int64_t> bounds{0};
   // The first document that starts after the window's first token (binary search: O(log D)).
   for (auto it = std::upper_bound(index.starts.begin(), index.starts.end(), window_start);

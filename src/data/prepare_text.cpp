@@ -118,8 +118,8 @@ PrepareTextResult prepare_text(const PrepareTextOptions& o, const Tokenizer& tok
         progress.update(static_cast<std::int64_t>(starts.size()), static_cast<std::int64_t>(tokens.size()), bytes_read);
       });
   WF_USER_CHECK(!starts.empty(),
-                "prepare-text: the {} input file(s) hold no document ({} empty, {}); check --format{}", result.files.size(),
-                result.read.empty_skipped, result.read.bad.summary(),
+                "prepare-text: the {} input file(s) hold no document ({} empty, {}); check --format{}",
+                result.files.size(), result.read.empty_skipped, result.read.bad.summary(),
                 o.read.format == DocumentFormat::jsonl ? " and --text-key" : "");
 
   const auto total = static_cast<std::int64_t>(tokens.size());

@@ -85,7 +85,8 @@ std::vector<std::uint32_t> bytes_then(const std::string& text, std::optional<std
 TEST_CASE("JSON Lines records: the text under the key, or why the record is bad", "[data][documents]") {
   const auto text_of = [](std::string_view line) { return parse_jsonl_record(line, "text"); };
   CHECK(text_of(R"({"text": "hello", "id": 3})").text == "hello");
-  CHECK(text_of(R"({"meta": {"text": 1}, "text": "a\nb \u00e9 \ud83d\ude00"})").text == "a\nb \xc3\xa9 \xf0\x9f\x98\x80");
+  CHECK(text_of(R"({"meta": {"text": 1}, "text": "a\nb \u00e9 \ud83d\ude00"})").text ==
+        "a\nb \xc3\xa9 \xf0\x9f\x98\x80");
   CHECK(parse_jsonl_record(R"({"content": "x", "text": 1})", "content").text == "x");
 
   const auto bad = [&](std::string_view line, BadRecordKind kind, const std::string& reason) {
@@ -112,14 +113,17 @@ TEST_CASE("JSON Lines records: the text under the key, or why the record is bad"
 TEST_CASE("JSON Lines files, plain and gzipped, in folders read recursively in sorted order", "[data][documents]") {
   TempDir dir;
   std::filesystem::create_directories(dir.file("in/b"));
-  write_bytes(dir.file("in/b/2.jsonl"), "{\"text\": \"two\"}\r\n\n  \n{\"text\": \"three\"}");  // CRLF, blanks, no final \n
+  // CRLF, blank lines, no final newline.
+  write_bytes(dir.file("in/b/2.jsonl"), "{\"text\": \"two\"}\r\n\n  \n{\"text\": \"three\"}");
   write_gz(dir.file("in/a.jsonl.gz"), "{\"text\": \"one\"}\n");
   write_bytes(dir.file("in/notes.txt"), "not read: not a .jsonl file");
   write_bytes(dir.file("in/.hidden.jsonl"), "{\"text\": \"hidden\"}\n");
   write_gz(dir.file("single.gz"), "{\"text\": \"named\"}\n");  // named: read whatever its name
 
-  const std::vector<std::string> files = list_document_files({dir.file("in"), dir.file("single.gz")}, DocumentFormat::jsonl);
-  REQUIRE(files == std::vector<std::string>{dir.file("in/a.jsonl.gz"), dir.file("in/b/2.jsonl"), dir.file("single.gz")});
+  const std::vector<std::string> files =
+      list_document_files({dir.file("in"), dir.file("single.gz")}, DocumentFormat::jsonl);
+  REQUIRE(files ==
+          std::vector<std::string>{dir.file("in/a.jsonl.gz"), dir.file("in/b/2.jsonl"), dir.file("single.gz")});
   DocumentReadTotals totals;
   const Found found = read_all(files, jsonl(), &totals);
   CHECK(found.texts == std::vector<std::string>{"one", "two", "three", "named"});

@@ -128,9 +128,10 @@ TEST_CASE("packing: every sp rank's positions inside documents and each row's bo
               REQUIRE(batch.doc_bounds.size() == 2);
               for (std::int64_t b = 0; b < 2; ++b) {
                 const std::int64_t window_start = batch.samples[static_cast<std::size_t>(b)] * N;
-                CHECK(batch.doc_bounds[static_cast<std::size_t>(b)] == reference_bounds(source->index(), window_start, N));
+                const DocumentIndex& index = source->index();
+                CHECK(batch.doc_bounds[static_cast<std::size_t>(b)] == reference_bounds(index, window_start, N));
                 Values expected;
-                for (const std::int64_t p : positions) expected.push_back(reference_position(source->index(), window_start, p));
+                for (const std::int64_t p : positions) expected.push_back(reference_position(index, window_start, p));
                 CHECK(row(batch.doc_positions, b) == expected);
                 // Without packing: one document.
                 CHECK(unpacked.doc_bounds[static_cast<std::size_t>(b)] == Values{0, N});

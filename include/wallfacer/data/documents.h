@@ -78,8 +78,9 @@ struct DocumentReadTotals {
 // after each, with the bytes of input consumed so far (the files' sizes on disk, for progress).
 // wf::Error naming the file for one that cannot be read or a corrupt gzip stream, and, once more
 // than options.max_bad_records records are bad, one listing the first ones and the fix.
+using DocumentCallback = std::function<void(std::string_view text, const RecordPlace& place)>;
 DocumentReadTotals read_documents(const std::vector<std::string>& files, const DocumentReadOptions& options,
-                                  const std::function<void(std::string_view text, const RecordPlace& place)>& on_document,
+                                  const DocumentCallback& on_document,
                                   const std::function<void(std::int64_t bytes_read)>& on_bytes = {});
 
 }  // namespace wf::data

@@ -12,7 +12,8 @@ namespace wf::data {
 // The document boundaries of the window [window_start, window_start + N) as cumulative sequence
 // lengths (THD's cu_seqlens): 0, then every document start inside the window relative to it, then
 // N. A document that began before the window is cut at 0; one that goes on past it at N.
-std::vector<std::int64_t> window_document_bounds(const DocumentIndex& index, std::int64_t window_start, std::int64_t N);
+std::vector<std::int64_t> window_document_bounds(const DocumentIndex& index, std::int64_t window_start,
+                                                 std::int64_t N);
 
 // Each position's place inside its document: out[i] = positions[i] − the last bound ≤
 // positions[i]. `bounds` as window_document_bounds gives them; positions in [0, bounds.back()).
