@@ -17,7 +17,7 @@
 namespace wf::data {
 namespace {
 
-constexpr std::int64_t kReadChunkBytes = 1 << 20;
+constexpr std::int64_t kReadChunkBytes = 1 << 16;
 constexpr std::size_t kKeysNamed = 5;  // keys listed when the text key is missing
 
 bool is_blank(std::string_view text) {
