@@ -14,6 +14,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/data/document_index.h"
 #include "wallfacer/data/documents.h"
+#include "wallfacer/data/gpt2_tokenizer.h"
 #include "wallfacer/data/loader.h"
 #include "wallfacer/data/prepare_text.h"
 #include "wallfacer/data/token_file.h"
@@ -352,6 +353,28 @@ TEST_CASE("prepare_text writes token files, indexes and an end-of-text token aft
     options.inputs = {dir.file("blank.jsonl")};
     CHECK_THROWS_WITH(prepare_text(options, ByteTokenizer()), Contains("hold no document (1 empty"));
   }
+}
+
+TEST_CASE("prepare_text with a GPT-2 tokenizer closes each document with its <|endoftext|>",
+          "[data][documents][prepare_text]") {
+  TempDir dir;
+  // A toy GPT-2 vocabulary (the real one is fetched: data_gpt2_vocab): its <|endoftext|> is 3.
+  write_bytes(dir.file("encoder.json"), "{\"a\": 0, \"b\": 1, \"ab\": 2, \"<|endoftext|>\": 3}");
+  write_bytes(dir.file("vocab.bpe"), "#version: 0.2\na b\n");
+  const Gpt2Tokenizer toy(dir.file(""));
+  REQUIRE(toy.document_end() == 3u);
+  write_bytes(dir.file("docs.txt"), "abab\n\nba\n\na");
+  PrepareTextOptions options;
+  options.inputs = {dir.file("docs.txt")};
+  options.read = split_on("\n\n", 0);
+  options.output_dir = dir.file("out");
+  options.val_fraction = 0.3;  // 2 of 8 tokens: the last document
+  const PrepareTextResult r = prepare_text(options, toy);
+  CHECK(file_tokens(r.train.tokens_path) == std::vector<std::uint32_t>{2, 2, 3, 1, 0, 3});
+  CHECK(file_tokens(r.val.tokens_path) == std::vector<std::uint32_t>{0, 3});
+  CHECK(read_document_index(r.train.index_path) ==
+        DocumentIndex{.token_count = 6, .starts = {0, 3}, .end_of_text = 3});
+  CHECK(ByteTokenizer().document_end() == std::nullopt);
 }
 
 TEST_CASE("a token file's documents: a missing or mismatched index is an error naming both files",
