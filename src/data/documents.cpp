@@ -53,8 +53,14 @@ class TextKeyHandler final : public nlohmann::json_sax<nlohmann::json> {
     ++depth_;
     return true;
   }
-  bool end_object() override { return --depth_, true; }
-  bool end_array() override { return --depth_, true; }
+  bool end_object() override {
+    --depth_;
+    return true;
+  }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
   bool key(string_t& name) override {
     if (depth_ != 1) return true;
     at_key_ = name == key_;
