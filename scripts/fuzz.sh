@@ -5,8 +5,9 @@
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #
 # SECONDS defaults to 60 per target; TARGETs are the names under tests/fuzz/corpus/ (safetensors,
-# checkpoint, token_file, config, gpt2_tokenizer, idx), all by default. Prints one line per target
-# (executions, exec/s, corpus size, OK or CRASHED) and ends with "fuzz: N passed, M failed";
+# checkpoint, token_file, config, gpt2_tokenizer, idx, jsonl, document_index), all by default.
+# Prints one line per target (executions, exec/s, corpus size, OK or CRASHED) and ends with
+# "fuzz: N passed, M failed";
 # exits non-zero when any target crashed, leaked, hung or ran out of memory. A crashing input is
 # kept in build-fuzz/artifacts/<target>/; reproduce with build-fuzz/tests/fuzz/fuzz_<target> FILE.
 # Environment:
@@ -23,7 +24,7 @@ if [ "$#" -gt 0 ]; then shift; fi
 case "$seconds" in
   '' | *[!0-9]*) echo "fuzz.sh: SECONDS must be a whole number, not '$seconds'" >&2; exit 2 ;;
 esac
-all_targets=(safetensors checkpoint token_file config gpt2_tokenizer idx)
+all_targets=(safetensors checkpoint token_file config gpt2_tokenizer idx jsonl document_index)
 targets=("$@")
 [ "${#targets[@]}" -gt 0 ] || targets=("${all_targets[@]}")
 for t in "${targets[@]}"; do

@@ -11,7 +11,7 @@ PACKAGES=(
   libeigen3-dev libopenblas-dev libdnnl-dev
   libyaml-cpp-dev libspdlog-dev libfmt-dev
   catch2 nlohmann-json3-dev libcli11-dev
-  # src/data: zlib reads gzipped IDX images, libpng writes sample grids.
+  # src/data: zlib reads gzipped IDX images and documents, libpng writes sample grids.
   libpng-dev zlib1g-dev
   bible-kjv gnuplot-nox python3-torch
   # The DiT's images (tests/data/test_idx_images.cpp reads them): /usr/share/datasets/fashion-mnist/.

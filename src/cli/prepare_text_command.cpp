@@ -1,9 +1,6 @@
-// `wallfacer prepare-text`: text files -> DIR/train.bin + DIR/val.bin token files (see docs/data.md).
-#include <cmath>
+// `wallfacer prepare-text`: documents (text or JSON Lines, files or folders) -> DIR/train.bin and
+// DIR/val.bin token files with their document indexes train.docs and val.docs (see docs/data.md).
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,89 +8,98 @@
 #include "src/cli/commands.h"
 #include "src/cli/option_checks.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/data/prepare_text.h"
 #include "wallfacer/data/token_file.h"
-#include "wallfacer/data/tokenizer.h"
 
 namespace wf::cli {
 namespace {
 
-struct PrepareTextOptions {
-  std::vector<std::string> inputs;
-  std::string output_dir;
+struct PrepareTextCommandOptions {
+  data::PrepareTextOptions prepare;
   std::string tokenizer;
   std::string gpt2_dir = "data/gpt2";
-  double val_fraction = 0.1;
+  std::string format = "text";
+  std::string separator;
+  CLI::Option* separator_option = nullptr;
+  CLI::Option* text_key_option = nullptr;
 };
 
-// Checked for every input before any is read, so that a typo in the last file name fails at
-// once rather than after minutes of tokenizing.
-void check_input(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  WF_CHECK(fs::exists(path, ec), "prepare-text: input file '{}' does not exist", path);
-  WF_CHECK(fs::is_regular_file(path, ec), "prepare-text: input '{}' is not a regular file", path);
-  WF_CHECK(fs::file_size(path, ec) > 0 && !ec, "prepare-text: input file '{}' is empty", path);
+void print_split(const data::PreparedSplit& split) {
+  std::printf("%s: %lld tokens, %lld documents (index %s)\n", split.tokens_path.c_str(),
+              static_cast<long long>(split.tokens), static_cast<long long>(split.documents), split.index_path.c_str());
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  WF_CHECK(in.good(), "prepare-text: cannot read input file '{}' (check its permissions)", path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  WF_CHECK(!in.bad(), "prepare-text: reading input file '{}' failed", path);
-  WF_CHECK(!text.empty(), "prepare-text: input file '{}' is empty", path);
-  return text;
-}
-
-int run(const PrepareTextOptions& o) {
-  for (const std::string& path : o.inputs) check_input(path);
+int run(PrepareTextCommandOptions& o) {
+  data::PrepareTextOptions& p = o.prepare;
+  p.read.format = o.format == "jsonl" ? data::DocumentFormat::jsonl : data::DocumentFormat::text;
+  WF_USER_CHECK(p.read.format == data::DocumentFormat::text || o.separator_option->count() == 0,
+                "prepare-text: --separator splits text files; a JSON Lines record is one document already");
+  WF_USER_CHECK(p.read.format == data::DocumentFormat::jsonl || o.text_key_option->count() == 0,
+                "prepare-text: --text-key names the key of JSON Lines records; add --format jsonl");
+  if (o.separator_option->count() > 0) p.read.separator = data::unescape_separator(o.separator);
+  p.progress = stderr;
   const auto tokenizer = data::make_tokenizer(o.tokenizer, o.gpt2_dir);
-  // The files are concatenated as they are, with no separator token: put the boundaries you
-  // want (blank lines, say) into the text itself.
-  std::vector<std::uint32_t> tokens;
-  for (const std::string& path : o.inputs) {
-    const std::vector<std::uint32_t> file_tokens = tokenizer->encode(read_text(path));
-    tokens.insert(tokens.end(), file_tokens.begin(), file_tokens.end());
-  }
-  const auto total = static_cast<std::int64_t>(tokens.size());
-  const auto val_count = static_cast<std::int64_t>(std::floor(static_cast<double>(total) * o.val_fraction));
-  const std::int64_t train_count = total - val_count;
-  WF_CHECK(train_count > 0, "prepare-text: {} tokens leave none for training at --val-fraction {}", total,
-           o.val_fraction);
-
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(o.output_dir, ec);
-  WF_CHECK(!ec, "prepare-text: cannot create output directory '{}': {}", o.output_dir, ec.message());
-  const std::string train_path = (fs::path(o.output_dir) / "train.bin").string();
-  const std::string val_path = (fs::path(o.output_dir) / "val.bin").string();
-  const std::vector<std::uint32_t> val(tokens.begin() + train_count, tokens.end());
-  tokens.resize(static_cast<std::size_t>(train_count));
-  data::write_token_file(train_path, tokens, tokenizer->vocab_size());
-  data::write_token_file(val_path, val, tokenizer->vocab_size());
+  const data::PrepareTextResult r = data::prepare_text(p, *tokenizer);
 
   const int width = data::token_bytes_for_vocab(tokenizer->vocab_size());
-  std::printf("tokenizer %s (vocab %lld, uint%d tokens), %zu input file(s)\n", tokenizer->name().c_str(),
-              static_cast<long long>(tokenizer->vocab_size()), width * 8, o.inputs.size());
-  std::printf("%s: %lld tokens\n%s: %lld tokens\n", train_path.c_str(), static_cast<long long>(train_count),
-              val_path.c_str(), static_cast<long long>(val_count));
+  std::printf("tokenizer %s (vocab %lld, uint%d tokens, %s), %zu input file(s)\n", tokenizer->name().c_str(),
+              static_cast<long long>(tokenizer->vocab_size()), width * 8,
+              r.end_of_text ? fmt::format("end-of-text token {} after each document", *r.end_of_text).c_str()
+                            : "no end-of-text token",
+              r.files.size());
+  std::printf("%lld documents, %lld empty ones skipped, %s\n", static_cast<long long>(r.read.documents),
+              static_cast<long long>(r.read.empty_skipped), r.read.bad.summary().c_str());
+  for (const std::string& example : r.read.bad.examples) {
+    std::fprintf(stderr, "prepare-text: skipped %s\n", example.c_str());
+  }
+  if (r.cut_single_document) {
+    std::fprintf(stderr,
+                 "prepare-text: the input is one document, so the validation set is its last %lld tokens; give more "
+                 "documents (--separator, one file each, or JSON Lines) to keep validation documents whole\n",
+                 static_cast<long long>(r.val.tokens));
+  }
+  print_split(r.train);
+  print_split(r.val);
   return kExitOk;
 }
 
 }  // namespace
 
 void add_prepare_text_command(CLI::App& app) {
-  auto o = std::make_shared<PrepareTextOptions>();
-  CLI::App* command =
-      app.add_subcommand("prepare-text", "Tokenize text files into train.bin and val.bin token files for GPT training");
-  command->add_option("--input", o->inputs, "Text files (UTF-8), concatenated in this order")->required()->expected(1, -1);
-  command->add_option("--output-dir", o->output_dir, "Directory for train.bin and val.bin (created if needed)")
+  auto o = std::make_shared<PrepareTextCommandOptions>();
+  CLI::App* command = app.add_subcommand(
+      "prepare-text", "Tokenize documents into train.bin and val.bin token files with their document indexes");
+  command
+      ->add_option("--input", o->prepare.inputs,
+                   "Text or JSON Lines files (UTF-8, gzipped or not) and folders of them, read in this order")
+      ->required()
+      ->expected(1, -1);
+  command->add_option("--output-dir", o->prepare.output_dir, "Directory for train.bin, val.bin and their .docs indexes")
       ->required();
   command->add_option("--tokenizer", o->tokenizer, "byte (vocab 256) or gpt2 (GPT-2 BPE, vocab 50257)")
       ->required()
       ->check(CLI::IsMember({"byte", "gpt2"}));
   command->add_option("--gpt2-dir", o->gpt2_dir, "encoder.json + vocab.bpe (scripts/fetch-gpt2-bpe.sh fetches them)")
       ->capture_default_str();
-  command->add_option("--val-fraction", o->val_fraction, "The last fraction of the tokens, held out as val.bin")
+  command
+      ->add_option("--format", o->format,
+                   "text: one document per file (or per --separator); jsonl: one per line, the string under "
+                   "--text-key. Folders contribute *.txt[.gz] or *.jsonl[.gz]")
+      ->check(CLI::IsMember({"text", "jsonl"}))
+      ->capture_default_str();
+  o->separator_option = command->add_option(
+      "--separator", o->separator, "text: split each file into documents on this text (escapes \\n \\r \\t \\\\)");
+  o->text_key_option = command->add_option("--text-key", o->prepare.read.text_key, "jsonl: the key holding the text")
+                           ->capture_default_str();
+  command
+      ->add_option("--max-bad-records", o->prepare.read.max_bad_records,
+                   "Records that cannot be read (invalid JSON or UTF-8, a missing or non-string key) skipped and "
+                   "counted before the command stops")
+      ->check(in_range<std::int64_t>(0, INT64_MAX))
+      ->capture_default_str();
+  command
+      ->add_option("--val-fraction", o->prepare.val_fraction,
+                   "About this fraction of the tokens, the last whole documents, held out as val.bin")
       ->check(in_range(0.0, 0.99))
       ->capture_default_str();
   set_action(*command, [o] { return run(*o); });

@@ -226,6 +226,7 @@ std::vector<Field> make_fields() {
       text(KEY(data, train_labels_path), true),
       text(KEY(data, val_labels_path), true),
       choice(KEY(data, tokenizer), kTokenizers),
+      boolean(KEY(data, pack)),
 
       text(KEY(checkpoint, dir), false),
       integer(KEY(checkpoint, every), 0),

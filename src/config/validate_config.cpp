@@ -24,6 +24,7 @@
 #include "wallfacer/core/device_backend.h"
 #include "wallfacer/core/machine.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/data/document_index.h"
 #include "wallfacer/parallel/pipeline_schedule.h"
 #include "wallfacer/parallel/pipeline_stages.h"
 #include "wallfacer/parallel/sequence_layout.h"
@@ -260,6 +261,19 @@ void check_train(const RunConfig& c, std::vector<std::string>& problems) {
   }
 }
 
+// data.pack reads the document indexes of token files.
+void check_packing(const RunConfig& c, std::vector<std::string>& problems) {
+  if (!c.data.pack) return;
+  if (model_schema(c.model.name).image_data) {
+    problems.push_back(fmt::format("data.pack: packs documents of token files, but model {} reads images: set "
+                                   "data.pack: false",
+                                   c.model.name));
+  } else if (c.data.source != DataSource::file) {
+    problems.push_back("data.pack: synthetic tokens have no documents: set data.source: file with token files from "
+                       "`wallfacer prepare-text`, or data.pack: false");
+  }
+}
+
 // Why this process cannot read `path` as a file, or "" when it can.
 std::string unreadable_reason(const std::string& path) {
   // O_NONBLOCK: a FIFO must not wait for a writer.
@@ -314,6 +328,18 @@ void check_data_files(const RunConfig& c, std::vector<std::string>& problems) {
   };
   check("data.train_path", c.data.train_path);
   check("data.val_path", c.data.val_path);
+  if (!c.data.pack) return;
+  // The indexes' contents are checked when the loader opens them; here only that they are there.
+  for (const std::string* path : {&c.data.train_path, &c.data.val_path}) {
+    if (path->empty() || !unreadable_reason(*path).empty()) continue;
+    const std::string index = data::document_index_path(*path);
+    if (const std::string reason = unreadable_reason(index); !reason.empty()) {
+      problems.push_back(fmt::format("data.pack: cannot read the document index '{}' of token file '{}': {}; re-run "
+                                     "`wallfacer prepare-text` (it writes each token file's index beside it), or set "
+                                     "data.pack: false",
+                                     index, *path, reason));
+    }
+  }
 }
 
 }  // namespace
@@ -345,6 +371,13 @@ std::vector<std::string> unsupported_by_trainer(const RunConfig& c) {
     problems.push_back("comm.gpu_transport is nccl, but this build has no NCCL (configure with the CUDA toolkit and "
                        "NCCL installed); set comm.gpu_transport: staged or auto to move GPU tensors through pinned "
                        "host memory over MPI");
+  }
+  if (c.data.pack) {
+    // The loader packs (data/loader.h: Batch::doc_positions, doc_bounds), but the models do not
+    // yet pass the boundaries to attention nor the positions inside documents to RoPE: a packed
+    // run would train as an unpacked one, documents attending to each other, without a word.
+    problems.push_back("data.pack: the loader packs documents, but attention does not yet keep them apart (each "
+                       "would attend to the documents before it in its sequence); set data.pack: false");
   }
   return problems;
 }
@@ -403,6 +436,7 @@ std::vector<std::string> validation_problems(const RunConfig& config, int world_
     }
   }
   check_train(config, problems);
+  check_packing(config, problems);
   if (scope == ValidateScope::this_machine) {
     for (std::string& p : unsupported_by_trainer(config)) problems.push_back(std::move(p));
   }

@@ -148,39 +148,6 @@ std::vector<YAML::Mark> document_starts(const std::string& text, std::size_t lim
 
 }  // namespace
 
-std::size_t first_invalid_utf8(std::string_view text) {
-  for (std::size_t i = 0; i < text.size();) {
-    const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
-    const unsigned char lead = byte(i);
-    // Sequence length and the range of the second byte (RFC 3629's table): the narrower ranges
-    // after E0, ED, F0 and F4 refuse overlong forms, surrogates and code points past U+10FFFF.
-    std::size_t length = 1;
-    unsigned char low = 0x80, high = 0xBF;
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    } else if (lead >= 0xC2 && lead <= 0xDF) {
-      length = 2;
-    } else if (lead >= 0xE0 && lead <= 0xEF) {
-      length = 3;
-      if (lead == 0xE0) low = 0xA0;
-      if (lead == 0xED) high = 0x9F;
-    } else if (lead >= 0xF0 && lead <= 0xF4) {
-      length = 4;
-      if (lead == 0xF0) low = 0x90;
-      if (lead == 0xF4) high = 0x8F;
-    } else {
-      return i;
-    }
-    if (i + length > text.size() || byte(i + 1) < low || byte(i + 1) > high) return i;
-    for (std::size_t k = 2; k < length; ++k) {
-      if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return i;
-    }
-    i += length;
-  }
-  return std::string_view::npos;
-}
-
 std::string read_config_file(const std::string& path) {
   // O_NONBLOCK: opening a FIFO nobody writes to must not block; cleared below for the reads.
   const Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "src/data/utf8.h"
+
 namespace wf::config::detail {
 
 // A run config is a few KiB; anything past this is the wrong file (a data set, a checkpoint).
@@ -16,10 +18,9 @@ inline constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
 // recurses once per level (a run config needs 2: section, key).
 inline constexpr int kMaxConfigNesting = 32;
 
-// The offset of the first byte of `text` that is not part of well-formed UTF-8 (an overlong
-// form, a surrogate, past U+10FFFF, a truncated sequence), or npos. YAML text is UTF-8, and
-// yaml-cpp's emitter replaces what is not with U+FFFD: to_yaml would write another path.
-std::size_t first_invalid_utf8(std::string_view text);
+// YAML text is UTF-8 (data/utf8.h), and yaml-cpp's emitter replaces what is not with U+FFFD:
+// to_yaml would write another path.
+using data::first_invalid_utf8;
 
 // The text of the config file `path`: a regular file or a pipe (`<(...)`). wf::UserError naming
 // the file when it is missing, unreadable, a directory or a device, or larger than

@@ -1,18 +1,12 @@
 #include "wallfacer/data/idx_images.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
-
 #include <algorithm>
 #include <array>
-#include <climits>
 #include <cmath>
 #include <numbers>
 #include <vector>
 
-#include "src/core/atomic_file.h"
+#include "src/data/gzip_input.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/rng.h"
 
@@ -31,7 +25,6 @@ constexpr IdxRole kImagesRole{"images", 3, "[N, rows, cols]", "train-images-idx3
 constexpr IdxRole kLabelsRole{"labels", 1, "[N]", "train-labels-idx1-ubyte.gz"};
 
 constexpr unsigned char kIdxUnsignedByte = 0x08;
-constexpr int kGzipBufferBytes = 1 << 17;             // zlib's default 8 KiB makes many small reads
 // The payload buffer grows by what has arrived so far (doubling), from 64 KiB up to 16 MiB a step:
 // never by the header's word alone.
 constexpr std::int64_t kFirstReadBytes = 1 << 16;
@@ -44,81 +37,16 @@ std::string how_to_fix(const IdxRole& role) {
                      role.what, role.example);
 }
 
-// An IDX file read through zlib, which decompresses gzip and passes anything else through as is.
-// Owns the gzFile; every failure is a wf::UserError naming the file.
-class IdxStream {
+// An IDX file read through zlib (gzip or raw); every failure is a wf::UserError naming the file.
+class IdxStream : public detail::GzipInput {
  public:
-  IdxStream(const std::string& path, const IdxRole& role) : path_(path), role_(role) {
-    const int fd = open_regular_file();
-    file_ = ::gzdopen(fd, "rb");
-    if (file_ == nullptr) {
-      ::close(fd);
-      WF_FAIL("IDX {} file '{}': zlib cannot open it (out of memory)", role_.what, path_);
-    }
-    ::gzbuffer(file_, kGzipBufferBytes);
-  }
-  ~IdxStream() { ::gzclose(file_); }
-  IdxStream(const IdxStream&) = delete;
-  IdxStream& operator=(const IdxStream&) = delete;
-
-  // "IDX images file 'PATH'", the start of every message about this file.
-  std::string name() const { return fmt::format("IDX {} file '{}'", role_.what, path_); }
+  IdxStream(const std::string& path, const IdxRole& role)
+      : GzipInput(path, fmt::format("IDX {} file '{}'", role.what, path), "an IDX file", how_to_fix(role)),
+        role_(role) {}
   const IdxRole& role() const { return role_; }
-  // True once the first bytes showed a gzip stream (valid after the first read).
-  bool gzipped() const { return ::gzdirect(file_) == 0; }
-
-  // Reads up to n bytes into out; fewer only where the data ends. A corrupt gzip stream or a
-  // read error is a wf::UserError.
-  std::int64_t read(void* out, std::int64_t n) {
-    auto* bytes = static_cast<unsigned char*>(out);
-    std::int64_t done = 0;
-    while (done < n) {
-      // gzread takes an unsigned int and returns an int: at most INT_MAX bytes a call.
-      const auto want = static_cast<unsigned>(std::min<std::int64_t>(n - done, INT_MAX));
-      const int got = ::gzread(file_, bytes + done, want);
-      if (got < 0) fail_stream();
-      if (got == 0) break;
-      done += got;
-    }
-    return done;
-  }
-
-  // Whether the gzip stream ended in the middle (zlib reports "unexpected end of file").
-  bool cut_short() const {
-    int code = Z_OK;
-    ::gzerror(file_, &code);
-    return code == Z_BUF_ERROR;
-  }
 
  private:
-  // O_NONBLOCK: opening a FIFO must not wait for a writer; anything but a regular file is refused.
-  int open_regular_file() const {
-    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    WF_USER_CHECK(fd >= 0, "{}: cannot open it: {}; {}", name(), wf::detail::errno_text(), how_to_fix(role_));
-    struct stat st {};
-    const bool stat_ok = ::fstat(fd, &st) == 0;
-    if (stat_ok && S_ISREG(st.st_mode)) return fd;
-    const std::string reason = stat_ok ? "" : wf::detail::errno_text();
-    ::close(fd);
-    WF_USER_CHECK(stat_ok, "{}: cannot stat it: {}", name(), reason);
-    WF_USER_FAIL("{} is {}, not an IDX file; {}", name(),
-                 S_ISDIR(st.st_mode) ? "a directory" : "not a regular file (a device, pipe or socket)",
-                 how_to_fix(role_));
-  }
-
-  [[noreturn]] void fail_stream() const {
-    int code = Z_OK;
-    std::string reason = ::gzerror(file_, &code);
-    // zlib prefixes its message with the file's name, which for gzdopen is "<fd:N>".
-    if (reason.rfind("<fd:", 0) == 0 && reason.find(": ") != std::string::npos) reason.erase(0, reason.find(": ") + 2);
-    // Z_ERRNO: the system refused the read (zlib's message is strerror's).
-    if (code == Z_ERRNO) WF_USER_FAIL("{}: cannot read it: {}", name(), reason);
-    WF_USER_FAIL("{} is a corrupt gzip stream ({}); {}", name(), reason, how_to_fix(role_));
-  }
-
-  std::string path_;
   IdxRole role_;
-  gzFile file_ = nullptr;
 };
 
 std::uint32_t big_endian_u32(const unsigned char* p) {

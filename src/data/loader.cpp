@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/data/packing.h"
 
 namespace wf::data {
 namespace {
@@ -46,6 +47,12 @@ BatchLoader::BatchLoader(std::shared_ptr<TokenSource> source, LoaderOptions opti
   order_ = std::make_unique<SampleOrder>(sample_order_options(options_, samples_per_epoch_));
   runs_ = options_.shard.runs();
   positions_ = parallel::run_positions(runs_);
+  if (options_.pack) {
+    documents_ = source_->documents();
+    WF_CHECK(documents_ != nullptr && documents_->token_count == source_->size(),
+             "BatchLoader: the document index of {} is for {} tokens, but the source holds {}", source_->describe(),
+             documents_ ? documents_->token_count : 0, source_->size());
+  }
 }
 
 BatchLoader::~BatchLoader() = default;
@@ -69,12 +76,17 @@ Batch BatchLoader::get(std::int64_t step, std::int64_t micro) const {
   batch.targets = Tensor::empty({B, n_local}, DType::i64);
   batch.positions = Tensor::from_vector(positions_, {n_local});
   batch.global_tokens = global_batch_size() * N;  // every position of a window has a target
+  batch.doc_positions = Tensor::empty({B, n_local}, DType::i64);
   std::int64_t* inputs = batch.inputs.data<std::int64_t>();
   std::int64_t* targets = batch.targets.data<std::int64_t>();
+  std::int64_t* doc_positions = batch.doc_positions.data<std::int64_t>();
   std::vector<std::int64_t> window;
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int64_t sample = sample_at(stream_index(step, micro, b));
     batch.samples.push_back(sample);
+    batch.doc_bounds.push_back(documents_ ? window_document_bounds(*documents_, sample * N, N)
+                                          : std::vector<std::int64_t>{0, N});
+    document_positions(batch.doc_bounds.back(), positions_, doc_positions + b * n_local);
     // Only this rank's runs are read, each with the one token after it for the last target:
     // a rank touches N/P + (runs) tokens of a sequence, not N.
     std::int64_t column = b * n_local;

@@ -6,32 +6,23 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <utility>
 
 #include "src/core/atomic_file.h"
+#include "src/data/little_endian.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::data {
 namespace {
 
-// Tokens are read and written with memcpy in host order, which is the file's order only here.
-static_assert(std::endian::native == std::endian::little, "token files assume a little-endian host");
+using detail::get;
+using detail::put;
 
 constexpr const char* kHowToFix = "re-run `wallfacer prepare-text` to rewrite it";
 constexpr std::int64_t kWriteChunkTokens = 1 << 16;
-
-template <typename T>
-void put(unsigned char* at, T value) { std::memcpy(at, &value, sizeof(T)); }
-template <typename T>
-T get(const unsigned char* at) {
-  T value;
-  std::memcpy(&value, at, sizeof(T));
-  return value;
-}
 
 // Narrows tokens[begin, end) to `width` bytes each, checking each id against the vocabulary.
 void encode_chunk(const std::vector<std::uint32_t>& tokens, std::int64_t begin, std::int64_t end, int width,

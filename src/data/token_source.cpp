@@ -1,11 +1,14 @@
 // Token sources for the batch loader: memory-mapped token files and seeded synthetic tokens.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <filesystem>
 #include <utility>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/rng.h"
+#include "wallfacer/data/document_index.h"
 #include "wallfacer/data/loader.h"
 #include "wallfacer/data/token_file.h"
 
@@ -25,10 +28,42 @@ class TokenFileSource final : public TokenSource {
     file_.copy(start, count, out);  // bounds-checked, naming the file
   }
   std::string describe() const override { return fmt::format("token file '{}'", file_.path()); }
+  std::shared_ptr<const DocumentIndex> documents() const override;
 
  private:
   TokenFile file_;
 };
+
+// Samples of the documents checked against the token file: reading all of them would touch
+// every page of a large file at start-up.
+constexpr std::int64_t kEndOfTextChecks = 64;
+
+std::shared_ptr<const DocumentIndex> TokenFileSource::documents() const {
+  const std::string path = document_index_path(file_.path());
+  std::error_code ec;
+  WF_USER_CHECK(std::filesystem::exists(path, ec),
+                "token file '{}' has no document index '{}' beside it, which packing documents (data.pack: true) "
+                "needs; re-run `wallfacer prepare-text` (it writes both), or set data.pack: false",
+                file_.path(), path);
+  auto index = std::make_shared<DocumentIndex>(read_document_index(path));
+  WF_USER_CHECK(index->token_count == file_.size(),
+                "document index '{}' is for {} tokens but token file '{}' holds {}: they were not written together; "
+                "re-run `wallfacer prepare-text`, which writes both",
+                path, index->token_count, file_.path(), file_.size());
+  if (index->end_of_text && index->documents() > 0) {
+    const std::int64_t D = index->documents();
+    const std::int64_t step = std::max<std::int64_t>(1, D / kEndOfTextChecks);
+    for (std::int64_t d = 0; d < D; d += step) {
+      // The last token of document d.
+      const std::int64_t last = d + 1 < D ? index->starts[static_cast<std::size_t>(d + 1)] - 1 : file_.size() - 1;
+      WF_USER_CHECK(file_.at(last) == *index->end_of_text,
+                    "document index '{}' does not match token file '{}': document {} should end with the end-of-text "
+                    "token {} at token {}, which is {}; re-run `wallfacer prepare-text`, which writes both",
+                    path, file_.path(), d, *index->end_of_text, last, file_.at(last));
+    }
+  }
+  return index;
+}
 
 class SyntheticSource final : public TokenSource {
  public:
@@ -66,6 +101,12 @@ class SyntheticSource final : public TokenSource {
 }  // namespace
 
 TokenSource::~TokenSource() = default;
+
+std::shared_ptr<const DocumentIndex> TokenSource::documents() const {
+  WF_USER_FAIL("{} has no documents to pack: data.pack needs token files written by `wallfacer prepare-text`, with "
+               "their document indexes; set data.pack: false for this source",
+               describe());
+}
 
 std::shared_ptr<TokenSource> open_token_file_source(const std::string& path) {
   return std::make_shared<TokenFileSource>(path);

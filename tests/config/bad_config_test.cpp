@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <string>
@@ -403,6 +404,38 @@ TEST_CASE("config: validate refuses data files this machine cannot read, as trai
                                                   dir.data.val_path)) &&
                           Catch::Contains("point data.val_path at an existing token file"));
   CHECK_THAT(message, !Catch::Contains("data.train_path"));
+}
+
+TEST_CASE("config: data.pack needs the document indexes of token files", "[config]") {
+  const auto problems_of = [](const RunConfig& c, ValidateScope scope) {
+    return fmt::format("{}", fmt::join(validation_problems(c, 1, scope), "; "));
+  };
+  RunConfig synthetic;
+  synthetic.data.source = DataSource::synthetic;
+  synthetic.data.pack = true;
+  CHECK_THAT(problems_of(synthetic, ValidateScope::any_machine),
+             Catch::Contains("data.pack: synthetic tokens have no documents: set data.source: file"));
+  RunConfig images;
+  images.model.name = "dit";
+  images.data.source = DataSource::synthetic;
+  images.data.pack = true;
+  CHECK_THAT(problems_of(images, ValidateScope::any_machine),
+             Catch::Contains("data.pack: packs documents of token files, but model dit reads images"));
+
+  TempYaml tokens("packed.bin", "");
+  RunConfig packed = with_data_file(RunConfig{}, tokens.path());
+  packed.data.pack = true;
+  const std::string index = (std::filesystem::path(tokens.path()).parent_path() / "packed.docs").string();
+  CHECK_THAT(problems_of(packed, ValidateScope::this_machine),
+             Catch::Contains(fmt::format("data.pack: cannot read the document index '{}' of token file '{}': No such "
+                                         "file or directory; re-run `wallfacer prepare-text`",
+                                         index, tokens.path())));
+  TempYaml docs("packed.docs", "");
+  const std::string found = problems_of(packed, ValidateScope::this_machine);
+  CHECK_THAT(found, !Catch::Contains("document index"));
+  // Until attention keeps documents apart, the trainer refuses to pack (unsupported_by_trainer).
+  CHECK_THAT(found, Catch::Contains("data.pack: the loader packs documents, but attention does not yet keep them"));
+  CHECK(problems_of(packed, ValidateScope::any_machine).empty());
 }
 
 TEST_CASE("config: a missing file is named", "[config]") {

@@ -1,7 +1,9 @@
 #pragma once
-// Helpers shared by the data tests: a scratch directory that cleans up after itself, and the
-// GPT-2 vocabulary directory (WF_GPT2_DIR, set by tests/CMakeLists.txt).
+// Helpers shared by the data tests: a scratch directory that cleans up after itself, files raw
+// and gzipped, and the GPT-2 vocabulary directory (WF_GPT2_DIR, set by tests/CMakeLists.txt).
+#include <catch2/catch.hpp>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -41,6 +43,14 @@ class TempDir {
 
 inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// Writes `bytes` gzip-compressed, as the Fashion-MNIST downloads and many JSON Lines datasets are.
+inline void write_gz(const std::string& path, const std::string& bytes) {
+  gzFile file = gzopen(path.c_str(), "wb");
+  REQUIRE(file != nullptr);
+  REQUIRE(gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
+  REQUIRE(gzclose(file) == Z_OK);
 }
 
 inline std::string read_bytes(const std::string& path) {

@@ -1,7 +1,6 @@
 #include <catch2/catch.hpp>
 #include <png.h>
 #include <sys/stat.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <array>
@@ -26,6 +25,7 @@ using wf::Tensor;
 using wf::data::testing::read_bytes;
 using wf::data::testing::TempDir;
 using wf::data::testing::write_bytes;
+using wf::data::testing::write_gz;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -43,14 +43,6 @@ std::string bytes_of(const std::vector<int>& values) {
   std::string out;
   for (const int v : values) out.push_back(static_cast<char>(v));
   return out;
-}
-
-// Writes `bytes` gzip-compressed, as the Fashion-MNIST downloads are.
-void write_gz(const std::string& path, const std::string& bytes) {
-  gzFile file = gzopen(path.c_str(), "wb");
-  REQUIRE(file != nullptr);
-  REQUIRE(gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
-  REQUIRE(gzclose(file) == Z_OK);
 }
 
 float normalised(int p) { return static_cast<float>(p / 127.5 - 1.0); }

@@ -150,8 +150,41 @@ def checkpoint_seeds():
     write("checkpoint", "not-json.json", '{"format": "wallfacer-checkpoint", "version": 3,')
 
 
+# ---- JSON Lines documents (prepare-text --format jsonl): one file, raw or gzipped ----------------
+def jsonl_seeds():
+    records = ['{"text": "In the beginning God created the heaven and the earth."}',
+               r'{"id": 7, "text": "caf\u00e9 \ud83d\ude00 tab\tnewline\n", "meta": {"text": 1}}',
+               '{"text": "caf\u00e9, raw UTF-8"}',
+               '{"text": ""}', '{"text": "   "}']
+    write("jsonl", "valid.jsonl", "\n".join(records) + "\n")
+    write("jsonl", "crlf-blank-lines.jsonl", '{"text": "a"}\r\n\r\n  \n{"text": "b"}')
+    write("jsonl", "bad-records.jsonl", "\n".join([
+        '{"body": "no text key"}', "not json", '{"text": 7}', '{"text": null}', '["text"]', '"text"',
+        '{"text": "a", "text": "b"}', r'{"text": "\ud800"}', '{"text": "open', '{"text": "a"} trailing',
+        '{"text": [[[[[[[[{"a": []}]]]]]]]]}']).encode() + b'\n{"text": "\xff\xfe"}\n')
+    write("jsonl", "gzipped.jsonl.gz", gzip.compress("\n".join(records).encode(), mtime=0))
+
+
+# ---- document indexes: "WFDOCIDX" | u32 version | u32 end-of-text | u64 tokens | u64 D | D x u64 --
+def document_index(starts, tokens, end_of_text=0xFFFFFFFF, version=1, count=None, magic=b"WFDOCIDX"):
+    header = magic + struct.pack("<IIQQ", version, end_of_text, tokens, len(starts) if count is None else count)
+    return header + b"".join(struct.pack("<Q", s) for s in starts)
+
+
+def document_index_seeds():
+    write("document_index", "valid", document_index([0, 3, 4, 9], 10, end_of_text=50256))
+    write("document_index", "no-end-of-text", document_index([0, 1, 2, 3], 4))
+    write("document_index", "empty", document_index([], 0))
+    write("document_index", "one-long-document", document_index([0], 1 << 40))
+    write("document_index", "not-increasing", document_index([0, 5, 5], 10))
+    write("document_index", "start-past-end", document_index([0, 10], 10))
+    write("document_index", "count-too-large", document_index([0, 1], 4, count=1 << 61))
+    write("document_index", "version-2", document_index([0], 1, version=2))
+    write("document_index", "truncated", document_index([0, 2, 4], 8)[:-4])
+
+
 if __name__ == "__main__":
-    for target in ("safetensors", "token_file", "config", "gpt2_tokenizer", "idx"):
+    for target in ("safetensors", "token_file", "config", "gpt2_tokenizer", "idx", "jsonl", "document_index"):
         shutil.rmtree(CORPUS / target, ignore_errors=True)
         (CORPUS / target).mkdir(parents=True)
     safetensors_seeds()
@@ -160,3 +193,5 @@ if __name__ == "__main__":
     config_seeds()
     gpt2_seeds()
     checkpoint_seeds()
+    jsonl_seeds()
+    document_index_seeds()

@@ -118,6 +118,9 @@ struct DataConfig {
   std::string train_labels_path;
   std::string val_labels_path;
   TokenizerKind tokenizer = TokenizerKind::byte;
+  // Pack the documents of the token files into sequences (their .docs indexes, docs/data.md): each
+  // token's position restarts in its document and the batches carry the boundaries.
+  bool pack = false;
   friend bool operator==(const DataConfig&, const DataConfig&) = default;
 };
 

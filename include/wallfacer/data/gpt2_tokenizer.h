@@ -37,6 +37,7 @@ class Gpt2Tokenizer final : public Tokenizer {
   std::vector<std::uint32_t> encode(std::string_view text) const override;  // thread-safe (serialised)
   std::string decode(std::span<const std::uint32_t> tokens) const override;
   std::uint32_t end_of_text() const;  // the id of "<|endoftext|>" (50256)
+  std::optional<std::uint32_t> document_end() const override { return end_of_text(); }
 
  private:
   struct State;

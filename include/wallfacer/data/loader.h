@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "wallfacer/core/tensor.h"
+#include "wallfacer/data/document_index.h"
 #include "wallfacer/data/sample_order.h"
 #include "wallfacer/parallel/sequence_layout.h"
 
@@ -28,9 +29,15 @@ class TokenSource {
   virtual void read(std::int64_t start, std::int64_t count, std::int64_t* out) const = 0;
   // For messages: "token file 'data/x/train.bin'", "synthetic tokens (vocab 256, seed 1)".
   virtual std::string describe() const = 0;
+  // Where each document starts (the loader packs them: LoaderOptions::pack), read when asked, so a
+  // loader that does not pack never opens it. wf::Error naming the source and the fix when it
+  // has none (the default) or its index is damaged or belongs to other tokens.
+  virtual std::shared_ptr<const DocumentIndex> documents() const;
 };
 
-// A token file from `wallfacer prepare-text`, memory-mapped (TokenFile).
+// A token file from `wallfacer prepare-text`, memory-mapped (TokenFile). Its documents() are the
+// index beside it (document_index_path), checked against the file: the same token count, and
+// where the index names an end-of-text token, that token closing the documents it samples.
 std::shared_ptr<TokenSource> open_token_file_source(const std::string& path);
 
 // Seeded uniform random tokens for benchmarks at any length: token i is a function of
@@ -51,6 +58,9 @@ struct LoaderOptions {
   parallel::SpShard shard;
   std::uint64_t seed = 0;
   bool shuffle = true;  // false: the samples in file order (validation)
+  // Packed documents (data.pack): the same windows, with the source's documents() as each row's
+  // boundaries and positions inside documents. false: every row is one document.
+  bool pack = false;
 };
 
 struct Batch {
@@ -59,6 +69,12 @@ struct Batch {
   Tensor positions;  // [n_local] i64: the true position in the sequence of each local token
   std::int64_t global_tokens = 0;  // target tokens in the whole global batch of this step (loss averaging)
   std::vector<std::int64_t> samples;  // the window index of each row (logs, tests)
+  // Packed documents (docs/data.md "Packed documents"); without packing, each row is one document:
+  // doc_positions rows equal positions and doc_bounds rows are {0, N}.
+  Tensor doc_positions;  // [micro_batch_size, n_local] i64: each local token's position inside its document
+  // Per row, the documents of the whole global sequence as cumulative lengths (cu_seqlens):
+  // 0 = b_0 < b_1 < ... < b_k = N; document j is the global positions [b_j, b_j+1).
+  std::vector<std::vector<std::int64_t>> doc_bounds;
 };
 
 // The sample order of a loader's options over `samples_per_epoch` samples: its micro batch,
@@ -100,6 +116,7 @@ class BatchLoader {
   LoaderOptions options_;
   std::vector<parallel::TokenRun> runs_;
   std::vector<std::int64_t> positions_;
+  std::shared_ptr<const DocumentIndex> documents_;  // when packing
   std::int64_t samples_per_epoch_ = 0;
   std::unique_ptr<SampleOrder> order_;  // built once the source's sample count is known
 };

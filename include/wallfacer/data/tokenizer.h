@@ -3,6 +3,7 @@
 // decode(encode(text)) == text for any byte string.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -18,9 +19,11 @@ class Tokenizer {
   virtual std::vector<std::uint32_t> encode(std::string_view text) const = 0;
   // wf::Error on an id outside the vocabulary.
   virtual std::string decode(std::span<const std::uint32_t> tokens) const = 0;
+  // The token `prepare-text` appends after each document (GPT-2's <|endoftext|>), or none.
+  virtual std::optional<std::uint32_t> document_end() const { return std::nullopt; }
 };
 
-// One token per byte: id = byte value, vocab 256.
+// One token per byte: id = byte value, vocab 256. No end-of-text token: every id is a byte.
 class ByteTokenizer final : public Tokenizer {
  public:
   std::string name() const override { return "byte"; }
