@@ -48,7 +48,8 @@ TEST_CASE("SkipBlockCompute makes block attention compute nothing while it lives
     CHECK(all_equal(lse, -kInf));
   }
   CHECK_FALSE(SkipBlockCompute::active());
-  const BlockAttentionStats done = wf::parallel::block_attention_forward(p.q, p.q_runs, k, v, kv_runs, true, 0.5, o, lse);
+  const BlockAttentionStats done =
+      wf::parallel::block_attention_forward(p.q, p.q_runs, k, v, kv_runs, true, 0.5, o, lse);
   CHECK(done.blocks_computed > 0);
   CHECK_FALSE(all_equal(o, 0.0));
 }
