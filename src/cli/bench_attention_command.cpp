@@ -1,17 +1,25 @@
 // `wallfacer bench attention`: sequence-parallel attention (ring, Ulysses, WallFacer for every
 // valid team size C) on the world of the current mpirun (sp = world size; a world of one works
 // too), forward + backward, one row per (strategy, C):
+//   - on --device (cpu, cuda, testdev or auto, resolved as train.device is): inputs moved there, and
+//     each grid's groups given the device's transport (--transport, as comm.gpu_transport); every
+//     clock stops after synchronize(device), so a time is the device's, not the host's enqueue time;
 //   - time per call: the slowest rank's, median of --iters after a warm-up call;
 //   - bytes: the traffic counters of the sp groups during one forward and one backward (the
 //     warm-up call), per rank and summed over ranks, beside traffic_model.h's formulas;
 //   - compute-only time: the same block_attention calls the strategy makes on this rank (same
 //     query / key runs, same shapes, same schedule) on local data, with no communication; the
 //     overlap efficiency is compute-only / total time (1 = communication fully hidden);
+//   - communication-only time: the same strategy call with the attention blocks skipped
+//     (parallel::detail::SkipBlockCompute), so only its messages and small merges run; the overlap
+//     (compute + comm − total) / min(compute, comm), clamped to [0, 1], is the share of the
+//     shorter of the two that the full call hid (1 = fully hidden, 0 = serial);
 //   - compute rate: FLOPs of those calls per compute-only second, as a ratio to the rate of one
 //     process running the same kernel on one full N/P × N/P block alone (rank 0, the others
 //     waiting): how much sharing the machine and the block shapes cost;
-//   - peak memory of a rank during the warm-up call above what was live before it: what one
-//     forward + backward needs besides its inputs (buffers, saved tensors, outputs, gradients);
+//   - peak memory of a rank (on the device: its allocator's counts) during the warm-up call above
+//     what was live before it: what one forward + backward needs besides its inputs (buffers,
+//     saved tensors, outputs, gradients);
 //   - max relative error of O, dQ, dK, dV against the f64 reference on the gathered result (only
 //     while N·N·h ≤ 2^28: the reference is naive).
 // FLOPs follow bench kernels: forward 4·d per visible (query, key) pair and head, backward 2.5×.
@@ -38,13 +46,18 @@
 #include "wallfacer/comm/process_grid.h"
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/comm/traffic.h"
+#include "wallfacer/comm/transport.h"
+#include "wallfacer/config/run_config.h"
+#include "wallfacer/core/cuda_info.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/storage.h"
+#include "wallfacer/core/stream.h"
 #include "wallfacer/core/tensor.h"
 #include "wallfacer/parallel/block_attention.h"
 #include "wallfacer/parallel/sp_attention.h"
 #include "wallfacer/parallel/traffic_model.h"
 #include "wallfacer/parallel/ulysses_heads.h"
+#include "wallfacer/train/device_placement.h"
 
 namespace wf::cli {
 namespace {
@@ -67,6 +80,8 @@ struct Options {
   int iters = 3;
   std::string dtype = "f32";
   std::string placement = "collectives-intra";
+  std::string device = "cpu";      // cpu, cuda, testdev or auto (train.device's values)
+  std::string transport = "auto";  // auto, nccl or staged (comm.gpu_transport's values)
   bool json = false;
   bool check = false;
 };
@@ -75,6 +90,7 @@ struct Problem {
   std::int64_t B, N, h, h_kv, d;
   bool causal;
   DType dtype;
+  Device device;  // where the inputs, the strategies' work and the compute-only blocks are
   parallel::SequenceLayout layout() const {
     return causal ? parallel::SequenceLayout::zigzag : parallel::SequenceLayout::contiguous;
   }
@@ -92,12 +108,23 @@ struct Row {
   SpTraffic formula_forward, formula_backward;  // traffic_model.h, summed over ranks
   std::vector<std::int64_t> p2p_fwd_per_rank, coll_fwd_per_rank, p2p_bwd_per_rank, coll_bwd_per_rank;  // sent
   bool traffic_exact = true;  // every rank's measured sent and received equal its formula
-  double time_ms = 0, compute_only_ms = 0, compute_rate_ratio = 0;
+  std::string device, transport, transport_reason;  // transport: nccl or staged on a device, mpi on the cpu
+  double time_ms = 0, compute_only_ms = 0, comm_only_ms = 0, compute_rate_ratio = 0;
   std::int64_t peak_mem_bytes = 0;
   std::optional<double> max_rel_error;
 };
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Seconds of fn on `device`: idle before, drained after (synchronize), so a device's time is
+// what it took to run, not how long the host took to enqueue it.
+double device_seconds(Device device, const std::function<void()>& fn) {
+  synchronize(device);
+  const Clock::time_point start = Clock::now();
+  fn();
+  synchronize(device);
+  return seconds_since(start);
+}
 
 double max_over_ranks(comm::Group& group, double value) {
   Tensor t = Tensor::full({1}, value, DType::f64);
@@ -105,6 +132,24 @@ double max_over_ranks(comm::Group& group, double value) {
   return t.to_vector<double>()[0];
 }
 double min_over_ranks(comm::Group& group, double value) { return -max_over_ranks(group, -value); }
+
+// The median over `iters` calls of the slowest rank's time, every call started together.
+double slowest_rank_median(comm::Group& world, Device device, int iters, const std::function<void()>& fn) {
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    synchronize(device);
+    world.barrier();
+    times.push_back(max_over_ranks(world, device_seconds(device, fn)));
+  }
+  return median(times);
+}
+
+// The share of the shorter of compute and communication that the full call hid, in [0, 1].
+double overlap(const Row& r) {
+  const double shorter = std::min(r.compute_only_ms, r.comm_only_ms);
+  if (!(shorter > 0)) return 0;
+  return std::clamp((r.compute_only_ms + r.comm_only_ms - r.time_ms) / shorter, 0.0, 1.0);
+}
 
 // ---- traffic ---------------------------------------------------------------------------
 
@@ -195,19 +240,20 @@ class ComputeOnly {
     const auto draw = [&](std::int64_t n, std::int64_t heads) {
       Tensor t = Tensor::randn_at({pr.B, n, heads, pr.d}, kSeed + 7, at, pr.dtype);
       at += static_cast<std::uint64_t>(t.numel());
-      return t;
+      return t.to(pr.device);
     };
     for (const std::vector<Block>* pass : {&s.forward, &s.backward}) {
       for (const Block& b : *pass) {
         const std::int64_t nq = tokens(b.q_runs), nk = tokens(b.kv_runs);
         data_.push_back({draw(nq, s.heads), draw(nk, s.kv_heads), draw(nk, s.kv_heads), draw(nq, s.heads),
-                         Tensor::zeros({pr.B, nq, s.heads, pr.d}, pr.dtype),
+                         Tensor::zeros({pr.B, nq, s.heads, pr.d}, pr.dtype, pr.device),
                          // A finite lse for every row, so that the backward's exponentials stay
                          // finite whatever rows the forward left empty (the time does not depend on it).
-                         Tensor::full({pr.B, s.heads, nq}, std::log(double(std::max<std::int64_t>(nk, 1))), pr.dtype),
-                         Tensor::zeros({pr.B, nq, s.heads, pr.d}, pr.dtype),
-                         Tensor::zeros({pr.B, nk, s.kv_heads, pr.d}, pr.dtype),
-                         Tensor::zeros({pr.B, nk, s.kv_heads, pr.d}, pr.dtype)});
+                         Tensor::full({pr.B, s.heads, nq}, std::log(double(std::max<std::int64_t>(nk, 1))), pr.dtype,
+                                      pr.device),
+                         Tensor::zeros({pr.B, nq, s.heads, pr.d}, pr.dtype, pr.device),
+                         Tensor::zeros({pr.B, nk, s.kv_heads, pr.d}, pr.dtype, pr.device),
+                         Tensor::zeros({pr.B, nk, s.kv_heads, pr.d}, pr.dtype, pr.device)});
       }
     }
   }
@@ -219,8 +265,8 @@ class ComputeOnly {
     std::size_t i = 0;
     if (!s_.forward.empty()) {  // one running (o, lse) per query set: the forward's queries are one set
       BlockData& first = data_[0];
-      Tensor o = Tensor::zeros(first.q.shape(), pr_.dtype);
-      Tensor lse = Tensor::full({pr_.B, s_.heads, first.q.size(1)}, -INFINITY, pr_.dtype);
+      Tensor o = Tensor::zeros(first.q.shape(), pr_.dtype, pr_.device);
+      Tensor lse = Tensor::full({pr_.B, s_.heads, first.q.size(1)}, -INFINITY, pr_.dtype, pr_.device);
       for (const Block& b : s_.forward) {
         BlockData& d = data_[i++];
         fwd_pairs += parallel::block_attention_forward(d.q, b.q_runs, d.k, d.v, b.kv_runs, pr_.causal, scale, o, lse)
@@ -246,15 +292,11 @@ class ComputeOnly {
   std::vector<BlockData> data_;
 };
 
-// Seconds (median of iters after a warm-up) and FLOPs of one call.
-std::pair<double, double> time_compute(ComputeOnly& work, int iters) {
+// Seconds on the device (median of iters after a warm-up) and FLOPs of one call.
+std::pair<double, double> time_compute(ComputeOnly& work, int iters, Device device) {
   const double flops = work.run();
   std::vector<double> times;
-  for (int i = 0; i < iters; ++i) {
-    const Clock::time_point start = Clock::now();
-    work.run();
-    times.push_back(seconds_since(start));
-  }
+  for (int i = 0; i < iters; ++i) times.push_back(device_seconds(device, [&] { work.run(); }));
   return {median(times), flops};
 }
 
@@ -346,8 +388,8 @@ Row measure(SpStrategy strategy, comm::CommGrid& grid, const Problem& pr, const 
   const parallel::SpShard shard = parallel::sp_shard(config, grid);
   const std::shared_ptr<nn::AttentionStrategy> attention = parallel::make_sp_attention(config, grid);
 
-  Tensor q = shard.shard(in.q), k = shard.shard(in.k), v = shard.shard(in.v);
-  const Tensor d_o = shard.shard(in.d_o);
+  Tensor q = shard.shard(in.q).to(pr.device), k = shard.shard(in.k).to(pr.device), v = shard.shard(in.v).to(pr.device);
+  const Tensor d_o = shard.shard(in.d_o).to(pr.device);
   for (Tensor* t : {&q, &k, &v}) t->set_requires_grad();
   AttentionOptions options;
   options.causal = pr.causal;
@@ -368,15 +410,25 @@ Row measure(SpStrategy strategy, comm::CommGrid& grid, const Problem& pr, const 
   row.strategy = parallel::sp_strategy_name(strategy);
   row.P = P;
   row.C = C;
+  row.device = pr.device.str();
+  if (pr.device.is_cpu()) {
+    row.transport = "mpi";
+    row.transport_reason = "cpu tensors go over MPI";
+  } else {
+    row.transport = comm::gpu_transport_name(grid.transport().transport);
+    row.transport_reason = grid.transport().reason;
+  }
 
   // Warm-up call: traffic, peak memory and the result.
   SpTraffic forward, backward;
+  synchronize(pr.device);
   world.barrier();
-  reset_peak_memory();
-  const std::int64_t live_before = memory_stats().live_bytes;  // inputs (and the global copies) excluded
+  reset_peak_memory(pr.device);
+  const std::int64_t live_before = memory_stats(pr.device).live_bytes;  // inputs (and the global copies) excluded
   const AttentionResult out = call(&forward, &backward);
+  synchronize(pr.device);  // the call has run (and freed, in stream order) before the count is read
   row.peak_mem_bytes =
-      static_cast<std::int64_t>(max_over_ranks(world, double(memory_stats().peak_bytes - live_before)));
+      static_cast<std::int64_t>(max_over_ranks(world, double(memory_stats(pr.device).peak_bytes - live_before)));
 
   const SpTraffic mine_fwd = formula_traffic(strategy, pr, P, C, shard.logical_index, Pass::forward);
   const SpTraffic mine_bwd = formula_traffic(strategy, pr, P, C, shard.logical_index, Pass::backward);
@@ -398,26 +450,27 @@ Row measure(SpStrategy strategy, comm::CommGrid& grid, const Problem& pr, const 
       logical_of_rank[static_cast<std::size_t>(r)] =
           strategy == SpStrategy::wallfacer ? grid.grid().wallfacer().logical_index(r) : r;
     }
-    const std::vector<Tensor> global = gather_global(sp, {out.out, q.grad(), k.grad(), v.grad()}, pr, shard, logical_of_rank);
+    const auto host = [](const Tensor& t) { return t.to(Device::cpu()); };
+    const std::vector<Tensor> global =
+        gather_global(sp, {host(out.out), host(q.grad()), host(k.grad()), host(v.grad())}, pr, shard, logical_of_rank);
     if (reference) {
       row.max_rel_error = std::max({relative_error(global[0], reference->o), relative_error(global[1], reference->dq),
                                     relative_error(global[2], reference->dk), relative_error(global[3], reference->dv)});
     }
   }
 
-  std::vector<double> times;
-  for (int i = 0; i < iters; ++i) {
-    world.barrier();
-    const Clock::time_point start = Clock::now();
-    call(nullptr, nullptr);
-    times.push_back(max_over_ranks(world, seconds_since(start)));
+  const auto full_call = [&] { call(nullptr, nullptr); };
+  row.time_ms = slowest_rank_median(world, pr.device, iters, full_call) * 1e3;
+  {  // Communication only: the same call with the attention blocks skipped.
+    const parallel::detail::SkipBlockCompute skip;
+    row.comm_only_ms = slowest_rank_median(world, pr.device, iters, full_call) * 1e3;
   }
-  row.time_ms = median(times) * 1e3;
 
   // Compute only: the same blocks on local data, every rank at once (as in the real run).
   ComputeOnly work(compute_schedule(strategy, pr, grid), pr);
+  synchronize(pr.device);
   world.barrier();
-  const auto [seconds, flops] = time_compute(work, iters);
+  const auto [seconds, flops] = time_compute(work, iters, pr.device);
   row.compute_only_ms = max_over_ranks(world, seconds) * 1e3;
   row.compute_rate_ratio = min_over_ranks(world, flops / seconds) / kernel_rate;
   return row;
@@ -433,7 +486,7 @@ double kernel_rate(const Problem& pr, int P, int iters) {
     Problem full = pr;
     full.causal = false;
     ComputeOnly work(Schedule{pr.h, pr.h_kv, {{runs, runs}}, {{runs, runs}}}, full);
-    const auto [seconds, flops] = time_compute(work, iters);
+    const auto [seconds, flops] = time_compute(work, iters, pr.device);
     rate = flops / seconds;
   }
   return max_over_ranks(world, rate);  // only rank 0 has a non-zero value
@@ -460,6 +513,8 @@ void print_json(const Row& r, const Problem& pr) {
   j["head_dim"] = pr.d;
   j["mask"] = pr.causal ? "causal" : "full";
   j["dtype"] = dtype_name(pr.dtype);
+  j["device"] = r.device;
+  j["transport"] = r.transport;
   j["p2p_bytes_fwd"] = r.forward.p2p_sent;
   j["p2p_bytes_bwd"] = r.backward.p2p_sent;
   j["collective_bytes_fwd"] = r.forward.collective_sent;
@@ -475,21 +530,26 @@ void print_json(const Row& r, const Problem& pr) {
   j["traffic_exact"] = r.traffic_exact;
   j["time_ms"] = r.time_ms;
   j["compute_only_ms"] = r.compute_only_ms;
+  j["comm_only_ms"] = r.comm_only_ms;
   j["overlap_efficiency"] = r.compute_only_ms / r.time_ms;
+  j["overlap"] = overlap(r);
   j["compute_rate_ratio"] = r.compute_rate_ratio;
   j["peak_mem_bytes"] = r.peak_mem_bytes;
   j["max_rel_error"] = r.max_rel_error ? Json(*r.max_rel_error) : Json(nullptr);
+  j["transport_reason"] = r.transport_reason;
   std::printf("%s\n", j.dump().c_str());
 }
 
 void print_table_header(const Problem& pr, int P) {
-  std::printf("attention fwd+bwd: P = %d, N = %lld (%lld per rank), B = %lld, h = %lld, h_kv = %lld, d = %lld, %s, %s\n",
+  std::printf("attention fwd+bwd: P = %d, N = %lld (%lld per rank), B = %lld, h = %lld, h_kv = %lld, d = %lld, %s, %s, "
+              "on %s\n",
               P, static_cast<long long>(pr.N), static_cast<long long>(pr.N / P), static_cast<long long>(pr.B),
               static_cast<long long>(pr.h), static_cast<long long>(pr.h_kv), static_cast<long long>(pr.d),
-              pr.causal ? "causal" : "full", dtype_name(pr.dtype));
+              pr.causal ? "causal" : "full", dtype_name(pr.dtype), pr.device.str().c_str());
   std::printf("bytes: sent, summed over ranks (per-rank range in brackets); formula = traffic_model.h\n");
-  std::printf("%-9s %2s %9s %9s %6s %6s %7s %8s %8s  %-30s %-30s %s\n", "strategy", "C", "time ms", "comp ms",
-              "ovlp", "rate", "mem MiB", "error", "exact", "fwd p2p / coll", "bwd p2p / coll", "formula fwd | bwd");
+  std::printf("%-9s %2s %9s %9s %9s %6s %6s %6s %7s %8s %8s  %-30s %-30s %s\n", "strategy", "C", "time ms", "comp ms",
+              "comm ms", "ovlp", "hidden", "rate", "mem MiB", "error", "exact", "fwd p2p / coll", "bwd p2p / coll",
+              "formula fwd | bwd");
 }
 
 void print_table_row(const Row& r) {
@@ -497,10 +557,10 @@ void print_table_row(const Row& r) {
                                       r.forward.collective_sent);
   const std::string bwd = fmt::format("{} [{}] / {}", r.backward.p2p_sent, range_text(r.p2p_bwd_per_rank),
                                       r.backward.collective_sent);
-  std::printf("%-9s %2d %9.1f %9.1f %6.2f %6.2f %7.1f %8s %8s  %-30s %-30s %lld/%lld | %lld/%lld\n", r.strategy.c_str(),
-              r.C, r.time_ms, r.compute_only_ms, r.compute_only_ms / r.time_ms, r.compute_rate_ratio,
-              double(r.peak_mem_bytes) / double(1 << 20), error_text(r.max_rel_error).c_str(),
-              r.traffic_exact ? "yes" : "NO", fwd.c_str(), bwd.c_str(),
+  std::printf("%-9s %2d %9.1f %9.1f %9.1f %6.2f %6.2f %6.2f %7.1f %8s %8s  %-30s %-30s %lld/%lld | %lld/%lld\n",
+              r.strategy.c_str(), r.C, r.time_ms, r.compute_only_ms, r.comm_only_ms, r.compute_only_ms / r.time_ms,
+              overlap(r), r.compute_rate_ratio, double(r.peak_mem_bytes) / double(1 << 20),
+              error_text(r.max_rel_error).c_str(), r.traffic_exact ? "yes" : "NO", fwd.c_str(), bwd.c_str(),
               static_cast<long long>(r.formula_forward.p2p_sent),
               static_cast<long long>(r.formula_forward.collective_sent),
               static_cast<long long>(r.formula_backward.p2p_sent),
@@ -529,12 +589,34 @@ std::string world_problem(const Options& o, const Problem& pr, int P, const std:
   return "";
 }
 
+// --device as train.device resolves (train::resolve_train_device): auto is this rank's GPU where
+// one is visible, else the CPU; cuda with no GPU visible is refused here in the option's words.
+Device resolve_device(const std::string& name) {
+  const Device configured = name == "auto" ? config::kAutoDevice : Device::parse(name);
+  if (configured.is_cuda() && configured != config::kAutoDevice) {
+    std::string why;
+    WF_USER_CHECK(!cuda_devices(&why).empty(),
+                  "--device cuda: no CUDA GPU is visible to this process ({}); use --device cpu or testdev, or auto "
+                  "to use a GPU only where there is one",
+                  why);
+  }
+  return train::resolve_train_device(configured);
+}
+
+comm::GpuTransport parse_transport(const std::string& name) {
+  for (comm::GpuTransport t : {comm::GpuTransport::automatic, comm::GpuTransport::nccl, comm::GpuTransport::staged}) {
+    if (comm::gpu_transport_name(t) == name) return t;
+  }
+  WF_USER_FAIL("--transport {}: expected auto, nccl or staged", name);
+}
+
 int run(const Options& o) {
   comm::Runtime& runtime = comm::Runtime::get();
   const int P = runtime.world_size();
   const bool root = runtime.rank() == 0;
   const Problem pr{o.batch, o.seq, o.heads, o.kv_heads > 0 ? o.kv_heads : o.heads, o.head_dim, o.mask == "causal",
-                   o.dtype == "f64" ? DType::f64 : DType::f32};
+                   o.dtype == "f64" ? DType::f64 : DType::f32, resolve_device(o.device)};
+  const comm::GpuTransport transport = parse_transport(o.transport);
   std::vector<SpStrategy> strategies;
   for (const std::string& name : o.strategies) strategies.push_back(parallel::parse_sp_strategy(name));
   WF_USER_CHECK(std::count(strategies.begin(), strategies.end(), SpStrategy::ulysses_wallfacer) == 0,
@@ -574,6 +656,12 @@ int run(const Options& o) {
       config.C = C;
       config.placement = placement;
       comm::CommGrid grid(comm::ProcessGrid(config, P, runtime.rank()));
+      if (!pr.device.is_cpu()) {  // collective over the world
+        const comm::TransportChoice choice = grid.use_device(pr.device, transport);
+        if (root && !o.json && (rows.empty() || rows.back().transport_reason != choice.reason)) {
+          std::printf("transport: %s\n", choice.reason.c_str());
+        }
+      }
       rows.push_back(measure(strategy, grid, pr, in, with_reference, reference, o.iters, rate));
       if (root) {
         if (o.json) print_json(rows.back(), pr);
@@ -598,8 +686,15 @@ void add_bench_attention_command(CLI::App& bench) {
   auto options = std::make_shared<Options>();
   CLI::App* command = bench.add_subcommand(
       "attention",
-      "sequence-parallel attention fwd+bwd (ring, Ulysses, WallFacer per C): time, compute-only time, measured vs "
-      "formula bytes, peak memory, error; run under mpirun (sp = world size)");
+      "sequence-parallel attention fwd+bwd (ring, Ulysses, WallFacer per C): time, compute-only and "
+      "communication-only time, their overlap, measured vs formula bytes, peak memory, error; run under mpirun "
+      "(sp = world size), on the CPU or a device");
+  command->footer(
+      "Columns: time = one fwd+bwd call (the slowest rank, median); comp = the strategy's attention blocks alone on "
+      "local data; comm = the same call with the blocks skipped (only messages and small merges); ovlp = comp / "
+      "time; hidden = (comp + comm - time) / min(comp, comm), clamped to [0, 1]: the share of the shorter part that "
+      "ran under the other (1 = fully hidden, 0 = serial); rate = the blocks' FLOP/s against one rank alone on one "
+      "N/P block. On a device every time ends with synchronize(device): the device's time, not the host's.");
   command->add_option("--seq", options->seq, "global sequence length N")->check(positive());
   command->add_option("--batch", options->batch, "batch size B")->check(positive());
   command->add_option("--heads", options->heads, "query heads h")->check(positive());
@@ -618,6 +713,14 @@ void add_bench_attention_command(CLI::App& bench) {
   command->add_option("--dtype", options->dtype, "f32 or f64")->check(CLI::IsMember({"f32", "f64"}));
   command->add_option("--placement", options->placement, "WallFacer placement: collectives-intra or p2p-intra")
       ->check(CLI::IsMember({"collectives-intra", "p2p-intra"}));
+  command->add_option("--device", options->device,
+                      "cpu, cuda (each rank on the GPU of its local rank), testdev (the CPU stand-in) or auto (cuda "
+                      "where a GPU is visible, else cpu), as train.device")
+      ->check(CLI::IsMember({"cpu", "cuda", "testdev", "auto"}));
+  command->add_option("--transport", options->transport,
+                      "how device tensors travel, as comm.gpu_transport: auto, nccl (the device's own, on its "
+                      "communication stream) or staged (MPI through pinned host memory)")
+      ->check(CLI::IsMember({"auto", "nccl", "staged"}));
   command->add_flag("--json", options->json, "one JSON object per line per (strategy, C)");
   command->add_flag("--check", options->check, "exit 1 when a measured byte count differs from its formula");
   set_action(*command, [options] {

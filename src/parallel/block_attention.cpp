@@ -9,6 +9,7 @@
 // tensor is used in place.
 #include "wallfacer/parallel/block_attention.h"
 
+#include <atomic>
 #include <optional>
 
 #include "src/ops/common.h"
@@ -18,6 +19,8 @@ namespace wf::parallel {
 namespace {
 
 using kernels::AttentionShape;
+
+std::atomic<int> skip_block_compute_scopes{0};  // detail::SkipBlockCompute's, process-wide
 
 // ---- run rows ------------------------------------------------------------------------------
 
@@ -191,6 +194,7 @@ BlockAttentionStats block_attention_forward(const Tensor& q, const std::vector<T
   const DType acc = accumulator_dtype(q.dtype());
   check_same(kWhat, o, "o", q.shape(), acc, q);
   check_same(kWhat, lse, "lse", lse_shape(q), acc, q);
+  if (detail::SkipBlockCompute::active()) return {};
   const Plan plan = plan_blocks(q_runs, kv_runs, causal);
   // bf16 inputs multiply in bf16 with f32 accumulation, the others in their own dtype.
   const ops::Kernels kern = ops::kernels_for(kWhat, {q, k, v, o, lse});
@@ -230,6 +234,7 @@ BlockAttentionStats block_attention_backward(const Tensor& q, const std::vector<
   check_same(kWhat, dq, "dq", q.shape(), acc, q);
   check_same(kWhat, dk, "dk", k.shape(), acc, q);
   check_same(kWhat, dv, "dv", k.shape(), acc, q);
+  if (detail::SkipBlockCompute::active()) return {};
   const Plan plan = plan_blocks(q_runs, kv_runs, causal);
   const ops::Kernels kern = ops::kernels_for(kWhat, {q, k, v, o, lse, d_o, d_lse, dq, dk, dv});
   KvRunCache k_rows{k, plan, kv_runs}, v_rows{v, plan, kv_runs}, dk_rows{dk, plan, kv_runs},
@@ -255,5 +260,13 @@ BlockAttentionStats block_attention_backward(const Tensor& q, const std::vector<
   dv_rows.store_back(dv);
   return plan.stats;
 }
+
+namespace detail {
+
+SkipBlockCompute::SkipBlockCompute() { ++skip_block_compute_scopes; }
+SkipBlockCompute::~SkipBlockCompute() { --skip_block_compute_scopes; }
+bool SkipBlockCompute::active() { return skip_block_compute_scopes.load() > 0; }
+
+}  // namespace detail
 
 }  // namespace wf::parallel

@@ -44,4 +44,23 @@ BlockAttentionStats block_attention_backward(const Tensor& q, const std::vector<
                                              double scale, const Tensor& o, const Tensor& lse, const Tensor& d_o,
                                              const Tensor& d_lse, Tensor& dq, Tensor& dk, Tensor& dv);
 
+namespace detail {
+
+// Tests and `wallfacer bench attention` only (its communication-only time): while a scope is
+// alive, in any thread, block_attention_forward / backward (and Ulysses' local attention, which
+// calls the kernels itself) check their arguments and return with zero stats, launching nothing,
+// so a strategy call runs only its messages and small merges. Outputs keep what the strategy
+// initialised them to (o = 0, lse = −inf, gradients 0), so nothing downstream sees NaN; the
+// results are wrong, which is why this is never for training.
+class SkipBlockCompute {
+ public:
+  SkipBlockCompute();
+  ~SkipBlockCompute();
+  SkipBlockCompute(const SkipBlockCompute&) = delete;
+  SkipBlockCompute& operator=(const SkipBlockCompute&) = delete;
+  static bool active();
+};
+
+}  // namespace detail
+
 }  // namespace wf::parallel
