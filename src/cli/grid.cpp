@@ -47,7 +47,7 @@ std::string gpu_transport_line(const GridOptions& o) {
   return fmt::format("GPU tensors ({} ranks a node, {} GPUs a node; comm.gpu_transport auto): {}{}\n", per_node,
                      o.gpus_per_node, choice.reason,
                      choice.transport == comm::GpuTransport::nccl && o.config.pp > 1
-                         ? "; the pipeline's stage-to-stage messages stay staged"
+                         ? "; the pipeline's messages on an edge per direction and neighbour"
                          : "");
 }
 

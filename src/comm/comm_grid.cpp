@@ -29,6 +29,7 @@ CommGrid::CommGrid(const ProcessGrid& grid) : grid_(grid) {
              "CommGrid: MPI built group '{}' with world ranks [{}], but the process grid says [{}]", kind,
              group ? fmt::format("{}", fmt::join(group->world_ranks(), ", ")) : std::string("none"),
              fmt::join(mine, ", "));
+    if (kind == "pp" && grid_.group(kind).size() > 1) make_pipeline_edges(color);
     groups_.emplace(std::string(kind), std::move(group));
     colors_.emplace(std::string(kind), color);
   }
@@ -67,19 +68,57 @@ TransportChoice CommGrid::use_device(Device device, GpuTransport requested) {
   for (std::string_view kind : ProcessGrid::group_names()) {
     Group& g = group(kind);
     std::shared_ptr<Backend> transport;
-    // The pipeline's stage-to-stage messages stay staged: PipelineRunner posts each receive ahead
-    // as a tagged irecv apart from its send, which MPI matches by tag but a transport that runs a
-    // rank's operations in order (NCCL) could deadlock on. Its collectives' groups take the device's.
-    // (Every rank skips the same kind, so the world's splits stay collective.)
-    const bool stream_ordered = own_transport && kind != "pp";
-    if (stream_ordered && device.is_test()) transport = make_test_device_transport(g);
+    if (own_transport && device.is_test()) transport = make_test_device_transport(g);
     // Split from the world's NCCL communicator, with the color of this kind's MPI split.
-    if (stream_ordered && device.is_cuda()) {
+    if (own_transport && device.is_cuda()) {
       transport = split_nccl_backend(world, g, colors_.find(kind)->second, device.index);
     }
     g.set_device_transport(std::move(transport), device);
   }
+  // Each pipeline edge on a stream of its own (pipeline_link says why), collective over its two
+  // ranks, in the order of make_pipeline_edges.
+  for (Edge& e : edges_) {
+    std::shared_ptr<Backend> transport;
+    if (own_transport && device.is_test()) transport = make_test_device_transport(*e.group, Stream::create(device));
+    if (own_transport && device.is_cuda()) {
+      transport = make_nccl_backend(*e.group, device.index, Stream::create(device));
+    }
+    e.group->set_device_transport(std::move(transport), device);
+  }
   return transport_;
+}
+
+// The directed edges r -> r +- 1 (mod P) of the pp ring, one group of two per edge, made with world
+// splits in which every rank is in at most one edge: edges alternate between two splits by the
+// sender's parity, and the wrap edge of an odd ring takes a third. Every rank makes the same
+// splits in the same order (collective over the world), and creates transports on them in that
+// order (use_device), so each split's disjoint pairs never wait on each other.
+void CommGrid::make_pipeline_edges(int pp_color) {
+  Runtime& runtime = Runtime::get();
+  const int P = grid_.group("pp").size(), r = grid_.group_rank("pp");
+  const auto split_of = [P](int sender) { return P % 2 == 1 && sender == P - 1 ? 2 : sender % 2; };
+  for (const PipelineLink link : {PipelineLink::activations, PipelineLink::gradients}) {
+    const int step = link == PipelineLink::activations ? 1 : P - 1;  // to the next stage, or the previous
+    const int from = (r + P - step) % P;                           // the sender of the edge r receives on
+    for (int split = 0; split < (P % 2 == 1 ? 3 : 2); ++split) {
+      int color = -1, key = 0;
+      bool sending = false;
+      if (split_of(r) == split) {
+        color = pp_color * P + r, key = 0, sending = true;
+      } else if (split_of(from) == split) {
+        color = pp_color * P + from, key = 1;
+      }
+      std::shared_ptr<Group> edge = runtime.split("pp", color, key);
+      if (edge) edges_.push_back({link, sending, std::move(edge)});
+    }
+  }
+}
+
+Group& CommGrid::pipeline_link(PipelineLink link, bool sending) {
+  for (Edge& e : edges_) {
+    if (e.link == link && e.sending == sending) return *e.group;
+  }
+  WF_FAIL("CommGrid: no pipeline link here (pp = {}): a pipeline needs parallel.pp > 1", grid_.group("pp").size());
 }
 
 Group& CommGrid::group(std::string_view name) {

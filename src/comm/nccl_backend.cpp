@@ -223,8 +223,9 @@ ncclComm_t split_communicator(ncclComm_t parent, Group& group, int color, int de
 
 }  // namespace
 
-NcclBackend::NcclBackend(std::string group_name, int rank, int size, int device_index, ncclComm_t comm)
-    : StreamBackend(std::move(group_name), rank, size, Device::cuda(device_index)), comm_(comm) {}
+NcclBackend::NcclBackend(std::string group_name, int rank, int size, int device_index, ncclComm_t comm,
+                         Stream stream)
+    : StreamBackend(std::move(group_name), rank, size, Device::cuda(device_index), stream), comm_(comm) {}
 
 NcclBackend::~NcclBackend() {
   if (aborted_) return;  // ncclCommAbort has freed it
@@ -388,15 +389,20 @@ void NcclBackend::issue_broadcast(const Stream& comm, const Tensor& t, int root)
 bool nccl_available() { return true; }
 
 std::shared_ptr<Backend> make_nccl_backend(Group& group, int device_index) {
+  return make_nccl_backend(group, device_index, comm_stream(Device::cuda(device_index)));
+}
+
+std::shared_ptr<Backend> make_nccl_backend(Group& group, int device_index, const Stream& stream) {
   const ncclComm_t comm = init_communicator(group, device_index);
-  return std::make_shared<NcclBackend>(group.name(), group.rank(), group.size(), device_index, comm);
+  return std::make_shared<NcclBackend>(group.name(), group.rank(), group.size(), device_index, comm, stream);
 }
 
 std::shared_ptr<Backend> split_nccl_backend(Group& world, Group& group, int color, int device_index) {
   WF_CHECK(color >= 0, "split_nccl_backend: group '{}' has color {}; colors are non-negative", group.name(), color);
   const ncclComm_t parent = world_communicator(world, device_index);
   const ncclComm_t comm = split_communicator(parent, group, color, device_index);
-  return std::make_shared<NcclBackend>(group.name(), group.rank(), group.size(), device_index, comm);
+  return std::make_shared<NcclBackend>(group.name(), group.rank(), group.size(), device_index, comm,
+                                       comm_stream(Device::cuda(device_index)));
 }
 
 }  // namespace wf::comm
@@ -420,6 +426,10 @@ namespace {
 bool nccl_available() { return false; }
 
 std::shared_ptr<Backend> make_nccl_backend(Group& group, int device_index) { fail_without_nccl(group, device_index); }
+
+std::shared_ptr<Backend> make_nccl_backend(Group& group, int device_index, const Stream& /*stream*/) {
+  fail_without_nccl(group, device_index);
+}
 
 std::shared_ptr<Backend> split_nccl_backend(Group& /*world*/, Group& group, int /*color*/, int device_index) {
   fail_without_nccl(group, device_index);

@@ -39,7 +39,7 @@ class NcclBackend final : public StreamBackend {
  public:
   // Owns `comm`: a ready communicator (its state no longer ncclInProgress) of `size` ranks in
   // which this process is `rank`, on cuda:`device_index`.
-  NcclBackend(std::string group_name, int rank, int size, int device_index, ncclComm_t comm);
+  NcclBackend(std::string group_name, int rank, int size, int device_index, ncclComm_t comm, Stream stream);
   // ncclCommDestroy once the comm stream has run what was queued on it; ncclCommAbort when it
   // does not within watchdog_timeout(), or while an exception unwinds (a peer may never come).
   ~NcclBackend() override;

@@ -34,6 +34,7 @@ class StreamRequest final : public RequestImpl {
   }
   // The consumer's stream waits on the device: no host wait.
   Event record_event(const Stream&) override { return done_; }
+  bool completes_on_device() const override { return true; }
 
  private:
   std::shared_ptr<StreamBackend> backend_;
@@ -54,9 +55,11 @@ Stream comm_stream(Device device) {
   return it->second;
 }
 
-StreamBackend::StreamBackend(std::string group_name, int rank, int size, Device device)
-    : group_name_(std::move(group_name)), rank_(rank), size_(size), device_(device) {
+StreamBackend::StreamBackend(std::string group_name, int rank, int size, Device device, Stream stream)
+    : group_name_(std::move(group_name)), rank_(rank), size_(size), device_(device), stream_(stream) {
   WF_CHECK(!device_.is_cpu(), "a stream transport for group '{}' needs a device, not the cpu", group_name_);
+  WF_CHECK(stream_.device() == device_, "the stream transport of group '{}' on {} was given a stream of {}",
+           group_name_, device_.str(), stream_.device().str());
 }
 
 StreamBackend::~StreamBackend() {
@@ -88,7 +91,7 @@ void StreamBackend::check_peer(int peer, const char* primitive) const {
 Request StreamBackend::enqueue(const char* primitive, std::vector<Tensor> buffers, const Issue& issue) {
   check_async_error();
   for (const Tensor& t : buffers) check_buffer(t, primitive);
-  const Stream comm = comm_stream(device_);
+  const Stream& comm = stream_;
   Event ready;
   ready.record(Stream::current(device_));
   comm.wait(ready);

@@ -39,7 +39,9 @@ Stream comm_stream(Device device);
 
 class StreamBackend : public Backend, public std::enable_shared_from_this<StreamBackend> {
  public:
-  StreamBackend(std::string group_name, int rank, int size, Device device);
+  // Runs on `stream`: normally comm_stream(device); a stream of its own for a link that must not
+  // queue behind the other groups' operations (the pipeline's links: CommGrid::pipeline_link).
+  StreamBackend(std::string group_name, int rank, int size, Device device, Stream stream);
   ~StreamBackend() override;
   StreamBackend(const StreamBackend&) = delete;
   StreamBackend& operator=(const StreamBackend&) = delete;
@@ -47,6 +49,7 @@ class StreamBackend : public Backend, public std::enable_shared_from_this<Stream
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Device device() const { return device_; }
+  const Stream& stream() const { return stream_; }
   const std::string& group_name() const { return group_name_; }
 
   void send(const Tensor& t, int peer, int tag) override;
@@ -119,6 +122,7 @@ class StreamBackend : public Backend, public std::enable_shared_from_this<Stream
   std::string group_name_;
   int rank_ = 0, size_ = 1;
   Device device_;
+  Stream stream_;
   std::mutex in_flight_mutex_;
   std::vector<InFlight> in_flight_;
 };

@@ -41,8 +41,8 @@ void copy_back(const Tensor& t, const Tensor& host) {
 
 class TestDeviceTransport final : public StreamBackend {
  public:
-  TestDeviceTransport(const Group& group, MPI_Comm duplicate)
-      : StreamBackend(group.name(), group.rank(), group.size(), Device::test()),
+  TestDeviceTransport(const Group& group, MPI_Comm duplicate, Stream stream)
+      : StreamBackend(group.name(), group.rank(), group.size(), Device::test(), stream),
         mpi_(std::make_shared<MpiBackend>(duplicate, group.name() + " (testdev transport)")) {}
 
   std::string name() const override { return "nccl-testdev"; }
@@ -121,12 +121,16 @@ class TestDeviceTransport final : public StreamBackend {
 }  // namespace
 
 std::shared_ptr<Backend> make_test_device_transport(Group& group) {
+  return make_test_device_transport(group, comm_stream(Device::test()));
+}
+
+std::shared_ptr<Backend> make_test_device_transport(Group& group, const Stream& stream) {
   auto* mpi = dynamic_cast<MpiBackend*>(&group.cpu_backend());
   WF_CHECK(mpi != nullptr, "the test device's transport for group '{}' needs the group's MPI backend, not '{}'",
            group.name(), group.cpu_backend().name());
   MPI_Comm duplicate = MPI_COMM_NULL;
   check_mpi(MPI_Comm_dup(mpi->comm(), &duplicate), mpi->context("MPI_Comm_dup (testdev transport)"));
-  return std::make_shared<TestDeviceTransport>(group, duplicate);
+  return std::make_shared<TestDeviceTransport>(group, duplicate, stream);
 }
 
 }  // namespace wf::comm

@@ -1,5 +1,6 @@
 #include "wallfacer/train/pipeline_runner.h"
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -37,7 +38,12 @@ struct Pending {
 // the core from the ranks and progress threads that share the machine, slowing the very stage it
 // waits for. Polls with short sleeps (each test moves the transfer on), then, past a second,
 // hands over to Request::wait, whose watchdog ends a job whose neighbour died.
-void wait_idle(comm::Request& request) {
+// On a device's own transport the compute stream waits instead, on the device (no host wait).
+void wait_idle(comm::Request& request, Device device) {
+  if (request.completes_on_device()) {
+    request.make_wait(Stream::current(device));
+    return;
+  }
   const Clock::time_point start = Clock::now();
   while (!request.test()) {
     if (Clock::now() - start > std::chrono::seconds(1)) {
@@ -52,13 +58,34 @@ void wait_idle(comm::Request& request) {
 }  // namespace
 
 PipelineRunner::PipelineRunner(models::Model& model, comm::Group& pp, parallel::PipelineSchedule schedule,
-                               Device device)
-    : model_(model), pp_(pp), schedule_(std::move(schedule)), device_(device) {
+                               Device device, PipelineLinks links)
+    : model_(model), pp_(pp), links_(links), schedule_(std::move(schedule)), device_(device) {
+  for (const comm::Group* l : {links.send_activations, links.receive_activations, links.send_gradients,
+                               links.receive_gradients}) {
+    WF_CHECK(l == nullptr || l->size() == 2, "PipelineRunner: a link must be a pipeline edge of two ranks; '{}' has {}",
+             l->name(), l->size());
+  }
   WF_CHECK(pp_.size() == schedule_.stages(), "PipelineRunner: the schedule has {} stages but the pp group '{}' {} ranks",
            schedule_.stages(), pp_.name(), pp_.size());
   WF_CHECK(model_.stage().num_chunks() == schedule_.virtual_stages(),
            "PipelineRunner: model '{}' holds {} model chunks on this rank but the schedule runs {}", model_.name(),
            model_.stage().num_chunks(), schedule_.virtual_stages());
+}
+
+PipelineLinks PipelineLinks::of(comm::CommGrid& grid) {
+  using comm::PipelineLink;
+  return {&grid.pipeline_link(PipelineLink::activations, true), &grid.pipeline_link(PipelineLink::activations, false),
+          &grid.pipeline_link(PipelineLink::gradients, true), &grid.pipeline_link(PipelineLink::gradients, false)};
+}
+
+PipelineRunner::Route PipelineRunner::route(bool forward, bool sending, int pp_peer) const {
+  comm::Group* edge = forward ? (sending ? links_.send_activations : links_.receive_activations)
+                              : (sending ? links_.send_gradients : links_.receive_gradients);
+  if (edge == nullptr) return {pp_, pp_peer};
+  WF_CHECK(edge->world_ranks()[sending ? 1 : 0] == pp_.world_ranks()[static_cast<std::size_t>(pp_peer)],
+           "PipelineRunner: a message {} stage {} does not travel on the edge '{}' of world ranks [{}]",
+           sending ? "to" : "from", pp_peer, edge->name(), fmt::join(edge->world_ranks(), ", "));
+  return {*edge, sending ? 1 : 0};
 }
 
 bool PipelineRunner::last_stage(int chunk) const {
@@ -112,7 +139,8 @@ DeviceLossTotals PipelineRunner::train_step(const std::function<models::Batch(in
     if (from.rank < 0 || receives.count({a.microbatch, a.chunk}) != 0) return;
     const auto [shape, dtype] = model_.stage_hidden(batch(a.microbatch));
     Pending pending{comm::Request(), Tensor::empty(shape, dtype, device_)};
-    pending.request = pp_.irecv(pending.tensor, from.rank, tag(forward, a.microbatch, a.chunk));
+    const Route r = route(forward, /*sending=*/false, from.rank);
+    pending.request = r.group.irecv(pending.tensor, r.peer, tag(forward, a.microbatch, a.chunk));
     receives.emplace(std::make_pair(a.microbatch, a.chunk), std::move(pending));
   };
   // Waits for the receive of (mb, chunk) and returns its tensor; the wait is bubble.
@@ -120,7 +148,7 @@ DeviceLossTotals PipelineRunner::train_step(const std::function<models::Batch(in
     auto it = receives.find({mb, chunk});
     WF_CHECK(it != receives.end(), "PipelineRunner: no receive posted for microbatch {} chunk {}", mb, chunk);
     const Clock::time_point wait_start = Clock::now();
-    wait_idle(it->second.request);
+    wait_idle(it->second.request, device_);
     waited += seconds_between(wait_start, Clock::now());
     Tensor t = std::move(it->second.tensor);
     receives.erase(it);
@@ -128,7 +156,8 @@ DeviceLossTotals PipelineRunner::train_step(const std::function<models::Batch(in
   };
   const auto send = [&](const Tensor& t, const Peer& to, bool forward, int mb) {
     Pending pending{comm::Request(), t};
-    pending.request = pp_.isend(pending.tensor, to.rank, tag(forward, mb, to.chunk));
+    const Route r = route(forward, /*sending=*/true, to.rank);
+    pending.request = r.group.isend(pending.tensor, r.peer, tag(forward, mb, to.chunk));
     sends.push_back(std::move(pending));
   };
 
@@ -179,7 +208,7 @@ DeviceLossTotals PipelineRunner::train_step(const std::function<models::Batch(in
     timeline_.push_back(timing);
   }
   const Clock::time_point drain = Clock::now();
-  for (Pending& s : sends) s.request.wait();
+  for (Pending& s : sends) wait_idle(s.request, device_);
   wait_seconds_ += seconds_between(drain, Clock::now());
   WF_CHECK(live.empty() && receives.empty(), "PipelineRunner: the schedule left {} forwards without a backward and {} "
            "receives unused", live.size(), receives.size());
@@ -198,19 +227,21 @@ DeviceLossTotals PipelineRunner::forward_only(const std::function<models::Batch(
       if (!first_stage(chunk)) {
         const auto [shape, dtype] = model_.stage_hidden(batch);
         input = Tensor::empty(shape, dtype, device_);
-        pp_.recv(input, previous(chunk).rank, tag(true, mb, chunk));
+        const Route r = route(/*forward=*/true, /*sending=*/false, previous(chunk).rank);
+        r.group.recv(input, r.peer, tag(true, mb, chunk));
       }
       models::StageOutput out = model_.forward_stage(batch, input, chunk);
       if (last_stage(chunk)) {
         totals.add(out.loss.sum, out.loss.count);
       } else {
         Pending pending{comm::Request(), out.hidden};
-        pending.request = pp_.isend(pending.tensor, next(chunk).rank, tag(true, mb, next(chunk).chunk));
+        const Route r = route(/*forward=*/true, /*sending=*/true, next(chunk).rank);
+        pending.request = r.group.isend(pending.tensor, r.peer, tag(true, mb, next(chunk).chunk));
         sends.push_back(std::move(pending));
       }
     }
   }
-  for (Pending& s : sends) s.request.wait();
+  for (Pending& s : sends) wait_idle(s.request, device_);
   return totals;
 }
 

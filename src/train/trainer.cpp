@@ -274,7 +274,7 @@ void Trainer::set_up_pipeline() {
   const int microbatches = static_cast<int>(config::grad_accum_steps(config_));
   pipeline_ = std::make_unique<PipelineRunner>(
       *model_, grid_.group("pp"), parallel::PipelineSchedule(p.pp_schedule, p.pp, microbatches, p.pp_virtual),
-      device());
+      device(), PipelineLinks::of(grid_));
   shared_params_ = models::pipeline_shared_parameter_indices(*model_);
 }
 

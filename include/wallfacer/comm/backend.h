@@ -34,6 +34,9 @@ class RequestImpl {
     event.record(stream);
     return event;
   }
+  // Whether it completes on a device stream (record_event needs no host wait), so a consumer
+  // should wait with make_wait rather than on the host.
+  virtual bool completes_on_device() const { return false; }
 };
 
 class Request {
@@ -51,6 +54,7 @@ class Request {
   // Orders `stream`'s later work after the operation (the consumer of a received tensor waits on
   // the device, not the host, where the backend allows it).
   void make_wait(const Stream& stream) { stream.wait(record_event(stream)); }
+  bool completes_on_device() const { return impl_ && impl_->completes_on_device(); }
 
  private:
   std::shared_ptr<RequestImpl> impl_;

@@ -22,6 +22,9 @@ bool nccl_available();
 // exists, no two ranks on one GPU), so a failure on one rank is a wf::Error on every rank, naming
 // the fix, instead of a hang.
 std::shared_ptr<Backend> make_nccl_backend(Group& group, int device_index);
+// The same, running on `stream` (a stream of cuda:`device_index`) instead of the device's
+// communication stream: a link of its own (CommGrid::pipeline_link).
+std::shared_ptr<Backend> make_nccl_backend(Group& group, int device_index, const Stream& stream);
 
 // The communicator of `group`, split (ncclCommSplit) from the communicator of `world` on
 // cuda:`device_index`: `color` says which group of its kind `group` is (as in CommGrid's MPI

@@ -74,6 +74,10 @@ void set_watchdog_timeout(std::chrono::milliseconds timeout);
 bool argument_checks_enabled();
 void set_argument_checks(bool enabled);
 
+// The pipeline's two links between neighbouring stages: the activations the forward sends on, the
+// gradients the backward sends back.
+enum class PipelineLink { activations, gradients };
+
 // Every named group of a ProcessGrid as a Group, created once (collective over the world).
 // A grid of world size 1 is process-local in any job: each process's groups hold only itself.
 class CommGrid {
@@ -86,6 +90,16 @@ class CommGrid {
   // (choose_gpu_transport) in every group of the grid, creating the device's communicators now,
   // in one order on every rank: collective over the world. Returns the choice, for the log.
   TransportChoice use_device(Device device, GpuTransport requested);
+  // The pipeline's messages of `link` that this rank sends (activations to the next stage,
+  // gradients to the previous one, around the pp ring) or receives: a group of two ranks, the
+  // sender first (so the peer is group rank 1 when sending, 0 when receiving), on a communicator
+  // of its own, counted as "pp", and on a device's own transport on a stream of its own. One
+  // queue per direction and neighbour: a transport that runs a rank's operations in order (NCCL)
+  // deadlocks when one queue holds a send that a neighbour needs behind a receive that needs the
+  // neighbour (1F1B's activations and gradients, the interleaved schedule's wrap from the last
+  // stage to the first); on its own edge each message waits only for its own peer, and both ends
+  // issue an edge's messages in the schedule's order. Needs pp > 1.
+  Group& pipeline_link(PipelineLink link, bool sending);
   // The choice use_device made (staged, "not chosen", before it runs).
   const TransportChoice& transport() const { return transport_; }
 
@@ -93,6 +107,13 @@ class CommGrid {
   ProcessGrid grid_;
   TransportChoice transport_{GpuTransport::staged, "not chosen: device tensors are staged through host memory"};
   std::map<std::string, int, std::less<>> colors_;  // each group's color in its kind's split
+  void make_pipeline_edges(int pp_color);
+  struct Edge {
+    PipelineLink link;
+    bool sending;
+    std::shared_ptr<Group> group;
+  };
+  std::vector<Edge> edges_;  // this rank's pipeline edges, in the order every rank creates them
   std::map<std::string, std::shared_ptr<Group>, std::less<>> groups_;
 };
 

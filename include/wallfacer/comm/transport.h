@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "wallfacer/core/device.h"
+#include "wallfacer/core/stream.h"
 
 namespace wf::comm {
 
@@ -50,5 +51,7 @@ TransportChoice choose_gpu_transport(GpuTransport requested, Device device, bool
 // device's communication stream as MPI on a duplicate of the group's communicator (collective
 // over the group), ignoring tags as NCCL does. Attach it with Group::set_device_transport.
 std::shared_ptr<Backend> make_test_device_transport(Group& group);
+// The same on `stream` (a test-device stream) instead of the device's communication stream.
+std::shared_ptr<Backend> make_test_device_transport(Group& group, const Stream& stream);
 
 }  // namespace wf::comm

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "wallfacer/comm/group.h"
+#include "wallfacer/comm/runtime.h"
 #include "wallfacer/models/model.h"
 #include "wallfacer/parallel/pipeline_schedule.h"
 #include "wallfacer/train/loss_totals.h"
@@ -41,12 +42,24 @@ struct PipelineActionTiming {
   double start = 0, end = 0, wait = 0;
 };
 
+// The groups the stages' messages travel on, each a pipeline edge of two ranks, sender first
+// (comm::CommGrid::pipeline_link): the activations this rank sends and receives, the gradients
+// likewise. Null (the default): the pp group itself, peers by stage.
+struct PipelineLinks {
+  comm::Group* send_activations = nullptr;
+  comm::Group* receive_activations = nullptr;
+  comm::Group* send_gradients = nullptr;
+  comm::Group* receive_gradients = nullptr;
+  // Every edge of `grid` (pp > 1).
+  static PipelineLinks of(comm::CommGrid& grid);
+};
+
 class PipelineRunner {
  public:
   // `pp` is the grid's pp group (group rank = stage); `model` holds this rank's stage (its
   // chunks: schedule.virtual_stages() of them) on `device`, where its loss totals stay.
   PipelineRunner(models::Model& model, comm::Group& pp, parallel::PipelineSchedule schedule,
-                 Device device = Device::cpu());
+                 Device device = Device::cpu(), PipelineLinks links = {});
 
   const parallel::PipelineSchedule& schedule() const { return schedule_; }
 
@@ -84,6 +97,14 @@ class PipelineRunner {
 
   models::Model& model_;
   comm::Group& pp_;
+  PipelineLinks links_;
+  // Where a message to or from the stage `pp_peer` goes: its edge and the peer there, or the pp
+  // group and `pp_peer` without links.
+  struct Route {
+    comm::Group& group;
+    int peer;
+  };
+  Route route(bool forward, bool sending, int pp_peer) const;
   parallel::PipelineSchedule schedule_;
   Device device_;
   std::vector<PipelineActionTiming> timeline_;
