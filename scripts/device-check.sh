@@ -23,6 +23,8 @@
 #   layouts   LLaMA-tiny as ring, Ulysses, WallFacer C 1 and the hybrid, tp x sp, pp x sp and
 #             dp x sp with ZeRO-2, 2 or 4 processes sharing the GPU (staged), each beside the
 #             one-process GPU run: losses within 1e-4
+#   spbench   `wallfacer bench attention` per strategy, 4 processes sharing the GPU, 16K tokens,
+#             d 128, causal: time, compute-only, communication-only, overlap, bytes vs formulas
 #   bench     bf16 GEMM 8192³ (`wallfacer bench device`) beside torch.matmul; causal attention
 #             fwd+bwd, 8192 tokens, d 128, beside SDPA; GPT-tiny and GPT-2 124M step times beside
 #             PyTorch on the same GPU (scripts/bench_torch_gpu.py) -> the table, also in $OUT/table.md
@@ -33,7 +35,7 @@
 # library discovery) runs as on the GPU machine, the GPU-only phases are skipped with a message,
 # and the other phases run with the test device (testdev) in the GPU's place, toy model sizes,
 # 3 steps and a CPU bench (WF_DEVICE_CHECK_DEVICE, _STEPS, _SMALL, _BUDGET_S override each).
-# WF_DEVICE_CHECK_PHASES=tests,parity,sp4,layouts,bench (the default: all) runs a subset, e.g. a second
+# WF_DEVICE_CHECK_PHASES=tests,parity,sp4,layouts,spbench,bench (the default: all) runs a subset, e.g. a second
 # call with the device time left after a first one ran out of its budget.
 set -uo pipefail
 
@@ -59,7 +61,7 @@ t0=$SECONDS
 
 # ---- bookkeeping ---------------------------------------------------------------------------------
 # wanted PHASE: whether WF_DEVICE_CHECK_PHASES (default: all) names it; setup and versions always run.
-wanted() { [[ ",${WF_DEVICE_CHECK_PHASES:-tests,parity,sp4,layouts,bench}," == *",$1,"* ]]; }
+wanted() { [[ ",${WF_DEVICE_CHECK_PHASES:-tests,parity,sp4,layouts,spbench,bench}," == *",$1,"* ]]; }
 left() { echo $((budget - (SECONDS - t0))); }
 # limit WANT: WANT seconds, or what the budget still allows (0 when too little is left).
 limit() {
@@ -489,6 +491,36 @@ sp4_llama_f32() {
   WF_DEVICE_PARITY_TRAIN=device WF_DEVICE_PARITY_DTYPES=f32 parity_runs llama "$@"
 }
 
+# Sequence-parallel attention per strategy on the device (`wallfacer bench attention`), 4 processes
+# sharing it (staged: NCCL refuses two ranks on one GPU), causal, 16K tokens, d 128, f32: time,
+# compute-only and communication-only time and their overlap, bytes against the formulas (--check).
+spbench() {
+  phase "spbench: sp attention per strategy on $device, 4 processes, with its overlap"
+  local lim rc sizes=(--seq 16384 --heads 8 --head-dim 128 --iters 2)
+  [[ $small == 1 ]] && sizes=(--seq 64 --heads 4 --head-dim 8 --iters 1)
+  lim=$(limit 90)
+  timed "$lim" "$work/bin/wallfacer-np4" bench attention --device "$device" --transport staged --mask causal \
+    "${sizes[@]}" --check --json > "$work/spbench.jsonl" 2> "$work/spbench.err"
+  rc=$?
+  cat "$work/spbench.jsonl"
+  if ((rc == 0)); then
+    result PASS spbench "$(spbench_summary "$work/spbench.jsonl")"
+  elif ran_out "$rc"; then result ERROR spbench "$(why_failed "$rc" "$lim")"
+  else result FAIL spbench "exit status $rc: $(tail -3 "$work/spbench.err" | tr '\n' ' ')"
+  fi
+}
+
+# spbench_summary JSONL: one clause per row of bench attention's JSON lines.
+spbench_summary() {
+  python3 - "$1" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+print("; ".join("{} C {}: {:.1f} ms, compute {:.1f}, comm {:.1f}, hidden {:.2f}".format(
+    r["strategy"], r["C"], r["time_ms"], r["compute_only_ms"], r["comm_only_ms"], r["overlap"])
+    for r in rows if "time_ms" in r))
+PY
+}
+
 # ---- bench -------------------------------------------------------------------------------------
 one=(--set parallel.dp=1 --set parallel.tp=1 --set parallel.pp=1 --set parallel.sp=1 --set parallel.C=1)
 # train NAME DEVICE DTYPE LIMIT SETTINGS...: one `wallfacer train` in one process; its output in
@@ -676,6 +708,7 @@ main() {
   wanted parity && parity
   wanted sp4 && sp4
   wanted layouts && layouts
+  wanted spbench && spbench
   wanted bench && bench
   table
   summary
