@@ -7,9 +7,12 @@
 #include "wallfacer/ops/attention.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
+#include <vector>
 
 #include "src/ops/common.h"
+#include "src/ops/document_attention.h"
 #include "wallfacer/autograd/function.h"
 
 namespace wf {
@@ -58,16 +61,56 @@ AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v
   s.kv_offset = options.kv_offset;
   s.scale = options.scale;
   kernels::check_attention_shape(s, kOp);  // sizes >= 1, offsets >= 0, finite scale
+  ops::check_document_bounds(kOp, options.doc_bounds, s.batch,
+                             std::max(s.q_offset + s.q_len, s.kv_offset + s.kv_len));
   return s;
 }
+
+// The kernel calls of one attention: the whole call, or with packed documents its pieces
+// (document_attention.h). Outputs are written whole: a query no piece covers gets o 0, lse −inf
+// and its gradients 0.
+struct AttentionCalls {
+  AttentionShape shape;
+  bool documents = false;
+  std::vector<ops::DocumentPiece> pieces;
+
+  AttentionCalls(const AttentionShape& s, const DocumentBounds& bounds)
+      : shape(s), documents(!bounds.empty()) {
+    if (documents) pieces = ops::document_pieces(s, bounds);
+  }
+
+  void forward(const ops::Kernels& k, DType operands, const Tensor& q, const Tensor& kt, const Tensor& v, Tensor& out,
+               Tensor& lse) const {
+    if (!documents) {
+      k->attention_forward(k.stream, operands, shape, q.raw_data(), kt.raw_data(), v.raw_data(), out.raw_data(),
+                           lse.raw_data());
+      return;
+    }
+    out.zero_();
+    lse.fill_(-std::numeric_limits<double>::infinity());
+    ops::document_attention_forward(k, operands, pieces, q, kt, v, out, lse);
+  }
+
+  void backward(const ops::Kernels& k, DType operands, const TensorList& s, const Tensor& d_o, const Tensor& d_lse,
+                Tensor& dq, Tensor& dk, Tensor& dv) const {
+    if (!documents) {
+      k->attention_backward(k.stream, operands, shape, s[0].raw_data(), s[1].raw_data(), s[2].raw_data(),
+                            s[3].raw_data(), s[4].raw_data(), d_o.raw_data(), dq.raw_data(), dk.raw_data(),
+                            dv.raw_data(), /*accumulate=*/false, d_lse.raw_data());
+      return;
+    }
+    for (Tensor* t : {&dq, &dk, &dv}) t->zero_();
+    ops::document_attention_backward(k, operands, pieces, s[0], s[1], s[2], s[3], s[4], d_o, d_lse, dq, dk, dv);
+  }
+};
 
 // forward computes out and lse with the kernel; a replay (attention_replay) takes them from an
 // earlier forward instead. Both save the same tensors and share one backward.
 class Attention final : public autograd::Function {
  public:
-  explicit Attention(const AttentionShape& shape) : shape_(shape) {}
-  Attention(const AttentionShape& shape, AttentionResult replayed)
-      : shape_(shape), is_replay_(true), replayed_(std::move(replayed)) {}
+  explicit Attention(AttentionCalls calls) : calls_(std::move(calls)) {}
+  Attention(AttentionCalls calls, AttentionResult replayed)
+      : calls_(std::move(calls)), is_replay_(true), replayed_(std::move(replayed)) {}
 
   // inputs: q, k, v; outputs: out [B, n_q, h, d], lse [B, h, n_q]
   TensorList forward(Context& ctx, const TensorList& in) override {
@@ -77,18 +120,16 @@ class Attention final : public autograd::Function {
       // bf16 dot products, f32 softmax: out and lse come back f32, saved so for the backward,
       // and rounded to bf16 for the caller.
       Tensor out = Tensor::empty(in[0].shape(), DType::f32, k.device());
-      Tensor lse = Tensor::empty({shape_.batch, shape_.heads, shape_.q_len}, DType::f32, k.device());
-      k->attention_forward(k.stream, DType::bf16, shape_, in[0].raw_data(), in[1].raw_data(), in[2].raw_data(),
-                           out.raw_data(), lse.raw_data());
+      Tensor lse = Tensor::empty({calls_.shape.batch, calls_.shape.heads, calls_.shape.q_len}, DType::f32, k.device());
+      calls_.forward(k, DType::bf16, in[0], in[1], in[2], out, lse);
       ctx.save_for_backward({in[0], in[1], in[2], out, lse});
       return TensorList{out.to(DType::bf16), lse.to(DType::bf16)};
     }
     return ops::compute_in(kOp, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
       using T = decltype(tag);
       Tensor out = Tensor::empty(c[0].shape(), dtype_v<T>, k.device());
-      Tensor lse = Tensor::empty({shape_.batch, shape_.heads, shape_.q_len}, dtype_v<T>, k.device());
-      k->attention_forward(k.stream, dtype_v<T>, shape_, c[0].raw_data(), c[1].raw_data(), c[2].raw_data(),
-                           out.raw_data(), lse.raw_data());
+      Tensor lse = Tensor::empty({calls_.shape.batch, calls_.shape.heads, calls_.shape.q_len}, dtype_v<T>, k.device());
+      calls_.forward(k, dtype_v<T>, c[0], c[1], c[2], out, lse);
       // out and lse in the compute dtype: a bf16 copy would perturb D = rowsum(dO∘O) and P.
       ctx.save_for_backward({in[0], in[1], in[2], out, lse});
       return TensorList{out, lse};
@@ -107,9 +148,7 @@ class Attention final : public autograd::Function {
       Tensor dv = Tensor::empty(s[2].shape(), DType::f32, k.device());
       const Tensor out = s[3].to(DType::f32), lse = s[4].to(DType::f32), d_o = grad[0].to(DType::bf16);
       const Tensor d_lse = grad[1].to(DType::f32);
-      k->attention_backward(k.stream, DType::bf16, shape_, s[0].raw_data(), s[1].raw_data(), s[2].raw_data(),
-                            out.raw_data(), lse.raw_data(), d_o.raw_data(), dq.raw_data(), dk.raw_data(),
-                            dv.raw_data(), /*accumulate=*/false, d_lse.raw_data());
+      calls_.backward(k, DType::bf16, {s[0], s[1], s[2], out, lse}, d_o, d_lse, dq, dk, dv);
       return TensorList{ctx.needs_input_grad(0) ? dq.to(DType::bf16) : Tensor(),
                         ctx.needs_input_grad(1) ? dk.to(DType::bf16) : Tensor(),
                         ctx.needs_input_grad(2) ? dv.to(DType::bf16) : Tensor()};
@@ -120,10 +159,7 @@ class Attention final : public autograd::Function {
                              Tensor dq = Tensor::empty(c[0].shape(), dtype_v<T>, k.device());
                              Tensor dk = Tensor::empty(c[1].shape(), dtype_v<T>, k.device());
                              Tensor dv = Tensor::empty(c[2].shape(), dtype_v<T>, k.device());
-                             k->attention_backward(k.stream, dtype_v<T>, shape_, c[0].raw_data(), c[1].raw_data(),
-                                                   c[2].raw_data(), c[3].raw_data(), c[4].raw_data(),
-                                                   c[5].raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data(),
-                                                   /*accumulate=*/false, c[6].raw_data());
+                             calls_.backward(k, dtype_v<T>, c, c[5], c[6], dq, dk, dv);
                              return TensorList{ctx.needs_input_grad(0) ? dq : Tensor(),
                                                ctx.needs_input_grad(1) ? dk : Tensor(),
                                                ctx.needs_input_grad(2) ? dv : Tensor()};
@@ -142,7 +178,7 @@ class Attention final : public autograd::Function {
     return outs;
   }
 
-  AttentionShape shape_;
+  AttentionCalls calls_;
   bool is_replay_ = false;
   AttentionResult replayed_;
 };
@@ -151,7 +187,8 @@ class Attention final : public autograd::Function {
 
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) {
   const AttentionShape shape = attention_shape(q, k, v, options);
-  TensorList outs = autograd::apply_function(std::make_shared<Attention>(shape), {q, k, v});
+  TensorList outs =
+      autograd::apply_function(std::make_shared<Attention>(AttentionCalls(shape, options.doc_bounds)), {q, k, v});
   return {outs[0], outs[1]};
 }
 
@@ -171,7 +208,9 @@ AttentionResult attention_replay(const Tensor& q, const Tensor& k, const Tensor&
            dtype_name(saved.out.dtype()), dtype_name(q.dtype()));
   // Detached: the replay node must not link back to whatever graph `saved` came from.
   TensorList outs = autograd::apply_function(
-      std::make_shared<Attention>(shape, AttentionResult{saved.out.detach(), saved.lse.detach()}), {q, k, v});
+      std::make_shared<Attention>(AttentionCalls(shape, options.doc_bounds),
+                                  AttentionResult{saved.out.detach(), saved.lse.detach()}),
+      {q, k, v});
   return {outs[0], outs[1]};
 }
 

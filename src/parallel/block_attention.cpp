@@ -6,13 +6,16 @@
 // B > 1 or several runs those rows are strided, while the kernels want contiguous [B, len, ...]
 // buffers. So each run that takes part in a computed block is copied out once (an O(n) copy
 // next to O(n²) attention work) and results are copied back; a run that covers the whole
-// tensor is used in place.
+// tensor is used in place. With packed documents a block is split further, per document
+// (src/ops/document_attention.h).
 #include "wallfacer/parallel/block_attention.h"
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
 
 #include "src/ops/common.h"
+#include "src/ops/document_attention.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::parallel {
@@ -22,49 +25,17 @@ using kernels::AttentionShape;
 
 std::atomic<int> skip_block_compute_scopes{0};  // detail::SkipBlockCompute's, process-wide
 
-// ---- run rows ------------------------------------------------------------------------------
-
-std::int64_t product(const Shape& shape, std::size_t begin, std::size_t end) {
-  std::int64_t p = 1;
-  for (std::size_t i = begin; i < end; ++i) p *= shape[i];
-  return p;
-}
-
-// Copies rows [src_start, src_start + len) of dim `dim` of src into rows [dst_start, ...) of dst
-// (the other dims equal; one device).
-void copy_rows(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, std::int64_t len,
-               std::size_t dim) {
-  const Shape& shape = src.shape();
-  const std::int64_t outer = product(shape, 0, dim);
-  const std::int64_t row = product(shape, dim + 1, shape.size());
-  const std::int64_t n_src = shape[dim], n_dst = dst.shape()[dim];
-  const ops::Kernels k = ops::kernels_for("block attention", {src, dst});
-  k->copy_blocks(k.stream, dtype_size(src.dtype()), src.raw_data(), n_src * row, src_start * row, dst.raw_data(),
-                 n_dst * row, dst_start * row, outer, len * row);
-}
-
-// Rows [start, start + len) of dim `dim` as a contiguous tensor: `t` itself when that is all
-// of it, else a copy.
-Tensor run_rows(const Tensor& t, std::size_t dim, std::int64_t start, std::int64_t len) {
-  if (start == 0 && len == t.shape()[dim]) return t;
-  Shape shape = t.shape();
-  shape[dim] = len;
-  Tensor rows = Tensor::empty(shape, t.dtype(), t.device());
-  copy_rows(t, start, rows, 0, len, dim);
-  return rows;
-}
-
-// Writes rows obtained from run_rows back (nothing to do when they were `t` itself).
-void store_run_rows(Tensor& t, std::size_t dim, std::int64_t start, const Tensor& rows) {
-  if (rows.is_same(t)) return;
-  copy_rows(rows, 0, t, start, rows.shape()[dim], dim);
-}
+// The rows of a run, over every batch row (document_attention.h).
+using ops::rows_of;
+using ops::store_rows;
 
 // ---- the block plan ------------------------------------------------------------------------
 
 struct Block {
   std::size_t q_run, kv_run;
   BlockMask mask;  // full or causal: skipped blocks are not listed
+  // Packed documents: the block's kernel calls, one per document it holds (never empty).
+  std::vector<ops::DocumentPiece> pieces;
 };
 
 struct Plan {
@@ -81,23 +52,6 @@ std::vector<std::int64_t> storage_starts(const std::vector<TokenRun>& runs) {
     at += r.length;
   }
   return starts;
-}
-
-Plan plan_blocks(const std::vector<TokenRun>& q_runs, const std::vector<TokenRun>& kv_runs, bool causal) {
-  Plan plan{storage_starts(q_runs), storage_starts(kv_runs), {}, {}};
-  for (std::size_t i = 0; i < q_runs.size(); ++i) {
-    for (std::size_t j = 0; j < kv_runs.size(); ++j) {
-      const BlockMask mask = block_mask(q_runs[i], kv_runs[j], causal);
-      if (mask == BlockMask::skip) {
-        ++plan.stats.blocks_skipped;
-        continue;
-      }
-      plan.blocks.push_back({i, j, mask});
-      ++plan.stats.blocks_computed;
-      plan.stats.unmasked_pairs += unmasked_pairs({q_runs[i]}, {kv_runs[j]}, causal);
-    }
-  }
-  return plan;
 }
 
 AttentionShape block_shape(const Tensor& q, const Tensor& k, const TokenRun& q_run, const TokenRun& kv_run,
@@ -118,6 +72,39 @@ AttentionShape block_shape(const Tensor& q, const Tensor& k, const TokenRun& q_r
   return s;
 }
 
+// With packed documents a block is its pieces (document_attention.h), and skipped when it has none.
+Plan plan_blocks(const Tensor& q, const Tensor& k, const std::vector<TokenRun>& q_runs,
+                 const std::vector<TokenRun>& kv_runs, bool causal, double scale, const DocumentBounds& documents) {
+  Plan plan{storage_starts(q_runs), storage_starts(kv_runs), {}, {}};
+  for (std::size_t i = 0; i < q_runs.size(); ++i) {
+    for (std::size_t j = 0; j < kv_runs.size(); ++j) {
+      if (!documents.empty()) {
+        AttentionShape call = block_shape(q, k, q_runs[i], kv_runs[j], BlockMask::causal, scale);
+        call.causal = causal;
+        std::vector<ops::DocumentPiece> pieces = ops::document_pieces(call, documents);
+        if (pieces.empty()) {
+          ++plan.stats.blocks_skipped;
+          continue;
+        }
+        ++plan.stats.blocks_computed;
+        plan.stats.unmasked_pairs += ops::document_pairs(pieces);
+        plan.blocks.push_back({i, j, BlockMask::causal, std::move(pieces)});
+        continue;
+      }
+      const BlockMask mask = block_mask(q_runs[i], kv_runs[j], causal);
+      if (mask == BlockMask::skip) {
+        ++plan.stats.blocks_skipped;
+        continue;
+      }
+      plan.blocks.push_back({i, j, mask, {}});
+      ++plan.stats.blocks_computed;
+      plan.stats.unmasked_pairs += unmasked_pairs({q_runs[i]}, {kv_runs[j]}, causal);
+    }
+  }
+  return plan;
+}
+
+
 // Lazily copied rows of the K/V runs (and their gradient accumulators): each run is copied at
 // most once however many query runs meet it.
 struct KvRunCache {
@@ -126,12 +113,12 @@ struct KvRunCache {
   const std::vector<TokenRun>& runs;
   std::vector<std::optional<Tensor>> rows = std::vector<std::optional<Tensor>>(runs.size());
   Tensor& get(std::size_t j) {
-    if (!rows[j]) rows[j] = run_rows(source, 1, plan.kv_starts[j], runs[j].length);
+    if (!rows[j]) rows[j] = rows_of(source, 1, plan.kv_starts[j], runs[j].length);
     return *rows[j];
   }
   void store_back(Tensor& target) {
     for (std::size_t j = 0; j < rows.size(); ++j) {
-      if (rows[j]) store_run_rows(target, 1, plan.kv_starts[j], *rows[j]);
+      if (rows[j]) store_rows(target, 1, plan.kv_starts[j], *rows[j]);
     }
   }
 };
@@ -179,6 +166,16 @@ void check_inputs(const char* what, const Tensor& q, const std::vector<TokenRun>
            run_total(kv_runs, what, "kv_runs"), shape_str(k.shape()), k.size(1));
 }
 
+// The boundaries must cover every position of the runs (this call sees only some of the sequence).
+void check_documents(const char* what, const DocumentBounds& documents, const Tensor& q,
+                     const std::vector<TokenRun>& q_runs, const std::vector<TokenRun>& kv_runs) {
+  std::int64_t end = 0;
+  for (const auto* runs : {&q_runs, &kv_runs}) {
+    for (const TokenRun& r : *runs) end = std::max(end, r.start + r.length);
+  }
+  ops::check_document_bounds(what, documents, q.size(0), end, /*exact=*/false);
+}
+
 Shape lse_shape(const Tensor& q) { return {q.size(0), q.size(2), q.size(1)}; }
 
 // The dtype of o, lse and the gradients: the inputs' own, f32 for bf16 inputs.
@@ -188,34 +185,40 @@ DType accumulator_dtype(DType input) { return input == DType::bf16 ? DType::f32 
 
 BlockAttentionStats block_attention_forward(const Tensor& q, const std::vector<TokenRun>& q_runs, const Tensor& k,
                                             const Tensor& v, const std::vector<TokenRun>& kv_runs, bool causal,
-                                            double scale, Tensor& o, Tensor& lse) {
+                                            double scale, Tensor& o, Tensor& lse, const DocumentBounds& documents) {
   constexpr const char* kWhat = "block_attention_forward";
   check_inputs(kWhat, q, q_runs, k, v, kv_runs);
+  check_documents(kWhat, documents, q, q_runs, kv_runs);
   const DType acc = accumulator_dtype(q.dtype());
   check_same(kWhat, o, "o", q.shape(), acc, q);
   check_same(kWhat, lse, "lse", lse_shape(q), acc, q);
   if (detail::SkipBlockCompute::active()) return {};
-  const Plan plan = plan_blocks(q_runs, kv_runs, causal);
+  const Plan plan = plan_blocks(q, k, q_runs, kv_runs, causal, scale, documents);
   // bf16 inputs multiply in bf16 with f32 accumulation, the others in their own dtype.
   const ops::Kernels kern = ops::kernels_for(kWhat, {q, k, v, o, lse});
   KvRunCache k_rows{k, plan, kv_runs}, v_rows{v, plan, kv_runs};
   for (std::size_t b = 0; b < plan.blocks.size();) {
     const std::size_t i = plan.blocks[b].q_run;
     const std::int64_t start = plan.q_starts[i], len = q_runs[i].length;
-    const Tensor q_r = run_rows(q, 1, start, len);
-    Tensor o_r = run_rows(o, 1, start, len), lse_r = run_rows(lse, 2, start, len);
+    const Tensor q_r = rows_of(q, 1, start, len);
+    Tensor o_r = rows_of(o, 1, start, len), lse_r = rows_of(lse, 2, start, len);
     Tensor o_i = Tensor::empty(o_r.shape(), acc, kern.device());
     Tensor lse_i = Tensor::empty(lse_r.shape(), acc, kern.device());
     for (; b < plan.blocks.size() && plan.blocks[b].q_run == i; ++b) {
       const std::size_t j = plan.blocks[b].kv_run;
+      if (!plan.blocks[b].pieces.empty()) {
+        ops::document_attention_forward(kern, q.dtype(), plan.blocks[b].pieces, q_r, k_rows.get(j), v_rows.get(j), o_r,
+                                        lse_r);
+        continue;
+      }
       const AttentionShape s = block_shape(q, k, q_runs[i], kv_runs[j], plan.blocks[b].mask, scale);
       kern->attention_forward(kern.stream, q.dtype(), s, q_r.raw_data(), k_rows.get(j).raw_data(),
                               v_rows.get(j).raw_data(), o_i.raw_data(), lse_i.raw_data());
       kern->attention_merge(kern.stream, acc, s.batch, s.q_len, s.heads, s.head_dim, o_r.raw_data(), lse_r.raw_data(),
                             o_i.raw_data(), lse_i.raw_data());
     }
-    store_run_rows(o, 1, start, o_r);
-    store_run_rows(lse, 2, start, lse_r);
+    store_rows(o, 1, start, o_r);
+    store_rows(lse, 2, start, lse_r);
   }
   return plan.stats;
 }
@@ -223,9 +226,11 @@ BlockAttentionStats block_attention_forward(const Tensor& q, const std::vector<T
 BlockAttentionStats block_attention_backward(const Tensor& q, const std::vector<TokenRun>& q_runs, const Tensor& k,
                                              const Tensor& v, const std::vector<TokenRun>& kv_runs, bool causal,
                                              double scale, const Tensor& o, const Tensor& lse, const Tensor& d_o,
-                                             const Tensor& d_lse, Tensor& dq, Tensor& dk, Tensor& dv) {
+                                             const Tensor& d_lse, Tensor& dq, Tensor& dk, Tensor& dv,
+                                             const DocumentBounds& documents) {
   constexpr const char* kWhat = "block_attention_backward";
   check_inputs(kWhat, q, q_runs, k, v, kv_runs);
+  check_documents(kWhat, documents, q, q_runs, kv_runs);
   const DType acc = accumulator_dtype(q.dtype());
   check_same(kWhat, o, "o", q.shape(), acc, q);
   check_same(kWhat, lse, "lse", lse_shape(q), acc, q);
@@ -235,26 +240,31 @@ BlockAttentionStats block_attention_backward(const Tensor& q, const std::vector<
   check_same(kWhat, dk, "dk", k.shape(), acc, q);
   check_same(kWhat, dv, "dv", k.shape(), acc, q);
   if (detail::SkipBlockCompute::active()) return {};
-  const Plan plan = plan_blocks(q_runs, kv_runs, causal);
+  const Plan plan = plan_blocks(q, k, q_runs, kv_runs, causal, scale, documents);
   const ops::Kernels kern = ops::kernels_for(kWhat, {q, k, v, o, lse, d_o, d_lse, dq, dk, dv});
   KvRunCache k_rows{k, plan, kv_runs}, v_rows{v, plan, kv_runs}, dk_rows{dk, plan, kv_runs},
       dv_rows{dv, plan, kv_runs};
   for (std::size_t b = 0; b < plan.blocks.size();) {
     const std::size_t i = plan.blocks[b].q_run;
     const std::int64_t start = plan.q_starts[i], len = q_runs[i].length;
-    const Tensor q_r = run_rows(q, 1, start, len), o_r = run_rows(o, 1, start, len);
-    const Tensor do_r = run_rows(d_o, 1, start, len), lse_r = run_rows(lse, 2, start, len);
-    const Tensor dlse_r = d_lse.defined() ? run_rows(d_lse, 2, start, len) : Tensor();
-    Tensor dq_r = run_rows(dq, 1, start, len);
+    const Tensor q_r = rows_of(q, 1, start, len), o_r = rows_of(o, 1, start, len);
+    const Tensor do_r = rows_of(d_o, 1, start, len), lse_r = rows_of(lse, 2, start, len);
+    const Tensor dlse_r = d_lse.defined() ? rows_of(d_lse, 2, start, len) : Tensor();
+    Tensor dq_r = rows_of(dq, 1, start, len);
     for (; b < plan.blocks.size() && plan.blocks[b].q_run == i; ++b) {
       const std::size_t j = plan.blocks[b].kv_run;
+      if (!plan.blocks[b].pieces.empty()) {
+        ops::document_attention_backward(kern, q.dtype(), plan.blocks[b].pieces, q_r, k_rows.get(j), v_rows.get(j),
+                                         o_r, lse_r, do_r, dlse_r, dq_r, dk_rows.get(j), dv_rows.get(j));
+        continue;
+      }
       const AttentionShape s = block_shape(q, k, q_runs[i], kv_runs[j], plan.blocks[b].mask, scale);
       kern->attention_backward(kern.stream, q.dtype(), s, q_r.raw_data(), k_rows.get(j).raw_data(),
                                v_rows.get(j).raw_data(), o_r.raw_data(), lse_r.raw_data(), do_r.raw_data(),
                                dq_r.raw_data(), dk_rows.get(j).raw_data(), dv_rows.get(j).raw_data(),
                                /*accumulate=*/true, dlse_r.defined() ? dlse_r.raw_data() : nullptr);
     }
-    store_run_rows(dq, 1, start, dq_r);
+    store_rows(dq, 1, start, dq_r);
   }
   dk_rows.store_back(dk);
   dv_rows.store_back(dv);

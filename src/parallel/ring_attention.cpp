@@ -52,12 +52,13 @@ constexpr int kTagDkv = 0x5202;
 
 class RingAttentionFunction final : public autograd::Function {
  public:
-  RingAttentionFunction(comm::Group& sp, std::vector<std::vector<TokenRun>> runs, bool causal, double scale,
+  RingAttentionFunction(comm::Group& sp, std::vector<std::vector<TokenRun>> runs, const AttentionOptions& options,
                         std::shared_ptr<detail::WorkRecord> work, detail::Replayed replayed)
       : sp_(sp),
         runs_(std::move(runs)),
-        causal_(causal),
-        scale_(scale),
+        causal_(options.causal),
+        scale_(options.scale),
+        documents_(options.doc_bounds),
         work_(std::move(work)),
         replayed_(std::move(replayed)) {}
 
@@ -85,7 +86,7 @@ class RingAttentionFunction final : public autograd::Function {
       comm::Request exchange;
       if (shift) exchange = sp_.isendrecv(held, next(), incoming, prev(), kTagKv);
       work += block_attention_forward(q_mul, my_runs(), pair_half(held, 0).to(mul), pair_half(held, 1).to(mul),
-                                      owner_runs(step), causal_, scale_, o, lse);
+                                      owner_runs(step), causal_, scale_, o, lse, documents_);
       if (shift) {
         exchange.make_wait(compute);
         std::swap(held, incoming);
@@ -124,7 +125,8 @@ class RingAttentionFunction final : public autograd::Function {
       mine.zero_();
       Tensor dk = pair_half(mine, 0), dv = pair_half(mine, 1);
       work += block_attention_backward(q, my_runs(), pair_half(held, 0).to(mul), pair_half(held, 1).to(mul),
-                                       owner_runs(step), causal_, scale_, o, lse, d_o, d_lse, dq, dk, dv);
+                                       owner_runs(step), causal_, scale_, o, lse, d_o, d_lse, dq, dk, dv,
+                                       documents_);
       if (step > 0) {  // the accumulator of the block held now, from ring prev
         accumulate.make_wait(compute);
         detail::add_into(mine, accumulated);
@@ -161,6 +163,7 @@ class RingAttentionFunction final : public autograd::Function {
   std::vector<std::vector<TokenRun>> runs_;
   bool causal_;
   double scale_;
+  DocumentBounds documents_;  // packed documents (AttentionOptions::doc_bounds)
   std::shared_ptr<detail::WorkRecord> work_;
   detail::Replayed replayed_;
 };
@@ -173,7 +176,7 @@ class RingAttention final : public detail::SpStrategyBase {
   AttentionResult run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
                       detail::Replayed replayed) override {
     const TensorList out = autograd::apply_function(
-        std::make_shared<RingAttentionFunction>(sp_, runs_, options.causal, options.scale, work_, std::move(replayed)),
+        std::make_shared<RingAttentionFunction>(sp_, runs_, options, work_, std::move(replayed)),
         {q, k, v});
     return {out[0], out[1]};
   }

@@ -1,6 +1,7 @@
 #include "src/parallel/sp_strategy_base.h"
 
 #include "src/ops/common.h"
+#include "src/ops/document_attention.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::parallel::detail {
@@ -53,6 +54,7 @@ void SpStrategyBase::check_call(const Tensor& q, const Tensor& k, const Tensor& 
            "{} attention: AttentionOptions offsets must be 0 (got q_offset {}, kv_offset {}); the sequence layout "
            "gives every token's global position",
            what, options.q_offset, options.kv_offset);
+  ops::check_document_bounds((name_ + " attention").c_str(), options.doc_bounds, q.size(0), config_.seq_len);
 }
 
 AttentionResult SpStrategyBase::forward(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "src/ops/common.h"
+#include "src/ops/document_attention.h"
 #include "src/parallel/sp_strategy_base.h"
 #include "src/parallel/ulysses_exchange.h"
 #include "wallfacer/autograd/function.h"
@@ -73,26 +74,38 @@ detail::HeadSide head_side(const kernels::AttentionShape& s, DType activation, D
 }
 
 // The local attention over the whole sequence: h.o, h.lse from h.q, h.k, h.v (operands in
-// h.q's dtype: bf16 with f32 results, or the compute dtype).
-void attention_forward(const kernels::AttentionShape& s, detail::HeadSide& h) {
-  if (detail::SkipBlockCompute::active()) {  // bench attention's communication-only time: what no key gives
+// h.q's dtype: bf16 with f32 results, or the compute dtype). With packed documents, one kernel
+// call per document (document_attention.h): the gathered tokens are in position order.
+void attention_forward(const kernels::AttentionShape& s, const DocumentBounds& documents, detail::HeadSide& h) {
+  const bool skip = detail::SkipBlockCompute::active();  // bench attention's communication-only time
+  if (skip || !documents.empty()) {  // start from what no key gives
     h.o.zero_();
     h.lse.fill_(-std::numeric_limits<double>::infinity());
-    return;
+    if (skip) return;
   }
   const ops::Kernels k = ops::kernels_for("ulysses attention", {h.q, h.k, h.v, h.o, h.lse});
+  if (!documents.empty()) {
+    ops::document_attention_forward(k, h.q.dtype(), ops::document_pieces(s, documents), h.q, h.k, h.v, h.o, h.lse);
+    return;
+  }
   k->attention_forward(k.stream, h.q.dtype(), s, h.q.raw_data(), h.k.raw_data(), h.v.raw_data(), h.o.raw_data(),
                        h.lse.raw_data());
 }
 
 // Its backward: dq, dk, dv (compute dtype) from the saved head side, dO (h.q's dtype) and d_lse.
-void attention_backward(const kernels::AttentionShape& s, const detail::HeadSide& h, const Tensor& d_o,
-                        const Tensor& d_lse, Tensor& dq, Tensor& dk, Tensor& dv) {
-  if (detail::SkipBlockCompute::active()) {
+void attention_backward(const kernels::AttentionShape& s, const DocumentBounds& documents, const detail::HeadSide& h,
+                        const Tensor& d_o, const Tensor& d_lse, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const bool skip = detail::SkipBlockCompute::active();
+  if (skip || !documents.empty()) {
     for (Tensor* t : {&dq, &dk, &dv}) t->zero_();
-    return;
+    if (skip) return;
   }
   const ops::Kernels k = ops::kernels_for("ulysses attention", {h.q, h.k, h.v, h.o, h.lse, d_o, d_lse, dq, dk, dv});
+  if (!documents.empty()) {
+    ops::document_attention_backward(k, h.q.dtype(), ops::document_pieces(s, documents), h.q, h.k, h.v, h.o, h.lse,
+                                     d_o, d_lse, dq, dk, dv);
+    return;
+  }
   k->attention_backward(k.stream, h.q.dtype(), s, h.q.raw_data(), h.k.raw_data(), h.v.raw_data(), h.o.raw_data(),
                         h.lse.raw_data(), d_o.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data(),
                         /*accumulate=*/false, d_lse.raw_data());
@@ -100,13 +113,14 @@ void attention_backward(const kernels::AttentionShape& s, const detail::HeadSide
 
 class UlyssesAttentionFunction final : public autograd::Function {
  public:
-  UlyssesAttentionFunction(comm::Group& sp, Positions positions, std::int64_t kv_heads, bool causal, double scale,
+  UlyssesAttentionFunction(comm::Group& sp, Positions positions, std::int64_t kv_heads, const AttentionOptions& options,
                            std::shared_ptr<detail::WorkRecord> work, detail::Replayed replayed)
       : sp_(sp),
         positions_(std::move(positions)),
         kv_heads_(kv_heads),
-        causal_(causal),
-        scale_(scale),
+        causal_(options.causal),
+        scale_(options.scale),
+        documents_(options.doc_bounds),
         work_(std::move(work)),
         replayed_(std::move(replayed)),
         sequence_side_saved_(replayed_.has_value()) {}
@@ -123,7 +137,7 @@ class UlyssesAttentionFunction final : public autograd::Function {
     const auto a = [act](const Tensor& t) { return detail::activation_field(t, act); };
     const auto st = [act](const Tensor& t) { return detail::statistics_field(t, act); };
     ulysses_exchange(sp_, positions_, Side::sequence, {a(q), a(k), a(v)}, {a(h.q), a(h.k), a(h.v)});
-    attention_forward(s, h);
+    attention_forward(s, documents_, h);
     Tensor o = Tensor::empty(q.shape(), act, q.device());
     Tensor lse = Tensor::empty({q.size(0), q.size(2), q.size(1)}, act, q.device());
     ulysses_exchange(sp_, positions_, Side::heads, {a(h.o), st(h.lse)}, {a(o), st(lse)});
@@ -157,7 +171,7 @@ class UlyssesAttentionFunction final : public autograd::Function {
     const detail::HeadSide head = h ? *h : detail::HeadSide(saved[0], saved[1], saved[2], saved[3], saved[4]);
     Tensor dqh = Tensor::empty(head.q.shape(), cdt, device), dkh = Tensor::empty(head.k.shape(), cdt, device),
            dvh = Tensor::empty(head.k.shape(), cdt, device);
-    attention_backward(s, head, doh, dlseh, dqh, dkh, dvh);
+    attention_backward(s, documents_, head, doh, dlseh, dqh, dkh, dvh);
     // dQ, dK, dV travel in the activation dtype. A replicated kv head's gradient is summed over
     // its sharers in the compute dtype, then rounded once.
     const std::int64_t n = s.q_len / P;
@@ -198,9 +212,10 @@ class UlyssesAttentionFunction final : public autograd::Function {
     s.scale = scale_;
     return s;
   }
-  // One kernel call over the whole sequence.
-  static BlockAttentionStats work(const kernels::AttentionShape& s) {
+  // One kernel call over the whole sequence (with packed documents, its documents' pairs).
+  BlockAttentionStats work(const kernels::AttentionShape& s) const {
     const std::int64_t N = s.q_len;
+    if (!documents_.empty()) return {1, 0, ops::document_pairs(ops::document_pieces(s, documents_))};
     return {1, 0, s.causal ? N * (N + 1) / 2 : N * N};
   }
 
@@ -209,6 +224,7 @@ class UlyssesAttentionFunction final : public autograd::Function {
   std::int64_t kv_heads_;  // h_kv of the sequence side (the head side may hold copies of fewer)
   bool causal_;
   double scale_;
+  DocumentBounds documents_;  // packed documents (AttentionOptions::doc_bounds)
   std::shared_ptr<detail::WorkRecord> work_;
   detail::Replayed replayed_;
   bool sequence_side_saved_;  // a replay: the backward brings q, k, v, o, lse to the head side
@@ -226,8 +242,7 @@ class UlyssesAttention final : public detail::SpStrategyBase {
     const std::string problem = ulysses_heads_problem(q.size(2), k.size(2), P_);
     WF_CHECK(problem.empty(), "ulysses attention: {}", problem);
     const TensorList out = autograd::apply_function(
-        std::make_shared<UlyssesAttentionFunction>(sp_, positions_, k.size(2), options.causal, options.scale, work_,
-                                                   std::move(replayed)),
+        std::make_shared<UlyssesAttentionFunction>(sp_, positions_, k.size(2), options, work_, std::move(replayed)),
         {q, k, v});
     return {out[0], out[1]};
   }

@@ -191,7 +191,7 @@ class UlyssesWallFacerAttention final : public detail::SpStrategyBase {
                       detail::Replayed replayed) override {
     const std::string problem = ulysses_heads_problem(q.size(2), k.size(2), ulysses_.size());
     WF_CHECK(problem.empty(), "{} (Ulysses degree U = {}, the 'P' below): {}", kWhat, ulysses_.size(), problem);
-    const detail::WallFacerCall call{options.causal, options.scale, keep_forward_kv_};
+    const detail::WallFacerCall call{options.causal, options.scale, keep_forward_kv_, options.doc_bounds};
     const TensorList out = autograd::apply_function(
         std::make_shared<UlyssesWallFacerFunction>(ulysses_, positions_, wallfacer_, call, k.size(2), work_,
                                                    std::move(replayed)),

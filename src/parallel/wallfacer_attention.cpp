@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "src/ops/common.h"
+#include "src/ops/document_attention.h"
 #include "src/parallel/sp_strategy_base.h"
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/core/error.h"
@@ -402,7 +403,8 @@ class WallFacerFunction final : public autograd::Function {
         transfer.emplace(*r.ring, current, r.ring_next, next, r.ring_prev, kRingKvTag);
       }
       work += block_attention_forward(q, r.team_runs, current[0].to(mul), current[1].to(mul),
-                                      r.kv_runs[static_cast<std::size_t>(i)], options_.causal, options_.scale, o, lse);
+                                      r.kv_runs[static_cast<std::size_t>(i)], options_.causal, options_.scale, o, lse,
+                                      options_.documents);
       if (shift) {
         transfer->wait();
         current = std::move(next);
@@ -475,7 +477,7 @@ class WallFacerFunction final : public autograd::Function {
       dq = Tensor::zeros(zero_o.shape(), cdt, device);
       work += block_attention_backward(bundle[0].to(mul), r.bundle_runs[static_cast<std::size_t>(i)], k, v,
                                        r.kv_runs[0], options_.causal, options_.scale, zero_o, bundle[2],
-                                       bundle[1].to(mul), bundle[3], dq, dk, dv);
+                                       bundle[1].to(mul), bundle[3], dq, dk, dv, options_.documents);
       if (i > 0) {
         dq_transfer->wait();
         detail::add_into(dq, dq_in[0]);
@@ -546,7 +548,7 @@ class WallFacerAttention final : public nn::AttentionStrategy, public SpAttentio
  private:
   AttentionResult run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
                       detail::Replayed replayed) {
-    const CallOptions call{options.causal, options.scale, keep_forward_kv_};
+    const CallOptions call{options.causal, options.scale, keep_forward_kv_, options.doc_bounds};
     const TensorList outs = autograd::apply_function(
         std::make_shared<WallFacerFunction>(rank_, call, work_, std::move(replayed)), {q, k, v});
     return {outs[0], outs[1]};
@@ -570,6 +572,7 @@ class WallFacerAttention final : public nn::AttentionStrategy, public SpAttentio
     WF_CHECK(options.q_offset == 0 && options.kv_offset == 0,
              "{}: positions come from the {} sequence layout, so q_offset and kv_offset must be 0 (got {} and {})",
              kWhat, sequence_layout_name(r.layout), options.q_offset, options.kv_offset);
+    ops::check_document_bounds(kWhat, options.doc_bounds, q.size(0), r.seq_len);
   }
 
   std::shared_ptr<const WallFacerRank> rank_;

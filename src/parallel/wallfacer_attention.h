@@ -35,6 +35,7 @@ struct WallFacerCall {
   bool causal = false;
   double scale = 0;
   bool keep_forward_kv = true;
+  DocumentBounds documents = {};  // packed documents (AttentionOptions::doc_bounds), global positions
 };
 // WallFacer's autograd Function (inputs q, k, v of this member; outputs out, lse), to apply or
 // to drive by hand: its forward and backward take a Context of the caller's. A replay

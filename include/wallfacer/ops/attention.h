@@ -1,9 +1,17 @@
 #pragma once
 // Differentiable blocked (flash-style) attention on one device. The distributed strategies
 // (ring, Ulysses, WallFacer) call the same kernels block by block.
+#include <cstdint>
+#include <vector>
+
 #include "wallfacer/core/tensor.h"
 
 namespace wf {
+
+// Packed documents: per batch row, the cumulative boundaries 0 = b0 < b1 < ... < bk = N of the
+// documents in the row's GLOBAL sequence of N tokens (document i holds positions [b_i, b_i+1)),
+// as data::Batch::doc_bounds gives them. One list per batch row, or one list shared by every row.
+using DocumentBounds = std::vector<std::vector<std::int64_t>>;
 
 struct AttentionOptions {
   bool causal = false;
@@ -12,6 +20,13 @@ struct AttentionOptions {
   std::int64_t q_offset = 0;
   std::int64_t kv_offset = 0;
   double scale = 0;  // 0 → 1/sqrt(head_dim)
+  // Empty: one document per row (plain attention). Else a query attends only to keys of its own
+  // document (causal inside it when `causal`): the calls are split per document into kernel
+  // calls on the sub-ranges, pairs across documents are never computed
+  // (docs/sequence-parallelism.md, "Packed documents"). N, the end of every list, is the end of
+  // the covered positions, max(q_offset + n_q, kv_offset + n_k), for attention(); the
+  // sequence-parallel strategies' seq_len for theirs.
+  DocumentBounds doc_bounds = {};
 };
 
 struct AttentionResult {

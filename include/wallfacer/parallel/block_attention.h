@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "wallfacer/core/tensor.h"
+#include "wallfacer/ops/attention.h"
 #include "wallfacer/parallel/sequence_layout.h"
 
 namespace wf::parallel {
@@ -29,12 +30,16 @@ struct BlockAttentionStats {
 
 // Folds the attention of q [B, nq, h, d] (positions q_runs) over k, v [B, nk, h_kv, d]
 // (positions kv_runs) into the running (o [B, nq, h, d], lse [B, h, nq]) with the
-// overflow-safe log-sum-exp merge. Start from o = 0, lse = −inf. f32 or f64; or bf16 q, k, v
+// overflow-safe log-sum-exp merge. Start from o = 0, lse = −inf. With packed documents
+// (`documents`, global boundaries as AttentionOptions::doc_bounds), each block is split per
+// document into kernel calls on the sub-ranges and a block holding no (query, key) pair of one
+// document is skipped; the stats count those pairs only (summed over the batch rows when each row
+// has its own boundaries). f32 or f64; or bf16 q, k, v
 // (and d_o) with f32 o, lse and gradients: the dot products multiply in bf16 and accumulate in
 // f32 (kernels/cpu/attention.h's bf16 kernels, native on CPUs with AVX512_BF16).
 BlockAttentionStats block_attention_forward(const Tensor& q, const std::vector<TokenRun>& q_runs, const Tensor& k,
                                             const Tensor& v, const std::vector<TokenRun>& kv_runs, bool causal,
-                                            double scale, Tensor& o, Tensor& lse);
+                                            double scale, Tensor& o, Tensor& lse, const DocumentBounds& documents = {});
 
 // Adds this K/V block's share of the gradients: dq += ∂L/∂q through this block, dk, dv +=
 // ∂L/∂k, ∂L/∂v of this block, given the FINAL (merged over all blocks) o and lse, the output
@@ -42,7 +47,8 @@ BlockAttentionStats block_attention_forward(const Tensor& q, const std::vector<T
 BlockAttentionStats block_attention_backward(const Tensor& q, const std::vector<TokenRun>& q_runs, const Tensor& k,
                                              const Tensor& v, const std::vector<TokenRun>& kv_runs, bool causal,
                                              double scale, const Tensor& o, const Tensor& lse, const Tensor& d_o,
-                                             const Tensor& d_lse, Tensor& dq, Tensor& dk, Tensor& dv);
+                                             const Tensor& d_lse, Tensor& dq, Tensor& dk, Tensor& dv,
+                                             const DocumentBounds& documents = {});
 
 namespace detail {
 

@@ -1,0 +1,167 @@
+// Packed documents in attention: calls split per document (document_attention.h).
+#include "src/ops/document_attention.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "wallfacer/core/error.h"
+
+namespace wf::ops {
+namespace {
+
+std::int64_t product(const Shape& shape, std::size_t begin, std::size_t end) {
+  std::int64_t p = 1;
+  for (std::size_t i = begin; i < end; ++i) p *= shape[i];
+  return p;
+}
+
+// Copies rows [src_start, src_start + len) of dim `dim` of src into rows [dst_start, ...) of
+// dst, for the batch rows [src_batch, src_batch + batches) of src and [dst_batch, ...) of dst
+// (the other dims equal; one device).
+void copy_rows(const Tensor& src, std::int64_t src_batch, std::int64_t src_start, Tensor& dst, std::int64_t dst_batch,
+               std::int64_t dst_start, std::int64_t batches, std::int64_t len, std::size_t dim) {
+  const Shape& shape = src.shape();
+  const std::int64_t outer_per_batch = product(shape, 1, dim);
+  const std::int64_t row = product(shape, dim + 1, shape.size());
+  const std::int64_t src_block = shape[dim] * row, dst_block = dst.shape()[dim] * row;
+  const ops::Kernels k = ops::kernels_for("attention rows", {src, dst});
+  k->copy_blocks(k.stream, dtype_size(src.dtype()), src.raw_data(), src_block,
+                 src_batch * outer_per_batch * src_block + src_start * row, dst.raw_data(), dst_block,
+                 dst_batch * outer_per_batch * dst_block + dst_start * row, batches * outer_per_batch, len * row);
+}
+
+// Visible pairs of queries [qs, qe) and keys [ks, ke) under a causal mask (key <= query).
+std::int64_t causal_pairs(std::int64_t qs, std::int64_t qe, std::int64_t ks, std::int64_t ke) {
+  std::int64_t pairs = 0;
+  const std::int64_t lo = std::max(qs, ks), mid = std::min(qe, ke);  // queries seeing keys ks..q
+  if (mid > lo) pairs += (lo - ks + 1 + mid - ks) * (mid - lo) / 2;
+  pairs += std::max<std::int64_t>(0, qe - std::max(qs, ke)) * (ke - ks);  // queries seeing every key
+  return pairs;
+}
+
+// The pieces of one boundary list, for batch row `row` (−1: all).
+void add_pieces(const kernels::AttentionShape& call, const std::vector<std::int64_t>& bounds, std::int64_t row,
+                std::vector<DocumentPiece>& out) {
+  const std::int64_t a = call.q_offset, q_end = a + call.q_len, c = call.kv_offset, kv_end = c + call.kv_len;
+  const std::int64_t from = std::max(a, c);
+  // The first document that can hold a query and a key: the one containing max(a, c).
+  auto it = std::upper_bound(bounds.begin(), bounds.end(), from);
+  std::size_t i = it == bounds.begin() ? 0 : static_cast<std::size_t>(it - bounds.begin() - 1);
+  for (; i + 1 < bounds.size() && bounds[i] < std::min(q_end, kv_end); ++i) {
+    const std::int64_t qs = std::max(a, bounds[i]), qe = std::min(q_end, bounds[i + 1]);
+    const std::int64_t ks = std::max(c, bounds[i]), ke = std::min(kv_end, bounds[i + 1]);
+    if (qs >= qe || ks >= ke) continue;
+    if (call.causal && ks > qe - 1) continue;  // every key after every query
+    DocumentPiece p;
+    p.batch_row = row;
+    p.shape = call;
+    p.shape.batch = row < 0 ? call.batch : 1;
+    p.shape.q_len = qe - qs;
+    p.shape.kv_len = ke - ks;
+    p.shape.causal = call.causal && ke - 1 > qs;  // the mask cuts: some key after some query
+    p.shape.q_offset = p.shape.causal ? qs : 0;   // offsets only matter under the mask
+    p.shape.kv_offset = p.shape.causal ? ks : 0;
+    p.q_row = qs - a;
+    p.kv_row = ks - c;
+    p.pairs = p.shape.causal ? causal_pairs(qs, qe, ks, ke) : (qe - qs) * (ke - ks);
+    out.push_back(p);
+  }
+}
+
+}  // namespace
+
+Tensor rows_of(const Tensor& t, std::size_t dim, std::int64_t start, std::int64_t len, std::int64_t batch_row) {
+  if (batch_row < 0 && start == 0 && len == t.shape()[dim]) return t;
+  Shape shape = t.shape();
+  shape[dim] = len;
+  if (batch_row >= 0) shape[0] = 1;
+  Tensor rows = Tensor::empty(shape, t.dtype(), t.device());
+  copy_rows(t, std::max<std::int64_t>(batch_row, 0), start, rows, 0, 0, shape[0], len, dim);
+  return rows;
+}
+
+void store_rows(Tensor& t, std::size_t dim, std::int64_t start, const Tensor& rows, std::int64_t batch_row) {
+  if (rows.is_same(t)) return;
+  copy_rows(rows, 0, 0, t, std::max<std::int64_t>(batch_row, 0), start, rows.shape()[0], rows.shape()[dim], dim);
+}
+
+void check_document_bounds(const char* what, const DocumentBounds& bounds, std::int64_t batch, std::int64_t seq_len,
+                           bool exact) {
+  if (bounds.empty()) return;
+  WF_CHECK(bounds.size() == 1 || static_cast<std::int64_t>(bounds.size()) == batch,
+           "{}: doc_bounds holds {} boundary lists for a batch of {} rows; give one list per batch row or one list "
+           "shared by every row",
+           what, bounds.size(), batch);
+  for (std::size_t r = 0; r < bounds.size(); ++r) {
+    const std::vector<std::int64_t>& b = bounds[r];
+    const bool sorted = std::adjacent_find(b.begin(), b.end(), std::greater_equal<>()) == b.end();
+    const bool ends = !b.empty() && (exact ? b.back() == seq_len : b.back() >= seq_len);
+    WF_CHECK(b.size() >= 2 && b.front() == 0 && sorted && ends,
+             "{}: doc_bounds[{}] = [{}] must be the cumulative document boundaries 0 = b0 < b1 < ... < bk = {} of "
+             "the sequence{}: start at 0, strictly increase (no empty document) and end at the sequence length",
+             what, r, fmt::join(b, ", "), seq_len, exact ? "" : " (or later)");
+  }
+}
+
+std::vector<DocumentPiece> document_pieces(const kernels::AttentionShape& call, const DocumentBounds& bounds) {
+  std::vector<DocumentPiece> pieces;
+  const bool shared = std::all_of(bounds.begin(), bounds.end(), [&](const auto& b) { return b == bounds[0]; });
+  if (shared) {
+    add_pieces(call, bounds[0], -1, pieces);
+  } else {
+    for (std::size_t r = 0; r < bounds.size(); ++r) add_pieces(call, bounds[r], static_cast<std::int64_t>(r), pieces);
+  }
+  return pieces;
+}
+
+std::int64_t document_pairs(const std::vector<DocumentPiece>& pieces) {
+  std::int64_t pairs = 0;
+  for (const DocumentPiece& p : pieces) pairs += p.pairs;
+  return pairs;
+}
+
+void document_attention_forward(const Kernels& kern, DType operands, const std::vector<DocumentPiece>& pieces,
+                                const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, Tensor& lse) {
+  for (const DocumentPiece& p : pieces) {
+    const kernels::AttentionShape& s = p.shape;
+    const std::int64_t r = p.batch_row;
+    const Tensor q_p = rows_of(q, 1, p.q_row, s.q_len, r), k_p = rows_of(k, 1, p.kv_row, s.kv_len, r),
+                 v_p = rows_of(v, 1, p.kv_row, s.kv_len, r);
+    Tensor o_p = rows_of(o, 1, p.q_row, s.q_len, r), lse_p = rows_of(lse, 2, p.q_row, s.q_len, r);
+    Tensor o_i = Tensor::empty(o_p.shape(), o.dtype(), o.device());
+    Tensor lse_i = Tensor::empty(lse_p.shape(), lse.dtype(), lse.device());
+    kern->attention_forward(kern.stream, operands, s, q_p.raw_data(), k_p.raw_data(), v_p.raw_data(), o_i.raw_data(),
+                            lse_i.raw_data());
+    kern->attention_merge(kern.stream, o.dtype(), s.batch, s.q_len, s.heads, s.head_dim, o_p.raw_data(),
+                          lse_p.raw_data(), o_i.raw_data(), lse_i.raw_data());
+    store_rows(o, 1, p.q_row, o_p, r);
+    store_rows(lse, 2, p.q_row, lse_p, r);
+  }
+}
+
+void document_attention_backward(const Kernels& kern, DType operands, const std::vector<DocumentPiece>& pieces,
+                                 const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                                 const Tensor& lse, const Tensor& d_o, const Tensor& d_lse, Tensor& dq, Tensor& dk,
+                                 Tensor& dv) {
+  for (const DocumentPiece& p : pieces) {
+    const kernels::AttentionShape& s = p.shape;
+    const std::int64_t r = p.batch_row, qr = p.q_row, kr = p.kv_row;
+    const Tensor q_p = rows_of(q, 1, qr, s.q_len, r), k_p = rows_of(k, 1, kr, s.kv_len, r),
+                 v_p = rows_of(v, 1, kr, s.kv_len, r), o_p = rows_of(o, 1, qr, s.q_len, r),
+                 lse_p = rows_of(lse, 2, qr, s.q_len, r), do_p = rows_of(d_o, 1, qr, s.q_len, r);
+    const Tensor dlse_p = d_lse.defined() ? rows_of(d_lse, 2, qr, s.q_len, r) : Tensor();
+    Tensor dq_p = rows_of(dq, 1, qr, s.q_len, r), dk_p = rows_of(dk, 1, kr, s.kv_len, r),
+           dv_p = rows_of(dv, 1, kr, s.kv_len, r);
+    kern->attention_backward(kern.stream, operands, s, q_p.raw_data(), k_p.raw_data(), v_p.raw_data(),
+                             o_p.raw_data(), lse_p.raw_data(), do_p.raw_data(), dq_p.raw_data(), dk_p.raw_data(),
+                             dv_p.raw_data(), /*accumulate=*/true, dlse_p.defined() ? dlse_p.raw_data() : nullptr);
+    store_rows(dq, 1, qr, dq_p, r);
+    store_rows(dk, 1, kr, dk_p, r);
+    store_rows(dv, 1, kr, dv_p, r);
+  }
+}
+
+}  // namespace wf::ops
