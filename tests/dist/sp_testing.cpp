@@ -1,6 +1,7 @@
 #include "sp_testing.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -68,6 +69,7 @@ ReferenceAttention sp_reference(const SpCase& c, double scale) {
     for (Tensor* t : {&r.q, &r.k, &r.v, &r.d_o, &r.d_lse}) *t = t->to(c.dtype);
   }
   if (narrow || scale != 0) recompute_reference(r, c.causal, scale);
+  if (!c.doc_bounds.empty()) reference_attention_documents(r, c.causal, c.doc_bounds, scale);
   return r;
 }
 
@@ -100,12 +102,13 @@ std::string str(const SpTraffic& t) {
 }
 
 std::string describe(const SpCase& c, int P) {
-  return fmt::format("{} P = {} U = {} ({}) C = {} {} {} B = {} h = {} h_kv = {} d = {} N = {} {} on {}{}",
+  return fmt::format("{} P = {} U = {} ({}) C = {} {} {} B = {} h = {} h_kv = {} d = {} N = {} {} on {}{}{}",
                      parallel::sp_strategy_name(c.strategy), P, c.U, c.ulysses_inner ? "inner" : "outer", c.C,
                      c.causal ? "causal" : "full",
                      parallel::sequence_layout_name(c.layout_or_default()), c.B, c.h, c.h_kv, c.d, c.N,
                      dtype_name(c.dtype), c.device.str(),
-                     c.device.is_cpu() ? "" : fmt::format(" ({} transport)", comm::gpu_transport_name(c.transport)));
+                     c.device.is_cpu() ? "" : fmt::format(" ({} transport)", comm::gpu_transport_name(c.transport)),
+                     c.doc_bounds.empty() ? "" : fmt::format(", documents {}", c.doc_bounds));
 }
 
 
@@ -128,6 +131,11 @@ std::int64_t expected_pairs(const SpCase& c, int P, int logical_index) {
                                                  c.causal);
   }
   return -1;
+}
+
+// How many ranks compute each pair (for their share of the heads).
+std::int64_t work_copies(const SpCase& c, int P) {
+  return c.strategy == SpStrategy::ulysses ? P : c.strategy == SpStrategy::ulysses_wallfacer ? c.U : 1;
 }
 
 // Logical sp index of each physical sp index (the order the layouts are written in).
@@ -173,6 +181,7 @@ SpCaseResult run_sp_case(const SpCase& c) {
   v.set_requires_grad();
   AttentionOptions options;
   options.causal = c.causal;
+  options.doc_bounds = c.doc_bounds;
 
   const Tensor d_o = shard.shard(ref.d_o).to(c.device), d_lse = take_positions(ref.d_lse, 2, positions).to(c.device);
   comm::TrafficRegistry::instance().reset();
@@ -248,12 +257,16 @@ SpCaseResult run_sp_case(const SpCase& c) {
     const Tensor mine = Tensor::from_vector(std::vector<std::int64_t>{fwd.unmasked_pairs}, {1});
     const std::vector<std::int64_t> pairs = sp.all_gather(mine).to_vector<std::int64_t>();
     result.forward_pairs.assign(static_cast<std::size_t>(P), 0);
+    std::int64_t total = 0;
     for (int r = 0; r < P; ++r) {
       const int l = logical[static_cast<std::size_t>(r)];
       result.forward_pairs[static_cast<std::size_t>(l)] = pairs[static_cast<std::size_t>(r)];
+      total += pairs[static_cast<std::size_t>(r)];
       INFO("forward work of logical rank " << l);
-      CHECK(pairs[static_cast<std::size_t>(r)] == expected_pairs(c, P, l));
+      if (c.doc_bounds.empty()) CHECK(pairs[static_cast<std::size_t>(r)] == expected_pairs(c, P, l));
     }
+    // Each pair of a document computed once per copy of the work, none across documents.
+    if (!c.doc_bounds.empty()) CHECK(total == work_copies(c, P) * document_pairs(c.doc_bounds, c.causal));
   }
   return result;
 }

@@ -44,6 +44,10 @@ struct SpCase {
   // grid (on the test device its stand-in for NCCL), staged goes through host memory over MPI.
   Device device = Device::cpu();
   comm::GpuTransport transport = comm::GpuTransport::nccl;
+  // Packed documents (AttentionOptions::doc_bounds; empty: one document). The reference runs
+  // each document alone, and the work check becomes: the ranks' pairs sum to the documents'
+  // pairs times the copies of the work (P for Ulysses, U for the hybrid, 1 otherwise).
+  DocumentBounds doc_bounds = {};
 
   parallel::SequenceLayout layout_or_default() const;
   parallel::ElementBytes bytes_or_default() const;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/attention_reference.h"
@@ -120,6 +121,58 @@ inline ReferenceAttention reference_attention(const AttentionDimsForTest& s, boo
                                                   r.d_lse.data<T>());
   });
   return r;
+}
+
+// Visible (query, key) pairs of packed documents (one list per batch row or one shared), summed
+// over the lists: the work attention with these boundaries must count.
+inline std::int64_t document_pairs(const std::vector<std::vector<std::int64_t>>& bounds, bool causal) {
+  std::int64_t pairs = 0;
+  for (const auto& b : bounds) {
+    for (std::size_t i = 0; i + 1 < b.size(); ++i) {
+      const std::int64_t n = b[i + 1] - b[i];
+      pairs += causal ? n * (n + 1) / 2 : n * n;
+    }
+  }
+  return pairs;
+}
+
+// Packed documents: replaces r's reference results (o, lse, dq, dk, dv, f64) by those of every
+// document of every batch row run alone through the naive reference (causal inside it when
+// `causal`): what attention with AttentionOptions::doc_bounds = `bounds` (one list per row, or one
+// shared) must give. Keys of other documents never take part, so nothing crosses a boundary.
+inline void reference_attention_documents(ReferenceAttention& r, bool causal,
+                                          const std::vector<std::vector<std::int64_t>>& bounds, double scale = 0) {
+  const Tensor q = r.q.to(DType::f64), k = r.k.to(DType::f64), v = r.v.to(DType::f64);
+  const Tensor d_o = r.d_o.to(DType::f64), d_lse = r.d_lse.to(DType::f64);
+  for (std::int64_t b = 0; b < q.size(0); ++b) {
+    const std::vector<std::int64_t>& list = bounds[bounds.size() == 1 ? 0 : static_cast<std::size_t>(b)];
+    for (std::size_t i = 0; i + 1 < list.size(); ++i) {
+      std::vector<std::int64_t> doc;
+      for (std::int64_t p = list[i]; p < list[i + 1]; ++p) doc.push_back(p);
+      const auto row = [&](const Tensor& t, std::size_t dim) { return take_positions(t.slice0(b, b + 1), dim, doc); };
+      const Tensor qd = row(q, 1), kd = row(k, 1), vd = row(v, 1), dod = row(d_o, 1), dlsed = row(d_lse, 2);
+      kernels::cpu::AttentionShape s;
+      s.q_len = s.kv_len = static_cast<std::int64_t>(doc.size());
+      s.heads = q.size(2);
+      s.kv_heads = k.size(2);
+      s.head_dim = q.size(3);
+      s.causal = causal;
+      s.scale = scale;
+      Tensor o = Tensor::empty(qd.shape(), DType::f64), lse = Tensor::empty(dlsed.shape(), DType::f64);
+      Tensor dq = Tensor::empty(qd.shape(), DType::f64), dk = Tensor::empty(kd.shape(), DType::f64);
+      Tensor dv = Tensor::empty(kd.shape(), DType::f64);
+      kernels::cpu::attention_forward_reference<double>(s, qd.data<double>(), kd.data<double>(), vd.data<double>(),
+                                                        o.data<double>(), lse.data<double>());
+      kernels::cpu::attention_backward_reference<double>(s, qd.data<double>(), kd.data<double>(), vd.data<double>(),
+                                                         dod.data<double>(), dq.data<double>(), dk.data<double>(),
+                                                         dv.data<double>(), dlsed.data<double>());
+      for (auto [target, dim, part] : {std::tuple{&r.o, 1, &o}, {&r.lse, 2, &lse}, {&r.dq, 1, &dq}, {&r.dk, 1, &dk},
+                                       {&r.dv, 1, &dv}}) {
+        Tensor rows = target->slice0(b, b + 1);
+        put_positions(rows, static_cast<std::size_t>(dim), doc, *part);
+      }
+    }
+  }
 }
 
 }  // namespace wf::test

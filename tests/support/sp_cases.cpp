@@ -65,7 +65,8 @@ std::shared_ptr<nn::AttentionStrategy> attention_at_sp1(parallel::SpStrategy str
   return parallel::make_sp_attention({strategy, parallel::SequenceLayout::zigzag, 8, true}, grid);
 }
 
-StrategyResult run_strategy(nn::AttentionStrategy& strategy, DType dtype, Device device) {
+StrategyResult run_strategy(nn::AttentionStrategy& strategy, DType dtype, Device device,
+                            const AttentionOptions& options) {
   Tensor q = Tensor::randn_at({2, 8, 4, 4}, 41, 0, dtype).to(device);
   Tensor k = Tensor::randn_at({2, 8, 2, 4}, 42, 0, dtype).to(device);
   Tensor v = Tensor::randn_at({2, 8, 2, 4}, 43, 0, dtype).to(device);
@@ -74,7 +75,7 @@ StrategyResult run_strategy(nn::AttentionStrategy& strategy, DType dtype, Device
   q.set_requires_grad();
   k.set_requires_grad();
   v.set_requires_grad();
-  const AttentionResult r = strategy.forward(q, k, v, {.causal = true});
+  const AttentionResult r = strategy.forward(q, k, v, options);
   add(sum(mul(r.out, g_out)), sum(mul(r.lse, g_lse))).backward();
   return {r.out, r.lse, q.grad(), k.grad(), v.grad()};
 }

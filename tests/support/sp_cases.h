@@ -44,8 +44,10 @@ struct StrategyResult {
 // `strategy` (zigzag, causal) over the sp group of a world of one (no mpirun needed).
 std::shared_ptr<nn::AttentionStrategy> attention_at_sp1(parallel::SpStrategy strategy);
 
-// Forward, then backward of Σ out·g_out + Σ lse·g_lse, through `strategy` on `device`.
-StrategyResult run_strategy(nn::AttentionStrategy& strategy, DType dtype, Device device);
+// Forward, then backward of Σ out·g_out + Σ lse·g_lse, through `strategy` on `device`: q [2, 8, 4, 4],
+// k, v [2, 8, 2, 4].
+StrategyResult run_strategy(nn::AttentionStrategy& strategy, DType dtype, Device device,
+                            const AttentionOptions& options = {.causal = true});
 
 // ---- the backend entries WallFacer's combine and Ulysses' message use -------------------------
 
