@@ -28,6 +28,11 @@ TransportChoice choose_gpu_transport(GpuTransport requested, Device device, bool
   if (device.is_test()) {
     return {GpuTransport::nccl, "the test device's stand-in for NCCL (MPI on its communication stream)"};
   }
+  // A world of one moves nothing between ranks: auto creates no communicators (a one-GPU run then
+  // needs nothing of NCCL), while an explicit nccl is honoured (the NCCL tests' world of one).
+  if (requested == GpuTransport::automatic && ranks.size() <= 1) {
+    return {GpuTransport::staged, "staged: a world of one, nothing travels between ranks"};
+  }
   std::string problem;
   if (!nccl_built) {
     problem = "this build has no NCCL (configure with the CUDA toolkit and NCCL installed)";

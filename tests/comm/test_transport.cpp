@@ -32,6 +32,10 @@ TEST_CASE("auto picks nccl only where every rank has a GPU of its own and the bu
   const auto shared = choose_gpu_transport(GpuTransport::automatic, gpu, true, placement(4, 4, 1));
   CHECK(shared.transport == GpuTransport::staged);
   CHECK_THAT(shared.reason, Catch::Contains("world rank 1") && Catch::Contains("NCCL refuses"));
+  // A world of one needs no communicator: auto leaves NCCL alone, an explicit nccl is kept.
+  CHECK(choose_gpu_transport(GpuTransport::automatic, gpu, true, placement(1, 1, 1)).transport ==
+        GpuTransport::staged);
+  CHECK(choose_gpu_transport(GpuTransport::nccl, gpu, true, placement(1, 1, 1)).transport == GpuTransport::nccl);
   const auto unbuilt = choose_gpu_transport(GpuTransport::automatic, gpu, false, placement(8, 8, 8));
   CHECK(unbuilt.transport == GpuTransport::staged);
   CHECK_THAT(unbuilt.reason, Catch::Contains("no NCCL"));
