@@ -125,6 +125,7 @@ std::shared_ptr<Backend> make_test_device_transport(Group& group) {
 }
 
 std::shared_ptr<Backend> make_test_device_transport(Group& group, const Stream& stream) {
+  detail::test_stream_make_asynchronous(stream);
   auto* mpi = dynamic_cast<MpiBackend*>(&group.cpu_backend());
   WF_CHECK(mpi != nullptr, "the test device's transport for group '{}' needs the group's MPI backend, not '{}'",
            group.name(), group.cpu_backend().name());

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -69,7 +70,7 @@ struct Queue {
         tasks.pop_front();
         running = true;
       }
-      const int max_delay = g_max_delay_us.load();
+      const int max_delay = g_async.load() ? g_max_delay_us.load() : 0;  // an always-asynchronous stream: none
       const int delay = (max_delay > 0 ? static_cast<int>(rng() % (max_delay + 1)) : 0) + extra_delay_us.load();
       if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
       try {
@@ -100,6 +101,14 @@ class Queues {
     }
     return *queue;
   }
+  void mark_asynchronous(const Stream& stream) {
+    std::lock_guard lock(mutex_);
+    asynchronous_.insert({stream.device().index, stream.handle()});
+  }
+  bool asynchronous(const Stream& stream) {
+    std::lock_guard lock(mutex_);
+    return asynchronous_.count({stream.device().index, stream.handle()}) != 0;
+  }
   void drain_all() {
     std::vector<Queue*> all;
     {
@@ -112,6 +121,7 @@ class Queues {
  private:
   std::mutex mutex_;
   std::map<std::pair<int, std::uint64_t>, Queue*> queues_;
+  std::set<std::pair<int, std::uint64_t>> asynchronous_;  // test_stream_make_asynchronous
 };
 Queues& queues() {
   static auto* instance = new Queues();
@@ -148,8 +158,14 @@ void set_test_device_async(bool on, int max_delay_us) {
 }
 bool test_device_async() { return g_async.load(); }
 
+namespace {
+bool runs_asynchronously(const Stream& stream) { return g_async.load() || queues().asynchronous(stream); }
+}  // namespace
+
+void test_stream_make_asynchronous(const Stream& stream) { queues().mark_asynchronous(stream); }
+
 void test_stream_run(const Stream& stream, std::function<void()> task) {
-  if (g_async.load()) {
+  if (runs_asynchronously(stream)) {
     queues().of(stream).push(std::move(task));
   } else {
     task();
@@ -157,9 +173,9 @@ void test_stream_run(const Stream& stream, std::function<void()> task) {
 }
 
 void test_stream_synchronize(const Stream& stream) {
-  if (g_async.load()) queues().of(stream).drain();
+  if (runs_asynchronously(stream)) queues().of(stream).drain();
 }
-bool test_stream_idle(const Stream& stream) { return !g_async.load() || queues().of(stream).idle(); }
+bool test_stream_idle(const Stream& stream) { return !runs_asynchronously(stream) || queues().of(stream).idle(); }
 void test_streams_synchronize_all() { queues().drain_all(); }
 
 void test_stream_stall(const Stream& stream, int ms) {

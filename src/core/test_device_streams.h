@@ -24,6 +24,10 @@ bool test_stream_idle(const Stream& stream);
 void test_streams_synchronize_all();
 // A test's hook: the stream's worker sleeps `ms` milliseconds before the stream's next task.
 void test_stream_stall(const Stream& stream, int ms);
+// Runs `stream` on its worker even while the device is inline (without random delays then): the
+// test device's stand-in for NCCL marks its streams so, since its operations wait for peers, which
+// run inline would block the host as NCCL's never do (a receive posted ahead would wait there).
+void test_stream_make_asynchronous(const Stream& stream);
 // A test's hook: every later task of the stream waits `us` microseconds more before it runs (0
 // ends it), so work on another stream that should wait for this one's runs first when it does
 // not: a missing wait then fails deterministically rather than by chance.

@@ -53,16 +53,25 @@ esac
 base+=(--set train.steps=$steps --set train.warmup_steps=1 --set train.log_every=1 --set train.eval_every=0
        --set checkpoint.every=0)
 
+# The cases whose test-device runs use asynchronous streams: between them every stream interaction
+# of a step (each sp strategy's transfers, the pipeline's edges in both schedules, ZeRO's bucketed
+# reductions, tp's collectives, dp's gradient all-reduce in bf16, a resume). The others run inline,
+# at half the time. WF_DEVICE_PARITY_ASYNC_US=N runs every case asynchronously, delays up to N us.
+async_cases="|sp 4 wallfacer C 2|sp 4 hybrid|sp 2 ulysses|pp 2 interleaved|dp 2 zero-2|pp 2 x sp 2|"
+async_cases+="tp 2 x sp 2, attention checkpointed|dp 2 x sp 2, bf16|tp 2 x sp 2|dp 2 x pp 2|resume|"
+
 # run NAME DEVICE NP SETTINGS...: one training run; its log, metrics and checkpoint under $work/NAME.DEVICE.
 run() {
   local name="$1" device="$2" np="$3"; shift 3
   local dir="$work/$name.$device" launcher=()
   [ "$np" -gt 1 ] && launcher=("$mpiexec" -np "$np" "${flags[@]}")
   mkdir -p "$dir"
-  # The test device's streams run asynchronously (worker threads, random delays up to 20 us): a
-  # missing wait between the compute and communication streams shows as different numbers.
+  # The async cases' test-device streams run asynchronously (worker threads, random delays up to
+  # 20 us): a missing wait between the compute and communication streams shows as other numbers.
   local async=()
-  [ "$device" = testdev ] && async=(env "WF_TESTDEV_ASYNC=${WF_DEVICE_PARITY_ASYNC_US:-20}")
+  if [ "$device" = testdev ] && { [ -n "${WF_DEVICE_PARITY_ASYNC_US:-}" ] || [[ $async_cases == *"|$name|"* ]]; }; then
+    async=(env "WF_TESTDEV_ASYNC=${WF_DEVICE_PARITY_ASYNC_US:-20}")
+  fi
   timeout 300 "${async[@]}" "${launcher[@]}" "$exe" train "${base[@]}" --set train.device="$device" \
     --set checkpoint.dir="$dir/checkpoints" --set log.dir="$dir" "$@" > "$dir/out.txt" 2>&1 ||
     { tail -40 "$dir/out.txt" >&2; fail "$name: the $device run failed (its log is above)"; }
