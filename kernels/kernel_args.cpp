@@ -49,6 +49,19 @@ void check_attention_shape(const AttentionShape& s, const char* what) {
 
 double attention_scale(const AttentionShape& s) { return s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(s.head_dim)); }
 
+std::int64_t attention_pairs(const AttentionShape& s) {
+  if (s.q_len <= 0 || s.kv_len <= 0) return 0;
+  if (!s.causal) return s.q_len * s.kv_len;
+  // Query q sees clamp(q − kv_offset + 1, 0, kv_len) keys: summed over x = shift .. shift + q_len − 1.
+  const std::int64_t lo = s.q_offset - s.kv_offset + 1, hi = lo + s.q_len - 1, M = s.kv_len;
+  std::int64_t total = 0;
+  const std::int64_t ramp_lo = std::max<std::int64_t>(lo, 1), ramp_hi = std::min(hi, M);
+  if (ramp_lo <= ramp_hi) total += (ramp_lo + ramp_hi) * (ramp_hi - ramp_lo + 1) / 2;
+  const std::int64_t flat_lo = std::max(lo, M + 1);
+  if (flat_lo <= hi) total += M * (hi - flat_lo + 1);
+  return total;
+}
+
 void check_rope_shape(const RopeShape& s, const char* op) {
   WF_CHECK(s.batch >= 0 && s.tokens >= 0 && s.heads >= 0 && s.head_dim >= 0,
            "{}: sizes must be non-negative, got batch={} tokens={} heads={} head_dim={}", op, s.batch, s.tokens,

@@ -50,6 +50,9 @@ void check_attention_pointers(const AttentionShape& shape, const char* what,
                               std::initializer_list<const void*> q_side, std::initializer_list<const void*> kv_side);
 // The scale actually applied: shape.scale, or 1/sqrt(head_dim) when it is 0.
 double attention_scale(const AttentionShape& shape);
+// The (query, key) pairs the call computes per batch row and head: every pair, or under the causal
+// mask those with key position <= query position (the work counters of src/parallel count these).
+std::int64_t attention_pairs(const AttentionShape& shape);
 
 // ---- rotary position embedding -----------------------------------------------------------------
 struct RopeShape {

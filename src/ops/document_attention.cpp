@@ -33,15 +33,6 @@ void copy_rows(const Tensor& src, std::int64_t src_batch, std::int64_t src_start
                  dst_batch * outer_per_batch * dst_block + dst_start * row, batches * outer_per_batch, len * row);
 }
 
-// Visible pairs of queries [qs, qe) and keys [ks, ke) under a causal mask (key <= query).
-std::int64_t causal_pairs(std::int64_t qs, std::int64_t qe, std::int64_t ks, std::int64_t ke) {
-  std::int64_t pairs = 0;
-  const std::int64_t lo = std::max(qs, ks), mid = std::min(qe, ke);  // queries seeing keys ks..q
-  if (mid > lo) pairs += (lo - ks + 1 + mid - ks) * (mid - lo) / 2;
-  pairs += std::max<std::int64_t>(0, qe - std::max(qs, ke)) * (ke - ks);  // queries seeing every key
-  return pairs;
-}
-
 // The pieces of one boundary list, for batch row `row` (−1: all).
 void add_pieces(const kernels::AttentionShape& call, const std::vector<std::int64_t>& bounds, std::int64_t row,
                 std::vector<DocumentPiece>& out) {
@@ -66,7 +57,7 @@ void add_pieces(const kernels::AttentionShape& call, const std::vector<std::int6
     p.shape.kv_offset = p.shape.causal ? ks : 0;
     p.q_row = qs - a;
     p.kv_row = ks - c;
-    p.pairs = p.shape.causal ? causal_pairs(qs, qe, ks, ke) : (qe - qs) * (ke - ks);
+    p.pairs = kernels::attention_pairs(p.shape);
     out.push_back(p);
   }
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "kernels/kernel_args.h"
 #include "src/ops/common.h"
 #include "wallfacer/comm/process_grid.h"
 #include "wallfacer/core/error.h"
@@ -256,21 +257,15 @@ std::int64_t unmasked_pairs(const std::vector<std::int64_t>& query_positions,
 
 namespace {
 
-// Σ_{x = lo}^{hi} clamp(x, 0, M).
-std::int64_t sum_clamped(std::int64_t lo, std::int64_t hi, std::int64_t M) {
-  std::int64_t total = 0;
-  const std::int64_t ramp_lo = std::max<std::int64_t>(lo, 1), ramp_hi = std::min(hi, M);
-  if (ramp_lo <= ramp_hi) total += (ramp_lo + ramp_hi) * (ramp_hi - ramp_lo + 1) / 2;
-  const std::int64_t flat_lo = std::max(lo, M + 1);
-  if (flat_lo <= hi) total += M * (hi - flat_lo + 1);
-  return total;
-}
-
-// Pairs (q, k) with k ≤ q between the runs: query q sees clamp(q − key.start + 1, 0, key.length).
+// Pairs (q, k) with k ≤ q between the runs: a causal attention call's pairs (kernel_args.h).
 std::int64_t causal_run_pairs(TokenRun query, TokenRun key) {
-  if (query.length <= 0 || key.length <= 0) return 0;
-  const std::int64_t shift = query.start - key.start + 1;
-  return sum_clamped(shift, shift + query.length - 1, key.length);
+  kernels::AttentionShape call;
+  call.q_len = query.length;
+  call.kv_len = key.length;
+  call.causal = true;
+  call.q_offset = query.start;
+  call.kv_offset = key.start;
+  return kernels::attention_pairs(call);
 }
 
 std::int64_t total_length(const std::vector<TokenRun>& runs) {
