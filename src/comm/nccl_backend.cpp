@@ -235,7 +235,7 @@ NcclBackend::~NcclBackend() {
   bool idle = false;
   if (std::uncaught_exceptions() == 0) {
     try {
-      const Stream stream = comm_stream(device());
+      const Stream& stream = this->stream();  // its own (a pipeline edge's), not always comm_stream
       const auto deadline = std::chrono::steady_clock::now() + watchdog_timeout();
       while (!(idle = stream.query()) && std::chrono::steady_clock::now() < deadline) {
         ncclResult_t state = ncclSuccess;

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <map>
-#include <numeric>
 #include <utility>
 
 #include "src/comm/watchdog.h"
@@ -106,9 +105,7 @@ Request StreamBackend::enqueue(const char* primitive, std::vector<Tensor> buffer
   return Request(std::make_shared<StreamRequest>(shared_from_this(), primitive, std::move(done)));
 }
 
-void StreamBackend::run(const char* primitive, std::vector<Tensor> buffers, const Issue& issue) {
-  enqueue(primitive, std::move(buffers), issue).make_wait(Stream::current(device_));
-}
+void StreamBackend::wait_on_device(Request request) const { request.make_wait(Stream::current(device_)); }
 
 // ---- point to point ------------------------------------------------------------------------
 
@@ -124,9 +121,9 @@ Request StreamBackend::irecv(Tensor& t, int peer, int /*tag*/) {
   return enqueue("recv", {t}, [this, legs](const Stream& comm) { issue_p2p(comm, legs); });
 }
 
-void StreamBackend::send(const Tensor& t, int peer, int tag) { isend(t, peer, tag).make_wait(Stream::current(device_)); }
+void StreamBackend::send(const Tensor& t, int peer, int tag) { wait_on_device(isend(t, peer, tag)); }
 
-void StreamBackend::recv(Tensor& t, int peer, int tag) { irecv(t, peer, tag).make_wait(Stream::current(device_)); }
+void StreamBackend::recv(Tensor& t, int peer, int tag) { wait_on_device(irecv(t, peer, tag)); }
 
 Request StreamBackend::isendrecv(const Tensor& send, int dst, Tensor& recv, int src, int /*tag*/) {
   check_peer(dst, "sendrecv");
@@ -138,7 +135,7 @@ Request StreamBackend::isendrecv(const Tensor& send, int dst, Tensor& recv, int 
 }
 
 void StreamBackend::sendrecv(const Tensor& send, int dst, Tensor& recv, int src, int tag) {
-  isendrecv(send, dst, recv, src, tag).make_wait(Stream::current(device_));
+  wait_on_device(isendrecv(send, dst, recv, src, tag));
 }
 
 // ---- collectives ---------------------------------------------------------------------------
@@ -150,7 +147,7 @@ Request StreamBackend::post_all_reduce(Tensor& t, ReduceOp op, Form form) {
 Request StreamBackend::iall_reduce(Tensor& t, ReduceOp op) { return post_all_reduce(t, op, Form::nonblocking); }
 
 void StreamBackend::all_reduce(Tensor& t, ReduceOp op) {
-  post_all_reduce(t, op, Form::blocking).make_wait(Stream::current(device_));
+  wait_on_device(post_all_reduce(t, op, Form::blocking));
 }
 
 Request StreamBackend::post_all_gather(const Tensor& input, Tensor& output, Form form) {
@@ -163,7 +160,7 @@ Request StreamBackend::iall_gather(const Tensor& input, Tensor& output) {
 }
 
 void StreamBackend::all_gather(const Tensor& input, Tensor& output) {
-  post_all_gather(input, output, Form::blocking).make_wait(Stream::current(device_));
+  wait_on_device(post_all_gather(input, output, Form::blocking));
 }
 
 Request StreamBackend::post_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op, Form form) {
@@ -177,12 +174,12 @@ Request StreamBackend::ireduce_scatter(const Tensor& input, Tensor& output, Redu
 }
 
 void StreamBackend::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
-  post_reduce_scatter(input, output, op, Form::blocking).make_wait(Stream::current(device_));
+  wait_on_device(post_reduce_scatter(input, output, op, Form::blocking));
 }
 
 void StreamBackend::broadcast(Tensor& t, int root) {
   check_peer(root, "broadcast");
-  run("broadcast", {t}, [this, t, root](const Stream& comm) { issue_broadcast(comm, t, root); });
+  wait_on_device(enqueue("broadcast", {t}, [this, t, root](const Stream& comm) { issue_broadcast(comm, t, root); }));
 }
 
 std::vector<StreamBackend::P2p> StreamBackend::all_to_all_legs(const Tensor& input, const Tensor& output) const {
@@ -197,7 +194,7 @@ std::vector<StreamBackend::P2p> StreamBackend::all_to_all_legs(const Tensor& inp
 
 void StreamBackend::all_to_all(const Tensor& input, Tensor& output) {
   std::vector<P2p> legs = all_to_all_legs(input, output);
-  run("all_to_all", {input, output}, [this, legs](const Stream& comm) { issue_p2p(comm, legs); });
+  wait_on_device(enqueue("all_to_all", {input, output}, [this, legs](const Stream& comm) { issue_p2p(comm, legs); }));
 }
 
 void StreamBackend::all_gather_v(const Tensor& input, Tensor& output, const std::vector<std::int64_t>& rows) {
@@ -211,7 +208,8 @@ void StreamBackend::all_gather_v(const Tensor& input, Tensor& output, const std:
     if (input.size(0) > 0) legs.push_back({input, p, false});
     offset += n;
   }
-  run("all_gather_v", {input, output}, [this, legs](const Stream& comm) { issue_p2p(comm, legs); });
+  wait_on_device(
+      enqueue("all_gather_v", {input, output}, [this, legs](const Stream& comm) { issue_p2p(comm, legs); }));
 }
 
 void StreamBackend::barrier() {

@@ -106,8 +106,8 @@ class StreamBackend : public Backend, public std::enable_shared_from_this<Stream
   // Orders the comm stream after the caller's current stream, issues, records the completion
   // event, keeps `buffers` until it has passed, and returns the request.
   Request enqueue(const char* primitive, std::vector<Tensor> buffers, const Issue& issue);
-  // enqueue, then the caller's current stream waits for it.
-  void run(const char* primitive, std::vector<Tensor> buffers, const Issue& issue);
+  // The blocking forms: the caller's current stream waits for `request` (the host does not).
+  void wait_on_device(Request request) const;
   void check_buffer(const Tensor& t, const char* primitive) const;
   void check_peer(int peer, const char* primitive) const;
   std::vector<P2p> all_to_all_legs(const Tensor& input, const Tensor& output) const;
