@@ -69,6 +69,8 @@ const std::vector<BadConfig>& load_time_cases() {
       {"bad_grad_reduce_dtype", "parallel:\n  grad_reduce_dtype: f16\n", 1, {},
        {"parallel.grad_reduce_dtype: 'f16' is not a valid choice; expected one of f32, bf16"}},
       {"bad_tokenizer", "data:\n  tokenizer: bpe\n", 1, {}, {"data.tokenizer", "one of byte, gpt2"}},
+      {"bad_gpu_transport", "comm:\n  gpu_transport: ncl\n", 1, {},
+       {"comm.gpu_transport: 'ncl' is not a valid choice; expected one of auto, nccl, staged"}},
       {"bad_bool", "model:\n  tie_embeddings: maybe\n", 1, {}, {"model.tie_embeddings: 'maybe' is not a boolean; expected true or false"}},
       // A bucket size whose bytes overflow (or round to none) is refused at load, naming the range.
       {"grad_bucket_huge", "parallel:\n  grad_bucket_mb: 1e15\n", 1, {},
