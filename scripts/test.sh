@@ -5,7 +5,7 @@
 #   3. builds with AddressSanitizer + UndefinedBehaviorSanitizer into build-asan/ and runs ctest
 #      again (skip with WF_TEST_SANITIZE=0),
 #   4. builds the libFuzzer targets with clang into build-fuzz/ and runs each for
-#      WF_TEST_FUZZ_SECONDS (default 30) seconds (scripts/fuzz.sh; skip with WF_TEST_FUZZ=0).
+#      WF_TEST_FUZZ_SECONDS (default 20) seconds (scripts/fuzz.sh; skip with WF_TEST_FUZZ=0).
 # Ends with each phase's duration and one line "N passed, M failed, K skipped, R GPU tests not
 # run; fuzz: F passed, G failed": the ctest counts summed over both runs, then the fuzz targets
 # that ran clean and those that crashed. Exits non-zero on any failure, and on any skip: a test
@@ -115,11 +115,11 @@ fi
 
 if [ "${WF_TEST_FUZZ:-1}" != "0" ]; then
   start=$SECONDS
-  echo "== test.sh: fuzz targets, ${WF_TEST_FUZZ_SECONDS:-30} s each"
+  echo "== test.sh: fuzz targets, ${WF_TEST_FUZZ_SECONDS:-20} s each"
   mkdir -p build-fuzz
   fuzz_log="build-fuzz/fuzz.log"
   set +e
-  scripts/fuzz.sh "${WF_TEST_FUZZ_SECONDS:-30}" 2>&1 | tee "$fuzz_log"
+  scripts/fuzz.sh "${WF_TEST_FUZZ_SECONDS:-20}" 2>&1 | tee "$fuzz_log"
   set -e
   # Its last line, "fuzz: F passed, G failed"; without it (the build failed) every target failed.
   fuzz_summary="$(grep -E '^fuzz: [0-9]+ passed, [0-9]+ failed$' "$fuzz_log" | tail -n 1 || true)"
