@@ -1,27 +1,45 @@
 // The steps a K/V ring runs with packed documents (document_ring_steps.h).
 #include "wallfacer/parallel/document_ring_steps.h"
 
-#include "src/ops/document_attention.h"
+#include <algorithm>
+#include <cstdint>
+
 #include "wallfacer/core/error.h"
 
 namespace wf::parallel {
+namespace {
+
+// The document of one row's boundaries (checked, as AttentionOptions::doc_bounds) holding p.
+std::size_t document_of(const std::vector<std::int64_t>& bounds, std::int64_t p) {
+  return static_cast<std::size_t>(std::upper_bound(bounds.begin(), bounds.end(), p) - bounds.begin() - 1);
+}
+
+// Whether non-empty runs of queries [a, qe) and keys [c, ke) hold a visible pair in one row: the
+// same pairs block attention computes (document_pieces), in O(log documents), since a call runs
+// once per ring step, rank and run over every row.
+bool attend_in_row(TokenRun q, TokenRun kv, bool causal, const std::vector<std::int64_t>& bounds) {
+  const std::int64_t a = q.start, qe = q.start + q.length, c = kv.start, ke = kv.start + kv.length;
+  if (std::max(a, c) < std::min(qe, ke)) return true;  // a position in both attends to itself
+  // Disjoint runs share a document iff the last position of the earlier run and the first of the
+  // later one do (documents are intervals). Keys after every query count under the full mask only.
+  if (ke <= a) return document_of(bounds, ke - 1) == document_of(bounds, a);
+  return !causal && document_of(bounds, qe - 1) == document_of(bounds, c);
+}
+
+}  // namespace
 
 bool runs_attend(const std::vector<TokenRun>& q_runs, const std::vector<TokenRun>& kv_runs, bool causal,
                  const DocumentBounds& documents) {
   for (const TokenRun& q : q_runs) {
     for (const TokenRun& kv : kv_runs) {
+      if (q.length <= 0 || kv.length <= 0) continue;
       if (documents.empty()) {
         if (block_mask(q, kv, causal) != BlockMask::skip) return true;
         continue;
       }
-      // The block attention's own split (document_pieces): a block attends iff it has a piece.
-      kernels::AttentionShape call;
-      call.q_len = q.length;
-      call.kv_len = kv.length;
-      call.causal = causal;
-      call.q_offset = q.start;
-      call.kv_offset = kv.start;
-      if (!ops::document_pieces(call, documents).empty()) return true;
+      for (const std::vector<std::int64_t>& row : documents) {
+        if (attend_in_row(q, kv, causal, row)) return true;
+      }
     }
   }
   return false;

@@ -138,34 +138,39 @@ TEST_CASE("ring steps: WallFacer's passes have their own steps", "[parallel][rin
 
 TEST_CASE("ring steps: runs_attend matches the pairs position by position", "[parallel][ring_steps]") {
   std::mt19937 rng(7);
-  for (int trial = 0; trial < 200; ++trial) {
+  const auto random_bounds = [&] {
     std::vector<std::int64_t> bounds{0};
     while (bounds.back() < kN) bounds.push_back(std::min<std::int64_t>(kN, bounds.back() + 1 + rng() % 6));
-    const auto random_runs = [&] {
-      std::vector<TokenRun> runs;
-      for (int i = 0; i < 2; ++i) {
-        const std::int64_t start = rng() % kN;
-        runs.push_back({start, static_cast<std::int64_t>(rng() % (kN - start + 1))});
-      }
-      return runs;
-    };
+    return bounds;
+  };
+  const auto random_runs = [&] {
+    std::vector<TokenRun> runs;
+    for (int i = 0; i < 2; ++i) {
+      const std::int64_t start = rng() % kN;
+      runs.push_back({start, static_cast<std::int64_t>(rng() % (kN - start + 1))});  // may be empty
+    }
+    return runs;
+  };
+  for (int trial = 0; trial < 1000; ++trial) {
+    DocumentBounds rows{random_bounds()};
+    if (trial % 3 == 0) rows.push_back(random_bounds());
     const std::vector<TokenRun> q = random_runs(), kv = random_runs();
     const bool causal = trial % 2 == 0;
-    const auto doc = [&](std::int64_t p) {
-      return std::upper_bound(bounds.begin(), bounds.end(), p) - bounds.begin();
-    };
     bool expected = false;
-    for (const TokenRun& a : q) {
-      for (std::int64_t i = a.start; i < a.start + a.length; ++i) {
-        for (const TokenRun& b : kv) {
-          for (std::int64_t j = b.start; j < b.start + b.length; ++j) {
-            expected = expected || (doc(i) == doc(j) && (!causal || j <= i));
+    for (const std::vector<std::int64_t>& bounds : rows) {
+      const auto doc = [&](std::int64_t p) { return std::upper_bound(bounds.begin(), bounds.end(), p); };
+      for (const TokenRun& a : q) {
+        for (std::int64_t i = a.start; i < a.start + a.length; ++i) {
+          for (const TokenRun& b : kv) {
+            for (std::int64_t j = b.start; j < b.start + b.length; ++j) {
+              expected = expected || (doc(i) == doc(j) && (!causal || j <= i));
+            }
           }
         }
       }
     }
     INFO("trial " << trial);
-    CHECK(wf::parallel::runs_attend(q, kv, causal, {bounds}) == expected);
+    CHECK(wf::parallel::runs_attend(q, kv, causal, rows) == expected);
   }
 }
 
