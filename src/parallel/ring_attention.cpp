@@ -10,6 +10,12 @@
 //             accumulator sits one rank behind its owner and a P-th send brings it home. Q, dO,
 //             O and lse never move.
 //
+// Packed documents (document_ring_steps.h): the call runs only the steps at which some rank has
+// a visible pair, the same on every rank; between two of them the K/V (and the accumulator) hop
+// straight to the rank the next one needs, at ring distance the steps' gap, and from the last
+// one the accumulator goes straight home (no message at all when only step 0 runs). With every
+// step kept the hops are the ring's, message for message.
+//
 // Overlap: the next step's K/V is received into a second buffer (non-blocking isend/irecv)
 // while the current block computes. In the backward each step's dK, dV share is computed into
 // a fresh buffer, so the accumulator from ring prev can still be in flight; it is added after
@@ -31,6 +37,7 @@
 
 #include "src/parallel/sp_strategy_base.h"
 #include "wallfacer/autograd/function.h"
+#include "wallfacer/parallel/document_ring_steps.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/stream.h"
 
@@ -59,6 +66,7 @@ class RingAttentionFunction final : public autograd::Function {
         causal_(options.causal),
         scale_(options.scale),
         documents_(options.doc_bounds),
+        steps_(ring_attention_steps(runs_, causal_, documents_)),
         work_(std::move(work)),
         replayed_(std::move(replayed)) {}
 
@@ -81,12 +89,12 @@ class RingAttentionFunction final : public autograd::Function {
     BlockAttentionStats work;
     Tensor held = detail::pack_pair(k, v);
     Tensor incoming = Tensor::empty(held.shape(), held.dtype(), device);
-    for (int step = 0; step < P(); ++step) {
-      const bool shift = step + 1 < P();
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      const bool shift = i + 1 < steps_.size();
       comm::Request exchange;
-      if (shift) exchange = sp_.isendrecv(held, next(), incoming, prev(), kTagKv);
+      if (shift) exchange = sp_.isendrecv(held, ahead(hop(i)), incoming, ahead(-hop(i)), kTagKv);
       work += block_attention_forward(q_mul, my_runs(), pair_half(held, 0).to(mul), pair_half(held, 1).to(mul),
-                                      owner_runs(step), causal_, scale_, o, lse, documents_);
+                                      owner_runs(steps_[i]), causal_, scale_, o, lse, documents_);
       if (shift) {
         exchange.make_wait(compute);
         std::swap(held, incoming);
@@ -117,22 +125,24 @@ class RingAttentionFunction final : public autograd::Function {
     Tensor share[2] = {Tensor::empty(held.shape(), cdt, device), Tensor::empty(held.shape(), cdt, device)};
     Tensor accumulated = Tensor::empty(held.shape(), cdt, device);  // from ring prev
     comm::Request accumulate;  // the dK, dV accumulator's exchange
-    for (int step = 0; step < P(); ++step) {
-      const bool shift = step + 1 < P();
+    const bool travels = steps_.size() > 1;  // else every accumulator stays home
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      const bool shift = i + 1 < steps_.size();
       comm::Request exchange;
-      if (shift) exchange = sp_.isendrecv(held, next(), incoming, prev(), kTagKv);
-      Tensor& mine = share[step % 2];
+      if (shift) exchange = sp_.isendrecv(held, ahead(hop(i)), incoming, ahead(-hop(i)), kTagKv);
+      Tensor& mine = share[i % 2];
       mine.zero_();
       Tensor dk = pair_half(mine, 0), dv = pair_half(mine, 1);
       work += block_attention_backward(q, my_runs(), pair_half(held, 0).to(mul), pair_half(held, 1).to(mul),
-                                       owner_runs(step), causal_, scale_, o, lse, d_o, d_lse, dq, dk, dv,
+                                       owner_runs(steps_[i]), causal_, scale_, o, lse, d_o, d_lse, dq, dk, dv,
                                        documents_);
-      if (step > 0) {  // the accumulator of the block held now, from ring prev
+      if (i > 0) {  // the accumulator of the block held now, from where that block was
         accumulate.make_wait(compute);
         detail::add_into(mine, accumulated);
       }
-      if (P() > 1) {  // on to ring next; after the last step that is the block's owner
-        accumulate = sp_.isendrecv(mine, next(), accumulated, prev(), kTagDkv);
+      if (travels) {  // on with the block; after the last step, home to its owner
+        const int to = shift ? hop(i) : -steps_.back();
+        accumulate = sp_.isendrecv(mine, ahead(to), accumulated, ahead(-to), kTagDkv);
       }
       if (shift) {
         exchange.make_wait(compute);
@@ -140,8 +150,8 @@ class RingAttentionFunction final : public autograd::Function {
       }
     }
     work_->backward = work;
-    const Tensor& home = P() > 1 ? accumulated : share[0];
-    if (P() > 1) accumulate.make_wait(compute);
+    const Tensor& home = travels ? accumulated : share[0];
+    if (travels) accumulate.make_wait(compute);
     // Fresh tensors in the inputs' dtype (the accumulators are reused views of one buffer).
     const auto owned = [act](const Tensor& t) { return t.dtype() == act ? t.clone() : t.to(act); };
     return {dq.to(act), owned(pair_half(home, 0)), owned(pair_half(home, 1))};
@@ -151,8 +161,10 @@ class RingAttentionFunction final : public autograd::Function {
 
  private:
   int P() const { return sp_.size(); }
-  int next() const { return (sp_.rank() + 1) % P(); }
-  int prev() const { return (sp_.rank() + P() - 1) % P(); }
+  // The rank `distance` places on along the ring (back for a negative one).
+  int ahead(int distance) const { return ((sp_.rank() + distance) % P() + P()) % P(); }
+  // How far the block goes after steps_[i]: to the rank that holds it at steps_[i + 1].
+  int hop(std::size_t i) const { return steps_[i + 1] - steps_[i]; }
   const std::vector<TokenRun>& my_runs() const { return runs_[static_cast<std::size_t>(sp_.rank())]; }
   // At step i a rank holds the K/V of ring rank (r − i) mod P.
   const std::vector<TokenRun>& owner_runs(int step) const {
@@ -164,6 +176,7 @@ class RingAttentionFunction final : public autograd::Function {
   bool causal_;
   double scale_;
   DocumentBounds documents_;  // packed documents (AttentionOptions::doc_bounds)
+  std::vector<int> steps_;    // the ring steps this call runs: every one, unless documents_ skip some
   std::shared_ptr<detail::WorkRecord> work_;
   detail::Replayed replayed_;
 };

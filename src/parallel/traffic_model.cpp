@@ -60,15 +60,23 @@ SpTraffic sum_over_ranks(int P, PerRank per_rank) {
   return total;
 }
 
+// A ring's hops: kFullRing is all steps − 1 of a ring of `steps`; else within [0, steps − 1].
+std::int64_t ring_hops_of(int hops, int steps, const char* ring) {
+  WF_CHECK(hops == kFullRing || (hops >= 0 && hops < steps),
+           "traffic model: {} of {} steps makes 0 to {} hops (or kFullRing), got {}", ring, steps, steps - 1, hops);
+  return hops == kFullRing ? steps - 1 : hops;
+}
+
 }  // namespace
 
-SpTraffic ring_attention_traffic(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes) {
+SpTraffic ring_attention_traffic(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes, int hops) {
   const LocalSizes e = local_sizes(dims, P, bytes);
-  const std::int64_t kv_ring = 2 * e.kv * bytes.activation * (P - 1);
+  const std::int64_t H = ring_hops_of(hops, P, "ring attention");
+  const std::int64_t kv_ring = 2 * e.kv * bytes.activation * H;
   if (pass == Pass::forward) return symmetric(kv_ring, 0);
-  // dK, dV ride along with K, V every step and take the last step home; at P = 1 that step is
-  // a send to self.
-  const std::int64_t dkv_ring = P > 1 ? 2 * e.kv * bytes.partial * P : 0;
+  // dK, dV ride along with K, V every hop and take one more hop home; with no hop (P = 1, or
+  // documents that need no remote block) the accumulator never leaves.
+  const std::int64_t dkv_ring = H > 0 ? 2 * e.kv * bytes.partial * (H + 1) : 0;
   return symmetric(kv_ring + dkv_ring, 0);
 }
 
@@ -92,10 +100,10 @@ SpTraffic ulysses_traffic(const AttentionDims& dims, int P, Pass /*pass: both di
 }
 
 SpTraffic wallfacer_traffic(const AttentionDims& dims, int P, int C, int logical_index, Pass pass,
-                            const ElementBytes& bytes, BackwardKv backward_kv) {
+                            const ElementBytes& bytes, BackwardKv backward_kv, int hops) {
   const LocalSizes e = local_sizes(dims, P, bytes);
   const comm::WallFacerLayout layout(P, C, comm::Placement::collectives_intra);  // logical = sp index
-  const std::int64_t G = layout.ring_size();
+  const std::int64_t H = ring_hops_of(hops, layout.ring_size(), "WallFacer's sub-ring");
   const std::int64_t team_kv = 2 * C * e.kv;  // elements of the team's K and V (or dK and dV)
 
   const std::int64_t dispatch = wallfacer_dispatch_bytes(dims, P, C, logical_index, pass, bytes, backward_kv);
@@ -104,7 +112,7 @@ SpTraffic wallfacer_traffic(const AttentionDims& dims, int P, int C, int logical
                                     2 * all_gather_bytes(e.kv * bytes.activation, C) +      // K, V
                                     all_gather_bytes(C * e.rows * bytes.stats, C) +         // lse partials
                                     reduce_scatter_bytes(C * e.q * bytes.partial, C);       // O
-    const std::int64_t p2p = team_kv * bytes.activation * (G - 1) + dispatch;
+    const std::int64_t p2p = team_kv * bytes.activation * H + dispatch;
     return symmetric(p2p, collective);
   }
 
@@ -115,8 +123,8 @@ SpTraffic wallfacer_traffic(const AttentionDims& dims, int P, int C, int logical
                             2 * reduce_scatter_bytes(C * e.kv * bytes.partial, C);   // dK, dV
   if (redispatch) collective += 2 * all_gather_bytes(e.kv * bytes.activation, C);   // K, V again
   const std::int64_t bundle = C * (2 * e.q * bytes.activation + 2 * e.rows * bytes.stats + e.q * bytes.partial);
-  std::int64_t p2p = (G - 1) * bundle + dispatch;
-  if (G > 1) p2p += C * e.q * bytes.partial;  // dQ home from ring prev
+  std::int64_t p2p = H * bundle + dispatch;
+  if (H > 0) p2p += C * e.q * bytes.partial;  // dQ home from where its bundle's last step ran
   return symmetric(p2p, collective);
 }
 
@@ -148,29 +156,29 @@ UlyssesWallFacerDims ulysses_wallfacer_dims(const AttentionDims& dims, int P, in
 }
 
 SpTraffic ulysses_wallfacer_traffic(const AttentionDims& dims, int P, int U, int C, int logical_index, Pass pass,
-                                    const ElementBytes& bytes, BackwardKv backward_kv) {
+                                    const ElementBytes& bytes, BackwardKv backward_kv, int hops) {
   const UlyssesWallFacerDims parts = ulysses_wallfacer_dims(dims, P, U);
   SpTraffic t = ulysses_traffic(parts.ulysses, U, pass, bytes);
-  t += wallfacer_traffic(parts.wallfacer, P / U, C, logical_index / U, pass, bytes, backward_kv);
+  t += wallfacer_traffic(parts.wallfacer, P / U, C, logical_index / U, pass, bytes, backward_kv, hops);
   return t;
 }
 
 SpTraffic sp_attention_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int U, int C, int logical_index,
-                               Pass pass, const ElementBytes& bytes, BackwardKv backward_kv) {
+                               Pass pass, const ElementBytes& bytes, BackwardKv backward_kv, int hops) {
   switch (strategy) {
-    case SpStrategy::ring: return ring_attention_traffic(dims, P, pass, bytes);
+    case SpStrategy::ring: return ring_attention_traffic(dims, P, pass, bytes, hops);
     case SpStrategy::ulysses: return ulysses_traffic(dims, P, pass, bytes);
-    case SpStrategy::wallfacer: return wallfacer_traffic(dims, P, C, logical_index, pass, bytes, backward_kv);
+    case SpStrategy::wallfacer: return wallfacer_traffic(dims, P, C, logical_index, pass, bytes, backward_kv, hops);
     case SpStrategy::ulysses_wallfacer:
-      return ulysses_wallfacer_traffic(dims, P, U, C, logical_index, pass, bytes, backward_kv);
+      return ulysses_wallfacer_traffic(dims, P, U, C, logical_index, pass, bytes, backward_kv, hops);
   }
   WF_FAIL("traffic model: unknown sp strategy {}", static_cast<int>(strategy));
 }
 
 SpTraffic sp_replay_backward_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int U, int C,
-                                     int logical_index, const ElementBytes& bytes) {
+                                     int logical_index, const ElementBytes& bytes, int hops) {
   switch (strategy) {
-    case SpStrategy::ring: return ring_attention_traffic(dims, P, Pass::backward, bytes);
+    case SpStrategy::ring: return ring_attention_traffic(dims, P, Pass::backward, bytes, hops);
     case SpStrategy::ulysses: {
       SpTraffic t = ulysses_traffic(dims, P, Pass::forward, bytes);
       t += ulysses_traffic(dims, P, Pass::backward, bytes);
@@ -178,22 +186,25 @@ SpTraffic sp_replay_backward_traffic(SpStrategy strategy, const AttentionDims& d
     }
     case SpStrategy::wallfacer: {
       const LocalSizes e = local_sizes(dims, P, bytes);
-      SpTraffic t = wallfacer_traffic(dims, P, C, logical_index, Pass::backward, bytes, BackwardKv::redispatch);
+      SpTraffic t =
+          wallfacer_traffic(dims, P, C, logical_index, Pass::backward, bytes, BackwardKv::redispatch, hops);
       t += symmetric(0, all_gather_bytes(e.q * bytes.activation + e.rows * bytes.stats, C));
       return t;
     }
     case SpStrategy::ulysses_wallfacer: {
       const UlyssesWallFacerDims parts = ulysses_wallfacer_dims(dims, P, U);
       SpTraffic t = sp_replay_backward_traffic(SpStrategy::ulysses, parts.ulysses, U, 1, 1, 0, bytes);
-      t += sp_replay_backward_traffic(SpStrategy::wallfacer, parts.wallfacer, P / U, 1, C, logical_index / U, bytes);
+      t += sp_replay_backward_traffic(SpStrategy::wallfacer, parts.wallfacer, P / U, 1, C, logical_index / U, bytes,
+                                      hops);
       return t;
     }
   }
   WF_FAIL("traffic model: unknown sp strategy {}", static_cast<int>(strategy));
 }
 
-SpTraffic ring_attention_traffic_total(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes) {
-  return sum_over_ranks(P, [&](int) { return ring_attention_traffic(dims, P, pass, bytes); });
+SpTraffic ring_attention_traffic_total(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes,
+                                       int hops) {
+  return sum_over_ranks(P, [&](int) { return ring_attention_traffic(dims, P, pass, bytes, hops); });
 }
 
 SpTraffic ulysses_traffic_total(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes) {
@@ -201,8 +212,8 @@ SpTraffic ulysses_traffic_total(const AttentionDims& dims, int P, Pass pass, con
 }
 
 SpTraffic wallfacer_traffic_total(const AttentionDims& dims, int P, int C, Pass pass, const ElementBytes& bytes,
-                                  BackwardKv backward_kv) {
-  return sum_over_ranks(P, [&](int l) { return wallfacer_traffic(dims, P, C, l, pass, bytes, backward_kv); });
+                                  BackwardKv backward_kv, int hops) {
+  return sum_over_ranks(P, [&](int l) { return wallfacer_traffic(dims, P, C, l, pass, bytes, backward_kv, hops); });
 }
 
 namespace {

@@ -13,6 +13,11 @@
 // G steps in which the query bundle (Q, dO, lse*, −D, dQ) travels the sub-ring while K, V stay
 // and dK, dV accumulate in place; dQ goes home, dK, dV go back along the inverse dispatch; a
 // reduce-scatter in the team leaves each member its own rows of dQ, dK, dV.
+// Packed documents (document_ring_steps.h's wallfacer_steps, one list per pass, the same on
+// every rank): the sub-ring runs only the steps at which some rank has a visible pair; the K/V
+// (forward) or the bundle with its dQ (backward) hop straight to the rank the next kept step
+// needs, and dQ goes home from the last one. The team collectives, the dispatch and dK, dV's
+// way back do not depend on the documents and are unchanged.
 // Replay (activation checkpointing at the attention output): no attention and no message. The
 // Function saves this member's q, k, v and the replayed out and lse; the backward all-gathers
 // q with dO and lse with D (the same two collectives, larger), and re-dispatches K/V as with
@@ -38,6 +43,7 @@
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/parallel/block_attention.h"
+#include "wallfacer/parallel/document_ring_steps.h"
 
 namespace wf::parallel {
 namespace {
@@ -86,6 +92,7 @@ namespace detail {
 // This rank's groups, peers (as ranks of the group each message uses) and the token runs of
 // every block it computes. Fixed for the strategy's lifetime.
 struct WallFacerRank {
+  const comm::WallFacerLayout* wallfacer = nullptr;  // the grid's (it outlives the strategy)
   comm::Group* sp = nullptr;    // dispatch and its inverse, by WallFacer index (the sp group, or sp.wallfacer)
   comm::Group* team = nullptr;  // all-gathers and reduce-scatters, by member
   comm::Group* ring = nullptr;  // ring shifts, by sub-ring position
@@ -97,8 +104,11 @@ struct WallFacerRank {
   std::vector<TokenRun> team_runs;                 // the team's queries (this rank's query storage)
   std::vector<std::vector<TokenRun>> kv_runs;      // forward step i: the K/V held
   std::vector<std::vector<TokenRun>> bundle_runs;  // backward step i: the visiting queries
+  std::vector<std::vector<TokenRun>> teams;        // every team's tokens: the ring steps look at every rank
 
   std::int64_t local_tokens() const { return seq_len / P; }
+  // The sub-ring rank `distance` positions on (back for a negative one).
+  int ring_ahead(int distance) const { return ((ring->rank() + distance) % G + G) % G; }
 };
 
 std::shared_ptr<const WallFacerRank> locate_wallfacer(const SpAttentionConfig& config, comm::CommGrid& grid,
@@ -107,6 +117,7 @@ std::shared_ptr<const WallFacerRank> locate_wallfacer(const SpAttentionConfig& c
   const comm::WallFacerLayout& wl = pg.wallfacer();
   auto located = std::make_shared<WallFacerRank>();
   WallFacerRank& r = *located;
+  r.wallfacer = &wl;
   r.sp = &grid.group(dispatch_group);
   r.team = &grid.group("sp.team");
   r.ring = &grid.group("sp.ring");
@@ -145,6 +156,7 @@ std::shared_ptr<const WallFacerRank> locate_wallfacer(const SpAttentionConfig& c
     const int bundle_team = pos.team_group * r.G + (pos.ring_pos - i + r.G) % r.G;
     r.bundle_runs.push_back(team_tokens(r.layout, r.seq_len, r.P, r.C, bundle_team));
   }
+  for (int t = 0; t < wl.num_teams(); ++t) r.teams.push_back(team_tokens(r.layout, r.seq_len, r.P, r.C, t));
   return located;
 }
 
@@ -358,6 +370,8 @@ class WallFacerFunction final : public autograd::Function {
                     std::shared_ptr<detail::WorkRecord> work, detail::Replayed replayed)
       : r_(std::move(rank)),
         options_(options),
+        forward_steps_(steps(Pass::forward)),
+        backward_steps_(steps(Pass::backward)),
         work_(std::move(work)),
         replayed_(std::move(replayed)),
         team_saved_(!replayed_) {
@@ -392,19 +406,21 @@ class WallFacerFunction final : public autograd::Function {
     std::vector<Tensor> spare[2];
     std::vector<Tensor> current = kv0;
     BlockAttentionStats work;
-    for (int i = 0; i < r.G; ++i) {
-      const bool shift = i + 1 < r.G;
+    const std::vector<int>& steps = forward_steps_;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const bool shift = i + 1 < steps.size();
       std::vector<Tensor> next;
       std::optional<Transfer> transfer;
       if (shift) {
         std::vector<Tensor>& buffer = spare[i % 2];
         if (buffer.empty()) buffer = (i % 2 == 1 && kv0_reusable) ? kv0 : empty_like(kv0);
         next = buffer;
-        transfer.emplace(*r.ring, current, r.ring_next, next, r.ring_prev, kRingKvTag);
+        const int hop = steps[i + 1] - steps[i];  // to the rank that holds this K/V at the next kept step
+        transfer.emplace(*r.ring, current, r.ring_ahead(hop), next, r.ring_ahead(-hop), kRingKvTag);
       }
       work += block_attention_forward(q, r.team_runs, current[0].to(mul), current[1].to(mul),
-                                      r.kv_runs[static_cast<std::size_t>(i)], options_.causal, options_.scale, o, lse,
-                                      options_.documents);
+                                      r.kv_runs[static_cast<std::size_t>(steps[i])], options_.causal, options_.scale,
+                                      o, lse, options_.documents);
       if (shift) {
         transfer->wait();
         current = std::move(next);
@@ -464,18 +480,20 @@ class WallFacerFunction final : public autograd::Function {
     std::vector<Tensor> dq_in;
     std::optional<Transfer> dq_transfer;
     BlockAttentionStats work;
-    for (int i = 0; i < r.G; ++i) {
-      const bool shift = i + 1 < r.G;
+    const std::vector<int>& steps = backward_steps_;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const bool shift = i + 1 < steps.size();
+      const int hop = shift ? steps[i + 1] - steps[i] : 0;  // to the rank the next kept step runs it on
       std::vector<Tensor> next;
       std::optional<Transfer> transfer;
       if (shift) {
         std::vector<Tensor>& buffer = spare[i % 2];
         if (buffer.empty()) buffer = empty_like(bundle);
         next = buffer;
-        transfer.emplace(*r.ring, bundle, r.ring_next, next, r.ring_prev, kBundleTag);
+        transfer.emplace(*r.ring, bundle, r.ring_ahead(hop), next, r.ring_ahead(-hop), kBundleTag);
       }
       dq = Tensor::zeros(zero_o.shape(), cdt, device);
-      work += block_attention_backward(bundle[0].to(mul), r.bundle_runs[static_cast<std::size_t>(i)], k, v,
+      work += block_attention_backward(bundle[0].to(mul), r.bundle_runs[static_cast<std::size_t>(steps[i])], k, v,
                                        r.kv_runs[0], options_.causal, options_.scale, zero_o, bundle[2],
                                        bundle[1].to(mul), bundle[3], dq, dk, dv, options_.documents);
       if (i > 0) {
@@ -484,7 +502,8 @@ class WallFacerFunction final : public autograd::Function {
       }
       if (shift) {
         dq_in = empty_like({dq});
-        dq_transfer.emplace(*r.ring, std::vector<Tensor>{dq}, r.ring_next, dq_in, r.ring_prev, kBundleDqTag);
+        dq_transfer.emplace(*r.ring, std::vector<Tensor>{dq}, r.ring_ahead(hop), dq_in, r.ring_ahead(-hop),
+                            kBundleDqTag);
         transfer->wait();
         bundle = std::move(next);
       }
@@ -492,11 +511,12 @@ class WallFacerFunction final : public autograd::Function {
 
     work_->backward = work;
 
-    // 4. The last bundle belongs to ring next: its dQ goes home. dK, dV go to the K/V's origin.
+    // 4. The last bundle started steps.back() positions back (ring next, after all G steps): its
+    // dQ goes home. dK, dV go to the K/V's origin.
     std::vector<Tensor> dq_home = {dq};
-    if (r.G > 1) {
+    if (steps.size() > 1) {
       dq_home = empty_like({dq});
-      Transfer(*r.ring, {dq}, r.ring_next, dq_home, r.ring_prev, kDqHomeTag).wait();
+      Transfer(*r.ring, {dq}, r.ring_ahead(-steps.back()), dq_home, r.ring_ahead(steps.back()), kDqHomeTag).wait();
     }
     const std::vector<Tensor> dkv = swap_with(*r.sp, {dk, dv}, r.dispatch_from, r.dispatch_to, kDkvOriginTag);
 
@@ -513,8 +533,14 @@ class WallFacerFunction final : public autograd::Function {
     return swap_with(*r_->sp, team_kv, r_->dispatch_to, r_->dispatch_from, kDispatchTag);
   }
 
+  // The sub-ring steps each pass of this call runs (document_ring_steps.h).
+  std::vector<int> steps(Pass pass) const {
+    return wallfacer_steps(*r_->wallfacer, r_->teams, pass, options_.causal, options_.documents);
+  }
+
   std::shared_ptr<const WallFacerRank> r_;
   CallOptions options_;
+  std::vector<int> forward_steps_, backward_steps_;
   std::shared_ptr<detail::WorkRecord> work_;  // the strategy's: the backward runs after forward() returned
   detail::Replayed replayed_;
   bool team_saved_;  // the forward saved the team's Q and lse*; a replay saved the member's rows

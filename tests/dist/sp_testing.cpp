@@ -150,10 +150,41 @@ std::vector<int> logical_indices(const SpCase& c, const comm::CommGrid& grid) {
 
 }  // namespace
 
+std::vector<std::int64_t> packed(std::int64_t N, const std::vector<std::int64_t>& lengths) {
+  std::vector<std::int64_t> bounds{0};
+  for (std::size_t i = 0; bounds.back() < N; ++i) {
+    bounds.push_back(std::min(N, bounds.back() + lengths[i % lengths.size()]));
+  }
+  return bounds;
+}
+
+int expected_ring_hops(const SpCase& c, int P, Pass pass) {
+  if (c.doc_bounds.empty()) return parallel::kFullRing;
+  const SequenceLayout layout = c.layout_or_default();
+  switch (c.strategy) {
+    case SpStrategy::ring: {
+      std::vector<std::vector<parallel::TokenRun>> runs;
+      for (int r = 0; r < P; ++r) runs.push_back(parallel::rank_tokens(layout, c.N, P, 1, r));
+      return parallel::ring_hops(parallel::ring_attention_steps(runs, c.causal, c.doc_bounds));
+    }
+    case SpStrategy::ulysses: return parallel::kFullRing;  // no ring
+    case SpStrategy::wallfacer:
+    case SpStrategy::ulysses_wallfacer: {  // the hybrid's WallFacer part: W = P/U ranks, the whole sequence
+      const int W = c.strategy == SpStrategy::wallfacer ? P : P / c.U;
+      const comm::WallFacerLayout wallfacer(W, c.C, comm::Placement::collectives_intra);
+      std::vector<std::vector<parallel::TokenRun>> teams;
+      for (int t = 0; t < W / c.C; ++t) teams.push_back(parallel::team_tokens(layout, c.N, W, c.C, t));
+      return parallel::ring_hops(parallel::wallfacer_steps(wallfacer, teams, pass, c.causal, c.doc_bounds));
+    }
+  }
+  return parallel::kFullRing;
+}
+
 SpTraffic expected_sp_traffic(const SpCase& c, int P, int logical_index, Pass pass) {
   return parallel::sp_attention_traffic(
       c.strategy, {c.B, c.N, c.h, c.h_kv, c.d}, P, c.U, c.C, logical_index, pass, c.bytes_or_default(),
-      c.keep_forward_kv ? parallel::BackwardKv::keep_forward : parallel::BackwardKv::redispatch);
+      c.keep_forward_kv ? parallel::BackwardKv::keep_forward : parallel::BackwardKv::redispatch,
+      expected_ring_hops(c, P, pass));
 }
 
 SpTraffic expected_sp_traffic_total(const SpCase& c, int P, Pass pass) {

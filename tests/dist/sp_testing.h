@@ -5,7 +5,8 @@
 //   - output, lse and dQ, dK, dV, gathered over the ranks, against the naive f64 reference on the
 //     whole sequence (relative error; f64 ≤ 1e-10, f32 ≤ 1e-5);
 //   - the traffic counters of the sp groups ("sp", "sp.team", "sp.ring") after the forward and
-//     after the backward against traffic_model.h, per rank and summed over the ranks;
+//     after the backward against traffic_model.h, per rank and summed over the ranks (packed
+//     documents: with the ring hops of document_ring_steps.h);
 //   - when the strategy counts its work (SpAttentionWork), the unmasked pairs of every rank
 //     against sequence_layout.h's work functions.
 // Every rank must call it with the same case at the same point (it communicates).
@@ -17,6 +18,7 @@
 #include "parallel/attention_testing.h"
 #include "wallfacer/comm/process_grid.h"
 #include "wallfacer/parallel/block_attention.h"
+#include "wallfacer/parallel/document_ring_steps.h"
 #include "wallfacer/parallel/sp_attention.h"
 #include "wallfacer/parallel/traffic_model.h"
 
@@ -89,7 +91,15 @@ comm::CommGrid& sp_grid(int C, comm::Placement placement = comm::Placement::coll
 // Each value's maximum over the world's ranks (a collective).
 std::vector<double> max_over_world(std::vector<double> values);
 
-// What traffic_model.h says one rank of a case moves in one pass, and the sum over ranks.
+// Packed document boundaries: 0, then lengths cycling through `lengths` until N (the last one cut
+// at N).
+std::vector<std::int64_t> packed(std::int64_t N, const std::vector<std::int64_t>& lengths);
+
+// The hops of the case's K/V ring (ring attention) or sub-ring (WallFacer, the hybrid's WallFacer
+// part) in one pass: document_ring_steps.h on the layout's runs; kFullRing when unpacked.
+int expected_ring_hops(const SpCase& c, int P, parallel::Pass pass);
+// What traffic_model.h says one rank of a case moves in one pass, and the sum over ranks (with
+// the case's ring hops).
 parallel::SpTraffic expected_sp_traffic(const SpCase& c, int P, int logical_index, parallel::Pass pass);
 parallel::SpTraffic expected_sp_traffic_total(const SpCase& c, int P, parallel::Pass pass);
 

@@ -8,7 +8,9 @@
 //     wait fails), and one that waits (Request::make_wait) reads the transfer's;
 //   - ring, Ulysses, WallFacer (C 1 and 2) and the hybrid give the CPU's bits on device tensors
 //     with no host synchronisation in their forward and backward, their traffic equal to the
-//     model's (run_sp_case checks it); the staged transport gives the same bits.
+//     model's (run_sp_case checks it); the staged transport gives the same bits. So do ring,
+//     WallFacer and the hybrid with packed documents whose rings skip steps (document_ring_steps.h):
+//     hops over several ranks, and accumulators sent home from a step before the last.
 #include <cstring>
 
 #include "dist_testing.h"
@@ -166,6 +168,22 @@ TEST_CASE("every sp strategy on test-device tensors over the device's own transp
     if (C <= 2) add(SpStrategy::wallfacer, C, 1);
   }
   if (P % 2 == 0 && P > 2) add(SpStrategy::ulysses_wallfacer, 1, 2);
+  // Packed documents of 4 tokens over contiguous ranks of 6: the forward keeps steps 0 and 1, and
+  // the accumulators go home from step 1 (WallFacer's backward: from step G − 1, one hop back);
+  // of 6 tokens over zigzag chunks of 3: steps 0, 1 and P − 1, a hop over P − 2 ranks.
+  const std::size_t unpacked = cases.size();
+  for (std::size_t i = 0; i < unpacked; ++i) {
+    if (cases[i].strategy == SpStrategy::ulysses || cases[i].C > 1) continue;
+    for (const std::int64_t length : {4, 6}) {
+      SpCase c = cases[i];
+      c.doc_bounds = {packed(c.N, {length})};
+      c.layout = length == 4 ? wf::parallel::SequenceLayout::contiguous : wf::parallel::SequenceLayout::zigzag;
+      if (c.strategy == SpStrategy::ring && P > 3) {
+        CHECK(expected_ring_hops(c, P, wf::parallel::Pass::forward) == (length == 4 ? 1 : 2));
+      }
+      cases.push_back(c);
+    }
+  }
   for (SpCase c : cases) {
     const SpCaseResult want = run_sp_case(c);
     c.device = Device::test();

@@ -2,11 +2,13 @@
 // world size of the run: ring, Ulysses, WallFacer with C = 1 and C = 2 (where C² divides P) and the
 // ulysses-wallfacer hybrid (U = 2 where 2 < P is even). Through the shared run_sp_case
 // (sp_testing.h): output, lse and dQ, dK, dV against the f64 reference that runs each document
-// alone (reference_attention_documents), the traffic counters unchanged (the strategies still send
-// every block; skipping transfers is a later step), and the ranks' attention work summed equal to
-// the documents' pairs (no pair across documents computed). Layouts: one document spanning every
-// rank, mixed lengths shorter and longer than a rank's chunk of N/P = 4 tokens, one-token
-// documents, and per-row boundaries (B = 2). Causal (zigzag) and full (contiguous). Tiny sizes.
+// alone (reference_attention_documents), the traffic counters, forward and backward, equal to
+// traffic_model.h with the ring hops of document_ring_steps.h (the K/V and the backward's
+// accumulators skip the steps no rank needs), and the ranks' attention work summed equal to the
+// documents' pairs (no pair across documents computed). Layouts: one document spanning every
+// rank, mixed lengths shorter and longer than a rank's chunk of N/P = 4 tokens, documents filling
+// the zigzag chunks of 2 tokens, one-token documents, and per-row boundaries (B = 2). Causal
+// (zigzag) and full (contiguous). Tiny sizes.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,15 +23,6 @@ using namespace wf::test;
 
 namespace {
 
-// 0, then lengths cycling through `lengths` until N (the last one cut at N).
-std::vector<std::int64_t> packed(std::int64_t N, const std::vector<std::int64_t>& lengths) {
-  std::vector<std::int64_t> bounds{0};
-  for (std::size_t i = 0; bounds.back() < N; ++i) {
-    bounds.push_back(std::min(N, bounds.back() + lengths[i % lengths.size()]));
-  }
-  return bounds;
-}
-
 struct Layout {
   const char* name;
   std::int64_t B;
@@ -39,6 +32,7 @@ struct Layout {
 std::vector<Layout> layouts(std::int64_t N) {
   return {{"one document over every rank", 1, {{0, N}}},
           {"mixed lengths", 1, {packed(N, {3, 1, 2, 9, 5})}},
+          {"documents filling the chunks", 1, {packed(N, {2})}},
           {"one-token documents", 1, {packed(N, {1})}},
           {"per-row boundaries", 2, {packed(N, {7, 2}), packed(N, {1, 4, 6})}}};
 }
@@ -57,7 +51,7 @@ std::vector<StrategyCase> strategies(int P) {
 
 }  // namespace
 
-TEST_CASE("sp attention with packed documents: each document alone, every strategy, unchanged traffic",
+TEST_CASE("sp attention with packed documents: each document alone, every strategy, the skipping traffic formula",
           "[dist][sp_documents]") {
   const int P = runtime().world_size();
   const std::int64_t N = 4 * P;
@@ -80,6 +74,13 @@ TEST_CASE("sp attention with packed documents: each document alone, every strate
         c.N = N;
         c.doc_bounds = l.bounds;
         c.seed = 11 + static_cast<std::uint64_t>(cases);
+        // Documents inside the chunks need no remote block: no hop in the rings of teams of one
+        // (WallFacer with C > 1 meets a team's own K/V at a later step: docs/sequence-parallelism.md §13).
+        const bool local = l.bounds == DocumentBounds{packed(N, {1})} || l.bounds == DocumentBounds{packed(N, {2})};
+        if (local && s.C == 1 && s.strategy != SpStrategy::ulysses) {
+          CHECK(expected_ring_hops(c, P, wf::parallel::Pass::forward) == 0);
+          CHECK(expected_ring_hops(c, P, wf::parallel::Pass::backward) == 0);
+        }
         const SpCaseResult r = run_sp_case(c);
         worst = std::max(worst, r.max_error());
         ++cases;

@@ -66,13 +66,30 @@ Elements elements(const AttentionDims& d, int P) {
   return {d.batch * n * d.heads * d.head_dim, d.batch * n * d.kv_heads * d.head_dim, d.batch * n * d.heads};
 }
 
+// Steps 0 … count − 1: the whole ring, what an unpacked call runs.
+std::vector<int> every_step(int count) {
+  std::vector<int> steps;
+  for (int s = 0; s < count; ++s) steps.push_back(s);
+  return steps;
+}
+
+// The sp index `distance` positions on along sp index s's sub-ring.
+int ring_ahead(const WallFacerLayout& layout, int s, int distance) {
+  wf::comm::SpPosition p = layout.position(s);
+  p.ring_pos = ((p.ring_pos + distance) % layout.ring_size() + layout.ring_size()) % layout.ring_size();
+  return layout.sp_index(p);
+}
+
 std::vector<std::vector<int>> teams_of(const WallFacerLayout& layout) {
   std::vector<std::vector<int>> teams(static_cast<std::size_t>(layout.num_teams()));
   for (int s = 0; s < layout.ranks(); ++s) teams[static_cast<std::size_t>(layout.team(s))].push_back(s);
   return teams;
 }
 
-Ledger simulate_wallfacer_forward(const WallFacerLayout& layout, const AttentionDims& dims, const ElementBytes& b) {
+// `steps`: the sub-ring steps run (document_ring_steps.h); from one to the next the K/V (or the
+// bundle) hop straight to the rank that runs the next.
+Ledger simulate_wallfacer_forward(const WallFacerLayout& layout, const AttentionDims& dims, const ElementBytes& b,
+                                  const std::vector<int>& steps) {
   const int C = layout.team_size();
   const Elements e = elements(dims, layout.ranks());
   Ledger ledger(layout.ranks());
@@ -85,14 +102,14 @@ Ledger simulate_wallfacer_forward(const WallFacerLayout& layout, const Attention
   }
   const std::int64_t team_kv = 2 * C * e.kv * b.activation;
   for (int s = 0; s < layout.ranks(); ++s) ledger.p2p(s, layout.initial_send(s), team_kv);
-  for (int step = 1; step < layout.ring_size(); ++step) {  // no send after the last step
-    for (int s = 0; s < layout.ranks(); ++s) ledger.p2p(s, layout.ring_next(s), team_kv);
+  for (std::size_t i = 1; i < steps.size(); ++i) {  // no send after the last step
+    for (int s = 0; s < layout.ranks(); ++s) ledger.p2p(s, ring_ahead(layout, s, steps[i] - steps[i - 1]), team_kv);
   }
   return ledger;
 }
 
 Ledger simulate_wallfacer_backward(const WallFacerLayout& layout, const AttentionDims& dims, const ElementBytes& b,
-                                   BackwardKv kv) {
+                                   BackwardKv kv, const std::vector<int>& steps) {
   const int P = layout.ranks(), C = layout.team_size();
   const Elements e = elements(dims, P);
   Ledger ledger(P);
@@ -111,15 +128,16 @@ Ledger simulate_wallfacer_backward(const WallFacerLayout& layout, const Attentio
     }
     for (int s = 0; s < P; ++s) ledger.p2p(s, layout.initial_send(s), 2 * C * e.kv * b.activation);
   }
-  // Query bundles start at home and move to ring next after every step but the last.
+  // Query bundles start at home and move on after every step but the last.
   const std::int64_t bundle = C * (e.q * b.activation + e.q * b.activation + e.rows * b.stats + e.rows * b.stats +
                                    e.q * b.partial);  // Q, dO, lse, D, dQ
   std::vector<int> where(static_cast<std::size_t>(P));
   for (int s = 0; s < P; ++s) where[static_cast<std::size_t>(s)] = s;
-  for (int step = 1; step < layout.ring_size(); ++step) {
+  for (std::size_t i = 1; i < steps.size(); ++i) {
     for (int& at : where) {
-      ledger.p2p(at, layout.ring_next(at), bundle);
-      at = layout.ring_next(at);
+      const int to = ring_ahead(layout, at, steps[i] - steps[i - 1]);
+      ledger.p2p(at, to, bundle);
+      at = to;
     }
   }
   for (int home = 0; home < P; ++home) ledger.p2p(where[static_cast<std::size_t>(home)], home, C * e.q * b.partial);
@@ -132,13 +150,18 @@ Ledger simulate_wallfacer_backward(const WallFacerLayout& layout, const Attentio
   return ledger;
 }
 
-Ledger simulate_ring(int P, const AttentionDims& dims, const ElementBytes& b, Pass pass) {
+Ledger simulate_ring(int P, const AttentionDims& dims, const ElementBytes& b, Pass pass,
+                     const std::vector<int>& steps) {
   const Elements e = elements(dims, P);
   Ledger ledger(P);
-  for (int step = 0; step < P; ++step) {
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    // On to the rank that holds the block at the next step; after the last, the accumulator home
+    // (the block's owner, steps.back() ranks back: ring next when every step ran).
+    const int to = i + 1 < steps.size() ? steps[i + 1] - steps[i] : -steps.back();
     for (int r = 0; r < P; ++r) {
-      if (step + 1 < P) ledger.p2p(r, (r + 1) % P, 2 * e.kv * b.activation);  // K, V
-      if (pass == Pass::backward) ledger.p2p(r, (r + 1) % P, 2 * e.kv * b.partial);  // dK, dV, home at step P
+      const int dst = ((r + to) % P + P) % P;
+      if (i + 1 < steps.size()) ledger.p2p(r, dst, 2 * e.kv * b.activation);  // K, V
+      if (pass == Pass::backward) ledger.p2p(r, dst, 2 * e.kv * b.partial);   // dK, dV
     }
   }
   return ledger;
@@ -189,9 +212,9 @@ TEST_CASE("WallFacer traffic equals the simulated schedule, per rank, both place
       const AttentionDims dims{/*batch=*/2, /*seq_len=*/3 * P, /*heads=*/4, /*kv_heads=*/2, /*head_dim=*/5};
       for (Placement placement : {Placement::collectives_intra, Placement::p2p_intra}) {
         const WallFacerLayout layout(P, C, placement);
-        const Ledger forward = simulate_wallfacer_forward(layout, dims, kBytes);
+        const Ledger forward = simulate_wallfacer_forward(layout, dims, kBytes, every_step(layout.ring_size()));
         for (BackwardKv kv : {BackwardKv::redispatch, BackwardKv::keep_forward}) {
-          const Ledger backward = simulate_wallfacer_backward(layout, dims, kBytes, kv);
+          const Ledger backward = simulate_wallfacer_backward(layout, dims, kBytes, kv, every_step(layout.ring_size()));
           for (int s = 0; s < P; ++s) {
             INFO("P = " << P << ", C = " << C << ", placement " << wf::comm::placement_name(placement)
                         << ", sp index " << s << ", redispatch " << (kv == BackwardKv::redispatch));
@@ -214,7 +237,7 @@ TEST_CASE("ring attention and Ulysses traffic equal their simulated schedules", 
     const AttentionDims ring_dims{2, 3 * P, 4, 2, 5};
     for (Pass pass : {Pass::forward, Pass::backward}) {
       INFO("P = " << P << ", backward " << (pass == Pass::backward));
-      const Ledger ring = simulate_ring(P, ring_dims, kBytes, pass);
+      const Ledger ring = simulate_ring(P, ring_dims, kBytes, pass, every_step(P));
       for (std::size_t r = 0; r < static_cast<std::size_t>(P); ++r) {
         CHECK(wf::parallel::ring_attention_traffic(ring_dims, P, pass, kBytes) == ring.ranks[r]);
       }
@@ -232,6 +255,70 @@ TEST_CASE("ring attention and Ulysses traffic equal their simulated schedules", 
       }
     }
   }
+}
+
+TEST_CASE("packed documents: a ring running some of its steps moves what its hops and home send do",
+          "[parallel][ring_steps]") {
+  // Every set of steps holding step 0 (document_ring_steps.h) of rings up to 8 steps: the
+  // formulas take only the hop count H = steps − 1, whatever the gaps.
+  const auto subsets = [](int count) {
+    std::vector<std::vector<int>> out;
+    for (int mask = 0; mask < (1 << (count - 1)); ++mask) {
+      std::vector<int> steps{0};
+      for (int s = 1; s < count; ++s) {
+        if (mask & (1 << (s - 1))) steps.push_back(s);
+      }
+      out.push_back(steps);
+    }
+    return out;
+  };
+  for (int P : {1, 2, 3, 4, 8}) {
+    const AttentionDims dims{2, 3 * P, 4, 2, 5};
+    for (const std::vector<int>& steps : subsets(P)) {
+      const int H = static_cast<int>(steps.size()) - 1;
+      for (Pass pass : {Pass::forward, Pass::backward}) {
+        INFO("ring P = " << P << ", " << steps.size() << " steps ending at " << steps.back() << ", backward "
+                         << (pass == Pass::backward));
+        const Ledger ring = simulate_ring(P, dims, kBytes, pass, steps);
+        for (const SpTraffic& rank : ring.ranks) {
+          CHECK(wf::parallel::ring_attention_traffic(dims, P, pass, kBytes, H) == rank);
+        }
+        CHECK(wf::parallel::ring_attention_traffic_total(dims, P, pass, kBytes, H) == sum(ring));
+      }
+    }
+  }
+  for (int P : {4, 8, 16, 32}) {
+    for (int C : wf::comm::valid_team_sizes(P)) {
+      const WallFacerLayout layout(P, C, Placement::collectives_intra);
+      if (layout.ring_size() > 8) continue;
+      const AttentionDims dims{2, 3 * P, 4, 2, 5};
+      for (const std::vector<int>& steps : subsets(layout.ring_size())) {
+        const int H = static_cast<int>(steps.size()) - 1;
+        const Ledger forward = simulate_wallfacer_forward(layout, dims, kBytes, steps);
+        const Ledger backward = simulate_wallfacer_backward(layout, dims, kBytes, BackwardKv::redispatch, steps);
+        for (int s = 0; s < P; ++s) {
+          INFO("WallFacer P = " << P << ", C = " << C << ", sp index " << s << ", " << steps.size()
+                                << " steps ending at " << steps.back());
+          const int l = layout.logical_index(s);
+          CHECK(wf::parallel::wallfacer_traffic(dims, P, C, l, Pass::forward, kBytes, BackwardKv::redispatch, H) ==
+                forward.ranks[static_cast<std::size_t>(s)]);
+          CHECK(wf::parallel::wallfacer_traffic(dims, P, C, l, Pass::backward, kBytes, BackwardKv::redispatch, H) ==
+                backward.ranks[static_cast<std::size_t>(s)]);
+        }
+      }
+    }
+  }
+  // kFullRing is the whole ring; a hop count outside the ring is refused.
+  const AttentionDims dims{1, 16, 2, 2, 4};
+  CHECK(wf::parallel::ring_attention_traffic(dims, 4, Pass::backward, kBytes, wf::parallel::kFullRing) ==
+        wf::parallel::ring_attention_traffic(dims, 4, Pass::backward, kBytes, 3));
+  CHECK(wf::parallel::ring_attention_traffic(dims, 4, Pass::backward, kBytes, 0) == SpTraffic{});
+  CHECK_THAT(error_of([&] { wf::parallel::ring_attention_traffic(dims, 4, Pass::forward, kBytes, 4); }),
+             Contains("ring attention of 4 steps makes 0 to 3 hops (or kFullRing), got 4"));
+  CHECK_THAT(error_of([&] {
+               wf::parallel::wallfacer_traffic(dims, 8, 2, 0, Pass::forward, kBytes, BackwardKv::redispatch, 2);
+             }),
+             Contains("WallFacer's sub-ring of 2 steps makes 0 to 1 hops"));
 }
 
 TEST_CASE("the doc's closed forms: collectives (C-1)(2E + 2E_kv) + lse, P2P 2·C·E_kv·G or ·(G-1)", "[parallel]") {

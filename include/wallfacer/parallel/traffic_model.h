@@ -12,10 +12,11 @@
 //   a = ElementBytes::activation, s = ::stats, p = ::partial; G = P/C²; self = the rank's
 //   initial dispatch target is itself (then its dispatch source is too).
 //
-// ring attention (C = 1), P2P only:
-//   forward   2·E_kv·a·(P−1)                             K, V to ring next, P−1 times
-//   backward  2·E_kv·a·(P−1) + 2·E_kv·p·P  (0 at P = 1)   K, V as forward; dK, dV (partial
-//             sums) travel with them every step and take one more step home
+// ring attention (C = 1), P2P only, with H the ring's hops (P − 1 unpacked; with packed
+// documents the steps of document_ring_steps.h less one):
+//   forward   2·E_kv·a·H                                 K, V to the next rank that needs them
+//   backward  2·E_kv·a·H + 2·E_kv·p·(H + 1)  (0 at H = 0) K, V as forward; dK, dV (partial
+//             sums) travel with them every hop and take one more hop home
 // Ulysses, collectives only (Q‖K‖V in, O‖lse out; dO‖d_lse in, dQ‖dK‖dV out):
 //   forward   2·A(E·a) + 2·A(ρ·E_kv·a) + A(R·s), A(S) = (P−1)·(S/P)   Q, K, V in, O and lse out
 //   backward  the same                                                dO and d_lse in, dQ, dK, dV out
@@ -26,16 +27,18 @@
 //                        all-gather Q, K, V; all-gather the members' lse partials of the team's
 //                        C·n queries (comm has no log-sum-exp all-reduce); reduce-scatter the
 //                        rescaled partial O
-//   forward P2P          2·C·E_kv·a·(G − 1 + [not self])   dispatch + G−1 shifts of team K, V
+//   forward P2P          2·C·E_kv·a·(H + [not self])   dispatch + H shifts of team K, V
 //   backward collectives (C−1)·(E·a + R·s) + [redispatch] 2·(C−1)·E_kv·a + (C−1)·(E·p + 2·E_kv·p)
 //                        all-gather dO and the members' D; re-gather K, V; reduce-scatter dQ, dK, dV
 //   backward P2P         [redispatch and not self] 2·C·E_kv·a        re-dispatch of team K, V
-//                        + (G−1)·C·(2·E·a + 2·R·s + E·p)             query bundle Q, dO, lse, D, dQ
-//                        + [G > 1] C·E·p                             dQ home
+//                        + H·C·(2·E·a + 2·R·s + E·p)                 query bundle Q, dO, lse, D, dQ
+//                        + [H > 0] C·E·p                             dQ home
 //                        + [not self] 2·C·E_kv·p                     dK, dV back to the K/V origin
 //   of which over the sp group ("sp": the dispatch partners): forward 2·C·E_kv·a·[not self];
 //   backward [not self]·(2·C·E_kv·p + [redispatch] 2·C·E_kv·a); the rest of the P2P is on the
-//   sub-ring ("sp.ring") and every collective in the team ("sp.team")
+//   sub-ring ("sp.ring") and every collective in the team ("sp.team"). H: the sub-ring's hops
+//   in that pass, G − 1 unpacked (G = P/C²); with packed documents wallfacer_steps less one
+//   (each pass has its own). The team collectives do not depend on the documents.
 // ulysses-wallfacer (U Ulysses ranks × W = P/U WallFacer ranks in teams of C), per rank at
 // logical sp index l = l_W·U + u (comm::ProcessGrid::sp_logical_index): the sum of its parts,
 //   Ulysses   the Ulysses formula over U ranks for the member's N/W tokens (so its local slice
@@ -88,6 +91,10 @@ enum class BackwardKv {
   keep_forward,  // the forward keeps its step-0 K/V buffer (2·C·E_kv per rank per layer)
 };
 
+// The hops of an unpacked call's ring: P − 1 (ring attention) or G − 1 (WallFacer's sub-ring).
+// A packed call's are fewer (document_ring_steps.h's ring_hops of its steps).
+inline constexpr int kFullRing = -1;
+
 // Bytes one rank sends and receives, split the way comm::TrafficCounters reports them.
 struct SpTraffic {
   std::int64_t p2p_sent = 0, p2p_received = 0;
@@ -103,13 +110,16 @@ SpTraffic measured_sp_traffic();
 SpTraffic sum_over_ranks(comm::Group& group, const SpTraffic& mine);
 
 // Per rank (identical on every rank). Throw wf::Error on dims that do not split over P.
-SpTraffic ring_attention_traffic(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes = {});
+SpTraffic ring_attention_traffic(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes = {},
+                                 int hops = kFullRing);
 // Needs the heads to follow ulysses_heads.h (the all-to-alls scatter heads).
 SpTraffic ulysses_traffic(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes = {});
 // Per rank, named by its logical sp index (comm::WallFacerLayout::logical_index): the self-
 // dispatch cases depend on it. Needs C² dividing P. C = 1 forward equals ring attention's.
+// hops: the sub-ring's in this pass (kFullRing: G − 1).
 SpTraffic wallfacer_traffic(const AttentionDims& dims, int P, int C, int logical_index, Pass pass,
-                            const ElementBytes& bytes = {}, BackwardKv backward_kv = BackwardKv::redispatch);
+                            const ElementBytes& bytes = {}, BackwardKv backward_kv = BackwardKv::redispatch,
+                            int hops = kFullRing);
 
 // The part of wallfacer_traffic's P2P (sent, = received) that travels between dispatch
 // partners over the whole sp group; the rest of its P2P stays on the sub-ring.
@@ -123,24 +133,29 @@ struct UlyssesWallFacerDims {
   AttentionDims ulysses, wallfacer;
 };
 UlyssesWallFacerDims ulysses_wallfacer_dims(const AttentionDims& dims, int P, int U);
-// Per rank, named by its logical sp index l = l_W·U + u. Needs C² dividing P/U.
+// Per rank, named by its logical sp index l = l_W·U + u. Needs C² dividing P/U. hops: the
+// WallFacer part's sub-ring's (kFullRing: G − 1 with G = P/(U·C²)).
 SpTraffic ulysses_wallfacer_traffic(const AttentionDims& dims, int P, int U, int C, int logical_index, Pass pass,
-                                    const ElementBytes& bytes = {}, BackwardKv backward_kv = BackwardKv::redispatch);
+                                    const ElementBytes& bytes = {}, BackwardKv backward_kv = BackwardKv::redispatch,
+                                    int hops = kFullRing);
 
 // The formula of `strategy` for one rank: C and logical_index matter to WallFacer and the
 // hybrid only, U (the hybrid's Ulysses degree; 1 otherwise) to the hybrid only, and
-// backward_kv to their backward only.
+// backward_kv to their backward only, hops (the K/V ring's or the sub-ring's in this pass,
+// kFullRing unpacked) to all but Ulysses.
 SpTraffic sp_attention_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int U, int C, int logical_index,
                                Pass pass, const ElementBytes& bytes = {},
-                               BackwardKv backward_kv = BackwardKv::keep_forward);
-// The backward of a replayed call (activation checkpointing at the attention output), per rank.
+                               BackwardKv backward_kv = BackwardKv::keep_forward, int hops = kFullRing);
+// The backward of a replayed call (activation checkpointing at the attention output), per rank;
+// hops: its backward ring's.
 SpTraffic sp_replay_backward_traffic(SpStrategy strategy, const AttentionDims& dims, int P, int U, int C,
-                                     int logical_index, const ElementBytes& bytes = {});
+                                     int logical_index, const ElementBytes& bytes = {}, int hops = kFullRing);
 
 // Sums over the P ranks.
-SpTraffic ring_attention_traffic_total(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes = {});
+SpTraffic ring_attention_traffic_total(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes = {},
+                                       int hops = kFullRing);
 SpTraffic ulysses_traffic_total(const AttentionDims& dims, int P, Pass pass, const ElementBytes& bytes = {});
 SpTraffic wallfacer_traffic_total(const AttentionDims& dims, int P, int C, Pass pass, const ElementBytes& bytes = {},
-                                  BackwardKv backward_kv = BackwardKv::redispatch);
+                                  BackwardKv backward_kv = BackwardKv::redispatch, int hops = kFullRing);
 
 }  // namespace wf::parallel
