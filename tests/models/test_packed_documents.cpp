@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "models/model_testing.h"
+#include "nn/module_testing.h"
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/models/gpt.h"
 #include "wallfacer/models/llama.h"
@@ -29,6 +30,7 @@ using wf::models::token_batch;
 using wf::models::testing::grads_by_name;
 using wf::models::testing::positions_of;
 using wf::models::testing::random_ids;
+using wf::nn::testing::max_abs_diff;
 
 namespace {
 
@@ -77,14 +79,6 @@ Tensor only(const Tensor& targets, std::int64_t row, std::int64_t begin, std::in
   return out;
 }
 
-double largest_difference(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  double worst = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
-  return worst;
-}
-
 double largest_entry(const Tensor& t) {
   double m = 0;
   for (const double x : t.to_vector<double>()) m = std::max(m, std::abs(x));
@@ -106,7 +100,7 @@ void check_packed_equals_documents_alone(DecoderLM& model) {
       INFO("row " << row << ", document [" << b[d] << ", " << b[d + 1] << ")");
       const Tensor doc_ids = columns(ids, row, b[d], b[d + 1]), doc_targets = columns(targets, row, b[d], b[d + 1]);
       const Tensor alone = model.forward(doc_ids);
-      CHECK(largest_difference(wf::narrow(packed_logits.slice0(row, row + 1), 1, b[d], b[d + 1] - b[d]), alone) <=
+      CHECK(max_abs_diff(wf::narrow(packed_logits.slice0(row, row + 1), 1, b[d], b[d + 1] - b[d]), alone) <=
             kTolerance);
       const double packed_loss =
           model.loss_sum(token_batch(ids, only(targets, row, b[d], b[d + 1]), positions, bounds)).sum.item();
@@ -123,7 +117,7 @@ void check_packed_equals_documents_alone(DecoderLM& model) {
   wf::autograd::backward({model.loss_sum(token_batch(ids, targets, positions, bounds)).sum});
   for (const auto& [name, grad] : grads_by_name(model)) {
     INFO(name);
-    CHECK(largest_difference(grad, alone.at(name)) <= kTolerance * largest_entry(alone.at(name)));
+    CHECK(max_abs_diff(grad, alone.at(name)) <= kTolerance * largest_entry(alone.at(name)));
   }
 }
 
@@ -135,7 +129,7 @@ void check_one_document_per_row_is_unpacked(DecoderLM& model) {
   for (std::size_t i = 0; i < per_row.size(); ++i) per_row[i] = static_cast<std::int64_t>(i) % kTokens;
   const Tensor positions = Tensor::from_vector(per_row, {2, kTokens});
   const Tensor packed = model.forward(ids, wf::nn::TokenPositions{positions, {{0, kTokens}}});
-  CHECK(largest_difference(packed, model.forward(ids)) <= kTolerance);
+  CHECK(max_abs_diff(packed, model.forward(ids)) <= kTolerance);
 }
 
 wf::models::GptOptions tiny_gpt(bool checkpoint_attention) {
@@ -148,26 +142,26 @@ wf::models::LlamaOptions tiny_llama(bool checkpoint_attention) {
           .d_ff = 24, .rope_theta = 500.0, .checkpoint_attention = checkpoint_attention, .init_std = 0.2, .seed = 4};
 }
 
+// Both checks, with and without the attention-output checkpoint.
+template <class Model, class Options>
+void check_packed_documents(Options (*options_of)(bool checkpoint_attention)) {
+  for (const bool checkpoint : {false, true}) {
+    INFO("checkpoint at the attention output: " << checkpoint);
+    Model model(options_of(checkpoint));
+    check_packed_equals_documents_alone(model);
+  }
+  Model model(options_of(false));
+  check_one_document_per_row_is_unpacked(model);
+}
+
 }  // namespace
 
 TEST_CASE("gpt: packed documents give each document its own logits, loss and gradients (learned positions restart)",
           "[models][packed]") {
-  for (const bool checkpoint : {false, true}) {
-    INFO("checkpoint at the attention output: " << checkpoint);
-    wf::models::Gpt model(tiny_gpt(checkpoint));
-    check_packed_equals_documents_alone(model);
-  }
-  wf::models::Gpt model(tiny_gpt(false));
-  check_one_document_per_row_is_unpacked(model);
+  check_packed_documents<wf::models::Gpt>(tiny_gpt);
 }
 
 TEST_CASE("llama: packed documents give each document its own logits, loss and gradients (RoPE restarts)",
           "[models][packed]") {
-  for (const bool checkpoint : {false, true}) {
-    INFO("checkpoint at the attention output: " << checkpoint);
-    wf::models::Llama model(tiny_llama(checkpoint));
-    check_packed_equals_documents_alone(model);
-  }
-  wf::models::Llama model(tiny_llama(false));
-  check_one_document_per_row_is_unpacked(model);
+  check_packed_documents<wf::models::Llama>(tiny_llama);
 }
