@@ -78,8 +78,8 @@ SelfAttention::Heads SelfAttention::project(const Tensor& x, const Tensor& posit
     const bool shared = positions.dim() == 1 && positions.size(0) == tokens;
     const bool per_row = positions.dim() == 2 && positions.size(0) == batch && positions.size(1) == tokens;
     WF_CHECK((shared || per_row) && (positions.dtype() == DType::i64 || positions.dtype() == DType::i32),
-             "SelfAttention: positions must be [tokens] = [{}] or per row [batch, tokens] = [{}, {}] of i64 or i32 (one "
-             "position per token of x {}), got {} {}",
+             "SelfAttention: positions must be [tokens] = [{}] or per row [batch, tokens] = [{}, {}] of i64 or i32 "
+             "(one position per token of x {}), got {} {}",
              tokens, batch, tokens, shape_str(x.shape()), dtype_name(positions.dtype()), shape_str(positions.shape()));
   }
   WF_CHECK(!options_.rope || positions.defined(), "SelfAttention: rope is on but no positions were given");

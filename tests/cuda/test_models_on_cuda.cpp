@@ -1,9 +1,10 @@
 // Tiny GPT, LLaMA and DiT models (tests/support/model_cases.cpp, which the test device runs bit for
 // bit) with parameters and batch on the GPU against the CPU, in f32 and in bf16 mixed precision
 // (f32 masters, bf16 compute): the decoders' logits, every model's loss and gradients (the decoders'
-// also on packed documents), and the parameters after one AdamW step from those gradients. Tolerances below, with why. First the
-// models' own arithmetic (the timestep embedding, row selection, diffusion's noising and loss with
-// L_vb and its gradients, the DDIM sampler's clamp), in f32 within op_tolerance.
+// also on packed documents), and the parameters after one AdamW step from those gradients.
+// Tolerances below, with why. First the models' own arithmetic (the timestep embedding, row
+// selection, diffusion's noising and loss with L_vb and its gradients, the DDIM sampler's clamp),
+// in f32 within op_tolerance.
 #include <algorithm>
 #include <cmath>
 #include <map>

@@ -105,7 +105,8 @@ void check_packed_equals_documents_alone(DecoderLM& model) {
       const double packed_loss =
           model.loss_sum(token_batch(ids, only(targets, row, b[d], b[d + 1]), positions, bounds)).sum.item();
       // The document alone, its gradients accumulated over the documents.
-      const wf::models::LossSum alone_loss = model.loss_sum(token_batch(doc_ids, doc_targets, positions_of(b[d + 1] - b[d])));
+      const wf::models::LossSum alone_loss =
+          model.loss_sum(token_batch(doc_ids, doc_targets, positions_of(b[d + 1] - b[d])));
       CHECK(std::abs(packed_loss - alone_loss.sum.item()) <= kTolerance);
       wf::autograd::backward({alone_loss.sum});
     }

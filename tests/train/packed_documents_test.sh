@@ -13,6 +13,10 @@ exe="$1"; mpiexec="$2"; shift 2
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+fail() {  # fail MESSAGE [LOG]: prints the log, then the message, and stops
+  if [ -n "${2:-}" ]; then cat "$2"; fi
+  echo "FAIL: $1"; exit 1
+}
 
 # Documents of 1 to ~120 characters, seeded: short and long ones beside the 64-token sequences.
 mkdir -p "$work/jsonl/more"
@@ -32,10 +36,10 @@ with open(f"{out}/b.jsonl", "w") as f: write(f, 60)
 with gzip.open(f"{out}/more/c.jsonl.gz", "wt") as f: write(f, 60)
 PY
 "$exe" prepare-text --format jsonl --text-key text --input "$work/jsonl" --output-dir "$work/data" \
-  --tokenizer byte --val-fraction 0.1 > "$work/prepare.log" 2>&1 || { cat "$work/prepare.log"; echo "FAIL: prepare-text"; exit 1; }
+  --tokenizer byte --val-fraction 0.1 > "$work/prepare.log" 2>&1 || fail "prepare-text" "$work/prepare.log"
 grep -q "3 input file(s)" "$work/prepare.log" && grep -q "^180 documents" "$work/prepare.log" ||
-  { cat "$work/prepare.log"; echo "FAIL: prepare-text did not read the 180 documents of the 3 files"; exit 1; }
-test -f "$work/data/train.docs" || { cat "$work/prepare.log"; echo "FAIL: prepare-text wrote no document index"; exit 1; }
+  fail "prepare-text did not read the 180 documents of the 3 files" "$work/prepare.log"
+test -f "$work/data/train.docs" || fail "prepare-text wrote no document index" "$work/prepare.log"
 
 size=(--set model.n_layer=2 --set model.d_model=64 --set model.max_seq_len=64 --set train.seq_len=64
       --set train.micro_batch_size=2 --set train.global_batch_size=4 --set train.steps=5 --set train.warmup_steps=2
@@ -48,7 +52,7 @@ run() {  # run NAME CONFIG LAUNCHER... -- SETTINGS...
   while [ "$1" != "--" ]; do launcher+=("$1"); shift; done
   shift
   "${launcher[@]}" "$exe" train "$root/configs/$config" "${size[@]}" --set checkpoint.dir="$work/$name/checkpoints" \
-    --set log.dir="$work/$name" "$@" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; echo "FAIL: the $name run failed"; exit 1; }
+    --set log.dir="$work/$name" "$@" > "$work/$name.log" 2>&1 || fail "the $name run failed" "$work/$name.log"
 }
 
 # compare RUN REFERENCE SAME: every loss finite; within 1e-4 relative of REFERENCE's (SAME = 1) or,
@@ -76,12 +80,12 @@ for model in gpt llama; do
   else
     layout=(--set parallel.dp=1 --set parallel.sp=4 --set parallel.C=2); expect="dp 1 x tp 1 x pp 1 x sp 4"
   fi
-  "$exe" validate "$root/configs/$config" -n 4 "${size[@]}" "${layout[@]}" --set data.pack=true > "$work/validate.log" 2>&1 ||
-    { cat "$work/validate.log"; echo "FAIL: validate refuses the packed $model run"; exit 1; }
-  grep -q "^config OK" "$work/validate.log" || { cat "$work/validate.log"; echo "FAIL: validate did not say OK"; exit 1; }
+  "$exe" validate "$root/configs/$config" -n 4 "${size[@]}" "${layout[@]}" --set data.pack=true \
+    > "$work/validate.log" 2>&1 || fail "validate refuses the packed $model run" "$work/validate.log"
+  grep -q "^config OK" "$work/validate.log" || fail "validate did not say OK" "$work/validate.log"
   run "$model-single" "$config" -- --set parallel.dp=1 --set parallel.sp=1 --set parallel.C=1 --set data.pack=true
   run "$model-packed" "$config" "$mpiexec" -np 4 "$@" -- "${layout[@]}" --set data.pack=true
-  grep -q "$expect" "$work/$model-packed.log" || { cat "$work/$model-packed.log"; echo "FAIL: the run did not use $expect"; exit 1; }
+  grep -q "$expect" "$work/$model-packed.log" || fail "the run did not use $expect" "$work/$model-packed.log"
   compare "$model-packed" "$model-single" 1
 done
 run gpt-unpacked gpt-tiny.yaml -- --set parallel.dp=1 --set parallel.sp=1 --set parallel.C=1 --set data.pack=false

@@ -15,7 +15,8 @@ struct TokenPositions {
   TokenPositions() = default;
   // One document per row, positions shared by the rows: what a block was called with before
   // packing (implicit, so those calls read as they did).
-  TokenPositions(Tensor shared_positions) : positions(std::move(shared_positions)) {}  // NOLINT(google-explicit-constructor)
+  // NOLINTNEXTLINE(google-explicit-constructor)
+  TokenPositions(Tensor shared_positions) : positions(std::move(shared_positions)) {}
   TokenPositions(Tensor row_positions, DocumentBounds row_documents)
       : positions(std::move(row_positions)), documents(std::move(row_documents)) {}
 
