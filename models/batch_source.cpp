@@ -6,7 +6,9 @@ namespace wf::models {
 
 BatchSource::~BatchSource() = default;
 
-Batch TokenBatchSource::get(std::int64_t step, std::int64_t micro) const { return token_batch(loader_.get(step, micro)); }
+Batch TokenBatchSource::get(std::int64_t step, std::int64_t micro) const {
+  return token_batch(loader_.get(step, micro), loader_.options().pack);
+}
 
 data::LoaderOptions loader_options(const config::RunConfig& c, comm::CommGrid& grid, const Model& model,
                                    bool validation) {
@@ -19,6 +21,7 @@ data::LoaderOptions loader_options(const config::RunConfig& c, comm::CommGrid& g
   o.shard = parallel::sp_shard(sp_attention_config(c, model.causal()), grid);
   o.seed = static_cast<std::uint64_t>(c.train.seed);
   o.shuffle = !validation;  // validation reads the samples in order
+  o.pack = c.data.pack;
   return o;
 }
 

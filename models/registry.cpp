@@ -49,13 +49,25 @@ std::vector<std::string> Batch::names() const {
   return out;
 }
 
-Batch token_batch(Tensor tokens, Tensor targets, Tensor positions) {
-  Batch batch;
-  batch.set("tokens", std::move(tokens)).set("targets", std::move(targets)).set("positions", std::move(positions));
-  return batch;
+Batch& Batch::set_documents(DocumentBounds documents) {
+  documents_ = std::move(documents);
+  return *this;
 }
 
-Batch token_batch(const data::Batch& batch) { return token_batch(batch.inputs, batch.targets, batch.positions); }
+Batch token_batch(Tensor tokens, Tensor targets, Tensor positions, DocumentBounds documents) {
+  Batch batch;
+  batch.set("tokens", std::move(tokens)).set("targets", std::move(targets)).set("positions", std::move(positions));
+  return batch.set_documents(std::move(documents));
+}
+
+Batch token_batch(const data::Batch& batch, bool packed) {
+  // Unpacked, every row is one document: the shared positions and no bounds keep attention on
+  // its one-document path.
+  if (!packed) return token_batch(batch.inputs, batch.targets, batch.positions);
+  return token_batch(batch.inputs, batch.targets, batch.doc_positions, batch.doc_bounds);
+}
+
+nn::TokenPositions token_positions(const Batch& batch) { return {batch.at("positions"), batch.documents()}; }
 
 void require_logits(const Model& model) {
   WF_USER_CHECK(model.has_logits(),

@@ -246,9 +246,12 @@ void DecoderLM::check_inputs(const Tensor& ids, const Tensor& positions) const {
   WF_CHECK(ids.dim() == 2 && (ids.dtype() == DType::i64 || ids.dtype() == DType::i32),
            "{}: ids must be [batch, tokens] of i64 or i32, got {} {}", name_, dtype_name(ids.dtype()),
            shape_str(ids.shape()));
-  WF_CHECK(positions.dim() == 1 && positions.dtype() == DType::i64 && positions.size(0) == ids.size(1),
-           "{}: positions must be [tokens] i64 with tokens = {} (the ids' second dim), got {} {}", name_, ids.size(1),
-           dtype_name(positions.dtype()), shape_str(positions.shape()));
+  const bool shared = positions.dim() == 1 && positions.size(0) == ids.size(1);
+  const bool per_row = positions.dim() == 2 && positions.size(0) == ids.size(0) && positions.size(1) == ids.size(1);
+  WF_CHECK((shared || per_row) && positions.dtype() == DType::i64,
+           "{}: positions must be [tokens] i64 with tokens = {} (the ids' second dim), or per row [batch, tokens] = "
+           "[{}, {}] (packed documents), got {} {}",
+           name_, ids.size(1), ids.size(0), ids.size(1), dtype_name(positions.dtype()), shape_str(positions.shape()));
   // Positions on a device are not read back here (that would be a host synchronisation inside the
   // step): the batch source built them on the host from train.seq_len, which validation keeps within
   // max_seq_len, and a learned position table's kernel still refuses a row outside it. Host positions
@@ -265,16 +268,16 @@ void DecoderLM::check_inputs(const Tensor& ids, const Tensor& positions) const {
 Tensor DecoderLM::embed(const Tensor& ids, const Tensor& positions) {
   check_inputs(ids, positions);
   Tensor x = token_embedding_->forward(ids);  // [B, n, d]
-  // [B, n, d] + [n, d], broadcast over the batch.
+  // [B, n, d] + [n, d], broadcast over the batch (or + [B, n, d] with per-row positions).
   if (position_embedding_) x = add(x, position_embedding_->forward(positions));
   // With tp activation sharding the blocks see this rank's slice of the tokens (the vocabulary
   // head gathers them back); the identity otherwise.
   return nn::layers_or_default(options_.layers).shard_activations(x);
 }
 
-Tensor DecoderLM::run_blocks(Tensor x, const Tensor& positions, int chunk) {
+Tensor DecoderLM::run_blocks(Tensor x, const nn::TokenPositions& where, int chunk) {
   for (std::size_t i = chunk_begin_[static_cast<std::size_t>(chunk)]; i < chunk_begin_[static_cast<std::size_t>(chunk) + 1]; ++i) {
-    x = blocks_[i]->forward(x, positions);
+    x = blocks_[i]->forward(x, where);
   }
   return x;
 }
@@ -289,11 +292,11 @@ Tensor DecoderLM::head(const Tensor& x) {
   return logits.dtype() == master ? logits : cast(logits, master);
 }
 
-Tensor DecoderLM::forward(const Tensor& ids, const Tensor& positions) {
+Tensor DecoderLM::forward(const Tensor& ids, const nn::TokenPositions& where) {
   WF_CHECK(options_.stage.whole(options_.n_layer), "{}: forward needs the whole model; this instance is a stage (use forward_stage)",
            name_);
   return nn::layers_or_default(options_.layers)
-      .vocabulary_logits(head(run_blocks(embed(ids, positions), positions)), options_.vocab_size);
+      .vocabulary_logits(head(run_blocks(embed(ids, where.positions), where)), options_.vocab_size);
 }
 
 Tensor DecoderLM::forward(const Tensor& ids) {
@@ -311,11 +314,12 @@ StageOutput DecoderLM::forward_stage(const Batch& batch, const Tensor& hidden, i
   const StageRange& stage = options_.stage;
   WF_CHECK(chunk >= 0 && chunk < stage.num_chunks(), "{}: this stage holds model chunks 0..{}, not {}", name_,
            stage.num_chunks() - 1, chunk);
-  const Tensor& positions = batch.at("positions");
+  // Every stage reads the positions and documents of the same batch.
+  const nn::TokenPositions where = token_positions(batch);
   const bool first = stage.embedding && chunk == 0, last = stage.head && chunk + 1 == stage.num_chunks();
   Tensor x;
   if (first) {
-    x = embed(batch.at("tokens"), positions);
+    x = embed(batch.at("tokens"), where.positions);
   } else {
     const BlockRange& blocks = stage.chunks[static_cast<std::size_t>(chunk)];
     WF_CHECK(hidden.defined() && hidden.dim() == 3 && hidden.size(2) == options_.d_model,
@@ -323,7 +327,7 @@ StageOutput DecoderLM::forward_stage(const Batch& batch, const Tensor& hidden, i
              blocks.first, blocks.end, options_.d_model, hidden.defined() ? shape_str(hidden.shape()) : "none");
     x = hidden;
   }
-  x = run_blocks(std::move(x), positions, chunk);
+  x = run_blocks(std::move(x), where, chunk);
   if (!last) return {x, {}};
   const Tensor& targets = batch.at("targets");
   const nn::LayerFactory& layers = nn::layers_or_default(options_.layers);
@@ -339,7 +343,9 @@ std::pair<Shape, DType> DecoderLM::stage_hidden(const Batch& batch) const {
   const Tensor& positions = batch.at("positions");
   const std::int64_t parts = nn::layers_or_default(options_.layers).activation_token_parts();
   const std::int64_t sequences = batch.contains("tokens") ? batch.at("tokens").size(0) : batch.at("targets").size(0);
-  return {{sequences, positions.size(0) / parts, options_.d_model}, compute_dtype(parameters().front().dtype())};
+  // Positions are [tokens], or [batch, tokens] with packed documents.
+  const std::int64_t tokens = positions.size(positions.dim() - 1);
+  return {{sequences, tokens / parts, options_.d_model}, compute_dtype(parameters().front().dtype())};
 }
 
 std::vector<std::string> DecoderLM::pipeline_shared_parameters() const {

@@ -48,7 +48,8 @@ class ParallelResidualBlock final : public nn::SequenceBlock {
            nn::norm_parameter_count(o.norm, o.d_model) + 2 * nn::norm_parameter_count(o.norm, head_dim(o));
   }
 
-  Tensor forward(const Tensor& x, const Tensor& positions) override {
+  Tensor forward(const Tensor& x, const nn::TokenPositions& where) override {
+    const Tensor& positions = where.positions;
     // The block split at its attention (nn/attention_checkpoint.h): with the checkpoint both
     // halves run again in the backward, so they capture by value; attention is replayed.
     nn::AttentionSplit split;
@@ -63,7 +64,7 @@ class ParallelResidualBlock final : public nn::SequenceBlock {
       return autograd::TensorList{add(add(x, attn_->output(attention_out)), mlp_->forward(norm_->forward(x)))};
     };
     split.strategy = attn_->strategy();  // sequence parallelism swaps it in (set_attention_strategy)
-    split.options = attn_->attention_options(0);  // a sequence-parallel strategy knows its layout
+    split.options = attn_->attention_options(where);  // a sequence-parallel strategy knows its layout
     return nn::run_attention_block(std::move(split), {x}, options_.checkpoint_attention)[0];
   }
 

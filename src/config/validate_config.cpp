@@ -372,13 +372,6 @@ std::vector<std::string> unsupported_by_trainer(const RunConfig& c) {
                        "NCCL installed); set comm.gpu_transport: staged or auto to move GPU tensors through pinned "
                        "host memory over MPI");
   }
-  if (c.data.pack) {
-    // The loader packs (data/loader.h: Batch::doc_positions, doc_bounds), but the models do not
-    // yet pass the boundaries to attention nor the positions inside documents to RoPE: a packed
-    // run would train as an unpacked one, documents attending to each other, without a word.
-    problems.push_back("data.pack: the loader packs documents, but attention does not yet keep them apart (each "
-                       "would attend to the documents before it in its sequence); set data.pack: false");
-  }
   return problems;
 }
 

@@ -54,10 +54,10 @@ Tensor SelfAttention::forward(const Tensor& x, std::int64_t position_offset) {
   return run(x, positions, attention_options(position_offset));
 }
 
-Tensor SelfAttention::forward(const Tensor& x, const Tensor& positions) {
-  WF_CHECK(positions.defined(), "SelfAttention: positions are undefined; pass [tokens] global positions (i64) or "
-           "use forward(x, position_offset)");
-  return run(x, positions, attention_options(0));
+Tensor SelfAttention::forward(const Tensor& x, const TokenPositions& where) {
+  WF_CHECK(where.positions.defined(), "SelfAttention: positions are undefined; pass [tokens] global positions (i64) "
+           "or use forward(x, position_offset)");
+  return run(x, where.positions, attention_options(where));
 }
 
 Tensor SelfAttention::run(const Tensor& x, const Tensor& positions, const AttentionOptions& attention_options) {
@@ -75,11 +75,12 @@ SelfAttention::Heads SelfAttention::project(const Tensor& x, const Tensor& posit
   const Tensor projected = qkv_->forward(x);
   const std::int64_t batch = x.size(0), tokens = projected.size(1);
   if (positions.defined()) {
-    WF_CHECK(positions.dim() == 1 && positions.size(0) == tokens &&
-                 (positions.dtype() == DType::i64 || positions.dtype() == DType::i32),
-             "SelfAttention: positions must be [tokens] = [{}] of i64 or i32 (one global position per token of x {}), got "
-             "{} {}",
-             tokens, shape_str(x.shape()), dtype_name(positions.dtype()), shape_str(positions.shape()));
+    const bool shared = positions.dim() == 1 && positions.size(0) == tokens;
+    const bool per_row = positions.dim() == 2 && positions.size(0) == batch && positions.size(1) == tokens;
+    WF_CHECK((shared || per_row) && (positions.dtype() == DType::i64 || positions.dtype() == DType::i32),
+             "SelfAttention: positions must be [tokens] = [{}] or per row [batch, tokens] = [{}, {}] of i64 or i32 "
+             "(one position per token of x {}), got {} {}",
+             tokens, batch, tokens, shape_str(x.shape()), dtype_name(positions.dtype()), shape_str(positions.shape()));
   }
   WF_CHECK(!options_.rope || positions.defined(), "SelfAttention: rope is on but no positions were given");
 
@@ -104,6 +105,12 @@ Tensor SelfAttention::output(const Tensor& attention_out) {
 
 AttentionOptions SelfAttention::attention_options(std::int64_t position_offset) const {
   return {.causal = options_.causal, .q_offset = position_offset, .kv_offset = position_offset};
+}
+
+AttentionOptions SelfAttention::attention_options(const TokenPositions& where) const {
+  AttentionOptions options = attention_options(0);
+  options.doc_bounds = where.documents;
+  return options;
 }
 
 Tensor SelfAttention::contiguous_positions(std::int64_t position_offset, std::int64_t tokens, Device device) const {

@@ -129,16 +129,18 @@ Tensor TransformerBlock::forward(const Tensor& x, std::int64_t position_offset) 
              attn_->attention_options(position_offset));
 }
 
-Tensor TransformerBlock::forward(const Tensor& x, const Tensor& positions) {
+Tensor TransformerBlock::forward(const Tensor& x, const TokenPositions& where) {
+  const Tensor& positions = where.positions;
   WF_CHECK(positions.defined(), "TransformerBlock: positions are undefined; pass [tokens] global positions (i64) "
            "or use forward(x, position_offset)");
   const int parts = layers_or_default(options_.layers).activation_token_parts();
-  WF_CHECK(parts == 1 || !x.defined() || x.dim() != 3 || positions.dim() != 1 || positions.size(0) == x.size(1) * parts,
+  const std::int64_t tokens = positions.dim() >= 1 ? positions.size(positions.dim() - 1) : 0;
+  WF_CHECK(parts == 1 || !x.defined() || x.dim() != 3 || positions.dim() < 1 || tokens == x.size(1) * parts,
            "TransformerBlock: the layers shard activations over tp = {} ranks, so x [{}] should hold 1/{} of the {} "
            "positions' tokens; enter the sharded stream with layers.shard_activations(x) before the blocks",
-           parts, fmt::join(x.shape(), ", "), parts, positions.size(0));
+           parts, fmt::join(x.shape(), ", "), parts, tokens);
   // Sequence-parallel strategies know their layout: they take offsets 0 (see SelfAttention).
-  return run(x, positions, attn_->attention_options(0));
+  return run(x, positions, attn_->attention_options(where));
 }
 
 Tensor TransformerBlock::run(const Tensor& x, const Tensor& positions, const AttentionOptions& attention_options) {

@@ -16,10 +16,16 @@ Tensor rope(const Tensor& x, const Tensor& positions, double theta) {
   WF_CHECK(positions.dtype() == DType::i64 || positions.dtype() == DType::i32,
            "{}: positions have dtype {}, but must be i64 or i32 token positions; convert with cast()", op,
            dtype_name(positions.dtype()));
-  WF_CHECK(positions.dim() == 1 && positions.size(0) == x.size(1),
-           "{}: positions must be [tokens] = [{}] (one global position per token of x {}), got shape {}", op,
-           x.size(1), shape_str(x.shape()), shape_str(positions.shape()));
-  const kernels::RopeShape shape{x.size(0), x.size(1), x.size(2), x.size(3), theta};
+  const bool per_row = positions.dim() == 2;
+  WF_CHECK((positions.dim() == 1 && positions.size(0) == x.size(1)) ||
+               (per_row && positions.size(0) == x.size(0) && positions.size(1) == x.size(1)),
+           "{}: positions must be [tokens] = [{}] or per row [batch, tokens] = [{}, {}] (one position per token of x "
+           "{}), got shape {}",
+           op, x.size(1), x.size(0), x.size(1), shape_str(x.shape()), shape_str(positions.shape()));
+  // Per-row positions (packed documents) rotate x as one row of batch · tokens tokens, which it
+  // is in memory: every kernel takes them without a second form.
+  const kernels::RopeShape shape{per_row ? 1 : x.size(0), per_row ? x.size(0) * x.size(1) : x.size(1), x.size(2),
+                                 x.size(3), theta};
   kernels::check_rope_shape(shape, op);
 
   const DType dtype = x.dtype();

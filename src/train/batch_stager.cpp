@@ -67,6 +67,7 @@ BatchStager::Staged BatchStager::stage(const models::BatchSource& source, std::i
   const Stream compute = Stream::current(device_);
   // The copies write tensors allocated in the compute stream's order: they wait for it first.
   Event allocated;
+  staged.batch.set_documents(host.documents());  // host data: no copy to the device
   for (const std::string& name : host.names()) {
     const Tensor& t = host.at(name);
     WF_CHECK(t.device().is_cpu(), "BatchStager: batch tensor '{}' is on {}, expected the cpu", name, t.device().str());

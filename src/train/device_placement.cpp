@@ -43,6 +43,7 @@ void move_to_device(nn::Module& module, Device device) {
 
 models::Batch batch_on(const models::Batch& batch, Device device) {
   models::Batch moved;
+  moved.set_documents(batch.documents());
   for (const std::string& name : batch.names()) moved.set(name, batch.at(name).to(device));
   return moved;
 }

@@ -1,9 +1,10 @@
 // Tiny GPT, LLaMA and DiT models (tests/support/model_cases.cpp, which the test device runs bit for
 // bit) with parameters and batch on the GPU against the CPU, in f32 and in bf16 mixed precision
-// (f32 masters, bf16 compute): the decoders' logits, every model's loss and gradients, and the
-// parameters after one AdamW step from those gradients. Tolerances below, with why. First the
-// models' own arithmetic (the timestep embedding, row selection, diffusion's noising and loss with
-// L_vb and its gradients, the DDIM sampler's clamp), in f32 within op_tolerance.
+// (f32 masters, bf16 compute): the decoders' logits, every model's loss and gradients (the decoders'
+// also on packed documents), and the parameters after one AdamW step from those gradients.
+// Tolerances below, with why. First the models' own arithmetic (the timestep embedding, row
+// selection, diffusion's noising and loss with L_vb and its gradients, the DDIM sampler's clamp),
+// in f32 within op_tolerance.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -94,10 +95,10 @@ void check_model_runs(const ModelRun& gpu, const ModelRun& cpu, DType compute) {
   }
 }
 
-ModelRun decoder_run(const std::string& kind, DType compute, Device device) {
+ModelRun decoder_run(const std::string& kind, DType compute, Device device, bool packed) {
   const std::unique_ptr<wf::models::DecoderLM> model = wf::parity::tiny_decoder(kind);
   if (compute != DType::f32) model->set_compute_dtype(compute);
-  return step_once(*model, wf::parity::decoder_loss(*model, device));
+  return step_once(*model, wf::parity::decoder_loss(*model, device, packed));
 }
 
 ModelRun dit_run(DType compute, Device device) {
@@ -157,9 +158,10 @@ TEST_CASE("cuda: tiny GPT and LLaMA logits match the CPU", "[cuda][models]") {
 TEST_CASE("cuda: tiny GPT and LLaMA losses, gradients and one AdamW step match the CPU", "[cuda][models]") {
   const std::string kind = GENERATE("gpt", "llama");
   const DType compute = GENERATE(DType::f32, DType::bf16);
-  INFO(kind);
-  check_model_runs(decoder_run(kind, compute, wf::cuda_test::gpu()), decoder_run(kind, compute, Device::cpu()),
-                   compute);
+  const bool packed = GENERATE(false, true);  // packed documents: per-row RoPE positions, document bounds
+  INFO(kind << (packed ? ", packed documents" : ""));
+  check_model_runs(decoder_run(kind, compute, wf::cuda_test::gpu(), packed),
+                   decoder_run(kind, compute, Device::cpu(), packed), compute);
 }
 
 TEST_CASE("cuda: a tiny DiT's loss, gradients and one AdamW step match the CPU", "[cuda][models][dit]") {

@@ -13,7 +13,8 @@
 // interleaved, one microbatch, more stages than microbatches, uneven pp_layers), pp × dp, pp × sp
 // (WallFacer C 1 and C 2), pp × tp, pp × tp × sp, dp × pp × sp, pp × tp × dp with ZeRO-1,
 // interleaved × sp, interleaved × dp with ZeRO-2, activations sharded over tp inside the stages, LLaMA (untied, RoPE, SwiGLU) over
-// pp × sp, the parallel-residual family with QK-norm over pp (checkpointed) and pp × tp; tied and
+// pp × sp, packed documents over pp × sp (LLaMA checkpointed, GPT under WallFacer C 2), the
+// parallel-residual family with QK-norm over pp (checkpointed) and pp × tp; tied and
 // untied heads; activation checkpointing on and off. Every case runs with train.check_replicas.
 #include <fmt/format.h>
 
@@ -52,13 +53,14 @@ struct PpLayout {
   std::vector<std::int64_t> layers = {};
   std::string model = "gpt";
   bool shard_activations = false;
+  bool packed = false;  // packed documents (pack_documents)
   std::string name() const {
-    return fmt::format("{}: pp{} ({} v{}, {} microbatches{}) x dp{} x tp{} x sp{} C={}, {} head{}{}{}", model, pp,
+    return fmt::format("{}: pp{} ({} v{}, {} microbatches{}) x dp{} x tp{} x sp{} C={}, {} head{}{}{}{}", model, pp,
                        wf::parallel::to_string(schedule), virtual_stages, microbatches,
                        layers.empty() ? "" : fmt::format(", layers [{}]", fmt::join(layers, ", ")), dp, tp, sp, C,
                        tied ? "tied" : "untied", checkpointed ? ", checkpointed" : "",
                        zero > 0 ? fmt::format(", ZeRO-{}", zero) : "",
-                       shard_activations ? ", activations sharded over tp" : "");
+                       shard_activations ? ", activations sharded over tp" : "", packed ? ", packed documents" : "");
   }
 };
 
@@ -81,6 +83,7 @@ wf::config::RunConfig pp_config(const PpLayout& layout) {
   c.train.min_lr = 3e-4;
   c.train.seed = 23;
   c.train.check_replicas = true;
+  if (layout.packed) pack_documents(c, fmt::format("parity-pp-{}", runtime().rank()), 256);
   return c;
 }
 
@@ -102,6 +105,8 @@ std::vector<PpLayout> pp_layouts_for(int world) {
               {.tp = 2, .tied = false},
               {.tp = 2, .shard_activations = true},
               {.sp = 2, .tied = false, .model = "llama"},
+              // Packed documents: every stage reads the batch's positions and bounds, the replay too.
+              {.sp = 2, .checkpointed = true, .model = "llama", .packed = true},
               {.tp = 2, .tied = false, .model = "parallel_residual"},
               // ZeRO-2 over interleaved chunks: every backward reduce-scatters every bucket, most of
               // them (the other chunk's) launched before any gradient reached them.
@@ -114,7 +119,8 @@ std::vector<PpLayout> pp_layouts_for(int world) {
               {.sp = 4, .C = 2, .tied = false},
               {.dp = 2, .sp = 2, .checkpointed = true},
               {.dp = 2, .tp = 2, .zero = 1},
-              {.sp = 4, .schedule = K::interleaved, .virtual_stages = 2}};
+              {.sp = 4, .schedule = K::interleaved, .virtual_stages = 2},
+              {.sp = 4, .C = 2, .packed = true}};
     default: return {};
   }
 }
@@ -135,6 +141,7 @@ void check_pipeline_parity(const PpLayout& layout, DType dtype, double tolerance
   auto reference = trainer_in(ref_config, ref_grid, dtype);
   auto parallel = trainer_in(config, grid, dtype);
   REQUIRE(parallel->pipeline() != nullptr);
+  if (layout.packed) REQUIRE(parallel->batches().get(0, 0).documents().size() == 1);  // they carry documents
   REQUIRE(parallel->model().stage() == wf::models::pipeline_stage(config, grid.grid()));
   if (layout.checkpointed) {
     // The stage runs its blocks with the attention-output checkpoint, not silently without it.

@@ -26,10 +26,10 @@ class QNormBlock final : public wf::nn::SequenceBlock {
     q_norm_ = register_module("q_norm", wf::nn::layers_or_default(o.layers)
                                             .norm(o.norm, o.d_model / o.n_head, o.norm_eps, region));
   }
-  wf::Tensor forward(const wf::Tensor& x, const wf::Tensor& positions) override {
-    wf::nn::AttentionHeads heads = attn_->project(x, positions);
+  wf::Tensor forward(const wf::Tensor& x, const wf::nn::TokenPositions& where) override {
+    wf::nn::AttentionHeads heads = attn_->project(x, where.positions);
     heads.q = q_norm_->forward(heads.q);
-    const wf::Tensor out = attn_->strategy()->forward(heads.q, heads.k, heads.v, attn_->attention_options(0)).out;
+    const wf::Tensor out = attn_->strategy()->forward(heads.q, heads.k, heads.v, attn_->attention_options(where)).out;
     return wf::add(x, attn_->output(out));
   }
 

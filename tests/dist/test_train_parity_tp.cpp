@@ -14,7 +14,8 @@
 // LLaMA (SwiGLU, RMSNorm, RoPE, GQA) at tp2·sp2 and tp2·sp4; activation sharding inside tp at
 // tp2 (with dropout), tp4, and LLaMA tp2·sp2; the parallel-residual family with QK-norm (its
 // per-head norm weights' gradients partial over tp) at tp2 and tp2·sp2 Ulysses with activation
-// sharding. Every case runs with train.check_replicas: a replicated weight that drifts over tp
+// sharding; packed documents (data.pack) at tp2·sp2 Ulysses (LLaMA, activations sharded) and
+// tp2·sp4 WallFacer C 2 (GPT). Every case runs with train.check_replicas: a replicated weight that drifts over tp
 // fails it.
 #include <fmt/format.h>
 
@@ -48,11 +49,12 @@ struct TpLayout {
   double dropout = 0.0;
   int n_head = 4, n_kv_head = 2;
   bool shard_activations = false;
+  bool packed = false;  // packed documents (pack_documents)
   std::string name() const {
-    return fmt::format("{}: dp{} x tp{} x sp{} {} C={}, {} head, {} heads ({} kv){}{}", model, dp, tp, sp,
+    return fmt::format("{}: dp{} x tp{} x sp{} {} C={}, {} head, {} heads ({} kv){}{}{}", model, dp, tp, sp,
                        wf::parallel::sp_strategy_name(strategy), C, tied ? "tied" : "untied", n_head, n_kv_head,
                        dropout > 0 ? fmt::format(", dropout {}", dropout) : "",
-                       shard_activations ? ", activations sharded over tp" : "");
+                       shard_activations ? ", activations sharded over tp" : "", packed ? ", packed documents" : "");
   }
 };
 
@@ -86,6 +88,7 @@ wf::config::RunConfig tp_config(const TpLayout& layout) {
   c.data.source = wf::config::DataSource::synthetic;
   c.checkpoint.dir = (std::filesystem::temp_directory_path() / "wf-parity-tp").string();
   c.log.dir = c.checkpoint.dir;
+  if (layout.packed) pack_documents(c, fmt::format("parity-tp-{}", runtime().rank()), 1001);
   return c;
 }
 
@@ -114,14 +117,18 @@ std::vector<TpLayout> tp_layouts_for(int world) {
               {.tp = 2, .sp = 2, .strategy = SpStrategy::ring, .tied = false},
               {.tp = 4, .n_kv_head = 4, .shard_activations = true},
               {.tp = 2, .sp = 2, .strategy = SpStrategy::ulysses, .model = "parallel_residual",
-               .shard_activations = true}};
+               .shard_activations = true},
+              // Packed documents: their positions per row through activation sharding, bounds to Ulysses.
+              {.tp = 2, .sp = 2, .strategy = SpStrategy::ulysses, .model = "llama", .shard_activations = true,
+               .packed = true}};
     case 8:
       return {{.dp = 4, .tp = 2},
               {.tp = 2, .sp = 4, .C = 2},
               {.dp = 2, .tp = 2, .sp = 2},
               // Ulysses scatters each tp rank's 4 heads over sp 4 (its 2 kv heads replicated).
               {.tp = 2, .sp = 4, .strategy = SpStrategy::ulysses, .n_head = 8, .n_kv_head = 4},
-              {.tp = 2, .sp = 4, .C = 2, .model = "llama"}};
+              {.tp = 2, .sp = 4, .C = 2, .model = "llama"},
+              {.tp = 2, .sp = 4, .C = 2, .packed = true}};  // learned positions inside documents, WallFacer C 2
     default: return {};
   }
 }
@@ -144,6 +151,7 @@ TEST_CASE("training parity: dp x tp x sp layouts match single-process losses, gr
     auto parallel = trainer_in(config, grid, DType::f64);
     REQUIRE(parallel->model().num_parameters() < reference->model().num_parameters());  // it is split
     REQUIRE(parallel->model().named_parameters().size() == reference->model().named_parameters().size());
+    if (layout.packed) REQUIRE(parallel->batches().get(0, 0).documents().size() == 1);  // they carry documents
     check_parameters_match(reference->model(), parallel->model(), /*grads=*/false, 0.0);  // the same initial weights
     for (int step = 1; step <= config.train.steps; ++step) {
       INFO("step " << step);

@@ -9,9 +9,14 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "wallfacer/config/run_config.h"
+#include "wallfacer/core/rng.h"
+#include "wallfacer/data/document_index.h"
+#include "wallfacer/data/token_file.h"
 #include "wallfacer/models/model.h"
 #include "wallfacer/train/sharded_state.h"
 #include "wallfacer/train/trainer.h"
@@ -41,6 +46,32 @@ inline config::RunConfig small_gpt_run(int dp, int sp, bool checkpoint_attention
   c.checkpoint.dir = (std::filesystem::temp_directory_path() / dir_name).string();
   c.log.dir = c.checkpoint.dir;
   return c;
+}
+
+// Packs documents (data.pack) from a token file of documents written for this process under the
+// temporary directory (`name` tells the processes' files apart): the documents' lengths cycle
+// through 1, 7, 20, seq_len, 3, 2·seq_len + 5, 12, 1 tokens (one-token ones, and ones shorter
+// than, as long as and longer than a sequence or an sp rank's chunk), the tokens seeded in
+// [0, vocab), enough for every step of `c` and its validation.
+inline void pack_documents(config::RunConfig& c, const std::string& name, std::int64_t vocab) {
+  const std::int64_t N = c.train.seq_len;
+  const std::int64_t count = N * (c.train.global_batch_size * c.train.steps + 4) + 1;
+  const std::int64_t cycle[] = {1, 7, 20, N, 3, 2 * N + 5, 12, 1};
+  data::DocumentIndex index{.token_count = count, .starts = {}, .end_of_text = std::nullopt};
+  for (std::int64_t start = 0, d = 0; start < count; start += cycle[d++ % 8]) index.starts.push_back(start);
+  std::vector<std::uint32_t> tokens(static_cast<std::size_t>(count));
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<std::uint32_t>(uniform_at(0x9ac7ed, i) * static_cast<double>(vocab));
+  }
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("wf-packed-" + name);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "train.bin").string();
+  data::write_token_file(path, tokens, vocab);
+  data::write_document_index(data::document_index_path(path), index);
+  c.data.source = config::DataSource::file;
+  c.data.train_path = path;
+  c.data.val_path.clear();
+  c.data.pack = true;
 }
 
 // A trainer of `config` over `grid` whose model is in `dtype` (f64 for tight parity bounds), on

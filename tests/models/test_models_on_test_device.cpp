@@ -26,15 +26,17 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 // Loss and gradients of fresh tiny GPT and LLaMA models on the test device and on the CPU,
-// compared bitwise.
+// compared bitwise, unpacked and with packed documents.
 void check_decoders_on_test_device() {
   for (const std::string kind : {"gpt", "llama"}) {
-    INFO(kind);
-    const auto cpu = wf::parity::decoder_loss(*wf::parity::tiny_decoder(kind), Device::cpu());
-    const auto dev = wf::parity::decoder_loss(*wf::parity::tiny_decoder(kind), Device::test());
-    for (const auto& [name, t] : cpu) {
-      INFO(name);
-      CHECK(same_bits(dev.at(name), t));
+    for (const bool packed : {false, true}) {  // packed: per-row positions (RoPE) and document bounds
+      INFO(kind << (packed ? ", packed documents" : ""));
+      const auto cpu = wf::parity::decoder_loss(*wf::parity::tiny_decoder(kind), Device::cpu(), packed);
+      const auto dev = wf::parity::decoder_loss(*wf::parity::tiny_decoder(kind), Device::test(), packed);
+      for (const auto& [name, t] : cpu) {
+        INFO(name);
+        CHECK(same_bits(dev.at(name), t));
+      }
     }
   }
 }

@@ -1,6 +1,7 @@
 // rope: forward against the f64 kernel reference with scattered (zigzag-like) positions,
 // gradcheck in f64 (the backward is the inverse rotation), relative positions
-// (<rope(q, m), rope(k, n)> depends only on m − n), i32 positions, bf16, and errors.
+// (<rope(q, m), rope(k, n)> depends only on m − n), i32 positions, bf16, per-row positions, and
+// errors.
 #include <catch2/catch.hpp>
 
 #include "kernels/cpu/rope.h"
@@ -50,6 +51,19 @@ TEST_CASE("rope gradients (f64 gradcheck) and relative-position property", "[ops
   };
   CHECK(score(9, 4) == Approx(score(109, 104)).epsilon(1e-12));
   CHECK(score(9, 4) != Approx(score(9, 5)).epsilon(1e-6));
+}
+
+TEST_CASE("rope: per-row positions [batch, tokens] rotate each row by its own (packed documents)", "[ops][rope]") {
+  const Tensor x = random({2, 4, 3, 6}, 8);
+  const std::vector<std::vector<std::int64_t>> rows = {{0, 1, 0, 1}, {2, 0, 5, 3}};
+  const Tensor per_row = Tensor::from_vector<std::int64_t>({0, 1, 0, 1, 2, 0, 5, 3}, {2, 4});
+  const Tensor y = rope(x, per_row);
+  for (std::int64_t b = 0; b < 2; ++b) {
+    require_close(y.slice0(b, b + 1), rope(x.slice0(b, b + 1), positions_of(rows[static_cast<std::size_t>(b)])), 0, 0);
+  }
+  require_gradcheck([&](const TensorList& in) { return TensorList{rope(in[0], per_row, 100.0)}; },
+                    {random_leaf({2, 4, 2, 4}, 9)});
+  CHECK_THROWS_WITH(rope(x, Tensor::zeros({1, 4}, DType::i64)), Catch::Contains("or per row [batch, tokens] = [2, 4]"));
 }
 
 TEST_CASE("rope: argument errors name the problem", "[ops][rope]") {

@@ -40,12 +40,18 @@ Tensor decoder_logits(models::DecoderLM& model, Device device) {
   return model.logits(ids, models::testing::positions_of(8).to(device));
 }
 
-std::map<std::string, Tensor> decoder_loss(models::DecoderLM& model, Device device) {
+std::map<std::string, Tensor> decoder_loss(models::DecoderLM& model, Device device, bool packed) {
   const Tensor tokens = models::testing::random_ids(2, 8, model.vocab_size(), 5);
   const Tensor targets = models::testing::random_ids(2, 8, model.vocab_size(), 6);
   move_module(model, device);
+  // Packed: documents of 3, 1 and 4 tokens in row 0 and of 5 and 3 in row 1, with the positions
+  // inside them.
+  const Tensor positions =
+      packed ? Tensor::from_vector(std::vector<std::int64_t>{0, 1, 2, 0, 0, 1, 2, 3, 0, 1, 2, 3, 4, 0, 1, 2}, {2, 8})
+             : models::testing::positions_of(8);
+  const DocumentBounds documents = packed ? DocumentBounds{{0, 3, 4, 8}, {0, 5, 8}} : DocumentBounds{};
   const models::LossSum loss = model.loss_sum(
-      models::token_batch(tokens.to(device), targets.to(device), models::testing::positions_of(8).to(device)));
+      models::token_batch(tokens.to(device), targets.to(device), positions.to(device), documents));
   std::map<std::string, Tensor> out = {{"loss", loss.sum}};
   loss.sum.backward();
   for (const auto& [name, p] : model.named_parameters()) out[name] = p.grad();

@@ -26,8 +26,9 @@ std::unique_ptr<models::DecoderLM> tiny_decoder(const std::string& kind);
 Tensor decoder_logits(models::DecoderLM& model, Device device);
 
 // A decoder's loss sum ("loss") on a fixed batch with parameters and batch moved to `device`, and
-// every parameter's gradient by name.
-std::map<std::string, Tensor> decoder_loss(models::DecoderLM& model, Device device);
+// every parameter's gradient by name. `packed`: the rows pack documents (positions per row and
+// document bounds).
+std::map<std::string, Tensor> decoder_loss(models::DecoderLM& model, Device device, bool packed = false);
 
 // A tiny DiT (learn_sigma, DDPM) on the CPU, with nonzero modulations and head: the published
 // init zeroes them, and with them most gradients.

@@ -16,7 +16,8 @@ using wf::Device;
 using wf::DType;
 using wf::Tensor;
 
-// Batch (step, micro): "tokens" [2, 5] i64 and "x" [3] f32 with values that name the pair.
+// Batch (step, micro): "tokens" [2, 5] i64 and "x" [3] f32 with values that name the pair, and
+// documents (packed rows) that name it too.
 class CountingSource final : public wf::models::BatchSource {
  public:
   wf::models::Batch get(std::int64_t step, std::int64_t micro) const override {
@@ -28,7 +29,7 @@ class CountingSource final : public wf::models::BatchSource {
     wf::models::Batch b;
     b.set("tokens", tokens);
     b.set("x", x);
-    return b;
+    return b.set_documents({{0, step + 1, 5}, {0, micro + 1, 5}});
   }
   std::string describe() const override { return "counting source"; }
   mutable int calls = 0;
@@ -42,6 +43,7 @@ void require_batch(const wf::models::Batch& got, const CountingSource& source, s
     REQUIRE(g.shape() == w.shape());
     for (std::int64_t i = 0; i < w.numel(); ++i) REQUIRE(g.at(i) == w.at(i));
   }
+  REQUIRE(got.documents() == want.documents());  // host data, beside the copied tensors
 }
 
 struct AsyncStreams {

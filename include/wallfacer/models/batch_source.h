@@ -33,7 +33,7 @@ using BatchSourceFactory = std::function<std::unique_ptr<BatchSource>(const conf
                                                                       const Model&, bool validation)>;
 
 // A language model's token windows: data::BatchLoader's batches as "tokens", "targets" and
-// "positions" (models::token_batch).
+// "positions", with the documents when the loader packs them (models::token_batch).
 class TokenBatchSource final : public BatchSource {
  public:
   explicit TokenBatchSource(data::BatchLoader loader) : loader_(std::move(loader)) {}

@@ -133,8 +133,10 @@ class DecoderLM : public Model {
   DecoderLM(std::string name, const DecoderOptions& options);
 
   // ids [B, n] (i64) with positions [n] (i64, each < max_seq_len: the true position of every
-  // token, which under sequence parallelism is not 0..n−1) → logits [B, n, vocab_size].
-  Tensor forward(const Tensor& ids, const Tensor& positions);
+  // token, which under sequence parallelism is not 0..n−1) → logits [B, n, vocab_size]. Packed
+  // documents: where.positions [B, n] (each token's position inside its document) and
+  // where.documents (each row's bounds), which attention keeps apart.
+  Tensor forward(const Tensor& ids, const nn::TokenPositions& where);
   // The same for a whole sequence starting at position 0 (single process, generation).
   Tensor forward(const Tensor& ids);
   // Mean cross-entropy of forward(ids) against targets [B, n] (i64): a 0-dim tensor.
@@ -166,7 +168,7 @@ class DecoderLM : public Model {
 
  private:
   Tensor embed(const Tensor& ids, const Tensor& positions);
-  Tensor run_blocks(Tensor x, const Tensor& positions, int chunk = 0);
+  Tensor run_blocks(Tensor x, const nn::TokenPositions& where, int chunk = 0);
   Tensor head(const Tensor& x);
   void check_inputs(const Tensor& ids, const Tensor& positions) const;
 

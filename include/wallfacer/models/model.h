@@ -3,7 +3,8 @@
 // any model definition, and the registry that builds one by name from a run configuration
 // (`model.name` in the YAML file) and declares its `model:` keys (config/model_schema.h).
 //
-// A model trains on a named batch (Batch: GPT and LLaMA read "tokens", "targets", "positions";
+// A model trains on a named batch (Batch: GPT and LLaMA read "tokens", "targets", "positions",
+// and with packed documents the batch's documents;
 // DiT will read images, labels and diffusion draws) and returns the SUM of its per-element
 // losses and how many elements it counted (LossSum). Under data and sequence parallelism a rank
 // holds micro_batch_size sequences (its dp slice) and of each only its tokens (its sp slice, in
@@ -27,6 +28,7 @@
 #include "wallfacer/models/batch_source.h"
 #include "wallfacer/nn/layer_factory.h"
 #include "wallfacer/nn/module.h"
+#include "wallfacer/nn/token_positions.h"
 #include "wallfacer/parallel/sp_attention.h"
 
 namespace wf::models {
@@ -40,13 +42,26 @@ class Batch {
   bool contains(std::string_view name) const { return tensors_.find(name) != tensors_.end(); }
   std::vector<std::string> names() const;
 
+  // Packed documents: per row, the global cumulative boundaries of the row's documents
+  // (data::Batch::doc_bounds), which attention keeps apart. Host data beside the tensors: it
+  // stays on the host when the tensors move to a device. Empty: each row is one document.
+  Batch& set_documents(DocumentBounds documents);
+  const DocumentBounds& documents() const { return documents_; }
+
  private:
   std::map<std::string, Tensor, std::less<>> tensors_;
+  DocumentBounds documents_;
 };
 
-// A language-model batch: "tokens" and "targets" [B, n_local] i64, "positions" [n_local] i64.
-Batch token_batch(const data::Batch& batch);
-Batch token_batch(Tensor tokens, Tensor targets, Tensor positions);
+// A language-model batch: "tokens" and "targets" [B, n_local] i64, "positions" [n_local] i64
+// (each local token's position in the sequence). With packed documents (`packed`, data.pack) the
+// positions are per row, [B, n_local]: each token's position inside its document
+// (data::Batch::doc_positions), and the batch's documents are the rows' (doc_bounds), as the
+// loader gives them for whatever layout it laid the tokens out in.
+Batch token_batch(const data::Batch& batch, bool packed = false);
+Batch token_batch(Tensor tokens, Tensor targets, Tensor positions, DocumentBounds documents = {});
+// The positions and documents a language model's blocks read from its batch.
+nn::TokenPositions token_positions(const Batch& batch);
 
 // A loss as its sum and the number of elements counted into it (targets equal to ignore_index
 // are not counted). Both stay on the loss's device: the trainer adds them up there and reads the

@@ -17,4 +17,5 @@
 #include "wallfacer/nn/sincos_position.h"
 #include "wallfacer/nn/state_dict.h"
 #include "wallfacer/nn/timestep_embedder.h"
+#include "wallfacer/nn/token_positions.h"
 #include "wallfacer/nn/transformer_block.h"

@@ -16,7 +16,8 @@
 // probability matrix to drop from.
 //
 // Rotary position embedding (options.rope): q and k are rotated after the projection
-// (wf::rope, rotate-half convention) by each token's global position.
+// (wf::rope, rotate-half convention) by each token's position: its global one, or with packed
+// documents its position inside its document.
 #include <cstdint>
 #include <memory>
 
@@ -24,6 +25,7 @@
 #include "wallfacer/nn/dropout.h"
 #include "wallfacer/nn/layer_factory.h"
 #include "wallfacer/nn/linear.h"
+#include "wallfacer/nn/token_positions.h"
 
 namespace wf::nn {
 
@@ -53,21 +55,26 @@ class SelfAttention : public Module {
   // token when x is a contiguous block of a longer sequence (chunked inference); the strategy
   // gets it as AttentionOptions::q_offset/kv_offset and rope uses positions offset … offset+T−1.
   Tensor forward(const Tensor& x, std::int64_t position_offset = 0);
-  // positions [T] i64 (or i32): the global position of each token of x, in any order (zigzag
-  // and other sequence-parallel layouts). Rope uses them; the strategy gets offsets 0, since a
-  // sequence-parallel strategy knows its layout and masks by it.
-  Tensor forward(const Tensor& x, const Tensor& positions);
+  // where.positions [T] i64 (or i32): the global position of each token of x, in any order (zigzag
+  // and other sequence-parallel layouts), or [B, T] per row (packed documents: positions inside
+  // each document). Rope uses them; the strategy gets offsets 0, since a sequence-parallel
+  // strategy knows its layout and masks by it, and where.documents as its doc_bounds.
+  Tensor forward(const Tensor& x, const TokenPositions& where);
 
   // forward in two halves around the strategy, for callers that run it themselves
   // (TransformerBlock's checkpointing at the attention output):
   //   project: x [B, T, d_model] → q [B, T, h, hd], k and v [B, T, h_kv, hd], q and k rotated
-  //            by `positions` when rope is on (undefined positions are allowed when it is off);
+  //            by `positions` ([T], or [B, T] per row) when rope is on (undefined positions are
+  //            allowed when it is off);
   //   output:  attention out [B, T, h, hd] → proj → dropout → [B, T, d_model].
   using Heads = AttentionHeads;
   Heads project(const Tensor& x, const Tensor& positions);
   Tensor output(const Tensor& attention_out);
   // The strategy's options for tokens whose first global position is `position_offset`.
   AttentionOptions attention_options(std::int64_t position_offset) const;
+  // The strategy's options for tokens laid out as `where` says (offsets 0, see forward): its
+  // documents, if any, as doc_bounds.
+  AttentionOptions attention_options(const TokenPositions& where) const;
   // What forward(x, position_offset) rotates by: offset … offset+tokens−1 (i64) when rope is
   // on, else undefined (nothing to build); on `device` (x's).
   Tensor contiguous_positions(std::int64_t position_offset, std::int64_t tokens, Device device = Device::cpu()) const;

@@ -59,10 +59,11 @@ class TransformerBlock : public SequenceBlock {
  public:
   explicit TransformerBlock(const TransformerBlockOptions& options);
 
-  // x [B, T, d_model] → [B, T, d_model]; position_offset and positions as in
-  // SelfAttention::forward (positions [T] i64: each token's global position, any layout).
+  // x [B, T, d_model] → [B, T, d_model]; position_offset and where as in SelfAttention::forward
+  // (where.positions [T] i64: each token's global position, any layout; or [B, T] per row with
+  // where.documents, packed documents).
   Tensor forward(const Tensor& x, std::int64_t position_offset = 0);
-  Tensor forward(const Tensor& x, const Tensor& positions) override;
+  Tensor forward(const Tensor& x, const TokenPositions& where) override;
 
   SelfAttention& attention() { return *attn_; }
   FeedForward& feed_forward() { return *mlp_; }

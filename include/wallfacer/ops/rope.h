@@ -7,7 +7,8 @@
 namespace wf {
 
 // x [B, T, heads, d] (d even) rotated by positions [T] (i64 or i32): the global position of
-// each token, which need not be contiguous (sequence-parallel layouts such as zigzag).
+// each token, which need not be contiguous (sequence-parallel layouts such as zigzag); or by
+// positions [B, T], each row's own (packed documents: each token's position inside its document).
 // Differentiable in x; the backward is the rotation by the opposite angle.
 Tensor rope(const Tensor& x, const Tensor& positions, double theta = 10000.0);
 
