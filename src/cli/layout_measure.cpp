@@ -21,6 +21,10 @@ namespace wf::cli {
 
 config::RunConfig measurement_config(config::RunConfig c, int steps) {
   c.data.source = config::DataSource::synthetic;
+  // Synthetic tokens have no documents, so a packed config is measured unpacked: the traffic
+  // train/step_traffic.h predicts, which a packed run's steps never exceed (they skip ring steps,
+  // docs/sequence-parallelism.md §13).
+  c.data.pack = false;
   c.train.steps = 1 + steps;
   c.train.eval_every = 0;
   return c;
