@@ -35,6 +35,15 @@ DType Backend::attention_operand_dtype(DType activation) const {
   return activation == DType::f64 ? DType::f64 : DType::f32;
 }
 
+void Backend::linear_gelu_forward(const Stream& stream, DType operands, std::int64_t rows, std::int64_t in_features,
+                                  std::int64_t out_features, const void* x, const void* weight, const void* bias,
+                                  void* pre, void* y) {
+  linear_forward(stream, operands, rows, in_features, out_features, x, weight, bias, pre);
+  unary_forward(stream, operands == DType::bf16 ? DType::f32 : operands, UnaryOp::gelu, rows * out_features, pre, y);
+}
+
+bool Backend::fuses_linear_gelu(DType) const { return false; }
+
 Backend& backend_for(Device device) {
   Backend* backend = registry().slots[static_cast<int>(device.type)].load(std::memory_order_acquire);
   WF_CHECK(backend != nullptr, "{}: this build has no kernels for {} devices (built in: cpu, testdev; cuda needs a build with the CUDA "

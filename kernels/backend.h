@@ -215,6 +215,20 @@ class Backend {
   virtual void linear_forward(const Stream& stream, DType operands, std::int64_t rows, std::int64_t in_features,
                               std::int64_t out_features, const void* x, const void* weight, const void* bias,
                               void* y) = 0;
+  // The linear layer with GPT-2's GELU (the tanh approximation) after it: pre = linear_forward's y
+  // (x·Wᵀ + bias; the pre-activation, what the backward reads) and y = gelu(pre), both [rows, out]
+  // in linear_forward's result dtype (f32 for bf16 operands). Not pure: the default is exactly that
+  // composition, linear_forward into pre then unary_forward(gelu) from pre into y, so a backend that
+  // keeps it gives those bits. A backend may compute the GELU in the product's epilogue instead
+  // (cuBLASLt), within the rounding of its own GELU.
+  virtual void linear_gelu_forward(const Stream& stream, DType operands, std::int64_t rows,
+                                   std::int64_t in_features, std::int64_t out_features, const void* x,
+                                   const void* weight, const void* bias, void* pre, void* y);
+  // Whether linear_gelu_forward may compute the GELU inside the product for `operands` (false: it
+  // is the default composition). The ops ask it for bf16 activations: their unfused path rounds the
+  // pre-activation to bf16 before the GELU (linear's output is bf16), which a fused epilogue cannot
+  // (its pre-activation is f32), so where nothing is fused they keep that path and its bits.
+  virtual bool fuses_linear_gelu(DType operands) const;
 
   // ---- attention (kernel_args.h layouts) -----------------------------------------------------
   // `operands` is the dtype of q, k, v (and d_o): f32 or f64, with o, lse and the gradients in

@@ -1,5 +1,5 @@
 // The CUDA backend's matrix products (kernels/backend.h: gemm, gemm_batched, gemm_bf16,
-// linear_forward) through cuBLASLt, with the semantics of kernels/cpu/gemm.h.
+// linear_forward, linear_gelu_forward) through cuBLASLt, with the semantics of kernels/cpu/gemm.h.
 //
 // Row-major through a column-major library. A row-major matrix X [r, c] with leading dimension
 // ld is, byte for byte, the column-major matrix Xᵀ [c, r] with the same ld. So the row-major
@@ -11,7 +11,8 @@
 //     [M, K] when trans_a (op T), with ld = lda.
 //   - its m, n, k are N, M, K; C and D are one column-major [N, M] layout with ld = ldc.
 // A bias per output feature (the N columns of row-major C) is then a bias per row of the
-// column-major D: exactly what CUBLASLT_EPILOGUE_BIAS adds.
+// column-major D: exactly what CUBLASLT_EPILOGUE_BIAS adds. The GELU epilogue's aux matrix (the
+// pre-activation) has D's layout, [N, M] column-major with ld = ldc.
 //
 // Per shape (dtype, TF32, trans flags, M, N, K, leading dimensions, batch and strides, pointer
 // alignments, epilogue) the descriptors and the heuristic's algorithm are made once and kept for
@@ -36,6 +37,7 @@
 #include "src/core/cuda/cuda_check.h"
 #include "wallfacer/core/device_backend.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/log.h"
 
 namespace wf::kernels::cuda {
 namespace {
@@ -87,7 +89,8 @@ struct Product {
   double beta;
   void* C;
   std::int64_t ldc, stride_c;
-  const void* bias;  // null: no epilogue
+  const void* bias;  // null: no bias epilogue
+  void* aux;         // non-null: the GELU epilogue, its input (the pre-activation) written here in D's layout
 };
 
 // kernels/cpu/gemm.h's checks, so that a bad call fails alike on either device.
@@ -123,11 +126,11 @@ void check_product(const char* who, const Product& p) {
 struct PlanKey {
   int device;
   Kind kind;
-  bool tf32, ta, tb, bias;
+  bool tf32, ta, tb, bias, gelu;
   std::int64_t M, N, K, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
   // Alignment in bytes (a power of two, at most 256) of each operand's first element and of
   // every batch item's: algorithms that need more are excluded.
-  std::uint32_t align_a, align_b, align_c, align_bias;
+  std::uint32_t align_a, align_b, align_c, align_bias, align_aux;
   friend auto operator<=>(const PlanKey&, const PlanKey&) = default;
 };
 
@@ -145,6 +148,7 @@ PlanKey key_of(Device device, const Product& p) {
           p.ta,
           p.tb,
           p.bias != nullptr,
+          p.aux != nullptr,
           p.M,
           p.N,
           p.K,
@@ -158,14 +162,16 @@ PlanKey key_of(Device device, const Product& p) {
           alignment(p.A, p.batch, p.stride_a, t.operand_size),
           alignment(p.B, p.batch, p.stride_b, t.operand_size),
           alignment(p.C, p.batch, p.stride_c, t.result_size),
-          p.bias != nullptr ? alignment(p.bias, 1, 0, t.result_size) : 0u};
+          p.bias != nullptr ? alignment(p.bias, 1, 0, t.result_size) : 0u,
+          p.aux != nullptr ? alignment(p.aux, 1, 0, t.result_size) : 0u};
 }
 
 std::string describe(const PlanKey& k) {
   return fmt::format("{} product M={} N={} K={} (trans_a={}, trans_b={}, lda={}, ldb={}, ldc={}, batch={}, strides "
-                     "{}/{}/{}{})",
+                     "{}/{}/{}{}{})",
                      types_of(k.kind, k.tf32).name, k.M, k.N, k.K, k.ta, k.tb, k.lda, k.ldb, k.ldc, k.batch,
-                     k.stride_a, k.stride_b, k.stride_c, k.bias ? ", bias epilogue" : "");
+                     k.stride_a, k.stride_b, k.stride_c, k.bias ? ", bias epilogue" : "",
+                     k.gelu ? ", GELU epilogue" : "");
 }
 
 // `key` (nullable) names the shape; the message is built only on failure.
@@ -207,23 +213,36 @@ struct Plan {
   cublasLtMatrixLayout_t lt_a = nullptr, lt_b = nullptr, lt_c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool found = false;  // whether the heuristic offered an algorithm
-  // The bias pointer is an attribute of the descriptor, which every call of this shape shares:
-  // it is set and used under this lock.
-  std::mutex bias_mutex;
+  // The bias and aux pointers are attributes of the descriptor, which every call of this shape
+  // shares: they are set and used under this lock.
+  std::mutex pointer_mutex;
 };
 
-void build_plan(cublasLtHandle_t handle, const PlanKey& key, const void* bias, Plan& plan) {
+cublasLtEpilogue_t epilogue_of(const PlanKey& key) {
+  if (key.gelu) return key.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  return key.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// The epilogue's pointers (bias, aux) of `p` on `desc`.
+void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const Product& p, const PlanKey& key) {
+  if (p.bias != nullptr) set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, key);
+  if (p.aux != nullptr) set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux, key);
+}
+
+void build_plan(cublasLtHandle_t handle, const PlanKey& key, const Product& p, Plan& plan) {
   const Types t = types_of(key.kind, key.tf32);
   WF_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&plan.desc, t.compute, t.scale), &key);
   const std::int32_t op_a = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our B
   const std::int32_t op_b = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a, key);
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b, key);
-  if (key.bias) {
-    // The bias is D's type (f32 for bf16 operands), the default of CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE.
-    // The heuristic reads the pointer's alignment, so it is set before asking.
-    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<std::uint32_t>(CUBLASLT_EPILOGUE_BIAS), key);
-    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, key);
+  if (key.bias || key.gelu) {
+    // The bias is D's type (f32 for bf16 operands), the default of CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE;
+    // so is the aux matrix (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE is left unset: it is for fp8).
+    // The heuristic reads the pointers' alignment, so they are set before asking.
+    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<std::uint32_t>(epilogue_of(key)), key);
+    set_epilogue_pointers(plan.desc, p, key);
+    if (key.gelu) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, key.ldc, key);
   }
   plan.lt_a = make_layout(t.operands, key.tb ? key.K : key.N, key.tb ? key.N : key.K, key.ldb, key.batch,
                           key.stride_b, key);
@@ -256,14 +275,14 @@ void build_plan(cublasLtHandle_t handle, const PlanKey& key, const void* bias, P
 
 // The plan of `key`, made at its first use. Plans live as long as the process (their descriptors
 // are destroyed by nobody: the driver may be gone by the time static destructors run).
-Plan& plan_for(cublasLtHandle_t handle, const PlanKey& key, const void* bias) {
+Plan& plan_for(cublasLtHandle_t handle, const PlanKey& key, const Product& p) {
   static std::mutex mutex;
   static auto* plans = new std::map<PlanKey, std::unique_ptr<Plan>>();
   const std::lock_guard<std::mutex> lock(mutex);
   std::unique_ptr<Plan>& slot = (*plans)[key];
   if (!slot) {
     auto plan = std::make_unique<Plan>();
-    build_plan(handle, key, bias, *plan);
+    build_plan(handle, key, p, *plan);
     slot = std::move(plan);
   }
   return *slot;
@@ -320,7 +339,7 @@ void* workspace_for(const Stream& stream, cudaStream_t native_stream) {
 bool try_matmul(const Stream& stream, cudaStream_t native_stream, const Product& p) {
   const PlanKey key = key_of(stream.device(), p);
   const cublasLtHandle_t handle = handle_for(stream.device());
-  Plan& plan = plan_for(handle, key, p.bias);
+  Plan& plan = plan_for(handle, key, p);
   if (!plan.found) return false;
   void* workspace = workspace_for(stream, native_stream);
   // The scalars in the scale type, read on the host when the call is queued.
@@ -334,17 +353,17 @@ bool try_matmul(const Stream& stream, cudaStream_t native_stream, const Product&
                                      p.C, plan.lt_c, &plan.algo, workspace, kWorkspaceBytes, native_stream),
                       &key);
   };
-  if (p.bias == nullptr) {
+  if (p.bias == nullptr && p.aux == nullptr) {
     run();
   } else {
-    const std::lock_guard<std::mutex> lock(plan.bias_mutex);
-    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, key);
+    const std::lock_guard<std::mutex> lock(plan.pointer_mutex);
+    set_epilogue_pointers(plan.desc, p, key);
     run();
   }
   return true;
 }
 
-// The whole of a product without epilogue (p.bias null), degenerate shapes as the CPU does them.
+// The whole of a product without epilogue (p.bias and p.aux null), degenerate shapes as the CPU does them.
 void run_product(const Stream& stream, const char* who, const Product& p) {
   check_product(who, p);
   if (p.batch == 0 || p.M == 0 || p.N == 0) return;
@@ -417,7 +436,7 @@ void CudaKernels::gemm(const Stream& stream, DType dtype, bool trans_a, bool tra
                        double beta, void* C, std::int64_t ldc) {
   run_product(stream, "gemm",
               {floating_kind(dtype, "gemm"), trans_a, trans_b, 1, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
-               0, nullptr});
+               0, nullptr, nullptr});
 }
 
 void CudaKernels::gemm_batched(const Stream& stream, DType dtype, bool trans_a, bool trans_b, std::int64_t batch,
@@ -426,14 +445,15 @@ void CudaKernels::gemm_batched(const Stream& stream, DType dtype, bool trans_a, 
                                std::int64_t stride_b, double beta, void* C, std::int64_t ldc, std::int64_t stride_c) {
   run_product(stream, "gemm_batched",
               {floating_kind(dtype, "gemm_batched"), trans_a, trans_b, batch, M, N, K, alpha, A, lda, stride_a, B, ldb,
-               stride_b, beta, C, ldc, stride_c, nullptr});
+               stride_b, beta, C, ldc, stride_c, nullptr, nullptr});
 }
 
 void CudaKernels::gemm_bf16(const Stream& stream, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,
                             std::int64_t K, float alpha, const bf16* A, std::int64_t lda, const bf16* B,
                             std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
   run_product(stream, "gemm_bf16",
-              {Kind::bf16, trans_a, trans_b, 1, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, nullptr});
+              {Kind::bf16, trans_a, trans_b, 1, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, nullptr,
+               nullptr});
 }
 
 // y = x·Wᵀ with the bias added by cuBLASLt's epilogue (one pass over y instead of two). Where the
@@ -444,7 +464,7 @@ void CudaKernels::linear_forward(const Stream& stream, DType operands, std::int6
                                  void* y) {
   const Kind kind = operands == DType::bf16 ? Kind::bf16 : floating_kind(operands, "linear_forward");
   Product p{kind, false, true, 1, rows, out_features, in_features, 1.0, x, in_features, 0,
-            weight, in_features, 0, 0.0, y, out_features, 0, nullptr};
+            weight, in_features, 0, 0.0, y, out_features, 0, nullptr, nullptr};
   check_product("linear_forward", p);
   if (rows == 0 || out_features == 0) return;
   if (bias != nullptr && in_features > 0) {
@@ -456,6 +476,61 @@ void CudaKernels::linear_forward(const Stream& stream, DType operands, std::int6
   if (bias != nullptr) {
     add_bias(stream, kind == Kind::f64 ? DType::f64 : DType::f32, rows, out_features, y, bias, y);
   }
+}
+
+// y = gelu(x·Wᵀ + bias) with the pre-activation beside it, in the product's epilogue
+// (CUBLASLT_EPILOGUE_GELU_AUX_BIAS, or GELU_AUX without bias): one pass over the activation
+// instead of three (the product's write, the GELU's read and write).
+//
+// Which GELU. cuBLASLt's documentation of cublasLtEpilogue_t (and cublasLt.h) says only "apply GELU
+// point-wise transform"; that it is the tanh approximation (GPT-2's, the CPU's
+// kernels/cpu/elementwise.cpp) is what PyTorch relies on: its addmm with the GELU epilogue
+// (aten/src/ATen/native/cuda/Blas.cpp, behind torch._addmm_activation(..., use_gelu=True)) applies
+// at::gelu_(result, "tanh") wherever it cannot use the epilogue, so that both paths give the same
+// function. tests/cuda/test_gemm.cpp checks it against the CPU's tanh GELU on the first GPU run.
+//
+// Its rules (cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD): the aux leading dimension, in
+// elements, is divisible by 8 and at least the rows of the column-major D (our out_features).
+// Where that fails, where cuBLASLt offers no algorithm for the epilogue (f64 on some GPUs, an
+// unaligned pointer), or where nothing is multiplied (in_features 0), the entry is the backend's
+// default composition: linear_forward, then the GELU kernel over the pre-activation. The first
+// two are logged once per process each.
+void CudaKernels::linear_gelu_forward(const Stream& stream, DType operands, std::int64_t rows,
+                                      std::int64_t in_features, std::int64_t out_features, const void* x,
+                                      const void* weight, const void* bias, void* pre, void* y) {
+  const Kind kind = operands == DType::bf16 ? Kind::bf16 : floating_kind(operands, "linear_gelu_forward");
+  const Product p{kind, false, true, 1, rows, out_features, in_features, 1.0, x, in_features, 0,
+                  weight, in_features, 0, 0.0, y, out_features, 0, bias, pre};
+  check_product("linear_gelu_forward", p);
+  if (rows == 0 || out_features == 0) return;
+  WF_CHECK(pre != nullptr, "linear_gelu_forward: the pre-activation buffer is null for a non-empty [{}, {}] result",
+           rows, out_features);
+  const auto composition = [&] {
+    Backend::linear_gelu_forward(stream, operands, rows, in_features, out_features, x, weight, bias, pre, y);
+  };
+  const auto log_once = [](std::atomic<bool>& logged, const std::string& why) {
+    if (!logged.exchange(true)) {
+      log::info("linear_gelu_forward: {}; the product and the GELU run one after the other (said once)", why);
+    }
+  };
+  static std::atomic<bool> logged_ld{false}, logged_algorithm{false};
+  if (in_features == 0) return composition();
+  if (out_features % 8 != 0) {
+    log_once(logged_ld, fmt::format("out_features={} is not a multiple of 8, which cuBLASLt's GELU epilogue needs of "
+                                    "the pre-activation's leading dimension",
+                                    out_features));
+    return composition();
+  }
+  if (try_matmul(stream, native(stream), p)) return;
+  log_once(logged_algorithm, fmt::format("cuBLASLt offers no algorithm with the GELU epilogue for the {}",
+                                         describe(key_of(stream.device(), p))));
+  composition();
+}
+
+// Every dtype tries the epilogue (backend.h: bf16 activations then skip the rounding of the
+// pre-activation to bf16 before the GELU that their unfused path has).
+bool CudaKernels::fuses_linear_gelu(DType operands) const {
+  return operands == DType::f32 || operands == DType::f64 || operands == DType::bf16;
 }
 
 }  // namespace wf::kernels::cuda

@@ -1,8 +1,10 @@
 #include "wallfacer/nn/linear.h"
 
 #include <cmath>
+#include <typeinfo>
 
 #include "wallfacer/nn/init.h"
+#include "wallfacer/ops/activation.h"
 #include "wallfacer/ops/linalg.h"
 
 namespace wf::nn {
@@ -42,13 +44,25 @@ Linear::Linear(const LinearOptions& options, const ParameterShard& weight_shard,
 Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool bias, std::uint64_t seed)
     : Linear(LinearOptions{.in_features = in_features, .out_features = out_features, .bias = bias, .seed = seed}) {}
 
-Tensor Linear::forward(const Tensor& x) {
+void Linear::check_in_features(const Tensor& x) const {
   WF_CHECK(x.dim() >= 1 && x.size(-1) == options_.in_features,
            "Linear(in={}, out={}): input of shape {} must end in {} features", options_.in_features,
            options_.out_features, shape_str(x.shape()), options_.in_features);
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  check_in_features(x);
   // Under bf16 mixed precision x is bf16 and the weight its f32 master: linear() multiplies in
   // bf16 and hands the master its gradient in f32 (ops/linalg.h), with no cast node between.
   return linear(x, weight_, bias_);
+}
+
+Tensor Linear::forward_gelu(const Tensor& x) {
+  // Only the plain layer's forward is linear(x, weight, bias); a subclass's forward (tensor parallelism: the
+  // input's collective, the output's gather) must not be skipped.
+  if (typeid(*this) != typeid(Linear)) return gelu(forward(x));
+  check_in_features(x);
+  return linear_gelu(x, weight_, bias_);
 }
 
 }  // namespace wf::nn

@@ -58,7 +58,10 @@ MLP::MLP(const MLPOptions& options) : FeedForward(options.seed), options_(resolv
 }
 
 Tensor MLP::forward(const Tensor& x) {
-  return dropout_->forward(proj_->forward(activate(options_.activation, fc_->forward(x))));
+  // GELU after fc is one op where the layer has one (Linear::forward_gelu): a backend may fuse it into the GEMM.
+  const Tensor hidden = options_.activation == Activation::gelu ? fc_->forward_gelu(x)
+                                                                : activate(options_.activation, fc_->forward(x));
+  return dropout_->forward(proj_->forward(hidden));
 }
 
 SwiGLU::SwiGLU(const MLPOptions& options) : FeedForward(options.seed), options_(resolved(options, "SwiGLU")) {

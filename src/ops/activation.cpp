@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "src/ops/common.h"
+#include "src/ops/gelu_values.h"
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/ops/arithmetic.h"
 
@@ -146,10 +147,15 @@ void check_dropout_p(double p) { WF_CHECK(p >= 0.0 && p <= 1.0, "dropout: probab
 
 }  // namespace
 
+Tensor ops::gelu_values(const Tensor& x) { return run_unary("gelu", x, unary_kernel(UnaryOp::gelu)); }
+
+Tensor ops::gelu_backward_values(const Tensor& x, const Tensor& grad) {
+  return run_binary("gelu", x, grad, unary_backward_kernel(UnaryOp::gelu));
+}
+
 Tensor gelu(const Tensor& x) {
-  return pointwise("gelu", x, Saves::input, UnaryOp::gelu, [](const Tensor& g, const Tensor& saved_x) {
-    return run_binary("gelu", saved_x, g, unary_backward_kernel(UnaryOp::gelu));
-  });
+  return pointwise("gelu", x, Saves::input, UnaryOp::gelu,
+                   [](const Tensor& g, const Tensor& saved_x) { return ops::gelu_backward_values(saved_x, g); });
 }
 
 Tensor silu(const Tensor& x) {

@@ -1,10 +1,12 @@
 // Matrix products on their device's GEMM kernels (kernels/backend.h). Transposes are never materialised: they are GEMM flags.
 // Gradients of a weight shared over a batch (a 2-D b in matmul, W in linear) are summed over
 // the batch by the GEMM itself, as one product with the batch folded into K, whenever the
-// memory layout allows it.
+// memory layout allows it. linear_gelu is linear and GPT-2's GELU as one node on one backend
+// entry (linear_gelu_forward), which a backend may fuse into the GEMM's epilogue.
 #include "wallfacer/ops/linalg.h"
 
 #include "src/ops/common.h"
+#include "src/ops/gelu_values.h"
 #include "wallfacer/autograd/function.h"
 #include "wallfacer/ops/reduction.h"
 
@@ -123,6 +125,125 @@ void check_matmul_args(const Tensor& a, const Tensor& b) {
            shape_str(a.shape()), shape_str(b.shape()));
 }
 
+// ---- the linear layer's pieces, shared by linear and linear_gelu ------------------------------
+
+// A linear's sizes, checked, and whether it is mixed precision (nn/precision.h): bf16 activations
+// against f32 master weights.
+struct LinearGeometry {
+  std::int64_t rows, in_features, out_features;
+  Shape x_shape, y_shape;
+  bool mixed;
+};
+
+LinearGeometry check_linear(const char* name, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const bool mixed = x.defined() && weight.defined() && x.dtype() == DType::bf16 && weight.dtype() == DType::f32;
+  const Tensor& same_as_weight = mixed ? weight : x;
+  ops::check_same_dtype_device(name, same_as_weight, weight);
+  ops::check_floating(name, x, "x");
+  WF_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1),
+           "{}: x of shape {} does not fit weight of shape {}; expected x [..., in] and weight [out, in]", name,
+           shape_str(x.shape()), shape_str(weight.shape()));
+  const std::int64_t in_features = weight.size(1), out_features = weight.size(0);
+  if (bias.defined()) {
+    ops::check_same_dtype_device(name, same_as_weight, bias);
+    WF_CHECK(bias.shape() == Shape{out_features},
+             "{}: bias of shape {} does not match weight of shape {}; expected [{}]", name, shape_str(bias.shape()),
+             shape_str(weight.shape()), out_features);
+  }
+  Shape y_shape = x.shape();
+  y_shape.back() = out_features;
+  return {ops::rows_of(x.shape()), in_features, out_features, x.shape(), y_shape, mixed};
+}
+
+// A linear's forward values for in = {x, weight, bias}, in x's dtype.
+struct LinearValues {
+  Tensor pre;     // x·Wᵀ + b: linear's output, or the GELU's input
+  Tensor gelu;    // gelu(pre) from the same entry (with_gelu), else undefined
+  Tensor weight;  // the weight operand of the product (a bf16 copy for bf16 x), which the backward reads
+};
+
+// One backend entry: linear_forward, or with_gelu linear_gelu_forward. bf16 x multiplies in bf16
+// with a bf16 copy of the weight (the weight itself unless mixed), f32 accumulation and bias, and
+// one rounding of each result to bf16 at the end; other dtypes run in their compute dtype.
+LinearValues linear_values(const char* name, const LinearGeometry& g, const TensorList& in, bool with_gelu) {
+  const ops::Kernels k = ops::kernels_for(name, {in[0], in[1], in[2]});
+  const auto launch = [&](DType operands, DType result, const Tensor& x, const Tensor& w, const Tensor& b) {
+    Tensor pre = Tensor::empty(g.y_shape, result, k.device());
+    Tensor y = with_gelu ? Tensor::empty(g.y_shape, result, k.device()) : Tensor();
+    const void* bias = b.defined() ? b.raw_data() : nullptr;
+    if (with_gelu) {
+      k->linear_gelu_forward(k.stream, operands, g.rows, g.in_features, g.out_features, x.raw_data(), w.raw_data(),
+                             bias, pre.raw_data(), y.raw_data());
+    } else {
+      k->linear_forward(k.stream, operands, g.rows, g.in_features, g.out_features, x.raw_data(), w.raw_data(), bias,
+                        pre.raw_data());
+    }
+    return TensorList{pre, y};
+  };
+  if (in[0].dtype() == DType::bf16) {
+    const Tensor w16 = in[1].to(DType::bf16);
+    const TensorList out =
+        launch(DType::bf16, DType::f32, in[0], w16, in[2].defined() ? in[2].to(DType::f32) : Tensor());
+    return {out[0].to(DType::bf16), with_gelu ? out[1].to(DType::bf16) : Tensor(), w16};
+  }
+  const TensorList out = ops::compute_in(name, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
+    return launch(dtype_v<decltype(tag)>, dtype_v<decltype(tag)>, c[0], c[1], c[2]);
+  });
+  return {out[0], out[1], in[1]};
+}
+
+// A linear's gradients {dx, dW, db} for the gradient g of its output (pre's), from the saved x and
+// weight operand.
+TensorList linear_gradients(const char* name, const LinearGeometry& geo, const Context& ctx, const Tensor& x,
+                            const Tensor& W, const Tensor& g) {
+  const std::int64_t rows = geo.rows, in_features = geo.in_features, out_features = geo.out_features;
+  const Tensor x2 = x.view({rows, in_features});
+  const Tensor g2 = g.view({rows, out_features});
+  Tensor dx, dW, db;
+  if (ctx.needs_input_grad(0)) dx = batched_product(name, g2, false, W, false, false).view(geo.x_shape);
+  // dW = dyᵀ·x over every row of every leading dim at once: one GEMM with K = rows. Mixed precision:
+  // the weight's and the bias's gradients come back f32 straight from the GEMM's f32 accumulators,
+  // never rounded to bf16.
+  if (ctx.needs_input_grad(1)) {
+    dW = geo.mixed ? product<bf16, float>(ops::kernels_for(name, {g2, x2}),
+                                          {true, false, out_features, in_features, rows, out_features, in_features, 0,
+                                           0, 1, {}},
+                                          g2.data<bf16>(), x2.data<bf16>(), false)
+                   : batched_product(name, g2, true, x2, false, false);
+  }
+  if (ctx.needs_input_grad(2)) db = sum_to_shape(geo.mixed ? g2.to(DType::f32) : g2, {out_features});
+  return TensorList{dx, dW, db};
+}
+
+// linear, or with_gelu linear_gelu, as one autograd node. linear_gelu saves the pre-activation
+// besides x and the weight operand; its backward is the GELU's kernel, then linear's.
+Tensor linear_node(const char* name, const Tensor& x, const Tensor& weight, const Tensor& bias, bool with_gelu) {
+  const LinearGeometry g = check_linear(name, x, weight, bias);
+  return autograd::apply_function(
+      name, {x, weight, bias},
+      [=](Context& ctx, const TensorList& in) {
+        if (!with_gelu) {
+          const LinearValues v = linear_values(name, g, in, false);
+          ctx.save_for_backward({in[0], v.weight});
+          return TensorList{v.pre};
+        }
+        // f32 and f64 always take the backend's one entry: unfused, it is the composition bit for
+        // bit. Narrower activations round the pre-activation before the GELU when unfused (linear's
+        // output is bf16 or f16), so they take it only where the backend fuses it (backend.h).
+        const DType dtype = in[0].dtype();
+        const bool one_entry = dtype == DType::f32 || dtype == DType::f64 ||
+                               (dtype == DType::bf16 && ops::kernels_for(name, {in[0]})->fuses_linear_gelu(dtype));
+        LinearValues v = linear_values(name, g, in, one_entry);
+        if (!one_entry) v.gelu = ops::gelu_values(v.pre);
+        ctx.save_for_backward({in[0], v.weight, v.pre});
+        return TensorList{v.gelu};
+      },
+      [=](Context& ctx, const TensorList& grad) {
+        const Tensor d_pre = with_gelu ? ops::gelu_backward_values(ctx.saved()[2], grad[0]) : grad[0];
+        return linear_gradients(name, g, ctx, ctx.saved()[0], ctx.saved()[1], d_pre);
+      })[0];
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
@@ -153,70 +274,11 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  constexpr const char* name = "linear";
-  // Mixed precision (nn/precision.h): bf16 activations against f32 master weights. The product
-  // multiplies in bf16 with a bf16 copy of the weight made here; the weight's and the bias's
-  // gradients come back f32 straight from the GEMM's f32 accumulators, never rounded to bf16.
-  const bool mixed = x.defined() && weight.defined() && x.dtype() == DType::bf16 && weight.dtype() == DType::f32;
-  const Tensor& same_as_weight = mixed ? weight : x;
-  ops::check_same_dtype_device(name, same_as_weight, weight);
-  ops::check_floating(name, x, "x");
-  WF_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1),
-           "{}: x of shape {} does not fit weight of shape {}; expected x [..., in] and weight [out, in]", name,
-           shape_str(x.shape()), shape_str(weight.shape()));
-  const std::int64_t in_features = weight.size(1), out_features = weight.size(0);
-  if (bias.defined()) {
-    ops::check_same_dtype_device(name, same_as_weight, bias);
-    WF_CHECK(bias.shape() == Shape{out_features}, "{}: bias of shape {} does not match weight of shape {}; expected [{}]",
-             name, shape_str(bias.shape()), shape_str(weight.shape()), out_features);
-  }
-  const Shape x_shape = x.shape();
-  Shape y_shape = x_shape;
-  y_shape.back() = out_features;
-  const std::int64_t rows = ops::rows_of(x_shape);
-  return autograd::apply_function(
-      name, {x, weight, bias},
-      [=](Context& ctx, const TensorList& in) {
-        const ops::Kernels k = ops::kernels_for(name, {in[0], in[1], in[2]});
-        if (in[0].dtype() == DType::bf16) {
-          // bf16 multiplies, f32 accumulation and bias (one entry: a backend may fuse the bias into the
-          // product), one rounding to bf16 at the end.
-          const Tensor w16 = in[1].to(DType::bf16);  // the weight itself unless mixed
-          ctx.save_for_backward({in[0], w16});
-          Tensor y = Tensor::empty(y_shape, DType::f32, k.device());
-          const Tensor b = in[2].defined() ? in[2].to(DType::f32) : Tensor();
-          k->linear_forward(k.stream, DType::bf16, rows, in_features, out_features, in[0].data<bf16>(),
-                            w16.data<bf16>(), b.defined() ? b.data<float>() : nullptr, y.data<float>());
-          return TensorList{y.to(DType::bf16)};
-        }
-        ctx.save_for_backward({in[0], in[1]});
-        return TensorList{ops::compute_in(name, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
-          using T = decltype(tag);
-          // y[rows, out] = x[rows, in]·Wᵀ (+ bias per row), all leading dims of x as rows, in one entry
-          // (a backend may fuse the bias into the product).
-          Tensor y = Tensor::empty(y_shape, dtype_v<T>, k.device());
-          k->linear_forward(k.stream, dtype_v<T>, rows, in_features, out_features, c[0].template data<T>(),
-                            c[1].template data<T>(), c[2].defined() ? c[2].template data<T>() : nullptr,
-                            y.template data<T>());
-          return y;
-        })};
-      },
-      [=](Context& ctx, const TensorList& grad) {
-        const Tensor x2 = ctx.saved()[0].view({rows, in_features});
-        const Tensor& W = ctx.saved()[1];
-        const Tensor g2 = grad[0].view({rows, out_features});
-        Tensor dx, dW, db;
-        if (ctx.needs_input_grad(0)) dx = batched_product(name, g2, false, W, false, false).view(x_shape);
-        // dW = dyᵀ·x over every row of every leading dim at once: one GEMM with K = rows.
-        if (ctx.needs_input_grad(1)) {
-          dW = mixed ? product<bf16, float>(ops::kernels_for(name, {g2, x2}), {true, false, out_features, in_features, rows, out_features, in_features, 0,
-                                             0, 1, {}},
-                                            g2.data<bf16>(), x2.data<bf16>(), false)
-                     : batched_product(name, g2, true, x2, false, false);
-        }
-        if (ctx.needs_input_grad(2)) db = sum_to_shape(mixed ? g2.to(DType::f32) : g2, {out_features});
-        return TensorList{dx, dW, db};
-      })[0];
+  return linear_node("linear", x, weight, bias, false);
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_node("linear_gelu", x, weight, bias, true);
 }
 
 }  // namespace wf

@@ -1,6 +1,7 @@
 // The cuBLASLt GEMMs (kernels/cuda/gemm.cpp) against the CPU's (kernels/cpu/gemm.h) on the same
 // fresh random operands: every transpose pair, odd sizes, alpha/beta (beta 0 over NaN), padded
-// leading dimensions, strided batches with broadcast operands, bf16 operands, linear_forward.
+// leading dimensions, strided batches with broadcast operands, bf16 operands, linear_forward,
+// linear_gelu_forward (the GELU epilogue and its fallback).
 //
 // Tolerance. Both devices round a dot product of K terms differently (blocking, FMA, order), and
 // each is within γ_K·Σ|a||b| of the exact value (γ_K ≈ K·u in the worst case), so the
@@ -217,6 +218,20 @@ TEST_CASE("cuda gemm_batched: strided batches, broadcast operands (stride 0) and
   }
 }
 
+// A linear's bound: |x|·|W|ᵀ (+ |bias| per row) in f64 on the CPU (bias undefined: none).
+Tensor linear_bound(const Tensor& x, const Tensor& W, const Tensor& bias, std::int64_t rows, std::int64_t in,
+                    std::int64_t out) {
+  const Tensor ax = abs_f64(x), aW = abs_f64(W);
+  Tensor bound = Tensor::zeros({rows, out}, DType::f64);
+  cpu_kernels().gemm(cpu_stream(), DType::f64, false, true, rows, out, in, 1.0, ax.raw_data(), in, aW.raw_data(), in,
+                     0.0, bound.raw_data(), out);
+  if (bias.defined()) {
+    const Tensor ab = abs_f64(bias);
+    cpu_kernels().add_bias(cpu_stream(), DType::f64, rows, out, bound.raw_data(), ab.raw_data(), bound.raw_data());
+  }
+  return bound;
+}
+
 TEST_CASE("cuda linear_forward: x·Wᵀ with and without the bias epilogue matches the CPU's gemm then add_bias",
           "[cuda][gemm]") {
   struct Size {
@@ -242,19 +257,63 @@ TEST_CASE("cuda linear_forward: x·Wᵀ with and without the bias epilogue match
         const Tensor gx = x.to(gpu()), gW = W.to(gpu()), gbias = bias.to(gpu());
         Tensor got = y0.to(gpu());
         run(gpu_kernels(), gpu_stream(), gx, gW, gbias, got);
-        // bound = |x|·|W|ᵀ + |bias| per row.
-        const Tensor ax = abs_f64(x), aW = abs_f64(W), ab = abs_f64(bias);
-        Tensor bound = Tensor::zeros({s.rows, s.out}, DType::f64);
-        cpu_kernels().gemm(cpu_stream(), DType::f64, false, true, s.rows, s.out, s.in, 1.0, ax.raw_data(), s.in,
-                           aW.raw_data(), s.in, 0.0, bound.raw_data(), s.out);
-        if (with_bias) {
-          cpu_kernels().add_bias(cpu_stream(), DType::f64, s.rows, s.out, bound.raw_data(), ab.raw_data(),
-                                 bound.raw_data());
-        }
+        const Tensor bound = linear_bound(x, W, with_bias ? bias : Tensor(), s.rows, s.in, s.out);
         require_within(got, want, bound, operands == DType::f64 ? kRtolF64 : kRtolF32,
                        std::string(dtype_name(operands)) + " linear_forward rows=" + std::to_string(s.rows) +
                            " in=" + std::to_string(s.in) + " out=" + std::to_string(s.out) +
                            (with_bias ? " with bias" : " without bias"));
+      }
+    }
+  }
+}
+
+// The GELU epilogue (CUBLASLT_EPILOGUE_GELU_AUX[_BIAS]) against the CPU's default entry, the
+// composition linear_forward then the tanh GELU kernel, on the same inputs. out_features a multiple
+// of 8 takes the epilogue; 7, 129 and 1 take the fallback (the aux leading dimension rule), as
+// does f64 wherever cuBLASLt has no f64 GELU epilogue. Tolerance, per element:
+//   - pre (the product and bias): the products' rtol of the header comment times the bound, for
+//     bf16 operands too (their products are exact in f32 and both sides accumulate in f32);
+//   - y = gelu(pre): |gelu'| <= 1.13, so pre's difference moves y by at most 1.13 times it, plus
+//     the two GELUs' own rounding (each a few ulp: rtol·|y|). The epilogue's GELU is the tanh
+//     approximation (gemm.cpp says why we believe so); an erf GELU would differ by up to 1e-3 and
+//     fail, and so would a GELU built on a hardware tanh approximation (tanh.approx, 2^-11 relative)
+//     — that is what this case is for.
+TEST_CASE("cuda linear_gelu_forward: the GELU epilogue and its fallback match the CPU's linear then GELU",
+          "[cuda][gemm]") {
+  struct Size {
+    std::int64_t rows, in, out;
+  };
+  const Size sizes[] = {{1, 7, 8},    {33, 129, 16}, {1000, 33, 256}, {7, 1000, 64},  // the epilogue
+                        {33, 65, 7},  {1000, 33, 129}, {5, 8, 1}};                     // out % 8 != 0
+  std::uint64_t salt = 800;
+  for (const DType operands : {DType::f32, DType::f64, DType::bf16}) {
+    const DType out_dtype = operands == DType::bf16 ? DType::f32 : operands;
+    const double rtol = operands == DType::f64 ? kRtolF64 : kRtolF32;
+    for (const Size& s : sizes) {
+      for (const bool with_bias : {false, true}) {
+        const Tensor x = random_normal({s.rows, s.in}, fresh_seed(++salt), operands);
+        const Tensor W = random_normal({s.out, s.in}, fresh_seed(++salt), operands);
+        const Tensor bias = random_normal({s.out}, fresh_seed(++salt), out_dtype);
+        const Tensor nan = Tensor::full({s.rows, s.out}, kNaN, out_dtype);  // both outputs overwritten, never read
+        const auto run = [&](kernels::Backend& k, const Stream& st, const Tensor& xx, const Tensor& ww,
+                             const Tensor& bb, Tensor& pre, Tensor& y) {
+          k.linear_gelu_forward(st, operands, s.rows, s.in, s.out, xx.raw_data(), ww.raw_data(),
+                                with_bias ? bb.raw_data() : nullptr, pre.raw_data(), y.raw_data());
+        };
+        Tensor want_pre = nan.clone(), want_y = nan.clone();
+        run(cpu_kernels(), cpu_stream(), x, W, bias, want_pre, want_y);
+        const Tensor gx = x.to(gpu()), gW = W.to(gpu()), gbias = bias.to(gpu());
+        Tensor got_pre = nan.to(gpu()), got_y = nan.to(gpu());
+        run(gpu_kernels(), gpu_stream(), gx, gW, gbias, got_pre, got_y);
+        const std::string what = std::string(dtype_name(operands)) + " linear_gelu_forward rows=" +
+                                 std::to_string(s.rows) + " in=" + std::to_string(s.in) +
+                                 " out=" + std::to_string(s.out) + (with_bias ? " with bias" : " without bias");
+        const Tensor bound = linear_bound(x, W, with_bias ? bias : Tensor(), s.rows, s.in, s.out);
+        require_within(got_pre, want_pre, bound, rtol, what + ": the pre-activation");
+        // y's bound: 1.13·bound + |y|, elementwise.
+        Tensor y_bound = abs_f64(want_y);
+        cpu_kernels().add_scaled(cpu_stream(), DType::f64, y_bound.numel(), 1.13, bound.raw_data(), y_bound.raw_data());
+        require_within(got_y, want_y, y_bound, rtol, what + ": gelu");
       }
     }
   }

@@ -8,6 +8,7 @@
 #include "wallfacer/models/gpt.h"
 #include "nn/module_testing.h"
 #include "wallfacer/nn/nn.h"
+#include "wallfacer/ops/ops.h"
 
 using Catch::Contains;
 using wf::DType;
@@ -76,6 +77,32 @@ TEST_CASE("MLP: default width, both activations, gradients", "[nn]") {
     small.to(DType::f64);
     INFO(activation_name(activation));
     check_module_gradients(small, [&](const Tensor& x) { return small.forward(x); }, randn64({2, 3}, 3));
+  }
+}
+
+// The fc of a GELU MLP runs as one linear_gelu node (Linear::forward_gelu), which a backend may
+// fuse into the GEMM; on the CPU its output and every parameter's gradient keep the bits of
+// proj(gelu(fc(x))), in f32 and under bf16 mixed precision.
+TEST_CASE("MLP: fc and GELU are one node with the composition's bits", "[nn]") {
+  for (const DType activations : {DType::f32, DType::bf16}) {
+    INFO(wf::dtype_name(activations));
+    MLP mlp({.d_model = 8, .d_ff = 24, .init_std = 0.5, .seed = 3});
+    const Tensor x = Tensor::randn_at({2, 3, 8}, 4, 0).to(activations);
+    const auto grads = [&](const Tensor& y) {
+      mlp.zero_grad();
+      wf::sum(wf::cast(y, DType::f32)).backward();
+      std::vector<Tensor> out;
+      for (const Tensor& p : mlp.parameters()) out.push_back(p.grad().clone());
+      return out;
+    };
+    const Tensor fused = mlp.forward(x);
+    REQUIRE(fused.grad_fn()->next_edges()[0].node->name() == "linear_gelu");
+    const std::vector<Tensor> fused_grads = grads(fused);
+    const Tensor composed = mlp.proj().forward(wf::gelu(mlp.fc().forward(x)));
+    const std::vector<Tensor> composed_grads = grads(composed);
+    CHECK(max_abs_diff(fused, composed) == 0.0);
+    REQUIRE(fused_grads.size() == composed_grads.size());
+    for (std::size_t i = 0; i < fused_grads.size(); ++i) CHECK(max_abs_diff(fused_grads[i], composed_grads[i]) == 0.0);
   }
 }
 

@@ -1,7 +1,12 @@
-// matmul (batched, transposed, broadcast b) and linear against triple loops, plus gradcheck.
+// matmul (batched, transposed, broadcast b) and linear against triple loops, plus gradcheck;
+// linear_gelu against the composition gelu(linear) it fuses.
 #include <catch2/catch.hpp>
 
+#include <cstring>
+#include <string>
+
 #include "ops/ops_testing.h"
+#include "wallfacer/ops/activation.h"
 #include "wallfacer/ops/linalg.h"
 
 using namespace wf;
@@ -209,4 +214,80 @@ TEST_CASE("linear mixes bf16 activations with f32 master weights: bf16 out, f32 
   require_close(b.grad().to(DType::f64), b32.grad().to(DType::f64), 1e-5, 1e-5);
   // Any other mix is refused, naming the dtypes.
   CHECK_THROWS_WITH(linear(x.detach(), w.detach().to(DType::f64)), Catch::Contains("bf16") && Catch::Contains("f64"));
+}
+
+// ---- linear_gelu: gelu(linear(x, W, b)) as one op -----------------------------------------------
+
+namespace {
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.defined() == b.defined() &&
+         (!a.defined() || (a.dtype() == b.dtype() && a.shape() == b.shape() &&
+                           (a.nbytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0)));
+}
+
+// The output and the gradients of x, W and b (undefined without bias), on the CPU, of the fused op
+// or of the composition, run on `device` for the upstream gradient g.
+TensorList linear_gelu_results(bool fused, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& g,
+                               Device device) {
+  TensorList leaves;
+  for (const Tensor& t : {x, w, b}) {
+    Tensor leaf = t.defined() ? t.to(device).clone() : Tensor();
+    if (leaf.defined()) leaf.set_requires_grad(true);
+    leaves.push_back(leaf);
+  }
+  const Tensor y = fused ? linear_gelu(leaves[0], leaves[1], leaves[2]) : gelu(linear(leaves[0], leaves[1], leaves[2]));
+  y.backward(g.to(device));
+  TensorList out{y.detach().to(Device::cpu())};
+  for (const Tensor& leaf : leaves) out.push_back(leaf.defined() ? leaf.grad().to(Device::cpu()) : Tensor());
+  return out;
+}
+
+}  // namespace
+
+// The CPU computes the pair as the composition (kernels/backend.h: linear_gelu_forward's default,
+// and bf16 keeps its rounding of the pre-activation), so every parity test of the models keeps its
+// bits. The test device runs the same default through its own entries: the seam, proven on a CPU.
+TEST_CASE("linear_gelu equals gelu(linear) bit for bit, output and gradients, on the CPU and the test device",
+          "[ops][linalg][testdev]") {
+  struct Dtypes {
+    DType x, weight;
+  };
+  const Dtypes dtypes[] = {{DType::f32, DType::f32}, {DType::f64, DType::f64}, {DType::bf16, DType::bf16},
+                           {DType::bf16, DType::f32}};  // the last: mixed precision, f32 masters
+  std::uint64_t seed = 40;
+  for (const Dtypes& d : dtypes) {
+    for (const std::int64_t out : {16, 7}) {
+      for (const bool with_bias : {true, false}) {
+        const Tensor x = random({2, 5, 24}, ++seed, d.x), w = random({out, 24}, ++seed, d.weight);
+        const Tensor b = with_bias ? random({out}, ++seed, d.weight) : Tensor();
+        const Tensor g = random({2, 5, out}, ++seed, d.x);
+        const TensorList want = linear_gelu_results(false, x, w, b, g, Device::cpu());
+        for (const Device device : {Device::cpu(), Device::test()}) {
+          INFO("x " << dtype_name(d.x) << ", weight " << dtype_name(d.weight) << ", out " << out
+                    << (with_bias ? ", bias" : ", no bias") << " on " << device.str());
+          const TensorList got = linear_gelu_results(true, x, w, b, g, device);
+          REQUIRE(got.size() == want.size());
+          for (std::size_t i = 0; i < want.size(); ++i) {
+            INFO((i == 0 ? "the output" : "the gradient of input " + std::to_string(i - 1)));
+            CHECK(same_bytes(got[i], want[i]));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("linear_gelu passes gradcheck with and without bias", "[ops][linalg][gradcheck]") {
+  const Tensor x = random_leaf({2, 3, 4}, 60), w = random_leaf({5, 4}, 61), bias = random_leaf({5}, 62);
+  require_gradcheck([](const TensorList& in) { return TensorList{linear_gelu(in[0], in[1], in[2])}; }, {x, w, bias});
+  require_gradcheck([](const TensorList& in) { return TensorList{linear_gelu(in[0], in[1])}; }, {x, w});
+}
+
+TEST_CASE("linear_gelu errors name the op and the shapes", "[ops][linalg][errors]") {
+  const Tensor x = random({2, 4}, 1);
+  REQUIRE_THROWS_WITH(linear_gelu(x, random({3, 5}, 2)),
+                      Catch::Contains("linear_gelu") && Catch::Contains("[2, 4]") && Catch::Contains("[3, 5]"));
+  REQUIRE_THROWS_WITH(linear_gelu(x, random({3, 4}, 2), random({4}, 3)),
+                      Catch::Contains("linear_gelu") && Catch::Contains("[4]"));
 }

@@ -82,6 +82,10 @@ std::vector<OpCase> op_cases() {
       {"matmul (batched, shared b)", {x, {{8, 4}}}, [](V t) { return wf::matmul(t[0], t[1]); }},
       {"matmul (transposed)", {x, {{3, 6, 8}}}, [](V t) { return wf::matmul(t[0], t[1], false, true); }},
       {"linear", {x, w, {{6}}}, [](V t) { return wf::linear(t[0], t[1], t[2]); }},
+      // linear_gelu twice: 6 outputs take cuda's unfused path (its GELU epilogue needs a multiple of 8),
+      // 16 the epilogue.
+      {"linear_gelu", {x, w, {{6}}}, [](V t) { return wf::linear_gelu(t[0], t[1], t[2]); }},
+      {"linear_gelu (16 outputs)", {x, {{16, 8}}, {{16}}}, [](V t) { return wf::linear_gelu(t[0], t[1], t[2]); }},
       {"layer_norm", {x, row, row}, [](V t) { return wf::layer_norm(t[0], t[1], t[2]); }},
       {"rms_norm", {x, row}, [](V t) { return wf::rms_norm(t[0], t[1]); }},
       {"embedding", {ids, w}, [](V t) { return wf::embedding(t[0], t[1]); }},

@@ -26,6 +26,10 @@ class Linear : public Module {
 
   // x [..., in] → [..., out]. Virtual: a tensor-parallel layer (LayerFactory) overrides it.
   virtual Tensor forward(const Tensor& x);
+  // gelu(forward(x)) (an MLP's first projection). The plain layer runs it as one op (linear_gelu:
+  // the same bits on the CPU, the GELU in the GEMM's epilogue where a backend fuses it); a subclass
+  // that replaces forward (tensor parallelism) gets gelu(forward(x)) unless it overrides this too.
+  virtual Tensor forward_gelu(const Tensor& x);
 
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }  // undefined without bias
@@ -42,6 +46,8 @@ class Linear : public Module {
   Linear(const LinearOptions& options, const ParameterShard& weight_shard, const ParameterShard& bias_shard);
 
  private:
+  void check_in_features(const Tensor& x) const;
+
   LinearOptions options_;
   Tensor weight_;
   Tensor bias_;

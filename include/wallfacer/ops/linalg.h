@@ -12,5 +12,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 // weight and bias are f32 masters: the product multiplies in bf16 (f32 accumulation), y is bf16,
 // and the weight's and bias's gradients come back f32, never rounded to bf16.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// gelu(linear(x, weight, bias)) (GPT-2's tanh approximation) as one node, the same dtypes and
+// results bit for bit where the backend computes the pair as that composition (the CPU); a backend
+// may compute the GELU in the product's epilogue (cuBLASLt; kernels/backend.h linear_gelu_forward),
+// saving a pass over the activation. Saves x, the weight and the pre-activation for the backward.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 }  // namespace wf
