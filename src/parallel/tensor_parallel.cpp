@@ -79,11 +79,16 @@ ColumnParallelLinear::ColumnParallelLinear(const nn::LinearOptions& options, com
       gather_output_(gather_output),
       tp_options_(tp_options) {}
 
-Tensor ColumnParallelLinear::forward(const Tensor& x) {
+Tensor ColumnParallelLinear::forward(const Tensor& x) { return project(x, false); }
+
+Tensor ColumnParallelLinear::forward_gelu(const Tensor& x) { return project(x, true); }
+
+Tensor ColumnParallelLinear::project(const Tensor& x, bool gelu) {
   check_input("ColumnParallelLinear", x, options().in_features,
               tp_options_.shard_activations ? "this rank's tokens, all features" : "the whole input, replicated over the group");
   // Every rank uses the whole input: its gradient is the sum of the ranks'.
-  const Tensor y = linear(column_parallel_input(*tp_, x, tp_options_), weight(), bias());
+  const Tensor input = column_parallel_input(*tp_, x, tp_options_);
+  const Tensor y = gelu ? linear_gelu(input, weight(), bias()) : linear(input, weight(), bias());
   return gather_output_ ? gather_from_tp(*tp_, y) : y;
 }
 

@@ -18,6 +18,7 @@
 #include "wallfacer/nn/mlp.h"
 #include "wallfacer/nn/self_attention.h"
 #include "wallfacer/nn/transformer_block.h"
+#include "wallfacer/ops/activation.h"
 #include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/ops/reduction.h"
 #include "wallfacer/ops/shape_ops.h"
@@ -238,6 +239,31 @@ TEST_CASE("tp MLP and SwiGLU built with TensorParallelLayers match the single-pr
       const auto parallel = make(options);
       check_matches_single_process(*reference, *parallel, forward, {2, 3, 8}, dtype, tolerance, *group);
     }
+  }
+}
+
+// The column-parallel fc of a GELU MLP runs its GELU inside its own product (one linear_gelu node
+// per rank, which a backend may fuse into the GEMM's epilogue), with the bits of gelu(forward(x)).
+TEST_CASE("tp ColumnParallelLinear::forward_gelu is one linear_gelu node with gelu(forward)'s bits", "[dist][tp]") {
+  auto group = world_group("t.tp.gelu");
+  for (const bool gather : {false, true}) {
+    INFO(fmt::format("gather_output {} on {} ranks", gather, group->size()));
+    wf::parallel::ColumnParallelLinear fc({.in_features = 8, .out_features = 24, .init_std = 0.3, .seed = 5}, *group,
+                                          gather);
+    const Tensor x = Tensor::randn_at({2, 3, 8}, 6, 0);
+    const auto weight_grad = [&](const Tensor& y) {
+      fc.zero_grad();
+      wf::sum(y).backward();
+      return fc.weight().grad().clone();
+    };
+    const Tensor fused = fc.forward_gelu(x);
+    const wf::autograd::Node* node = fused.grad_fn().get();
+    if (gather) node = node->next_edges()[0].node.get();  // under the gather
+    CHECK(node->name() == "linear_gelu");
+    const Tensor fused_grad = weight_grad(fused);
+    const Tensor composed = wf::gelu(fc.forward(x));
+    CHECK(fused.to_vector<float>() == composed.to_vector<float>());
+    CHECK(fused_grad.to_vector<float>() == weight_grad(composed).to_vector<float>());
   }
 }
 

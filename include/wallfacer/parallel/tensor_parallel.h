@@ -95,10 +95,15 @@ class ColumnParallelLinear : public nn::Linear {
   ColumnParallelLinear(const nn::LinearOptions& options, comm::Group& tp, bool gather_output = false,
                        const TensorParallelOptions& tp_options = {});
   Tensor forward(const Tensor& x) override;
+  // gelu(forward(x)) with the GELU fused into this rank's product (ops::linear_gelu): elementwise,
+  // so applying it before the output's gather is the same.
+  Tensor forward_gelu(const Tensor& x) override;
   comm::Group& group() const { return *tp_; }
   bool gather_output() const { return gather_output_; }
 
  private:
+  Tensor project(const Tensor& x, bool gelu);  // forward (gelu false) or forward_gelu
+
   comm::Group* tp_;
   bool gather_output_;
   TensorParallelOptions tp_options_;
