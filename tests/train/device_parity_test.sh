@@ -10,7 +10,8 @@
 #
 # Each model runs its own list of layouts below: for GPT every sp strategy (ring, Ulysses,
 # WallFacer C 1 and 2, the hybrid), tp, pp (1F1B and interleaved), dp with ZeRO-2, each pair of
-# dimensions, bf16, activation checkpointing, and a save + resume; LLaMA and DiT a few layouts each.
+# dimensions, bf16, activation checkpointing, packed documents, and a save + resume; LLaMA (packed
+# documents among them) and DiT a few layouts each.
 # WF_DEVICE_PARITY_ONLY=NAME runs one case (its name as printed).
 #
 # With WF_DEVICE_PARITY_DEVICE=cuda it is the GPU's parity run instead (each model's preset trained
@@ -59,6 +60,7 @@ base+=(--set train.steps=$steps --set train.warmup_steps=1 --set train.log_every
 # at half the time. WF_DEVICE_PARITY_ASYNC_US=N runs every case asynchronously, delays up to N us.
 async_cases="|sp 4 wallfacer C 2|sp 4 hybrid|sp 2 ulysses|pp 2 interleaved|dp 2 zero-2|pp 2 x sp 2|"
 async_cases+="tp 2 x sp 2, attention checkpointed|dp 2 x sp 2, bf16|tp 2 x sp 2|dp 2 x pp 2|resume|"
+async_cases+="sp 4 wallfacer C 2, packed documents|dp 2 x sp 2 ring, packed documents|"
 
 # run NAME DEVICE NP SETTINGS...: one training run; its log, metrics and checkpoint under $work/NAME.DEVICE.
 run() {
@@ -113,6 +115,24 @@ case_() {
   compare "$name"
 }
 
+# packed: the --set arguments of a run on packed documents (data.pack): JSON Lines of documents
+# from 1 to 70 bytes, prepared once with the byte tokenizer.
+packed() {
+  if [ ! -f "$work/docs/train.bin" ]; then
+    python3 - "$work/docs.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(7)
+with open(sys.argv[1], "w") as out:
+    for i in range(400):
+        text = "".join(rng.choice("abcdefgh ijklmnop.") for _ in range(rng.choice([1, 2, 5, 13, 31, 70])))
+        out.write(json.dumps({"text": text}) + "\n")
+PY
+    "$exe" prepare-text --input "$work/docs.jsonl" --format jsonl --text-key text --output-dir "$work/docs" \
+      --tokenizer byte > "$work/docs.log" 2>&1 || { cat "$work/docs.log" >&2; fail "prepare-text of the documents failed"; }
+  fi
+  echo "--set data.source=file --set data.train_path=$work/docs/train.bin --set data.val_path=$work/docs/val.bin" \
+       "--set data.pack=true"
+}
 one=(--set parallel.dp=1 --set parallel.tp=1 --set parallel.pp=1 --set parallel.sp=1 --set parallel.C=1)
 # layout DP TP PP SP [more settings]: the --set arguments of a layout.
 layout() { echo "--set parallel.dp=$1 --set parallel.tp=$2 --set parallel.pp=$3 --set parallel.sp=$4 --set parallel.C=1"; }
@@ -138,6 +158,8 @@ case "$model" in
     case_ "tp 2 x sp 2, attention checkpointed" 4 $(layout 1 2 1 2) --set model.checkpoint_attention=true
     case_ "tp 2 x pp 2" 4 $(layout 1 2 2 1)
     case_ "pp 2 x sp 2" 4 $(layout 1 1 2 2)
+    case_ "sp 4 wallfacer C 2, packed documents" 4 $(layout 1 1 1 4) --set parallel.sp_strategy=wallfacer \
+      --set parallel.C=2 $(packed)
     if [ -z "${WF_DEVICE_PARITY_ONLY:-}" ] || [ "$WF_DEVICE_PARITY_ONLY" = "save and resume" ]; then
       # Two steps saved, then resumed in a second run to step $steps, alike on both devices: the
       # checkpoint goes from the test device to the files and back.
@@ -153,6 +175,7 @@ case "$model" in
     case_ "one process" 1 "${one[@]}"
     case_ "one process, bf16" 1 "${one[@]}" --set train.dtype=bf16
     case_ "tp 2 x sp 2" 4 $(layout 1 2 1 2)
+    case_ "dp 2 x sp 2 ring, packed documents" 4 $(layout 2 1 1 2) --set parallel.sp_strategy=ring $(packed)
     case_ "dp 2 x pp 2" 4 $(layout 2 1 2 1) ;;
   dit)
     case_ "one process" 1 "${one[@]}"
