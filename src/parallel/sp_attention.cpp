@@ -37,6 +37,8 @@ SpShard sp_shard(const SpAttentionConfig& config, const comm::CommGrid& grid) {
   } else {
     shard.logical_index = sp_index;  // ring and Ulysses: C = 1 over the physical sp index
   }
+  // Ulysses gathers the whole sequence per head group: its work is balanced whatever it holds.
+  shard.balance_documents = config.strategy != SpStrategy::ulysses;
   check_sequence_length(shard.layout, shard.seq_len, shard.P, shard.C, shard.U);
   return shard;
 }
