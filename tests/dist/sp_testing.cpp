@@ -117,20 +117,20 @@ void check_traffic(const char* what, const SpTraffic& got, const SpTraffic& expe
   CHECK(got == expected);
 }
 
-// Unmasked pairs a rank's forward must compute (sequence_layout.h's work functions).
-std::int64_t expected_pairs(const SpCase& c, int P, int logical_index) {
-  switch (c.strategy) {
-    case SpStrategy::ring:
-      return parallel::ring_rank_work_pairs(c.layout_or_default(), c.N, P, logical_index, c.causal);
-    case SpStrategy::ulysses: return c.causal ? c.N * (c.N + 1) / 2 : c.N * c.N;  // every token, h/P heads
-    case SpStrategy::wallfacer:
-      return parallel::wallfacer_rank_work_pairs(c.layout_or_default(), c.N, P, c.C, logical_index, c.causal);
-    case SpStrategy::ulysses_wallfacer:  // WallFacer's work over the sp/U ranks of its group, for h/U heads
-      if (c.U == P) return c.causal ? c.N * (c.N + 1) / 2 : c.N * c.N;
-      return parallel::wallfacer_rank_work_pairs(c.layout_or_default(), c.N, P / c.U, c.C, logical_index / c.U,
-                                                 c.causal);
-  }
-  return -1;
+// Unmasked pairs a rank's forward must compute (sequence_layout.h's work functions), on the
+// layout of `chunks` (null: the token layout).
+std::int64_t expected_pairs(const SpCase& c, int P, int logical_index, const parallel::ChunkAssignment* chunks) {
+  return parallel::sp_rank_work_pairs(c.strategy, c.layout_or_default(), c.N, P, c.C, c.U, logical_index, c.causal,
+                                      c.doc_bounds, chunks);
+}
+
+// The largest work of a WallFacer team (its members' pairs summed; a rank under ring), on the
+// layout of `chunks`: what balancing packed documents evens out.
+std::int64_t most_team_work(const SpCase& c, int P, const parallel::ChunkAssignment* chunks) {
+  const int ranks_per_team = c.strategy == SpStrategy::ring ? 1 : c.C * c.U;
+  std::vector<std::int64_t> teams(static_cast<std::size_t>(P / ranks_per_team), 0);
+  for (int l = 0; l < P; ++l) teams[static_cast<std::size_t>(l / ranks_per_team)] += expected_pairs(c, P, l, chunks);
+  return *std::max_element(teams.begin(), teams.end());
 }
 
 // How many ranks compute each pair (for their share of the heads).
@@ -169,7 +169,8 @@ SpCaseResult run_sp_case(const SpCase& c) {
   comm::Group& sp = grid.group("sp");
   const SequenceLayout layout = c.layout_or_default();
   const parallel::SpAttentionConfig config{c.strategy, layout, c.N, c.keep_forward_kv};
-  const parallel::SpShard shard = parallel::sp_shard(config, grid);
+  // Packed documents on the zigzag: the layout balanced by their work, as the loader gives it.
+  const parallel::SpShard shard = parallel::sp_shard(config, grid).for_documents(c.doc_bounds);
   const ReferenceAttention ref = sp_reference(c);
   const std::vector<std::int64_t> positions = parallel::run_positions(shard.runs());
 
@@ -223,8 +224,8 @@ SpCaseResult run_sp_case(const SpCase& c) {
                              Tensor::zeros(ref.q.shape(), c.dtype), Tensor::zeros(ref.k.shape(), c.dtype),
                              Tensor::zeros(ref.k.shape(), c.dtype)};
   for (int r = 0; r < P; ++r) {
-    const std::vector<std::int64_t> theirs = parallel::run_positions(
-        parallel::rank_tokens(layout, c.N, P, shard.C, logical[static_cast<std::size_t>(r)], shard.U));
+    const std::vector<std::int64_t> theirs =
+        parallel::run_positions(shard.of_rank(logical[static_cast<std::size_t>(r)]).runs());
     at = r * per_rank;
     for (std::size_t j = 0; j < local.size(); ++j) {
       const Tensor piece = all.slice0(at, at + local[j].numel()).view(local[j].shape());
@@ -263,10 +264,12 @@ SpCaseResult run_sp_case(const SpCase& c) {
       result.forward_pairs[static_cast<std::size_t>(l)] = pairs[static_cast<std::size_t>(r)];
       total += pairs[static_cast<std::size_t>(r)];
       INFO("forward work of logical rank " << l);
-      if (c.doc_bounds.empty()) CHECK(pairs[static_cast<std::size_t>(r)] == expected_pairs(c, P, l));
+      CHECK(pairs[static_cast<std::size_t>(r)] == expected_pairs(c, P, l, shard.chunks.get()));
     }
     // Each pair of a document computed once per copy of the work, none across documents.
     if (!c.doc_bounds.empty()) CHECK(total == work_copies(c, P) * document_pairs(c.doc_bounds, c.causal));
+    // The balanced layout: no team busier than under the token zigzag.
+    if (shard.chunks != nullptr) CHECK(most_team_work(c, P, shard.chunks.get()) <= most_team_work(c, P, nullptr));
   }
   return result;
 }

@@ -143,7 +143,7 @@ struct SpShard {
   // same whatever tokens a rank holds (sp_shard sets false for it).
   bool balance_documents = true;
   // The chunk assignment of the current batch (for_documents); null: the layout as it is.
-  std::shared_ptr<const ChunkAssignment> chunks;
+  std::shared_ptr<const ChunkAssignment> chunks = nullptr;
 
   std::vector<TokenRun> runs() const { return rank_tokens(layout, seq_len, P, C, logical_index, U, chunks.get()); }
   Tensor shard(const Tensor& global) const {
