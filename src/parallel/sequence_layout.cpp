@@ -412,7 +412,11 @@ std::int64_t wallfacer_rank_work_half_blocks(int P, int C, int logical_index) {
 
 namespace {
 
-constexpr int kChunksPerPair[] = {8, 4, 2, 1};  // the candidates for g, finest first
+// The candidates for g, finest first. WallFacer's members split their team's K/V teams, and a
+// document's work sits mostly in its own chunk (the team meeting its own K/V): teams of C > 1 need
+// chunks much finer than the documents to spread it over the members.
+constexpr int kChunksPerPair[] = {64, 32, 16, 8, 4, 2, 1};
+constexpr int kMaxChunksPerPairOneMember = 8;  // C = 1: a rank is its team, 8 balance within 0.1%
 
 int zigzag_teams(int P, int C, int U) { return P / U / C; }  // of a checked (P, C, U)
 
@@ -463,7 +467,7 @@ int chunks_per_pair(std::int64_t N, int P, int C, int U) {
   const std::int64_t multiple = sequence_length_multiple(SequenceLayout::zigzag, P, C, U);
   const std::int64_t pair_chunks = 2 * static_cast<std::int64_t>(zigzag_teams(P, C, U));
   for (int g : kChunksPerPair) {
-    if (N % std::lcm(multiple, pair_chunks * g) == 0) return g;
+    if ((C > 1 || g <= kMaxChunksPerPairOneMember) && N % std::lcm(multiple, pair_chunks * g) == 0) return g;
   }
   return 1;
 }
@@ -516,9 +520,20 @@ ChunkAssignment balanced_chunk_assignment(const DocumentBounds& documents, std::
 
   const ChunkAssignment candidates[] = {zigzag, deal(pairs, work, T, static_cast<std::size_t>(g), chunk_tokens),
                                         deal(singles, work, T, 2 * static_cast<std::size_t>(g), chunk_tokens)};
+  // The busiest rank's work: its team's (C = 1), or its own share of it (C > 1: the K/V teams it
+  // meets on WallFacer's sub-rings, which need C² | P/U; a layout without them counts teams).
+  const int W = P / U;
+  const auto cost = [&](const ChunkAssignment& a) {
+    if (C == 1 || W % (C * C) != 0) return max_team_work(a, work);
+    std::int64_t most = 0;
+    for (int l = 0; l < W; ++l) {
+      most = std::max(most, wallfacer_rank_work_pairs(SequenceLayout::zigzag, N, W, C, l, true, documents, &a));
+    }
+    return most;
+  };
   std::size_t best = 0;
   for (std::size_t i = 1; i < std::size(candidates); ++i) {
-    if (max_team_work(candidates[i], work) < max_team_work(candidates[best], work)) best = i;
+    if (cost(candidates[i]) < cost(candidates[best])) best = i;
   }
   // The zigzag in its own chunks, so that a layout that need not change is the standard one.
   return best == 0 ? zigzag_chunk_assignment(N, P, C, U) : candidates[best];

@@ -124,13 +124,11 @@ std::int64_t expected_pairs(const SpCase& c, int P, int logical_index, const par
                                       c.doc_bounds, chunks);
 }
 
-// The largest work of a WallFacer team (its members' pairs summed; a rank under ring), on the
-// layout of `chunks`: what balancing packed documents evens out.
-std::int64_t most_team_work(const SpCase& c, int P, const parallel::ChunkAssignment* chunks) {
-  const int ranks_per_team = c.strategy == SpStrategy::ring ? 1 : c.C * c.U;
-  std::vector<std::int64_t> teams(static_cast<std::size_t>(P / ranks_per_team), 0);
-  for (int l = 0; l < P; ++l) teams[static_cast<std::size_t>(l / ranks_per_team)] += expected_pairs(c, P, l, chunks);
-  return *std::max_element(teams.begin(), teams.end());
+// The busiest rank's work on the layout of `chunks`: what balancing packed documents evens out.
+std::int64_t most_rank_work(const SpCase& c, int P, const parallel::ChunkAssignment* chunks) {
+  std::int64_t most = 0;
+  for (int l = 0; l < P; ++l) most = std::max(most, expected_pairs(c, P, l, chunks));
+  return most;
 }
 
 // How many ranks compute each pair (for their share of the heads).
@@ -268,8 +266,8 @@ SpCaseResult run_sp_case(const SpCase& c) {
     }
     // Each pair of a document computed once per copy of the work, none across documents.
     if (!c.doc_bounds.empty()) CHECK(total == work_copies(c, P) * document_pairs(c.doc_bounds, c.causal));
-    // The balanced layout: no team busier than under the token zigzag.
-    if (shard.chunks != nullptr) CHECK(most_team_work(c, P, shard.chunks.get()) <= most_team_work(c, P, nullptr));
+    // The balanced layout: no rank busier than under the token zigzag.
+    if (shard.chunks != nullptr) CHECK(most_rank_work(c, P, shard.chunks.get()) <= most_rank_work(c, P, nullptr));
   }
   return result;
 }

@@ -92,7 +92,7 @@ TEST_CASE("sp attention with packed documents: each document alone, every strate
         c.doc_bounds = l.bounds;
         c.seed = 11 + static_cast<std::uint64_t>(cases);
         // run_sp_case lays the causal cases out by the documents' work (SpShard::for_documents), as
-        // the loader does, and checks every rank's work on that layout and no team busier than
+        // the loader does, and checks every rank's work on that layout and no rank busier than
         // under the token zigzag. Count the cases whose layout that changed.
         if (causal && s.strategy != SpStrategy::ulysses &&
             *wf::parallel::document_chunks(wf::parallel::SequenceLayout::zigzag, l.bounds, N, P, s.C, s.U) !=

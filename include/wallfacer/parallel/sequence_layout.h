@@ -60,16 +60,18 @@ void check_sequence_length(SequenceLayout layout, std::int64_t N, int P, int C, 
 // work. A chunk assignment replaces the zigzag's pairing: the sequence is cut into K = 2T·g equal
 // chunks (T = P/(U·C) teams of WallFacer's layout, g chunks per zigzag half) and team t holds
 // team_chunks[t], 2g chunks in ascending order, as its storage; member slicing and the hybrid's
-// Ulysses split then work on that storage exactly as on the zigzag's. docs/sequence-layout.md §8.
+// Ulysses split then work on that storage exactly as on the zigzag's. docs/sequence-layout.md §6.
 struct ChunkAssignment {
   std::int64_t chunk_tokens = 0;             // N / K
   std::vector<std::vector<int>> team_chunks;  // per team, its chunks (numbered by position), ascending
   friend bool operator==(const ChunkAssignment&, const ChunkAssignment&) = default;
 };
 
-// g: the largest of 8, 4, 2, 1 for which N is a multiple of lcm(sequence_length_multiple(zigzag,
-// P, C, U), 2T·g) (T = P/(U·C)), so the chunks are whole tokens and every split the layout makes
-// stays valid; 1 (the zigzag's own chunks) when no larger one fits. N must be valid for the zigzag.
+// g: the largest of 64, 32, 16, 8, 4, 2, 1 (at most 8 when C = 1) for which N is a multiple of
+// lcm(sequence_length_multiple(zigzag, P, C, U), 2T·g) (T = P/(U·C)), so the chunks are whole
+// tokens and every split the layout makes stays valid; 1 (the zigzag's own chunks) when no larger
+// one fits. C > 1 takes finer chunks: a WallFacer member meets only some K/V teams, and most of a
+// document's work is in its own chunk. N must be valid for the zigzag.
 int chunks_per_pair(std::int64_t N, int P, int C, int U = 1);
 // The token zigzag as an assignment: K = 2T chunks, team t holds {t, 2T−1−t}. Layouts with it
 // equal layouts without one, token for token.
@@ -78,10 +80,11 @@ ChunkAssignment zigzag_chunk_assignment(std::int64_t N, int P, int C, int U = 1)
 // query lies in the chunk and whose key is at or before it in the same document, summed over the
 // rows that have their own boundaries (block_attention's count of a block: a shared list once).
 std::vector<std::int64_t> chunk_work_pairs(const DocumentBounds& documents, std::int64_t N, std::int64_t chunks);
-// The assignment that balances the teams' work (the sum of their chunks' chunk_work_pairs) for
-// the documents of a micro batch (every row's list, or one shared), with g = chunks_per_pair.
-// Candidates, the first with the smallest maximum team work wins (so never worse than the token
-// zigzag, and exactly it when that is as good, e.g. for one causal document per row):
+// The assignment that balances the ranks' work for the documents of a micro batch (every row's
+// list, or one shared), with g = chunks_per_pair. The work of a rank: with C = 1 its team's, the
+// sum of the team's chunk_work_pairs; with C > 1 its wallfacer_rank_work_pairs (the K/V teams it
+// meets; the team's work where C² does not divide P/U, which WallFacer refuses). Candidates, the first with the smallest busiest rank wins (so never worse than the
+// token zigzag, and exactly it when that is as good, e.g. for one causal document per row):
 //   1. the token zigzag (returned as zigzag_chunk_assignment);
 //   2. folded pairs: the chunks sorted by work (then index), the heaviest paired with the lightest,
 //      the K/2 pairs dealt heaviest first to the least loaded team with room for g pairs (g = 1:
