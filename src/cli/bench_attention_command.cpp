@@ -27,9 +27,10 @@
 //
 // --documents (bench_documents.h) runs a packed batch: every row above is the packed call (on the
 // zigzag balanced by the documents' work, sequence_layout.h's document_chunks, as training lays a
-// packed batch out), and each gets a second line: the time of the same tokens under the full
-// causal mask, the work ratio (the documents' pairs / the causal mask's), the time ratio, their
-// quotient against the 15% target (a packed batch should cost what its work predicts), and the
+// packed batch out), and each gets a second line: the packed call and the same tokens under the
+// full causal mask timed in alternation (medians of --iters each), the work ratio (the documents'
+// pairs / the causal mask's), the time ratio, their quotient against the 15% target (a packed
+// batch should cost what its work predicts), and the
 // per-rank work imbalance (max / mean − 1 of sp_rank_work_pairs) of the token zigzag and of the
 // balanced layout (the measured work counters must equal the latter: work_exact).
 #include <fmt/format.h>
@@ -115,12 +116,14 @@ struct Problem {
 
 // A packed batch beside the full causal mask (--documents).
 struct DocumentRow {
-  double causal_time_ms = 0;  // the same tokens under the full causal mask
+  // Both timed in alternation, call for call (medians), so that a machine shared with other work
+  // slows both alike: the packed batch, and the same tokens under the full causal mask.
+  double packed_time_ms = 0, causal_time_ms = 0;
   double work_ratio = 0;      // the documents' pairs / the causal mask's
   std::vector<std::int64_t> zigzag_work, balanced_work;  // per logical rank (sp_rank_work_pairs)
   bool work_exact = true;  // every rank's measured forward pairs equal balanced_work
   int chunks = 0;          // the balanced layout's chunks (K = 2T·g; 0 without one)
-  double time_ratio(double packed_ms) const { return packed_ms / causal_time_ms; }
+  double time_ratio() const { return packed_time_ms / causal_time_ms; }
 };
 
 struct Row {
@@ -450,15 +453,22 @@ class StrategyCall {
 
 // The packed batch's second line: the full causal mask's time and both layouts' work per rank.
 DocumentRow measure_documents(SpStrategy strategy, comm::CommGrid& grid, const Problem& pr, const Inputs& in,
-                              int iters, const parallel::SpShard& shard, const std::vector<std::int64_t>& measured) {
+                              int iters, StrategyCall& packed, const std::vector<std::int64_t>& measured) {
   comm::Group& world = comm::Runtime::get().world();
+  const parallel::SpShard& shard = packed.shard();
   const int P = shard.P;
   DocumentRow d;
   Problem causal = pr;
   causal.documents.clear();
   StrategyCall full(strategy, grid, causal, in);
   full(nullptr, nullptr);  // warm-up
-  d.causal_time_ms = slowest_rank_median(world, pr.device, iters, [&] { full(nullptr, nullptr); }) * 1e3;
+  std::vector<double> packed_ms, causal_ms;
+  for (int i = 0; i < iters; ++i) {
+    packed_ms.push_back(slowest_rank_median(world, pr.device, 1, [&] { packed(nullptr, nullptr); }) * 1e3);
+    causal_ms.push_back(slowest_rank_median(world, pr.device, 1, [&] { full(nullptr, nullptr); }) * 1e3);
+  }
+  d.packed_time_ms = median(packed_ms);
+  d.causal_time_ms = median(causal_ms);
   const std::vector<TokenRun> all{{0, pr.N}};
   d.work_ratio = double(parallel::unmasked_pairs(all, all, true, pr.documents)) /
                  double(parallel::unmasked_pairs(all, all, true));
@@ -559,7 +569,7 @@ Row measure(SpStrategy strategy, comm::CommGrid& grid, const Problem& pr, const 
   const auto [seconds, flops] = time_compute(work, iters, pr.device);
   row.compute_only_ms = max_over_ranks(world, seconds) * 1e3;
   row.compute_rate_ratio = min_over_ranks(world, flops / seconds) / kernel_rate;
-  if (!pr.documents.empty()) row.documents = measure_documents(strategy, grid, pr, in, iters, shard, measured_pairs);
+  if (!pr.documents.empty()) row.documents = measure_documents(strategy, grid, pr, in, iters, call, measured_pairs);
   return row;
 }
 
@@ -626,11 +636,12 @@ void print_json(const Row& r, const Problem& pr) {
   if (const std::optional<DocumentRow>& d = r.documents) {
     j["documents"] = pr.documents[0].size() - 1;
     j["layout_chunks"] = d->chunks;
+    j["packed_time_ms"] = d->packed_time_ms;
     j["causal_time_ms"] = d->causal_time_ms;
     j["work_ratio"] = d->work_ratio;
-    j["time_ratio"] = d->time_ratio(r.time_ms);
-    j["time_per_work"] = d->time_ratio(r.time_ms) / d->work_ratio;
-    j["time_per_work_within_target"] = d->time_ratio(r.time_ms) / d->work_ratio <= kTimePerWorkTarget;
+    j["time_ratio"] = d->time_ratio();
+    j["time_per_work"] = d->time_ratio() / d->work_ratio;
+    j["time_per_work_within_target"] = d->time_ratio() / d->work_ratio <= kTimePerWorkTarget;
     j["imbalance_token_zigzag"] = parallel::work_imbalance(d->zigzag_work);
     j["imbalance_balanced"] = parallel::work_imbalance(d->balanced_work);
     j["work_per_rank_token_zigzag"] = d->zigzag_work;
@@ -677,10 +688,10 @@ void print_table_row(const Row& r) {
               static_cast<long long>(r.formula_backward.p2p_sent),
               static_cast<long long>(r.formula_backward.collective_sent));
   if (const std::optional<DocumentRow>& d = r.documents) {
-    const double time_per_work = d->time_ratio(r.time_ms) / d->work_ratio;
+    const double time_per_work = d->time_ratio() / d->work_ratio;
     std::printf("  packed %.1f ms, full causal %.1f ms: time %.3f / work %.3f = %.2f (%s %.2f); imbalance: token "
                 "zigzag %.1f%%, balanced %.1f%% (%d chunks)%s\n",
-                r.time_ms, d->causal_time_ms, d->time_ratio(r.time_ms), d->work_ratio, time_per_work,
+                d->packed_time_ms, d->causal_time_ms, d->time_ratio(), d->work_ratio, time_per_work,
                 time_per_work <= kTimePerWorkTarget ? "within" : "OVER", kTimePerWorkTarget,
                 100 * parallel::work_imbalance(d->zigzag_work), 100 * parallel::work_imbalance(d->balanced_work),
                 d->chunks, d->work_exact ? "" : "; measured work differs from sp_rank_work_pairs");
