@@ -309,15 +309,20 @@ std::int64_t unmasked_pairs(const std::vector<std::int64_t>& query_positions,
 
 namespace {
 
-// Pairs (q, k) with k ≤ q between the runs: a causal attention call's pairs (kernel_args.h).
-std::int64_t causal_run_pairs(TokenRun query, TokenRun key) {
+// The attention call of one (query run, key run) block, at the runs' global positions.
+kernels::AttentionShape run_call(TokenRun query, TokenRun key, bool causal) {
   kernels::AttentionShape call;
   call.q_len = query.length;
   call.kv_len = key.length;
-  call.causal = true;
+  call.causal = causal;
   call.q_offset = query.start;
   call.kv_offset = key.start;
-  return kernels::attention_pairs(call);
+  return call;
+}
+
+// Pairs (q, k) with k ≤ q between the runs: a causal attention call's pairs (kernel_args.h).
+std::int64_t causal_run_pairs(TokenRun query, TokenRun key) {
+  return kernels::attention_pairs(run_call(query, key, /*causal=*/true));
 }
 
 std::int64_t total_length(const std::vector<TokenRun>& runs) {
@@ -328,13 +333,7 @@ std::int64_t total_length(const std::vector<TokenRun>& runs) {
 
 // Pairs of one (query run, key run) block inside the documents: its document pieces' pairs.
 std::int64_t document_run_pairs(TokenRun query, TokenRun key, bool causal, const DocumentBounds& documents) {
-  kernels::AttentionShape call;
-  call.q_len = query.length;
-  call.kv_len = key.length;
-  call.causal = causal;
-  call.q_offset = query.start;
-  call.kv_offset = key.start;
-  return ops::document_pairs(ops::document_pieces(call, documents));
+  return ops::document_pairs(ops::document_pieces(run_call(query, key, causal), documents));
 }
 
 }  // namespace

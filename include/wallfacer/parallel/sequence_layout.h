@@ -83,8 +83,9 @@ std::vector<std::int64_t> chunk_work_pairs(const DocumentBounds& documents, std:
 // The assignment that balances the ranks' work for the documents of a micro batch (every row's
 // list, or one shared), with g = chunks_per_pair. The work of a rank: with C = 1 its team's, the
 // sum of the team's chunk_work_pairs; with C > 1 its wallfacer_rank_work_pairs (the K/V teams it
-// meets; the team's work where C² does not divide P/U, which WallFacer refuses). Candidates, the first with the smallest busiest rank wins (so never worse than the
-// token zigzag, and exactly it when that is as good, e.g. for one causal document per row):
+// meets; the team's work where C² does not divide P/U, which WallFacer refuses). Candidates, the
+// first with the smallest busiest rank wins (so never worse than the token zigzag, and exactly
+// it when that is as good, e.g. for one causal document per row):
 //   1. the token zigzag (returned as zigzag_chunk_assignment);
 //   2. folded pairs: the chunks sorted by work (then index), the heaviest paired with the lightest,
 //      the K/2 pairs dealt heaviest first to the least loaded team with room for g pairs (g = 1:
