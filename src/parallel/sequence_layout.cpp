@@ -459,6 +459,59 @@ ChunkAssignment deal(const std::vector<std::vector<int>>& items, const std::vect
   return out;
 }
 
+// The causal pairs inside documents between two chunks of `chunk_tokens` tokens: one entry per
+// (query chunk, key chunk ≤ it) that a document spans, per row with its own boundaries (a list
+// shared by every row once), as block_attention counts them.
+struct ChunkPairWork {
+  int query = 0, key = 0;
+  std::int64_t pairs = 0;
+};
+std::vector<ChunkPairWork> chunk_pair_work(const DocumentBounds& documents, std::int64_t chunk_tokens) {
+  const bool shared = std::all_of(documents.begin(), documents.end(), [&](const auto& b) { return b == documents[0]; });
+  std::vector<ChunkPairWork> out;
+  for (std::size_t r = 0; r < (shared ? std::size_t{1} : documents.size()); ++r) {
+    const std::vector<std::int64_t>& bounds = documents[r];
+    for (std::size_t d = 0; d + 1 < bounds.size(); ++d) {
+      const std::int64_t start = bounds[d], end = bounds[d + 1];
+      const auto part = [&](std::int64_t c) {  // chunk c's tokens inside the document
+        const std::int64_t from = std::max(start, c * chunk_tokens), to = std::min(end, (c + 1) * chunk_tokens);
+        return TokenRun{from, to - from};
+      };
+      for (std::int64_t q = start / chunk_tokens; q * chunk_tokens < end; ++q) {
+        for (std::int64_t k = start / chunk_tokens; k <= q; ++k) {
+          out.push_back({static_cast<int>(q), static_cast<int>(k), causal_run_pairs(part(q), part(k))});
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// The busiest WallFacer rank's pairs under `a` (wallfacer_rank_work_pairs, from the chunk pairs):
+// a query team meets each K/V team on exactly one of its members.
+std::int64_t max_rank_work(const ChunkAssignment& a, const std::vector<ChunkPairWork>& pairs, int W, int C) {
+  const comm::WallFacerLayout grid(W, C, comm::Placement::collectives_intra);
+  const int T = grid.num_teams();
+  std::vector<int> owner(static_cast<std::size_t>(T * T), -1);  // [query team · T + K/V team] → logical rank
+  for (int l = 0; l < W; ++l) {
+    for (int step = 0; step < grid.ring_size(); ++step) {
+      owner[static_cast<std::size_t>(grid.team(l) * T + grid.kv_team_at_step(l, step))] = l;
+    }
+  }
+  std::vector<int> team_of(a.team_chunks.size() * a.team_chunks[0].size());
+  for (std::size_t t = 0; t < a.team_chunks.size(); ++t) {
+    for (int c : a.team_chunks[t]) team_of[static_cast<std::size_t>(c)] = static_cast<int>(t);
+  }
+  std::vector<std::int64_t> work(static_cast<std::size_t>(W), 0);
+  for (const ChunkPairWork& p : pairs) {
+    const int l = owner[static_cast<std::size_t>(team_of[static_cast<std::size_t>(p.query)] * T +
+                                                 team_of[static_cast<std::size_t>(p.key)])];
+    WF_CHECK(l >= 0, "balanced_chunk_assignment: no WallFacer rank of W = {}, C = {} meets that K/V team", W, C);
+    work[static_cast<std::size_t>(l)] += p.pairs;
+  }
+  return *std::max_element(work.begin(), work.end());
+}
+
 }  // namespace
 
 int chunks_per_pair(std::int64_t N, int P, int C, int U) {
@@ -492,6 +545,11 @@ std::vector<std::int64_t> chunk_work_pairs(const DocumentBounds& documents, std:
 }
 
 ChunkAssignment balanced_chunk_assignment(const DocumentBounds& documents, std::int64_t N, int P, int C, int U) {
+  // One causal document per row: the zigzag gives every rank the same work already.
+  const std::vector<std::int64_t> whole{0, N};
+  if (std::all_of(documents.begin(), documents.end(), [&](const auto& b) { return b == whole; })) {
+    return zigzag_chunk_assignment(N, P, C, U);
+  }
   const int g = chunks_per_pair(N, P, C, U), T = zigzag_teams(P, C, U);
   const int K = 2 * T * g;
   const std::int64_t chunk_tokens = N / K;
@@ -522,13 +580,11 @@ ChunkAssignment balanced_chunk_assignment(const DocumentBounds& documents, std::
   // The busiest rank's work: its team's (C = 1), or its own share of it (C > 1: the K/V teams it
   // meets on WallFacer's sub-rings, which need C² | P/U; a layout without them counts teams).
   const int W = P / U;
+  const bool per_rank = C > 1 && W % (C * C) == 0;
+  const std::vector<ChunkPairWork> pair_work = per_rank ? chunk_pair_work(documents, chunk_tokens)
+                                                        : std::vector<ChunkPairWork>{};
   const auto cost = [&](const ChunkAssignment& a) {
-    if (C == 1 || W % (C * C) != 0) return max_team_work(a, work);
-    std::int64_t most = 0;
-    for (int l = 0; l < W; ++l) {
-      most = std::max(most, wallfacer_rank_work_pairs(SequenceLayout::zigzag, N, W, C, l, true, documents, &a));
-    }
-    return most;
+    return per_rank ? max_rank_work(a, pair_work, W, C) : max_team_work(a, work);
   };
   std::size_t best = 0;
   for (std::size_t i = 1; i < std::size(candidates); ++i) {
