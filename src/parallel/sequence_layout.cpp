@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "kernels/kernel_args.h"
 #include "src/ops/common.h"
@@ -487,29 +488,87 @@ std::vector<ChunkPairWork> chunk_pair_work(const DocumentBounds& documents, std:
   return out;
 }
 
-// The busiest WallFacer rank's pairs under `a` (wallfacer_rank_work_pairs, from the chunk pairs):
-// a query team meets each K/V team on exactly one of its members.
-std::int64_t max_rank_work(const ChunkAssignment& a, const std::vector<ChunkPairWork>& pairs, int W, int C) {
-  const comm::WallFacerLayout grid(W, C, comm::Placement::collectives_intra);
-  const int T = grid.num_teams();
-  std::vector<int> owner(static_cast<std::size_t>(T * T), -1);  // [query team · T + K/V team] → logical rank
-  for (int l = 0; l < W; ++l) {
-    for (int step = 0; step < grid.ring_size(); ++step) {
-      owner[static_cast<std::size_t>(grid.team(l) * T + grid.kv_team_at_step(l, step))] = l;
+// Which WallFacer rank (of W in teams of C) computes the pairs of a query chunk of team tq and a
+// key chunk of team tk: a query team meets each K/V team on exactly one of its members.
+class PairOwners {
+ public:
+  PairOwners(int W, int C) : T_(W / C), owner_(static_cast<std::size_t>(T_ * T_), -1) {
+    const comm::WallFacerLayout grid(W, C, comm::Placement::collectives_intra);
+    for (int l = 0; l < W; ++l) {
+      for (int step = 0; step < grid.ring_size(); ++step) {
+        owner_[static_cast<std::size_t>(grid.team(l) * T_ + grid.kv_team_at_step(l, step))] = l;
+      }
     }
   }
+  std::size_t operator()(int tq, int tk) const {
+    const int l = owner_[static_cast<std::size_t>(tq * T_ + tk)];
+    WF_CHECK(l >= 0, "balanced_chunk_assignment: no WallFacer rank meets K/V team {} with team {}'s queries", tk, tq);
+    return static_cast<std::size_t>(l);
+  }
+
+ private:
+  int T_;
+  std::vector<int> owner_;
+};
+
+// The busiest WallFacer rank's pairs under `a` (wallfacer_rank_work_pairs, from the chunk pairs).
+std::int64_t max_rank_work(const ChunkAssignment& a, const std::vector<ChunkPairWork>& pairs, const PairOwners& owner,
+                           int W) {
   std::vector<int> team_of(a.team_chunks.size() * a.team_chunks[0].size());
   for (std::size_t t = 0; t < a.team_chunks.size(); ++t) {
     for (int c : a.team_chunks[t]) team_of[static_cast<std::size_t>(c)] = static_cast<int>(t);
   }
   std::vector<std::int64_t> work(static_cast<std::size_t>(W), 0);
   for (const ChunkPairWork& p : pairs) {
-    const int l = owner[static_cast<std::size_t>(team_of[static_cast<std::size_t>(p.query)] * T +
-                                                 team_of[static_cast<std::size_t>(p.key)])];
-    WF_CHECK(l >= 0, "balanced_chunk_assignment: no WallFacer rank of W = {}, C = {} meets that K/V team", W, C);
-    work[static_cast<std::size_t>(l)] += p.pairs;
+    work[owner(team_of[static_cast<std::size_t>(p.query)], team_of[static_cast<std::size_t>(p.key)])] += p.pairs;
   }
   return *std::max_element(work.begin(), work.end());
+}
+
+// Chunks dealt heaviest first (then by index), each to the team with room for 2g that leaves the
+// busiest WallFacer rank least loaded (then the lowest team), counting its pairs with the chunks
+// already dealt.
+ChunkAssignment deal_by_rank(const std::vector<std::int64_t>& work, const std::vector<ChunkPairWork>& pairs,
+                             const PairOwners& owner, int W, int T, int g, std::int64_t chunk_tokens) {
+  const auto K = work.size();
+  std::vector<std::vector<const ChunkPairWork*>> touching(K);  // the pairs each chunk is part of
+  for (const ChunkPairWork& p : pairs) {
+    touching[static_cast<std::size_t>(p.query)].push_back(&p);
+    if (p.key != p.query) touching[static_cast<std::size_t>(p.key)].push_back(&p);
+  }
+  std::vector<std::size_t> order(K);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return work[a] > work[b]; });
+  std::vector<int> team_of(K, -1), held(static_cast<std::size_t>(T), 0);
+  std::vector<std::int64_t> load(static_cast<std::size_t>(W), 0);
+  ChunkAssignment out{chunk_tokens, std::vector<std::vector<int>>(static_cast<std::size_t>(T))};
+  for (std::size_t c : order) {
+    int best = -1;
+    std::int64_t best_most = 0;
+    std::vector<std::int64_t> best_load;
+    for (int t = 0; t < T; ++t) {
+      if (held[static_cast<std::size_t>(t)] >= 2 * g) continue;
+      std::vector<std::int64_t> trial = load;
+      team_of[c] = t;
+      for (const ChunkPairWork* p : touching[c]) {
+        const int tq = team_of[static_cast<std::size_t>(p->query)], tk = team_of[static_cast<std::size_t>(p->key)];
+        if (tq >= 0 && tk >= 0) trial[owner(tq, tk)] += p->pairs;
+      }
+      team_of[c] = -1;
+      const std::int64_t most = *std::max_element(trial.begin(), trial.end());
+      if (best < 0 || most < best_most) {
+        best = t;
+        best_most = most;
+        best_load = std::move(trial);
+      }
+    }
+    team_of[c] = best;
+    load = std::move(best_load);
+    ++held[static_cast<std::size_t>(best)];
+    out.team_chunks[static_cast<std::size_t>(best)].push_back(static_cast<int>(c));
+  }
+  for (auto& team : out.team_chunks) std::sort(team.begin(), team.end());
+  return out;
 }
 
 }  // namespace
@@ -583,12 +642,17 @@ ChunkAssignment balanced_chunk_assignment(const DocumentBounds& documents, std::
   const bool per_rank = C > 1 && W % (C * C) == 0;
   const std::vector<ChunkPairWork> pair_work = per_rank ? chunk_pair_work(documents, chunk_tokens)
                                                         : std::vector<ChunkPairWork>{};
+  const std::optional<PairOwners> owner = per_rank ? std::optional<PairOwners>(PairOwners(W, C)) : std::nullopt;
   const auto cost = [&](const ChunkAssignment& a) {
-    return per_rank ? max_rank_work(a, pair_work, W, C) : max_team_work(a, work);
+    return per_rank ? max_rank_work(a, pair_work, *owner, W) : max_team_work(a, work);
   };
   std::size_t best = 0;
   for (std::size_t i = 1; i < std::size(candidates); ++i) {
     if (cost(candidates[i]) < cost(candidates[best])) best = i;
+  }
+  if (per_rank) {  // 4. (C > 1) dealt by the busiest rank's work, when that beats the three above
+    ChunkAssignment by_rank = deal_by_rank(work, pair_work, *owner, W, T, g, chunk_tokens);
+    if (cost(by_rank) < cost(candidates[best])) return by_rank;
   }
   // The zigzag in its own chunks, so that a layout that need not change is the standard one.
   return best == 0 ? zigzag_chunk_assignment(N, P, C, U) : candidates[best];

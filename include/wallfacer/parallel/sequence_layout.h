@@ -90,7 +90,9 @@ std::vector<std::int64_t> chunk_work_pairs(const DocumentBounds& documents, std:
 //   2. folded pairs: the chunks sorted by work (then index), the heaviest paired with the lightest,
 //      the K/2 pairs dealt heaviest first to the least loaded team with room for g pairs (g = 1:
 //      the classic heaviest-with-lightest pairing);
-//   3. LPT: the chunks dealt heaviest first to the least loaded team with room for 2g chunks.
+//   3. LPT: the chunks dealt heaviest first to the least loaded team with room for 2g chunks;
+//   4. (C > 1, taken only when it beats 1-3) the chunks dealt heaviest first to the team with room
+//      that leaves the busiest rank least loaded, counting their pairs with the chunks dealt.
 // Ties go to the lower chunk, pair or team index: a pure function of its arguments, so the data
 // loader and every strategy derive the same layout from the same documents. wf::Error for
 // bounds that are not valid for N (ops::check_document_bounds' rules) or an N the zigzag refuses.
