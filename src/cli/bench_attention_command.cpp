@@ -24,6 +24,15 @@
 //     while N·N·h ≤ 2^28: the reference is naive).
 // FLOPs follow bench kernels: forward 4·d per visible (query, key) pair and head, backward 2.5×.
 // With --check the command exits 1 when any measured byte count differs from its formula.
+//
+// --documents (bench_documents.h) runs a packed batch: every row above is the packed call (on the
+// zigzag balanced by the documents' work, sequence_layout.h's document_chunks, as training lays a
+// packed batch out), and each gets a second line: the packed call and the same tokens under the
+// full causal mask timed in alternation (medians of --iters each), the work ratio (the documents'
+// pairs / the causal mask's), the time ratio, their quotient against the 15% target (a packed
+// batch should cost what its work predicts), and the
+// per-rank work imbalance (max / mean − 1 of sp_rank_work_pairs) of the token zigzag and of the
+// balanced layout (the measured work counters must equal the latter: work_exact).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -39,6 +48,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_reference.h"
+#include "src/cli/bench_documents.h"
 #include "src/core/timing.h"
 #include "src/cli/commands.h"
 #include "src/cli/option_checks.h"
@@ -71,6 +81,7 @@ using parallel::TokenRun;
 
 constexpr double kMaxReferencePairs = double(1 << 28);  // N·N·h above which the naive reference is skipped
 constexpr std::uint64_t kSeed = 20240601;
+constexpr double kTimePerWorkTarget = 1.15;  // a packed batch costs at most 15% more than its work predicts
 
 struct Options {
   std::int64_t seq = 4096, batch = 1, heads = 8, kv_heads = 0, head_dim = 64;  // kv_heads 0: = heads
@@ -84,6 +95,7 @@ struct Options {
   std::string transport = "auto";  // auto, nccl or staged (comm.gpu_transport's values)
   bool json = false;
   bool check = false;
+  std::string documents;  // --documents: a packed batch (bench_documents.h); empty: one document
 };
 
 struct Problem {
@@ -91,6 +103,7 @@ struct Problem {
   bool causal;
   DType dtype;
   Device device;  // where the inputs, the strategies' work and the compute-only blocks are
+  DocumentBounds documents = {};  // packed documents (one list for every row); empty: none
   parallel::SequenceLayout layout() const {
     return causal ? parallel::SequenceLayout::zigzag : parallel::SequenceLayout::contiguous;
   }
@@ -99,6 +112,18 @@ struct Problem {
     const auto a = static_cast<std::int64_t>(dtype_size(dtype));
     return {a, a, a};
   }
+};
+
+// A packed batch beside the full causal mask (--documents).
+struct DocumentRow {
+  // Both timed in alternation, call for call (medians), so that a machine shared with other work
+  // slows both alike: the packed batch, and the same tokens under the full causal mask.
+  double packed_time_ms = 0, causal_time_ms = 0;
+  double work_ratio = 0;      // the documents' pairs / the causal mask's
+  std::vector<std::int64_t> zigzag_work, balanced_work;  // per logical rank (sp_rank_work_pairs)
+  bool work_exact = true;  // every rank's measured forward pairs equal balanced_work
+  int chunks = 0;          // the balanced layout's chunks (K = 2T·g; 0 without one)
+  double time_ratio() const { return packed_time_ms / causal_time_ms; }
 };
 
 struct Row {
@@ -112,6 +137,7 @@ struct Row {
   double time_ms = 0, compute_only_ms = 0, comm_only_ms = 0, compute_rate_ratio = 0;
   std::int64_t peak_mem_bytes = 0;
   std::optional<double> max_rel_error;
+  std::optional<DocumentRow> documents;  // with --documents
 };
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -189,16 +215,15 @@ std::int64_t tokens(const std::vector<TokenRun>& runs) {
 
 // The blocks this rank computes, as the strategies compute them (ring_attention.cpp,
 // ulysses_attention.cpp, wallfacer_attention.cpp).
-Schedule compute_schedule(SpStrategy strategy, const Problem& pr, comm::CommGrid& grid) {
+Schedule compute_schedule(SpStrategy strategy, const Problem& pr, comm::CommGrid& grid,
+                          const parallel::ChunkAssignment* chunks) {
   const int P = grid.grid().group_size("sp");
   const int me = grid.group("sp").rank();
   Schedule s{pr.h, pr.h_kv, {}, {}};
   switch (strategy) {
     case SpStrategy::ring: {  // my queries meet every rank's K/V once, forward and backward
-      const auto mine = parallel::rank_tokens(pr.layout(), pr.N, P, 1, me);
-      for (int step = 0; step < P; ++step) {
-        s.forward.push_back({mine, parallel::rank_tokens(pr.layout(), pr.N, P, 1, (me - step + P) % P)});
-      }
+      const auto runs = [&](int rank) { return parallel::rank_tokens(pr.layout(), pr.N, P, 1, rank, 1, chunks); };
+      for (int step = 0; step < P; ++step) s.forward.push_back({runs(me), runs((me - step + P) % P)});
       s.backward = s.forward;
       break;
     }
@@ -216,7 +241,7 @@ Schedule compute_schedule(SpStrategy strategy, const Problem& pr, comm::CommGrid
       const comm::WallFacerLayout& wl = grid.grid().wallfacer();
       const int C = wl.team_size(), G = wl.ring_size();
       const comm::SpPosition pos = wl.position(me);
-      const auto team_runs = [&](int team) { return parallel::team_tokens(pr.layout(), pr.N, P, C, team); };
+      const auto team_runs = [&](int team) { return parallel::team_tokens(pr.layout(), pr.N, P, C, team, chunks); };
       const auto kv0 = team_runs(wl.kv_team_at_step(me, 0));
       for (int i = 0; i < G; ++i) {
         s.forward.push_back({team_runs(wl.team(me)), team_runs(wl.kv_team_at_step(me, i))});
@@ -269,14 +294,15 @@ class ComputeOnly {
       Tensor lse = Tensor::full({pr_.B, s_.heads, first.q.size(1)}, -INFINITY, pr_.dtype, pr_.device);
       for (const Block& b : s_.forward) {
         BlockData& d = data_[i++];
-        fwd_pairs += parallel::block_attention_forward(d.q, b.q_runs, d.k, d.v, b.kv_runs, pr_.causal, scale, o, lse)
+        fwd_pairs += parallel::block_attention_forward(d.q, b.q_runs, d.k, d.v, b.kv_runs, pr_.causal, scale, o, lse,
+                                                       pr_.documents)
                          .unmasked_pairs;
       }
     }
     for (const Block& b : s_.backward) {
       BlockData& d = data_[i++];
       bwd_pairs += parallel::block_attention_backward(d.q, b.q_runs, d.k, d.v, b.kv_runs, pr_.causal, scale, d.o, d.lse,
-                                                      d.d_o, Tensor(), d.dq, d.dk, d.dv)
+                                                      d.d_o, Tensor(), d.dq, d.dk, d.dv, pr_.documents)
                        .unmasked_pairs;
     }
     const double per_pair = double(pr_.B * s_.heads * pr_.d) * 4.0;
@@ -368,13 +394,95 @@ std::vector<Tensor> gather_global(comm::Group& sp, const std::vector<Tensor>& lo
       const std::int64_t from = static_cast<std::int64_t>(r) * per_rank + at;
       pieces[static_cast<std::size_t>(logical_of_rank[r])] = all.slice0(from, from + t.numel()).view(t.shape());
     }
-    global.push_back(parallel::unshard_sequence(pieces, shard.layout, shard.P, shard.C));
+    global.push_back(parallel::unshard_sequence(pieces, shard.layout, shard.P, shard.C, 1, shard.chunks.get()));
     at += t.numel();
   }
   return global;
 }
 
 // ---- one (strategy, C) -----------------------------------------------------------------------
+
+// One strategy's forward + backward on this rank's shard of the inputs: packed when the problem
+// has documents (on the layout balanced by their work, as the strategy lays them out itself).
+class StrategyCall {
+ public:
+  StrategyCall(SpStrategy strategy, comm::CommGrid& grid, const Problem& pr, const Inputs& in)
+      : config_{strategy, pr.layout(), pr.N, /*keep_forward_kv=*/true},
+        shard_(parallel::sp_shard(config_, grid).for_documents(pr.documents)),
+        attention_(parallel::make_sp_attention(config_, grid)) {
+    q_ = shard_.shard(in.q).to(pr.device);
+    k_ = shard_.shard(in.k).to(pr.device);
+    v_ = shard_.shard(in.v).to(pr.device);
+    d_o_ = shard_.shard(in.d_o).to(pr.device);
+    for (Tensor* t : {&q_, &k_, &v_}) t->set_requires_grad();
+    options_.causal = pr.causal;
+    options_.doc_bounds = pr.documents;
+  }
+
+  // One call; with `forward` / `backward` the sp groups' traffic of each pass.
+  AttentionResult operator()(SpTraffic* forward, SpTraffic* backward) {
+    for (Tensor* t : {&q_, &k_, &v_}) t->set_grad(Tensor());
+    if (forward != nullptr) comm::TrafficRegistry::instance().reset();
+    AttentionResult out = attention_->forward(q_, k_, v_, options_);
+    if (forward != nullptr) {
+      *forward = parallel::measured_sp_traffic();
+      comm::TrafficRegistry::instance().reset();
+    }
+    autograd::backward({out.out}, {d_o_});
+    if (backward != nullptr) *backward = parallel::measured_sp_traffic();
+    return out;
+  }
+
+  const parallel::SpShard& shard() const { return shard_; }
+  const Tensor& q() const { return q_; }
+  const Tensor& k() const { return k_; }
+  const Tensor& v() const { return v_; }
+  // The pairs the last forward computed on this rank (−1: the strategy does not count them).
+  std::int64_t forward_pairs() const {
+    const auto* work = dynamic_cast<const parallel::SpAttentionWork*>(attention_.get());
+    return work != nullptr ? work->last_forward_work().unmasked_pairs : -1;
+  }
+
+ private:
+  parallel::SpAttentionConfig config_;
+  parallel::SpShard shard_;
+  std::shared_ptr<nn::AttentionStrategy> attention_;
+  Tensor q_, k_, v_, d_o_;
+  AttentionOptions options_;
+};
+
+// The packed batch's second line: the full causal mask's time and both layouts' work per rank.
+DocumentRow measure_documents(SpStrategy strategy, comm::CommGrid& grid, const Problem& pr, const Inputs& in,
+                              int iters, StrategyCall& packed, const std::vector<std::int64_t>& measured) {
+  comm::Group& world = comm::Runtime::get().world();
+  const parallel::SpShard& shard = packed.shard();
+  const int P = shard.P;
+  DocumentRow d;
+  Problem causal = pr;
+  causal.documents.clear();
+  StrategyCall full(strategy, grid, causal, in);
+  full(nullptr, nullptr);  // warm-up
+  std::vector<double> packed_ms, causal_ms;
+  for (int i = 0; i < iters; ++i) {
+    packed_ms.push_back(slowest_rank_median(world, pr.device, 1, [&] { packed(nullptr, nullptr); }) * 1e3);
+    causal_ms.push_back(slowest_rank_median(world, pr.device, 1, [&] { full(nullptr, nullptr); }) * 1e3);
+  }
+  d.packed_time_ms = median(packed_ms);
+  d.causal_time_ms = median(causal_ms);
+  const std::vector<TokenRun> all{{0, pr.N}};
+  d.work_ratio = double(parallel::unmasked_pairs(all, all, true, pr.documents)) /
+                 double(parallel::unmasked_pairs(all, all, true));
+  for (int l = 0; l < P; ++l) {
+    const auto work = [&](const parallel::ChunkAssignment* chunks) {
+      return parallel::sp_rank_work_pairs(strategy, pr.layout(), pr.N, P, shard.C, 1, l, true, pr.documents, chunks);
+    };
+    d.zigzag_work.push_back(work(nullptr));
+    d.balanced_work.push_back(work(shard.chunks.get()));
+  }
+  d.work_exact = measured == d.balanced_work;
+  d.chunks = shard.chunks ? static_cast<int>(pr.N / shard.chunks->chunk_tokens) : 0;
+  return d;
+}
 
 // `reference` is rank 0's (empty elsewhere); with_reference is the same on every rank.
 Row measure(SpStrategy strategy, comm::CommGrid& grid, const Problem& pr, const Inputs& in, bool with_reference,
@@ -384,27 +492,13 @@ Row measure(SpStrategy strategy, comm::CommGrid& grid, const Problem& pr, const 
   comm::Group& sp = grid.group("sp");
   const int P = sp.size();
   const int C = strategy == SpStrategy::wallfacer ? grid.grid().wallfacer().team_size() : 1;
-  const parallel::SpAttentionConfig config{strategy, pr.layout(), pr.N, /*keep_forward_kv=*/true};
-  const parallel::SpShard shard = parallel::sp_shard(config, grid);
-  const std::shared_ptr<nn::AttentionStrategy> attention = parallel::make_sp_attention(config, grid);
-
-  Tensor q = shard.shard(in.q).to(pr.device), k = shard.shard(in.k).to(pr.device), v = shard.shard(in.v).to(pr.device);
-  const Tensor d_o = shard.shard(in.d_o).to(pr.device);
-  for (Tensor* t : {&q, &k, &v}) t->set_requires_grad();
-  AttentionOptions options;
-  options.causal = pr.causal;
-  const auto call = [&](SpTraffic* forward, SpTraffic* backward) {
-    for (Tensor* t : {&q, &k, &v}) t->set_grad(Tensor());
-    if (forward != nullptr) comm::TrafficRegistry::instance().reset();
-    AttentionResult out = attention->forward(q, k, v, options);
-    if (forward != nullptr) {
-      *forward = parallel::measured_sp_traffic();
-      comm::TrafficRegistry::instance().reset();
-    }
-    autograd::backward({out.out}, {d_o});
-    if (backward != nullptr) *backward = parallel::measured_sp_traffic();
-    return out;
-  };
+  StrategyCall call(strategy, grid, pr, in);
+  const parallel::SpShard& shard = call.shard();
+  std::vector<int> logical_of_rank(static_cast<std::size_t>(P));
+  for (int r = 0; r < P; ++r) {
+    logical_of_rank[static_cast<std::size_t>(r)] =
+        strategy == SpStrategy::wallfacer ? grid.grid().wallfacer().logical_index(r) : r;
+  }
 
   Row row;
   row.strategy = parallel::sp_strategy_name(strategy);
@@ -427,6 +521,12 @@ Row measure(SpStrategy strategy, comm::CommGrid& grid, const Problem& pr, const 
   const std::int64_t live_before = memory_stats(pr.device).live_bytes;  // inputs (and the global copies) excluded
   const AttentionResult out = call(&forward, &backward);
   synchronize(pr.device);  // the call has run (and freed, in stream order) before the count is read
+  std::vector<std::int64_t> measured_pairs(static_cast<std::size_t>(P));  // by logical index
+  const std::vector<std::int64_t> pairs_of_rank = gather_i64(world, call.forward_pairs());
+  for (int r = 0; r < P; ++r) {
+    measured_pairs[static_cast<std::size_t>(logical_of_rank[static_cast<std::size_t>(r)])] =
+        pairs_of_rank[static_cast<std::size_t>(r)];
+  }
   row.peak_mem_bytes =
       static_cast<std::int64_t>(max_over_ranks(world, double(memory_stats(pr.device).peak_bytes - live_before)));
 
@@ -445,14 +545,10 @@ Row measure(SpStrategy strategy, comm::CommGrid& grid, const Problem& pr, const 
   row.coll_bwd_per_rank = gather_i64(world, backward.collective_sent);
 
   if (with_reference) {
-    std::vector<int> logical_of_rank(static_cast<std::size_t>(P));
-    for (int r = 0; r < P; ++r) {
-      logical_of_rank[static_cast<std::size_t>(r)] =
-          strategy == SpStrategy::wallfacer ? grid.grid().wallfacer().logical_index(r) : r;
-    }
     const auto host = [](const Tensor& t) { return t.to(Device::cpu()); };
     const std::vector<Tensor> global =
-        gather_global(sp, {host(out.out), host(q.grad()), host(k.grad()), host(v.grad())}, pr, shard, logical_of_rank);
+        gather_global(sp, {host(out.out), host(call.q().grad()), host(call.k().grad()), host(call.v().grad())}, pr,
+                      shard, logical_of_rank);
     if (reference) {
       row.max_rel_error = std::max({relative_error(global[0], reference->o), relative_error(global[1], reference->dq),
                                     relative_error(global[2], reference->dk), relative_error(global[3], reference->dv)});
@@ -467,12 +563,13 @@ Row measure(SpStrategy strategy, comm::CommGrid& grid, const Problem& pr, const 
   }
 
   // Compute only: the same blocks on local data, every rank at once (as in the real run).
-  ComputeOnly work(compute_schedule(strategy, pr, grid), pr);
+  ComputeOnly work(compute_schedule(strategy, pr, grid, shard.chunks.get()), pr);
   synchronize(pr.device);
   world.barrier();
   const auto [seconds, flops] = time_compute(work, iters, pr.device);
   row.compute_only_ms = max_over_ranks(world, seconds) * 1e3;
   row.compute_rate_ratio = min_over_ranks(world, flops / seconds) / kernel_rate;
+  if (!pr.documents.empty()) row.documents = measure_documents(strategy, grid, pr, in, iters, call, measured_pairs);
   return row;
 }
 
@@ -536,6 +633,21 @@ void print_json(const Row& r, const Problem& pr) {
   j["compute_rate_ratio"] = r.compute_rate_ratio;
   j["peak_mem_bytes"] = r.peak_mem_bytes;
   j["max_rel_error"] = r.max_rel_error ? Json(*r.max_rel_error) : Json(nullptr);
+  if (const std::optional<DocumentRow>& d = r.documents) {
+    j["documents"] = pr.documents[0].size() - 1;
+    j["layout_chunks"] = d->chunks;
+    j["packed_time_ms"] = d->packed_time_ms;
+    j["causal_time_ms"] = d->causal_time_ms;
+    j["work_ratio"] = d->work_ratio;
+    j["time_ratio"] = d->time_ratio();
+    j["time_per_work"] = d->time_ratio() / d->work_ratio;
+    j["time_per_work_within_target"] = d->time_ratio() / d->work_ratio <= kTimePerWorkTarget;
+    j["imbalance_token_zigzag"] = parallel::work_imbalance(d->zigzag_work);
+    j["imbalance_balanced"] = parallel::work_imbalance(d->balanced_work);
+    j["work_per_rank_token_zigzag"] = d->zigzag_work;
+    j["work_per_rank_balanced"] = d->balanced_work;
+    j["work_exact"] = d->work_exact;
+  }
   j["transport_reason"] = r.transport_reason;
   std::printf("%s\n", j.dump().c_str());
 }
@@ -546,6 +658,16 @@ void print_table_header(const Problem& pr, int P) {
               P, static_cast<long long>(pr.N), static_cast<long long>(pr.N / P), static_cast<long long>(pr.B),
               static_cast<long long>(pr.h), static_cast<long long>(pr.h_kv), static_cast<long long>(pr.d),
               pr.causal ? "causal" : "full", dtype_name(pr.dtype), pr.device.str().c_str());
+  if (!pr.documents.empty()) {
+    const std::vector<TokenRun> all{{0, pr.N}};
+    std::printf("packed: %s (one list for every row), %.4f of the causal mask's pairs; each row's second line: the "
+                "same tokens under the full causal mask, time / work against %.2f, work imbalance (max / mean - 1) "
+                "of the token zigzag and of the layout balanced by work\n",
+                describe_documents(pr.documents[0]).c_str(),
+                double(parallel::unmasked_pairs(all, all, true, pr.documents)) /
+                    double(parallel::unmasked_pairs(all, all, true)),
+                kTimePerWorkTarget);
+  }
   std::printf("bytes: sent, summed over ranks (per-rank range in brackets); formula = traffic_model.h\n");
   std::printf("%-9s %2s %9s %9s %9s %6s %6s %6s %7s %8s %8s  %-30s %-30s %s\n", "strategy", "C", "time ms", "comp ms",
               "comm ms", "ovlp", "hidden", "rate", "mem MiB", "error", "exact", "fwd p2p / coll", "bwd p2p / coll",
@@ -565,6 +687,15 @@ void print_table_row(const Row& r) {
               static_cast<long long>(r.formula_forward.collective_sent),
               static_cast<long long>(r.formula_backward.p2p_sent),
               static_cast<long long>(r.formula_backward.collective_sent));
+  if (const std::optional<DocumentRow>& d = r.documents) {
+    const double time_per_work = d->time_ratio() / d->work_ratio;
+    std::printf("  packed %.1f ms, full causal %.1f ms: time %.3f / work %.3f = %.2f (%s %.2f); imbalance: token "
+                "zigzag %.1f%%, balanced %.1f%% (%d chunks)%s\n",
+                d->packed_time_ms, d->causal_time_ms, d->time_ratio(), d->work_ratio, time_per_work,
+                time_per_work <= kTimePerWorkTarget ? "within" : "OVER", kTimePerWorkTarget,
+                100 * parallel::work_imbalance(d->zigzag_work), 100 * parallel::work_imbalance(d->balanced_work),
+                d->chunks, d->work_exact ? "" : "; measured work differs from sp_rank_work_pairs");
+  }
 }
 
 // ---- the command -----------------------------------------------------------------------------
@@ -614,8 +745,12 @@ int run(const Options& o) {
   comm::Runtime& runtime = comm::Runtime::get();
   const int P = runtime.world_size();
   const bool root = runtime.rank() == 0;
+  WF_USER_CHECK(o.documents.empty() || o.mask == "causal",
+                "--documents compares a packed batch with the full causal mask; use --mask causal");
+  DocumentBounds documents;
+  if (!o.documents.empty()) documents.push_back(document_bounds_of(o.documents, o.seq));
   const Problem pr{o.batch, o.seq, o.heads, o.kv_heads > 0 ? o.kv_heads : o.heads, o.head_dim, o.mask == "causal",
-                   o.dtype == "f64" ? DType::f64 : DType::f32, resolve_device(o.device)};
+                   o.dtype == "f64" ? DType::f64 : DType::f32, resolve_device(o.device), documents};
   const comm::GpuTransport transport = parse_transport(o.transport);
   std::vector<SpStrategy> strategies;
   for (const std::string& name : o.strategies) strategies.push_back(parallel::parse_sp_strategy(name));
@@ -632,7 +767,8 @@ int run(const Options& o) {
 
   const Inputs in = global_inputs(pr);
   // Every rank gathers the results (a collective); only rank 0 computes the reference and compares.
-  const bool with_reference = double(pr.N) * double(pr.N) * double(pr.h) <= kMaxReferencePairs;
+  // The reference knows no documents (test_dist [sp_documents] checks packed results per document).
+  const bool with_reference = pr.documents.empty() && double(pr.N) * double(pr.N) * double(pr.h) <= kMaxReferencePairs;
   std::optional<Reference> reference;
   if (with_reference && root) {
     reference = pr.dtype == DType::f64 ? reference_of<double>(pr, in) : reference_of<float>(pr, in);
@@ -721,6 +857,10 @@ void add_bench_attention_command(CLI::App& bench) {
                       "how device tensors travel, as comm.gpu_transport: auto, nccl (the device's own, on its "
                       "communication stream) or staged (MPI through pinned host memory)")
       ->check(CLI::IsMember({"auto", "nccl", "staged"}));
+  command->add_option("--documents", options->documents,
+                      "a packed batch beside the full causal mask, with the layout's work imbalance: document "
+                      "lengths packed into --seq (4096,512,...; the list repeats, the last is cut) or COUNT:mixed / "
+                      "COUNT:equal (e.g. 32:mixed)");
   command->add_flag("--json", options->json, "one JSON object per line per (strategy, C)");
   command->add_flag("--check", options->check, "exit 1 when a measured byte count differs from its formula");
   set_action(*command, [options] {

@@ -70,11 +70,27 @@ std::int64_t BatchLoader::sample_at(std::int64_t index) const { return order_->s
 Batch BatchLoader::get(std::int64_t step, std::int64_t micro) const {
   const std::int64_t N = options_.seq_len;
   const std::int64_t B = options_.micro_batch_size;
-  const auto n_local = static_cast<std::int64_t>(positions_.size());
   Batch batch;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t sample = sample_at(stream_index(step, micro, b));
+    batch.samples.push_back(sample);
+    batch.doc_bounds.push_back(documents_ ? window_document_bounds(*documents_, sample * N, N)
+                                          : std::vector<std::int64_t>{0, N});
+  }
+  // A packed batch is laid out by its documents' work (sequence_layout.h, document_chunks), as the
+  // attention strategies lay it out from the same bounds; otherwise the layout is fixed.
+  std::vector<parallel::TokenRun> packed_runs;
+  std::vector<std::int64_t> packed_positions;
+  if (documents_) {
+    packed_runs = options_.shard.for_documents(batch.doc_bounds).runs();
+    packed_positions = parallel::run_positions(packed_runs);
+  }
+  const std::vector<parallel::TokenRun>& runs = documents_ ? packed_runs : runs_;
+  const std::vector<std::int64_t>& positions = documents_ ? packed_positions : positions_;
+  const auto n_local = static_cast<std::int64_t>(positions.size());
   batch.inputs = Tensor::empty({B, n_local}, DType::i64);
   batch.targets = Tensor::empty({B, n_local}, DType::i64);
-  batch.positions = Tensor::from_vector(positions_, {n_local});
+  batch.positions = Tensor::from_vector(positions, {n_local});
   batch.global_tokens = global_batch_size() * N;  // every position of a window has a target
   batch.doc_positions = Tensor::empty({B, n_local}, DType::i64);
   std::int64_t* inputs = batch.inputs.data<std::int64_t>();
@@ -82,15 +98,12 @@ Batch BatchLoader::get(std::int64_t step, std::int64_t micro) const {
   std::int64_t* doc_positions = batch.doc_positions.data<std::int64_t>();
   std::vector<std::int64_t> window;
   for (std::int64_t b = 0; b < B; ++b) {
-    const std::int64_t sample = sample_at(stream_index(step, micro, b));
-    batch.samples.push_back(sample);
-    batch.doc_bounds.push_back(documents_ ? window_document_bounds(*documents_, sample * N, N)
-                                          : std::vector<std::int64_t>{0, N});
-    document_positions(batch.doc_bounds.back(), positions_, doc_positions + b * n_local);
+    const std::int64_t sample = batch.samples[static_cast<std::size_t>(b)];
+    document_positions(batch.doc_bounds[static_cast<std::size_t>(b)], positions, doc_positions + b * n_local);
     // Only this rank's runs are read, each with the one token after it for the last target:
     // a rank touches N/P + (runs) tokens of a sequence, not N.
     std::int64_t column = b * n_local;
-    for (const parallel::TokenRun& run : runs_) {
+    for (const parallel::TokenRun& run : runs) {
       window.resize(static_cast<std::size_t>(run.length + 1));
       source_->read(sample * N + run.start, run.length + 1, window.data());
       std::copy(window.begin(), window.end() - 1, inputs + column);

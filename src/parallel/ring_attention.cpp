@@ -189,7 +189,7 @@ class RingAttention final : public detail::SpStrategyBase {
   AttentionResult run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
                       detail::Replayed replayed) override {
     const TensorList out = autograd::apply_function(
-        std::make_shared<RingAttentionFunction>(sp_, runs_, options, work_, std::move(replayed)),
+        std::make_shared<RingAttentionFunction>(sp_, runs_for(options), options, work_, std::move(replayed)),
         {q, k, v});
     return {out[0], out[1]};
   }

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "kernels/kernel_args.h"
 #include "src/ops/common.h"
+#include "src/ops/document_attention.h"
 #include "wallfacer/comm/process_grid.h"
 #include "wallfacer/core/error.h"
 
@@ -60,11 +62,43 @@ std::vector<TokenRun> slice_runs(const std::vector<TokenRun>& runs, std::int64_t
   return out;
 }
 
-// Team t's tokens for a layout whose sequence length has already been checked.
-std::vector<TokenRun> team_runs(SequenceLayout layout, std::int64_t N, int P, int C, int team) {
+// wf::Error unless `chunks` can lay out N tokens over T teams of the zigzag: every chunk of K,
+// K·chunk_tokens = N, held once, K/T chunks per team.
+void check_chunks(SequenceLayout layout, const ChunkAssignment& chunks, std::int64_t N, int T) {
+  WF_CHECK(layout == SequenceLayout::zigzag,
+           "sequence layout: a chunk assignment rearranges the zigzag's chunks; the {} layout takes none",
+           sequence_layout_name(layout));
+  std::size_t K = 0;
+  for (const auto& team : chunks.team_chunks) K += team.size();
+  std::vector<int> held(K, 0);
+  bool valid = static_cast<int>(chunks.team_chunks.size()) == T && K > 0 && K % static_cast<std::size_t>(T) == 0 &&
+               chunks.chunk_tokens * static_cast<std::int64_t>(K) == N;
+  for (const auto& team : chunks.team_chunks) {
+    valid = valid && team.size() == K / static_cast<std::size_t>(T) && std::is_sorted(team.begin(), team.end());
+    for (int c : team) {
+      valid = valid && c >= 0 && static_cast<std::size_t>(c) < K && ++held[static_cast<std::size_t>(c)] == 1;
+    }
+  }
+  WF_CHECK(valid,
+           "sequence layout: the chunk assignment ({} teams, chunks of {} tokens) does not lay out N = {} tokens over "
+           "T = {} teams: it must hold every chunk of N / chunk_tokens once, in ascending order, the same number per "
+           "team; build it with balanced_chunk_assignment",
+           chunks.team_chunks.size(), chunks.chunk_tokens, N, T);
+}
+
+// Team t's tokens for a layout whose sequence length (and chunk assignment) has been checked.
+std::vector<TokenRun> team_runs(SequenceLayout layout, std::int64_t N, int P, int C, int team,
+                                const ChunkAssignment* chunks) {
   const int T = P / C;
   const std::int64_t team_tokens = N / T;
   if (layout == SequenceLayout::contiguous) return {{team * team_tokens, team_tokens}};
+  if (chunks != nullptr) {
+    std::vector<TokenRun> runs;
+    for (int c : chunks->team_chunks[static_cast<std::size_t>(team)]) {
+      append_run(runs, {c * chunks->chunk_tokens, chunks->chunk_tokens});
+    }
+    return runs;
+  }
   const std::int64_t chunk = N / (2 * static_cast<std::int64_t>(T));
   std::vector<TokenRun> runs;
   append_run(runs, {team * chunk, chunk});
@@ -117,19 +151,24 @@ void check_sequence_length(SequenceLayout layout, std::int64_t N, int P, int C, 
           sequence_layout_name(layout), N, P, C, why, nearest);
 }
 
-std::vector<TokenRun> team_tokens(SequenceLayout layout, std::int64_t N, int P, int C, int team) {
+std::vector<TokenRun> team_tokens(SequenceLayout layout, std::int64_t N, int P, int C, int team,
+                                  const ChunkAssignment* chunks) {
   check_sequence_length(layout, N, P, C);
   WF_CHECK(team >= 0 && team < P / C, "sequence layout: team {} is outside [0, T = P/C = {})", team, P / C);
-  return team_runs(layout, N, P, C, team);
+  if (chunks != nullptr) check_chunks(layout, *chunks, N, P / C);
+  return team_runs(layout, N, P, C, team, chunks);
 }
 
-std::vector<TokenRun> rank_tokens(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index, int U) {
+std::vector<TokenRun> rank_tokens(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index, int U,
+                                  const ChunkAssignment* chunks) {
   check_sequence_length(layout, N, P, C, U);
   check_logical_index(P, logical_index);
   const int W = P / U;
+  if (chunks != nullptr) check_chunks(layout, *chunks, N, W / C);
   const std::int64_t shard = N / W;  // a WallFacer member's tokens
   const int s = logical_index / U;
-  const std::vector<TokenRun> storage = slice_runs(team_runs(layout, N, W, C, s / C), (s % C) * shard, shard);
+  const std::vector<TokenRun> storage =
+      slice_runs(team_runs(layout, N, W, C, s / C, chunks), (s % C) * shard, shard);
   if (U == 1) return storage;
   // Ulysses rank u's part of the shard: the C = 1 layout over U ranks, of storage indices.
   std::vector<TokenRun> runs;
@@ -148,8 +187,20 @@ std::vector<std::int64_t> run_positions(const std::vector<TokenRun>& runs) {
 }
 
 std::vector<std::int64_t> position_ids(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index,
-                                       int U) {
-  return run_positions(rank_tokens(layout, N, P, C, logical_index, U));
+                                       int U, const ChunkAssignment* chunks) {
+  return run_positions(rank_tokens(layout, N, P, C, logical_index, U, chunks));
+}
+
+SpShard SpShard::for_documents(const DocumentBounds& documents) const {
+  SpShard out = *this;
+  out.chunks = balance_documents ? document_chunks(layout, documents, seq_len, P, C, U) : nullptr;
+  return out;
+}
+
+SpShard SpShard::of_rank(int index) const {
+  SpShard out = *this;
+  out.logical_index = index;
+  return out;
 }
 
 // ---- shard / unshard -------------------------------------------------------------------------
@@ -189,10 +240,11 @@ void check_sequence_tensor(const Tensor& t, const char* what) {
 
 }  // namespace
 
-Tensor shard_sequence(const Tensor& global, SequenceLayout layout, int P, int C, int logical_index, int U) {
+Tensor shard_sequence(const Tensor& global, SequenceLayout layout, int P, int C, int logical_index, int U,
+                      const ChunkAssignment* chunks) {
   check_sequence_tensor(global, "shard_sequence");
   const std::int64_t N = global.size(1);
-  const std::vector<TokenRun> runs = rank_tokens(layout, N, P, C, logical_index, U);
+  const std::vector<TokenRun> runs = rank_tokens(layout, N, P, C, logical_index, U, chunks);
   Shape local_shape = global.shape();
   local_shape[1] = N / P;
   Tensor local = Tensor::empty(local_shape, global.dtype(), global.device());
@@ -200,7 +252,8 @@ Tensor shard_sequence(const Tensor& global, SequenceLayout layout, int P, int C,
   return local;
 }
 
-Tensor unshard_sequence(const std::vector<Tensor>& locals, SequenceLayout layout, int P, int C, int U) {
+Tensor unshard_sequence(const std::vector<Tensor>& locals, SequenceLayout layout, int P, int C, int U,
+                        const ChunkAssignment* chunks) {
   WF_CHECK(P >= 1 && static_cast<int>(locals.size()) == P, "unshard_sequence: {} local tensors for P = {} ranks",
            locals.size(), P);
   check_sequence_tensor(locals[0], "unshard_sequence");
@@ -217,8 +270,8 @@ Tensor unshard_sequence(const std::vector<Tensor>& locals, SequenceLayout layout
   global_shape[1] = N;
   Tensor global = Tensor::empty(global_shape, locals[0].dtype(), locals[0].device());
   for (int l = 0; l < P; ++l) {
-    copy_runs("unshard_sequence", rank_tokens(layout, N, P, C, l, U), locals[static_cast<std::size_t>(l)], global,
-              /*to_local=*/false);
+    copy_runs("unshard_sequence", rank_tokens(layout, N, P, C, l, U, chunks), locals[static_cast<std::size_t>(l)],
+              global, /*to_local=*/false);
   }
   return global;
 }
@@ -257,15 +310,20 @@ std::int64_t unmasked_pairs(const std::vector<std::int64_t>& query_positions,
 
 namespace {
 
-// Pairs (q, k) with k ≤ q between the runs: a causal attention call's pairs (kernel_args.h).
-std::int64_t causal_run_pairs(TokenRun query, TokenRun key) {
+// The attention call of one (query run, key run) block, at the runs' global positions.
+kernels::AttentionShape run_call(TokenRun query, TokenRun key, bool causal) {
   kernels::AttentionShape call;
   call.q_len = query.length;
   call.kv_len = key.length;
-  call.causal = true;
+  call.causal = causal;
   call.q_offset = query.start;
   call.kv_offset = key.start;
-  return kernels::attention_pairs(call);
+  return call;
+}
+
+// Pairs (q, k) with k ≤ q between the runs: a causal attention call's pairs (kernel_args.h).
+std::int64_t causal_run_pairs(TokenRun query, TokenRun key) {
+  return kernels::attention_pairs(run_call(query, key, /*causal=*/true));
 }
 
 std::int64_t total_length(const std::vector<TokenRun>& runs) {
@@ -274,14 +332,21 @@ std::int64_t total_length(const std::vector<TokenRun>& runs) {
   return total;
 }
 
+// Pairs of one (query run, key run) block inside the documents: its document pieces' pairs.
+std::int64_t document_run_pairs(TokenRun query, TokenRun key, bool causal, const DocumentBounds& documents) {
+  return ops::document_pairs(ops::document_pieces(run_call(query, key, causal), documents));
+}
+
 }  // namespace
 
 std::int64_t unmasked_pairs(const std::vector<TokenRun>& query_runs, const std::vector<TokenRun>& key_runs,
-                            bool causal) {
-  if (!causal) return total_length(query_runs) * total_length(key_runs);
+                            bool causal, const DocumentBounds& documents) {
+  if (documents.empty() && !causal) return total_length(query_runs) * total_length(key_runs);
   std::int64_t pairs = 0;
   for (const TokenRun& q : query_runs) {
-    for (const TokenRun& k : key_runs) pairs += causal_run_pairs(q, k);
+    for (const TokenRun& k : key_runs) {
+      pairs += documents.empty() ? causal_run_pairs(q, k) : document_run_pairs(q, k, causal, documents);
+    }
   }
   return pairs;
 }
@@ -289,19 +354,21 @@ std::int64_t unmasked_pairs(const std::vector<TokenRun>& query_runs, const std::
 // ---- work balance ------------------------------------------------------------------------------
 
 std::int64_t wallfacer_rank_work_pairs(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index,
-                                       bool causal) {
+                                       bool causal, const DocumentBounds& documents, const ChunkAssignment* chunks) {
   // Logical indices are the sp indices of the collectives-intra placement.
   const comm::WallFacerLayout grid(P, C, comm::Placement::collectives_intra);
-  const std::vector<TokenRun> queries = team_tokens(layout, N, P, C, grid.team(logical_index));
+  const std::vector<TokenRun> queries = team_tokens(layout, N, P, C, grid.team(logical_index), chunks);
   std::int64_t pairs = 0;
   for (int step = 0; step < grid.ring_size(); ++step) {
-    pairs += unmasked_pairs(queries, team_tokens(layout, N, P, C, grid.kv_team_at_step(logical_index, step)), causal);
+    const int kv_team = grid.kv_team_at_step(logical_index, step);
+    pairs += unmasked_pairs(queries, team_tokens(layout, N, P, C, kv_team, chunks), causal, documents);
   }
   return pairs;
 }
 
-std::int64_t ring_rank_work_pairs(SequenceLayout layout, std::int64_t N, int P, int rank, bool causal) {
-  return wallfacer_rank_work_pairs(layout, N, P, /*C=*/1, rank, causal);
+std::int64_t ring_rank_work_pairs(SequenceLayout layout, std::int64_t N, int P, int rank, bool causal,
+                                  const DocumentBounds& documents, const ChunkAssignment* chunks) {
+  return wallfacer_rank_work_pairs(layout, N, P, /*C=*/1, rank, causal, documents, chunks);
 }
 
 std::int64_t causal_half_blocks(const std::vector<int>& query_chunks, const std::vector<int>& key_chunks) {
@@ -339,6 +406,270 @@ std::int64_t wallfacer_rank_work_half_blocks(int P, int C, int logical_index) {
   std::vector<std::vector<int>> team_chunks;
   for (int t = 0; t < grid.num_teams(); ++t) team_chunks.push_back(zigzag_team_chunks(P, C, t));
   return wallfacer_rank_work_half_blocks(P, C, logical_index, team_chunks);
+}
+
+// ---- packed documents: the zigzag balanced by attention work -----------------------------------
+
+namespace {
+
+// The candidates for g, finest first. WallFacer's members split their team's K/V teams, and a
+// document's work sits mostly in its own chunk (the team meeting its own K/V): teams of C > 1 need
+// chunks much finer than the documents to spread it over the members.
+constexpr int kChunksPerPair[] = {64, 32, 16, 8, 4, 2, 1};
+constexpr int kMaxChunksPerPairOneMember = 8;  // C = 1: a rank is its team, 8 balance within 0.1%
+
+int zigzag_teams(int P, int C, int U) { return P / U / C; }  // of a checked (P, C, U)
+
+std::int64_t max_team_work(const ChunkAssignment& a, const std::vector<std::int64_t>& work) {
+  std::int64_t most = 0;
+  for (const auto& team : a.team_chunks) {
+    std::int64_t load = 0;
+    for (int c : team) load += work[static_cast<std::size_t>(c)];
+    most = std::max(most, load);
+  }
+  return most;
+}
+
+// Deals `items` (groups of chunks) heaviest first (then by index) to the least loaded team (then
+// the lowest) that holds fewer than `capacity` items; each team's chunks end up ascending.
+ChunkAssignment deal(const std::vector<std::vector<int>>& items, const std::vector<std::int64_t>& work, int T,
+                     std::size_t capacity, std::int64_t chunk_tokens) {
+  std::vector<std::int64_t> item_work;
+  for (const auto& item : items) {
+    std::int64_t w = 0;
+    for (int c : item) w += work[static_cast<std::size_t>(c)];
+    item_work.push_back(w);
+  }
+  std::vector<std::size_t> order(items.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return item_work[a] > item_work[b]; });
+  ChunkAssignment out{chunk_tokens, std::vector<std::vector<int>>(static_cast<std::size_t>(T))};
+  std::vector<std::int64_t> load(static_cast<std::size_t>(T), 0);
+  std::vector<std::size_t> held(static_cast<std::size_t>(T), 0);
+  for (std::size_t i : order) {
+    std::size_t best = load.size();
+    for (std::size_t t = 0; t < load.size(); ++t) {
+      if (held[t] < capacity && (best == load.size() || load[t] < load[best])) best = t;
+    }
+    load[best] += item_work[i];
+    ++held[best];
+    for (int c : items[i]) out.team_chunks[best].push_back(c);
+  }
+  for (auto& team : out.team_chunks) std::sort(team.begin(), team.end());
+  return out;
+}
+
+// The causal pairs inside documents between two chunks of `chunk_tokens` tokens: one entry per
+// (query chunk, key chunk ≤ it) that a document spans, per row with its own boundaries (a list
+// shared by every row once), as block_attention counts them.
+struct ChunkPairWork {
+  int query = 0, key = 0;
+  std::int64_t pairs = 0;
+};
+std::vector<ChunkPairWork> chunk_pair_work(const DocumentBounds& documents, std::int64_t chunk_tokens) {
+  const bool shared = std::all_of(documents.begin(), documents.end(), [&](const auto& b) { return b == documents[0]; });
+  std::vector<ChunkPairWork> out;
+  for (std::size_t r = 0; r < (shared ? std::size_t{1} : documents.size()); ++r) {
+    const std::vector<std::int64_t>& bounds = documents[r];
+    for (std::size_t d = 0; d + 1 < bounds.size(); ++d) {
+      const std::int64_t start = bounds[d], end = bounds[d + 1];
+      const auto part = [&](std::int64_t c) {  // chunk c's tokens inside the document
+        const std::int64_t from = std::max(start, c * chunk_tokens), to = std::min(end, (c + 1) * chunk_tokens);
+        return TokenRun{from, to - from};
+      };
+      for (std::int64_t q = start / chunk_tokens; q * chunk_tokens < end; ++q) {
+        for (std::int64_t k = start / chunk_tokens; k <= q; ++k) {
+          out.push_back({static_cast<int>(q), static_cast<int>(k), causal_run_pairs(part(q), part(k))});
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Which WallFacer rank (of W in teams of C) computes the pairs of a query chunk of team tq and a
+// key chunk of team tk: a query team meets each K/V team on exactly one of its members.
+class PairOwners {
+ public:
+  PairOwners(int W, int C) : T_(W / C), owner_(static_cast<std::size_t>(T_ * T_), -1) {
+    const comm::WallFacerLayout grid(W, C, comm::Placement::collectives_intra);
+    for (int l = 0; l < W; ++l) {
+      for (int step = 0; step < grid.ring_size(); ++step) {
+        owner_[static_cast<std::size_t>(grid.team(l) * T_ + grid.kv_team_at_step(l, step))] = l;
+      }
+    }
+  }
+  std::size_t operator()(int tq, int tk) const {
+    const int l = owner_[static_cast<std::size_t>(tq * T_ + tk)];
+    WF_CHECK(l >= 0, "balanced_chunk_assignment: no WallFacer rank meets K/V team {} with team {}'s queries", tk, tq);
+    return static_cast<std::size_t>(l);
+  }
+
+ private:
+  int T_;
+  std::vector<int> owner_;
+};
+
+// The busiest WallFacer rank's pairs under `a` (wallfacer_rank_work_pairs, from the chunk pairs).
+std::int64_t max_rank_work(const ChunkAssignment& a, const std::vector<ChunkPairWork>& pairs, const PairOwners& owner,
+                           int W) {
+  std::vector<int> team_of(a.team_chunks.size() * a.team_chunks[0].size());
+  for (std::size_t t = 0; t < a.team_chunks.size(); ++t) {
+    for (int c : a.team_chunks[t]) team_of[static_cast<std::size_t>(c)] = static_cast<int>(t);
+  }
+  std::vector<std::int64_t> work(static_cast<std::size_t>(W), 0);
+  for (const ChunkPairWork& p : pairs) {
+    work[owner(team_of[static_cast<std::size_t>(p.query)], team_of[static_cast<std::size_t>(p.key)])] += p.pairs;
+  }
+  return *std::max_element(work.begin(), work.end());
+}
+
+// Chunks dealt heaviest first (then by index), each to the team with room for 2g that leaves the
+// busiest WallFacer rank least loaded (then the lowest team), counting its pairs with the chunks
+// already dealt.
+ChunkAssignment deal_by_rank(const std::vector<std::int64_t>& work, const std::vector<ChunkPairWork>& pairs,
+                             const PairOwners& owner, int W, int T, int g, std::int64_t chunk_tokens) {
+  const auto K = work.size();
+  std::vector<std::vector<const ChunkPairWork*>> touching(K);  // the pairs each chunk is part of
+  for (const ChunkPairWork& p : pairs) {
+    touching[static_cast<std::size_t>(p.query)].push_back(&p);
+    if (p.key != p.query) touching[static_cast<std::size_t>(p.key)].push_back(&p);
+  }
+  std::vector<std::size_t> order(K);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return work[a] > work[b]; });
+  std::vector<int> team_of(K, -1), held(static_cast<std::size_t>(T), 0);
+  std::vector<std::int64_t> load(static_cast<std::size_t>(W), 0);
+  ChunkAssignment out{chunk_tokens, std::vector<std::vector<int>>(static_cast<std::size_t>(T))};
+  for (std::size_t c : order) {
+    int best = -1;
+    std::int64_t best_most = 0;
+    std::vector<std::int64_t> best_load;
+    for (int t = 0; t < T; ++t) {
+      if (held[static_cast<std::size_t>(t)] >= 2 * g) continue;
+      std::vector<std::int64_t> trial = load;
+      team_of[c] = t;
+      for (const ChunkPairWork* p : touching[c]) {
+        const int tq = team_of[static_cast<std::size_t>(p->query)], tk = team_of[static_cast<std::size_t>(p->key)];
+        if (tq >= 0 && tk >= 0) trial[owner(tq, tk)] += p->pairs;
+      }
+      team_of[c] = -1;
+      const std::int64_t most = *std::max_element(trial.begin(), trial.end());
+      if (best < 0 || most < best_most) {
+        best = t;
+        best_most = most;
+        best_load = std::move(trial);
+      }
+    }
+    team_of[c] = best;
+    load = std::move(best_load);
+    ++held[static_cast<std::size_t>(best)];
+    out.team_chunks[static_cast<std::size_t>(best)].push_back(static_cast<int>(c));
+  }
+  for (auto& team : out.team_chunks) std::sort(team.begin(), team.end());
+  return out;
+}
+
+}  // namespace
+
+int chunks_per_pair(std::int64_t N, int P, int C, int U) {
+  check_sequence_length(SequenceLayout::zigzag, N, P, C, U);
+  const std::int64_t multiple = sequence_length_multiple(SequenceLayout::zigzag, P, C, U);
+  const std::int64_t pair_chunks = 2 * static_cast<std::int64_t>(zigzag_teams(P, C, U));
+  for (int g : kChunksPerPair) {
+    if ((C > 1 || g <= kMaxChunksPerPairOneMember) && N % std::lcm(multiple, pair_chunks * g) == 0) return g;
+  }
+  return 1;
+}
+
+ChunkAssignment zigzag_chunk_assignment(std::int64_t N, int P, int C, int U) {
+  check_sequence_length(SequenceLayout::zigzag, N, P, C, U);
+  const int T = zigzag_teams(P, C, U);
+  ChunkAssignment out{N / (2 * static_cast<std::int64_t>(T)), {}};
+  for (int t = 0; t < T; ++t) out.team_chunks.push_back(zigzag_team_chunks(T, 1, t));
+  return out;
+}
+
+std::vector<std::int64_t> chunk_work_pairs(const DocumentBounds& documents, std::int64_t N, std::int64_t chunks) {
+  WF_CHECK(N >= 1 && chunks >= 1 && N % chunks == 0, "chunk_work_pairs: {} chunks do not cut N = {} tokens evenly",
+           chunks, N);
+  ops::check_document_bounds("chunk_work_pairs", documents, static_cast<std::int64_t>(documents.size()), N);
+  const std::int64_t length = N / chunks;
+  std::vector<std::int64_t> work;
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    work.push_back(unmasked_pairs({{c * length, length}}, {{0, N}}, /*causal=*/true, documents));
+  }
+  return work;
+}
+
+ChunkAssignment balanced_chunk_assignment(const DocumentBounds& documents, std::int64_t N, int P, int C, int U) {
+  // One causal document per row: the zigzag gives every rank the same work already.
+  const std::vector<std::int64_t> whole{0, N};
+  if (std::all_of(documents.begin(), documents.end(), [&](const auto& b) { return b == whole; })) {
+    return zigzag_chunk_assignment(N, P, C, U);
+  }
+  const int g = chunks_per_pair(N, P, C, U), T = zigzag_teams(P, C, U);
+  const int K = 2 * T * g;
+  const std::int64_t chunk_tokens = N / K;
+  const std::vector<std::int64_t> work = chunk_work_pairs(documents, N, K);
+
+  // 1. The token zigzag at this granularity: team t holds the g chunks of zigzag chunks t and 2T−1−t.
+  ChunkAssignment zigzag{chunk_tokens, std::vector<std::vector<int>>(static_cast<std::size_t>(T))};
+  for (int t = 0; t < T; ++t) {
+    for (int half : zigzag_team_chunks(T, 1, t)) {
+      for (int i = 0; i < g; ++i) zigzag.team_chunks[static_cast<std::size_t>(t)].push_back(half * g + i);
+    }
+  }
+  // 2. Folded pairs: the lightest chunk with the heaviest, the second with the second, ...
+  std::vector<int> by_work(static_cast<std::size_t>(K));
+  std::iota(by_work.begin(), by_work.end(), 0);
+  std::stable_sort(by_work.begin(), by_work.end(), [&](int a, int b) {
+    return work[static_cast<std::size_t>(a)] < work[static_cast<std::size_t>(b)];
+  });
+  std::vector<std::vector<int>> pairs, singles;
+  for (int i = 0; i < K / 2; ++i) {
+    pairs.push_back({by_work[static_cast<std::size_t>(i)], by_work[static_cast<std::size_t>(K - 1 - i)]});
+  }
+  // 3. LPT over single chunks.
+  for (int c = 0; c < K; ++c) singles.push_back({c});
+
+  const ChunkAssignment candidates[] = {zigzag, deal(pairs, work, T, static_cast<std::size_t>(g), chunk_tokens),
+                                        deal(singles, work, T, 2 * static_cast<std::size_t>(g), chunk_tokens)};
+  // The busiest rank's work: its team's (C = 1), or its own share of it (C > 1: the K/V teams it
+  // meets on WallFacer's sub-rings, which need C² | P/U; a layout without them counts teams).
+  const int W = P / U;
+  const bool per_rank = C > 1 && W % (C * C) == 0;
+  const std::vector<ChunkPairWork> pair_work = per_rank ? chunk_pair_work(documents, chunk_tokens)
+                                                        : std::vector<ChunkPairWork>{};
+  const std::optional<PairOwners> owner = per_rank ? std::optional<PairOwners>(PairOwners(W, C)) : std::nullopt;
+  const auto cost = [&](const ChunkAssignment& a) {
+    return per_rank ? max_rank_work(a, pair_work, *owner, W) : max_team_work(a, work);
+  };
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < std::size(candidates); ++i) {
+    if (cost(candidates[i]) < cost(candidates[best])) best = i;
+  }
+  if (per_rank) {  // 4. (C > 1) dealt by the busiest rank's work, when that beats the three above
+    ChunkAssignment by_rank = deal_by_rank(work, pair_work, *owner, W, T, g, chunk_tokens);
+    if (cost(by_rank) < cost(candidates[best])) return by_rank;
+  }
+  // The zigzag in its own chunks, so that a layout that need not change is the standard one.
+  return best == 0 ? zigzag_chunk_assignment(N, P, C, U) : candidates[best];
+}
+
+std::shared_ptr<const ChunkAssignment> document_chunks(SequenceLayout layout, const DocumentBounds& documents,
+                                                       std::int64_t N, int P, int C, int U) {
+  if (layout != SequenceLayout::zigzag || documents.empty()) return nullptr;
+  return std::make_shared<const ChunkAssignment>(balanced_chunk_assignment(documents, N, P, C, U));
+}
+
+double work_imbalance(const std::vector<std::int64_t>& per_rank) {
+  if (per_rank.empty()) return 0;
+  const std::int64_t most = *std::max_element(per_rank.begin(), per_rank.end());
+  const double mean = double(std::accumulate(per_rank.begin(), per_rank.end(), std::int64_t{0})) /
+                      double(per_rank.size());
+  return mean > 0 ? double(most) / mean - 1.0 : 0.0;
 }
 
 }  // namespace wf::parallel

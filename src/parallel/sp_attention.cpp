@@ -37,8 +37,26 @@ SpShard sp_shard(const SpAttentionConfig& config, const comm::CommGrid& grid) {
   } else {
     shard.logical_index = sp_index;  // ring and Ulysses: C = 1 over the physical sp index
   }
+  // Ulysses gathers the whole sequence per head group: its work is balanced whatever it holds.
+  shard.balance_documents = config.strategy != SpStrategy::ulysses;
   check_sequence_length(shard.layout, shard.seq_len, shard.P, shard.C, shard.U);
   return shard;
+}
+
+std::int64_t sp_rank_work_pairs(SpStrategy strategy, SequenceLayout layout, std::int64_t N, int P, int C, int U,
+                                int logical_index, bool causal, const DocumentBounds& documents,
+                                const ChunkAssignment* chunks) {
+  const auto whole_sequence = [&] { return unmasked_pairs({{0, N}}, {{0, N}}, causal, documents); };
+  switch (strategy) {
+    case SpStrategy::ring: return ring_rank_work_pairs(layout, N, P, logical_index, causal, documents, chunks);
+    case SpStrategy::ulysses: return whole_sequence();
+    case SpStrategy::wallfacer:
+      return wallfacer_rank_work_pairs(layout, N, P, C, logical_index, causal, documents, chunks);
+    case SpStrategy::ulysses_wallfacer:
+      if (U == P) return whole_sequence();  // Ulysses itself
+      return wallfacer_rank_work_pairs(layout, N, P / U, C, logical_index / U, causal, documents, chunks);
+  }
+  WF_FAIL("unknown sp strategy {}", static_cast<int>(strategy));
 }
 
 std::shared_ptr<nn::AttentionStrategy> make_sp_attention(const SpAttentionConfig& config, comm::CommGrid& grid) {

@@ -25,12 +25,39 @@ SpStrategyBase::SpStrategyBase(std::string name, const SpAttentionConfig& config
 
 SpStrategyBase::SpStrategyBase(std::string name, const SpAttentionConfig& config, comm::Group& sp, int C, int U,
                                const std::vector<int>& logical)
-    : name_(std::move(name)), config_(config), sp_(sp), P_(sp.size()), rank_(sp.rank()) {
+    : name_(std::move(name)), config_(config), sp_(sp), P_(sp.size()), rank_(sp.rank()), C_(C), U_(U),
+      logical_(logical) {
   check_sequence_length(config_.layout, config_.seq_len, P_, C, U);
   WF_CHECK(static_cast<int>(logical.size()) == P_, "{} attention: {} logical indices for {} sp ranks", name_,
            logical.size(), P_);
   runs_.reserve(static_cast<std::size_t>(P_));
   for (int l : logical) runs_.push_back(rank_tokens(config_.layout, config_.seq_len, P_, C, l, U));
+}
+
+std::shared_ptr<const ChunkAssignment> DocumentChunkCache::get(SequenceLayout layout, const DocumentBounds& documents,
+                                                               std::int64_t N, int P, int C, int U, bool* changed) {
+  const bool same = valid_ && documents == documents_;
+  if (!same) {
+    chunks_ = document_chunks(layout, documents, N, P, C, U);
+    documents_ = documents;
+    valid_ = true;
+  }
+  if (changed != nullptr) *changed = !same;
+  return chunks_;
+}
+
+const std::vector<std::vector<TokenRun>>& SpStrategyBase::runs_for(const AttentionOptions& options) {
+  bool changed = false;
+  const std::shared_ptr<const ChunkAssignment> chunks =
+      chunks_.get(config_.layout, options.doc_bounds, config_.seq_len, P_, C_, U_, &changed);
+  if (chunks == nullptr) return runs_;
+  if (changed) {
+    document_runs_.clear();
+    for (int l : logical_) {
+      document_runs_.push_back(rank_tokens(config_.layout, config_.seq_len, P_, C_, l, U_, chunks.get()));
+    }
+  }
+  return document_runs_;
 }
 
 void SpStrategyBase::check_call(const Tensor& q, const Tensor& k, const Tensor& v,

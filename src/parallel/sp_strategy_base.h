@@ -30,6 +30,20 @@ using Replayed = std::optional<AttentionResult>;
 // q's dtype. Returns both detached, so the replay's graph never reaches whatever made them.
 AttentionResult check_replayed(const char* what, const Tensor& q, const AttentionResult& saved);
 
+// The chunk assignment (sequence_layout.h, document_chunks) of the last documents a strategy
+// saw: a model calls attention once per layer with the same bounds, so it is derived once.
+class DocumentChunkCache {
+ public:
+  // get() for these documents; `changed` says whether it differs from the previous call's.
+  std::shared_ptr<const ChunkAssignment> get(SequenceLayout layout, const DocumentBounds& documents, std::int64_t N,
+                                             int P, int C, int U, bool* changed = nullptr);
+
+ private:
+  bool valid_ = false;
+  DocumentBounds documents_;
+  std::shared_ptr<const ChunkAssignment> chunks_;
+};
+
 class SpStrategyBase : public nn::AttentionStrategy, public SpAttentionWork {
  public:
   // Both check the call, then run(): forward without a saved result, replay with one (it also
@@ -60,12 +74,22 @@ class SpStrategyBase : public nn::AttentionStrategy, public SpAttentionWork {
   virtual AttentionResult run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
                               Replayed replayed) = 0;
 
+  // runs_ for a call: with packed documents on the zigzag, the layout balanced by their work
+  // (document_chunks, the loader's rule), derived again only when the documents change.
+  const std::vector<std::vector<TokenRun>>& runs_for(const AttentionOptions& options);
+
   std::string name_;
   SpAttentionConfig config_;
   comm::Group& sp_;
   int P_ = 1, rank_ = 0;
   std::vector<std::vector<TokenRun>> runs_;  // runs_[ρ]: the tokens sp rank ρ holds
   std::shared_ptr<WorkRecord> work_ = std::make_shared<WorkRecord>();
+
+ private:
+  int C_ = 1, U_ = 1;
+  std::vector<int> logical_;
+  DocumentChunkCache chunks_;
+  std::vector<std::vector<TokenRun>> document_runs_;  // runs_ under chunks_'s assignment
 };
 
 // ---- dtypes under mixed precision ------------------------------------------------------------

@@ -232,6 +232,8 @@ class UlyssesAttentionFunction final : public autograd::Function {
 
 class UlyssesAttention final : public detail::SpStrategyBase {
  public:
+  // Packed documents keep the token layout (SpShard::balance_documents): every rank attends over
+  // the whole sequence for its heads, so its work is the same whatever tokens it holds.
   UlyssesAttention(const SpAttentionConfig& config, comm::Group& sp) : SpStrategyBase("ulysses", config, sp) {
     for (const auto& runs : runs_) positions_.push_back(run_positions(runs));
   }

@@ -174,6 +174,7 @@ class UlyssesWallFacerAttention final : public detail::SpStrategyBase {
                        grid.grid().config().U, logical_indices(grid.grid())),
         ulysses_(grid.group("sp.ulysses")),
         wallfacer_(detail::locate_wallfacer(config, grid, "sp.wallfacer")),
+        grid_C_(grid.grid().config().C),
         keep_forward_kv_(config.keep_forward_kv) {
     const int U = ulysses_.size(), W = P_ / U;
     WF_CHECK(U == grid.grid().config().U, "{}: the grid's sp.ulysses group has {} ranks but U = {}", kWhat, U,
@@ -192,8 +193,12 @@ class UlyssesWallFacerAttention final : public detail::SpStrategyBase {
     const std::string problem = ulysses_heads_problem(q.size(2), k.size(2), ulysses_.size());
     WF_CHECK(problem.empty(), "{} (Ulysses degree U = {}, the 'P' below): {}", kWhat, ulysses_.size(), problem);
     const detail::WallFacerCall call{options.causal, options.scale, keep_forward_kv_, options.doc_bounds};
+    // Packed documents rearrange the WallFacer shards' chunks; each shard's Ulysses split (positions_,
+    // storage indices) stays.
+    const std::shared_ptr<const detail::WallFacerRank> laid_out =
+        documents_.rank_for(wallfacer_, options.doc_bounds, P_, grid_C_, ulysses_.size());
     const TensorList out = autograd::apply_function(
-        std::make_shared<UlyssesWallFacerFunction>(ulysses_, positions_, wallfacer_, call, k.size(2), work_,
+        std::make_shared<UlyssesWallFacerFunction>(ulysses_, positions_, laid_out, call, k.size(2), work_,
                                                    std::move(replayed)),
         {q, k, v});
     return {out[0], out[1]};
@@ -201,6 +206,8 @@ class UlyssesWallFacerAttention final : public detail::SpStrategyBase {
 
   comm::Group& ulysses_;
   std::shared_ptr<const detail::WallFacerRank> wallfacer_;
+  detail::WallFacerDocuments documents_;  // wallfacer_ laid out for the last packed documents
+  int grid_C_;
   bool keep_forward_kv_;
   std::shared_ptr<const Positions> positions_;
 };

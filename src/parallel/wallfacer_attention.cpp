@@ -105,6 +105,9 @@ struct WallFacerRank {
   std::vector<std::vector<TokenRun>> kv_runs;      // forward step i: the K/V held
   std::vector<std::vector<TokenRun>> bundle_runs;  // backward step i: the visiting queries
   std::vector<std::vector<TokenRun>> teams;        // every team's tokens: the ring steps look at every rank
+  int query_team = 0;                              // whose tokens the runs above are: team_runs'
+  std::vector<int> kv_teams, bundle_teams;         // kv_runs' and bundle_runs'
+  std::shared_ptr<const ChunkAssignment> chunks;   // the layout the runs follow (null: the zigzag)
 
   std::int64_t local_tokens() const { return seq_len / P; }
   // The sub-ring rank `distance` positions on (back for a negative one).
@@ -148,16 +151,43 @@ std::shared_ptr<const WallFacerRank> locate_wallfacer(const SpAttentionConfig& c
            "(P = {}, C = {}, G = {})",
            kWhat, dispatch_group, r.sp->size(), r.team->size(), r.ring->size(), r.P, r.C, r.G);
 
-  const int team = wl.team(me);
-  r.team_runs = team_tokens(r.layout, r.seq_len, r.P, r.C, team);
+  r.query_team = wl.team(me);
   for (int i = 0; i < r.G; ++i) {
-    r.kv_runs.push_back(team_tokens(r.layout, r.seq_len, r.P, r.C, wl.kv_team_at_step(me, i)));
+    r.kv_teams.push_back(wl.kv_team_at_step(me, i));
     // The bundle held at step i started i positions back on the sub-ring, in this team group.
-    const int bundle_team = pos.team_group * r.G + (pos.ring_pos - i + r.G) % r.G;
-    r.bundle_runs.push_back(team_tokens(r.layout, r.seq_len, r.P, r.C, bundle_team));
+    r.bundle_teams.push_back(pos.team_group * r.G + (pos.ring_pos - i + r.G) % r.G);
   }
-  for (int t = 0; t < wl.num_teams(); ++t) r.teams.push_back(team_tokens(r.layout, r.seq_len, r.P, r.C, t));
+  lay_out_runs(r);
   return located;
+}
+
+void lay_out_runs(WallFacerRank& r) {
+  const auto runs = [&r](int team) { return team_tokens(r.layout, r.seq_len, r.P, r.C, team, r.chunks.get()); };
+  r.team_runs = runs(r.query_team);
+  r.kv_runs.clear();
+  r.bundle_runs.clear();
+  r.teams.clear();
+  for (int t = 0; t < r.P / r.C; ++t) r.teams.push_back(runs(t));
+  for (int i = 0; i < r.G; ++i) {
+    r.kv_runs.push_back(runs(r.kv_teams[static_cast<std::size_t>(i)]));
+    r.bundle_runs.push_back(runs(r.bundle_teams[static_cast<std::size_t>(i)]));
+  }
+}
+
+std::shared_ptr<const WallFacerRank> WallFacerDocuments::rank_for(const std::shared_ptr<const WallFacerRank>& base,
+                                                                  const DocumentBounds& documents, int P, int C,
+                                                                  int U) {
+  bool changed = false;
+  std::shared_ptr<const ChunkAssignment> chunks =
+      chunks_.get(base->layout, documents, base->seq_len, P, C, U, &changed);
+  if (chunks == nullptr) return base;
+  if (changed || rank_ == nullptr) {
+    auto laid_out = std::make_shared<WallFacerRank>(*base);
+    laid_out->chunks = std::move(chunks);
+    lay_out_runs(*laid_out);
+    rank_ = std::move(laid_out);
+  }
+  return rank_;
 }
 
 }  // namespace detail
@@ -575,8 +605,10 @@ class WallFacerAttention final : public nn::AttentionStrategy, public SpAttentio
   AttentionResult run(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
                       detail::Replayed replayed) {
     const CallOptions call{options.causal, options.scale, keep_forward_kv_, options.doc_bounds};
+    const std::shared_ptr<const WallFacerRank> laid_out = documents_.rank_for(rank_, options.doc_bounds, rank_->P,
+                                                                              rank_->C, /*U=*/1);
     const TensorList outs = autograd::apply_function(
-        std::make_shared<WallFacerFunction>(rank_, call, work_, std::move(replayed)), {q, k, v});
+        std::make_shared<WallFacerFunction>(laid_out, call, work_, std::move(replayed)), {q, k, v});
     return {outs[0], outs[1]};
   }
 
@@ -602,6 +634,7 @@ class WallFacerAttention final : public nn::AttentionStrategy, public SpAttentio
   }
 
   std::shared_ptr<const WallFacerRank> rank_;
+  detail::WallFacerDocuments documents_;  // rank_ laid out for the last packed documents
   bool keep_forward_kv_;
   std::shared_ptr<detail::WorkRecord> work_ = std::make_shared<detail::WorkRecord>();
 };

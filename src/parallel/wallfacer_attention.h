@@ -30,6 +30,21 @@ namespace detail {
 struct WallFacerRank;
 std::shared_ptr<const WallFacerRank> locate_wallfacer(const SpAttentionConfig& config, comm::CommGrid& grid,
                                                      const char* dispatch_group);
+// (Re)computes the runs of a located rank from its teams and chunk assignment.
+void lay_out_runs(WallFacerRank& rank);
+
+// A located rank for packed documents: laid out by the chunk assignment of their work
+// (document_chunks over the sp group's P, C, U), the one the last call's documents gave kept.
+class WallFacerDocuments {
+ public:
+  // `base` itself when the documents ask for no assignment.
+  std::shared_ptr<const WallFacerRank> rank_for(const std::shared_ptr<const WallFacerRank>& base,
+                                                const DocumentBounds& documents, int P, int C, int U);
+
+ private:
+  DocumentChunkCache chunks_;
+  std::shared_ptr<const WallFacerRank> rank_;
+};
 
 struct WallFacerCall {
   bool causal = false;

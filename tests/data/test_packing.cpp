@@ -1,7 +1,8 @@
 // Packed documents in the batch loader: every (sp) rank's positions inside documents and each
 // row's document boundaries against a reference built from the document list, for the contiguous
-// and zigzag layouts (P = 1, 2, 4, C = 1, 2); the tokens are those of the unpacked loader, and a
-// fresh loader resumes at any step.
+// and zigzag layouts (P = 1, 2, 4, C = 1, 2); the zigzag of a packed batch is the one balanced by
+// its documents' work (sequence_layout.h's document_chunks), the tokens are the window's at the
+// positions it gives, and a fresh loader resumes at any step.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -105,6 +106,7 @@ TEST_CASE("packing: every sp rank's positions inside documents and each row's bo
   // rank's chunk), a document spanning several sequences.
   const auto source = std::make_shared<DocumentSource>(
       Values{1, 1, 1, 5, 24, 2, 50, 1, 9, 24, 3, 3, 1, 70, 6, 1, 1, 17, 24, 12});
+  int rearranged = 0;
   for (SequenceLayout layout : {SequenceLayout::zigzag, SequenceLayout::contiguous}) {
     for (int P : {1, 2, 4}) {
       for (int C : {1, 2}) {
@@ -114,15 +116,18 @@ TEST_CASE("packing: every sp rank's positions inside documents and each row's bo
           const SpShard shard{layout, N, P, C, l};
           const BatchLoader loader(source, packed(N, shard));
           const BatchLoader plain(source, packed(N, shard, false));
-          const Values positions = wf::parallel::run_positions(shard.runs());
+          const Values fixed = wf::parallel::run_positions(shard.runs());
           for (std::int64_t step = 0; step < 4; ++step) {
             for (std::int64_t micro = 0; micro < 2; ++micro) {
               const Batch batch = loader.get(step, micro);
               const Batch unpacked = plain.get(step, micro);
-              // The same tokens, targets and sequence positions as without packing.
-              REQUIRE(batch.inputs.to_vector<std::int64_t>() == unpacked.inputs.to_vector<std::int64_t>());
-              REQUIRE(batch.targets.to_vector<std::int64_t>() == unpacked.targets.to_vector<std::int64_t>());
+              // Packed, the layout follows the batch's documents (the attention strategies derive
+              // the same from doc_bounds): the zigzag balanced by their work.
+              const auto chunks = wf::parallel::document_chunks(layout, batch.doc_bounds, N, P, C);
+              const Values positions = wf::parallel::position_ids(layout, N, P, C, l, 1, chunks.get());
+              if (positions != fixed) ++rearranged;
               REQUIRE(batch.positions.to_vector<std::int64_t>() == positions);
+              REQUIRE(unpacked.positions.to_vector<std::int64_t>() == fixed);
               REQUIRE(batch.samples == unpacked.samples);
               REQUIRE(batch.doc_positions.shape() == wf::Shape{2, static_cast<std::int64_t>(positions.size())});
               REQUIRE(batch.doc_bounds.size() == 2);
@@ -130,12 +135,19 @@ TEST_CASE("packing: every sp rank's positions inside documents and each row's bo
                 const std::int64_t window_start = batch.samples[static_cast<std::size_t>(b)] * N;
                 const DocumentIndex& index = source->index();
                 CHECK(batch.doc_bounds[static_cast<std::size_t>(b)] == reference_bounds(index, window_start, N));
-                Values expected;
-                for (const std::int64_t p : positions) expected.push_back(reference_position(index, window_start, p));
+                // The window's tokens at those positions (token t of the source is t mod 1000).
+                Values expected, inputs, targets;
+                for (const std::int64_t p : positions) {
+                  expected.push_back(reference_position(index, window_start, p));
+                  inputs.push_back((window_start + p) % 1000);
+                  targets.push_back((window_start + p + 1) % 1000);
+                }
                 CHECK(row(batch.doc_positions, b) == expected);
-                // Without packing: one document.
+                CHECK(row(batch.inputs, b) == inputs);
+                CHECK(row(batch.targets, b) == targets);
+                // Without packing: one document, the fixed layout.
                 CHECK(unpacked.doc_bounds[static_cast<std::size_t>(b)] == Values{0, N});
-                CHECK(row(unpacked.doc_positions, b) == positions);
+                CHECK(row(unpacked.doc_positions, b) == fixed);
               }
             }
           }
@@ -143,6 +155,7 @@ TEST_CASE("packing: every sp rank's positions inside documents and each row's bo
       }
     }
   }
+  CHECK(rearranged > 0);  // some batches' documents did move the zigzag's chunks
 }
 
 TEST_CASE("packing: a fresh loader gives the batch of any step again", "[data][packing]") {

@@ -117,20 +117,18 @@ void check_traffic(const char* what, const SpTraffic& got, const SpTraffic& expe
   CHECK(got == expected);
 }
 
-// Unmasked pairs a rank's forward must compute (sequence_layout.h's work functions).
-std::int64_t expected_pairs(const SpCase& c, int P, int logical_index) {
-  switch (c.strategy) {
-    case SpStrategy::ring:
-      return parallel::ring_rank_work_pairs(c.layout_or_default(), c.N, P, logical_index, c.causal);
-    case SpStrategy::ulysses: return c.causal ? c.N * (c.N + 1) / 2 : c.N * c.N;  // every token, h/P heads
-    case SpStrategy::wallfacer:
-      return parallel::wallfacer_rank_work_pairs(c.layout_or_default(), c.N, P, c.C, logical_index, c.causal);
-    case SpStrategy::ulysses_wallfacer:  // WallFacer's work over the sp/U ranks of its group, for h/U heads
-      if (c.U == P) return c.causal ? c.N * (c.N + 1) / 2 : c.N * c.N;
-      return parallel::wallfacer_rank_work_pairs(c.layout_or_default(), c.N, P / c.U, c.C, logical_index / c.U,
-                                                 c.causal);
-  }
-  return -1;
+// Unmasked pairs a rank's forward must compute (sequence_layout.h's work functions), on the
+// layout of `chunks` (null: the token layout).
+std::int64_t expected_pairs(const SpCase& c, int P, int logical_index, const parallel::ChunkAssignment* chunks) {
+  return parallel::sp_rank_work_pairs(c.strategy, c.layout_or_default(), c.N, P, c.C, c.U, logical_index, c.causal,
+                                      c.doc_bounds, chunks);
+}
+
+// The busiest rank's work on the layout of `chunks`: what balancing packed documents evens out.
+std::int64_t most_rank_work(const SpCase& c, int P, const parallel::ChunkAssignment* chunks) {
+  std::int64_t most = 0;
+  for (int l = 0; l < P; ++l) most = std::max(most, expected_pairs(c, P, l, chunks));
+  return most;
 }
 
 // How many ranks compute each pair (for their share of the heads).
@@ -162,9 +160,10 @@ int expected_ring_hops(const SpCase& c, int P, Pass pass) {
   if (c.doc_bounds.empty()) return parallel::kFullRing;
   const SequenceLayout layout = c.layout_or_default();
   switch (c.strategy) {
-    case SpStrategy::ring: {
+    case SpStrategy::ring: {  // on the layout the documents' work gives, as the strategy and the loader use
+      const auto chunks = parallel::document_chunks(layout, c.doc_bounds, c.N, P, 1);
       std::vector<std::vector<parallel::TokenRun>> runs;
-      for (int r = 0; r < P; ++r) runs.push_back(parallel::rank_tokens(layout, c.N, P, 1, r));
+      for (int r = 0; r < P; ++r) runs.push_back(parallel::rank_tokens(layout, c.N, P, 1, r, 1, chunks.get()));
       return parallel::ring_hops(parallel::ring_attention_steps(runs, c.causal, c.doc_bounds));
     }
     case SpStrategy::ulysses: return parallel::kFullRing;  // no ring
@@ -172,8 +171,10 @@ int expected_ring_hops(const SpCase& c, int P, Pass pass) {
     case SpStrategy::ulysses_wallfacer: {  // the hybrid's WallFacer part: W = P/U ranks, the whole sequence
       const int W = c.strategy == SpStrategy::wallfacer ? P : P / c.U;
       const comm::WallFacerLayout wallfacer(W, c.C, comm::Placement::collectives_intra);
+      const int U = c.strategy == SpStrategy::wallfacer ? 1 : c.U;
+      const auto chunks = parallel::document_chunks(layout, c.doc_bounds, c.N, P, c.C, U);
       std::vector<std::vector<parallel::TokenRun>> teams;
-      for (int t = 0; t < W / c.C; ++t) teams.push_back(parallel::team_tokens(layout, c.N, W, c.C, t));
+      for (int t = 0; t < W / c.C; ++t) teams.push_back(parallel::team_tokens(layout, c.N, W, c.C, t, chunks.get()));
       return parallel::ring_hops(parallel::wallfacer_steps(wallfacer, teams, pass, c.causal, c.doc_bounds));
     }
   }
@@ -200,7 +201,8 @@ SpCaseResult run_sp_case(const SpCase& c) {
   comm::Group& sp = grid.group("sp");
   const SequenceLayout layout = c.layout_or_default();
   const parallel::SpAttentionConfig config{c.strategy, layout, c.N, c.keep_forward_kv};
-  const parallel::SpShard shard = parallel::sp_shard(config, grid);
+  // Packed documents on the zigzag: the layout balanced by their work, as the loader gives it.
+  const parallel::SpShard shard = parallel::sp_shard(config, grid).for_documents(c.doc_bounds);
   const ReferenceAttention ref = sp_reference(c);
   const std::vector<std::int64_t> positions = parallel::run_positions(shard.runs());
 
@@ -254,8 +256,8 @@ SpCaseResult run_sp_case(const SpCase& c) {
                              Tensor::zeros(ref.q.shape(), c.dtype), Tensor::zeros(ref.k.shape(), c.dtype),
                              Tensor::zeros(ref.k.shape(), c.dtype)};
   for (int r = 0; r < P; ++r) {
-    const std::vector<std::int64_t> theirs = parallel::run_positions(
-        parallel::rank_tokens(layout, c.N, P, shard.C, logical[static_cast<std::size_t>(r)], shard.U));
+    const std::vector<std::int64_t> theirs =
+        parallel::run_positions(shard.of_rank(logical[static_cast<std::size_t>(r)]).runs());
     at = r * per_rank;
     for (std::size_t j = 0; j < local.size(); ++j) {
       const Tensor piece = all.slice0(at, at + local[j].numel()).view(local[j].shape());
@@ -294,10 +296,12 @@ SpCaseResult run_sp_case(const SpCase& c) {
       result.forward_pairs[static_cast<std::size_t>(l)] = pairs[static_cast<std::size_t>(r)];
       total += pairs[static_cast<std::size_t>(r)];
       INFO("forward work of logical rank " << l);
-      if (c.doc_bounds.empty()) CHECK(pairs[static_cast<std::size_t>(r)] == expected_pairs(c, P, l));
+      CHECK(pairs[static_cast<std::size_t>(r)] == expected_pairs(c, P, l, shard.chunks.get()));
     }
     // Each pair of a document computed once per copy of the work, none across documents.
     if (!c.doc_bounds.empty()) CHECK(total == work_copies(c, P) * document_pairs(c.doc_bounds, c.causal));
+    // The balanced layout: no rank busier than under the token zigzag.
+    if (shard.chunks != nullptr) CHECK(most_rank_work(c, P, shard.chunks.get()) <= most_rank_work(c, P, nullptr));
   }
   return result;
 }

@@ -6,9 +6,10 @@
 // traffic_model.h with the ring hops of document_ring_steps.h (the K/V and the backward's
 // accumulators skip the steps no rank needs), and the ranks' attention work summed equal to the
 // documents' pairs (no pair across documents computed). Layouts: one document spanning every
-// rank, mixed lengths shorter and longer than a rank's chunk of N/P = 4 tokens, documents filling
-// the zigzag chunks of 2 tokens, one-token documents, and per-row boundaries (B = 2). Causal
-// (zigzag) and full (contiguous). Tiny sizes.
+// rank, mixed lengths shorter and longer than a rank's chunk of N/P = 4 tokens, documents of 2
+// tokens, a long document before one-token ones, one-token documents, and per-row boundaries
+// (B = 2). Causal (zigzag, laid out by the documents' work: sequence_layout.h's
+// balanced_chunk_assignment) and full (contiguous). Tiny sizes.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,6 +24,13 @@ using namespace wf::test;
 
 namespace {
 
+// A document of 3N/4 tokens, then N/4 one-token documents.
+std::vector<std::int64_t> long_then_one_token(std::int64_t N) {
+  std::vector<std::int64_t> bounds{0};
+  for (std::int64_t b = 3 * N / 4; b <= N; ++b) bounds.push_back(b);
+  return bounds;
+}
+
 struct Layout {
   const char* name;
   std::int64_t B;
@@ -32,7 +40,9 @@ struct Layout {
 std::vector<Layout> layouts(std::int64_t N) {
   return {{"one document over every rank", 1, {{0, N}}},
           {"mixed lengths", 1, {packed(N, {3, 1, 2, 9, 5})}},
-          {"documents filling the chunks", 1, {packed(N, {2})}},
+          {"two-token documents", 1, {packed(N, {2})}},
+          // The token zigzag is far from balanced here: the balanced layout must move chunks.
+          {"a long document, then one-token ones", 1, {long_then_one_token(N)}},
           {"one-token documents", 1, {packed(N, {1})}},
           {"per-row boundaries", 2, {packed(N, {7, 2}), packed(N, {1, 4, 6})}}};
 }
@@ -55,7 +65,7 @@ TEST_CASE("sp attention with packed documents: each document alone, every strate
           "[dist][sp_documents]") {
   const int P = runtime().world_size();
   const std::int64_t N = 4 * P;
-  int cases = 0;
+  int cases = 0, balanced = 0;
   double worst = 0;
   for (const StrategyCase& s : strategies(P)) {
     for (const Layout& l : layouts(N)) {
@@ -81,13 +91,24 @@ TEST_CASE("sp attention with packed documents: each document alone, every strate
           CHECK(expected_ring_hops(c, P, wf::parallel::Pass::forward) == 0);
           CHECK(expected_ring_hops(c, P, wf::parallel::Pass::backward) == 0);
         }
+        // run_sp_case lays the causal cases out by the documents' work (SpShard::for_documents), as
+        // the loader does, and checks every rank's work on that layout and no rank busier than
+        // under the token zigzag. Count the cases whose layout that changed.
+        if (causal && s.strategy != SpStrategy::ulysses &&
+            *wf::parallel::document_chunks(wf::parallel::SequenceLayout::zigzag, l.bounds, N, P, s.C, s.U) !=
+                wf::parallel::zigzag_chunk_assignment(N, P, s.C, s.U)) {
+          ++balanced;
+        }
         const SpCaseResult r = run_sp_case(c);
         worst = std::max(worst, r.max_error());
         ++cases;
       }
     }
   }
+  if (P > 1) CHECK(balanced > 0);  // one rank holds every chunk: nothing to balance
   if (runtime().rank() == 0) {
-    fmt::print("packed documents P = {}: {} cases, worst f64 relative error {:.1e}\n", P, cases, worst);
+    fmt::print("packed documents P = {}: {} cases ({} on a layout balanced by work), worst f64 relative error "
+               "{:.1e}\n",
+               P, cases, balanced, worst);
   }
 }

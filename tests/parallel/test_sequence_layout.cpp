@@ -436,3 +436,195 @@ TEST_CASE("hybrid layout: U = 1 is WallFacer's, U = P Ulysses', contiguous is co
   CHECK(wf::parallel::unshard_sequence(locals, SequenceLayout::zigzag, 8, 2, 2).to_vector<float>() ==
         global.to_vector<float>());
 }
+
+// ---- packed documents: the zigzag balanced by attention work -----------------------------------
+
+namespace {
+
+using wf::DocumentBounds;
+using wf::parallel::ChunkAssignment;
+
+// 0, then lengths cycling through `lengths` until N (the last one cut at N).
+std::vector<std::int64_t> packed_bounds(std::int64_t N, const std::vector<std::int64_t>& lengths) {
+  std::vector<std::int64_t> bounds{0};
+  for (std::size_t i = 0; bounds.back() < N; ++i) {
+    bounds.push_back(std::min(N, bounds.back() + lengths[i % lengths.size()]));
+  }
+  return bounds;
+}
+
+// Every (P, C, U) of the layouts up to 8 ranks, with C dividing the P/U WallFacer ranks.
+struct Split {
+  int P, C, U;
+};
+std::vector<Split> splits() {
+  std::vector<Split> out;
+  for (int P : {1, 2, 4, 6, 8}) {
+    for (int U = 1; U <= P; ++U) {
+      if (P % U != 0) continue;
+      for (int C : dividing_team_sizes(P / U)) out.push_back({P, C, U});
+    }
+  }
+  return out;
+}
+
+// Every chunk of the assignment once, the same count per team, ascending.
+void check_partition(const ChunkAssignment& a, std::int64_t N, int T, int g) {
+  REQUIRE(static_cast<int>(a.team_chunks.size()) == T);
+  CHECK(a.chunk_tokens * 2 * T * g == N);
+  std::vector<int> all;
+  for (const auto& team : a.team_chunks) {
+    CHECK(static_cast<int>(team.size()) == 2 * g);
+    CHECK(std::is_sorted(team.begin(), team.end()));
+    all.insert(all.end(), team.begin(), team.end());
+  }
+  std::sort(all.begin(), all.end());
+  std::vector<int> expected(static_cast<std::size_t>(2 * T * g));
+  std::iota(expected.begin(), expected.end(), 0);
+  CHECK(all == expected);
+}
+
+std::vector<std::int64_t> team_work(const ChunkAssignment& a, const std::vector<std::int64_t>& chunk_work) {
+  std::vector<std::int64_t> out;
+  for (const auto& team : a.team_chunks) {
+    std::int64_t w = 0;
+    for (int c : team) w += chunk_work[static_cast<std::size_t>(c)];
+    out.push_back(w);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("balanced layout: chunks per pair is the largest of 8, 4, 2, 1 that keeps N valid",
+          "[parallel][layout_balance]") {
+  CHECK(wf::parallel::chunks_per_pair(64, 2, 1) == 8);   // 2T·g = 32 | 64
+  CHECK(wf::parallel::chunks_per_pair(8, 2, 1) == 2);    // 2T·g = 8
+  CHECK(wf::parallel::chunks_per_pair(24, 4, 1) == 1);   // 2T = 8 | 24, 16 does not
+  CHECK(wf::parallel::chunks_per_pair(32, 4, 2) == 8);   // T = 2
+  CHECK(wf::parallel::chunks_per_pair(1024, 4, 1) == 8);  // C = 1: at most 8
+  CHECK(wf::parallel::chunks_per_pair(1024, 4, 2) == 64);  // C > 1: finer
+  CHECK(wf::parallel::chunks_per_pair(16, 4, 1, 2) == 4);  // W = 2: T = 2, and 2P = 8 | 16
+  CHECK_THAT(error_of([] { (void)wf::parallel::chunks_per_pair(10, 4, 1); }), Contains("nearest valid N"));
+}
+
+TEST_CASE("balanced layout: one causal document per row is exactly the token zigzag", "[parallel][layout_balance]") {
+  for (const Split& s : splits()) {
+    const std::int64_t multiple = wf::parallel::sequence_length_multiple(SequenceLayout::zigzag, s.P, s.C, s.U);
+    for (std::int64_t N : {multiple, 3 * multiple, 16 * multiple}) {
+      INFO("N = " << N << " P = " << s.P << " C = " << s.C << " U = " << s.U);
+      const ChunkAssignment zigzag = wf::parallel::zigzag_chunk_assignment(N, s.P, s.C, s.U);
+      for (const DocumentBounds& rows : {DocumentBounds{{0, N}}, DocumentBounds{{0, N}, {0, N}, {0, N}}}) {
+        const ChunkAssignment a = wf::parallel::balanced_chunk_assignment(rows, N, s.P, s.C, s.U);
+        CHECK(a == zigzag);
+        for (int l = 0; l < s.P; ++l) {
+          CHECK(wf::parallel::rank_tokens(SequenceLayout::zigzag, N, s.P, s.C, l, s.U, &a) ==
+                wf::parallel::rank_tokens(SequenceLayout::zigzag, N, s.P, s.C, l, s.U));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("balanced layout: a hand-checked assignment (N = 8, P = 2, documents of 6 and 2 tokens)",
+          "[parallel][layout_balance]") {
+  // g = 2: 8 chunks of one token, works 1 2 3 4 5 6 | 1 2. The token zigzag gives the teams 6 and
+  // 18; the folded pairs (0,5) (6,4) (1,3) (7,2) of works 7 6 6 5, dealt heaviest first, give 12
+  // and 12 (LPT does too, and loses the tie).
+  const DocumentBounds documents{{0, 6, 8}};
+  CHECK(wf::parallel::chunk_work_pairs(documents, 8, 8) == std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 1, 2});
+  const ChunkAssignment a = wf::parallel::balanced_chunk_assignment(documents, 8, 2, 1);
+  CHECK(a == ChunkAssignment{1, {{0, 2, 5, 7}, {1, 3, 4, 6}}});
+  CHECK(wf::parallel::rank_tokens(SequenceLayout::zigzag, 8, 2, 1, 0, 1, &a) ==
+        std::vector<TokenRun>{{0, 1}, {2, 1}, {5, 1}, {7, 1}});
+  CHECK(wf::parallel::ring_rank_work_pairs(SequenceLayout::zigzag, 8, 2, 0, true, documents, &a) == 12);
+  CHECK(wf::parallel::ring_rank_work_pairs(SequenceLayout::zigzag, 8, 2, 1, true, documents, &a) == 12);
+  CHECK(wf::parallel::ring_rank_work_pairs(SequenceLayout::zigzag, 8, 2, 0, true, documents) == 1 + 2 + 1 + 2);
+  CHECK(wf::parallel::work_imbalance({6, 18}) == Approx(0.5));
+  CHECK(wf::parallel::work_imbalance({12, 12}) == 0.0);
+}
+
+TEST_CASE("balanced layout: every chunk once, equal counts, every token on one rank, shard and unshard invert",
+          "[parallel][layout_balance]") {
+  for (const Split& s : splits()) {
+    const std::int64_t multiple = wf::parallel::sequence_length_multiple(SequenceLayout::zigzag, s.P, s.C, s.U);
+    const std::int64_t N = 16 * multiple;
+    INFO("N = " << N << " P = " << s.P << " C = " << s.C << " U = " << s.U);
+    const DocumentBounds documents{packed_bounds(N, {5, 1, 17, 3, 40, 2}), packed_bounds(N, {N / 3, 1})};
+    const int T = s.P / s.U / s.C, g = wf::parallel::chunks_per_pair(N, s.P, s.C, s.U);
+    const ChunkAssignment a = wf::parallel::balanced_chunk_assignment(documents, N, s.P, s.C, s.U);
+    check_partition(a, N, T, a == wf::parallel::zigzag_chunk_assignment(N, s.P, s.C, s.U) ? 1 : g);
+    std::vector<int> holders(static_cast<std::size_t>(N), 0);
+    std::vector<wf::Tensor> locals;
+    const wf::Tensor global = wf::Tensor::randn_at({2, N, 3}, 9, 0);
+    for (int l = 0; l < s.P; ++l) {
+      for (std::int64_t p : wf::parallel::position_ids(SequenceLayout::zigzag, N, s.P, s.C, l, s.U, &a)) {
+        holders[static_cast<std::size_t>(p)] += 1;
+      }
+      locals.push_back(wf::parallel::shard_sequence(global, SequenceLayout::zigzag, s.P, s.C, l, s.U, &a));
+    }
+    CHECK(std::all_of(holders.begin(), holders.end(), [](int n) { return n == 1; }));
+    CHECK(wf::parallel::unshard_sequence(locals, SequenceLayout::zigzag, s.P, s.C, s.U, &a).to_vector<float>() ==
+          global.to_vector<float>());
+  }
+}
+
+TEST_CASE("balanced layout: 36 mixed documents in 64K tokens balance within 5% (C = 1; 15% for C = 2, 4), never "
+          "worse than the zigzag",
+          "[parallel][layout_balance]") {
+  const std::int64_t N = 65536;
+  const DocumentBounds documents{packed_bounds(N, {4096, 512, 1536, 256, 3072, 768, 6144, 128, 2048, 1024, 640})};
+  const std::int64_t total = wf::parallel::unmasked_pairs({{0, N}}, {{0, N}}, true, documents);
+  for (const Split& s : std::vector<Split>{{2, 1, 1}, {4, 1, 1}, {8, 1, 1}, {4, 2, 1}, {8, 2, 1}, {8, 1, 2},
+                                           {16, 2, 1}, {16, 4, 1}}) {
+    INFO("P = " << s.P << " C = " << s.C << " U = " << s.U);
+    const ChunkAssignment a = wf::parallel::balanced_chunk_assignment(documents, N, s.P, s.C, s.U);
+    const std::int64_t K = N / a.chunk_tokens;
+    const std::vector<std::int64_t> balanced_teams = team_work(a, wf::parallel::chunk_work_pairs(documents, N, K));
+    CHECK(std::accumulate(balanced_teams.begin(), balanced_teams.end(), std::int64_t{0}) == total);
+    // The ranks' work (WallFacer's, over the P/U WallFacer ranks) sums to the documents' pairs; the
+    // busiest rank against the mean. With C = 1 a rank's work is its team's.
+    const int W = s.P / s.U;
+    std::vector<std::int64_t> balanced_ranks, zigzag_ranks;
+    for (int l = 0; l < W; ++l) {
+      balanced_ranks.push_back(
+          wf::parallel::wallfacer_rank_work_pairs(SequenceLayout::zigzag, N, W, s.C, l, true, documents, &a));
+      zigzag_ranks.push_back(
+          wf::parallel::wallfacer_rank_work_pairs(SequenceLayout::zigzag, N, W, s.C, l, true, documents));
+    }
+    CHECK(std::accumulate(balanced_ranks.begin(), balanced_ranks.end(), std::int64_t{0}) == total);
+    if (s.C == 1) CHECK(balanced_ranks == balanced_teams);
+    CHECK(wf::parallel::work_imbalance(balanced_ranks) < (s.C == 1 ? 0.05 : 0.15));
+    CHECK(wf::parallel::work_imbalance(balanced_ranks) <= wf::parallel::work_imbalance(zigzag_ranks));
+  }
+}
+
+TEST_CASE("balanced layout: deterministic, one shared list equals equal per-row lists, bad input named",
+          "[parallel][layout_balance]") {
+  const std::int64_t N = 256;
+  const std::vector<std::int64_t> row = packed_bounds(N, {7, 30, 1, 64});
+  const ChunkAssignment a = wf::parallel::balanced_chunk_assignment({row}, N, 4, 1);
+  CHECK(a == wf::parallel::balanced_chunk_assignment({row}, N, 4, 1));
+  CHECK(a == wf::parallel::balanced_chunk_assignment({row, row, row}, N, 4, 1));
+  // The rule: the zigzag with documents only.
+  CHECK(wf::parallel::document_chunks(SequenceLayout::contiguous, {row}, N, 4, 1) == nullptr);
+  CHECK(wf::parallel::document_chunks(SequenceLayout::zigzag, {}, N, 4, 1) == nullptr);
+  CHECK(*wf::parallel::document_chunks(SequenceLayout::zigzag, {row}, N, 4, 1) == a);
+  wf::parallel::SpShard shard;
+  shard.layout = SequenceLayout::zigzag;
+  shard.seq_len = N;
+  shard.P = 4;
+  shard.logical_index = 2;
+  CHECK(shard.for_documents({row}).runs() == wf::parallel::rank_tokens(SequenceLayout::zigzag, N, 4, 1, 2, 1, &a));
+  shard.balance_documents = false;  // Ulysses
+  CHECK(shard.for_documents({row}).runs() == wf::parallel::rank_tokens(SequenceLayout::zigzag, N, 4, 1, 2));
+
+  CHECK_THAT(error_of([&] { (void)wf::parallel::balanced_chunk_assignment({{0, 9, 100}}, N, 4, 1); }),
+             Contains("must be the cumulative document boundaries"));
+  ChunkAssignment twice = a;
+  twice.team_chunks[0][0] = twice.team_chunks[1][0];
+  CHECK_THAT(error_of([&] { (void)wf::parallel::rank_tokens(SequenceLayout::zigzag, N, 4, 1, 0, 1, &twice); }),
+             Contains("must hold every chunk of N / chunk_tokens once"));
+  CHECK_THAT(error_of([&] { (void)wf::parallel::rank_tokens(SequenceLayout::contiguous, N, 4, 1, 0, 1, &a); }),
+             Contains("the contiguous layout takes none"));
+}

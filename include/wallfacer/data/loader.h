@@ -66,7 +66,10 @@ struct LoaderOptions {
 struct Batch {
   Tensor inputs;     // [micro_batch_size, n_local] i64: this rank's tokens of each sequence, in storage order
   Tensor targets;    // [micro_batch_size, n_local] i64: the token after each of those positions
-  Tensor positions;  // [n_local] i64: the true position in the sequence of each local token
+  // [n_local] i64: the true position in the sequence of each local token. Packed, the layout
+  // balances the documents' attention work (parallel::SpShard::for_documents of doc_bounds), so
+  // which tokens a rank holds can change from batch to batch.
+  Tensor positions;
   std::int64_t global_tokens = 0;  // target tokens in the whole global batch of this step (loss averaging)
   std::vector<std::int64_t> samples;  // the window index of each row (logs, tests)
   // Packed documents (docs/data.md "Packed documents"); without packing, each row is one document:
@@ -114,6 +117,7 @@ class BatchLoader {
  private:
   std::shared_ptr<TokenSource> source_;
   LoaderOptions options_;
+  // The layout of an unpacked batch; a packed one is laid out per batch by its documents' work.
   std::vector<parallel::TokenRun> runs_;
   std::vector<std::int64_t> positions_;
   std::shared_ptr<const DocumentIndex> documents_;  // when packing

@@ -15,10 +15,12 @@
 // shard s = rank_tokens(layout, N, W, C, s). U = 1 is WallFacer's layout; U = P (W = 1, whose
 // one shard is the whole sequence in order) is Ulysses'.
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <vector>
 
 #include "wallfacer/core/tensor.h"
+#include "wallfacer/ops/attention.h"
 
 namespace wf::parallel {
 
@@ -52,27 +54,85 @@ std::int64_t sequence_length_multiple(SequenceLayout layout, int P, int C, int U
 // N > 0 is a multiple of sequence_length_multiple(layout, P, C, U).
 void check_sequence_length(SequenceLayout layout, std::int64_t N, int P, int C, int U = 1);
 
+// ---- packed documents: the zigzag balanced by attention work ------------------------------
+// With packed documents (AttentionOptions::doc_bounds) a token's causal work is its position
+// inside its document, not in the sequence, so the token zigzag no longer gives the teams equal
+// work. A chunk assignment replaces the zigzag's pairing: the sequence is cut into K = 2T·g equal
+// chunks (T = P/(U·C) teams of WallFacer's layout, g chunks per zigzag half) and team t holds
+// team_chunks[t], 2g chunks in ascending order, as its storage; member slicing and the hybrid's
+// Ulysses split then work on that storage exactly as on the zigzag's. docs/sequence-layout.md §6.
+struct ChunkAssignment {
+  std::int64_t chunk_tokens = 0;             // N / K
+  std::vector<std::vector<int>> team_chunks;  // per team, its chunks (numbered by position), ascending
+  friend bool operator==(const ChunkAssignment&, const ChunkAssignment&) = default;
+};
+
+// g: the largest of 64, 32, 16, 8, 4, 2, 1 (at most 8 when C = 1) for which N is a multiple of
+// lcm(sequence_length_multiple(zigzag, P, C, U), 2T·g) (T = P/(U·C)), so the chunks are whole
+// tokens and every split the layout makes stays valid; 1 (the zigzag's own chunks) when no larger
+// one fits. C > 1 takes finer chunks: a WallFacer member meets only some K/V teams, and most of a
+// document's work is in its own chunk. N must be valid for the zigzag.
+int chunks_per_pair(std::int64_t N, int P, int C, int U = 1);
+// The token zigzag as an assignment: K = 2T chunks, team t holds {t, 2T−1−t}. Layouts with it
+// equal layouts without one, token for token.
+ChunkAssignment zigzag_chunk_assignment(std::int64_t N, int P, int C, int U = 1);
+// The causal attention work of each of `chunks` equal chunks: the (query, key) pairs whose
+// query lies in the chunk and whose key is at or before it in the same document, summed over the
+// rows that have their own boundaries (block_attention's count of a block: a shared list once).
+std::vector<std::int64_t> chunk_work_pairs(const DocumentBounds& documents, std::int64_t N, std::int64_t chunks);
+// The assignment that balances the ranks' work for the documents of a micro batch (every row's
+// list, or one shared), with g = chunks_per_pair. The work of a rank: with C = 1 its team's, the
+// sum of the team's chunk_work_pairs; with C > 1 its wallfacer_rank_work_pairs (the K/V teams it
+// meets; the team's work where C² does not divide P/U, which WallFacer refuses). Candidates, the
+// first with the smallest busiest rank wins (so never worse than the token zigzag, and exactly
+// it when that is as good, e.g. for one causal document per row):
+//   1. the token zigzag (returned as zigzag_chunk_assignment);
+//   2. folded pairs: the chunks sorted by work (then index), the heaviest paired with the lightest,
+//      the K/2 pairs dealt heaviest first to the least loaded team with room for g pairs (g = 1:
+//      the classic heaviest-with-lightest pairing);
+//   3. LPT: the chunks dealt heaviest first to the least loaded team with room for 2g chunks;
+//   4. (C > 1, taken only when it beats 1-3) the chunks dealt heaviest first to the team with room
+//      that leaves the busiest rank least loaded, counting their pairs with the chunks dealt.
+// Ties go to the lower chunk, pair or team index: a pure function of its arguments, so the data
+// loader and every strategy derive the same layout from the same documents. wf::Error for
+// bounds that are not valid for N (ops::check_document_bounds' rules) or an N the zigzag refuses.
+ChunkAssignment balanced_chunk_assignment(const DocumentBounds& documents, std::int64_t N, int P, int C, int U = 1);
+// The layout a batch of packed documents runs with: the balanced assignment for the zigzag with
+// documents; none (nullptr: the layout as it is) for the contiguous layout or no documents. The
+// one rule the loader and the strategies apply.
+std::shared_ptr<const ChunkAssignment> document_chunks(SequenceLayout layout, const DocumentBounds& documents,
+                                                       std::int64_t N, int P, int C, int U = 1);
+// max / mean − 1 of per-rank work (0 when it is all zero): the imbalance bench attention prints.
+double work_imbalance(const std::vector<std::int64_t>& per_rank);
+
 // The tokens logical rank l holds, in storage order, as maximal contiguous runs.
 //   contiguous: one run [l·N/P, (l+1)·N/P).
 //   zigzag: chunks of N/(2T) tokens; team t's storage is chunk t then chunk 2T−1−t, and member
 //     m holds the m-th N/P slice of that storage, so a slice may straddle the two chunks (two
 //     runs; one when the chunks touch, t = T−1). C = 1 is the usual {r, 2P−1−r} zigzag.
 //   U > 1 (the hybrid): the composition in the header comment, l = s·U + u.
-std::vector<TokenRun> rank_tokens(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index, int U = 1);
+// With `chunks` (zigzag only; null: as above) team t's storage is its assigned chunks in
+// ascending order instead of chunks t and 2T−1−t; the rest is the same. wf::Error when the
+// assignment does not fit (N, P, C, U) or every chunk is not held once.
+std::vector<TokenRun> rank_tokens(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index, int U = 1,
+                                  const ChunkAssignment* chunks = nullptr);
 // What team t holds after the team all-gather: its members' runs in member order, merged.
-std::vector<TokenRun> team_tokens(SequenceLayout layout, std::int64_t N, int P, int C, int team);
+std::vector<TokenRun> team_tokens(SequenceLayout layout, std::int64_t N, int P, int C, int team,
+                                  const ChunkAssignment* chunks = nullptr);
 // The global position of each of rank l's N/P tokens, in storage order (for RoPE and learned
 // position embeddings, which must follow true positions, never storage order).
 std::vector<std::int64_t> position_ids(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index,
-                                       int U = 1);
+                                       int U = 1, const ChunkAssignment* chunks = nullptr);
 // Expands runs into positions.
 std::vector<std::int64_t> run_positions(const std::vector<TokenRun>& runs);
 
 // global [B, N, ...] (CPU, any dtype) → rank l's [B, N/P, ...]: a copy of its runs, in storage
 // order. The sequence is dim 1. Raw data copies: no autograd history is recorded.
-Tensor shard_sequence(const Tensor& global, SequenceLayout layout, int P, int C, int logical_index, int U = 1);
+Tensor shard_sequence(const Tensor& global, SequenceLayout layout, int P, int C, int logical_index, int U = 1,
+                      const ChunkAssignment* chunks = nullptr);
 // The inverse: locals[l] is logical rank l's [B, N/P, ...]; returns the global [B, N, ...].
-Tensor unshard_sequence(const std::vector<Tensor>& locals, SequenceLayout layout, int P, int C, int U = 1);
+Tensor unshard_sequence(const std::vector<Tensor>& locals, SequenceLayout layout, int P, int C, int U = 1,
+                        const ChunkAssignment* chunks = nullptr);
 
 // Which tokens a rank holds under a sequence-parallel strategy: the arguments the functions above
 // take (ring and Ulysses lay out with C = 1 over the physical sp index; WallFacer with the grid's
@@ -84,8 +144,22 @@ struct SpShard {
   std::int64_t seq_len = 0;
   int P = 1, C = 1, logical_index = 0;
   int U = 1;  // the hybrid's Ulysses degree; 1 for every other strategy
-  std::vector<TokenRun> runs() const { return rank_tokens(layout, seq_len, P, C, logical_index, U); }
-  Tensor shard(const Tensor& global) const { return shard_sequence(global, layout, P, C, logical_index, U); }
+  // Whether the strategy balances packed documents by work (document_chunks). Every strategy
+  // does but Ulysses alone, which gathers the whole sequence per head group: its work is the
+  // same whatever tokens a rank holds (sp_shard sets false for it).
+  bool balance_documents = true;
+  // The chunk assignment of the current batch (for_documents); null: the layout as it is.
+  std::shared_ptr<const ChunkAssignment> chunks = nullptr;
+
+  std::vector<TokenRun> runs() const { return rank_tokens(layout, seq_len, P, C, logical_index, U, chunks.get()); }
+  Tensor shard(const Tensor& global) const {
+    return shard_sequence(global, layout, P, C, logical_index, U, chunks.get());
+  }
+  // This shard for a batch of packed documents (one list per row, or one shared): with the
+  // assignment document_chunks gives when balance_documents, else unchanged.
+  SpShard for_documents(const DocumentBounds& documents) const;
+  // The same shard for another logical index (to place every rank's tokens).
+  SpShard of_rank(int index) const;
 };
 
 // ---- block masks -------------------------------------------------------------------------
@@ -106,18 +180,23 @@ BlockMask block_mask(TokenRun query, TokenRun key, bool causal);
 // version is the closed form the work functions use.
 std::int64_t unmasked_pairs(const std::vector<std::int64_t>& query_positions,
                             const std::vector<std::int64_t>& key_positions, bool causal);
+// With `documents` (checked bounds) only pairs inside one document count, summed over the rows
+// with their own boundaries: block_attention's count for the same runs.
 std::int64_t unmasked_pairs(const std::vector<TokenRun>& query_runs, const std::vector<TokenRun>& key_runs,
-                            bool causal);
+                            bool causal, const DocumentBounds& documents = {});
 
 // ---- work balance --------------------------------------------------------------------------
 
 // Attention pairs logical rank l computes in one WallFacer forward: at each ring step i in
 // [0, G) its team's C·N/P queries meet the keys of team kv_team_at_step(l, i) (logical
-// indices, comm::WallFacerLayout). Throws wf::Error unless C² divides P.
+// indices, comm::WallFacerLayout). Throws wf::Error unless C² divides P. With packed `documents`
+// and the layout's `chunks` (as rank_tokens), the pairs inside documents (unmasked_pairs).
 std::int64_t wallfacer_rank_work_pairs(SequenceLayout layout, std::int64_t N, int P, int C, int logical_index,
-                                       bool causal);
+                                       bool causal, const DocumentBounds& documents = {},
+                                       const ChunkAssignment* chunks = nullptr);
 // Standard ring attention (C = 1): rank r's queries meet every rank's keys once.
-std::int64_t ring_rank_work_pairs(SequenceLayout layout, std::int64_t N, int P, int rank, bool causal);
+std::int64_t ring_rank_work_pairs(SequenceLayout layout, std::int64_t N, int P, int rank, bool causal,
+                                  const DocumentBounds& documents = {}, const ChunkAssignment* chunks = nullptr);
 
 // Chunk-level accounting (the algorithm doc's "tests count blocks"): a sequence cut into equal
 // chunks, numbered by position. Work is counted in HALF blocks so it stays an integer: a query

@@ -40,6 +40,15 @@ struct SpAttentionConfig {
 // Which tokens this rank holds under the strategy (SpShard, sequence_layout.h).
 SpShard sp_shard(const SpAttentionConfig& config, const comm::CommGrid& grid);
 
+// The (query, key) pairs logical sp rank l computes in one forward of `strategy` over P ranks
+// (teams of C, Ulysses degree U), per batch row and head, as its SpAttentionWork counts them:
+// sequence_layout.h's work functions for ring and WallFacer (the hybrid: WallFacer's over its
+// P/U ranks), every pair of the sequence for Ulysses (each rank attends over all of it for its
+// heads). With packed `documents` only the pairs inside them, on the layout of `chunks`.
+std::int64_t sp_rank_work_pairs(SpStrategy strategy, SequenceLayout layout, std::int64_t N, int P, int C, int U,
+                                int logical_index, bool causal, const DocumentBounds& documents = {},
+                                const ChunkAssignment* chunks = nullptr);
+
 // Builds the strategy for this rank from the grid's sp groups ("sp", "sp.team", "sp.ring"; the
 // hybrid also "sp.ulysses" and "sp.wallfacer").
 // Validates the configuration (sequence length divisibility, Ulysses head counts) with one
