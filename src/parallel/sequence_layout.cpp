@@ -417,6 +417,11 @@ namespace {
 // chunks much finer than the documents to spread it over the members.
 constexpr int kChunksPerPair[] = {64, 32, 16, 8, 4, 2, 1};
 constexpr int kMaxChunksPerPairOneMember = 8;  // C = 1: a rank is its team, 8 balance within 0.1%
+// No chunk finer than this many tokens (unless g = 1): every (query chunk, key chunk) pair is its own
+// attention call, and chunks below a kernel's tile (64 on the CPU and in the CUDA kernels) turn one
+// call into thousands of tiny ones — a 256-token LLaMA-tiny sequence under WallFacer C = 2 was cut
+// into 1-token chunks and trained 5x slower than unpacked.
+constexpr std::int64_t kMinChunkTokens = 64;
 
 int zigzag_teams(int P, int C, int U) { return P / U / C; }  // of a checked (P, C, U)
 
@@ -578,7 +583,9 @@ int chunks_per_pair(std::int64_t N, int P, int C, int U) {
   const std::int64_t multiple = sequence_length_multiple(SequenceLayout::zigzag, P, C, U);
   const std::int64_t pair_chunks = 2 * static_cast<std::int64_t>(zigzag_teams(P, C, U));
   for (int g : kChunksPerPair) {
-    if ((C > 1 || g <= kMaxChunksPerPairOneMember) && N % std::lcm(multiple, pair_chunks * g) == 0) return g;
+    const bool fine_enough = C > 1 || g <= kMaxChunksPerPairOneMember;
+    const bool coarse_enough = N / (pair_chunks * g) >= kMinChunkTokens;
+    if (fine_enough && coarse_enough && N % std::lcm(multiple, pair_chunks * g) == 0) return g;
   }
   return 1;
 }

@@ -496,15 +496,17 @@ std::vector<std::int64_t> team_work(const ChunkAssignment& a, const std::vector<
 
 }  // namespace
 
-TEST_CASE("balanced layout: chunks per pair is the largest of 8, 4, 2, 1 that keeps N valid",
+TEST_CASE("balanced layout: chunks per pair is the largest of 64, ..., 1 that keeps N valid and chunks of 64 tokens",
           "[parallel][layout_balance]") {
-  CHECK(wf::parallel::chunks_per_pair(64, 2, 1) == 8);   // 2T·g = 32 | 64
-  CHECK(wf::parallel::chunks_per_pair(8, 2, 1) == 2);    // 2T·g = 8
-  CHECK(wf::parallel::chunks_per_pair(24, 4, 1) == 1);   // 2T = 8 | 24, 16 does not
-  CHECK(wf::parallel::chunks_per_pair(32, 4, 2) == 8);   // T = 2
-  CHECK(wf::parallel::chunks_per_pair(1024, 4, 1) == 8);  // C = 1: at most 8
-  CHECK(wf::parallel::chunks_per_pair(1024, 4, 2) == 64);  // C > 1: finer
-  CHECK(wf::parallel::chunks_per_pair(16, 4, 1, 2) == 4);  // W = 2: T = 2, and 2P = 8 | 16
+  CHECK(wf::parallel::chunks_per_pair(2048, 2, 1) == 8);    // 2T·g = 32 | 2048, chunks of 64
+  CHECK(wf::parallel::chunks_per_pair(1024, 2, 1) == 4);    // g = 8 would cut chunks of 32
+  CHECK(wf::parallel::chunks_per_pair(512, 2, 1) == 2);     // 2T·g = 8, chunks of 64
+  CHECK(wf::parallel::chunks_per_pair(24, 4, 1) == 1);      // 2T = 8 | 24, 16 does not
+  CHECK(wf::parallel::chunks_per_pair(2048, 4, 2) == 8);    // T = 2
+  CHECK(wf::parallel::chunks_per_pair(65536, 4, 1) == 8);   // C = 1: at most 8
+  CHECK(wf::parallel::chunks_per_pair(16384, 4, 2) == 64);  // C > 1: finer
+  CHECK(wf::parallel::chunks_per_pair(256, 4, 2) == 1);     // floor: LLaMA-tiny's 256 tokens keep 2T chunks
+  CHECK(wf::parallel::chunks_per_pair(1024, 4, 1, 2) == 4);  // W = 2: T = 2, and 2P = 8 | 1024
   CHECK_THAT(error_of([] { (void)wf::parallel::chunks_per_pair(10, 4, 1); }), Contains("nearest valid N"));
 }
 
@@ -526,20 +528,24 @@ TEST_CASE("balanced layout: one causal document per row is exactly the token zig
   }
 }
 
-TEST_CASE("balanced layout: a hand-checked assignment (N = 8, P = 2, documents of 6 and 2 tokens)",
+TEST_CASE("balanced layout: a hand-checked assignment (N = 512, P = 2, documents of 384 and 128 tokens)",
           "[parallel][layout_balance]") {
-  // g = 2: 8 chunks of one token, works 1 2 3 4 5 6 | 1 2. The token zigzag gives the teams 6 and
-  // 18; the folded pairs (0,5) (6,4) (1,3) (7,2) of works 7 6 6 5, dealt heaviest first, give 12
-  // and 12 (LPT does too, and loses the tie).
-  const DocumentBounds documents{{0, 6, 8}};
-  CHECK(wf::parallel::chunk_work_pairs(documents, 8, 8) == std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 1, 2});
-  const ChunkAssignment a = wf::parallel::balanced_chunk_assignment(documents, 8, 2, 1);
-  CHECK(a == ChunkAssignment{1, {{0, 2, 5, 7}, {1, 3, 4, 6}}});
-  CHECK(wf::parallel::rank_tokens(SequenceLayout::zigzag, 8, 2, 1, 0, 1, &a) ==
-        std::vector<TokenRun>{{0, 1}, {2, 1}, {5, 1}, {7, 1}});
-  CHECK(wf::parallel::ring_rank_work_pairs(SequenceLayout::zigzag, 8, 2, 0, true, documents, &a) == 12);
-  CHECK(wf::parallel::ring_rank_work_pairs(SequenceLayout::zigzag, 8, 2, 1, true, documents, &a) == 12);
-  CHECK(wf::parallel::ring_rank_work_pairs(SequenceLayout::zigzag, 8, 2, 0, true, documents) == 1 + 2 + 1 + 2);
+  // g = 2: 8 chunks of 64 tokens. Chunk i of the first document holds queries 64i … 64i + 63, whose
+  // keys are the 64i + 1 … 64i + 64 before them: 4096i + 2080 pairs. Works 2080 6176 10272 14368
+  // 18464 22560 | 2080 6176. The token zigzag (chunks of 128: team 0 holds tokens 0-127 and
+  // 384-511) gives the teams 16512 and 65664; the folded pairs (0,5) (6,4) (1,3) (7,2), of works
+  // 24640 20544 20544 16448, dealt heaviest first, give 41088 and 41088 (LPT does too, and loses
+  // the tie).
+  const DocumentBounds documents{{0, 384, 512}};
+  CHECK(wf::parallel::chunk_work_pairs(documents, 512, 8) ==
+        std::vector<std::int64_t>{2080, 6176, 10272, 14368, 18464, 22560, 2080, 6176});
+  const ChunkAssignment a = wf::parallel::balanced_chunk_assignment(documents, 512, 2, 1);
+  CHECK(a == ChunkAssignment{64, {{0, 2, 5, 7}, {1, 3, 4, 6}}});
+  CHECK(wf::parallel::rank_tokens(SequenceLayout::zigzag, 512, 2, 1, 0, 1, &a) ==
+        std::vector<TokenRun>{{0, 64}, {128, 64}, {320, 64}, {448, 64}});
+  CHECK(wf::parallel::ring_rank_work_pairs(SequenceLayout::zigzag, 512, 2, 0, true, documents, &a) == 41088);
+  CHECK(wf::parallel::ring_rank_work_pairs(SequenceLayout::zigzag, 512, 2, 1, true, documents, &a) == 41088);
+  CHECK(wf::parallel::ring_rank_work_pairs(SequenceLayout::zigzag, 512, 2, 0, true, documents) == 8256 + 8256);
   CHECK(wf::parallel::work_imbalance({6, 18}) == Approx(0.5));
   CHECK(wf::parallel::work_imbalance({12, 12}) == 0.0);
 }

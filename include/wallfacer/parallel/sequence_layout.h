@@ -67,7 +67,8 @@ struct ChunkAssignment {
   friend bool operator==(const ChunkAssignment&, const ChunkAssignment&) = default;
 };
 
-// g: the largest of 64, 32, 16, 8, 4, 2, 1 (at most 8 when C = 1) for which N is a multiple of
+// g: the largest of 64, 32, 16, 8, 4, 2, 1 (at most 8 when C = 1, and none that cuts chunks below
+// 64 tokens, a kernel tile: each chunk pair is its own attention call) for which N is a multiple of
 // lcm(sequence_length_multiple(zigzag, P, C, U), 2T·g) (T = P/(U·C)), so the chunks are whole
 // tokens and every split the layout makes stays valid; 1 (the zigzag's own chunks) when no larger
 // one fits. C > 1 takes finer chunks: a WallFacer member meets only some K/V teams, and most of a
