@@ -49,9 +49,9 @@
 
 #include "kernels/cpu/attention_reference.h"
 #include "src/cli/bench_documents.h"
-#include "src/core/timing.h"
 #include "src/cli/commands.h"
 #include "src/cli/option_checks.h"
+#include "src/core/timing.h"
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/comm/process_grid.h"
 #include "wallfacer/comm/runtime.h"
@@ -64,6 +64,7 @@
 #include "wallfacer/core/stream.h"
 #include "wallfacer/core/tensor.h"
 #include "wallfacer/parallel/block_attention.h"
+#include "wallfacer/parallel/document_ring_steps.h"
 #include "wallfacer/parallel/sp_attention.h"
 #include "wallfacer/parallel/traffic_model.h"
 #include "wallfacer/parallel/ulysses_heads.h"
@@ -180,10 +181,12 @@ double overlap(const Row& r) {
 // ---- traffic ---------------------------------------------------------------------------
 
 
-// The formula for one rank (by logical sp index) and the sum over ranks.
+// The formula for one rank (by logical sp index) and the sum over ranks; a packed call's ring makes
+// the hops its documents leave (document_ring_steps.h).
 SpTraffic formula_traffic(SpStrategy strategy, const Problem& pr, int P, int C, int logical, Pass pass) {
+  const int hops = parallel::sp_ring_hops(strategy, pr.layout(), pr.N, P, C, /*U=*/1, pr.causal, pr.documents, pass);
   return parallel::sp_attention_traffic(strategy, pr.dims(), P, /*U=*/1, C, logical, pass, pr.bytes(),
-                                        parallel::BackwardKv::keep_forward);
+                                        parallel::BackwardKv::keep_forward, hops);
 }
 SpTraffic formula_total(SpStrategy strategy, const Problem& pr, int P, int C, Pass pass) {
   SpTraffic total;

@@ -104,4 +104,28 @@ int ring_hops(const std::vector<int>& steps) {
   return static_cast<int>(steps.size()) - 1;
 }
 
+int sp_ring_hops(SpStrategy strategy, SequenceLayout layout, std::int64_t N, int P, int C, int U, bool causal,
+                 const DocumentBounds& documents, Pass pass) {
+  if (documents.empty()) return kFullRing;
+  switch (strategy) {
+    case SpStrategy::ring: {
+      const auto chunks = document_chunks(layout, documents, N, P, 1);
+      std::vector<std::vector<TokenRun>> runs;
+      for (int r = 0; r < P; ++r) runs.push_back(rank_tokens(layout, N, P, 1, r, 1, chunks.get()));
+      return ring_hops(ring_attention_steps(runs, causal, documents));
+    }
+    case SpStrategy::ulysses: return kFullRing;
+    case SpStrategy::wallfacer:
+    case SpStrategy::ulysses_wallfacer: {
+      const int u = strategy == SpStrategy::wallfacer ? 1 : U, W = P / u;
+      const comm::WallFacerLayout wallfacer(W, C, comm::Placement::collectives_intra);
+      const auto chunks = document_chunks(layout, documents, N, P, C, u);
+      std::vector<std::vector<TokenRun>> teams;
+      for (int t = 0; t < W / C; ++t) teams.push_back(team_tokens(layout, N, W, C, t, chunks.get()));
+      return ring_hops(wallfacer_steps(wallfacer, teams, pass, causal, documents));
+    }
+  }
+  return kFullRing;
+}
+
 }  // namespace wf::parallel

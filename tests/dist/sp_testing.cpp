@@ -157,28 +157,7 @@ std::vector<std::int64_t> packed(std::int64_t N, const std::vector<std::int64_t>
 }
 
 int expected_ring_hops(const SpCase& c, int P, Pass pass) {
-  if (c.doc_bounds.empty()) return parallel::kFullRing;
-  const SequenceLayout layout = c.layout_or_default();
-  switch (c.strategy) {
-    case SpStrategy::ring: {  // on the layout the documents' work gives, as the strategy and the loader use
-      const auto chunks = parallel::document_chunks(layout, c.doc_bounds, c.N, P, 1);
-      std::vector<std::vector<parallel::TokenRun>> runs;
-      for (int r = 0; r < P; ++r) runs.push_back(parallel::rank_tokens(layout, c.N, P, 1, r, 1, chunks.get()));
-      return parallel::ring_hops(parallel::ring_attention_steps(runs, c.causal, c.doc_bounds));
-    }
-    case SpStrategy::ulysses: return parallel::kFullRing;  // no ring
-    case SpStrategy::wallfacer:
-    case SpStrategy::ulysses_wallfacer: {  // the hybrid's WallFacer part: W = P/U ranks, the whole sequence
-      const int W = c.strategy == SpStrategy::wallfacer ? P : P / c.U;
-      const comm::WallFacerLayout wallfacer(W, c.C, comm::Placement::collectives_intra);
-      const int U = c.strategy == SpStrategy::wallfacer ? 1 : c.U;
-      const auto chunks = parallel::document_chunks(layout, c.doc_bounds, c.N, P, c.C, U);
-      std::vector<std::vector<parallel::TokenRun>> teams;
-      for (int t = 0; t < W / c.C; ++t) teams.push_back(parallel::team_tokens(layout, c.N, W, c.C, t, chunks.get()));
-      return parallel::ring_hops(parallel::wallfacer_steps(wallfacer, teams, pass, c.causal, c.doc_bounds));
-    }
-  }
-  return parallel::kFullRing;
+  return parallel::sp_ring_hops(c.strategy, c.layout_or_default(), c.N, P, c.C, c.U, c.causal, c.doc_bounds, pass);
 }
 
 SpTraffic expected_sp_traffic(const SpCase& c, int P, int logical_index, Pass pass) {

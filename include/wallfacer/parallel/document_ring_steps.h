@@ -18,6 +18,7 @@
 #include "wallfacer/comm/process_grid.h"
 #include "wallfacer/ops/attention.h"
 #include "wallfacer/parallel/sequence_layout.h"
+#include "wallfacer/parallel/sp_strategy.h"
 #include "wallfacer/parallel/traffic_model.h"
 
 namespace wf::parallel {
@@ -53,5 +54,13 @@ std::vector<int> wallfacer_steps(const comm::WallFacerLayout& layout,
 
 // The hops of a ring running `steps` (steps.size() − 1): the count traffic_model.h takes.
 int ring_hops(const std::vector<int>& steps);
+
+// The hops a strategy's ring makes in one pass of a call over N tokens with `documents`, on the
+// layout the documents' work gives (sequence_layout.h's document_chunks, as the loader and the
+// strategies lay a packed batch out): ring attention's K/V ring, or WallFacer's sub-ring (the
+// hybrid's WallFacer part, over P/U ranks). kFullRing without documents, and for Ulysses (no ring).
+// What traffic_model.h's `hops` is for a packed call (bench attention, the tests).
+int sp_ring_hops(SpStrategy strategy, SequenceLayout layout, std::int64_t N, int P, int C, int U, bool causal,
+                 const DocumentBounds& documents, Pass pass);
 
 }  // namespace wf::parallel
