@@ -45,12 +45,26 @@ void check_attention_shape(const AttentionShape& s, const char* what) {
   WF_CHECK(std::isfinite(s.scale), "{}: scale {} must be finite (0 selects 1/sqrt(head_dim))", what, s.scale);
   WF_CHECK(s.heads * s.head_dim <= INT_MAX, "{}: heads·head_dim = {} exceeds the BLAS int range", what,
            s.heads * s.head_dim);
+  const AttentionDocuments& d = s.documents;
+  WF_CHECK(d.lists == 0 || ((d.lists == 1 || d.lists == s.batch) && d.bounds != nullptr && d.list_len >= 2),
+           "{}: documents hold {} boundary lists of {} entries{} for a batch of {}; give none, one list shared by "
+           "every row or one per row, each with at least the two boundaries 0 and the end",
+           what, d.lists, d.list_len, d.bounds ? "" : " (null)", s.batch);
 }
 
 double attention_scale(const AttentionShape& s) { return s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(s.head_dim)); }
 
 std::int64_t attention_pairs(const AttentionShape& s) {
   if (s.q_len <= 0 || s.kv_len <= 0) return 0;
+  if (s.documents.lists > 0) {  // each row's window, over the rows of every list
+    std::int64_t total = 0;
+    for (std::int64_t b = 0; b < s.documents.lists; ++b)
+      for (std::int64_t i = 0; i < s.q_len; ++i) {
+        const KeyRange r = attention_key_range(s, b, i);
+        total += r.end - r.begin;
+      }
+    return total;
+  }
   if (!s.causal) return s.q_len * s.kv_len;
   // Query q sees clamp(q − kv_offset + 1, 0, kv_len) keys: summed over x = shift .. shift + q_len − 1.
   const std::int64_t lo = s.q_offset - s.kv_offset + 1, hi = lo + s.q_len - 1, M = s.kv_len;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
@@ -28,6 +29,17 @@ constexpr std::int64_t kForwardRows = 128;
 constexpr std::int64_t kForwardKeys = 256;
 constexpr std::int64_t kBackwardRows = 64;
 constexpr std::int64_t kBackwardKeys = 128;
+// Where the rows of a tile stop seeing the same keys (the causal diagonal, a document's end) the
+// tiles narrow: the forward streams the keys past what its first row sees kNarrowKeys at a time,
+// each for the rows that see some of them, and the backward streams kNarrowRows query rows at a
+// time over key tiles its rows see only in part. Only the visible triangle's staircase is then
+// computed and masked, not the whole square around it: short documents (packed batches) are mostly
+// diagonal, and the square cost them ~25% more than their visible pairs (docs/kernels-attention.md).
+constexpr std::int64_t kNarrowKeys = 32;
+constexpr std::int64_t kNarrowRows = 32;
+// A forward tile is cut where a new document starts (its rows see other keys), unless it holds
+// fewer rows than this: one-token documents would otherwise make one-row tiles.
+constexpr std::int64_t kMinSegmentRows = 16;
 // The backward pass may give extra dQ partial buffers to tasks that share query rows (see
 // backward_chunks); this bounds the memory they take.
 constexpr double kMaxPartialBytes = double(std::int64_t{1} << 30);
@@ -138,49 +150,61 @@ struct Attention {
   }
   std::int64_t lse_at(std::int64_t b, std::int64_t h, std::int64_t i) const { return (b * s.heads + h) * s.q_len + i; }
 
-  // The keys a query row sees are always a prefix [0, n) of the block: n for row i.
-  std::int64_t visible_keys(std::int64_t i) const {
-    if (!s.causal) return s.kv_len;
-    return std::clamp<std::int64_t>(s.q_offset + i - s.kv_offset + 1, 0, s.kv_len);
-  }
-  // Visible keys of row i inside the key tile [k0, k0 + kn).
-  std::int64_t visible_in_tile(std::int64_t i, std::int64_t k0, std::int64_t kn) const {
-    return std::clamp<std::int64_t>(visible_keys(i) - k0, 0, kn);
-  }
-  // The first query row that sees key j (q_len when none does).
-  std::int64_t first_query(std::int64_t j) const {
-    if (!s.causal) return 0;
-    return std::clamp<std::int64_t>(j + s.kv_offset - s.q_offset, 0, s.q_len);
-  }
-  // Rows [i0, ...) all see the whole key tile ending at k_end: no elementwise mask needed.
-  bool tile_unmasked(std::int64_t i0, std::int64_t k_end) const { return visible_keys(i0) >= k_end; }
-
-  // Turns a rows × kn score tile into probabilities P = exp(s - shift_r), masked entries 0.
-  // shift_r = -inf (a row that saw nothing) gives a zero row.
-  void probabilities(T* tile, std::int64_t rows, std::int64_t kn, std::int64_t i0, std::int64_t k0,
-                     const T* shift) const {
-    const bool unmasked = tile_unmasked(i0, k0 + kn);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      T* row = tile + r * kn;
-      const T shift_r = shift[r];
-      const std::int64_t nv = shift_r == kNegInf<T> ? 0 : unmasked ? kn : visible_in_tile(i0 + r, k0, kn);
-      exp_shifted_sum(row, nv, shift_r);
-      zero_row(row + nv, kn - nv);
-    }
+  // The keys [begin, end) query row i of batch row b sees (kernel_args.h): a window of the block,
+  // both ends non-decreasing in i.
+  KeyRange keys(std::int64_t b, std::int64_t i) const { return attention_key_range(s, b, i); }
+  // The rows [first, last) that see some key of [k0, k1): those with end > k0 and begin < k1, a
+  // contiguous run because both ends are monotone.
+  std::pair<std::int64_t, std::int64_t> rows_seeing(std::int64_t b, std::int64_t k0, std::int64_t k1) const {
+    const auto first_row = [&](auto before) {  // the first row i for which before(keys(b, i)) fails
+      std::int64_t lo = 0, hi = s.q_len;
+      while (lo < hi) {
+        const std::int64_t mid = lo + (hi - lo) / 2;
+        if (before(keys(b, mid))) lo = mid + 1; else hi = mid;
+      }
+      return lo;
+    };
+    const std::int64_t first = first_row([&](const KeyRange& r) { return r.end <= k0; });
+    const std::int64_t last = first_row([&](const KeyRange& r) { return r.begin < k1; });
+    return {first, std::max(first, last)};
   }
 };
+
+// The visible columns [c0, c1) of a key range inside the tile [k0, k0 + kn).
+inline std::pair<std::int64_t, std::int64_t> tile_columns(const KeyRange& r, std::int64_t k0, std::int64_t kn) {
+  const std::int64_t c0 = std::clamp<std::int64_t>(r.begin - k0, 0, kn);
+  return {c0, std::clamp<std::int64_t>(r.end - k0, c0, kn)};
+}
+
+// Turns a rows × kn score tile (leading dimension kn) into probabilities P = exp(s − shift_r)
+// on each row's visible columns, 0 elsewhere; shift_r = −inf (a row that saw nothing) gives a
+// zero row. keys[r]: row r's key range, k0 the tile's first key.
+template <class T>
+void probabilities(T* tile, std::int64_t rows, std::int64_t kn, const KeyRange* keys, std::int64_t k0,
+                   const T* shift) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* row = tile + r * kn;
+    auto [c0, c1] = tile_columns(keys[r], k0, kn);
+    if (shift[r] == kNegInf<T>) c1 = c0;
+    zero_row(row, c0);
+    exp_shifted_sum(row + c0, c1 - c0, shift[r]);
+    zero_row(row + c1, kn - c1);
+  }
+}
 
 // ---- forward ----------------------------------------------------------------------------
 template <class T, class In = T>
 struct ForwardScratch {
   std::vector<T> scores, acc, max, sum;
   std::vector<In> p_in;  // P rounded to In (bf16 kernel only)
+  std::vector<KeyRange> keys;
   explicit ForwardScratch(std::int64_t head_dim)
       : scores(kForwardRows * kForwardKeys),
         acc(kForwardRows * head_dim),
         max(kForwardRows),
         sum(kForwardRows),
-        p_in(std::is_same_v<In, T> ? 0 : kForwardRows * kForwardKeys) {}
+        p_in(std::is_same_v<In, T> ? 0 : kForwardRows * kForwardKeys),
+        keys(kForwardRows) {}
 };
 
 // Online softmax over the key tiles for query rows [i0, i0 + rows) of head h.
@@ -189,38 +213,52 @@ void forward_rows(const Attention<T, In>& a, T* o, T* lse, std::int64_t b, std::
                   std::int64_t rows, ForwardScratch<T, In>& w) {
   const std::int64_t d = a.s.head_dim;
   const std::int64_t hk = h / a.group;
-  const In* q = a.q + a.q_at(b, i0, h);
   T* scores = w.scores.data();
   T* acc = w.acc.data();
   T* m = w.max.data();
   T* l = w.sum.data();
+  KeyRange* keys = w.keys.data();
   std::fill(m, m + rows, kNegInf<T>);
   std::fill(l, l + rows, T(0));
   zero_row(acc, rows * d);
+  for (std::int64_t r = 0; r < rows; ++r) keys[r] = a.keys(b, i0 + r);
 
-  // Key tiles past what the last row sees are fully masked: never computed.
-  const std::int64_t key_end = a.visible_keys(i0 + rows - 1);
-  for (std::int64_t k0 = 0; k0 < key_end; k0 += kForwardKeys) {
-    const std::int64_t kn = std::min(kForwardKeys, key_end - k0);
-    const bool unmasked = a.tile_unmasked(i0, k0 + kn);
-    tile_gemm(false, true, rows, kn, d, a.scale, q, a.q_stride, a.k + a.kv_at(b, k0, hk), a.kv_stride, T(0), scores,
-              kn);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      T* row = scores + r * kn;
-      const std::int64_t nv = unmasked ? kn : a.visible_in_tile(i0 + r, k0, kn);
-      if (nv == 0) {  // this row's keys all lie in its future: contributes nothing
-        zero_row(row, kn);
+  // The tile's rows see the keys [begin of the first, end of the last): nothing outside is
+  // computed. Key tiles are wide up to what the first row still seeing them sees; past it rows
+  // drop out one by one (the diagonal) and the tiles narrow, each computed for its rows only.
+  const std::int64_t key_begin = keys[0].begin, key_end = keys[rows - 1].end;
+  std::int64_t first = 0, last = 0;  // the rows [first, last) that see some key of the tile
+  for (std::int64_t k0 = key_begin; k0 < key_end;) {
+    while (first < rows && keys[first].end <= k0) ++first;
+    const std::int64_t wide_end = first < rows ? keys[first].end : key_end;
+    const std::int64_t kn = std::min(k0 + kNarrowKeys < wide_end ? std::min(kForwardKeys, wide_end - k0) : kNarrowKeys,
+                                     key_end - k0);
+    while (last < rows && keys[last].begin < k0 + kn) ++last;
+    const std::int64_t n = last - first;
+    if (n <= 0) {
+      k0 += kn;
+      continue;
+    }
+    tile_gemm(false, true, n, kn, d, a.scale, a.q + a.q_at(b, i0 + first, h), a.q_stride, a.k + a.kv_at(b, k0, hk),
+              a.kv_stride, T(0), scores, kn);
+    for (std::int64_t r = first; r < last; ++r) {
+      T* row = scores + (r - first) * kn;
+      const auto [c0, c1] = tile_columns(keys[r], k0, kn);
+      zero_row(row, c0);
+      if (c1 == c0) {  // this row sees none of these keys: contributes nothing
+        zero_row(row + c0, kn - c0);
         continue;
       }
-      const T m_new = std::max(m[r], row_max(row, nv));
+      const T m_new = std::max(m[r], row_max(row + c0, c1 - c0));
       const T rescale = exp_bounded(m[r] - m_new);  // m[r] = -inf (first visible tile) → 0
-      l[r] = l[r] * rescale + exp_shifted_sum(row, nv, m_new);
-      zero_row(row + nv, kn - nv);
+      l[r] = l[r] * rescale + exp_shifted_sum(row + c0, c1 - c0, m_new);
+      zero_row(row + c1, kn - c1);
       m[r] = m_new;
       if (rescale != T(1)) scale_row(acc + r * d, d, rescale);
     }
-    tile_gemm(false, false, rows, d, kn, T(1), as_operand(scores, rows * kn, w.p_in), kn, a.v + a.kv_at(b, k0, hk),
-              a.kv_stride, T(1), acc, d);
+    tile_gemm(false, false, n, d, kn, T(1), as_operand(scores, n * kn, w.p_in), kn, a.v + a.kv_at(b, k0, hk),
+              a.kv_stride, T(1), acc + first * d, d);
+    k0 += kn;
   }
 
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -244,13 +282,15 @@ template <class T, class In = T>
 struct BackwardScratch {
   std::vector<T> p, ds, dk, dv;
   std::vector<In> p_in, ds_in;  // P and dS rounded to In (bf16 kernel only)
+  std::vector<KeyRange> keys;
   explicit BackwardScratch(std::int64_t head_dim)
       : p(kBackwardRows * kBackwardKeys),
         ds(kBackwardRows * kBackwardKeys),
         dk(kBackwardKeys * head_dim),
         dv(kBackwardKeys * head_dim),
         p_in(std::is_same_v<In, T> ? 0 : kBackwardRows * kBackwardKeys),
-        ds_in(std::is_same_v<In, T> ? 0 : kBackwardRows * kBackwardKeys) {}
+        ds_in(std::is_same_v<In, T> ? 0 : kBackwardRows * kBackwardKeys),
+        keys(kBackwardRows) {}
 };
 
 // All contributions of key tile [k0, k0 + kn) of kv head hk: its dK, dV rows (written, or added
@@ -260,43 +300,54 @@ template <class T, class In>
 void backward_key_tile(const Attention<T, In>& a, const T* delta, T* dq_out, T* dk, T* dv, bool accumulate,
                        std::int64_t b, std::int64_t hk, std::int64_t k0, std::int64_t kn, BackwardScratch<T, In>& w) {
   const std::int64_t d = a.s.head_dim;
-  const In* k = a.k + a.kv_at(b, k0, hk);
-  const In* v = a.v + a.kv_at(b, k0, hk);
   T* p = w.p.data();
   T* ds = w.ds.data();
   T* dk_acc = w.dk.data();
   T* dv_acc = w.dv.data();
+  KeyRange* keys = w.keys.data();
   zero_row(dk_acc, kn * d);
   zero_row(dv_acc, kn * d);
 
-  // Query rows before first_query(k0) see none of these keys.
-  const std::int64_t i_begin = a.first_query(k0);
-  for (std::int64_t g = 0; g < a.group; ++g) {
-    const std::int64_t h = hk * a.group + g;
-    for (std::int64_t i0 = i_begin; i0 < a.s.q_len; i0 += kBackwardRows) {
-      const std::int64_t rows = std::min(kBackwardRows, a.s.q_len - i0);
+  // Only the rows that see some of these keys, in tiles; a tile of rows computes just the columns
+  // [c0, c1) its rows see, and narrows to kNarrowRows where its rows see the key tile in part.
+  const auto [i_begin, i_end] = a.rows_seeing(b, k0, k0 + kn);
+  for (std::int64_t i0 = i_begin; i0 < i_end;) {
+    std::int64_t rows = std::min(kBackwardRows, i_end - i0);
+    const KeyRange last = a.keys(b, i0 + rows - 1);
+    const bool whole = last.begin <= k0 && a.keys(b, i0).end >= k0 + kn;  // every row sees every key
+    if (!whole) rows = std::min(rows, kNarrowRows);
+    for (std::int64_t r = 0; r < rows; ++r) keys[r] = a.keys(b, i0 + r);
+    const std::int64_t c0 = tile_columns(keys[0], k0, kn).first, c1 = tile_columns(keys[rows - 1], k0, kn).second;
+    const std::int64_t cn = c1 - c0;
+    const In* k = a.k + a.kv_at(b, k0 + c0, hk);
+    const In* v = a.v + a.kv_at(b, k0 + c0, hk);
+    T* dk_cols = dk_acc + c0 * d;
+    T* dv_cols = dv_acc + c0 * d;
+    for (std::int64_t g = 0; g < a.group && cn > 0; ++g) {
+      const std::int64_t h = hk * a.group + g;
       const In* q = a.q + a.q_at(b, i0, h);
       const In* d_o = a.d_o + a.q_at(b, i0, h);
       const T* lse = a.lse + a.lse_at(b, h, i0);
       const T* delta_rows = delta + a.lse_at(b, h, i0);
 
-      tile_gemm(false, true, rows, kn, d, a.scale, q, a.q_stride, k, a.kv_stride, T(0), p, kn);  // S
-      a.probabilities(p, rows, kn, i0, k0, lse);                                                 // P
-      tile_gemm(true, false, kn, d, rows, T(1), as_operand(p, rows * kn, w.p_in), kn, d_o, a.q_stride, T(1), dv_acc,
-                d);                                                                              // dV += Pᵀ·dO
-      tile_gemm(false, true, rows, kn, d, T(1), d_o, a.q_stride, v, a.kv_stride, T(0), ds, kn);  // dP = dO·Vᵀ
+      tile_gemm(false, true, rows, cn, d, a.scale, q, a.q_stride, k, a.kv_stride, T(0), p, cn);  // S
+      probabilities(p, rows, cn, keys, k0 + c0, lse);                                             // P
+      tile_gemm(true, false, cn, d, rows, T(1), as_operand(p, rows * cn, w.p_in), cn, d_o, a.q_stride, T(1), dv_cols,
+                d);                                                                               // dV += Pᵀ·dO
+      tile_gemm(false, true, rows, cn, d, T(1), d_o, a.q_stride, v, a.kv_stride, T(0), ds, cn);  // dP = dO·Vᵀ
       for (std::int64_t r = 0; r < rows; ++r) {  // dS = scale·P∘(dP − D); masked P = 0 → dS = 0
-        const T* p_row = p + r * kn;
-        T* ds_row = ds + r * kn;
+        const T* p_row = p + r * cn;
+        T* ds_row = ds + r * cn;
         const T delta_r = delta_rows[r];
 #pragma omp simd
-        for (std::int64_t c = 0; c < kn; ++c) ds_row[c] = a.scale * p_row[c] * (ds_row[c] - delta_r);
+        for (std::int64_t c = 0; c < cn; ++c) ds_row[c] = a.scale * p_row[c] * (ds_row[c] - delta_r);
       }
-      const In* ds_op = as_operand(ds, rows * kn, w.ds_in);
-      tile_gemm(true, false, kn, d, rows, T(1), ds_op, kn, q, a.q_stride, T(1), dk_acc, d);  // dK += dSᵀ·Q
-      tile_gemm(false, false, rows, d, kn, T(1), ds_op, kn, k, a.kv_stride, T(1), dq_out + a.q_at(b, i0, h),
+      const In* ds_op = as_operand(ds, rows * cn, w.ds_in);
+      tile_gemm(true, false, cn, d, rows, T(1), ds_op, cn, q, a.q_stride, T(1), dk_cols, d);  // dK += dSᵀ·Q
+      tile_gemm(false, false, rows, d, cn, T(1), ds_op, cn, k, a.kv_stride, T(1), dq_out + a.q_at(b, i0, h),
                 a.q_stride);  // dQ += dS·K
     }
+    i0 += rows;
   }
 
   for (std::int64_t j = 0; j < kn; ++j) {
@@ -342,6 +393,29 @@ bool worth_threading(const AttentionShape& s, std::int64_t tasks) {
 
 }  // namespace
 
+// The forward's row tiles [i0, i0 + rows) of batch row b: kForwardRows rows, cut where a new
+// document starts (its rows' keys begin elsewhere, and a tile computes every key of its rows'
+// window) unless the tile would keep fewer than kMinSegmentRows rows.
+template <class T, class In>
+std::vector<std::pair<std::int64_t, std::int64_t>> forward_row_tiles(const Attention<T, In>& a, std::int64_t b) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> tiles;
+  for (std::int64_t i0 = 0; i0 < a.s.q_len;) {
+    std::int64_t rows = std::min(kForwardRows, a.s.q_len - i0);
+    if (a.s.documents.lists > 0) {
+      const std::int64_t begin = a.keys(b, i0).begin;
+      for (std::int64_t r = kMinSegmentRows; r < rows; ++r) {
+        if (a.keys(b, i0 + r).begin != begin) {
+          rows = r;
+          break;
+        }
+      }
+    }
+    tiles.emplace_back(i0, rows);
+    i0 += rows;
+  }
+  return tiles;
+}
+
 // ---- public -----------------------------------------------------------------------------
 
 namespace {
@@ -356,20 +430,27 @@ void forward_impl(const AttentionShape& shape, const In* q, const In* k, const I
   a.k = k;
   a.v = v;
 
-  const std::int64_t q_tiles = (shape.q_len + kForwardRows - 1) / kForwardRows;
-  const std::int64_t heads = shape.batch * shape.heads;
-  const std::int64_t tasks = q_tiles * heads;
+  // Tasks (batch row, row tile, head): the row tiles of every batch row, or one list for all
+  // rows when they share their documents. Last tiles first: under a causal mask they see the most
+  // keys, and starting the longest tasks first balances the dynamic schedule.
+  struct RowTile {
+    std::int64_t b, i0, rows;
+  };
+  std::vector<RowTile> tiles;
+  const std::int64_t lists = shape.documents.lists > 1 ? shape.batch : 1;
+  for (std::int64_t list = 0; list < lists; ++list) {
+    const std::vector<std::pair<std::int64_t, std::int64_t>> cut = forward_row_tiles(a, list);
+    for (auto it = cut.rbegin(); it != cut.rend(); ++it)
+      for (std::int64_t b = list; b < (lists == 1 ? shape.batch : list + 1); ++b) tiles.push_back({b, it->first, it->second});
+  }
+  const std::int64_t tasks = static_cast<std::int64_t>(tiles.size()) * shape.heads;
 #pragma omp parallel if (worth_threading(shape, tasks))
   {
     ForwardScratch<T, In> scratch(shape.head_dim);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < tasks; ++t) {
-      // Last query tiles first: under a causal mask they see the most keys, and starting the
-      // longest tasks first balances the dynamic schedule.
-      const std::int64_t tile = q_tiles - 1 - t / heads;
-      const std::int64_t b = (t % heads) / shape.heads, h = t % shape.heads;
-      const std::int64_t i0 = tile * kForwardRows;
-      forward_rows(a, o, lse, b, h, i0, std::min(kForwardRows, shape.q_len - i0), scratch);
+      const RowTile& tile = tiles[static_cast<std::size_t>(t / shape.heads)];
+      forward_rows(a, o, lse, tile.b, t % shape.heads, tile.i0, tile.rows, scratch);
     }
   }
 }
