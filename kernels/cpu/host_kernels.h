@@ -8,6 +8,7 @@
 // Every kernel below captures its arguments by value, so a Launch may queue it and run it
 // later (the test device's asynchronous streams); shapes passed as vectors are copied for that.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -40,6 +41,24 @@ void gather_elements(std::size_t elem_size, const void* src, const std::vector<s
 void copy_element_blocks(std::size_t elem_size, const void* src, std::int64_t src_block, std::int64_t src_start,
                          void* dst, std::int64_t dst_block, std::int64_t dst_start, std::int64_t outer,
                          std::int64_t count);
+
+// An attention shape that owns its document lists: the shape's `documents.bounds` points at the
+// caller's host memory, which may be gone when a queued kernel runs.
+class OwnedAttentionShape {
+ public:
+  explicit OwnedAttentionShape(const AttentionShape& shape) : shape_(shape) {
+    const AttentionDocuments& d = shape.documents;
+    if (d.lists > 0 && d.bounds != nullptr) {
+      bounds_ = std::make_shared<const std::vector<std::int64_t>>(d.bounds, d.bounds + d.lists * d.list_len);
+      shape_.documents.bounds = bounds_->data();
+    }
+  }
+  const AttentionShape& get() const { return shape_; }
+
+ private:
+  AttentionShape shape_;
+  std::shared_ptr<const std::vector<std::int64_t>> bounds_;
+};
 
 template <class Launch>
 class HostKernels : public Backend {
@@ -389,25 +408,27 @@ class HostKernels : public Backend {
     }
   }
 
-  void attention_forward(const Stream& s, DType operands, const AttentionShape& shape, const void* q, const void* k,
+  void attention_forward(const Stream& s, DType operands, const AttentionShape& call, const void* q, const void* k,
                          const void* v, void* o, void* lse) override {
+    const OwnedAttentionShape owned(call);
     if (operands == DType::bf16) {
       Launch::run(s, [=] {
-        cpu::attention_forward_bf16(shape, in<bf16>(q), in<bf16>(k), in<bf16>(v), io<float>(o), io<float>(lse));
+        cpu::attention_forward_bf16(owned.get(), in<bf16>(q), in<bf16>(k), in<bf16>(v), io<float>(o), io<float>(lse));
       });
       return;
     }
     typed(s, operands, "attention", [=](auto t) {
       using T = decltype(t);
-      cpu::attention_forward<T>(shape, in<T>(q), in<T>(k), in<T>(v), io<T>(o), io<T>(lse));
+      cpu::attention_forward<T>(owned.get(), in<T>(q), in<T>(k), in<T>(v), io<T>(o), io<T>(lse));
     });
   }
-  void attention_backward(const Stream& s, DType operands, const AttentionShape& shape, const void* q, const void* k,
+  void attention_backward(const Stream& s, DType operands, const AttentionShape& call, const void* q, const void* k,
                           const void* v, const void* o, const void* lse, const void* d_o, void* dq, void* dk,
                           void* dv, bool accumulate, const void* d_lse) override {
+    const OwnedAttentionShape owned(call);
     if (operands == DType::bf16) {
       Launch::run(s, [=] {
-        cpu::attention_backward_bf16(shape, in<bf16>(q), in<bf16>(k), in<bf16>(v), in<float>(o), in<float>(lse),
+        cpu::attention_backward_bf16(owned.get(), in<bf16>(q), in<bf16>(k), in<bf16>(v), in<float>(o), in<float>(lse),
                                      in<bf16>(d_o), io<float>(dq), io<float>(dk), io<float>(dv), accumulate,
                                      in<float>(d_lse));
       });
@@ -415,7 +436,7 @@ class HostKernels : public Backend {
     }
     typed(s, operands, "attention_backward", [=](auto t) {
       using T = decltype(t);
-      cpu::attention_backward<T>(shape, in<T>(q), in<T>(k), in<T>(v), in<T>(o), in<T>(lse), in<T>(d_o), io<T>(dq),
+      cpu::attention_backward<T>(owned.get(), in<T>(q), in<T>(k), in<T>(v), in<T>(o), in<T>(lse), in<T>(d_o), io<T>(dq),
                                  io<T>(dk), io<T>(dv), accumulate, in<T>(d_lse));
     });
   }

@@ -7,7 +7,7 @@
 #include "wallfacer/ops/attention.h"
 
 #include <algorithm>
-#include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -66,41 +66,28 @@ AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v
   return s;
 }
 
-// The kernel calls of one attention: the whole call, or with packed documents its pieces
-// (document_attention.h). Outputs are written whole: a query no piece covers gets o 0, lse −inf
-// and its gradients 0.
+// The kernel call of one attention, with packed documents inside it (document_attention.h):
+// outputs are written whole, a query that sees no key getting o 0, lse −inf and gradients 0.
 struct AttentionCalls {
   AttentionShape shape;
-  bool documents = false;
-  std::vector<ops::DocumentPiece> pieces;
+  std::shared_ptr<const ops::KernelDocuments> documents;  // shape.documents points into it
 
   AttentionCalls(const AttentionShape& s, const DocumentBounds& bounds)
-      : shape(s), documents(!bounds.empty()) {
-    if (documents) pieces = ops::document_pieces(s, bounds);
+      : documents(std::make_shared<const ops::KernelDocuments>(bounds)) {
+    shape = documents->applied_to(s);
   }
 
   void forward(const ops::Kernels& k, DType operands, const Tensor& q, const Tensor& kt, const Tensor& v, Tensor& out,
                Tensor& lse) const {
-    if (!documents) {
-      k->attention_forward(k.stream, operands, shape, q.raw_data(), kt.raw_data(), v.raw_data(), out.raw_data(),
-                           lse.raw_data());
-      return;
-    }
-    out.zero_();
-    lse.fill_(-std::numeric_limits<double>::infinity());
-    ops::document_attention_forward(k, operands, pieces, q, kt, v, out, lse);
+    k->attention_forward(k.stream, operands, shape, q.raw_data(), kt.raw_data(), v.raw_data(), out.raw_data(),
+                         lse.raw_data());
   }
 
   void backward(const ops::Kernels& k, DType operands, const TensorList& s, const Tensor& d_o, const Tensor& d_lse,
                 Tensor& dq, Tensor& dk, Tensor& dv) const {
-    if (!documents) {
-      k->attention_backward(k.stream, operands, shape, s[0].raw_data(), s[1].raw_data(), s[2].raw_data(),
-                            s[3].raw_data(), s[4].raw_data(), d_o.raw_data(), dq.raw_data(), dk.raw_data(),
-                            dv.raw_data(), /*accumulate=*/false, d_lse.raw_data());
-      return;
-    }
-    for (Tensor* t : {&dq, &dk, &dv}) t->zero_();
-    ops::document_attention_backward(k, operands, pieces, s[0], s[1], s[2], s[3], s[4], d_o, d_lse, dq, dk, dv);
+    k->attention_backward(k.stream, operands, shape, s[0].raw_data(), s[1].raw_data(), s[2].raw_data(),
+                          s[3].raw_data(), s[4].raw_data(), d_o.raw_data(), dq.raw_data(), dk.raw_data(),
+                          dv.raw_data(), /*accumulate=*/false, d_lse.raw_data());
   }
 };
 

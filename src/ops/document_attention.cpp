@@ -1,4 +1,4 @@
-// Packed documents in attention: calls split per document (document_attention.h).
+// Packed documents in attention: the checks, the kernels' lists and the pieces (document_attention.h).
 #include "src/ops/document_attention.h"
 
 #include <fmt/format.h>
@@ -19,18 +19,16 @@ std::int64_t product(const Shape& shape, std::size_t begin, std::size_t end) {
 }
 
 // Copies rows [src_start, src_start + len) of dim `dim` of src into rows [dst_start, ...) of
-// dst, for the batch rows [src_batch, src_batch + batches) of src and [dst_batch, ...) of dst
-// (the other dims equal; one device).
-void copy_rows(const Tensor& src, std::int64_t src_batch, std::int64_t src_start, Tensor& dst, std::int64_t dst_batch,
-               std::int64_t dst_start, std::int64_t batches, std::int64_t len, std::size_t dim) {
+// dst, for every batch row (the other dims equal; one device).
+void copy_rows(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, std::int64_t len,
+               std::size_t dim) {
   const Shape& shape = src.shape();
-  const std::int64_t outer_per_batch = product(shape, 1, dim);
+  const std::int64_t outer = product(shape, 0, dim);
   const std::int64_t row = product(shape, dim + 1, shape.size());
   const std::int64_t src_block = shape[dim] * row, dst_block = dst.shape()[dim] * row;
   const ops::Kernels k = ops::kernels_for("attention rows", {src, dst});
-  k->copy_blocks(k.stream, dtype_size(src.dtype()), src.raw_data(), src_block,
-                 src_batch * outer_per_batch * src_block + src_start * row, dst.raw_data(), dst_block,
-                 dst_batch * outer_per_batch * dst_block + dst_start * row, batches * outer_per_batch, len * row);
+  k->copy_blocks(k.stream, dtype_size(src.dtype()), src.raw_data(), src_block, src_start * row, dst.raw_data(),
+                 dst_block, dst_start * row, outer, len * row);
 }
 
 // The pieces of one boundary list, for batch row `row` (−1: all).
@@ -64,19 +62,18 @@ void add_pieces(const kernels::AttentionShape& call, const std::vector<std::int6
 
 }  // namespace
 
-Tensor rows_of(const Tensor& t, std::size_t dim, std::int64_t start, std::int64_t len, std::int64_t batch_row) {
-  if (batch_row < 0 && start == 0 && len == t.shape()[dim]) return t;
+Tensor rows_of(const Tensor& t, std::size_t dim, std::int64_t start, std::int64_t len) {
+  if (start == 0 && len == t.shape()[dim]) return t;
   Shape shape = t.shape();
   shape[dim] = len;
-  if (batch_row >= 0) shape[0] = 1;
   Tensor rows = Tensor::empty(shape, t.dtype(), t.device());
-  copy_rows(t, std::max<std::int64_t>(batch_row, 0), start, rows, 0, 0, shape[0], len, dim);
+  copy_rows(t, start, rows, 0, len, dim);
   return rows;
 }
 
-void store_rows(Tensor& t, std::size_t dim, std::int64_t start, const Tensor& rows, std::int64_t batch_row) {
+void store_rows(Tensor& t, std::size_t dim, std::int64_t start, const Tensor& rows) {
   if (rows.is_same(t)) return;
-  copy_rows(rows, 0, 0, t, std::max<std::int64_t>(batch_row, 0), start, rows.shape()[0], rows.shape()[dim], dim);
+  copy_rows(rows, 0, t, start, rows.shape()[dim], dim);
 }
 
 void check_document_bounds(const char* what, const DocumentBounds& bounds, std::int64_t batch, std::int64_t seq_len,
@@ -114,45 +111,23 @@ std::int64_t document_pairs(const std::vector<DocumentPiece>& pieces) {
   return pairs;
 }
 
-void document_attention_forward(const Kernels& kern, DType operands, const std::vector<DocumentPiece>& pieces,
-                                const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, Tensor& lse) {
-  for (const DocumentPiece& p : pieces) {
-    const kernels::AttentionShape& s = p.shape;
-    const std::int64_t r = p.batch_row;
-    const Tensor q_p = rows_of(q, 1, p.q_row, s.q_len, r), k_p = rows_of(k, 1, p.kv_row, s.kv_len, r),
-                 v_p = rows_of(v, 1, p.kv_row, s.kv_len, r);
-    Tensor o_p = rows_of(o, 1, p.q_row, s.q_len, r), lse_p = rows_of(lse, 2, p.q_row, s.q_len, r);
-    Tensor o_i = Tensor::empty(o_p.shape(), o.dtype(), o.device());
-    Tensor lse_i = Tensor::empty(lse_p.shape(), lse.dtype(), lse.device());
-    kern->attention_forward(kern.stream, operands, s, q_p.raw_data(), k_p.raw_data(), v_p.raw_data(), o_i.raw_data(),
-                            lse_i.raw_data());
-    kern->attention_merge(kern.stream, o.dtype(), s.batch, s.q_len, s.heads, s.head_dim, o_p.raw_data(),
-                          lse_p.raw_data(), o_i.raw_data(), lse_i.raw_data());
-    store_rows(o, 1, p.q_row, o_p, r);
-    store_rows(lse, 2, p.q_row, lse_p, r);
+KernelDocuments::KernelDocuments(const DocumentBounds& bounds) {
+  if (bounds.empty()) return;
+  const bool shared = std::all_of(bounds.begin(), bounds.end(), [&](const auto& b) { return b == bounds[0]; });
+  lists_ = shared ? 1 : static_cast<std::int64_t>(bounds.size());
+  for (std::int64_t r = 0; r < lists_; ++r) list_len_ = std::max<std::int64_t>(list_len_, bounds[r].size());
+  flat_.reserve(static_cast<std::size_t>(lists_ * list_len_));
+  for (std::int64_t r = 0; r < lists_; ++r) {
+    const std::vector<std::int64_t>& list = bounds[static_cast<std::size_t>(r)];
+    flat_.insert(flat_.end(), list.begin(), list.end());
+    flat_.insert(flat_.end(), static_cast<std::size_t>(list_len_) - list.size(), list.back());
   }
 }
 
-void document_attention_backward(const Kernels& kern, DType operands, const std::vector<DocumentPiece>& pieces,
-                                 const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
-                                 const Tensor& lse, const Tensor& d_o, const Tensor& d_lse, Tensor& dq, Tensor& dk,
-                                 Tensor& dv) {
-  for (const DocumentPiece& p : pieces) {
-    const kernels::AttentionShape& s = p.shape;
-    const std::int64_t r = p.batch_row, qr = p.q_row, kr = p.kv_row;
-    const Tensor q_p = rows_of(q, 1, qr, s.q_len, r), k_p = rows_of(k, 1, kr, s.kv_len, r),
-                 v_p = rows_of(v, 1, kr, s.kv_len, r), o_p = rows_of(o, 1, qr, s.q_len, r),
-                 lse_p = rows_of(lse, 2, qr, s.q_len, r), do_p = rows_of(d_o, 1, qr, s.q_len, r);
-    const Tensor dlse_p = d_lse.defined() ? rows_of(d_lse, 2, qr, s.q_len, r) : Tensor();
-    Tensor dq_p = rows_of(dq, 1, qr, s.q_len, r), dk_p = rows_of(dk, 1, kr, s.kv_len, r),
-           dv_p = rows_of(dv, 1, kr, s.kv_len, r);
-    kern->attention_backward(kern.stream, operands, s, q_p.raw_data(), k_p.raw_data(), v_p.raw_data(),
-                             o_p.raw_data(), lse_p.raw_data(), do_p.raw_data(), dq_p.raw_data(), dk_p.raw_data(),
-                             dv_p.raw_data(), /*accumulate=*/true, dlse_p.defined() ? dlse_p.raw_data() : nullptr);
-    store_rows(dq, 1, qr, dq_p, r);
-    store_rows(dk, 1, kr, dk_p, r);
-    store_rows(dv, 1, kr, dv_p, r);
-  }
+kernels::AttentionShape KernelDocuments::applied_to(const kernels::AttentionShape& call) const {
+  kernels::AttentionShape s = call;
+  s.documents = {flat_.data(), lists_, list_len_};
+  return s;
 }
 
 }  // namespace wf::ops

@@ -1,12 +1,10 @@
 #pragma once
 // Packed documents in attention (AttentionOptions::doc_bounds), internal to src/ops and
-// src/parallel. No kernel knows about documents: a call covering query positions [a, a + n) and
-// key positions [c, c + m) is split into one kernel call per document that intersects both
-// ranges (a "piece", on the sub-ranges, causal inside the document), per batch row when the rows'
-// boundaries differ. A query belongs to one document, so the pieces of a call touch disjoint
-// query rows and disjoint key rows: each piece's (o, lse) is merged into the running result
-// with attention_merge, and its gradients are accumulated into its own rows. Pairs in different
-// documents are never computed; a call with no piece launches nothing (lse stays −inf, o 0).
+// src/parallel. The kernels take the boundaries inside a call (kernels/kernel_args.h,
+// AttentionShape::documents): a query sees the keys of its own document only, causal inside it.
+// What this file adds around them: the checks of the user's lists, the kernels' padded form of
+// them (KernelDocuments), and the arithmetic of which (query, key) pairs a call holds, per
+// document ("pieces"): the work counters, the skipped blocks and the kept ring steps count them.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -16,12 +14,12 @@
 
 namespace wf::ops {
 
-// Rows [start, start + len) of dim `dim` of t [B, ...] (dim >= 1), of every batch row
-// (batch_row < 0) or of one (then dim 0 has size 1), as a contiguous tensor: t itself when that
-// is all of it, else a copy (same device, no host touch).
-Tensor rows_of(const Tensor& t, std::size_t dim, std::int64_t start, std::int64_t len, std::int64_t batch_row = -1);
+// Rows [start, start + len) of dim `dim` of t [B, ...] (dim >= 1), of every batch row, as a
+// contiguous tensor: t itself when that is all of it, else a copy (same device, no host touch).
+// Block attention hands the kernels one run of a strided layout this way.
+Tensor rows_of(const Tensor& t, std::size_t dim, std::int64_t start, std::int64_t len);
 // Writes rows obtained from rows_of back (nothing to do when they were t itself).
-void store_rows(Tensor& t, std::size_t dim, std::int64_t start, const Tensor& rows, std::int64_t batch_row = -1);
+void store_rows(Tensor& t, std::size_t dim, std::int64_t start, const Tensor& rows);
 
 // wf::Error prefixed by `what` unless `bounds` is one list per batch row (or one shared list),
 // each starting at 0, strictly increasing and ending at seq_len (exact) or at seq_len or later
@@ -46,16 +44,21 @@ std::vector<DocumentPiece> document_pieces(const kernels::AttentionShape& call, 
 // (counted once for shared ones, like a block's pairs).
 std::int64_t document_pairs(const std::vector<DocumentPiece>& pieces);
 
-// Merges every piece's attention into the running o [B, n, h, d], lse [B, h, n] (contiguous;
-// start a fresh result from o = 0, lse = −inf). q, k, v in the dtype the kernels multiply in
-// (`operands`), o and lse in the accumulator dtype.
-void document_attention_forward(const Kernels& kern, DType operands, const std::vector<DocumentPiece>& pieces,
-                                const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, Tensor& lse);
-// Adds every piece's gradients to dq, dk, dv (start from zeros), given the final o, lse, the
-// output gradient d_o (operand dtype) and optionally d_lse (undefined = zero).
-void document_attention_backward(const Kernels& kern, DType operands, const std::vector<DocumentPiece>& pieces,
-                                 const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
-                                 const Tensor& lse, const Tensor& d_o, const Tensor& d_lse, Tensor& dq, Tensor& dk,
-                                 Tensor& dv);
+// A call's boundaries as the kernels take them (kernels::AttentionDocuments): every list padded
+// to one length by repeating its end, one list when every row shares it. The kernels then run a
+// packed call as one call, each query seeing the keys of its own document only (varlen).
+class KernelDocuments {
+ public:
+  KernelDocuments() = default;  // no documents
+  explicit KernelDocuments(const DocumentBounds& bounds);
+  bool empty() const { return lists_ == 0; }
+  // `call` with these documents; its offsets must be the global positions of its first rows. The
+  // pointer inside stays valid while this object lives.
+  kernels::AttentionShape applied_to(const kernels::AttentionShape& call) const;
+
+ private:
+  std::vector<std::int64_t> flat_;
+  std::int64_t lists_ = 0, list_len_ = 0;
+};
 
 }  // namespace wf::ops

@@ -6,8 +6,8 @@
 // B > 1 or several runs those rows are strided, while the kernels want contiguous [B, len, ...]
 // buffers. So each run that takes part in a computed block is copied out once (an O(n) copy
 // next to O(n²) attention work) and results are copied back; a run that covers the whole
-// tensor is used in place. With packed documents a block is split further, per document
-// (src/ops/document_attention.h).
+// tensor is used in place. With packed documents a block is one kernel call with the documents
+// inside (src/ops/document_attention.h), skipped when no query of it sees a key of it.
 #include "wallfacer/parallel/block_attention.h"
 
 #include <algorithm>
@@ -33,15 +33,14 @@ using ops::store_rows;
 
 struct Block {
   std::size_t q_run, kv_run;
-  BlockMask mask;  // full or causal: skipped blocks are not listed
-  // Packed documents: the block's kernel calls, one per document it holds (never empty).
-  std::vector<ops::DocumentPiece> pieces;
+  AttentionShape shape;  // the kernel call (skipped blocks are not listed)
 };
 
 struct Plan {
   std::vector<std::int64_t> q_starts, kv_starts;  // storage row of each run's first token
   std::vector<Block> blocks;                      // computed blocks, query run by query run
   BlockAttentionStats stats;
+  ops::KernelDocuments documents;  // the blocks' shapes point into it
 };
 
 std::vector<std::int64_t> storage_starts(const std::vector<TokenRun>& runs) {
@@ -72,38 +71,39 @@ AttentionShape block_shape(const Tensor& q, const Tensor& k, const TokenRun& q_r
   return s;
 }
 
-// With packed documents a block is its pieces (document_attention.h), and skipped when it has none.
+// With packed documents a block holds the pairs of its documents (document_attention.h), and is
+// skipped when it holds none.
 Plan plan_blocks(const Tensor& q, const Tensor& k, const std::vector<TokenRun>& q_runs,
                  const std::vector<TokenRun>& kv_runs, bool causal, double scale, const DocumentBounds& documents) {
-  Plan plan{storage_starts(q_runs), storage_starts(kv_runs), {}, {}};
+  Plan plan{storage_starts(q_runs), storage_starts(kv_runs), {}, {}, ops::KernelDocuments(documents)};
   for (std::size_t i = 0; i < q_runs.size(); ++i) {
     for (std::size_t j = 0; j < kv_runs.size(); ++j) {
+      std::int64_t pairs = 0;
+      AttentionShape shape;
+      bool skip = false;
       if (!documents.empty()) {
-        AttentionShape call = block_shape(q, k, q_runs[i], kv_runs[j], BlockMask::causal, scale);
-        call.causal = causal;
-        std::vector<ops::DocumentPiece> pieces = ops::document_pieces(call, documents);
-        if (pieces.empty()) {
-          ++plan.stats.blocks_skipped;
-          continue;
-        }
-        ++plan.stats.blocks_computed;
-        plan.stats.unmasked_pairs += ops::document_pairs(pieces);
-        plan.blocks.push_back({i, j, BlockMask::causal, std::move(pieces)});
-        continue;
+        shape = block_shape(q, k, q_runs[i], kv_runs[j], BlockMask::causal, scale);  // global offsets
+        shape.causal = causal;
+        pairs = ops::document_pairs(ops::document_pieces(shape, documents));
+        shape = plan.documents.applied_to(shape);
+        skip = pairs == 0;
+      } else {
+        const BlockMask mask = block_mask(q_runs[i], kv_runs[j], causal);
+        skip = mask == BlockMask::skip;
+        if (!skip) pairs = unmasked_pairs({q_runs[i]}, {kv_runs[j]}, causal);
+        shape = block_shape(q, k, q_runs[i], kv_runs[j], mask, scale);
       }
-      const BlockMask mask = block_mask(q_runs[i], kv_runs[j], causal);
-      if (mask == BlockMask::skip) {
+      if (skip) {
         ++plan.stats.blocks_skipped;
         continue;
       }
-      plan.blocks.push_back({i, j, mask, {}});
+      plan.blocks.push_back({i, j, shape});
       ++plan.stats.blocks_computed;
-      plan.stats.unmasked_pairs += unmasked_pairs({q_runs[i]}, {kv_runs[j]}, causal);
+      plan.stats.unmasked_pairs += pairs;
     }
   }
   return plan;
 }
-
 
 // Lazily copied rows of the K/V runs (and their gradient accumulators): each run is copied at
 // most once however many query runs meet it.
@@ -206,12 +206,7 @@ BlockAttentionStats block_attention_forward(const Tensor& q, const std::vector<T
     Tensor lse_i = Tensor::empty(lse_r.shape(), acc, kern.device());
     for (; b < plan.blocks.size() && plan.blocks[b].q_run == i; ++b) {
       const std::size_t j = plan.blocks[b].kv_run;
-      if (!plan.blocks[b].pieces.empty()) {
-        ops::document_attention_forward(kern, q.dtype(), plan.blocks[b].pieces, q_r, k_rows.get(j), v_rows.get(j), o_r,
-                                        lse_r);
-        continue;
-      }
-      const AttentionShape s = block_shape(q, k, q_runs[i], kv_runs[j], plan.blocks[b].mask, scale);
+      const AttentionShape& s = plan.blocks[b].shape;
       kern->attention_forward(kern.stream, q.dtype(), s, q_r.raw_data(), k_rows.get(j).raw_data(),
                               v_rows.get(j).raw_data(), o_i.raw_data(), lse_i.raw_data());
       kern->attention_merge(kern.stream, acc, s.batch, s.q_len, s.heads, s.head_dim, o_r.raw_data(), lse_r.raw_data(),
@@ -253,12 +248,7 @@ BlockAttentionStats block_attention_backward(const Tensor& q, const std::vector<
     Tensor dq_r = rows_of(dq, 1, start, len);
     for (; b < plan.blocks.size() && plan.blocks[b].q_run == i; ++b) {
       const std::size_t j = plan.blocks[b].kv_run;
-      if (!plan.blocks[b].pieces.empty()) {
-        ops::document_attention_backward(kern, q.dtype(), plan.blocks[b].pieces, q_r, k_rows.get(j), v_rows.get(j),
-                                         o_r, lse_r, do_r, dlse_r, dq_r, dk_rows.get(j), dv_rows.get(j));
-        continue;
-      }
-      const AttentionShape s = block_shape(q, k, q_runs[i], kv_runs[j], plan.blocks[b].mask, scale);
+      const AttentionShape& s = plan.blocks[b].shape;
       kern->attention_backward(kern.stream, q.dtype(), s, q_r.raw_data(), k_rows.get(j).raw_data(),
                                v_rows.get(j).raw_data(), o_r.raw_data(), lse_r.raw_data(), do_r.raw_data(),
                                dq_r.raw_data(), dk_rows.get(j).raw_data(), dv_rows.get(j).raw_data(),

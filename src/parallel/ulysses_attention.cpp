@@ -74,40 +74,31 @@ detail::HeadSide head_side(const kernels::AttentionShape& s, DType activation, D
 }
 
 // The local attention over the whole sequence: h.o, h.lse from h.q, h.k, h.v (operands in
-// h.q's dtype: bf16 with f32 results, or the compute dtype). With packed documents, one kernel
-// call per document (document_attention.h): the gathered tokens are in position order.
+// h.q's dtype: bf16 with f32 results, or the compute dtype). With packed documents the kernel
+// takes them inside the call (document_attention.h): the gathered tokens are in position order.
 void attention_forward(const kernels::AttentionShape& s, const DocumentBounds& documents, detail::HeadSide& h) {
-  const bool skip = detail::SkipBlockCompute::active();  // bench attention's communication-only time
-  if (skip || !documents.empty()) {  // start from what no key gives
+  if (detail::SkipBlockCompute::active()) {  // bench attention's communication-only time
     h.o.zero_();
     h.lse.fill_(-std::numeric_limits<double>::infinity());
-    if (skip) return;
-  }
-  const ops::Kernels k = ops::kernels_for("ulysses attention", {h.q, h.k, h.v, h.o, h.lse});
-  if (!documents.empty()) {
-    ops::document_attention_forward(k, h.q.dtype(), ops::document_pieces(s, documents), h.q, h.k, h.v, h.o, h.lse);
     return;
   }
-  k->attention_forward(k.stream, h.q.dtype(), s, h.q.raw_data(), h.k.raw_data(), h.v.raw_data(), h.o.raw_data(),
-                       h.lse.raw_data());
+  const ops::Kernels k = ops::kernels_for("ulysses attention", {h.q, h.k, h.v, h.o, h.lse});
+  const ops::KernelDocuments docs(documents);
+  k->attention_forward(k.stream, h.q.dtype(), docs.applied_to(s), h.q.raw_data(), h.k.raw_data(), h.v.raw_data(),
+                       h.o.raw_data(), h.lse.raw_data());
 }
 
 // Its backward: dq, dk, dv (compute dtype) from the saved head side, dO (h.q's dtype) and d_lse.
 void attention_backward(const kernels::AttentionShape& s, const DocumentBounds& documents, const detail::HeadSide& h,
                         const Tensor& d_o, const Tensor& d_lse, Tensor& dq, Tensor& dk, Tensor& dv) {
-  const bool skip = detail::SkipBlockCompute::active();
-  if (skip || !documents.empty()) {
+  if (detail::SkipBlockCompute::active()) {
     for (Tensor* t : {&dq, &dk, &dv}) t->zero_();
-    if (skip) return;
-  }
-  const ops::Kernels k = ops::kernels_for("ulysses attention", {h.q, h.k, h.v, h.o, h.lse, d_o, d_lse, dq, dk, dv});
-  if (!documents.empty()) {
-    ops::document_attention_backward(k, h.q.dtype(), ops::document_pieces(s, documents), h.q, h.k, h.v, h.o, h.lse,
-                                     d_o, d_lse, dq, dk, dv);
     return;
   }
-  k->attention_backward(k.stream, h.q.dtype(), s, h.q.raw_data(), h.k.raw_data(), h.v.raw_data(), h.o.raw_data(),
-                        h.lse.raw_data(), d_o.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data(),
+  const ops::Kernels k = ops::kernels_for("ulysses attention", {h.q, h.k, h.v, h.o, h.lse, d_o, d_lse, dq, dk, dv});
+  const ops::KernelDocuments docs(documents);
+  k->attention_backward(k.stream, h.q.dtype(), docs.applied_to(s), h.q.raw_data(), h.k.raw_data(), h.v.raw_data(),
+                        h.o.raw_data(), h.lse.raw_data(), d_o.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data(),
                         /*accumulate=*/false, d_lse.raw_data());
 }
 

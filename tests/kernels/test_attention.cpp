@@ -432,3 +432,113 @@ TEST_CASE("bf16 attention: dot products in bf16 match the reference to bf16 accu
   ThreadCountGuard threads(2);
   check_bf16_against_reference(shape(1, 300, 300, 4, 4, 64, true), seed++, false);
 }
+
+// ---- packed documents inside one call (AttentionShape::documents) --------------------------------
+namespace {
+
+// Boundary lists as the kernels take them: each padded to the longest by repeating its end.
+struct DocumentLists {
+  std::vector<std::int64_t> flat;
+  std::int64_t lists = 0, list_len = 0;
+  explicit DocumentLists(const std::vector<std::vector<std::int64_t>>& bounds) : lists(std::int64_t(bounds.size())) {
+    for (const auto& b : bounds) list_len = std::max<std::int64_t>(list_len, std::int64_t(b.size()));
+    for (const auto& b : bounds) {
+      flat.insert(flat.end(), b.begin(), b.end());
+      flat.insert(flat.end(), std::size_t(list_len) - b.size(), b.back());
+    }
+  }
+  AttentionShape applied_to(AttentionShape s) const {
+    s.documents = {flat.data(), lists, list_len};
+    return s;
+  }
+};
+
+// Documents of 1 to max_len tokens (one-token ones included by the draw) covering [0, end).
+std::vector<std::int64_t> random_bounds(std::mt19937& gen, std::int64_t end, std::int64_t max_len) {
+  std::vector<std::int64_t> b{0};
+  std::uniform_int_distribution<std::int64_t> len(1, max_len);
+  std::bernoulli_distribution tiny(0.2);
+  while (b.back() < end) b.push_back(std::min(end, b.back() + (tiny(gen) ? 1 : len(gen))));
+  return b;
+}
+
+template <class T>
+void check_documents(const AttentionShape& s, const DocumentLists& docs, std::uint32_t seed) {
+  const AttentionShape ds = docs.applied_to(s);
+  INFO("documents: lists " << docs.lists << " of " << docs.list_len << " bounds; batch " << s.batch << " q_len "
+                           << s.q_len << " kv_len " << s.kv_len << " causal " << s.causal << " q_offset "
+                           << s.q_offset << " kv_offset " << s.kv_offset << " dtype " << (sizeof(T) == 8 ? "f64" : "f32"));
+  Inputs<T> in = random_inputs<T>(ds, seed);
+  std::mt19937 gen(seed + 1);
+  in.d_lse = randn<T>(lse_size(ds), gen);
+  const Outputs<T> got = run_fast(ds, in);
+  require_close(got, run_reference(ds, in), kAttentionTolerance<T>);
+  for (const auto* v : {&got.o, &got.dq, &got.dk, &got.dv})
+    CHECK(std::none_of(v->begin(), v->end(), [](T x) { return std::isnan(x); }));
+}
+
+}  // namespace
+
+TEST_CASE("attention with packed documents: each query sees its own document only", "[kernels][attention][documents]") {
+  std::uint32_t seed = 1200;
+  std::mt19937 gen(77);
+  for (bool causal : {true, false}) {
+    // One list shared by both rows: one-token documents, short and long ones, across every tile edge.
+    const DocumentLists shared({{0, 1, 2, 3, 50, 180, 181, 300}});
+    check_documents<double>(shape(2, 300, 300, 4, 2, 16, causal), shared, seed++);
+    check_documents<float>(shape(2, 300, 300, 4, 2, 16, causal), shared, seed++);
+    // A list per batch row, random lengths.
+    const DocumentLists rows({random_bounds(gen, 700, 200), random_bounds(gen, 700, 40)});
+    check_documents<double>(shape(2, 700, 700, 2, 1, 8, causal), rows, seed++);
+    check_documents<float>(shape(2, 700, 700, 2, 1, 8, causal), rows, seed++);
+    // A ring block: queries [300, 450) against keys [100, 400) of documents over [0, 600); some
+    // queries see none of these keys (lse −inf, zero gradients).
+    const DocumentLists ring({random_bounds(gen, 600, 90), {0, 120, 330, 340, 600}});
+    check_documents<double>(shape(2, 150, 300, 4, 4, 16, causal, 300, 100), ring, seed++);
+    check_documents<double>(shape(2, 300, 150, 4, 4, 16, causal, 100, 300), ring, seed++);
+    // Every document one token: each query sees itself alone.
+    std::vector<std::int64_t> ones(201);
+    for (std::int64_t i = 0; i <= 200; ++i) ones[std::size_t(i)] = i;
+    check_documents<double>(shape(1, 200, 200, 2, 2, 16, causal), DocumentLists({ones}), seed++);
+  }
+  ThreadCountGuard threads(2);
+  check_documents<float>(shape(2, 700, 700, 4, 2, 16, true), DocumentLists({random_bounds(gen, 700, 300)}), seed++);
+}
+
+TEST_CASE("attention with one document over the whole sequence is the plain causal kernel bit for bit",
+          "[kernels][attention][documents]") {
+  for (bool causal : {true, false}) {
+    const AttentionShape s = shape(2, 400, 400, 4, 2, 16, causal, 0, 0);
+    const DocumentLists one({{0, 400}});
+    const Inputs<float> in = random_inputs<float>(s, 1300);
+    const Outputs<float> plain = run_fast(s, in), documented = run_fast(one.applied_to(s), in);
+    CHECK(plain.o == documented.o);
+    CHECK(plain.lse == documented.lse);
+    CHECK(plain.dq == documented.dq);
+    CHECK(plain.dk == documented.dk);
+    CHECK(plain.dv == documented.dv);
+  }
+}
+
+TEST_CASE("bf16 attention with packed documents matches the reference to bf16 accuracy",
+          "[kernels][attention][documents][gemm_bf16]") {
+  std::mt19937 gen(91);
+  for (bool causal : {true, false}) {
+    const DocumentLists docs({random_bounds(gen, 300, 120), random_bounds(gen, 300, 60)});
+    check_bf16_against_reference(docs.applied_to(shape(2, 300, 300, 4, 2, 64, causal)), 1400 + causal, true);
+  }
+}
+
+TEST_CASE("attention refuses document lists that do not fit the batch", "[kernels][attention][documents]") {
+  const AttentionShape s = shape(2, 10, 10, 1, 1, 8, true);
+  const DocumentLists three({{0, 10}, {0, 5, 10}, {0, 10}});
+  const Inputs<double> in = random_inputs<double>(s, 1500);
+  std::vector<double> o(q_size(s)), lse(lse_size(s));
+  CHECK_THROWS_WITH(cpu::attention_forward(three.applied_to(s), in.q.data(), in.k.data(), in.v.data(), o.data(),
+                                           lse.data()),
+                    Catch::Contains("3 boundary lists") && Catch::Contains("one per row"));
+  AttentionShape null_bounds = s;
+  null_bounds.documents = {nullptr, 1, 2};
+  CHECK_THROWS_WITH(cpu::attention_forward(null_bounds, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()),
+                    Catch::Contains("(null)"));
+}
