@@ -45,24 +45,30 @@ void check_attention_shape(const AttentionShape& s, const char* what) {
   WF_CHECK(std::isfinite(s.scale), "{}: scale {} must be finite (0 selects 1/sqrt(head_dim))", what, s.scale);
   WF_CHECK(s.heads * s.head_dim <= INT_MAX, "{}: heads·head_dim = {} exceeds the BLAS int range", what,
            s.heads * s.head_dim);
-  const AttentionDocuments& d = s.documents;
-  WF_CHECK(d.lists == 0 || ((d.lists == 1 || d.lists == s.batch) && d.bounds != nullptr && d.list_len >= 2),
-           "{}: documents hold {} boundary lists of {} entries{} for a batch of {}; give none, one list shared by "
-           "every row or one per row, each with at least the two boundaries 0 and the end",
-           what, d.lists, d.list_len, d.bounds ? "" : " (null)", s.batch);
+  WF_CHECK(s.windows.ranges == nullptr || s.windows.lists == 1 || s.windows.lists == s.batch,
+           "{}: key windows hold {} lists for a batch of {}; give one list shared by every row or one per row", what,
+           s.windows.lists, s.batch);
+  for (std::int64_t r = 0; s.windows.ranges != nullptr && r < s.windows.lists; ++r) {
+    const KeyRange* w = s.windows.ranges + r * s.q_len;
+    for (std::int64_t i = 0; i < s.q_len; ++i) {
+      const bool inside = 0 <= w[i].begin && w[i].begin <= w[i].end && w[i].end <= s.kv_len;
+      const bool monotone = i == 0 || (w[i - 1].begin <= w[i].begin && w[i - 1].end <= w[i].end);
+      WF_CHECK(inside && monotone,
+               "{}: key window {} of list {} is [{}, {}){}; windows must lie in [0, kv_len = {}) and both ends must "
+               "not decrease from row to row (positions in ascending order)",
+               what, i, r, w[i].begin, w[i].end, i > 0 ? fmt::format(" after [{}, {})", w[i - 1].begin, w[i - 1].end) : "",
+               s.kv_len);
+    }
+  }
 }
 
 double attention_scale(const AttentionShape& s) { return s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(s.head_dim)); }
 
 std::int64_t attention_pairs(const AttentionShape& s) {
   if (s.q_len <= 0 || s.kv_len <= 0) return 0;
-  if (s.documents.lists > 0) {  // each row's window, over the rows of every list
+  if (s.windows.ranges != nullptr) {  // each row's window, over the rows of every list
     std::int64_t total = 0;
-    for (std::int64_t b = 0; b < s.documents.lists; ++b)
-      for (std::int64_t i = 0; i < s.q_len; ++i) {
-        const KeyRange r = attention_key_range(s, b, i);
-        total += r.end - r.begin;
-      }
+    for (std::int64_t e = 0; e < s.windows.lists * s.q_len; ++e) total += s.windows.ranges[e].end - s.windows.ranges[e].begin;
     return total;
   }
   if (!s.causal) return s.q_len * s.kv_len;

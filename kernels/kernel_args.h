@@ -38,17 +38,22 @@ struct DropoutLayout {
 // With `causal`, key position kv_offset + j is visible to query position q_offset + i iff
 // kv_offset + j <= q_offset + i (global positions, so ring attention passes another rank's block).
 //
-// Packed documents inside one call (varlen attention, as FlashAttention's cu_seqlens): with
-// `documents.lists` > 0 a query sees only the keys of its own document (and, with `causal`, not
-// after itself). Positions are global (q_offset + i, kv_offset + j) with or without the causal
-// mask. `documents.bounds` holds `lists` lists of `list_len` entries each: the cumulative
-// boundaries 0 = b0 < b1 < ... < bk of documents [b_t, b_t+1), padded to list_len by repeating bk;
-// list r serves batch row r (lists == batch) or every row (lists == 1). bk must reach past every
-// position of the call. The memory is the host's where a Backend entry point takes the shape
-// (kernels/backend.h); a backend whose kernels read device memory copies the lists over itself.
-struct AttentionDocuments {
-  const std::int64_t* bounds = nullptr;
-  std::int64_t lists = 0, list_len = 0;  // lists 0: no documents
+// Key windows (packed documents, as FlashAttention's varlen attention, and any rows whose
+// positions are not one contiguous range): with `windows.ranges` set, query row i of batch row b
+// sees exactly the keys [begin, end) of the call's kv rows that windows.ranges[r·q_len + i] gives
+// (r = b, or 0 when windows.lists == 1: one list for every batch row), and `causal` and the
+// offsets are not used. Both ends must be non-decreasing in i (what positions in ascending order
+// give), so the rows of a tile see one window [begin of its first, end of its last) and a key tile
+// is seen by one contiguous run of rows: what lets a blocked kernel skip whole tiles. The memory
+// is the host's where a Backend entry point takes the shape (kernels/backend.h); a backend whose
+// kernels read device memory copies the lists over itself. src/ops/document_attention.h builds
+// them from positions and document boundaries.
+struct KeyRange {
+  std::int64_t begin = 0, end = 0;
+};
+struct AttentionWindows {
+  const KeyRange* ranges = nullptr;  // null: the causal / full mask
+  std::int64_t lists = 0;            // 1 or batch
 };
 
 struct AttentionShape {
@@ -56,40 +61,19 @@ struct AttentionShape {
   bool causal = false;
   std::int64_t q_offset = 0, kv_offset = 0;
   double scale = 0;  // 0 → 1/sqrt(head_dim)
-  AttentionDocuments documents{};
+  AttentionWindows windows{};
 };
 
 // The keys [begin, end) of the call's kv rows that query row i of batch row b sees (begin == end:
-// none). Both ends are non-decreasing in i, so the rows of a tile see one window [begin of its
-// first row, end of its last) and a key tile is seen by one contiguous run of rows: what lets a
-// blocked kernel skip whole tiles. Plain C++ on purpose: the CPU and CUDA kernels both call it.
-struct KeyRange {
-  std::int64_t begin = 0, end = 0;
-};
+// none): its window, or the prefix the causal mask leaves at global positions (all keys without
+// it). Plain C++ on purpose: the CPU and CUDA kernels both call it.
 WF_HOST_DEVICE KeyRange attention_key_range(const AttentionShape& s, std::int64_t b, std::int64_t i) {
-  const std::int64_t p = s.q_offset + i;  // the query's global position
-  std::int64_t lo = 0, hi = s.causal ? p + 1 : s.kv_offset + s.kv_len;  // global key positions [lo, hi)
-  if (s.documents.lists > 0) {
-    const std::int64_t* list = s.documents.bounds + (s.documents.lists == 1 ? 0 : b) * s.documents.list_len;
-    std::int64_t first = 0, count = s.documents.list_len;  // the last boundary <= p (upper_bound − 1)
-    while (count > 0) {
-      const std::int64_t half = count / 2;
-      if (list[first + half] <= p) {
-        first += half + 1;
-        count -= half + 1;
-      } else {
-        count = half;
-      }
-    }
-    const std::int64_t t = first - 1;
-    lo = list[t];
-    const std::int64_t doc_end = t + 1 < s.documents.list_len ? list[t + 1] : list[t];
-    hi = hi < doc_end ? hi : doc_end;
-  }
-  const auto clamp = [&](std::int64_t x) { return x < 0 ? std::int64_t{0} : x > s.kv_len ? s.kv_len : x; };
-  const std::int64_t begin = clamp(lo - s.kv_offset), end = clamp(hi - s.kv_offset);
-  return {begin, end < begin ? begin : end};
+  if (s.windows.ranges != nullptr) return s.windows.ranges[(s.windows.lists == 1 ? 0 : b) * s.q_len + i];
+  if (!s.causal) return {0, s.kv_len};
+  const std::int64_t end = s.q_offset + i - s.kv_offset + 1;
+  return {0, end < 0 ? 0 : end > s.kv_len ? s.kv_len : end};
 }
+
 // wf::Error unless the shape is usable: batch, heads, kv_heads, head_dim >= 1, q_len, kv_len
 // >= 0, heads % kv_heads == 0, offsets >= 0, scale finite.
 void check_attention_shape(const AttentionShape& shape, const char* what = "attention");
@@ -101,8 +85,8 @@ void check_attention_pointers(const AttentionShape& shape, const char* what,
 double attention_scale(const AttentionShape& shape);
 // The (query, key) pairs the call computes per batch row and head: every pair, or under the causal
 // mask those with key position <= query position (the work counters of src/parallel count these).
-// With documents: the pairs of one document summed over the lists (a shared list counts once,
-// one list per row counts every row's).
+// With windows: their lengths summed over the lists (one shared list counts once, one list per
+// row counts every row's).
 std::int64_t attention_pairs(const AttentionShape& shape);
 
 // ---- rotary position embedding -----------------------------------------------------------------

@@ -401,7 +401,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> forward_row_tiles(const Atten
   std::vector<std::pair<std::int64_t, std::int64_t>> tiles;
   for (std::int64_t i0 = 0; i0 < a.s.q_len;) {
     std::int64_t rows = std::min(kForwardRows, a.s.q_len - i0);
-    if (a.s.documents.lists > 0) {
+    if (a.s.windows.ranges != nullptr) {
       const std::int64_t begin = a.keys(b, i0).begin;
       for (std::int64_t r = kMinSegmentRows; r < rows; ++r) {
         if (a.keys(b, i0 + r).begin != begin) {
@@ -431,13 +431,13 @@ void forward_impl(const AttentionShape& shape, const In* q, const In* k, const I
   a.v = v;
 
   // Tasks (batch row, row tile, head): the row tiles of every batch row, or one list for all
-  // rows when they share their documents. Last tiles first: under a causal mask they see the most
+  // rows when they share their windows. Last tiles first: under a causal mask they see the most
   // keys, and starting the longest tasks first balances the dynamic schedule.
   struct RowTile {
     std::int64_t b, i0, rows;
   };
   std::vector<RowTile> tiles;
-  const std::int64_t lists = shape.documents.lists > 1 ? shape.batch : 1;
+  const std::int64_t lists = shape.windows.ranges != nullptr && shape.windows.lists > 1 ? shape.batch : 1;
   for (std::int64_t list = 0; list < lists; ++list) {
     const std::vector<std::pair<std::int64_t, std::int64_t>> cut = forward_row_tiles(a, list);
     for (auto it = cut.rbegin(); it != cut.rend(); ++it)

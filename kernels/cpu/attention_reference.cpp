@@ -8,17 +8,6 @@
 namespace wf::kernels::cpu {
 namespace {
 
-// The document of global position `pos` in batch row b: how many boundaries after the first lie
-// at or before it, by a plain scan (0 for every position without documents).
-std::int64_t document_of(const AttentionShape& s, std::int64_t b, std::int64_t pos) {
-  const AttentionDocuments& d = s.documents;
-  if (d.lists == 0) return 0;
-  const std::int64_t* list = d.bounds + (d.lists == 1 ? 0 : b) * d.list_len;
-  std::int64_t doc = 0;
-  for (std::int64_t t = 1; t < d.list_len; ++t) doc += list[t] <= pos;
-  return doc;
-}
-
 // The probabilities P[i][j] of one (batch, head), row-major q_len × kv_len, with masked and
 // fully-masked entries 0; lse_out[i] gets the row's log-sum-exp (-inf when nothing is visible).
 template <class T>
@@ -31,8 +20,11 @@ std::vector<double> probabilities(const AttentionShape& s, const T* q, const T* 
     const T* qi = q + ((b * s.q_len + i) * s.heads + h) * d;
     double* row = p.data() + i * s.kv_len;
     auto visible = [&](std::int64_t j) {
-      const std::int64_t query = s.q_offset + i, key = s.kv_offset + j;
-      return (!s.causal || key <= query) && document_of(s, b, key) == document_of(s, b, query);
+      if (s.windows.ranges != nullptr) {
+        const KeyRange& w = s.windows.ranges[(s.windows.lists == 1 ? 0 : b) * s.q_len + i];
+        return w.begin <= j && j < w.end;
+      }
+      return !s.causal || s.kv_offset + j <= s.q_offset + i;
     };
     double max = -std::numeric_limits<double>::infinity();
     for (std::int64_t j = 0; j < s.kv_len; ++j) {

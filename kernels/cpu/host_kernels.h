@@ -42,22 +42,22 @@ void copy_element_blocks(std::size_t elem_size, const void* src, std::int64_t sr
                          void* dst, std::int64_t dst_block, std::int64_t dst_start, std::int64_t outer,
                          std::int64_t count);
 
-// An attention shape that owns its document lists: the shape's `documents.bounds` points at the
+// An attention shape that owns its key windows: the shape's `windows.ranges` points at the
 // caller's host memory, which may be gone when a queued kernel runs.
 class OwnedAttentionShape {
  public:
   explicit OwnedAttentionShape(const AttentionShape& shape) : shape_(shape) {
-    const AttentionDocuments& d = shape.documents;
-    if (d.lists > 0 && d.bounds != nullptr) {
-      bounds_ = std::make_shared<const std::vector<std::int64_t>>(d.bounds, d.bounds + d.lists * d.list_len);
-      shape_.documents.bounds = bounds_->data();
+    const AttentionWindows& w = shape.windows;
+    if (w.ranges != nullptr) {
+      ranges_ = std::make_shared<const std::vector<KeyRange>>(w.ranges, w.ranges + w.lists * shape.q_len);
+      shape_.windows.ranges = ranges_->data();
     }
   }
   const AttentionShape& get() const { return shape_; }
 
  private:
   AttentionShape shape_;
-  std::shared_ptr<const std::vector<std::int64_t>> bounds_;
+  std::shared_ptr<const std::vector<KeyRange>> ranges_;
 };
 
 template <class Launch>

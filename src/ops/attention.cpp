@@ -70,11 +70,13 @@ AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v
 // outputs are written whole, a query that sees no key getting o 0, lse −inf and gradients 0.
 struct AttentionCalls {
   AttentionShape shape;
-  std::shared_ptr<const ops::KernelDocuments> documents;  // shape.documents points into it
+  std::shared_ptr<const ops::KeyWindows> windows;  // packed documents: shape.windows points into it
 
-  AttentionCalls(const AttentionShape& s, const DocumentBounds& bounds)
-      : documents(std::make_shared<const ops::KernelDocuments>(bounds)) {
-    shape = documents->applied_to(s);
+  AttentionCalls(const AttentionShape& s, const DocumentBounds& bounds) : shape(s) {
+    if (bounds.empty()) return;
+    windows = std::make_shared<const ops::KeyWindows>(ops::position_range(s.q_offset, s.q_len),
+                                                      ops::position_range(s.kv_offset, s.kv_len), bounds, s.causal);
+    shape = windows->applied_to(s);
   }
 
   void forward(const ops::Kernels& k, DType operands, const Tensor& q, const Tensor& kt, const Tensor& v, Tensor& out,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <numeric>
 
 #include "wallfacer/core/error.h"
 
@@ -111,23 +112,44 @@ std::int64_t document_pairs(const std::vector<DocumentPiece>& pieces) {
   return pairs;
 }
 
-KernelDocuments::KernelDocuments(const DocumentBounds& bounds) {
-  if (bounds.empty()) return;
+KeyWindows::KeyWindows(const std::vector<std::int64_t>& q_positions, const std::vector<std::int64_t>& kv_positions,
+                       const DocumentBounds& bounds, bool causal) {
+  const auto ascending = [](const std::vector<std::int64_t>& p) {
+    return std::adjacent_find(p.begin(), p.end(), std::greater_equal<>()) == p.end();
+  };
+  WF_CHECK(ascending(q_positions) && ascending(kv_positions),
+           "attention key windows: query and key positions must be strictly ascending (a layout's runs in storage "
+           "order); split the call where they are not");
+  WF_CHECK(!bounds.empty(), "attention key windows: no document boundaries");
   const bool shared = std::all_of(bounds.begin(), bounds.end(), [&](const auto& b) { return b == bounds[0]; });
   lists_ = shared ? 1 : static_cast<std::int64_t>(bounds.size());
-  for (std::int64_t r = 0; r < lists_; ++r) list_len_ = std::max<std::int64_t>(list_len_, bounds[r].size());
-  flat_.reserve(static_cast<std::size_t>(lists_ * list_len_));
+  ranges_.reserve(static_cast<std::size_t>(lists_) * q_positions.size());
+  const auto key_row = [&](std::int64_t position) {  // the first key row at or after a position
+    return std::lower_bound(kv_positions.begin(), kv_positions.end(), position) - kv_positions.begin();
+  };
   for (std::int64_t r = 0; r < lists_; ++r) {
-    const std::vector<std::int64_t>& list = bounds[static_cast<std::size_t>(r)];
-    flat_.insert(flat_.end(), list.begin(), list.end());
-    flat_.insert(flat_.end(), static_cast<std::size_t>(list_len_) - list.size(), list.back());
+    const std::vector<std::int64_t>& b = bounds[static_cast<std::size_t>(r)];
+    for (const std::int64_t p : q_positions) {
+      const auto next = std::upper_bound(b.begin(), b.end(), p);  // the end of p's document
+      WF_CHECK(next != b.begin() && next != b.end(),
+               "attention key windows: query position {} lies outside the documents [0, {})", p, b.back());
+      const std::int64_t begin = key_row(*(next - 1)), end = key_row(causal ? std::min(p + 1, *next) : *next);
+      ranges_.push_back({begin, end});
+      pairs_ += end - begin;
+    }
   }
 }
 
-kernels::AttentionShape KernelDocuments::applied_to(const kernels::AttentionShape& call) const {
+kernels::AttentionShape KeyWindows::applied_to(const kernels::AttentionShape& call) const {
   kernels::AttentionShape s = call;
-  s.documents = {flat_.data(), lists_, list_len_};
+  s.windows = {ranges_.data(), lists_};
   return s;
+}
+
+std::vector<std::int64_t> position_range(std::int64_t start, std::int64_t len) {
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(len));
+  std::iota(positions.begin(), positions.end(), start);
+  return positions;
 }
 
 }  // namespace wf::ops

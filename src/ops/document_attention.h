@@ -44,21 +44,27 @@ std::vector<DocumentPiece> document_pieces(const kernels::AttentionShape& call, 
 // (counted once for shared ones, like a block's pairs).
 std::int64_t document_pairs(const std::vector<DocumentPiece>& pieces);
 
-// A call's boundaries as the kernels take them (kernels::AttentionDocuments): every list padded
-// to one length by repeating its end, one list when every row shares it. The kernels then run a
-// packed call as one call, each query seeing the keys of its own document only (varlen).
-class KernelDocuments {
+// The key windows (kernels::AttentionWindows) of a call whose query rows sit at global positions
+// q_positions and key rows at kv_positions, both ascending (a contiguous range, or the runs of a
+// sequence-parallel layout in storage order): query row i sees the key rows of its own document,
+// and with `causal` only those at or before it. One list per batch row, or one for all when the
+// rows share their boundaries. The kernels then run a packed call as one call (varlen).
+class KeyWindows {
  public:
-  KernelDocuments() = default;  // no documents
-  explicit KernelDocuments(const DocumentBounds& bounds);
-  bool empty() const { return lists_ == 0; }
-  // `call` with these documents; its offsets must be the global positions of its first rows. The
-  // pointer inside stays valid while this object lives.
+  KeyWindows(const std::vector<std::int64_t>& q_positions, const std::vector<std::int64_t>& kv_positions,
+             const DocumentBounds& bounds, bool causal);
+  // `call` (whose q_len and kv_len are the positions' counts) with these windows; they stay
+  // valid while this object lives.
   kernels::AttentionShape applied_to(const kernels::AttentionShape& call) const;
+  // The visible pairs: the windows' lengths over the lists (a shared list once).
+  std::int64_t pairs() const { return pairs_; }
 
  private:
-  std::vector<std::int64_t> flat_;
-  std::int64_t lists_ = 0, list_len_ = 0;
+  std::vector<kernels::KeyRange> ranges_;
+  std::int64_t lists_ = 1, pairs_ = 0;
 };
+
+// Positions [start, start + len).
+std::vector<std::int64_t> position_range(std::int64_t start, std::int64_t len);
 
 }  // namespace wf::ops

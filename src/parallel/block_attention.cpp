@@ -6,12 +6,14 @@
 // B > 1 or several runs those rows are strided, while the kernels want contiguous [B, len, ...]
 // buffers. So each run that takes part in a computed block is copied out once (an O(n) copy
 // next to O(n²) attention work) and results are copied back; a run that covers the whole
-// tensor is used in place. With packed documents a block is one kernel call with the documents
-// inside (src/ops/document_attention.h), skipped when no query of it sees a key of it.
+// tensor is used in place. With packed documents the runs in ascending position order are one
+// kernel call with each query's key window inside (src/ops/document_attention.h), so a layout's
+// many chunks cost one call per K/V block, skipped when no query sees a key of it.
 #include "wallfacer/parallel/block_attention.h"
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <optional>
 
 #include "src/ops/common.h"
@@ -31,94 +33,130 @@ using ops::store_rows;
 
 // ---- the block plan ------------------------------------------------------------------------
 
+// Storage rows [row, row + length) that one kernel call takes on a side: one run, or with packed
+// documents a maximal sequence of runs in ascending position order (all of a layout's runs), whose
+// key windows the kernel takes inside the call.
+struct Part {
+  std::int64_t row = 0, length = 0;
+  std::size_t first_run = 0, runs = 0;
+};
+
+std::vector<Part> parts_of(const std::vector<TokenRun>& runs, bool grouped) {
+  std::vector<Part> parts;
+  std::int64_t row = 0;
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    const bool ascending = r > 0 && runs[r].start >= runs[r - 1].start + runs[r - 1].length;
+    if (!(grouped && ascending && !parts.empty())) parts.push_back({row, 0, r, 0});
+    parts.back().length += runs[r].length;
+    ++parts.back().runs;
+    row += runs[r].length;
+  }
+  return parts;
+}
+
 struct Block {
-  std::size_t q_run, kv_run;
+  std::size_t q_part, kv_part;
   AttentionShape shape;  // the kernel call (skipped blocks are not listed)
 };
 
 struct Plan {
-  std::vector<std::int64_t> q_starts, kv_starts;  // storage row of each run's first token
-  std::vector<Block> blocks;                      // computed blocks, query run by query run
+  std::vector<Part> q_parts, kv_parts;
+  std::vector<Block> blocks;               // computed blocks, query part by query part
+  std::deque<ops::KeyWindows> windows;     // packed blocks' shapes point into these
   BlockAttentionStats stats;
-  ops::KernelDocuments documents;  // the blocks' shapes point into it
 };
 
-std::vector<std::int64_t> storage_starts(const std::vector<TokenRun>& runs) {
-  std::vector<std::int64_t> starts;
-  std::int64_t at = 0;
-  for (const TokenRun& r : runs) {
-    starts.push_back(at);
-    at += r.length;
-  }
-  return starts;
-}
-
-AttentionShape block_shape(const Tensor& q, const Tensor& k, const TokenRun& q_run, const TokenRun& kv_run,
-                           BlockMask mask, double scale) {
+AttentionShape block_shape(const Tensor& q, const Tensor& k, std::int64_t q_len, std::int64_t kv_len, double scale) {
   AttentionShape s;
   s.batch = q.size(0);
-  s.q_len = q_run.length;
-  s.kv_len = kv_run.length;
+  s.q_len = q_len;
+  s.kv_len = kv_len;
   s.heads = q.size(2);
   s.kv_heads = k.size(2);
   s.head_dim = q.size(3);
-  s.causal = mask == BlockMask::causal;
-  if (s.causal) {  // offsets only matter under the mask
-    s.q_offset = q_run.start;
-    s.kv_offset = kv_run.start;
-  }
   s.scale = scale;
   return s;
 }
 
-// With packed documents a block holds the pairs of its documents (document_attention.h), and is
-// skipped when it holds none.
-Plan plan_blocks(const Tensor& q, const Tensor& k, const std::vector<TokenRun>& q_runs,
-                 const std::vector<TokenRun>& kv_runs, bool causal, double scale, const DocumentBounds& documents) {
-  Plan plan{storage_starts(q_runs), storage_starts(kv_runs), {}, {}, ops::KernelDocuments(documents)};
+// Unpacked: one kernel call per (query run, key run) block the mask leaves, with its global
+// offsets under the causal mask.
+void plan_runs(Plan& plan, const Tensor& q, const Tensor& k, const std::vector<TokenRun>& q_runs,
+               const std::vector<TokenRun>& kv_runs, bool causal, double scale) {
   for (std::size_t i = 0; i < q_runs.size(); ++i) {
     for (std::size_t j = 0; j < kv_runs.size(); ++j) {
-      std::int64_t pairs = 0;
-      AttentionShape shape;
-      bool skip = false;
-      if (!documents.empty()) {
-        shape = block_shape(q, k, q_runs[i], kv_runs[j], BlockMask::causal, scale);  // global offsets
-        shape.causal = causal;
-        pairs = ops::document_pairs(ops::document_pieces(shape, documents));
-        shape = plan.documents.applied_to(shape);
-        skip = pairs == 0;
-      } else {
-        const BlockMask mask = block_mask(q_runs[i], kv_runs[j], causal);
-        skip = mask == BlockMask::skip;
-        if (!skip) pairs = unmasked_pairs({q_runs[i]}, {kv_runs[j]}, causal);
-        shape = block_shape(q, k, q_runs[i], kv_runs[j], mask, scale);
-      }
-      if (skip) {
+      const BlockMask mask = block_mask(q_runs[i], kv_runs[j], causal);
+      if (mask == BlockMask::skip) {
         ++plan.stats.blocks_skipped;
         continue;
       }
-      plan.blocks.push_back({i, j, shape});
+      AttentionShape s = block_shape(q, k, q_runs[i].length, kv_runs[j].length, scale);
+      s.causal = mask == BlockMask::causal;
+      if (s.causal) {  // offsets only matter under the mask
+        s.q_offset = q_runs[i].start;
+        s.kv_offset = kv_runs[j].start;
+      }
+      plan.blocks.push_back({i, j, s});
       ++plan.stats.blocks_computed;
-      plan.stats.unmasked_pairs += pairs;
+      plan.stats.unmasked_pairs += unmasked_pairs({q_runs[i]}, {kv_runs[j]}, causal);
     }
+  }
+}
+
+// Packed documents: one kernel call per (query part, key part) with the key windows of its
+// documents inside, skipped when no query sees a key. The stats still count (query run, key run)
+// blocks, computed when they hold a pair of one document (document_pieces), and the pairs.
+void plan_documents(Plan& plan, const Tensor& q, const Tensor& k, const std::vector<TokenRun>& q_runs,
+                    const std::vector<TokenRun>& kv_runs, bool causal, double scale, const DocumentBounds& documents) {
+  for (const TokenRun& qr : q_runs) {
+    for (const TokenRun& kr : kv_runs) {
+      AttentionShape call = block_shape(q, k, qr.length, kr.length, scale);
+      call.causal = causal;
+      call.q_offset = qr.start;
+      call.kv_offset = kr.start;
+      ++(ops::document_pieces(call, documents).empty() ? plan.stats.blocks_skipped : plan.stats.blocks_computed);
+    }
+  }
+  const auto positions = [](const std::vector<TokenRun>& runs, const Part& part) {
+    const auto first = runs.begin() + static_cast<std::ptrdiff_t>(part.first_run);
+    return run_positions({first, first + static_cast<std::ptrdiff_t>(part.runs)});
+  };
+  for (std::size_t i = 0; i < plan.q_parts.size(); ++i) {
+    const std::vector<std::int64_t> q_positions = positions(q_runs, plan.q_parts[i]);
+    for (std::size_t j = 0; j < plan.kv_parts.size(); ++j) {
+      ops::KeyWindows windows(q_positions, positions(kv_runs, plan.kv_parts[j]), documents, causal);
+      if (windows.pairs() == 0) continue;
+      plan.stats.unmasked_pairs += windows.pairs();
+      const AttentionShape s = block_shape(q, k, plan.q_parts[i].length, plan.kv_parts[j].length, scale);
+      plan.blocks.push_back({i, j, plan.windows.emplace_back(std::move(windows)).applied_to(s)});
+    }
+  }
+}
+
+Plan plan_blocks(const Tensor& q, const Tensor& k, const std::vector<TokenRun>& q_runs,
+                 const std::vector<TokenRun>& kv_runs, bool causal, double scale, const DocumentBounds& documents) {
+  const bool packed = !documents.empty();
+  Plan plan{parts_of(q_runs, packed), parts_of(kv_runs, packed), {}, {}, {}};
+  if (packed) {
+    plan_documents(plan, q, k, q_runs, kv_runs, causal, scale, documents);
+  } else {
+    plan_runs(plan, q, k, q_runs, kv_runs, causal, scale);
   }
   return plan;
 }
 
-// Lazily copied rows of the K/V runs (and their gradient accumulators): each run is copied at
-// most once however many query runs meet it.
-struct KvRunCache {
+// Lazily copied rows of the K/V parts (and their gradient accumulators): each part is copied at
+// most once however many query parts meet it.
+struct KvPartCache {
   const Tensor& source;
   const Plan& plan;
-  const std::vector<TokenRun>& runs;
-  std::vector<std::optional<Tensor>> rows = std::vector<std::optional<Tensor>>(runs.size());
+  std::vector<std::optional<Tensor>> rows = std::vector<std::optional<Tensor>>(plan.kv_parts.size());
   Tensor& get(std::size_t j) {
-    if (!rows[j]) rows[j] = rows_of(source, 1, plan.kv_starts[j], runs[j].length);
+    if (!rows[j]) rows[j] = rows_of(source, 1, plan.kv_parts[j].row, plan.kv_parts[j].length);
     return *rows[j];
   }
   void store_back(Tensor& target) {
     for (std::size_t j = 0; j < rows.size(); ++j) {
-      if (rows[j]) store_rows(target, 1, plan.kv_starts[j], *rows[j]);
+      if (rows[j]) store_rows(target, 1, plan.kv_parts[j].row, *rows[j]);
     }
   }
 };
@@ -196,16 +234,16 @@ BlockAttentionStats block_attention_forward(const Tensor& q, const std::vector<T
   const Plan plan = plan_blocks(q, k, q_runs, kv_runs, causal, scale, documents);
   // bf16 inputs multiply in bf16 with f32 accumulation, the others in their own dtype.
   const ops::Kernels kern = ops::kernels_for(kWhat, {q, k, v, o, lse});
-  KvRunCache k_rows{k, plan, kv_runs}, v_rows{v, plan, kv_runs};
+  KvPartCache k_rows{k, plan}, v_rows{v, plan};
   for (std::size_t b = 0; b < plan.blocks.size();) {
-    const std::size_t i = plan.blocks[b].q_run;
-    const std::int64_t start = plan.q_starts[i], len = q_runs[i].length;
+    const std::size_t i = plan.blocks[b].q_part;
+    const std::int64_t start = plan.q_parts[i].row, len = plan.q_parts[i].length;
     const Tensor q_r = rows_of(q, 1, start, len);
     Tensor o_r = rows_of(o, 1, start, len), lse_r = rows_of(lse, 2, start, len);
     Tensor o_i = Tensor::empty(o_r.shape(), acc, kern.device());
     Tensor lse_i = Tensor::empty(lse_r.shape(), acc, kern.device());
-    for (; b < plan.blocks.size() && plan.blocks[b].q_run == i; ++b) {
-      const std::size_t j = plan.blocks[b].kv_run;
+    for (; b < plan.blocks.size() && plan.blocks[b].q_part == i; ++b) {
+      const std::size_t j = plan.blocks[b].kv_part;
       const AttentionShape& s = plan.blocks[b].shape;
       kern->attention_forward(kern.stream, q.dtype(), s, q_r.raw_data(), k_rows.get(j).raw_data(),
                               v_rows.get(j).raw_data(), o_i.raw_data(), lse_i.raw_data());
@@ -237,17 +275,16 @@ BlockAttentionStats block_attention_backward(const Tensor& q, const std::vector<
   if (detail::SkipBlockCompute::active()) return {};
   const Plan plan = plan_blocks(q, k, q_runs, kv_runs, causal, scale, documents);
   const ops::Kernels kern = ops::kernels_for(kWhat, {q, k, v, o, lse, d_o, d_lse, dq, dk, dv});
-  KvRunCache k_rows{k, plan, kv_runs}, v_rows{v, plan, kv_runs}, dk_rows{dk, plan, kv_runs},
-      dv_rows{dv, plan, kv_runs};
+  KvPartCache k_rows{k, plan}, v_rows{v, plan}, dk_rows{dk, plan}, dv_rows{dv, plan};
   for (std::size_t b = 0; b < plan.blocks.size();) {
-    const std::size_t i = plan.blocks[b].q_run;
-    const std::int64_t start = plan.q_starts[i], len = q_runs[i].length;
+    const std::size_t i = plan.blocks[b].q_part;
+    const std::int64_t start = plan.q_parts[i].row, len = plan.q_parts[i].length;
     const Tensor q_r = rows_of(q, 1, start, len), o_r = rows_of(o, 1, start, len);
     const Tensor do_r = rows_of(d_o, 1, start, len), lse_r = rows_of(lse, 2, start, len);
     const Tensor dlse_r = d_lse.defined() ? rows_of(d_lse, 2, start, len) : Tensor();
     Tensor dq_r = rows_of(dq, 1, start, len);
-    for (; b < plan.blocks.size() && plan.blocks[b].q_run == i; ++b) {
-      const std::size_t j = plan.blocks[b].kv_run;
+    for (; b < plan.blocks.size() && plan.blocks[b].q_part == i; ++b) {
+      const std::size_t j = plan.blocks[b].kv_part;
       const AttentionShape& s = plan.blocks[b].shape;
       kern->attention_backward(kern.stream, q.dtype(), s, q_r.raw_data(), k_rows.get(j).raw_data(),
                                v_rows.get(j).raw_data(), o_r.raw_data(), lse_r.raw_data(), do_r.raw_data(),

@@ -73,6 +73,21 @@ detail::HeadSide head_side(const kernels::AttentionShape& s, DType activation, D
           detail::compute_dtype_of(activation), device};
 }
 
+// The local call's shape, with the documents' key windows when packed (the gathered tokens are
+// the whole sequence in position order).
+struct PackedCall {
+  std::optional<ops::KeyWindows> windows;
+  kernels::AttentionShape shape;
+};
+PackedCall packed(const kernels::AttentionShape& s, const DocumentBounds& documents) {
+  PackedCall call{std::nullopt, s};
+  if (documents.empty()) return call;
+  call.windows.emplace(ops::position_range(s.q_offset, s.q_len), ops::position_range(s.kv_offset, s.kv_len), documents,
+                       s.causal);
+  call.shape = call.windows->applied_to(s);
+  return call;
+}
+
 // The local attention over the whole sequence: h.o, h.lse from h.q, h.k, h.v (operands in
 // h.q's dtype: bf16 with f32 results, or the compute dtype). With packed documents the kernel
 // takes them inside the call (document_attention.h): the gathered tokens are in position order.
@@ -83,8 +98,8 @@ void attention_forward(const kernels::AttentionShape& s, const DocumentBounds& d
     return;
   }
   const ops::Kernels k = ops::kernels_for("ulysses attention", {h.q, h.k, h.v, h.o, h.lse});
-  const ops::KernelDocuments docs(documents);
-  k->attention_forward(k.stream, h.q.dtype(), docs.applied_to(s), h.q.raw_data(), h.k.raw_data(), h.v.raw_data(),
+  const PackedCall call = packed(s, documents);
+  k->attention_forward(k.stream, h.q.dtype(), call.shape, h.q.raw_data(), h.k.raw_data(), h.v.raw_data(),
                        h.o.raw_data(), h.lse.raw_data());
 }
 
@@ -96,8 +111,8 @@ void attention_backward(const kernels::AttentionShape& s, const DocumentBounds& 
     return;
   }
   const ops::Kernels k = ops::kernels_for("ulysses attention", {h.q, h.k, h.v, h.o, h.lse, d_o, d_lse, dq, dk, dv});
-  const ops::KernelDocuments docs(documents);
-  k->attention_backward(k.stream, h.q.dtype(), docs.applied_to(s), h.q.raw_data(), h.k.raw_data(), h.v.raw_data(),
+  const PackedCall call = packed(s, documents);
+  k->attention_backward(k.stream, h.q.dtype(), call.shape, h.q.raw_data(), h.k.raw_data(), h.v.raw_data(),
                         h.o.raw_data(), h.lse.raw_data(), d_o.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data(),
                         /*accumulate=*/false, d_lse.raw_data());
 }

@@ -433,22 +433,36 @@ TEST_CASE("bf16 attention: dot products in bf16 match the reference to bf16 accu
   check_bf16_against_reference(shape(1, 300, 300, 4, 4, 64, true), seed++, false);
 }
 
-// ---- packed documents inside one call (AttentionShape::documents) --------------------------------
+// ---- key windows: packed documents inside one call (AttentionShape::windows) ---------------------
 namespace {
 
-// Boundary lists as the kernels take them: each padded to the longest by repeating its end.
+// The windows documents give a call, found by brute force: query row i sees the keys j of its own
+// document (and with causal not after it), whose rows form one range by construction.
 struct DocumentLists {
-  std::vector<std::int64_t> flat;
-  std::int64_t lists = 0, list_len = 0;
-  explicit DocumentLists(const std::vector<std::vector<std::int64_t>>& bounds) : lists(std::int64_t(bounds.size())) {
-    for (const auto& b : bounds) list_len = std::max<std::int64_t>(list_len, std::int64_t(b.size()));
-    for (const auto& b : bounds) {
-      flat.insert(flat.end(), b.begin(), b.end());
-      flat.insert(flat.end(), std::size_t(list_len) - b.size(), b.back());
-    }
-  }
-  AttentionShape applied_to(AttentionShape s) const {
-    s.documents = {flat.data(), lists, list_len};
+  std::vector<std::vector<std::int64_t>> bounds;  // one list shared by every row, or one per row
+  std::vector<wf::kernels::KeyRange> ranges;
+  explicit DocumentLists(std::vector<std::vector<std::int64_t>> b) : bounds(std::move(b)) {}
+  // s with the windows (they live in this object until the next call).
+  AttentionShape applied_to(AttentionShape s) {
+    const auto document = [](const std::vector<std::int64_t>& b, std::int64_t p) {
+      return std::upper_bound(b.begin(), b.end(), p) - b.begin();
+    };
+    ranges.clear();
+    for (const auto& b : bounds)
+      for (std::int64_t i = 0; i < s.q_len; ++i) {
+        const std::int64_t p = s.q_offset + i;
+        std::vector<std::int64_t> seen;
+        for (std::int64_t j = 0; j < s.kv_len; ++j) {
+          const std::int64_t key = s.kv_offset + j;
+          if (document(b, key) == document(b, p) && (!s.causal || key <= p)) seen.push_back(j);
+        }
+        REQUIRE((seen.empty() || seen.back() - seen.front() + 1 == std::int64_t(seen.size())));
+        // A row that sees nothing: the empty window where its document's keys would start.
+        const std::int64_t start = std::clamp<std::int64_t>(b[document(b, p) - 1] - s.kv_offset, 0, s.kv_len);
+        ranges.push_back(seen.empty() ? wf::kernels::KeyRange{start, start}
+                                      : wf::kernels::KeyRange{seen.front(), seen.back() + 1});
+      }
+    s.windows = {ranges.data(), std::int64_t(bounds.size())};
     return s;
   }
 };
@@ -463,9 +477,9 @@ std::vector<std::int64_t> random_bounds(std::mt19937& gen, std::int64_t end, std
 }
 
 template <class T>
-void check_documents(const AttentionShape& s, const DocumentLists& docs, std::uint32_t seed) {
+void check_documents(const AttentionShape& s, DocumentLists docs, std::uint32_t seed) {
   const AttentionShape ds = docs.applied_to(s);
-  INFO("documents: lists " << docs.lists << " of " << docs.list_len << " bounds; batch " << s.batch << " q_len "
+  INFO("documents: " << docs.bounds.size() << " lists; batch " << s.batch << " q_len "
                            << s.q_len << " kv_len " << s.kv_len << " causal " << s.causal << " q_offset "
                            << s.q_offset << " kv_offset " << s.kv_offset << " dtype " << (sizeof(T) == 8 ? "f64" : "f32"));
   Inputs<T> in = random_inputs<T>(ds, seed);
@@ -484,16 +498,16 @@ TEST_CASE("attention with packed documents: each query sees its own document onl
   std::mt19937 gen(77);
   for (bool causal : {true, false}) {
     // One list shared by both rows: one-token documents, short and long ones, across every tile edge.
-    const DocumentLists shared({{0, 1, 2, 3, 50, 180, 181, 300}});
+    DocumentLists shared({{0, 1, 2, 3, 50, 180, 181, 300}});
     check_documents<double>(shape(2, 300, 300, 4, 2, 16, causal), shared, seed++);
     check_documents<float>(shape(2, 300, 300, 4, 2, 16, causal), shared, seed++);
     // A list per batch row, random lengths.
-    const DocumentLists rows({random_bounds(gen, 700, 200), random_bounds(gen, 700, 40)});
+    DocumentLists rows({random_bounds(gen, 700, 200), random_bounds(gen, 700, 40)});
     check_documents<double>(shape(2, 700, 700, 2, 1, 8, causal), rows, seed++);
     check_documents<float>(shape(2, 700, 700, 2, 1, 8, causal), rows, seed++);
     // A ring block: queries [300, 450) against keys [100, 400) of documents over [0, 600); some
     // queries see none of these keys (lse −inf, zero gradients).
-    const DocumentLists ring({random_bounds(gen, 600, 90), {0, 120, 330, 340, 600}});
+    DocumentLists ring({random_bounds(gen, 600, 90), {0, 120, 330, 340, 600}});
     check_documents<double>(shape(2, 150, 300, 4, 4, 16, causal, 300, 100), ring, seed++);
     check_documents<double>(shape(2, 300, 150, 4, 4, 16, causal, 100, 300), ring, seed++);
     // Every document one token: each query sees itself alone.
@@ -509,7 +523,7 @@ TEST_CASE("attention with one document over the whole sequence is the plain caus
           "[kernels][attention][documents]") {
   for (bool causal : {true, false}) {
     const AttentionShape s = shape(2, 400, 400, 4, 2, 16, causal, 0, 0);
-    const DocumentLists one({{0, 400}});
+    DocumentLists one({{0, 400}});
     const Inputs<float> in = random_inputs<float>(s, 1300);
     const Outputs<float> plain = run_fast(s, in), documented = run_fast(one.applied_to(s), in);
     CHECK(plain.o == documented.o);
@@ -524,21 +538,25 @@ TEST_CASE("bf16 attention with packed documents matches the reference to bf16 ac
           "[kernels][attention][documents][gemm_bf16]") {
   std::mt19937 gen(91);
   for (bool causal : {true, false}) {
-    const DocumentLists docs({random_bounds(gen, 300, 120), random_bounds(gen, 300, 60)});
+    DocumentLists docs({random_bounds(gen, 300, 120), random_bounds(gen, 300, 60)});
     check_bf16_against_reference(docs.applied_to(shape(2, 300, 300, 4, 2, 64, causal)), 1400 + causal, true);
   }
 }
 
-TEST_CASE("attention refuses document lists that do not fit the batch", "[kernels][attention][documents]") {
+TEST_CASE("attention refuses key windows that do not fit the call", "[kernels][attention][documents]") {
   const AttentionShape s = shape(2, 10, 10, 1, 1, 8, true);
-  const DocumentLists three({{0, 10}, {0, 5, 10}, {0, 10}});
   const Inputs<double> in = random_inputs<double>(s, 1500);
   std::vector<double> o(q_size(s)), lse(lse_size(s));
+  DocumentLists three({{0, 10}, {0, 5, 10}, {0, 10}});
   CHECK_THROWS_WITH(cpu::attention_forward(three.applied_to(s), in.q.data(), in.k.data(), in.v.data(), o.data(),
                                            lse.data()),
-                    Catch::Contains("3 boundary lists") && Catch::Contains("one per row"));
-  AttentionShape null_bounds = s;
-  null_bounds.documents = {nullptr, 1, 2};
-  CHECK_THROWS_WITH(cpu::attention_forward(null_bounds, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()),
-                    Catch::Contains("(null)"));
+                    Catch::Contains("3 lists for a batch of 2") && Catch::Contains("one per row"));
+  DocumentLists two({{0, 5, 10}});
+  AttentionShape bad = two.applied_to(s);
+  two.ranges[6] = {0, 7};  // row 6 starts before row 5's window: not monotone
+  CHECK_THROWS_WITH(cpu::attention_forward(bad, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()),
+                    Catch::Contains("key window 6 of list 0 is [0, 7) after [5, 6)") && Catch::Contains("ascending"));
+  two.ranges[6] = {5, 11};  // past kv_len
+  CHECK_THROWS_WITH(cpu::attention_forward(bad, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()),
+                    Catch::Contains("[0, kv_len = 10)"));
 }
