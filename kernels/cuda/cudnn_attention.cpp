@@ -20,6 +20,8 @@
 #include <cudnn.h>
 
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <memory>
@@ -575,10 +577,12 @@ std::int64_t workspace_size(const Desc& plan) {
 
 // The cached plan of `key`, built at first use: the native operation for full attention, else (or
 // when no engine takes it) the composite graph. Null when neither plans.
-std::shared_ptr<const Plan> plan_for(const CudnnPlanKey& key, cudnnHandle_t handle) {
+std::shared_ptr<const Plan> plan_for(const CudnnPlanKey& key, Handle& h) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
   if (auto it = c.plans.find(key); it != c.plans.end()) return it->second;
+  std::lock_guard<std::mutex> handle_lock(h.mutex);  // planning uses the handle too
+  const cudnnHandle_t handle = h.handle;
   detail::cuda_set_device(Device::cuda(key.device));
   const Sizes z = sizes_of(key);
   std::string why_native, why;
@@ -635,6 +639,15 @@ void widen_into(const Stream& stream, cudaStream_t native_stream, const void* bf
   launch_add_scaled<float>(native_stream, n, 1.0f, wide.as<float>(), out);
 }
 
+// The graphs declare every tensor 16-byte aligned (as cudnn-frontend does): a view at another offset
+// (a ring block, a head slice) runs the own kernel instead of failing in cudnnBackendExecute.
+bool aligned(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
+}
+
 std::unique_ptr<detail::CudaScratch> workspace_for(const Stream& stream, const Plan& plan) {
   if (plan.workspace <= 0) return nullptr;
   return std::make_unique<detail::CudaScratch>(stream, static_cast<std::size_t>(plan.workspace));
@@ -646,9 +659,10 @@ bool cudnn_attention_forward(const Stream& stream, const AttentionShape& shape, 
                              const void* v, float* o, float* lse) {
   WF_CHECK(cudnn_attention_supported(shape, DType::bf16), "cudnn_attention_forward: {}",
            cudnn_attention_refusal(shape, DType::bf16));
+  if (!aligned({q, k, v, lse})) return false;
   const CudnnPlanKey key = cudnn_plan_key(stream.device().index, shape, false);
   Handle& h = handle_for(stream.device());
-  const std::shared_ptr<const Plan> plan = plan_for(key, h.handle);
+  const std::shared_ptr<const Plan> plan = plan_for(key, h);
   if (!plan) return false;
   const cudaStream_t native_stream = native(stream);
   const std::int64_t o_elements = shape.batch * shape.q_len * shape.heads * shape.head_dim;
@@ -678,9 +692,10 @@ bool cudnn_attention_backward(const Stream& stream, const AttentionShape& shape,
                               float* dv, bool accumulate) {
   WF_CHECK(cudnn_attention_supported(shape, DType::bf16), "cudnn_attention_backward: {}",
            cudnn_attention_refusal(shape, DType::bf16));
+  if (!aligned({q, k, v, lse, d_o})) return false;
   const CudnnPlanKey key = cudnn_plan_key(stream.device().index, shape, true);
   Handle& h = handle_for(stream.device());
-  const std::shared_ptr<const Plan> plan = plan_for(key, h.handle);
+  const std::shared_ptr<const Plan> plan = plan_for(key, h);
   if (!plan) return false;
   const cudaStream_t native_stream = native(stream);
   const std::int64_t q_elements = shape.batch * shape.q_len * shape.heads * shape.head_dim;

@@ -60,7 +60,8 @@ CudnnPlanKey cudnn_plan_key(int device, const AttentionShape& shape, bool backwa
 std::string cudnn_plan_key_text(const CudnnPlanKey& key);
 
 // The forward on `stream`: o (f32) and lse (f32) as attention_forward writes them. false when no
-// cuDNN engine takes the shape (nothing written); wf::Error when cuDNN fails to run a built plan.
+// cuDNN engine takes the shape or a pointer cuDNN reads or writes in place (q, k, v, lse; d_o in
+// the backward) is not 16-byte aligned (nothing written); wf::Error when cuDNN fails to run a plan.
 // Requires cudnn_attention_supported(shape, DType::bf16).
 bool cudnn_attention_forward(const Stream& stream, const AttentionShape& shape, const void* q, const void* k,
                              const void* v, float* o, float* lse);
