@@ -50,7 +50,7 @@ std::string cudnn_attention_refusal(const AttentionShape& s, DType operands) {
   if (s.head_dim % 8 != 0 || s.head_dim > 128) return "head_dim is not a multiple of 8 at most 128";
   if (s.heads % s.kv_heads != 0) return "heads is not a multiple of kv_heads";
   if (!std::isfinite(attention_scale(s))) return "the scale is not finite";
-  if (s.causal) {
+  if (cudnn_mask(s) != CudnnMask::none) {
     const std::int64_t shift = s.q_offset - s.kv_offset;
     if (shift != 0 && !(shift == s.kv_len - s.q_len && shift > 0)) {
       return "a causal diagonal other than top-left (q_offset == kv_offset) or bottom-right (q_offset - kv_offset "
@@ -66,7 +66,8 @@ std::string cudnn_attention_refusal(const AttentionShape& s, DType operands) {
 }
 
 CudnnMask cudnn_mask(const AttentionShape& s) {
-  if (!s.causal) return CudnnMask::none;
+  // A causal block wholly in the queries' past (a ring step's earlier block) masks nothing.
+  if (!s.causal || s.kv_offset + s.kv_len - 1 <= s.q_offset) return CudnnMask::none;
   return s.q_offset == s.kv_offset ? CudnnMask::top_left : CudnnMask::bottom_right;
 }
 

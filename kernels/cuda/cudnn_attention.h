@@ -28,7 +28,7 @@ namespace wf::kernels::cuda {
 
 // The causal diagonals cuDNN's causal graph expresses, in kernel_args.h's global positions.
 enum class CudnnMask {
-  none,          // full attention
+  none,          // full attention, or causal with every key in every query's past (a ring's earlier block)
   top_left,      // q_offset == kv_offset: query row i sees key rows j <= i
   bottom_right,  // q_offset − kv_offset == kv_len − q_len > 0 (q_len < kv_len): the last query sees every key
 };
@@ -37,8 +37,9 @@ enum class CudnnMask {
 // which the call then reports by returning false). It may when: operands bf16; no documents;
 // q_len, kv_len >= 1 (and not both 1, which cuDNN's backward refuses); head_dim a multiple of 8
 // and at most 128 (what the fused engines take in both directions on sm80 and sm90); a finite
-// scale; full, or causal with one of CudnnMask's diagonals (every query row then sees key 0, so
-// no row is empty: cuDNN's stats for an empty row are not the own kernels' −inf).
+// scale; full (or causal masking nothing), or causal with one of CudnnMask's diagonals (every query
+// row then sees key 0, so no row is empty: cuDNN's stats for an empty row are not the own kernels'
+// −inf).
 std::string cudnn_attention_refusal(const AttentionShape& shape, DType operands);
 inline bool cudnn_attention_supported(const AttentionShape& shape, DType operands) {
   return cudnn_attention_refusal(shape, operands).empty();

@@ -1,6 +1,6 @@
 // cuDNN's fused attention (kernels/cuda/cudnn_attention.cpp) against the CPU's bf16 attention on the
 // same fresh random bf16 inputs: o and lse, and dq, dk, dv written and accumulated; full and causal
-// (top-left, a ring diagonal, bottom-right), GQA, head_dim 64 and 128. Then the per-shape choice
+// (top-left, a ring diagonal, bottom-right, a ring's earlier block), GQA, head_dim 64 and 128. Then the per-shape choice
 // (attention_choice.h) through the backend's entries: the first call measures both and the second
 // runs the cached choice, both with the CPU's results.
 //
@@ -55,6 +55,7 @@ std::vector<AttentionShape> shapes() {
       shape(2, 100, 100, 2, 2, 128, true),         // causal, d 128
       shape(1, 128, 128, 4, 2, 64, true, 512, 512),  // a zigzag ring's diagonal block
       shape(1, 64, 256, 4, 2, 64, true, 192, 0),   // causal bottom-right
+      shape(1, 64, 128, 4, 2, 64, true, 128, 0),   // a ring step's earlier block: causal, nothing masked
   };
 }
 

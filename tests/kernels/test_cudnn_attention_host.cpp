@@ -56,16 +56,20 @@ TEST_CASE("cudnn attention: which shapes cuDNN may take, and why not", "[kernels
   CHECK(cudnn_mask(shape(64, 64, 64, false)) == CudnnMask::none);
   CHECK(cudnn_mask(shape(256, 256, 64, true, 512, 512)) == CudnnMask::top_left);
   CHECK(cudnn_mask(shape(64, 256, 64, true, 192, 0)) == CudnnMask::bottom_right);
+  // A ring step's block wholly in the past: causal, but nothing masked, so the full graph.
+  CHECK(cudnn_attention_supported(shape(64, 64, 64, true, 64, 0), DType::bf16));
+  CHECK(cudnn_mask(shape(64, 64, 64, true, 64, 0)) == CudnnMask::none);
+  CHECK(cudnn_mask(shape(64, 64, 64, true, 63, 0)) == CudnnMask::none);  // the last key at the first query
 
   CHECK(refused_for(shape(64, 64, 64, false), "bf16", DType::f32));
   CHECK(refused_for(shape(64, 64, 60, false), "head_dim"));
   CHECK(refused_for(shape(64, 64, 256, false), "head_dim"));
   CHECK(refused_for(shape(0, 64, 64, false), "empty"));
   CHECK(refused_for(shape(1, 1, 64, false), "q_len = kv_len = 1"));
-  // A ring block partly in the future (rows that see nothing), and one from the past (no mask there
-  // for the own kernel, but a shifted diagonal cuDNN's graph does not express).
+  // A ring block partly in the future (rows that see nothing), and a diagonal shifted by less than a
+  // block (some keys masked for every row) that cuDNN's graph does not express.
   CHECK(refused_for(shape(64, 64, 64, true, 0, 10), "causal diagonal"));
-  CHECK(refused_for(shape(64, 64, 64, true, 64, 0), "causal diagonal"));
+  CHECK(refused_for(shape(64, 64, 64, true, 32, 0), "causal diagonal"));
   CHECK(refused_for(shape(256, 64, 64, true, 0, 192), "causal diagonal"));  // q_len > kv_len, negative shift
   std::int64_t bounds[] = {0, 32, 64};
   AttentionShape documents = shape(64, 64, 64, true);
