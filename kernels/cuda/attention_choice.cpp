@@ -147,7 +147,7 @@ Entry decide(const CudnnPlanKey& key, double own_ms, double cudnn_ms, const std:
   }
   e.use_cudnn = cudnn_ms < own_ms;
   e.choice.which = e.use_cudnn ? "cudnn" : "own";
-  e.choice.reason = "measured at first use; outputs matched";
+  e.choice.reason = "measured at first use, outputs matched; cuDNN's " + cudnn_plan_kind(key);
   log::info("attention (cuda): {} runs on {} (own {:.3f} ms, cuDNN {:.3f} ms)", e.choice.shape, e.choice.which, own_ms,
             cudnn_ms);
   return e;
@@ -263,7 +263,8 @@ bool route(const CudnnPlanKey& key, RunCudnn&& run_cudnn, Measure&& measure) {
     const bool ran = run_cudnn();
     Entry e;
     e.choice = {cudnn_plan_key_text(key), ran ? "cudnn" : "own", -1, -1,
-                ran ? "WF_ATTENTION_BACKEND=cudnn (unmeasured, unverified)" : "cuDNN has no plan for this shape"};
+                ran ? "WF_ATTENTION_BACKEND=cudnn (unmeasured, unverified); cuDNN's " + cudnn_plan_kind(key)
+                    : "cuDNN has no plan for this shape"};
     e.use_cudnn = ran;
     lock.lock();
     c.entries.emplace(key, e);

@@ -21,11 +21,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -92,6 +94,7 @@ bool cudnn_attention_backward(const Stream&, const AttentionShape&, const void*,
                               const float*, const float*, const void*, float*, float*, float*, bool) {
   return false;
 }
+std::string cudnn_plan_kind(const CudnnPlanKey&) { return ""; }
 std::string cudnn_version_text() { return ""; }
 
 #else
@@ -576,6 +579,16 @@ std::int64_t workspace_size(const Desc& plan) {
   return size;
 }
 
+// WF_CUDNN_NATIVE_SDPA=0 plans full attention with the composite graph too (a first GPU run can
+// tell the native operation's results from the composite graph's this way).
+bool native_sdpa_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("WF_CUDNN_NATIVE_SDPA");
+    return !(v && std::string_view(v) == "0");
+  }();
+  return allowed;
+}
+
 // The cached plan of `key`, built at first use: the native operation for full attention, else (or
 // when no engine takes it) the composite graph. Null when neither plans.
 std::shared_ptr<const Plan> plan_for(const CudnnPlanKey& key, Handle& h) {
@@ -588,7 +601,7 @@ std::shared_ptr<const Plan> plan_for(const CudnnPlanKey& key, Handle& h) {
   const Sizes z = sizes_of(key);
   std::string why_native, why;
   std::unique_ptr<Plan> plan;
-  if (key.mask == CudnnMask::none) {
+  if (key.mask == CudnnMask::none && native_sdpa_allowed()) {
     plan = plan_graph(
         handle, [&](Graph& g) { key.backward ? native_backward(g, z) : native_forward(g, z); },
         "native SDPA operation", false, why_native);
@@ -741,6 +754,13 @@ bool cudnn_attention_backward(const Stream& stream, const AttentionShape& shape,
   widen_into(stream, native_stream, dk_bf16.data(), dk, kv_elements, accumulate);
   widen_into(stream, native_stream, dv_bf16.data(), dv, kv_elements, accumulate);
   return true;
+}
+
+std::string cudnn_plan_kind(const CudnnPlanKey& key) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  const auto it = c.plans.find(key);
+  return it == c.plans.end() || !it->second ? "" : it->second->kind;
 }
 
 std::string cudnn_version_text() {

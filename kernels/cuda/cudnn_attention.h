@@ -73,6 +73,11 @@ bool cudnn_attention_backward(const Stream& stream, const AttentionShape& shape,
                               const void* v, const float* o, const float* lse, const void* d_o, float* dq, float* dk,
                               float* dv, bool accumulate);
 
+// The graph the cached plan of `key` runs ("native SDPA operation" or "composite graph"); "" when
+// none is cached or none planned. WF_CUDNN_NATIVE_SDPA=0 makes full attention plan the composite
+// graph as well.
+std::string cudnn_plan_kind(const CudnnPlanKey& key);
+
 // "9.19.0" as cudnnGetVersion reports the library loaded at run time.
 std::string cudnn_version_text();
 
