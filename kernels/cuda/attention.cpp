@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <initializer_list>
 
+#include "kernels/cuda/attention_choice.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/dispatch.h"
 #include "src/core/cuda/cuda_device.h"
@@ -36,6 +37,8 @@ void CudaKernels::attention_forward(const Stream& stream, DType operands, const 
   const AttentionShape s = launch_shape(shape, "attention_forward");
   check_attention_pointers(s, "attention_forward", {q, o, lse}, {k, v});
   if (s.batch * s.q_len * s.heads == 0) return;
+  // bf16: cuDNN's fused attention where the per-shape choice picked it (attention_choice.h).
+  if (operands == DType::bf16 && attention_forward_by_choice(stream, s, q, k, v, io<float>(o), io<float>(lse))) return;
   if (operands == DType::bf16) {
     launch_attention_forward(native(stream), s, in_bf16(q), in_bf16(k), in_bf16(v), io<float>(o), io<float>(lse));
     return;
@@ -52,6 +55,11 @@ void CudaKernels::attention_backward(const Stream& stream, DType operands, const
                                      const void* d_lse) {
   const AttentionShape s = launch_shape(shape, "attention_backward");
   check_attention_pointers(s, "attention_backward", {q, o, lse, d_o, dq}, {k, v, dk, dv});
+  if (operands == DType::bf16 && attention_backward_by_choice(stream, s, q, k, v, in<float>(o), in<float>(lse), d_o,
+                                                             io<float>(dq), io<float>(dk), io<float>(dv), accumulate,
+                                                             d_lse)) {
+    return;
+  }
   // The backward's −D = d_lse − rowsum(dO∘O), one per query row, in the gradients' type.
   const auto rows = static_cast<std::size_t>(std::max<std::int64_t>(s.batch * s.heads * s.q_len, 1));
   if (operands == DType::bf16) {

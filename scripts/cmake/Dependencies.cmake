@@ -94,3 +94,29 @@ if(WF_HAVE_CUDA)
     message(STATUS "wallfacer: CUDA without NCCL (set NCCL_ROOT to enable it): no GPU communication backend")
   endif()
 endif()
+
+# cuDNN: fused attention beside the project's own kernels (kernels/cuda/cudnn_attention.cpp, through
+# its backend C API). Looked for as NCCL is (set CUDNN_ROOT to point elsewhere); without it the
+# CUDA build runs its own attention kernels only. WF_CUDNN=OFF leaves it out even when found.
+option(WF_CUDNN "Use cuDNN's fused attention where it is found (CUDA builds)" ON)
+set(WF_HAVE_CUDNN OFF)
+if(WF_HAVE_CUDA AND WF_CUDNN)
+  find_path(CUDNN_INCLUDE_DIR cudnn_graph.h
+    HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}
+    PATH_SUFFIXES include)
+  find_library(CUDNN_LIBRARY cudnn
+    HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}
+    PATH_SUFFIXES lib lib64)
+  if(CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY)
+    set(WF_HAVE_CUDNN ON)
+    add_library(CUDNN::cudnn SHARED IMPORTED)
+    set_target_properties(CUDNN::cudnn PROPERTIES
+      IMPORTED_LOCATION "${CUDNN_LIBRARY}"
+      INTERFACE_INCLUDE_DIRECTORIES "${CUDNN_INCLUDE_DIR}"
+      INTERFACE_COMPILE_DEFINITIONS "WF_HAVE_CUDNN=1"
+      INTERFACE_LINK_LIBRARIES CUDA::cudart)
+    message(STATUS "wallfacer: cuDNN ${CUDNN_LIBRARY}")
+  else()
+    message(STATUS "wallfacer: CUDA without cuDNN (set CUDNN_ROOT to enable it): the own attention kernels only")
+  endif()
+endif()

@@ -26,6 +26,7 @@
 #include "wallfacer/core/storage.h"
 #include "wallfacer/core/threading.h"
 #if WF_HAVE_CUDA
+#include "kernels/cuda/attention_choice.h"
 #include "kernels/cuda/inventory.h"
 #endif
 
@@ -74,6 +75,12 @@ Json cuda_facts() {
   cuda["driver"] = driver.empty() ? Json() : Json(driver);
 #if WF_HAVE_CUDA
   cuda["kernels"] = kernels::cuda::cuda_kernel_inventory();
+  // cuDNN's fused attention and the per-shape choice against the own kernel (attention_choice.h): the
+  // choices this process made so far (a training run logs each one as it is made).
+  cuda["cudnn"] = kernels::cuda::cudnn_attention_info();
+  cuda["attention_choice"] = "bf16: cuDNN or the own kernel per shape, measured and compared at first use "
+                             "(WF_ATTENTION_BACKEND=auto|own|cudnn)";
+  cuda["attention_choices"] = kernels::cuda::attention_choice_lines();
 #endif
   std::string error;
   cuda["devices"] = cuda_devices(&error);

@@ -1,0 +1,53 @@
+#pragma once
+// Which bf16 attention runs on a CUDA GPU, per shape: cuDNN's fused attention (cudnn_attention.h)
+// or the project's own flash-attention kernels (attention.cu). Free of CUDA's headers: the CLI
+// includes it for `wallfacer info` without the toolkit's include path.
+//
+// The setting, from the environment variable WF_ATTENTION_BACKEND (read once per process):
+//   auto (default): at the first call of a shape and direction where cuDNN may run it
+//     (cudnn_attention_supported, and no d_lse in a backward), both run on the call's own inputs
+//     into scratch outputs, each timed with CUDA events (one warm-up, then the mean of three runs),
+//     and their outputs are compared: where cuDNN's differ from the own kernel's beyond bf16's
+//     tolerance (max |cudnn - own| > 0.02 * max |own| + 1e-3 over o and lse, 0.05 * ... + 1e-3
+//     over each gradient, on up to 2^20 sampled elements), cuDNN is disabled for that shape with
+//     a warning logged once. The faster verified one is cached and runs every later call; the
+//     first call's results are the own kernel's. The measurement waits on the host once per shape.
+//   own: never cuDNN.  cudnn: cuDNN wherever it takes the shape, unmeasured and unverified.
+#include <string>
+#include <vector>
+
+#include "kernels/kernel_args.h"
+#include "wallfacer/core/stream.h"
+
+namespace wf::kernels::cuda {
+
+// The routes CudaKernels::attention_forward / attention_backward take for bf16 operands (shape
+// checked, scale resolved): true when the call's outputs are written here (by cuDNN, or at a
+// first use by the own kernel after the measurement); false when the caller runs its own kernel.
+bool attention_forward_by_choice(const Stream& stream, const AttentionShape& shape, const void* q, const void* k,
+                                 const void* v, float* o, float* lse);
+bool attention_backward_by_choice(const Stream& stream, const AttentionShape& shape, const void* q, const void* k,
+                                  const void* v, const float* o, const float* lse, const void* d_o, float* dq,
+                                  float* dk, float* dv, bool accumulate, const void* d_lse);
+
+enum class AttentionBackendSetting { automatic, own, cudnn };
+// WF_ATTENTION_BACKEND parsed (unset or empty: automatic); wf::Error naming the valid values otherwise.
+AttentionBackendSetting parse_attention_backend(const char* value);
+AttentionBackendSetting attention_backend_setting();
+
+// One cached choice: the shape and direction, what runs it, the two timings (ms; negative where
+// not measured) and why.
+struct AttentionChoice {
+  std::string shape;
+  std::string which;  // "cudnn" or "own"
+  double own_ms = -1, cudnn_ms = -1;
+  std::string reason;
+};
+std::vector<AttentionChoice> attention_choices();
+// The same, one line each, for `wallfacer info`.
+std::vector<std::string> attention_choice_lines();
+
+// "9.19.0 (compiled in; WF_ATTENTION_BACKEND auto)", or why cuDNN is not used.
+std::string cudnn_attention_info();
+
+}  // namespace wf::kernels::cuda
