@@ -46,7 +46,7 @@ std::string cudnn_attention_refusal(const AttentionShape& s, DType operands) {
   return "this build has no cuDNN (WF_CUDNN off: cudnn.h or libcudnn not found at configure time)";
 #else
   if (operands != DType::bf16) return "operands are not bf16";
-  if (s.documents.lists > 0) return "documents inside one call (cuDNN's graphs here have no per-document mask)";
+  if (s.windows.ranges != nullptr) return "key windows (packed documents; cuDNN's graphs here have no per-row mask)";
   if (s.q_len < 1 || s.kv_len < 1) return "an empty side";
   if (s.q_len == 1 && s.kv_len == 1) return "q_len = kv_len = 1 (cuDNN's backward refuses it)";
   if (s.head_dim % 8 != 0 || s.head_dim > 128) return "head_dim is not a multiple of 8 at most 128";

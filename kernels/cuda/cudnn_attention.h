@@ -34,7 +34,7 @@ enum class CudnnMask {
 };
 
 // Why cuDNN's attention cannot take this call, or "" when it may (a plan may still fail to build,
-// which the call then reports by returning false). It may when: operands bf16; no documents;
+// which the call then reports by returning false). It may when: operands bf16; no key windows;
 // q_len, kv_len >= 1 (and not both 1, which cuDNN's backward refuses); head_dim a multiple of 8
 // and at most 128 (what the fused engines take in both directions on sm80 and sm90); a finite
 // scale; full (or causal masking nothing), or causal with one of CudnnMask's diagonals (every query

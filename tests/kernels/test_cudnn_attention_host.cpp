@@ -3,6 +3,7 @@
 // key, and the WF_ATTENTION_BACKEND setting. CUDA builds only (the functions live in the CUDA backend);
 // the GPU cases are tests/cuda/test_cudnn_attention.cpp.
 #include <catch2/catch.hpp>
+#include <vector>
 
 #include "wallfacer/build_info.h"
 
@@ -71,10 +72,10 @@ TEST_CASE("cudnn attention: which shapes cuDNN may take, and why not", "[kernels
   CHECK(refused_for(shape(64, 64, 64, true, 0, 10), "causal diagonal"));
   CHECK(refused_for(shape(64, 64, 64, true, 32, 0), "causal diagonal"));
   CHECK(refused_for(shape(256, 64, 64, true, 0, 192), "causal diagonal"));  // q_len > kv_len, negative shift
-  std::int64_t bounds[] = {0, 32, 64};
+  std::vector<wf::kernels::KeyRange> windows(64, {0, 32});
   AttentionShape documents = shape(64, 64, 64, true);
-  documents.documents = {bounds, 1, 3};
-  CHECK(refused_for(documents, "documents"));
+  documents.windows = {windows.data(), 1};
+  CHECK(refused_for(documents, "key windows"));
 }
 
 TEST_CASE("cudnn attention: the plan key holds what the graph depends on", "[kernels][cudnn]") {
