@@ -46,17 +46,50 @@ __device__ __forceinline__ Acc widen(In x) {
 }
 
 // ---- geometry -----------------------------------------------------------------------------------
-// The keys a query row i sees are a prefix [0, n) of the block (kernels/cpu/attention.cpp).
+// Query row i of batch row b sees the keys [begin, end) of attention_key_range (kernels/kernel_args.h):
+// the causal or full prefix, narrowed to the row's document when the call packs documents. Both
+// ends are non-decreasing in i, so a query tile sees one window [begin of its first row, end of
+// its last) and a key tile is seen by one contiguous run of query rows (kernels/cpu/attention.cpp).
+// Without documents every window begins at key 0: the tiles are those of the plain prefix.
 __device__ __forceinline__ std::int64_t min64(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
-__device__ __forceinline__ std::int64_t clamp64(std::int64_t x, std::int64_t lo, std::int64_t hi) {
-  return x < lo ? lo : (x > hi ? hi : x);
+__device__ __forceinline__ bool sees(const KeyRange& range, std::int64_t j) {
+  return j >= range.begin && j < range.end;
 }
-__device__ __forceinline__ std::int64_t visible_keys(const AttentionShape& s, std::int64_t i) {
-  return s.causal ? clamp64(s.q_offset + i - s.kv_offset + 1, 0, s.kv_len) : s.kv_len;
+
+// The key ranges of a tile's rows [i0, i0 + rows) into shared memory; padding rows see nothing.
+__device__ void load_key_ranges(const AttentionShape& s, std::int64_t b, std::int64_t i0, std::int64_t rows, int tile,
+                                KeyRange* ranges) {
+  for (int r = threadIdx.x; r < tile; r += blockDim.x)
+    ranges[r] = r < rows ? attention_key_range(s, b, i0 + r) : KeyRange{};
 }
-// The first query row that sees key j (q_len when none does).
-__device__ __forceinline__ std::int64_t first_query(const AttentionShape& s, std::int64_t j) {
-  return s.causal ? clamp64(j + s.kv_offset - s.q_offset, 0, s.q_len) : 0;
+
+// Whether some row of a tile (ranges of rows [0, rows) in shared memory) sees a key of [k0, k1).
+// A block barrier (__syncthreads_or): every thread calls it with the same arguments, and the
+// block's shared-memory accesses before it are ordered before those after it.
+__device__ bool tile_sees_keys(const KeyRange* ranges, std::int64_t rows, std::int64_t k0, std::int64_t k1) {
+  int seen = 0;
+  for (std::int64_t r = threadIdx.x; r < rows; r += blockDim.x) seen |= ranges[r].end > k0 && ranges[r].begin < k1;
+  return __syncthreads_or(seen) != 0;
+}
+
+// The query rows [first, last) of batch row b that see some key of [k0, k1): those with end > k0
+// and begin < k1, contiguous since both ends are monotone. Every thread computes the same run.
+struct RowRun {
+  std::int64_t first, last;
+};
+__device__ RowRun rows_seeing(const AttentionShape& s, std::int64_t b, std::int64_t k0, std::int64_t k1) {
+  std::int64_t lo = 0, hi = s.q_len;  // the first row whose end > k0
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (attention_key_range(s, b, mid).end <= k0) lo = mid + 1; else hi = mid;
+  }
+  const std::int64_t first = lo;
+  hi = s.q_len;  // from there, the first row whose begin >= k1
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (attention_key_range(s, b, mid).begin < k1) lo = mid + 1; else hi = mid;
+  }
+  return {first, lo};
 }
 __device__ __forceinline__ std::int64_t q_at(const AttentionShape& s, std::int64_t b, std::int64_t i,
                                              std::int64_t h) {
@@ -91,15 +124,16 @@ __device__ Acc dot_rows(const Acc* x, const Acc* y, std::int64_t d) {
 
 // ---- forward (SIMT) -----------------------------------------------------------------------------
 // Task t of q_tiles·batch·heads: query tile (last first: under a causal mask they see the most
-// keys) of head (b, h). Shared: Q, K, V, O accumulator [tile, d]; scores [tile, tile]; row max,
-// row sum and rescale [tile].
+// keys) of head (b, h). Shared: the rows' key ranges [tile]; Q, K, V, O accumulator [tile, d];
+// scores [tile, tile]; row max, row sum and rescale [tile].
 template <class In, class Acc>
 __global__ void __launch_bounds__(kBlockThreads)
     attention_forward_simt(AttentionShape s, int tile, std::int64_t tasks, const In* q, const In* k, const In* v,
                            Acc* o, Acc* lse) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   const std::int64_t d = s.head_dim;
-  Acc* qs = reinterpret_cast<Acc*>(smem_bytes);
+  KeyRange* ranges = reinterpret_cast<KeyRange*>(smem_bytes);
+  Acc* qs = reinterpret_cast<Acc*>(ranges + tile);
   Acc* ks = qs + tile * d;
   Acc* vs = ks + tile * d;
   Acc* acc = vs + tile * d;
@@ -118,23 +152,26 @@ __global__ void __launch_bounds__(kBlockThreads)
     const std::int64_t b = (task % bh_count) / s.heads, h = task % s.heads, hk = h / group;
     const std::int64_t rows = min64(tile, s.q_len - i0);
     __syncthreads();  // the previous task's output reads are done
+    load_key_ranges(s, b, i0, rows, tile, ranges);
     load_rows(qs, q + q_at(s, b, i0, h), q_stride, tile, rows, d);
     for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) acc[e] = 0;
     for (int r = threadIdx.x; r < tile; r += blockDim.x) {
       m[r] = neg_inf<Acc>();
       l[r] = 0;
     }
-    // Key tiles past what the tile's last row sees are fully masked: never loaded.
-    const std::int64_t key_end = visible_keys(s, i0 + rows - 1);
-    for (std::int64_t k0 = 0; k0 < key_end; k0 += tile) {
+    __syncthreads();
+    // Keys outside the rows' window are masked for all of them: never loaded; nor is a key tile
+    // of the window that no row sees (between documents of a ring block).
+    const std::int64_t key_begin = ranges[0].begin, key_end = ranges[rows - 1].end;
+    for (std::int64_t k0 = key_begin; k0 < key_end; k0 += tile) {
       const std::int64_t kn = min64(tile, key_end - k0);
-      __syncthreads();  // the previous key tile's reads are done
+      if (!tile_sees_keys(ranges, rows, k0, k0 + kn)) continue;  // also: the previous key tile's reads are done
       load_rows(ks, k + kv_at(s, b, k0, hk), kv_stride, tile, kn, d);
       load_rows(vs, v + kv_at(s, b, k0, hk), kv_stride, tile, kn, d);
       __syncthreads();
       for (int e = threadIdx.x; e < tile * tile; e += blockDim.x) {
         const int r = e / tile, j = e % tile;
-        const bool seen = r < rows && j < min64(kn, visible_keys(s, i0 + r) - k0);
+        const bool seen = r < rows && j < kn && sees(ranges[r], k0 + j);
         sc[e] = seen ? scale * dot_rows(qs + r * d, ks + j * d, d) : neg_inf<Acc>();
       }
       __syncthreads();
@@ -180,11 +217,12 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // ---- backward (SIMT) ----------------------------------------------------------------------------
-// P and dS of query rows [i0, i0 + rows) of head h against the key tile [j0, j0 + kn) held in ks,
-// vs: p = exp(scale·q·k − lse) on visible entries, else 0 (also for rows whose lse is −inf), and
-// dS = scale·P∘(dP − D) with dP = dO·Vᵀ and md = −D. Both stored as their products' operands.
+// P and dS of a query tile's rows [0, rows) (their key ranges in `ranges`) against the key tile
+// [j0, j0 + kn) held in ks, vs: p = exp(scale·q·k − lse) on visible entries, else 0 (also for rows
+// whose lse is −inf), and dS = scale·P∘(dP − D) with dP = dO·Vᵀ and md = −D. Both stored as their
+// products' operands.
 template <class In, class Acc>
-__device__ void probabilities_and_ds(const AttentionShape& s, int tile, std::int64_t i0, std::int64_t rows,
+__device__ void probabilities_and_ds(const AttentionShape& s, int tile, const KeyRange* ranges, std::int64_t rows,
                                      std::int64_t j0, std::int64_t kn, const Acc* qs, const Acc* dos,
                                      const Acc* ks, const Acc* vs, const Acc* lse_s, const Acc* md_s, Acc* ps,
                                      Acc* dss) {
@@ -193,7 +231,7 @@ __device__ void probabilities_and_ds(const AttentionShape& s, int tile, std::int
   for (int e = threadIdx.x; e < tile * tile; e += blockDim.x) {
     const int r = e / tile, j = e % tile;
     Acc p = 0, ds = 0;
-    if (r < rows && j < kn && j0 + j < visible_keys(s, i0 + r) && lse_s[r] != neg_inf<Acc>()) {
+    if (r < rows && j < kn && sees(ranges[r], j0 + j) && lse_s[r] != neg_inf<Acc>()) {
       p = dev_exp(scale * dot_rows(qs + r * d, ks + j * d, d) - lse_s[r]);
       ds = scale * p * (dot_rows(dos + r * d, vs + j * d, d) + md_s[r]);
     }
@@ -202,11 +240,13 @@ __device__ void probabilities_and_ds(const AttentionShape& s, int tile, std::int
   }
 }
 
-// Loads a query tile's lse and −D rows: padding rows read as −inf (no probability) and 0.
+// Loads a query tile's key ranges, lse and −D rows: padding rows see no key and read as −inf (no
+// probability) and 0.
 template <class Acc>
 __device__ void load_row_stats(const AttentionShape& s, std::int64_t b, std::int64_t h, std::int64_t i0,
-                               std::int64_t rows, int tile, const Acc* lse, const Acc* minus_delta, Acc* lse_s,
-                               Acc* md_s) {
+                               std::int64_t rows, int tile, const Acc* lse, const Acc* minus_delta,
+                               KeyRange* ranges, Acc* lse_s, Acc* md_s) {
+  load_key_ranges(s, b, i0, rows, tile, ranges);
   for (int r = threadIdx.x; r < tile; r += blockDim.x) {
     lse_s[r] = r < rows ? lse[lse_at(s, b, h, i0 + r)] : neg_inf<Acc>();
     md_s[r] = r < rows ? minus_delta[lse_at(s, b, h, i0 + r)] : Acc(0);
@@ -214,8 +254,9 @@ __device__ void load_row_stats(const AttentionShape& s, std::int64_t b, std::int
 }
 
 // Task t of kv_tiles·batch·kv_heads: key tile [j0, j0 + kn) of kv head (b, hk), which owns its
-// dK/dV rows and sums them over the group's query heads and every query tile that sees it, in a
-// fixed order. Shared: K, V, dK, dV, Q, dO [tile, d]; P, dS [tile, tile]; lse, −D [tile].
+// dK/dV rows and sums them over the group's query heads and every query tile of the rows that see
+// it, in a fixed order. Shared: the query rows' key ranges [tile]; K, V, dK, dV, Q, dO [tile, d];
+// P, dS [tile, tile]; lse, −D [tile].
 template <class In, class Acc>
 __global__ void __launch_bounds__(kBlockThreads)
     attention_backward_dkdv_simt(AttentionShape s, int tile, std::int64_t tasks, const In* q, const In* k,
@@ -223,7 +264,8 @@ __global__ void __launch_bounds__(kBlockThreads)
                                  Acc* dv, bool accumulate) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   const std::int64_t d = s.head_dim;
-  Acc* ks = reinterpret_cast<Acc*>(smem_bytes);
+  KeyRange* ranges = reinterpret_cast<KeyRange*>(smem_bytes);
+  Acc* ks = reinterpret_cast<Acc*>(ranges + tile);
   Acc* vs = ks + tile * d;
   Acc* dks = vs + tile * d;
   Acc* dvs = dks + tile * d;
@@ -248,18 +290,19 @@ __global__ void __launch_bounds__(kBlockThreads)
       dks[e] = 0;
       dvs[e] = 0;
     }
-    // Query rows before first_query(j0) see none of these keys.
-    const std::int64_t i_begin = first_query(s, j0);
+    // Only the query rows that see some of these keys (without documents: from the first that
+    // sees j0 to the end).
+    const RowRun run = rows_seeing(s, b, j0, j0 + kn);
     for (std::int64_t g = 0; g < group; ++g) {
       const std::int64_t h = hk * group + g;
-      for (std::int64_t i0 = i_begin; i0 < s.q_len; i0 += tile) {
-        const std::int64_t rows = min64(tile, s.q_len - i0);
+      for (std::int64_t i0 = run.first; i0 < run.last; i0 += tile) {
+        const std::int64_t rows = min64(tile, run.last - i0);
         __syncthreads();  // the previous query tile's reads are done
         load_rows(qs, q + q_at(s, b, i0, h), q_stride, tile, rows, d);
         load_rows(dos, d_o + q_at(s, b, i0, h), q_stride, tile, rows, d);
-        load_row_stats(s, b, h, i0, rows, tile, lse, minus_delta, lse_s, md_s);
+        load_row_stats(s, b, h, i0, rows, tile, lse, minus_delta, ranges, lse_s, md_s);
         __syncthreads();
-        probabilities_and_ds<In>(s, tile, i0, rows, j0, kn, qs, dos, ks, vs, lse_s, md_s, ps, dss);
+        probabilities_and_ds<In>(s, tile, ranges, rows, j0, kn, qs, dos, ks, vs, lse_s, md_s, ps, dss);
         __syncthreads();
         // dV += Pᵀ·dO, dK += dSᵀ·Q (padding rows have P = dS = 0).
         for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) {
@@ -285,8 +328,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // Task t of q_tiles·batch·heads: query tile [i0, i0 + rows) of head (b, h) owns its dQ rows,
-// summed over the key tiles it sees in order. Shared: Q, dO, dQ, K, V [tile, d]; dS [tile, tile];
-// lse, −D [tile].
+// summed over the key tiles it sees in order. Shared: the rows' key ranges [tile]; Q, dO, dQ, K, V
+// [tile, d]; dS [tile, tile]; lse, −D [tile].
 template <class In, class Acc>
 __global__ void __launch_bounds__(kBlockThreads)
     attention_backward_dq_simt(AttentionShape s, int tile, std::int64_t tasks, const In* q, const In* k,
@@ -294,7 +337,8 @@ __global__ void __launch_bounds__(kBlockThreads)
                                bool accumulate) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   const std::int64_t d = s.head_dim;
-  Acc* qs = reinterpret_cast<Acc*>(smem_bytes);
+  KeyRange* ranges = reinterpret_cast<KeyRange*>(smem_bytes);
+  Acc* qs = reinterpret_cast<Acc*>(ranges + tile);
   Acc* dos = qs + tile * d;
   Acc* dqs = dos + tile * d;
   Acc* ks = dqs + tile * d;
@@ -314,16 +358,18 @@ __global__ void __launch_bounds__(kBlockThreads)
     __syncthreads();  // the previous task's output reads are done
     load_rows(qs, q + q_at(s, b, i0, h), q_stride, tile, rows, d);
     load_rows(dos, d_o + q_at(s, b, i0, h), q_stride, tile, rows, d);
-    load_row_stats(s, b, h, i0, rows, tile, lse, minus_delta, lse_s, md_s);
+    load_row_stats(s, b, h, i0, rows, tile, lse, minus_delta, ranges, lse_s, md_s);
     for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) dqs[e] = 0;
-    const std::int64_t key_end = visible_keys(s, i0 + rows - 1);
-    for (std::int64_t j0 = 0; j0 < key_end; j0 += tile) {
+    __syncthreads();
+    // The key tiles of the rows' window that some row sees, as in the forward.
+    const std::int64_t key_begin = ranges[0].begin, key_end = ranges[rows - 1].end;
+    for (std::int64_t j0 = key_begin; j0 < key_end; j0 += tile) {
       const std::int64_t kn = min64(tile, key_end - j0);
-      __syncthreads();  // the previous key tile's reads are done
+      if (!tile_sees_keys(ranges, rows, j0, j0 + kn)) continue;  // also: the previous key tile's reads are done
       load_rows(ks, k + kv_at(s, b, j0, hk), kv_stride, tile, kn, d);
       load_rows(vs, v + kv_at(s, b, j0, hk), kv_stride, tile, kn, d);
       __syncthreads();
-      probabilities_and_ds<In, Acc>(s, tile, i0, rows, j0, kn, qs, dos, ks, vs, lse_s, md_s, nullptr, dss);
+      probabilities_and_ds<In, Acc>(s, tile, ranges, rows, j0, kn, qs, dos, ks, vs, lse_s, md_s, nullptr, dss);
       __syncthreads();
       for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) {  // dQ += dS·K
         const std::int64_t r = e / d, c = e % d;
@@ -353,11 +399,12 @@ constexpr int kWmmaRows = 16 * kWmmaWarps;
 constexpr int kWmmaKeys = 32;  // one key per lane in the softmax
 constexpr std::int64_t kWmmaMaxHeadDim = 128;
 
-// Shared memory of the WMMA forward: Q [rows, d], K, V [keys, d] and P [rows, keys] in bf16;
-// scores [rows, keys], the O accumulator [rows, d], row max, sum and rescale [rows] in f32.
-// Every region's size is a multiple of 32 bytes (d % 16 == 0), so fragments stay aligned.
+// Shared memory of the WMMA forward: the rows' key ranges [rows]; Q [rows, d], K, V [keys, d] and
+// P [rows, keys] in bf16; scores [rows, keys], the O accumulator [rows, d], row max, sum and
+// rescale [rows] in f32. Every region's size is a multiple of 32 bytes (d % 16 == 0), so
+// fragments stay aligned.
 constexpr std::int64_t wmma_forward_bytes(std::int64_t d) {
-  return 2 * ((kWmmaRows + 2 * kWmmaKeys) * d + kWmmaRows * kWmmaKeys) +
+  return std::int64_t{sizeof(KeyRange)} * kWmmaRows + 2 * ((kWmmaRows + 2 * kWmmaKeys) * d + kWmmaRows * kWmmaKeys) +
          4 * (kWmmaRows * kWmmaKeys + kWmmaRows * d + 3 * kWmmaRows);
 }
 static_assert(wmma_forward_bytes(kWmmaMaxHeadDim) <= kMaxSharedBytes, "the WMMA forward's tiles outgrow the opt-in");
@@ -369,7 +416,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   using Bf16 = __nv_bfloat16;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   const int d = static_cast<int>(s.head_dim);
-  Bf16* qs = reinterpret_cast<Bf16*>(smem_bytes);
+  KeyRange* ranges = reinterpret_cast<KeyRange*>(smem_bytes);
+  Bf16* qs = reinterpret_cast<Bf16*>(ranges + kWmmaRows);
   Bf16* ks = qs + kWmmaRows * d;
   Bf16* vs = ks + kWmmaKeys * d;
   Bf16* ps = vs + kWmmaKeys * d;
@@ -392,6 +440,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     const std::int64_t b = (task % bh_count) / s.heads, h = task % s.heads, hk = h / group;
     const std::int64_t rows = min64(kWmmaRows, s.q_len - i0);
     __syncthreads();  // the previous task's output reads are done
+    load_key_ranges(s, b, i0, rows, kWmmaRows, ranges);
     const Bf16* q_tile = q + q_at(s, b, i0, h);
     for (int e = threadIdx.x; e < kWmmaRows * d; e += blockDim.x) {
       const int r = e / d, c = e % d;
@@ -402,10 +451,11 @@ __global__ void __launch_bounds__(kBlockThreads)
       m[r] = neg_inf<float>();
       l[r] = 0;
     }
-    const std::int64_t key_end = visible_keys(s, i0 + rows - 1);
-    for (std::int64_t k0 = 0; k0 < key_end; k0 += kWmmaKeys) {
+    __syncthreads();
+    const std::int64_t key_begin = ranges[0].begin, key_end = ranges[rows - 1].end;
+    for (std::int64_t k0 = key_begin; k0 < key_end; k0 += kWmmaKeys) {
       const std::int64_t kn = min64(kWmmaKeys, key_end - k0);
-      __syncthreads();  // every warp is done with the previous key tile
+      if (!tile_sees_keys(ranges, rows, k0, k0 + kn)) continue;  // also: every warp is done with the last one
       const Bf16* k_tile = k + kv_at(s, b, k0, hk);
       const Bf16* v_tile = v + kv_at(s, b, k0, hk);
       for (int e = threadIdx.x; e < kWmmaKeys * d; e += blockDim.x) {
@@ -430,7 +480,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       __syncwarp();
       // Online softmax of the warp's rows, lane j on key k0 + j (the branches are warp-uniform).
       for (int r = row0; r < row0 + 16; ++r) {
-        const bool seen = r < rows && lane < min64(kn, visible_keys(s, i0 + r) - k0);
+        const bool seen = r < rows && lane < kn && sees(ranges[r], k0 + lane);
         const float x = seen ? scale * sc[r * kWmmaKeys + lane] : neg_inf<float>();
         const float tile_max = warp_max(x);
         float p = 0, rescale = 1;  // a row with nothing visible here: P = 0, O unchanged
@@ -479,7 +529,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // ---- launch -------------------------------------------------------------------------------------
-// Elements of shared memory each kernel takes for a tile of `tile` rows.
+// Elements of shared memory each kernel takes for a tile of `tile` rows, besides the rows' key
+// ranges (shared_bytes adds them).
 constexpr std::int64_t forward_elements(std::int64_t tile, std::int64_t d) {
   return 4 * tile * d + tile * tile + 3 * tile;
 }
@@ -487,18 +538,24 @@ constexpr std::int64_t dkdv_elements(std::int64_t tile, std::int64_t d) {
   return 6 * tile * d + 2 * tile * tile + 2 * tile;
 }
 constexpr std::int64_t dq_elements(std::int64_t tile, std::int64_t d) { return 5 * tile * d + tile * tile + 2 * tile; }
+using SharedElements = std::int64_t (*)(std::int64_t, std::int64_t);
+// Bytes of shared memory a SIMT kernel takes for a tile of `tile` rows of Acc.
+template <class Acc>
+constexpr std::int64_t shared_bytes(SharedElements elements, std::int64_t tile, std::int64_t d) {
+  return tile * std::int64_t{sizeof(KeyRange)} + elements(tile, d) * std::int64_t{sizeof(Acc)};
+}
 // The smallest tile holds the widest head in f64 (the largest of the three is dK/dV's, 97 KiB).
-static_assert(dkdv_elements(8, kMaxAttentionHeadDim) * 8 <= kMaxSharedBytes &&
-                  forward_elements(8, kMaxAttentionHeadDim) * 8 <= kMaxSharedBytes &&
-                  dq_elements(8, kMaxAttentionHeadDim) * 8 <= kMaxSharedBytes,
+static_assert(shared_bytes<double>(dkdv_elements, 8, kMaxAttentionHeadDim) <= kMaxSharedBytes &&
+                  shared_bytes<double>(forward_elements, 8, kMaxAttentionHeadDim) <= kMaxSharedBytes &&
+                  shared_bytes<double>(dq_elements, 8, kMaxAttentionHeadDim) <= kMaxSharedBytes,
               "8-row f64 tiles at kMaxAttentionHeadDim outgrow the shared-memory opt-in");
 
 // The largest tile (32, 16 or 8 rows) whose shared memory fits kMaxSharedBytes (head_dim <=
 // kMaxAttentionHeadDim always fits 8 rows).
 template <class Acc>
-int choose_tile(std::int64_t (*elements)(std::int64_t, std::int64_t), std::int64_t d) {
+int choose_tile(SharedElements elements, std::int64_t d) {
   int tile = 32;
-  while (tile > 8 && elements(tile, d) * std::int64_t{sizeof(Acc)} > kMaxSharedBytes) tile /= 2;
+  while (tile > 8 && shared_bytes<Acc>(elements, tile, d) > kMaxSharedBytes) tile /= 2;
   return tile;
 }
 
@@ -529,7 +586,7 @@ void forward_simt(cudaStream_t stream, const AttentionShape& s, const In* q, con
   const int tile = choose_tile<Acc>(forward_elements, s.head_dim);
   const std::int64_t tasks = tiles_of(s.q_len, tile) * s.batch * s.heads;
   launch_tiles(attention_forward_simt<In, Acc>, "attention_forward_simt", stream, tasks,
-               forward_elements(tile, s.head_dim) * sizeof(Acc), s, tile, tasks, q, k, v, o, lse);
+               shared_bytes<Acc>(forward_elements, tile, s.head_dim), s, tile, tasks, q, k, v, o, lse);
 }
 
 template <class In, class Acc>
@@ -540,12 +597,12 @@ void backward_simt(cudaStream_t stream, const AttentionShape& s, const In* q, co
   const int kv_tile = choose_tile<Acc>(dkdv_elements, s.head_dim);
   const std::int64_t kv_tasks = tiles_of(s.kv_len, kv_tile) * s.batch * s.kv_heads;
   launch_tiles(attention_backward_dkdv_simt<In, Acc>, "attention_backward_dkdv_simt", stream, kv_tasks,
-               dkdv_elements(kv_tile, s.head_dim) * sizeof(Acc), s, kv_tile, kv_tasks, q, k, v, lse, d_o,
+               shared_bytes<Acc>(dkdv_elements, kv_tile, s.head_dim), s, kv_tile, kv_tasks, q, k, v, lse, d_o,
                static_cast<const Acc*>(minus_delta), dk, dv, accumulate);
   const int q_tile = choose_tile<Acc>(dq_elements, s.head_dim);
   const std::int64_t q_tasks = tiles_of(s.q_len, q_tile) * s.batch * s.heads;
   launch_tiles(attention_backward_dq_simt<In, Acc>, "attention_backward_dq_simt", stream, q_tasks,
-               dq_elements(q_tile, s.head_dim) * sizeof(Acc), s, q_tile, q_tasks, q, k, v, lse, d_o,
+               shared_bytes<Acc>(dq_elements, q_tile, s.head_dim), s, q_tile, q_tasks, q, k, v, lse, d_o,
                static_cast<const Acc*>(minus_delta), dq, accumulate);
 }
 
