@@ -8,7 +8,8 @@
 // operand is widened to the accumulation type Acc (f32 for f32 and bf16, f64 for f64). bf16
 // operands round P and dS to bf16 before their products, as the CPU's bf16 kernel does. Each
 // output element has one writer that sums in a fixed order: the results are deterministic.
-// bf16 forwards with head_dim a multiple of 16 run on tensor cores instead (WMMA, below).
+// bf16 operands with head_dim a multiple of 16 (up to 128) run the forward and the backward on
+// tensor cores instead (WMMA, below).
 // Design notes: docs/kernels-attention.md ("CUDA attention").
 #include <math.h>
 #include <mma.h>
@@ -72,6 +73,20 @@ __device__ bool tile_sees_keys(const KeyRange* ranges, std::int64_t rows, std::i
   return __syncthreads_or(seen) != 0;
 }
 
+// Calls body(k0, kn) for each key tile [k0, k0 + kn) of `tile` keys, in order, that some row of a
+// query tile sees (ranges as for tile_sees_keys, visible to every thread): the tiles of the rows'
+// window [begin of the first, end of the last) but those no row sees (between the documents of a
+// ring block). Keys outside the window are masked for every row: never loaded. Every thread calls
+// it alike; a barrier precedes each body, so a body may overwrite what the previous one read.
+template <class Body>
+__device__ void for_each_seen_key_tile(const KeyRange* ranges, std::int64_t rows, int tile, Body body) {
+  const std::int64_t key_begin = ranges[0].begin, key_end = ranges[rows - 1].end;
+  for (std::int64_t k0 = key_begin; k0 < key_end; k0 += tile) {
+    const std::int64_t kn = min64(tile, key_end - k0);
+    if (tile_sees_keys(ranges, rows, k0, k0 + kn)) body(k0, kn);
+  }
+}
+
 // The query rows [first, last) of batch row b that see some key of [k0, k1): those with end > k0
 // and begin < k1, contiguous since both ends are monotone. Every thread computes the same run.
 struct RowRun {
@@ -102,6 +117,27 @@ __device__ __forceinline__ std::int64_t kv_at(const AttentionShape& s, std::int6
 __device__ __forceinline__ std::int64_t lse_at(const AttentionShape& s, std::int64_t b, std::int64_t h,
                                                std::int64_t i) {
   return (b * s.heads + h) * s.q_len + i;
+}
+
+// Query-tile task t of q_tiles·batch·heads (the forward and dQ kernels): rows [i0, i0 + rows) of
+// query head h of batch row b, which reads kv head hk. The last tiles go first: under a causal
+// mask they see the most keys.
+struct QueryTile {
+  std::int64_t i0, rows, b, h, hk;
+};
+__device__ __forceinline__ QueryTile query_tile(const AttentionShape& s, int tile, std::int64_t task) {
+  const std::int64_t bh_count = s.batch * s.heads, q_tiles = (s.q_len + tile - 1) / tile;
+  const std::int64_t i0 = (q_tiles - 1 - task / bh_count) * tile, h = task % s.heads;
+  return {i0, min64(tile, s.q_len - i0), (task % bh_count) / s.heads, h, h / (s.heads / s.kv_heads)};
+}
+// Key-tile task t of kv_tiles·batch·kv_heads (the dK/dV kernels): keys [j0, j0 + kn) of kv head
+// hk of batch row b.
+struct KeyTile {
+  std::int64_t j0, kn, b, hk;
+};
+__device__ __forceinline__ KeyTile key_tile(const AttentionShape& s, int tile, std::int64_t task) {
+  const std::int64_t groups = s.batch * s.kv_heads, j0 = (task / groups) * tile;
+  return {j0, min64(tile, s.kv_len - j0), (task % groups) / s.kv_heads, task % s.kv_heads};
 }
 
 // Rows [0, count) of a tile (row r at src + r·stride, head_dim elements) into shared memory as
@@ -141,16 +177,11 @@ __global__ void __launch_bounds__(kBlockThreads)
   Acc* m = sc + tile * tile;
   Acc* l = m + tile;
   Acc* alpha = l + tile;
-  const std::int64_t bh_count = s.batch * s.heads;
-  const std::int64_t q_tiles = (s.q_len + tile - 1) / tile;
-  const std::int64_t group = s.heads / s.kv_heads;
   const Acc scale = Acc(s.scale);
   const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
 
   for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const std::int64_t i0 = (q_tiles - 1 - task / bh_count) * tile;
-    const std::int64_t b = (task % bh_count) / s.heads, h = task % s.heads, hk = h / group;
-    const std::int64_t rows = min64(tile, s.q_len - i0);
+    const auto [i0, rows, b, h, hk] = query_tile(s, tile, task);
     __syncthreads();  // the previous task's output reads are done
     load_key_ranges(s, b, i0, rows, tile, ranges);
     load_rows(qs, q + q_at(s, b, i0, h), q_stride, tile, rows, d);
@@ -160,12 +191,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       l[r] = 0;
     }
     __syncthreads();
-    // Keys outside the rows' window are masked for all of them: never loaded; nor is a key tile
-    // of the window that no row sees (between documents of a ring block).
-    const std::int64_t key_begin = ranges[0].begin, key_end = ranges[rows - 1].end;
-    for (std::int64_t k0 = key_begin; k0 < key_end; k0 += tile) {
-      const std::int64_t kn = min64(tile, key_end - k0);
-      if (!tile_sees_keys(ranges, rows, k0, k0 + kn)) continue;  // also: the previous key tile's reads are done
+    for_each_seen_key_tile(ranges, rows, tile, [&](std::int64_t k0, std::int64_t kn) {
       load_rows(ks, k + kv_at(s, b, k0, hk), kv_stride, tile, kn, d);
       load_rows(vs, v + kv_at(s, b, k0, hk), kv_stride, tile, kn, d);
       __syncthreads();
@@ -204,7 +230,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         for (int j = 0; j < kn; ++j) x += sc[r * tile + j] * vs[j * d + c];
         acc[e] = x;
       }
-    }
+    });
     __syncthreads();
     for (std::int64_t e = threadIdx.x; e < rows * d; e += blockDim.x) {
       const std::int64_t r = e / d, c = e % d;
@@ -275,14 +301,11 @@ __global__ void __launch_bounds__(kBlockThreads)
   Acc* dss = ps + tile * tile;
   Acc* lse_s = dss + tile * tile;
   Acc* md_s = lse_s + tile;
-  const std::int64_t groups = s.batch * s.kv_heads;
   const std::int64_t group = s.heads / s.kv_heads;
   const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
 
   for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const std::int64_t j0 = (task / groups) * tile;
-    const std::int64_t b = (task % groups) / s.kv_heads, hk = task % s.kv_heads;
-    const std::int64_t kn = min64(tile, s.kv_len - j0);
+    const auto [j0, kn, b, hk] = key_tile(s, tile, task);
     __syncthreads();  // the previous task's output reads are done
     load_rows(ks, k + kv_at(s, b, j0, hk), kv_stride, tile, kn, d);
     load_rows(vs, v + kv_at(s, b, j0, hk), kv_stride, tile, kn, d);
@@ -346,26 +369,17 @@ __global__ void __launch_bounds__(kBlockThreads)
   Acc* dss = vs + tile * d;
   Acc* lse_s = dss + tile * tile;
   Acc* md_s = lse_s + tile;
-  const std::int64_t bh_count = s.batch * s.heads;
-  const std::int64_t q_tiles = (s.q_len + tile - 1) / tile;
-  const std::int64_t group = s.heads / s.kv_heads;
   const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
 
   for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const std::int64_t i0 = (q_tiles - 1 - task / bh_count) * tile;
-    const std::int64_t b = (task % bh_count) / s.heads, h = task % s.heads, hk = h / group;
-    const std::int64_t rows = min64(tile, s.q_len - i0);
+    const auto [i0, rows, b, h, hk] = query_tile(s, tile, task);
     __syncthreads();  // the previous task's output reads are done
     load_rows(qs, q + q_at(s, b, i0, h), q_stride, tile, rows, d);
     load_rows(dos, d_o + q_at(s, b, i0, h), q_stride, tile, rows, d);
     load_row_stats(s, b, h, i0, rows, tile, lse, minus_delta, ranges, lse_s, md_s);
     for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) dqs[e] = 0;
     __syncthreads();
-    // The key tiles of the rows' window that some row sees, as in the forward.
-    const std::int64_t key_begin = ranges[0].begin, key_end = ranges[rows - 1].end;
-    for (std::int64_t j0 = key_begin; j0 < key_end; j0 += tile) {
-      const std::int64_t kn = min64(tile, key_end - j0);
-      if (!tile_sees_keys(ranges, rows, j0, j0 + kn)) continue;  // also: the previous key tile's reads are done
+    for_each_seen_key_tile(ranges, rows, tile, [&](std::int64_t j0, std::int64_t kn) {
       load_rows(ks, k + kv_at(s, b, j0, hk), kv_stride, tile, kn, d);
       load_rows(vs, v + kv_at(s, b, j0, hk), kv_stride, tile, kn, d);
       __syncthreads();
@@ -377,7 +391,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         for (int j = 0; j < kn; ++j) x += dss[r * tile + j] * ks[j * d + c];
         dqs[e] = x;
       }
-    }
+    });
     __syncthreads();
     for (std::int64_t e = threadIdx.x; e < rows * d; e += blockDim.x) {
       const std::int64_t r = e / d, c = e % d;
@@ -398,6 +412,54 @@ constexpr int kWmmaWarps = kBlockThreads / 32;
 constexpr int kWmmaRows = 16 * kWmmaWarps;
 constexpr int kWmmaKeys = 32;  // one key per lane in the softmax
 constexpr std::int64_t kWmmaMaxHeadDim = 128;
+using Bf16 = __nv_bfloat16;
+namespace wmma = nvcuda::wmma;
+
+// Rows [0, count) of a bf16 tile (row r at src + r·stride, d elements) into shared memory as they
+// are, rows [count, tile) zero: padding rows multiply as zeros, never as stale data.
+__device__ void copy_rows_bf16(Bf16* dst, const Bf16* src, std::int64_t stride, int tile, std::int64_t count, int d) {
+  const Bf16 zero = __float2bfloat16(0.0f);
+  for (int e = threadIdx.x; e < tile * d; e += blockDim.x) {
+    const int r = e / d, c = e % d;
+    dst[e] = r < count ? src[r * stride + c] : zero;
+  }
+}
+
+// One warp: out [16, kWmmaKeys] (f32, leading dimension kWmmaKeys) = A·Bᵀ for A the warp's 16 rows
+// [16, d] and B a key tile [kWmmaKeys, d], both row-major bf16 in shared memory (B row-major is Bᵀ
+// column-major): the scores S = Q·Kᵀ and dP = dO·Vᵀ.
+__device__ void warp_rows_times_keys(const Bf16* a, const Bf16* b, int d, float* out) {
+  for (int n0 = 0; n0 < kWmmaKeys; n0 += 16) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+    wmma::fill_fragment(c, 0.0f);
+    for (int kk = 0; kk < d; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::col_major> fb;
+      wmma::load_matrix_sync(fa, a + kk, d);
+      wmma::load_matrix_sync(fb, b + n0 * d + kk, d);
+      wmma::mma_sync(c, fa, fb, c);
+    }
+    wmma::store_matrix_sync(out + n0, c, kWmmaKeys, wmma::mem_row_major);
+  }
+}
+
+// One warp: the 16×16 tile out (f32 in shared memory, leading dimension ldo) += A·B over an inner
+// size k (a multiple of 16), B row-major bf16 with leading dimension ldb. A is bf16 [16, k] stored
+// row-major (ALayout row_major, A at a[i·lda + j]) or a transpose stored row-major (col_major, A at
+// a[i + j·lda]: Pᵀ and dSᵀ read from P and dS).
+template <class ALayout>
+__device__ void warp_accumulate(float* out, int ldo, const Bf16* a, int lda, const Bf16* b, int ldb, int k) {
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+  wmma::load_matrix_sync(c, out, ldo, wmma::mem_row_major);
+  for (int kk = 0; kk < k; kk += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, ALayout> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::row_major> fb;
+    wmma::load_matrix_sync(fa, a + (std::is_same_v<ALayout, wmma::row_major> ? kk : kk * lda), lda);
+    wmma::load_matrix_sync(fb, b + kk * ldb, ldb);
+    wmma::mma_sync(c, fa, fb, c);
+  }
+  wmma::store_matrix_sync(out, c, ldo, wmma::mem_row_major);
+}
 
 // Shared memory of the WMMA forward: the rows' key ranges [rows]; Q [rows, d], K, V [keys, d] and
 // P [rows, keys] in bf16; scores [rows, keys], the O accumulator [rows, d], row max, sum and
@@ -410,10 +472,8 @@ constexpr std::int64_t wmma_forward_bytes(std::int64_t d) {
 static_assert(wmma_forward_bytes(kWmmaMaxHeadDim) <= kMaxSharedBytes, "the WMMA forward's tiles outgrow the opt-in");
 
 __global__ void __launch_bounds__(kBlockThreads)
-    attention_forward_wmma(AttentionShape s, std::int64_t tasks, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                           const __nv_bfloat16* v, float* o, float* lse) {
-  namespace wmma = nvcuda::wmma;
-  using Bf16 = __nv_bfloat16;
+    attention_forward_wmma(AttentionShape s, std::int64_t tasks, const Bf16* q, const Bf16* k, const Bf16* v,
+                           float* o, float* lse) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   const int d = static_cast<int>(s.head_dim);
   KeyRange* ranges = reinterpret_cast<KeyRange*>(smem_bytes);
@@ -428,55 +488,25 @@ __global__ void __launch_bounds__(kBlockThreads)
   float* alpha = l + kWmmaRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = 16 * warp;  // the warp's first row in the tile
-  const std::int64_t bh_count = s.batch * s.heads;
-  const std::int64_t q_tiles = (s.q_len + kWmmaRows - 1) / kWmmaRows;
-  const std::int64_t group = s.heads / s.kv_heads;
   const float scale = float(s.scale);
   const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
-  const Bf16 zero = __float2bfloat16(0.0f);
 
   for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const std::int64_t i0 = (q_tiles - 1 - task / bh_count) * kWmmaRows;
-    const std::int64_t b = (task % bh_count) / s.heads, h = task % s.heads, hk = h / group;
-    const std::int64_t rows = min64(kWmmaRows, s.q_len - i0);
+    const auto [i0, rows, b, h, hk] = query_tile(s, kWmmaRows, task);
     __syncthreads();  // the previous task's output reads are done
     load_key_ranges(s, b, i0, rows, kWmmaRows, ranges);
-    const Bf16* q_tile = q + q_at(s, b, i0, h);
-    for (int e = threadIdx.x; e < kWmmaRows * d; e += blockDim.x) {
-      const int r = e / d, c = e % d;
-      qs[e] = r < rows ? q_tile[r * q_stride + c] : zero;
-      acc[e] = 0;
-    }
+    copy_rows_bf16(qs, q + q_at(s, b, i0, h), q_stride, kWmmaRows, rows, d);
+    for (int e = threadIdx.x; e < kWmmaRows * d; e += blockDim.x) acc[e] = 0;
     for (int r = threadIdx.x; r < kWmmaRows; r += blockDim.x) {
       m[r] = neg_inf<float>();
       l[r] = 0;
     }
     __syncthreads();
-    const std::int64_t key_begin = ranges[0].begin, key_end = ranges[rows - 1].end;
-    for (std::int64_t k0 = key_begin; k0 < key_end; k0 += kWmmaKeys) {
-      const std::int64_t kn = min64(kWmmaKeys, key_end - k0);
-      if (!tile_sees_keys(ranges, rows, k0, k0 + kn)) continue;  // also: every warp is done with the last one
-      const Bf16* k_tile = k + kv_at(s, b, k0, hk);
-      const Bf16* v_tile = v + kv_at(s, b, k0, hk);
-      for (int e = threadIdx.x; e < kWmmaKeys * d; e += blockDim.x) {
-        const int j = e / d, c = e % d;
-        ks[e] = j < kn ? k_tile[j * kv_stride + c] : zero;
-        vs[e] = j < kn ? v_tile[j * kv_stride + c] : zero;
-      }
+    for_each_seen_key_tile(ranges, rows, kWmmaKeys, [&](std::int64_t k0, std::int64_t kn) {
+      copy_rows_bf16(ks, k + kv_at(s, b, k0, hk), kv_stride, kWmmaKeys, kn, d);
+      copy_rows_bf16(vs, v + kv_at(s, b, k0, hk), kv_stride, kWmmaKeys, kn, d);
       __syncthreads();
-      // The warp's scores [16, keys] = Q·Kᵀ (K row-major is Kᵀ column-major).
-      for (int n0 = 0; n0 < kWmmaKeys; n0 += 16) {
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-        wmma::fill_fragment(c, 0.0f);
-        for (int kk = 0; kk < d; kk += 16) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> a;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::col_major> bt;
-          wmma::load_matrix_sync(a, qs + row0 * d + kk, d);
-          wmma::load_matrix_sync(bt, ks + n0 * d + kk, d);
-          wmma::mma_sync(c, a, bt, c);
-        }
-        wmma::store_matrix_sync(sc + row0 * kWmmaKeys + n0, c, kWmmaKeys, wmma::mem_row_major);
-      }
+      warp_rows_times_keys(qs + row0 * d, ks, d, sc + row0 * kWmmaKeys);  // the warp's scores Q·Kᵀ
       __syncwarp();
       // Online softmax of the warp's rows, lane j on key k0 + j (the branches are warp-uniform).
       for (int r = row0; r < row0 + 16; ++r) {
@@ -505,19 +535,10 @@ __global__ void __launch_bounds__(kBlockThreads)
       for (int e = lane; e < 16 * d; e += 32) acc[row0 * d + e] *= alpha[row0 + e / d];
       __syncwarp();
       // The warp's O rows [16, d] += P·V.
-      for (int n0 = 0; n0 < d; n0 += 16) {
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-        wmma::load_matrix_sync(c, acc + row0 * d + n0, d, wmma::mem_row_major);
-        for (int kk = 0; kk < kWmmaKeys; kk += 16) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> a;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::row_major> bv;
-          wmma::load_matrix_sync(a, ps + row0 * kWmmaKeys + kk, kWmmaKeys);
-          wmma::load_matrix_sync(bv, vs + kk * d + n0, d);
-          wmma::mma_sync(c, a, bv, c);
-        }
-        wmma::store_matrix_sync(acc + row0 * d + n0, c, d, wmma::mem_row_major);
-      }
-    }
+      for (int n0 = 0; n0 < d; n0 += 16)
+        warp_accumulate<wmma::row_major>(acc + row0 * d + n0, d, ps + row0 * kWmmaKeys, kWmmaKeys, vs + n0, d,
+                                         kWmmaKeys);
+    });
     __syncthreads();
     for (std::int64_t e = threadIdx.x; e < rows * d; e += blockDim.x) {
       const std::int64_t r = e / d, c = e % d;
@@ -525,6 +546,189 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
     for (int r = threadIdx.x; r < rows; r += blockDim.x)
       lse[lse_at(s, b, h, i0 + r)] = m[r] == neg_inf<float>() ? neg_inf<float>() : m[r] + dev_log(l[r]);
+  }
+}
+
+// ---- backward on tensor cores (bf16, WMMA) ------------------------------------------------------
+// The SIMT backward's two kernels with every product on tensor cores (16×16×16 bf16 fragments,
+// f32 accumulation): S = Q·Kᵀ and dP = dO·Vᵀ per warp of 16 query rows, then dV += Pᵀ·dO and
+// dK += dSᵀ·Q (dK/dV kernel) or dQ += dS·K (dQ kernel). Query tiles of kWmmaRows rows and key
+// tiles of kWmmaKeys keys, as in the forward; the scores, P and dS pass through shared memory,
+// where each warp computes its rows' P = exp(scale·s − lse) and dS = scale·P∘(dP − D) lane by key
+// and rounds both to bf16 for their products, as the CPU's bf16 kernel does (P and dS stay f32
+// until then). Accumulators are f32 in shared memory; each 16×16 tile of them has one warp that
+// adds into it in a fixed order: deterministic, like the SIMT kernels.
+
+// One warp, its 16 rows [row0, row0 + 16) of the query tile against the key tile [k0, k0 + kn)
+// (lane j on key k0 + j): P and dS from the scores S = Q·Kᵀ in sc, which it overwrites with
+// dP = dO_w·Vᵀ on the way. Masked entries and rows with lse = −inf get P = dS = 0. P is written
+// to ps when not null; dS to dss; both bf16 [rows, kWmmaKeys].
+__device__ void warp_probabilities_and_ds(const AttentionShape& s, int row0, std::int64_t rows, std::int64_t k0,
+                                          std::int64_t kn, const KeyRange* ranges, const float* lse_s,
+                                          const float* md_s, const Bf16* dos, const Bf16* vs, float* sc, Bf16* ps,
+                                          Bf16* dss) {
+  const int lane = threadIdx.x & 31, d = static_cast<int>(s.head_dim);
+  const float scale = float(s.scale);
+  const auto seen = [&](int r) {
+    return r < rows && lane < kn && sees(ranges[r], k0 + lane) && lse_s[r] != neg_inf<float>();
+  };
+  float p[16];
+#pragma unroll
+  for (int rr = 0; rr < 16; ++rr) {
+    const int r = row0 + rr;
+    p[rr] = seen(r) ? dev_exp(scale * sc[r * kWmmaKeys + lane] - lse_s[r]) : 0.0f;
+    if (ps != nullptr) ps[r * kWmmaKeys + lane] = __float2bfloat16(p[rr]);
+  }
+  __syncwarp();  // every lane has read its scores before dP overwrites them
+  warp_rows_times_keys(dos + row0 * d, vs, d, sc + row0 * kWmmaKeys);
+  __syncwarp();
+#pragma unroll
+  for (int rr = 0; rr < 16; ++rr) {
+    const int r = row0 + rr;
+    const float ds = seen(r) ? scale * p[rr] * (sc[r * kWmmaKeys + lane] + md_s[r]) : 0.0f;
+    dss[r * kWmmaKeys + lane] = __float2bfloat16(ds);
+  }
+}
+
+// Shared memory of the WMMA dK/dV kernel: the query rows' key ranges [rows]; Q, dO [rows, d],
+// K, V [keys, d], P, dS [rows, keys] in bf16; the dK, dV accumulators [keys, d], the scores
+// [rows, keys], lse and −D [rows] in f32. Every region a multiple of 32 bytes, as the forward's.
+constexpr std::int64_t wmma_dkdv_bytes(std::int64_t d) {
+  return std::int64_t{sizeof(KeyRange)} * kWmmaRows +
+         2 * (2 * kWmmaRows * d + 2 * kWmmaKeys * d + 2 * kWmmaRows * kWmmaKeys) +
+         4 * (2 * kWmmaKeys * d + kWmmaRows * kWmmaKeys + 2 * kWmmaRows);
+}
+static_assert(wmma_dkdv_bytes(kWmmaMaxHeadDim) <= kMaxSharedBytes, "the WMMA dK/dV tiles outgrow the opt-in");
+
+// Task t of kv_tiles·batch·kv_heads: key tile [j0, j0 + kn) of kv head (b, hk), as the SIMT
+// dK/dV kernel: summed over the group's query heads and the query tiles of the rows that see it.
+// The 16×16 tiles of dK and dV are dealt to the warps round-robin, the same way for every query
+// tile, so each has one writer.
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_backward_dkdv_wmma(AttentionShape s, std::int64_t tasks, const Bf16* q, const Bf16* k, const Bf16* v,
+                                 const float* lse, const Bf16* d_o, const float* minus_delta, float* dk, float* dv,
+                                 bool accumulate) {
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  const int d = static_cast<int>(s.head_dim);
+  KeyRange* ranges = reinterpret_cast<KeyRange*>(smem_bytes);
+  Bf16* qs = reinterpret_cast<Bf16*>(ranges + kWmmaRows);
+  Bf16* dos = qs + kWmmaRows * d;
+  Bf16* ks = dos + kWmmaRows * d;
+  Bf16* vs = ks + kWmmaKeys * d;
+  Bf16* ps = vs + kWmmaKeys * d;
+  Bf16* dss = ps + kWmmaRows * kWmmaKeys;
+  float* dks = reinterpret_cast<float*>(dss + kWmmaRows * kWmmaKeys);
+  float* dvs = dks + kWmmaKeys * d;
+  float* sc = dvs + kWmmaKeys * d;
+  float* lse_s = sc + kWmmaRows * kWmmaKeys;
+  float* md_s = lse_s + kWmmaRows;
+  const int warp = threadIdx.x >> 5;
+  const int row0 = 16 * warp;  // the warp's first row in the query tile
+  const int col_tiles = d / 16, out_tiles = (kWmmaKeys / 16) * col_tiles;  // 16×16 tiles of dK (and of dV)
+  const std::int64_t group = s.heads / s.kv_heads;
+  const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
+
+  for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const auto [j0, kn, b, hk] = key_tile(s, kWmmaKeys, task);
+    __syncthreads();  // the previous task's output reads are done
+    copy_rows_bf16(ks, k + kv_at(s, b, j0, hk), kv_stride, kWmmaKeys, kn, d);
+    copy_rows_bf16(vs, v + kv_at(s, b, j0, hk), kv_stride, kWmmaKeys, kn, d);
+    for (int e = threadIdx.x; e < kWmmaKeys * d; e += blockDim.x) {
+      dks[e] = 0;
+      dvs[e] = 0;
+    }
+    const RowRun run = rows_seeing(s, b, j0, j0 + kn);
+    for (std::int64_t g = 0; g < group; ++g) {
+      const std::int64_t h = hk * group + g;
+      for (std::int64_t i0 = run.first; i0 < run.last; i0 += kWmmaRows) {
+        const std::int64_t rows = min64(kWmmaRows, run.last - i0);
+        __syncthreads();  // every warp is done with the previous query tile
+        copy_rows_bf16(qs, q + q_at(s, b, i0, h), q_stride, kWmmaRows, rows, d);
+        copy_rows_bf16(dos, d_o + q_at(s, b, i0, h), q_stride, kWmmaRows, rows, d);
+        load_row_stats(s, b, h, i0, rows, kWmmaRows, lse, minus_delta, ranges, lse_s, md_s);
+        __syncthreads();
+        warp_rows_times_keys(qs + row0 * d, ks, d, sc + row0 * kWmmaKeys);  // the warp's scores Q·Kᵀ
+        __syncwarp();
+        warp_probabilities_and_ds(s, row0, rows, j0, kn, ranges, lse_s, md_s, dos, vs, sc, ps, dss);
+        __syncthreads();  // every warp's rows of P and dS are written
+        // dV += Pᵀ·dO and dK += dSᵀ·Q over the whole tile (padding rows: P = dS = 0, zero Q, dO).
+        for (int f = warp; f < out_tiles; f += kWmmaWarps) {
+          const int key0 = 16 * (f / col_tiles), n0 = 16 * (f % col_tiles);
+          warp_accumulate<wmma::col_major>(dvs + key0 * d + n0, d, ps + key0, kWmmaKeys, dos + n0, d, kWmmaRows);
+          warp_accumulate<wmma::col_major>(dks + key0 * d + n0, d, dss + key0, kWmmaKeys, qs + n0, d, kWmmaRows);
+        }
+      }
+    }
+    __syncthreads();
+    for (std::int64_t e = threadIdx.x; e < kn * d; e += blockDim.x) {
+      const std::int64_t j = e / d, c = e % d;
+      const std::int64_t at = kv_at(s, b, j0 + j, hk) + c;
+      dk[at] = accumulate ? dk[at] + dks[e] : dks[e];
+      dv[at] = accumulate ? dv[at] + dvs[e] : dvs[e];
+    }
+  }
+}
+
+// Shared memory of the WMMA dQ kernel: the rows' key ranges [rows]; Q, dO [rows, d], K, V
+// [keys, d], dS [rows, keys] in bf16; the dQ accumulator [rows, d], the scores [rows, keys], lse
+// and −D [rows] in f32.
+constexpr std::int64_t wmma_dq_bytes(std::int64_t d) {
+  return std::int64_t{sizeof(KeyRange)} * kWmmaRows +
+         2 * (2 * kWmmaRows * d + 2 * kWmmaKeys * d + kWmmaRows * kWmmaKeys) +
+         4 * (kWmmaRows * d + kWmmaRows * kWmmaKeys + 2 * kWmmaRows);
+}
+static_assert(wmma_dq_bytes(kWmmaMaxHeadDim) <= kMaxSharedBytes, "the WMMA dQ tiles outgrow the opt-in");
+
+// Task t of q_tiles·batch·heads: query tile [i0, i0 + rows) of head (b, h), as the SIMT dQ
+// kernel: its dQ rows summed over the key tiles of its window that some row sees, in order. Each
+// warp owns its 16 rows of the dQ accumulator.
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_backward_dq_wmma(AttentionShape s, std::int64_t tasks, const Bf16* q, const Bf16* k, const Bf16* v,
+                               const float* lse, const Bf16* d_o, const float* minus_delta, float* dq,
+                               bool accumulate) {
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  const int d = static_cast<int>(s.head_dim);
+  KeyRange* ranges = reinterpret_cast<KeyRange*>(smem_bytes);
+  Bf16* qs = reinterpret_cast<Bf16*>(ranges + kWmmaRows);
+  Bf16* dos = qs + kWmmaRows * d;
+  Bf16* ks = dos + kWmmaRows * d;
+  Bf16* vs = ks + kWmmaKeys * d;
+  Bf16* dss = vs + kWmmaKeys * d;
+  float* dqs = reinterpret_cast<float*>(dss + kWmmaRows * kWmmaKeys);
+  float* sc = dqs + kWmmaRows * d;
+  float* lse_s = sc + kWmmaRows * kWmmaKeys;
+  float* md_s = lse_s + kWmmaRows;
+  const int warp = threadIdx.x >> 5;
+  const int row0 = 16 * warp;
+  const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
+
+  for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const auto [i0, rows, b, h, hk] = query_tile(s, kWmmaRows, task);
+    __syncthreads();  // the previous task's output reads are done
+    copy_rows_bf16(qs, q + q_at(s, b, i0, h), q_stride, kWmmaRows, rows, d);
+    copy_rows_bf16(dos, d_o + q_at(s, b, i0, h), q_stride, kWmmaRows, rows, d);
+    load_row_stats(s, b, h, i0, rows, kWmmaRows, lse, minus_delta, ranges, lse_s, md_s);
+    for (int e = threadIdx.x; e < kWmmaRows * d; e += blockDim.x) dqs[e] = 0;
+    __syncthreads();
+    for_each_seen_key_tile(ranges, rows, kWmmaKeys, [&](std::int64_t k0, std::int64_t kn) {
+      copy_rows_bf16(ks, k + kv_at(s, b, k0, hk), kv_stride, kWmmaKeys, kn, d);
+      copy_rows_bf16(vs, v + kv_at(s, b, k0, hk), kv_stride, kWmmaKeys, kn, d);
+      __syncthreads();
+      warp_rows_times_keys(qs + row0 * d, ks, d, sc + row0 * kWmmaKeys);  // the warp's scores Q·Kᵀ
+      __syncwarp();
+      warp_probabilities_and_ds(s, row0, rows, k0, kn, ranges, lse_s, md_s, dos, vs, sc, nullptr, dss);
+      __syncwarp();
+      // The warp's dQ rows [16, d] += dS·K.
+      for (int n0 = 0; n0 < d; n0 += 16)
+        warp_accumulate<wmma::row_major>(dqs + row0 * d + n0, d, dss + row0 * kWmmaKeys, kWmmaKeys, ks + n0, d,
+                                         kWmmaKeys);
+    });
+    __syncthreads();
+    for (std::int64_t e = threadIdx.x; e < rows * d; e += blockDim.x) {
+      const std::int64_t r = e / d, c = e % d;
+      const std::int64_t at = q_at(s, b, i0 + r, h) + c;
+      dq[at] = accumulate ? dq[at] + dqs[e] : dqs[e];
+    }
   }
 }
 
@@ -580,6 +784,9 @@ void launch_tiles(Kernel kernel, const char* name, cudaStream_t stream, std::int
 
 std::int64_t tiles_of(std::int64_t n, int tile) { return (n + tile - 1) / tile; }
 
+// bf16 operands run on tensor cores when head_dim is whole fragments (and the tiles fit): else SIMT.
+bool on_tensor_cores(const AttentionShape& s) { return s.head_dim % 16 == 0 && s.head_dim <= kWmmaMaxHeadDim; }
+
 template <class In, class Acc>
 void forward_simt(cudaStream_t stream, const AttentionShape& s, const In* q, const In* k, const In* v, Acc* o,
                   Acc* lse) {
@@ -618,7 +825,7 @@ void launch_attention_forward(cudaStream_t stream, const AttentionShape& shape, 
 }
 void launch_attention_forward(cudaStream_t stream, const AttentionShape& shape, const __nv_bfloat16* q,
                               const __nv_bfloat16* k, const __nv_bfloat16* v, float* o, float* lse) {
-  if (shape.head_dim % 16 != 0 || shape.head_dim > kWmmaMaxHeadDim) {  // no whole fragments: SIMT
+  if (!on_tensor_cores(shape)) {
     forward_simt(stream, shape, q, k, v, o, lse);
     return;
   }
@@ -641,7 +848,20 @@ void launch_attention_backward(cudaStream_t stream, const AttentionShape& shape,
                                const __nv_bfloat16* k, const __nv_bfloat16* v, const float* o, const float* lse,
                                const __nv_bfloat16* d_o, float* dq, float* dk, float* dv, bool accumulate,
                                const float* d_lse, float* minus_delta) {
-  backward_simt(stream, shape, q, k, v, o, lse, d_o, dq, dk, dv, accumulate, d_lse, minus_delta);
+  if (!on_tensor_cores(shape)) {
+    backward_simt(stream, shape, q, k, v, o, lse, d_o, dq, dk, dv, accumulate, d_lse, minus_delta);
+    return;
+  }
+  launch_attention_minus_delta<__nv_bfloat16, float>(stream, shape.batch, shape.q_len, shape.heads, shape.head_dim,
+                                                     d_o, o, d_lse, minus_delta);
+  const std::int64_t kv_tasks = tiles_of(shape.kv_len, kWmmaKeys) * shape.batch * shape.kv_heads;
+  launch_tiles(attention_backward_dkdv_wmma, "attention_backward_dkdv_wmma", stream, kv_tasks,
+               static_cast<std::size_t>(wmma_dkdv_bytes(shape.head_dim)), shape, kv_tasks, q, k, v, lse, d_o,
+               static_cast<const float*>(minus_delta), dk, dv, accumulate);
+  const std::int64_t q_tasks = tiles_of(shape.q_len, kWmmaRows) * shape.batch * shape.heads;
+  launch_tiles(attention_backward_dq_wmma, "attention_backward_dq_wmma", stream, q_tasks,
+               static_cast<std::size_t>(wmma_dq_bytes(shape.head_dim)), shape, q_tasks, q, k, v, lse, d_o,
+               static_cast<const float*>(minus_delta), dq, accumulate);
 }
 
 }  // namespace wf::kernels::cuda

@@ -11,8 +11,10 @@
 //        dP − D, whose cancellation costs a few more ulps of the largest term.
 //   f64: 1e-12.
 //   bf16 operands (vs the CPU's bf16 entry, which also rounds P and dS to bf16 before their
-//        products): 2e-2; a P or dS that the two round to neighbouring bf16 values (the f32
-//        values differ in their last bits) moves a product by one bf16 ulp, 2^-8 relative.
+//        products): 2e-2, on tensor cores (forward and backward, head_dim a multiple of 16 up to
+//        128) as on the SIMT kernels; a P or dS that the two round to neighbouring bf16 values
+//        (the f32 values differ in their last bits) moves a product by one bf16 ulp, 2^-8
+//        relative.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -196,7 +198,8 @@ TEST_CASE("cuda attention: f64 forward and backward match the CPU", "[cuda][atte
   for (const AttentionShape& s : shapes()) check_attention(s, DType::f64, ++salt);
 }
 
-TEST_CASE("cuda attention: bf16 operands (tensor cores where head_dim % 16 == 0) match the CPU's bf16 kernel",
+TEST_CASE("cuda attention: bf16 operands (tensor cores where head_dim % 16 == 0, up to 128) match the CPU's bf16 "
+          "kernel",
           "[cuda][attention]") {
   std::uint64_t salt = 300;
   for (const AttentionShape& s : shapes()) check_attention(s, DType::bf16, ++salt);
@@ -252,7 +255,7 @@ PackedShape packed(const AttentionShape& base, Packing packing, bool per_row, st
   for (const auto& list : lists) p.list_len = std::max<std::int64_t>(p.list_len, std::int64_t(list.size()));
   for (auto& list : lists) {
     list.resize(static_cast<std::size_t>(p.list_len), list.back());
-    p.bounds.insert(p.bounds.end(), list.begin(), list.end());
+    for (const std::int64_t bound : list) p.bounds.push_back(bound);
   }
   return p;
 }
@@ -294,6 +297,21 @@ TEST_CASE("cuda attention: packed documents with bf16 operands match the CPU's b
           "[cuda][attention][documents]") {
   std::uint64_t salt = 1000;
   for (const PackedShape& p : packed_shapes(fresh_seed(999))) check_attention(p.get(), DType::bf16, ++salt);
+}
+
+TEST_CASE("cuda attention: bf16 on tensor cores at the tails of its 64-row and 32-key tiles match the CPU's bf16 "
+          "kernel",
+          "[cuda][attention][documents]") {
+  // The WMMA kernels' tiles: 64 query rows (16 per warp), 32 keys; head_dim 16 and 128 bound them.
+  const std::vector<PackedShape> cases = {
+      packed(shape(1, 129, 33, 2, 1, 128, false), Packing::whole, false, fresh_seed(1200)),  // 2 rows, 1 key past
+      packed(shape(2, 64, 32, 4, 4, 16, true, 32, 0), Packing::whole, false, fresh_seed(1201)),  // whole tiles
+      packed(shape(1, 1, 31, 2, 2, 48, false), Packing::whole, false, fresh_seed(1202)),  // one row
+      packed(shape(2, 130, 130, 3, 1, 112, true), Packing::random, true, fresh_seed(1203)),  // documents, GQA 3:1
+      packed(shape(1, 96, 160, 2, 2, 64, false, 64, 0), Packing::random, false, fresh_seed(1204)),  // full ring block
+  };
+  std::uint64_t salt = 1210;
+  for (const PackedShape& p : cases) check_attention(p.get(), DType::bf16, ++salt);
 }
 
 TEST_CASE("cuda attention: the document boundaries may be freed as soon as the entry returns",
