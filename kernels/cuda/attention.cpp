@@ -28,13 +28,49 @@ AttentionShape launch_shape(const AttentionShape& shape, const char* what) {
   return s;
 }
 
+// launch_shape's shape with the packed documents' boundaries (host memory at the entry) copied to
+// the device, where the kernels read them. The copy is queued on `stream` from a staged copy of
+// the host array (so the caller may free it once the entry returns) and released in the stream's
+// order after the kernels queued before this object goes (detail::CudaScratch).
+class DeviceShape {
+ public:
+  DeviceShape(const Stream& stream, const AttentionShape& shape, const char* what)
+      : shape_(launch_shape(shape, what)),
+        bounds_(stream, shape.documents.bounds, checked_bounds_bytes(shape, what)) {
+    if (shape_.documents.lists > 0) shape_.documents.bounds = bounds_.as<const std::int64_t>();
+  }
+  const AttentionShape& get() const { return shape_; }
+
+ private:
+  // Bytes of the boundary lists, after checking that each is cumulative (starts at 0, never
+  // decreases): a device kernel cannot raise an error, and its search would read before a list
+  // that starts above a query's position.
+  static std::size_t checked_bounds_bytes(const AttentionShape& shape, const char* what) {
+    const AttentionDocuments& docs = shape.documents;
+    if (docs.lists == 0) return 0;
+    for (std::int64_t list = 0; list < docs.lists; ++list) {
+      const std::int64_t* bounds = docs.bounds + list * docs.list_len;
+      WF_CHECK(bounds[0] == 0, "{} (cuda): document list {} starts at {}, not 0", what, list, bounds[0]);
+      for (std::int64_t t = 1; t < docs.list_len; ++t)
+        WF_CHECK(bounds[t] >= bounds[t - 1],
+                 "{} (cuda): document list {} decreases at entry {} ({} after {}); the boundaries are cumulative",
+                 what, list, t, bounds[t], bounds[t - 1]);
+    }
+    return static_cast<std::size_t>(docs.lists * docs.list_len) * sizeof(std::int64_t);
+  }
+
+  AttentionShape shape_;
+  detail::CudaScratch bounds_;
+};
+
 const __nv_bfloat16* in_bf16(const void* p) { return static_cast<const __nv_bfloat16*>(p); }
 
 }  // namespace
 
 void CudaKernels::attention_forward(const Stream& stream, DType operands, const AttentionShape& shape, const void* q,
                                     const void* k, const void* v, void* o, void* lse) {
-  const AttentionShape s = launch_shape(shape, "attention_forward");
+  const DeviceShape device_shape(stream, shape, "attention_forward");
+  const AttentionShape& s = device_shape.get();
   check_attention_pointers(s, "attention_forward", {q, o, lse}, {k, v});
   if (s.batch * s.q_len * s.heads == 0) return;
   // bf16: cuDNN's fused attention where the per-shape choice picked it (attention_choice.h).
@@ -53,7 +89,8 @@ void CudaKernels::attention_backward(const Stream& stream, DType operands, const
                                      const void* q, const void* k, const void* v, const void* o, const void* lse,
                                      const void* d_o, void* dq, void* dk, void* dv, bool accumulate,
                                      const void* d_lse) {
-  const AttentionShape s = launch_shape(shape, "attention_backward");
+  const DeviceShape device_shape(stream, shape, "attention_backward");
+  const AttentionShape& s = device_shape.get();
   check_attention_pointers(s, "attention_backward", {q, o, lse, d_o, dq}, {k, v, dk, dv});
   if (operands == DType::bf16 && attention_backward_by_choice(stream, s, q, k, v, in<float>(o), in<float>(lse), d_o,
                                                              io<float>(dq), io<float>(dk), io<float>(dv), accumulate,

@@ -8,7 +8,8 @@
 // operand is widened to the accumulation type Acc (f32 for f32 and bf16, f64 for f64). bf16
 // operands round P and dS to bf16 before their products, as the CPU's bf16 kernel does. Each
 // output element has one writer that sums in a fixed order: the results are deterministic.
-// bf16 forwards with head_dim a multiple of 16 run on tensor cores instead (WMMA, below).
+// bf16 operands with head_dim a multiple of 16 (up to 128) run the forward and the backward on
+// tensor cores instead (WMMA, below).
 // Design notes: docs/kernels-attention.md ("CUDA attention").
 #include <math.h>
 #include <mma.h>
@@ -46,17 +47,64 @@ __device__ __forceinline__ Acc widen(In x) {
 }
 
 // ---- geometry -----------------------------------------------------------------------------------
-// The keys a query row i sees are a prefix [0, n) of the block (kernels/cpu/attention.cpp).
+// Query row i of batch row b sees the keys [begin, end) of attention_key_range (kernels/kernel_args.h):
+// the causal or full prefix, narrowed to the row's document when the call packs documents. Both
+// ends are non-decreasing in i, so a query tile sees one window [begin of its first row, end of
+// its last) and a key tile is seen by one contiguous run of query rows (kernels/cpu/attention.cpp).
+// Without documents every window begins at key 0: the tiles are those of the plain prefix.
 __device__ __forceinline__ std::int64_t min64(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
-__device__ __forceinline__ std::int64_t clamp64(std::int64_t x, std::int64_t lo, std::int64_t hi) {
-  return x < lo ? lo : (x > hi ? hi : x);
+__device__ __forceinline__ bool sees(const KeyRange& range, std::int64_t j) {
+  return j >= range.begin && j < range.end;
 }
-__device__ __forceinline__ std::int64_t visible_keys(const AttentionShape& s, std::int64_t i) {
-  return s.causal ? clamp64(s.q_offset + i - s.kv_offset + 1, 0, s.kv_len) : s.kv_len;
+
+// The key ranges of a tile's rows [i0, i0 + rows) into shared memory; padding rows see nothing.
+__device__ void load_key_ranges(const AttentionShape& s, std::int64_t b, std::int64_t i0, std::int64_t rows, int tile,
+                                KeyRange* ranges) {
+  for (int r = threadIdx.x; r < tile; r += blockDim.x)
+    ranges[r] = r < rows ? attention_key_range(s, b, i0 + r) : KeyRange{};
 }
-// The first query row that sees key j (q_len when none does).
-__device__ __forceinline__ std::int64_t first_query(const AttentionShape& s, std::int64_t j) {
-  return s.causal ? clamp64(j + s.kv_offset - s.q_offset, 0, s.q_len) : 0;
+
+// Whether some row of a tile (ranges of rows [0, rows) in shared memory) sees a key of [k0, k1).
+// A block barrier (__syncthreads_or): every thread calls it with the same arguments, and the
+// block's shared-memory accesses before it are ordered before those after it.
+__device__ bool tile_sees_keys(const KeyRange* ranges, std::int64_t rows, std::int64_t k0, std::int64_t k1) {
+  int seen = 0;
+  for (std::int64_t r = threadIdx.x; r < rows; r += blockDim.x) seen |= ranges[r].end > k0 && ranges[r].begin < k1;
+  return __syncthreads_or(seen) != 0;
+}
+
+// Calls body(k0, kn) for each key tile [k0, k0 + kn) of `tile` keys, in order, that some row of a
+// query tile sees (ranges as for tile_sees_keys, visible to every thread): the tiles of the rows'
+// window [begin of the first, end of the last) but those no row sees (between the documents of a
+// ring block). Keys outside the window are masked for every row: never loaded. Every thread calls
+// it alike; a barrier precedes each body, so a body may overwrite what the previous one read.
+template <class Body>
+__device__ void for_each_seen_key_tile(const KeyRange* ranges, std::int64_t rows, int tile, Body body) {
+  const std::int64_t key_begin = ranges[0].begin, key_end = ranges[rows - 1].end;
+  for (std::int64_t k0 = key_begin; k0 < key_end; k0 += tile) {
+    const std::int64_t kn = min64(tile, key_end - k0);
+    if (tile_sees_keys(ranges, rows, k0, k0 + kn)) body(k0, kn);
+  }
+}
+
+// The query rows [first, last) of batch row b that see some key of [k0, k1): those with end > k0
+// and begin < k1, contiguous since both ends are monotone. Every thread computes the same run.
+struct RowRun {
+  std::int64_t first, last;
+};
+__device__ RowRun rows_seeing(const AttentionShape& s, std::int64_t b, std::int64_t k0, std::int64_t k1) {
+  std::int64_t lo = 0, hi = s.q_len;  // the first row whose end > k0
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (attention_key_range(s, b, mid).end <= k0) lo = mid + 1; else hi = mid;
+  }
+  const std::int64_t first = lo;
+  hi = s.q_len;  // from there, the first row whose begin >= k1
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (attention_key_range(s, b, mid).begin < k1) lo = mid + 1; else hi = mid;
+  }
+  return {first, lo};
 }
 __device__ __forceinline__ std::int64_t q_at(const AttentionShape& s, std::int64_t b, std::int64_t i,
                                              std::int64_t h) {
@@ -69,6 +117,27 @@ __device__ __forceinline__ std::int64_t kv_at(const AttentionShape& s, std::int6
 __device__ __forceinline__ std::int64_t lse_at(const AttentionShape& s, std::int64_t b, std::int64_t h,
                                                std::int64_t i) {
   return (b * s.heads + h) * s.q_len + i;
+}
+
+// Query-tile task t of q_tiles·batch·heads (the forward and dQ kernels): rows [i0, i0 + rows) of
+// query head h of batch row b, which reads kv head hk. The last tiles go first: under a causal
+// mask they see the most keys.
+struct QueryTile {
+  std::int64_t i0, rows, b, h, hk;
+};
+__device__ __forceinline__ QueryTile query_tile(const AttentionShape& s, int tile, std::int64_t task) {
+  const std::int64_t bh_count = s.batch * s.heads, q_tiles = (s.q_len + tile - 1) / tile;
+  const std::int64_t i0 = (q_tiles - 1 - task / bh_count) * tile, h = task % s.heads;
+  return {i0, min64(tile, s.q_len - i0), (task % bh_count) / s.heads, h, h / (s.heads / s.kv_heads)};
+}
+// Key-tile task t of kv_tiles·batch·kv_heads (the dK/dV kernels): keys [j0, j0 + kn) of kv head
+// hk of batch row b.
+struct KeyTile {
+  std::int64_t j0, kn, b, hk;
+};
+__device__ __forceinline__ KeyTile key_tile(const AttentionShape& s, int tile, std::int64_t task) {
+  const std::int64_t groups = s.batch * s.kv_heads, j0 = (task / groups) * tile;
+  return {j0, min64(tile, s.kv_len - j0), (task % groups) / s.kv_heads, task % s.kv_heads};
 }
 
 // Rows [0, count) of a tile (row r at src + r·stride, head_dim elements) into shared memory as
@@ -91,15 +160,16 @@ __device__ Acc dot_rows(const Acc* x, const Acc* y, std::int64_t d) {
 
 // ---- forward (SIMT) -----------------------------------------------------------------------------
 // Task t of q_tiles·batch·heads: query tile (last first: under a causal mask they see the most
-// keys) of head (b, h). Shared: Q, K, V, O accumulator [tile, d]; scores [tile, tile]; row max,
-// row sum and rescale [tile].
+// keys) of head (b, h). Shared: the rows' key ranges [tile]; Q, K, V, O accumulator [tile, d];
+// scores [tile, tile]; row max, row sum and rescale [tile].
 template <class In, class Acc>
 __global__ void __launch_bounds__(kBlockThreads)
     attention_forward_simt(AttentionShape s, int tile, std::int64_t tasks, const In* q, const In* k, const In* v,
                            Acc* o, Acc* lse) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   const std::int64_t d = s.head_dim;
-  Acc* qs = reinterpret_cast<Acc*>(smem_bytes);
+  KeyRange* ranges = reinterpret_cast<KeyRange*>(smem_bytes);
+  Acc* qs = reinterpret_cast<Acc*>(ranges + tile);
   Acc* ks = qs + tile * d;
   Acc* vs = ks + tile * d;
   Acc* acc = vs + tile * d;
@@ -107,34 +177,27 @@ __global__ void __launch_bounds__(kBlockThreads)
   Acc* m = sc + tile * tile;
   Acc* l = m + tile;
   Acc* alpha = l + tile;
-  const std::int64_t bh_count = s.batch * s.heads;
-  const std::int64_t q_tiles = (s.q_len + tile - 1) / tile;
-  const std::int64_t group = s.heads / s.kv_heads;
   const Acc scale = Acc(s.scale);
   const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
 
   for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const std::int64_t i0 = (q_tiles - 1 - task / bh_count) * tile;
-    const std::int64_t b = (task % bh_count) / s.heads, h = task % s.heads, hk = h / group;
-    const std::int64_t rows = min64(tile, s.q_len - i0);
+    const auto [i0, rows, b, h, hk] = query_tile(s, tile, task);
     __syncthreads();  // the previous task's output reads are done
+    load_key_ranges(s, b, i0, rows, tile, ranges);
     load_rows(qs, q + q_at(s, b, i0, h), q_stride, tile, rows, d);
     for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) acc[e] = 0;
     for (int r = threadIdx.x; r < tile; r += blockDim.x) {
       m[r] = neg_inf<Acc>();
       l[r] = 0;
     }
-    // Key tiles past what the tile's last row sees are fully masked: never loaded.
-    const std::int64_t key_end = visible_keys(s, i0 + rows - 1);
-    for (std::int64_t k0 = 0; k0 < key_end; k0 += tile) {
-      const std::int64_t kn = min64(tile, key_end - k0);
-      __syncthreads();  // the previous key tile's reads are done
+    __syncthreads();
+    for_each_seen_key_tile(ranges, rows, tile, [&](std::int64_t k0, std::int64_t kn) {
       load_rows(ks, k + kv_at(s, b, k0, hk), kv_stride, tile, kn, d);
       load_rows(vs, v + kv_at(s, b, k0, hk), kv_stride, tile, kn, d);
       __syncthreads();
       for (int e = threadIdx.x; e < tile * tile; e += blockDim.x) {
         const int r = e / tile, j = e % tile;
-        const bool seen = r < rows && j < min64(kn, visible_keys(s, i0 + r) - k0);
+        const bool seen = r < rows && j < kn && sees(ranges[r], k0 + j);
         sc[e] = seen ? scale * dot_rows(qs + r * d, ks + j * d, d) : neg_inf<Acc>();
       }
       __syncthreads();
@@ -167,7 +230,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         for (int j = 0; j < kn; ++j) x += sc[r * tile + j] * vs[j * d + c];
         acc[e] = x;
       }
-    }
+    });
     __syncthreads();
     for (std::int64_t e = threadIdx.x; e < rows * d; e += blockDim.x) {
       const std::int64_t r = e / d, c = e % d;
@@ -180,11 +243,12 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // ---- backward (SIMT) ----------------------------------------------------------------------------
-// P and dS of query rows [i0, i0 + rows) of head h against the key tile [j0, j0 + kn) held in ks,
-// vs: p = exp(scale·q·k − lse) on visible entries, else 0 (also for rows whose lse is −inf), and
-// dS = scale·P∘(dP − D) with dP = dO·Vᵀ and md = −D. Both stored as their products' operands.
+// P and dS of a query tile's rows [0, rows) (their key ranges in `ranges`) against the key tile
+// [j0, j0 + kn) held in ks, vs: p = exp(scale·q·k − lse) on visible entries, else 0 (also for rows
+// whose lse is −inf), and dS = scale·P∘(dP − D) with dP = dO·Vᵀ and md = −D. Both stored as their
+// products' operands.
 template <class In, class Acc>
-__device__ void probabilities_and_ds(const AttentionShape& s, int tile, std::int64_t i0, std::int64_t rows,
+__device__ void probabilities_and_ds(const AttentionShape& s, int tile, const KeyRange* ranges, std::int64_t rows,
                                      std::int64_t j0, std::int64_t kn, const Acc* qs, const Acc* dos,
                                      const Acc* ks, const Acc* vs, const Acc* lse_s, const Acc* md_s, Acc* ps,
                                      Acc* dss) {
@@ -193,7 +257,7 @@ __device__ void probabilities_and_ds(const AttentionShape& s, int tile, std::int
   for (int e = threadIdx.x; e < tile * tile; e += blockDim.x) {
     const int r = e / tile, j = e % tile;
     Acc p = 0, ds = 0;
-    if (r < rows && j < kn && j0 + j < visible_keys(s, i0 + r) && lse_s[r] != neg_inf<Acc>()) {
+    if (r < rows && j < kn && sees(ranges[r], j0 + j) && lse_s[r] != neg_inf<Acc>()) {
       p = dev_exp(scale * dot_rows(qs + r * d, ks + j * d, d) - lse_s[r]);
       ds = scale * p * (dot_rows(dos + r * d, vs + j * d, d) + md_s[r]);
     }
@@ -202,11 +266,13 @@ __device__ void probabilities_and_ds(const AttentionShape& s, int tile, std::int
   }
 }
 
-// Loads a query tile's lse and −D rows: padding rows read as −inf (no probability) and 0.
+// Loads a query tile's key ranges, lse and −D rows: padding rows see no key and read as −inf (no
+// probability) and 0.
 template <class Acc>
 __device__ void load_row_stats(const AttentionShape& s, std::int64_t b, std::int64_t h, std::int64_t i0,
-                               std::int64_t rows, int tile, const Acc* lse, const Acc* minus_delta, Acc* lse_s,
-                               Acc* md_s) {
+                               std::int64_t rows, int tile, const Acc* lse, const Acc* minus_delta,
+                               KeyRange* ranges, Acc* lse_s, Acc* md_s) {
+  load_key_ranges(s, b, i0, rows, tile, ranges);
   for (int r = threadIdx.x; r < tile; r += blockDim.x) {
     lse_s[r] = r < rows ? lse[lse_at(s, b, h, i0 + r)] : neg_inf<Acc>();
     md_s[r] = r < rows ? minus_delta[lse_at(s, b, h, i0 + r)] : Acc(0);
@@ -214,8 +280,9 @@ __device__ void load_row_stats(const AttentionShape& s, std::int64_t b, std::int
 }
 
 // Task t of kv_tiles·batch·kv_heads: key tile [j0, j0 + kn) of kv head (b, hk), which owns its
-// dK/dV rows and sums them over the group's query heads and every query tile that sees it, in a
-// fixed order. Shared: K, V, dK, dV, Q, dO [tile, d]; P, dS [tile, tile]; lse, −D [tile].
+// dK/dV rows and sums them over the group's query heads and every query tile of the rows that see
+// it, in a fixed order. Shared: the query rows' key ranges [tile]; K, V, dK, dV, Q, dO [tile, d];
+// P, dS [tile, tile]; lse, −D [tile].
 template <class In, class Acc>
 __global__ void __launch_bounds__(kBlockThreads)
     attention_backward_dkdv_simt(AttentionShape s, int tile, std::int64_t tasks, const In* q, const In* k,
@@ -223,7 +290,8 @@ __global__ void __launch_bounds__(kBlockThreads)
                                  Acc* dv, bool accumulate) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   const std::int64_t d = s.head_dim;
-  Acc* ks = reinterpret_cast<Acc*>(smem_bytes);
+  KeyRange* ranges = reinterpret_cast<KeyRange*>(smem_bytes);
+  Acc* ks = reinterpret_cast<Acc*>(ranges + tile);
   Acc* vs = ks + tile * d;
   Acc* dks = vs + tile * d;
   Acc* dvs = dks + tile * d;
@@ -233,14 +301,11 @@ __global__ void __launch_bounds__(kBlockThreads)
   Acc* dss = ps + tile * tile;
   Acc* lse_s = dss + tile * tile;
   Acc* md_s = lse_s + tile;
-  const std::int64_t groups = s.batch * s.kv_heads;
   const std::int64_t group = s.heads / s.kv_heads;
   const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
 
   for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const std::int64_t j0 = (task / groups) * tile;
-    const std::int64_t b = (task % groups) / s.kv_heads, hk = task % s.kv_heads;
-    const std::int64_t kn = min64(tile, s.kv_len - j0);
+    const auto [j0, kn, b, hk] = key_tile(s, tile, task);
     __syncthreads();  // the previous task's output reads are done
     load_rows(ks, k + kv_at(s, b, j0, hk), kv_stride, tile, kn, d);
     load_rows(vs, v + kv_at(s, b, j0, hk), kv_stride, tile, kn, d);
@@ -248,18 +313,19 @@ __global__ void __launch_bounds__(kBlockThreads)
       dks[e] = 0;
       dvs[e] = 0;
     }
-    // Query rows before first_query(j0) see none of these keys.
-    const std::int64_t i_begin = first_query(s, j0);
+    // Only the query rows that see some of these keys (without documents: from the first that
+    // sees j0 to the end).
+    const RowRun run = rows_seeing(s, b, j0, j0 + kn);
     for (std::int64_t g = 0; g < group; ++g) {
       const std::int64_t h = hk * group + g;
-      for (std::int64_t i0 = i_begin; i0 < s.q_len; i0 += tile) {
-        const std::int64_t rows = min64(tile, s.q_len - i0);
+      for (std::int64_t i0 = run.first; i0 < run.last; i0 += tile) {
+        const std::int64_t rows = min64(tile, run.last - i0);
         __syncthreads();  // the previous query tile's reads are done
         load_rows(qs, q + q_at(s, b, i0, h), q_stride, tile, rows, d);
         load_rows(dos, d_o + q_at(s, b, i0, h), q_stride, tile, rows, d);
-        load_row_stats(s, b, h, i0, rows, tile, lse, minus_delta, lse_s, md_s);
+        load_row_stats(s, b, h, i0, rows, tile, lse, minus_delta, ranges, lse_s, md_s);
         __syncthreads();
-        probabilities_and_ds<In>(s, tile, i0, rows, j0, kn, qs, dos, ks, vs, lse_s, md_s, ps, dss);
+        probabilities_and_ds<In>(s, tile, ranges, rows, j0, kn, qs, dos, ks, vs, lse_s, md_s, ps, dss);
         __syncthreads();
         // dV += Pᵀ·dO, dK += dSᵀ·Q (padding rows have P = dS = 0).
         for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) {
@@ -285,8 +351,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // Task t of q_tiles·batch·heads: query tile [i0, i0 + rows) of head (b, h) owns its dQ rows,
-// summed over the key tiles it sees in order. Shared: Q, dO, dQ, K, V [tile, d]; dS [tile, tile];
-// lse, −D [tile].
+// summed over the key tiles it sees in order. Shared: the rows' key ranges [tile]; Q, dO, dQ, K, V
+// [tile, d]; dS [tile, tile]; lse, −D [tile].
 template <class In, class Acc>
 __global__ void __launch_bounds__(kBlockThreads)
     attention_backward_dq_simt(AttentionShape s, int tile, std::int64_t tasks, const In* q, const In* k,
@@ -294,7 +360,8 @@ __global__ void __launch_bounds__(kBlockThreads)
                                bool accumulate) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   const std::int64_t d = s.head_dim;
-  Acc* qs = reinterpret_cast<Acc*>(smem_bytes);
+  KeyRange* ranges = reinterpret_cast<KeyRange*>(smem_bytes);
+  Acc* qs = reinterpret_cast<Acc*>(ranges + tile);
   Acc* dos = qs + tile * d;
   Acc* dqs = dos + tile * d;
   Acc* ks = dqs + tile * d;
@@ -302,28 +369,21 @@ __global__ void __launch_bounds__(kBlockThreads)
   Acc* dss = vs + tile * d;
   Acc* lse_s = dss + tile * tile;
   Acc* md_s = lse_s + tile;
-  const std::int64_t bh_count = s.batch * s.heads;
-  const std::int64_t q_tiles = (s.q_len + tile - 1) / tile;
-  const std::int64_t group = s.heads / s.kv_heads;
   const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
 
   for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const std::int64_t i0 = (q_tiles - 1 - task / bh_count) * tile;
-    const std::int64_t b = (task % bh_count) / s.heads, h = task % s.heads, hk = h / group;
-    const std::int64_t rows = min64(tile, s.q_len - i0);
+    const auto [i0, rows, b, h, hk] = query_tile(s, tile, task);
     __syncthreads();  // the previous task's output reads are done
     load_rows(qs, q + q_at(s, b, i0, h), q_stride, tile, rows, d);
     load_rows(dos, d_o + q_at(s, b, i0, h), q_stride, tile, rows, d);
-    load_row_stats(s, b, h, i0, rows, tile, lse, minus_delta, lse_s, md_s);
+    load_row_stats(s, b, h, i0, rows, tile, lse, minus_delta, ranges, lse_s, md_s);
     for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) dqs[e] = 0;
-    const std::int64_t key_end = visible_keys(s, i0 + rows - 1);
-    for (std::int64_t j0 = 0; j0 < key_end; j0 += tile) {
-      const std::int64_t kn = min64(tile, key_end - j0);
-      __syncthreads();  // the previous key tile's reads are done
+    __syncthreads();
+    for_each_seen_key_tile(ranges, rows, tile, [&](std::int64_t j0, std::int64_t kn) {
       load_rows(ks, k + kv_at(s, b, j0, hk), kv_stride, tile, kn, d);
       load_rows(vs, v + kv_at(s, b, j0, hk), kv_stride, tile, kn, d);
       __syncthreads();
-      probabilities_and_ds<In, Acc>(s, tile, i0, rows, j0, kn, qs, dos, ks, vs, lse_s, md_s, nullptr, dss);
+      probabilities_and_ds<In, Acc>(s, tile, ranges, rows, j0, kn, qs, dos, ks, vs, lse_s, md_s, nullptr, dss);
       __syncthreads();
       for (std::int64_t e = threadIdx.x; e < tile * d; e += blockDim.x) {  // dQ += dS·K
         const std::int64_t r = e / d, c = e % d;
@@ -331,7 +391,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         for (int j = 0; j < kn; ++j) x += dss[r * tile + j] * ks[j * d + c];
         dqs[e] = x;
       }
-    }
+    });
     __syncthreads();
     for (std::int64_t e = threadIdx.x; e < rows * d; e += blockDim.x) {
       const std::int64_t r = e / d, c = e % d;
@@ -352,24 +412,72 @@ constexpr int kWmmaWarps = kBlockThreads / 32;
 constexpr int kWmmaRows = 16 * kWmmaWarps;
 constexpr int kWmmaKeys = 32;  // one key per lane in the softmax
 constexpr std::int64_t kWmmaMaxHeadDim = 128;
+using Bf16 = __nv_bfloat16;
+namespace wmma = nvcuda::wmma;
 
-// Shared memory of the WMMA forward: Q [rows, d], K, V [keys, d] and P [rows, keys] in bf16;
-// scores [rows, keys], the O accumulator [rows, d], row max, sum and rescale [rows] in f32.
-// Every region's size is a multiple of 32 bytes (d % 16 == 0), so fragments stay aligned.
+// Rows [0, count) of a bf16 tile (row r at src + r·stride, d elements) into shared memory as they
+// are, rows [count, tile) zero: padding rows multiply as zeros, never as stale data.
+__device__ void copy_rows_bf16(Bf16* dst, const Bf16* src, std::int64_t stride, int tile, std::int64_t count, int d) {
+  const Bf16 zero = __float2bfloat16(0.0f);
+  for (int e = threadIdx.x; e < tile * d; e += blockDim.x) {
+    const int r = e / d, c = e % d;
+    dst[e] = r < count ? src[r * stride + c] : zero;
+  }
+}
+
+// One warp: out [16, kWmmaKeys] (f32, leading dimension kWmmaKeys) = A·Bᵀ for A the warp's 16 rows
+// [16, d] and B a key tile [kWmmaKeys, d], both row-major bf16 in shared memory (B row-major is Bᵀ
+// column-major): the scores S = Q·Kᵀ and dP = dO·Vᵀ.
+__device__ void warp_rows_times_keys(const Bf16* a, const Bf16* b, int d, float* out) {
+  for (int n0 = 0; n0 < kWmmaKeys; n0 += 16) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+    wmma::fill_fragment(c, 0.0f);
+    for (int kk = 0; kk < d; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::col_major> fb;
+      wmma::load_matrix_sync(fa, a + kk, d);
+      wmma::load_matrix_sync(fb, b + n0 * d + kk, d);
+      wmma::mma_sync(c, fa, fb, c);
+    }
+    wmma::store_matrix_sync(out + n0, c, kWmmaKeys, wmma::mem_row_major);
+  }
+}
+
+// One warp: the 16×16 tile out (f32 in shared memory, leading dimension ldo) += A·B over an inner
+// size k (a multiple of 16), B row-major bf16 with leading dimension ldb. A is bf16 [16, k] stored
+// row-major (ALayout row_major, A at a[i·lda + j]) or a transpose stored row-major (col_major, A at
+// a[i + j·lda]: Pᵀ and dSᵀ read from P and dS).
+template <class ALayout>
+__device__ void warp_accumulate(float* out, int ldo, const Bf16* a, int lda, const Bf16* b, int ldb, int k) {
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+  wmma::load_matrix_sync(c, out, ldo, wmma::mem_row_major);
+  for (int kk = 0; kk < k; kk += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, ALayout> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::row_major> fb;
+    wmma::load_matrix_sync(fa, a + (std::is_same_v<ALayout, wmma::row_major> ? kk : kk * lda), lda);
+    wmma::load_matrix_sync(fb, b + kk * ldb, ldb);
+    wmma::mma_sync(c, fa, fb, c);
+  }
+  wmma::store_matrix_sync(out, c, ldo, wmma::mem_row_major);
+}
+
+// Shared memory of the WMMA forward: the rows' key ranges [rows]; Q [rows, d], K, V [keys, d] and
+// P [rows, keys] in bf16; scores [rows, keys], the O accumulator [rows, d], row max, sum and
+// rescale [rows] in f32. Every region's size is a multiple of 32 bytes (d % 16 == 0), so
+// fragments stay aligned.
 constexpr std::int64_t wmma_forward_bytes(std::int64_t d) {
-  return 2 * ((kWmmaRows + 2 * kWmmaKeys) * d + kWmmaRows * kWmmaKeys) +
+  return std::int64_t{sizeof(KeyRange)} * kWmmaRows + 2 * ((kWmmaRows + 2 * kWmmaKeys) * d + kWmmaRows * kWmmaKeys) +
          4 * (kWmmaRows * kWmmaKeys + kWmmaRows * d + 3 * kWmmaRows);
 }
 static_assert(wmma_forward_bytes(kWmmaMaxHeadDim) <= kMaxSharedBytes, "the WMMA forward's tiles outgrow the opt-in");
 
 __global__ void __launch_bounds__(kBlockThreads)
-    attention_forward_wmma(AttentionShape s, std::int64_t tasks, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                           const __nv_bfloat16* v, float* o, float* lse) {
-  namespace wmma = nvcuda::wmma;
-  using Bf16 = __nv_bfloat16;
+    attention_forward_wmma(AttentionShape s, std::int64_t tasks, const Bf16* q, const Bf16* k, const Bf16* v,
+                           float* o, float* lse) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   const int d = static_cast<int>(s.head_dim);
-  Bf16* qs = reinterpret_cast<Bf16*>(smem_bytes);
+  KeyRange* ranges = reinterpret_cast<KeyRange*>(smem_bytes);
+  Bf16* qs = reinterpret_cast<Bf16*>(ranges + kWmmaRows);
   Bf16* ks = qs + kWmmaRows * d;
   Bf16* vs = ks + kWmmaKeys * d;
   Bf16* ps = vs + kWmmaKeys * d;
@@ -380,57 +488,29 @@ __global__ void __launch_bounds__(kBlockThreads)
   float* alpha = l + kWmmaRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = 16 * warp;  // the warp's first row in the tile
-  const std::int64_t bh_count = s.batch * s.heads;
-  const std::int64_t q_tiles = (s.q_len + kWmmaRows - 1) / kWmmaRows;
-  const std::int64_t group = s.heads / s.kv_heads;
   const float scale = float(s.scale);
   const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
-  const Bf16 zero = __float2bfloat16(0.0f);
 
   for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const std::int64_t i0 = (q_tiles - 1 - task / bh_count) * kWmmaRows;
-    const std::int64_t b = (task % bh_count) / s.heads, h = task % s.heads, hk = h / group;
-    const std::int64_t rows = min64(kWmmaRows, s.q_len - i0);
+    const auto [i0, rows, b, h, hk] = query_tile(s, kWmmaRows, task);
     __syncthreads();  // the previous task's output reads are done
-    const Bf16* q_tile = q + q_at(s, b, i0, h);
-    for (int e = threadIdx.x; e < kWmmaRows * d; e += blockDim.x) {
-      const int r = e / d, c = e % d;
-      qs[e] = r < rows ? q_tile[r * q_stride + c] : zero;
-      acc[e] = 0;
-    }
+    load_key_ranges(s, b, i0, rows, kWmmaRows, ranges);
+    copy_rows_bf16(qs, q + q_at(s, b, i0, h), q_stride, kWmmaRows, rows, d);
+    for (int e = threadIdx.x; e < kWmmaRows * d; e += blockDim.x) acc[e] = 0;
     for (int r = threadIdx.x; r < kWmmaRows; r += blockDim.x) {
       m[r] = neg_inf<float>();
       l[r] = 0;
     }
-    const std::int64_t key_end = visible_keys(s, i0 + rows - 1);
-    for (std::int64_t k0 = 0; k0 < key_end; k0 += kWmmaKeys) {
-      const std::int64_t kn = min64(kWmmaKeys, key_end - k0);
-      __syncthreads();  // every warp is done with the previous key tile
-      const Bf16* k_tile = k + kv_at(s, b, k0, hk);
-      const Bf16* v_tile = v + kv_at(s, b, k0, hk);
-      for (int e = threadIdx.x; e < kWmmaKeys * d; e += blockDim.x) {
-        const int j = e / d, c = e % d;
-        ks[e] = j < kn ? k_tile[j * kv_stride + c] : zero;
-        vs[e] = j < kn ? v_tile[j * kv_stride + c] : zero;
-      }
+    __syncthreads();
+    for_each_seen_key_tile(ranges, rows, kWmmaKeys, [&](std::int64_t k0, std::int64_t kn) {
+      copy_rows_bf16(ks, k + kv_at(s, b, k0, hk), kv_stride, kWmmaKeys, kn, d);
+      copy_rows_bf16(vs, v + kv_at(s, b, k0, hk), kv_stride, kWmmaKeys, kn, d);
       __syncthreads();
-      // The warp's scores [16, keys] = Q·Kᵀ (K row-major is Kᵀ column-major).
-      for (int n0 = 0; n0 < kWmmaKeys; n0 += 16) {
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-        wmma::fill_fragment(c, 0.0f);
-        for (int kk = 0; kk < d; kk += 16) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> a;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::col_major> bt;
-          wmma::load_matrix_sync(a, qs + row0 * d + kk, d);
-          wmma::load_matrix_sync(bt, ks + n0 * d + kk, d);
-          wmma::mma_sync(c, a, bt, c);
-        }
-        wmma::store_matrix_sync(sc + row0 * kWmmaKeys + n0, c, kWmmaKeys, wmma::mem_row_major);
-      }
+      warp_rows_times_keys(qs + row0 * d, ks, d, sc + row0 * kWmmaKeys);  // the warp's scores Q·Kᵀ
       __syncwarp();
       // Online softmax of the warp's rows, lane j on key k0 + j (the branches are warp-uniform).
       for (int r = row0; r < row0 + 16; ++r) {
-        const bool seen = r < rows && lane < min64(kn, visible_keys(s, i0 + r) - k0);
+        const bool seen = r < rows && lane < kn && sees(ranges[r], k0 + lane);
         const float x = seen ? scale * sc[r * kWmmaKeys + lane] : neg_inf<float>();
         const float tile_max = warp_max(x);
         float p = 0, rescale = 1;  // a row with nothing visible here: P = 0, O unchanged
@@ -455,19 +535,10 @@ __global__ void __launch_bounds__(kBlockThreads)
       for (int e = lane; e < 16 * d; e += 32) acc[row0 * d + e] *= alpha[row0 + e / d];
       __syncwarp();
       // The warp's O rows [16, d] += P·V.
-      for (int n0 = 0; n0 < d; n0 += 16) {
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-        wmma::load_matrix_sync(c, acc + row0 * d + n0, d, wmma::mem_row_major);
-        for (int kk = 0; kk < kWmmaKeys; kk += 16) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> a;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::row_major> bv;
-          wmma::load_matrix_sync(a, ps + row0 * kWmmaKeys + kk, kWmmaKeys);
-          wmma::load_matrix_sync(bv, vs + kk * d + n0, d);
-          wmma::mma_sync(c, a, bv, c);
-        }
-        wmma::store_matrix_sync(acc + row0 * d + n0, c, d, wmma::mem_row_major);
-      }
-    }
+      for (int n0 = 0; n0 < d; n0 += 16)
+        warp_accumulate<wmma::row_major>(acc + row0 * d + n0, d, ps + row0 * kWmmaKeys, kWmmaKeys, vs + n0, d,
+                                         kWmmaKeys);
+    });
     __syncthreads();
     for (std::int64_t e = threadIdx.x; e < rows * d; e += blockDim.x) {
       const std::int64_t r = e / d, c = e % d;
@@ -478,8 +549,192 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
+// ---- backward on tensor cores (bf16, WMMA) ------------------------------------------------------
+// The SIMT backward's two kernels with every product on tensor cores (16×16×16 bf16 fragments,
+// f32 accumulation): S = Q·Kᵀ and dP = dO·Vᵀ per warp of 16 query rows, then dV += Pᵀ·dO and
+// dK += dSᵀ·Q (dK/dV kernel) or dQ += dS·K (dQ kernel). Query tiles of kWmmaRows rows and key
+// tiles of kWmmaKeys keys, as in the forward; the scores, P and dS pass through shared memory,
+// where each warp computes its rows' P = exp(scale·s − lse) and dS = scale·P∘(dP − D) lane by key
+// and rounds both to bf16 for their products, as the CPU's bf16 kernel does (P and dS stay f32
+// until then). Accumulators are f32 in shared memory; each 16×16 tile of them has one warp that
+// adds into it in a fixed order: deterministic, like the SIMT kernels.
+
+// One warp, its 16 rows [row0, row0 + 16) of the query tile against the key tile [k0, k0 + kn)
+// (lane j on key k0 + j): P and dS from the scores S = Q·Kᵀ in sc, which it overwrites with
+// dP = dO_w·Vᵀ on the way. Masked entries and rows with lse = −inf get P = dS = 0. P is written
+// to ps when not null; dS to dss; both bf16 [rows, kWmmaKeys].
+__device__ void warp_probabilities_and_ds(const AttentionShape& s, int row0, std::int64_t rows, std::int64_t k0,
+                                          std::int64_t kn, const KeyRange* ranges, const float* lse_s,
+                                          const float* md_s, const Bf16* dos, const Bf16* vs, float* sc, Bf16* ps,
+                                          Bf16* dss) {
+  const int lane = threadIdx.x & 31, d = static_cast<int>(s.head_dim);
+  const float scale = float(s.scale);
+  const auto seen = [&](int r) {
+    return r < rows && lane < kn && sees(ranges[r], k0 + lane) && lse_s[r] != neg_inf<float>();
+  };
+  float p[16];
+#pragma unroll
+  for (int rr = 0; rr < 16; ++rr) {
+    const int r = row0 + rr;
+    p[rr] = seen(r) ? dev_exp(scale * sc[r * kWmmaKeys + lane] - lse_s[r]) : 0.0f;
+    if (ps != nullptr) ps[r * kWmmaKeys + lane] = __float2bfloat16(p[rr]);
+  }
+  __syncwarp();  // every lane has read its scores before dP overwrites them
+  warp_rows_times_keys(dos + row0 * d, vs, d, sc + row0 * kWmmaKeys);
+  __syncwarp();
+#pragma unroll
+  for (int rr = 0; rr < 16; ++rr) {
+    const int r = row0 + rr;
+    const float ds = seen(r) ? scale * p[rr] * (sc[r * kWmmaKeys + lane] + md_s[r]) : 0.0f;
+    dss[r * kWmmaKeys + lane] = __float2bfloat16(ds);
+  }
+}
+
+// Shared memory of the WMMA dK/dV kernel: the query rows' key ranges [rows]; Q, dO [rows, d],
+// K, V [keys, d], P, dS [rows, keys] in bf16; the dK, dV accumulators [keys, d], the scores
+// [rows, keys], lse and −D [rows] in f32. Every region a multiple of 32 bytes, as the forward's.
+constexpr std::int64_t wmma_dkdv_bytes(std::int64_t d) {
+  return std::int64_t{sizeof(KeyRange)} * kWmmaRows +
+         2 * (2 * kWmmaRows * d + 2 * kWmmaKeys * d + 2 * kWmmaRows * kWmmaKeys) +
+         4 * (2 * kWmmaKeys * d + kWmmaRows * kWmmaKeys + 2 * kWmmaRows);
+}
+static_assert(wmma_dkdv_bytes(kWmmaMaxHeadDim) <= kMaxSharedBytes, "the WMMA dK/dV tiles outgrow the opt-in");
+
+// Task t of kv_tiles·batch·kv_heads: key tile [j0, j0 + kn) of kv head (b, hk), as the SIMT
+// dK/dV kernel: summed over the group's query heads and the query tiles of the rows that see it.
+// The 16×16 tiles of dK and dV are dealt to the warps round-robin, the same way for every query
+// tile, so each has one writer.
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_backward_dkdv_wmma(AttentionShape s, std::int64_t tasks, const Bf16* q, const Bf16* k, const Bf16* v,
+                                 const float* lse, const Bf16* d_o, const float* minus_delta, float* dk, float* dv,
+                                 bool accumulate) {
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  const int d = static_cast<int>(s.head_dim);
+  KeyRange* ranges = reinterpret_cast<KeyRange*>(smem_bytes);
+  Bf16* qs = reinterpret_cast<Bf16*>(ranges + kWmmaRows);
+  Bf16* dos = qs + kWmmaRows * d;
+  Bf16* ks = dos + kWmmaRows * d;
+  Bf16* vs = ks + kWmmaKeys * d;
+  Bf16* ps = vs + kWmmaKeys * d;
+  Bf16* dss = ps + kWmmaRows * kWmmaKeys;
+  float* dks = reinterpret_cast<float*>(dss + kWmmaRows * kWmmaKeys);
+  float* dvs = dks + kWmmaKeys * d;
+  float* sc = dvs + kWmmaKeys * d;
+  float* lse_s = sc + kWmmaRows * kWmmaKeys;
+  float* md_s = lse_s + kWmmaRows;
+  const int warp = threadIdx.x >> 5;
+  const int row0 = 16 * warp;  // the warp's first row in the query tile
+  const int col_tiles = d / 16, out_tiles = (kWmmaKeys / 16) * col_tiles;  // 16×16 tiles of dK (and of dV)
+  const std::int64_t group = s.heads / s.kv_heads;
+  const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
+
+  for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const auto [j0, kn, b, hk] = key_tile(s, kWmmaKeys, task);
+    __syncthreads();  // the previous task's output reads are done
+    copy_rows_bf16(ks, k + kv_at(s, b, j0, hk), kv_stride, kWmmaKeys, kn, d);
+    copy_rows_bf16(vs, v + kv_at(s, b, j0, hk), kv_stride, kWmmaKeys, kn, d);
+    for (int e = threadIdx.x; e < kWmmaKeys * d; e += blockDim.x) {
+      dks[e] = 0;
+      dvs[e] = 0;
+    }
+    const RowRun run = rows_seeing(s, b, j0, j0 + kn);
+    for (std::int64_t g = 0; g < group; ++g) {
+      const std::int64_t h = hk * group + g;
+      for (std::int64_t i0 = run.first; i0 < run.last; i0 += kWmmaRows) {
+        const std::int64_t rows = min64(kWmmaRows, run.last - i0);
+        __syncthreads();  // every warp is done with the previous query tile
+        copy_rows_bf16(qs, q + q_at(s, b, i0, h), q_stride, kWmmaRows, rows, d);
+        copy_rows_bf16(dos, d_o + q_at(s, b, i0, h), q_stride, kWmmaRows, rows, d);
+        load_row_stats(s, b, h, i0, rows, kWmmaRows, lse, minus_delta, ranges, lse_s, md_s);
+        __syncthreads();
+        warp_rows_times_keys(qs + row0 * d, ks, d, sc + row0 * kWmmaKeys);  // the warp's scores Q·Kᵀ
+        __syncwarp();
+        warp_probabilities_and_ds(s, row0, rows, j0, kn, ranges, lse_s, md_s, dos, vs, sc, ps, dss);
+        __syncthreads();  // every warp's rows of P and dS are written
+        // dV += Pᵀ·dO and dK += dSᵀ·Q over the whole tile (padding rows: P = dS = 0, zero Q, dO).
+        for (int f = warp; f < out_tiles; f += kWmmaWarps) {
+          const int key0 = 16 * (f / col_tiles), n0 = 16 * (f % col_tiles);
+          warp_accumulate<wmma::col_major>(dvs + key0 * d + n0, d, ps + key0, kWmmaKeys, dos + n0, d, kWmmaRows);
+          warp_accumulate<wmma::col_major>(dks + key0 * d + n0, d, dss + key0, kWmmaKeys, qs + n0, d, kWmmaRows);
+        }
+      }
+    }
+    __syncthreads();
+    for (std::int64_t e = threadIdx.x; e < kn * d; e += blockDim.x) {
+      const std::int64_t j = e / d, c = e % d;
+      const std::int64_t at = kv_at(s, b, j0 + j, hk) + c;
+      dk[at] = accumulate ? dk[at] + dks[e] : dks[e];
+      dv[at] = accumulate ? dv[at] + dvs[e] : dvs[e];
+    }
+  }
+}
+
+// Shared memory of the WMMA dQ kernel: the rows' key ranges [rows]; Q, dO [rows, d], K, V
+// [keys, d], dS [rows, keys] in bf16; the dQ accumulator [rows, d], the scores [rows, keys], lse
+// and −D [rows] in f32.
+constexpr std::int64_t wmma_dq_bytes(std::int64_t d) {
+  return std::int64_t{sizeof(KeyRange)} * kWmmaRows +
+         2 * (2 * kWmmaRows * d + 2 * kWmmaKeys * d + kWmmaRows * kWmmaKeys) +
+         4 * (kWmmaRows * d + kWmmaRows * kWmmaKeys + 2 * kWmmaRows);
+}
+static_assert(wmma_dq_bytes(kWmmaMaxHeadDim) <= kMaxSharedBytes, "the WMMA dQ tiles outgrow the opt-in");
+
+// Task t of q_tiles·batch·heads: query tile [i0, i0 + rows) of head (b, h), as the SIMT dQ
+// kernel: its dQ rows summed over the key tiles of its window that some row sees, in order. Each
+// warp owns its 16 rows of the dQ accumulator.
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_backward_dq_wmma(AttentionShape s, std::int64_t tasks, const Bf16* q, const Bf16* k, const Bf16* v,
+                               const float* lse, const Bf16* d_o, const float* minus_delta, float* dq,
+                               bool accumulate) {
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  const int d = static_cast<int>(s.head_dim);
+  KeyRange* ranges = reinterpret_cast<KeyRange*>(smem_bytes);
+  Bf16* qs = reinterpret_cast<Bf16*>(ranges + kWmmaRows);
+  Bf16* dos = qs + kWmmaRows * d;
+  Bf16* ks = dos + kWmmaRows * d;
+  Bf16* vs = ks + kWmmaKeys * d;
+  Bf16* dss = vs + kWmmaKeys * d;
+  float* dqs = reinterpret_cast<float*>(dss + kWmmaRows * kWmmaKeys);
+  float* sc = dqs + kWmmaRows * d;
+  float* lse_s = sc + kWmmaRows * kWmmaKeys;
+  float* md_s = lse_s + kWmmaRows;
+  const int warp = threadIdx.x >> 5;
+  const int row0 = 16 * warp;
+  const std::int64_t q_stride = s.heads * d, kv_stride = s.kv_heads * d;
+
+  for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const auto [i0, rows, b, h, hk] = query_tile(s, kWmmaRows, task);
+    __syncthreads();  // the previous task's output reads are done
+    copy_rows_bf16(qs, q + q_at(s, b, i0, h), q_stride, kWmmaRows, rows, d);
+    copy_rows_bf16(dos, d_o + q_at(s, b, i0, h), q_stride, kWmmaRows, rows, d);
+    load_row_stats(s, b, h, i0, rows, kWmmaRows, lse, minus_delta, ranges, lse_s, md_s);
+    for (int e = threadIdx.x; e < kWmmaRows * d; e += blockDim.x) dqs[e] = 0;
+    __syncthreads();
+    for_each_seen_key_tile(ranges, rows, kWmmaKeys, [&](std::int64_t k0, std::int64_t kn) {
+      copy_rows_bf16(ks, k + kv_at(s, b, k0, hk), kv_stride, kWmmaKeys, kn, d);
+      copy_rows_bf16(vs, v + kv_at(s, b, k0, hk), kv_stride, kWmmaKeys, kn, d);
+      __syncthreads();
+      warp_rows_times_keys(qs + row0 * d, ks, d, sc + row0 * kWmmaKeys);  // the warp's scores Q·Kᵀ
+      __syncwarp();
+      warp_probabilities_and_ds(s, row0, rows, k0, kn, ranges, lse_s, md_s, dos, vs, sc, nullptr, dss);
+      __syncwarp();
+      // The warp's dQ rows [16, d] += dS·K.
+      for (int n0 = 0; n0 < d; n0 += 16)
+        warp_accumulate<wmma::row_major>(dqs + row0 * d + n0, d, dss + row0 * kWmmaKeys, kWmmaKeys, ks + n0, d,
+                                         kWmmaKeys);
+    });
+    __syncthreads();
+    for (std::int64_t e = threadIdx.x; e < rows * d; e += blockDim.x) {
+      const std::int64_t r = e / d, c = e % d;
+      const std::int64_t at = q_at(s, b, i0 + r, h) + c;
+      dq[at] = accumulate ? dq[at] + dqs[e] : dqs[e];
+    }
+  }
+}
+
 // ---- launch -------------------------------------------------------------------------------------
-// Elements of shared memory each kernel takes for a tile of `tile` rows.
+// Elements of shared memory each kernel takes for a tile of `tile` rows, besides the rows' key
+// ranges (shared_bytes adds them).
 constexpr std::int64_t forward_elements(std::int64_t tile, std::int64_t d) {
   return 4 * tile * d + tile * tile + 3 * tile;
 }
@@ -487,18 +742,24 @@ constexpr std::int64_t dkdv_elements(std::int64_t tile, std::int64_t d) {
   return 6 * tile * d + 2 * tile * tile + 2 * tile;
 }
 constexpr std::int64_t dq_elements(std::int64_t tile, std::int64_t d) { return 5 * tile * d + tile * tile + 2 * tile; }
+using SharedElements = std::int64_t (*)(std::int64_t, std::int64_t);
+// Bytes of shared memory a SIMT kernel takes for a tile of `tile` rows of Acc.
+template <class Acc>
+constexpr std::int64_t shared_bytes(SharedElements elements, std::int64_t tile, std::int64_t d) {
+  return tile * std::int64_t{sizeof(KeyRange)} + elements(tile, d) * std::int64_t{sizeof(Acc)};
+}
 // The smallest tile holds the widest head in f64 (the largest of the three is dK/dV's, 97 KiB).
-static_assert(dkdv_elements(8, kMaxAttentionHeadDim) * 8 <= kMaxSharedBytes &&
-                  forward_elements(8, kMaxAttentionHeadDim) * 8 <= kMaxSharedBytes &&
-                  dq_elements(8, kMaxAttentionHeadDim) * 8 <= kMaxSharedBytes,
+static_assert(shared_bytes<double>(dkdv_elements, 8, kMaxAttentionHeadDim) <= kMaxSharedBytes &&
+                  shared_bytes<double>(forward_elements, 8, kMaxAttentionHeadDim) <= kMaxSharedBytes &&
+                  shared_bytes<double>(dq_elements, 8, kMaxAttentionHeadDim) <= kMaxSharedBytes,
               "8-row f64 tiles at kMaxAttentionHeadDim outgrow the shared-memory opt-in");
 
 // The largest tile (32, 16 or 8 rows) whose shared memory fits kMaxSharedBytes (head_dim <=
 // kMaxAttentionHeadDim always fits 8 rows).
 template <class Acc>
-int choose_tile(std::int64_t (*elements)(std::int64_t, std::int64_t), std::int64_t d) {
+int choose_tile(SharedElements elements, std::int64_t d) {
   int tile = 32;
-  while (tile > 8 && elements(tile, d) * std::int64_t{sizeof(Acc)} > kMaxSharedBytes) tile /= 2;
+  while (tile > 8 && shared_bytes<Acc>(elements, tile, d) > kMaxSharedBytes) tile /= 2;
   return tile;
 }
 
@@ -523,13 +784,16 @@ void launch_tiles(Kernel kernel, const char* name, cudaStream_t stream, std::int
 
 std::int64_t tiles_of(std::int64_t n, int tile) { return (n + tile - 1) / tile; }
 
+// bf16 operands run on tensor cores when head_dim is whole fragments (and the tiles fit): else SIMT.
+bool on_tensor_cores(const AttentionShape& s) { return s.head_dim % 16 == 0 && s.head_dim <= kWmmaMaxHeadDim; }
+
 template <class In, class Acc>
 void forward_simt(cudaStream_t stream, const AttentionShape& s, const In* q, const In* k, const In* v, Acc* o,
                   Acc* lse) {
   const int tile = choose_tile<Acc>(forward_elements, s.head_dim);
   const std::int64_t tasks = tiles_of(s.q_len, tile) * s.batch * s.heads;
   launch_tiles(attention_forward_simt<In, Acc>, "attention_forward_simt", stream, tasks,
-               forward_elements(tile, s.head_dim) * sizeof(Acc), s, tile, tasks, q, k, v, o, lse);
+               shared_bytes<Acc>(forward_elements, tile, s.head_dim), s, tile, tasks, q, k, v, o, lse);
 }
 
 template <class In, class Acc>
@@ -540,12 +804,12 @@ void backward_simt(cudaStream_t stream, const AttentionShape& s, const In* q, co
   const int kv_tile = choose_tile<Acc>(dkdv_elements, s.head_dim);
   const std::int64_t kv_tasks = tiles_of(s.kv_len, kv_tile) * s.batch * s.kv_heads;
   launch_tiles(attention_backward_dkdv_simt<In, Acc>, "attention_backward_dkdv_simt", stream, kv_tasks,
-               dkdv_elements(kv_tile, s.head_dim) * sizeof(Acc), s, kv_tile, kv_tasks, q, k, v, lse, d_o,
+               shared_bytes<Acc>(dkdv_elements, kv_tile, s.head_dim), s, kv_tile, kv_tasks, q, k, v, lse, d_o,
                static_cast<const Acc*>(minus_delta), dk, dv, accumulate);
   const int q_tile = choose_tile<Acc>(dq_elements, s.head_dim);
   const std::int64_t q_tasks = tiles_of(s.q_len, q_tile) * s.batch * s.heads;
   launch_tiles(attention_backward_dq_simt<In, Acc>, "attention_backward_dq_simt", stream, q_tasks,
-               dq_elements(q_tile, s.head_dim) * sizeof(Acc), s, q_tile, q_tasks, q, k, v, lse, d_o,
+               shared_bytes<Acc>(dq_elements, q_tile, s.head_dim), s, q_tile, q_tasks, q, k, v, lse, d_o,
                static_cast<const Acc*>(minus_delta), dq, accumulate);
 }
 
@@ -561,7 +825,7 @@ void launch_attention_forward(cudaStream_t stream, const AttentionShape& shape, 
 }
 void launch_attention_forward(cudaStream_t stream, const AttentionShape& shape, const __nv_bfloat16* q,
                               const __nv_bfloat16* k, const __nv_bfloat16* v, float* o, float* lse) {
-  if (shape.head_dim % 16 != 0 || shape.head_dim > kWmmaMaxHeadDim) {  // no whole fragments: SIMT
+  if (!on_tensor_cores(shape)) {
     forward_simt(stream, shape, q, k, v, o, lse);
     return;
   }
@@ -584,7 +848,20 @@ void launch_attention_backward(cudaStream_t stream, const AttentionShape& shape,
                                const __nv_bfloat16* k, const __nv_bfloat16* v, const float* o, const float* lse,
                                const __nv_bfloat16* d_o, float* dq, float* dk, float* dv, bool accumulate,
                                const float* d_lse, float* minus_delta) {
-  backward_simt(stream, shape, q, k, v, o, lse, d_o, dq, dk, dv, accumulate, d_lse, minus_delta);
+  if (!on_tensor_cores(shape)) {
+    backward_simt(stream, shape, q, k, v, o, lse, d_o, dq, dk, dv, accumulate, d_lse, minus_delta);
+    return;
+  }
+  launch_attention_minus_delta<__nv_bfloat16, float>(stream, shape.batch, shape.q_len, shape.heads, shape.head_dim,
+                                                     d_o, o, d_lse, minus_delta);
+  const std::int64_t kv_tasks = tiles_of(shape.kv_len, kWmmaKeys) * shape.batch * shape.kv_heads;
+  launch_tiles(attention_backward_dkdv_wmma, "attention_backward_dkdv_wmma", stream, kv_tasks,
+               static_cast<std::size_t>(wmma_dkdv_bytes(shape.head_dim)), shape, kv_tasks, q, k, v, lse, d_o,
+               static_cast<const float*>(minus_delta), dk, dv, accumulate);
+  const std::int64_t q_tasks = tiles_of(shape.q_len, kWmmaRows) * shape.batch * shape.heads;
+  launch_tiles(attention_backward_dq_wmma, "attention_backward_dq_wmma", stream, q_tasks,
+               static_cast<std::size_t>(wmma_dq_bytes(shape.head_dim)), shape, q_tasks, q, k, v, lse, d_o,
+               static_cast<const float*>(minus_delta), dq, accumulate);
 }
 
 }  // namespace wf::kernels::cuda

@@ -29,6 +29,7 @@ void launch_attention_forward(cudaStream_t stream, const AttentionShape& shape, 
 
 // dq, dk, dv (added to when accumulate) from the forward's o and lse and the output gradient d_o;
 // d_lse nullable. minus_delta: device scratch of batch·heads·q_len elements (the backward's −D).
+// bf16 operands run on tensor cores under the forward's condition, else the SIMT kernels.
 void launch_attention_backward(cudaStream_t stream, const AttentionShape& shape, const float* q, const float* k,
                                const float* v, const float* o, const float* lse, const float* d_o, float* dq,
                                float* dk, float* dv, bool accumulate, const float* d_lse, float* minus_delta);

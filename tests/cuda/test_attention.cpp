@@ -1,6 +1,7 @@
 // CUDA attention (kernels/cuda/attention.cpp) against the CPU entries on the same fresh random
 // inputs: the forward's o and lse, the backward's dq, dk, dv (with and without a gradient at lse,
-// written and accumulated), the lse merge and sequence-parallel attention's pieces.
+// written and accumulated), with and without packed documents inside the call
+// (AttentionShape::documents), the lse merge and sequence-parallel attention's pieces.
 //
 // Tolerances (|gpu − cpu| <= rtol·|cpu| + rtol·max(max|cpu|, 1) over the whole output): the two
 // backends sum in different orders (tiles of 32 keys here, 128/256 on the CPU), so elements near
@@ -10,11 +11,14 @@
 //        dP − D, whose cancellation costs a few more ulps of the largest term.
 //   f64: 1e-12.
 //   bf16 operands (vs the CPU's bf16 entry, which also rounds P and dS to bf16 before their
-//        products): 2e-2; a P or dS that the two round to neighbouring bf16 values (the f32
-//        values differ in their last bits) moves a product by one bf16 ulp, 2^-8 relative.
+//        products): 2e-2, on tensor cores (forward and backward, head_dim a multiple of 16 up to
+//        128) as on the SIMT kernels; a P or dS that the two round to neighbouring bf16 values
+//        (the f32 values differ in their last bits) moves a product by one bf16 ulp, 2^-8
+//        relative.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -57,7 +61,10 @@ std::string describe(const AttentionShape& s, DType operands) {
          std::to_string(s.q_len) + " kv_len " + std::to_string(s.kv_len) + " heads " + std::to_string(s.heads) +
          "/" + std::to_string(s.kv_heads) + " head_dim " + std::to_string(s.head_dim) +
          (s.causal ? " causal" : " full") + " offsets " + std::to_string(s.q_offset) + "/" +
-         std::to_string(s.kv_offset);
+         std::to_string(s.kv_offset) +
+         (s.documents.lists > 0 ? " documents: " + std::to_string(s.documents.lists) + " lists of " +
+                                      std::to_string(s.documents.list_len) + " boundaries"
+                                : std::string());
 }
 
 Shape q_shape(const AttentionShape& s) { return {s.batch, s.q_len, s.heads, s.head_dim}; }
@@ -191,10 +198,157 @@ TEST_CASE("cuda attention: f64 forward and backward match the CPU", "[cuda][atte
   for (const AttentionShape& s : shapes()) check_attention(s, DType::f64, ++salt);
 }
 
-TEST_CASE("cuda attention: bf16 operands (tensor cores where head_dim % 16 == 0) match the CPU's bf16 kernel",
+TEST_CASE("cuda attention: bf16 operands (tensor cores where head_dim % 16 == 0, up to 128) match the CPU's bf16 "
+          "kernel",
           "[cuda][attention]") {
   std::uint64_t salt = 300;
   for (const AttentionShape& s : shapes()) check_attention(s, DType::bf16, ++salt);
+}
+
+namespace {
+
+// ---- packed documents inside one call -----------------------------------------------------------
+// How a list's documents are drawn over the call's global positions [0, end).
+enum class Packing {
+  random,  // lengths mixed: one-token documents, short ones, and ones spanning several tiles
+  whole,   // one document spanning the whole call (the plain mask's results)
+  tokens,  // every position its own document (each query sees at most itself)
+};
+
+// A shape with packed documents and the boundary lists it reads (kernels/kernel_args.h): one list
+// shared by every batch row, or one per row, padded to one length by repeating the last boundary.
+struct PackedShape {
+  AttentionShape base;
+  std::vector<std::int64_t> bounds;
+  std::int64_t lists = 0, list_len = 0;
+
+  AttentionShape get() const {  // points into `bounds`: valid while this object is
+    AttentionShape s = base;
+    s.documents = {bounds.data(), lists, list_len};
+    return s;
+  }
+};
+
+std::vector<std::int64_t> document_bounds(Packing packing, std::int64_t end, std::mt19937_64& rng) {
+  std::vector<std::int64_t> list{0};
+  if (packing == Packing::whole) {
+    list.push_back(end);
+    return list;
+  }
+  while (list.back() < end) {
+    std::int64_t length = 1;
+    if (packing == Packing::random) {
+      const std::uint64_t kind = rng() % 5;  // 1 in 5 one token, 2 in 5 short, 2 in 5 long
+      length = kind == 0 ? 1 : kind <= 2 ? 2 + std::int64_t(rng() % 8) : 20 + std::int64_t(rng() % 150);
+    }
+    list.push_back(list.back() + length);  // the last document may run past the call's end
+  }
+  return list;
+}
+
+PackedShape packed(const AttentionShape& base, Packing packing, bool per_row, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::int64_t end = std::max(base.q_offset + base.q_len, base.kv_offset + base.kv_len);
+  std::vector<std::vector<std::int64_t>> lists;
+  for (std::int64_t r = 0; r < (per_row ? base.batch : 1); ++r) lists.push_back(document_bounds(packing, end, rng));
+  PackedShape p{base, {}, static_cast<std::int64_t>(lists.size()), 0};
+  for (const auto& list : lists) p.list_len = std::max<std::int64_t>(p.list_len, std::int64_t(list.size()));
+  for (auto& list : lists) {
+    list.resize(static_cast<std::size_t>(p.list_len), list.back());
+    for (const std::int64_t bound : list) p.bounds.push_back(bound);
+  }
+  return p;
+}
+
+// Packed shapes every operand type runs: per-row lists and one shared list, causal and full, ring
+// blocks (from the past, on the diagonal, partly in the future, a full-mask block), GQA, head
+// widths on and off the tensor cores' multiple of 16, and lengths with tails of every tile.
+std::vector<PackedShape> packed_shapes(std::uint64_t seed) {
+  return {
+      packed(shape(2, 200, 200, 4, 2, 64, true), Packing::random, true, seed + 1),   // per-row lists, GQA 2:1
+      packed(shape(2, 200, 200, 4, 4, 64, false), Packing::random, false, seed + 2),  // full, shared list
+      packed(shape(3, 97, 97, 2, 1, 80, true), Packing::random, true, seed + 3),     // head_dim 80, GQA 2:1
+      packed(shape(2, 130, 130, 2, 2, 32, true), Packing::whole, false, seed + 4),   // one document: causal
+      packed(shape(1, 70, 70, 2, 2, 16, false), Packing::tokens, false, seed + 5),   // one-token documents
+      packed(shape(1, 70, 70, 2, 1, 16, true), Packing::tokens, false, seed + 6),
+      packed(shape(2, 64, 128, 4, 2, 32, true, 128, 0), Packing::random, true, seed + 7),  // ring block, past
+      packed(shape(1, 100, 100, 2, 1, 64, true, 300, 300), Packing::random, false, seed + 8),  // ring diagonal
+      packed(shape(2, 65, 97, 6, 2, 96, true, 32, 64), Packing::random, true, seed + 9),  // partly in the future
+      packed(shape(2, 64, 96, 2, 2, 48, false, 96, 0), Packing::random, true, seed + 10),  // full ring block
+      packed(shape(1, 33, 257, 4, 2, 128, false), Packing::random, false, seed + 11),  // q_len != kv_len
+      packed(shape(1, 40, 40, 2, 2, 24, true, 0, 0, 0.3), Packing::random, false, seed + 12),  // explicit scale
+      packed(shape(1, 17, 0, 2, 2, 16, false), Packing::random, false, seed + 13),  // no keys
+  };
+}
+
+}  // namespace
+
+TEST_CASE("cuda attention: packed documents (f32) match the CPU", "[cuda][attention][documents]") {
+  std::uint64_t salt = 800;
+  for (const PackedShape& p : packed_shapes(fresh_seed(799))) check_attention(p.get(), DType::f32, ++salt);
+}
+
+TEST_CASE("cuda attention: packed documents (f64) match the CPU", "[cuda][attention][documents]") {
+  std::uint64_t salt = 900;
+  for (const PackedShape& p : packed_shapes(fresh_seed(899))) check_attention(p.get(), DType::f64, ++salt);
+}
+
+TEST_CASE("cuda attention: packed documents with bf16 operands match the CPU's bf16 kernel",
+          "[cuda][attention][documents]") {
+  std::uint64_t salt = 1000;
+  for (const PackedShape& p : packed_shapes(fresh_seed(999))) check_attention(p.get(), DType::bf16, ++salt);
+}
+
+TEST_CASE("cuda attention: bf16 on tensor cores at the tails of its 64-row and 32-key tiles match the CPU's bf16 "
+          "kernel",
+          "[cuda][attention][documents]") {
+  // The WMMA kernels' tiles: 64 query rows (16 per warp), 32 keys; head_dim 16 and 128 bound them.
+  const std::vector<PackedShape> cases = {
+      packed(shape(1, 129, 33, 2, 1, 128, false), Packing::whole, false, fresh_seed(1200)),  // 2 rows, 1 key past
+      packed(shape(2, 64, 32, 4, 4, 16, true, 32, 0), Packing::whole, false, fresh_seed(1201)),  // whole tiles
+      packed(shape(1, 1, 31, 2, 2, 48, false), Packing::whole, false, fresh_seed(1202)),  // one row
+      packed(shape(2, 130, 130, 3, 1, 112, true), Packing::random, true, fresh_seed(1203)),  // documents, GQA 3:1
+      packed(shape(1, 96, 160, 2, 2, 64, false, 64, 0), Packing::random, false, fresh_seed(1204)),  // full ring block
+  };
+  std::uint64_t salt = 1210;
+  for (const PackedShape& p : cases) check_attention(p.get(), DType::bf16, ++salt);
+}
+
+TEST_CASE("cuda attention: the document boundaries may be freed as soon as the entry returns",
+          "[cuda][attention][documents]") {
+  const PackedShape p = packed(shape(2, 150, 150, 2, 2, 32, true), Packing::random, true, fresh_seed(1100));
+  const AttentionShape s = p.get();
+  const Inputs in = random_inputs(s, DType::f32, fresh_seed(1101));
+  const Forward want = run_forward(cpu_kernels(), cpu_stream(), Device::cpu(), s, DType::f32, in);
+  // The GPU's copy of the lists is queued on the stream: the host's may change before it runs.
+  std::vector<std::int64_t> bounds = p.bounds;
+  AttentionShape transient = s;
+  transient.documents.bounds = bounds.data();
+  const Tensor q = in.q.to(gpu()), k = in.k.to(gpu()), v = in.v.to(gpu());
+  Tensor o = Tensor::empty(q_shape(s), DType::f32, gpu()), lse = Tensor::empty(lse_shape(s), DType::f32, gpu());
+  gpu_kernels().attention_forward(gpu_stream(), DType::f32, transient, q.raw_data(), k.raw_data(), v.raw_data(),
+                                  o.raw_data(), lse.raw_data());
+  std::fill(bounds.begin(), bounds.end(), std::int64_t{-1});
+  bounds = {};
+  gpu_stream().synchronize();
+  require_near(o, want.o, forward_tolerance(DType::f32), describe(s, DType::f32) + ": o");
+  require_near(lse, want.lse, forward_tolerance(DType::f32), describe(s, DType::f32) + ": lse");
+}
+
+TEST_CASE("cuda attention: document lists that are not cumulative are errors naming them",
+          "[cuda][attention][documents]") {
+  const AttentionShape base = shape(1, 8, 8, 1, 1, 16, true);
+  Tensor q = Tensor::zeros(q_shape(base)).to(gpu());
+  Tensor o = Tensor::zeros(q_shape(base)).to(gpu());
+  Tensor lse = Tensor::zeros(lse_shape(base)).to(gpu());
+  const auto forward = [&](std::vector<std::int64_t> bounds) {
+    AttentionShape s = base;
+    s.documents = {bounds.data(), 1, std::int64_t(bounds.size())};
+    gpu_kernels().attention_forward(gpu_stream(), DType::f32, s, q.raw_data(), q.raw_data(), q.raw_data(),
+                                    o.raw_data(), lse.raw_data());
+  };
+  REQUIRE_THROWS_WITH(forward({3, 8}), Catch::Contains("document list 0 starts at 3, not 0"));
+  REQUIRE_THROWS_WITH(forward({0, 5, 4, 8}), Catch::Contains("decreases at entry 2"));
 }
 
 TEST_CASE("cuda attention: a row that sees no key gets o = 0 and lse = -inf exactly, and zero gradients",
