@@ -28,39 +28,27 @@ AttentionShape launch_shape(const AttentionShape& shape, const char* what) {
   return s;
 }
 
-// launch_shape's shape with the packed documents' boundaries (host memory at the entry) copied to
-// the device, where the kernels read them. The copy is queued on `stream` from a staged copy of
-// the host array (so the caller may free it once the entry returns) and released in the stream's
-// order after the kernels queued before this object goes (detail::CudaScratch).
+// launch_shape's shape with its key windows (packed documents; host memory at the entry, checked
+// there by check_attention_shape) copied to the device, where the kernels read them. The copy is
+// queued on `stream` from a staged copy of the host array (so the caller may free it once the
+// entry returns) and released in the stream's order after the kernels queued before this object
+// goes (detail::CudaScratch).
 class DeviceShape {
  public:
   DeviceShape(const Stream& stream, const AttentionShape& shape, const char* what)
-      : shape_(launch_shape(shape, what)),
-        bounds_(stream, shape.documents.bounds, checked_bounds_bytes(shape, what)) {
-    if (shape_.documents.lists > 0) shape_.documents.bounds = bounds_.as<const std::int64_t>();
+      : shape_(launch_shape(shape, what)), windows_(stream, shape.windows.ranges, windows_bytes(shape)) {
+    if (shape_.windows.ranges != nullptr) shape_.windows.ranges = windows_.as<const KeyRange>();
   }
   const AttentionShape& get() const { return shape_; }
 
  private:
-  // Bytes of the boundary lists, after checking that each is cumulative (starts at 0, never
-  // decreases): a device kernel cannot raise an error, and its search would read before a list
-  // that starts above a query's position.
-  static std::size_t checked_bounds_bytes(const AttentionShape& shape, const char* what) {
-    const AttentionDocuments& docs = shape.documents;
-    if (docs.lists == 0) return 0;
-    for (std::int64_t list = 0; list < docs.lists; ++list) {
-      const std::int64_t* bounds = docs.bounds + list * docs.list_len;
-      WF_CHECK(bounds[0] == 0, "{} (cuda): document list {} starts at {}, not 0", what, list, bounds[0]);
-      for (std::int64_t t = 1; t < docs.list_len; ++t)
-        WF_CHECK(bounds[t] >= bounds[t - 1],
-                 "{} (cuda): document list {} decreases at entry {} ({} after {}); the boundaries are cumulative",
-                 what, list, t, bounds[t], bounds[t - 1]);
-    }
-    return static_cast<std::size_t>(docs.lists * docs.list_len) * sizeof(std::int64_t);
+  static std::size_t windows_bytes(const AttentionShape& shape) {
+    if (shape.windows.ranges == nullptr) return 0;
+    return static_cast<std::size_t>(shape.windows.lists * shape.q_len) * sizeof(KeyRange);
   }
 
   AttentionShape shape_;
-  detail::CudaScratch bounds_;
+  detail::CudaScratch windows_;
 };
 
 const __nv_bfloat16* in_bf16(const void* p) { return static_cast<const __nv_bfloat16*>(p); }

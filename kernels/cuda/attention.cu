@@ -48,10 +48,10 @@ __device__ __forceinline__ Acc widen(In x) {
 
 // ---- geometry -----------------------------------------------------------------------------------
 // Query row i of batch row b sees the keys [begin, end) of attention_key_range (kernels/kernel_args.h):
-// the causal or full prefix, narrowed to the row's document when the call packs documents. Both
+// the call's key window for the row (packed documents), else the causal or full prefix. Both
 // ends are non-decreasing in i, so a query tile sees one window [begin of its first row, end of
 // its last) and a key tile is seen by one contiguous run of query rows (kernels/cpu/attention.cpp).
-// Without documents every window begins at key 0: the tiles are those of the plain prefix.
+// Without windows every window begins at key 0: the tiles are those of the plain prefix.
 __device__ __forceinline__ std::int64_t min64(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ bool sees(const KeyRange& range, std::int64_t j) {
   return j >= range.begin && j < range.end;
@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       dks[e] = 0;
       dvs[e] = 0;
     }
-    // Only the query rows that see some of these keys (without documents: from the first that
+    // Only the query rows that see some of these keys (without windows: from the first that
     // sees j0 to the end).
     const RowRun run = rows_seeing(s, b, j0, j0 + kn);
     for (std::int64_t g = 0; g < group; ++g) {

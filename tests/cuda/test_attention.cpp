@@ -1,7 +1,7 @@
 // CUDA attention (kernels/cuda/attention.cpp) against the CPU entries on the same fresh random
 // inputs: the forward's o and lse, the backward's dq, dk, dv (with and without a gradient at lse,
 // written and accumulated), with and without packed documents inside the call
-// (AttentionShape::documents), the lse merge and sequence-parallel attention's pieces.
+// (AttentionShape::windows), the lse merge and sequence-parallel attention's pieces.
 //
 // Tolerances (|gpu − cpu| <= rtol·|cpu| + rtol·max(max|cpu|, 1) over the whole output): the two
 // backends sum in different orders (tiles of 32 keys here, 128/256 on the CPU), so elements near
@@ -18,10 +18,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "src/ops/document_attention.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace {
@@ -62,9 +64,8 @@ std::string describe(const AttentionShape& s, DType operands) {
          "/" + std::to_string(s.kv_heads) + " head_dim " + std::to_string(s.head_dim) +
          (s.causal ? " causal" : " full") + " offsets " + std::to_string(s.q_offset) + "/" +
          std::to_string(s.kv_offset) +
-         (s.documents.lists > 0 ? " documents: " + std::to_string(s.documents.lists) + " lists of " +
-                                      std::to_string(s.documents.list_len) + " boundaries"
-                                : std::string());
+         (s.windows.ranges != nullptr ? " key windows: " + std::to_string(s.windows.lists) + " lists"
+                                      : std::string());
 }
 
 Shape q_shape(const AttentionShape& s) { return {s.batch, s.q_len, s.heads, s.head_dim}; }
@@ -215,18 +216,13 @@ enum class Packing {
   tokens,  // every position its own document (each query sees at most itself)
 };
 
-// A shape with packed documents and the boundary lists it reads (kernels/kernel_args.h): one list
-// shared by every batch row, or one per row, padded to one length by repeating the last boundary.
+// A shape with packed documents as the kernels read them (kernels/kernel_args.h): the key windows
+// their boundaries give (ops::KeyWindows), one list per batch row or one shared by every row.
 struct PackedShape {
   AttentionShape base;
-  std::vector<std::int64_t> bounds;
-  std::int64_t lists = 0, list_len = 0;
+  std::shared_ptr<const wf::ops::KeyWindows> windows;
 
-  AttentionShape get() const {  // points into `bounds`: valid while this object is
-    AttentionShape s = base;
-    s.documents = {bounds.data(), lists, list_len};
-    return s;
-  }
+  AttentionShape get() const { return windows->applied_to(base); }  // valid while this object is
 };
 
 std::vector<std::int64_t> document_bounds(Packing packing, std::int64_t end, std::mt19937_64& rng) {
@@ -251,13 +247,9 @@ PackedShape packed(const AttentionShape& base, Packing packing, bool per_row, st
   const std::int64_t end = std::max(base.q_offset + base.q_len, base.kv_offset + base.kv_len);
   std::vector<std::vector<std::int64_t>> lists;
   for (std::int64_t r = 0; r < (per_row ? base.batch : 1); ++r) lists.push_back(document_bounds(packing, end, rng));
-  PackedShape p{base, {}, static_cast<std::int64_t>(lists.size()), 0};
-  for (const auto& list : lists) p.list_len = std::max<std::int64_t>(p.list_len, std::int64_t(list.size()));
-  for (auto& list : lists) {
-    list.resize(static_cast<std::size_t>(p.list_len), list.back());
-    for (const std::int64_t bound : list) p.bounds.push_back(bound);
-  }
-  return p;
+  return {base, std::make_shared<const wf::ops::KeyWindows>(wf::ops::position_range(base.q_offset, base.q_len),
+                                                            wf::ops::position_range(base.kv_offset, base.kv_len),
+                                                            lists, base.causal)};
 }
 
 // Packed shapes every operand type runs: per-row lists and one shared list, causal and full, ring
@@ -314,41 +306,39 @@ TEST_CASE("cuda attention: bf16 on tensor cores at the tails of its 64-row and 3
   for (const PackedShape& p : cases) check_attention(p.get(), DType::bf16, ++salt);
 }
 
-TEST_CASE("cuda attention: the document boundaries may be freed as soon as the entry returns",
+TEST_CASE("cuda attention: the key windows may be freed as soon as the entry returns",
           "[cuda][attention][documents]") {
   const PackedShape p = packed(shape(2, 150, 150, 2, 2, 32, true), Packing::random, true, fresh_seed(1100));
   const AttentionShape s = p.get();
   const Inputs in = random_inputs(s, DType::f32, fresh_seed(1101));
   const Forward want = run_forward(cpu_kernels(), cpu_stream(), Device::cpu(), s, DType::f32, in);
-  // The GPU's copy of the lists is queued on the stream: the host's may change before it runs.
-  std::vector<std::int64_t> bounds = p.bounds;
+  // The GPU's copy of the windows is queued on the stream: the host's may change before it runs.
+  std::vector<wf::kernels::KeyRange> windows(s.windows.ranges, s.windows.ranges + s.windows.lists * s.q_len);
   AttentionShape transient = s;
-  transient.documents.bounds = bounds.data();
+  transient.windows.ranges = windows.data();
   const Tensor q = in.q.to(gpu()), k = in.k.to(gpu()), v = in.v.to(gpu());
   Tensor o = Tensor::empty(q_shape(s), DType::f32, gpu()), lse = Tensor::empty(lse_shape(s), DType::f32, gpu());
   gpu_kernels().attention_forward(gpu_stream(), DType::f32, transient, q.raw_data(), k.raw_data(), v.raw_data(),
                                   o.raw_data(), lse.raw_data());
-  std::fill(bounds.begin(), bounds.end(), std::int64_t{-1});
-  bounds = {};
+  std::fill(windows.begin(), windows.end(), wf::kernels::KeyRange{-1, -1});
+  windows = {};
   gpu_stream().synchronize();
   require_near(o, want.o, forward_tolerance(DType::f32), describe(s, DType::f32) + ": o");
   require_near(lse, want.lse, forward_tolerance(DType::f32), describe(s, DType::f32) + ": lse");
 }
 
-TEST_CASE("cuda attention: document lists that are not cumulative are errors naming them",
-          "[cuda][attention][documents]") {
+TEST_CASE("cuda attention: key windows that decrease are errors naming them", "[cuda][attention][documents]") {
   const AttentionShape base = shape(1, 8, 8, 1, 1, 16, true);
   Tensor q = Tensor::zeros(q_shape(base)).to(gpu());
   Tensor o = Tensor::zeros(q_shape(base)).to(gpu());
   Tensor lse = Tensor::zeros(lse_shape(base)).to(gpu());
-  const auto forward = [&](std::vector<std::int64_t> bounds) {
-    AttentionShape s = base;
-    s.documents = {bounds.data(), 1, std::int64_t(bounds.size())};
-    gpu_kernels().attention_forward(gpu_stream(), DType::f32, s, q.raw_data(), q.raw_data(), q.raw_data(),
-                                    o.raw_data(), lse.raw_data());
-  };
-  REQUIRE_THROWS_WITH(forward({3, 8}), Catch::Contains("document list 0 starts at 3, not 0"));
-  REQUIRE_THROWS_WITH(forward({0, 5, 4, 8}), Catch::Contains("decreases at entry 2"));
+  std::vector<wf::kernels::KeyRange> windows(8, {0, 4});
+  windows[5] = {0, 3};
+  AttentionShape s = base;
+  s.windows = {windows.data(), 1};
+  REQUIRE_THROWS_WITH(gpu_kernels().attention_forward(gpu_stream(), DType::f32, s, q.raw_data(), q.raw_data(),
+                                                      q.raw_data(), o.raw_data(), lse.raw_data()),
+                      Catch::Contains("key window 5 of list 0 is [0, 3) after [0, 4)"));
 }
 
 TEST_CASE("cuda attention: a row that sees no key gets o = 0 and lse = -inf exactly, and zero gradients",

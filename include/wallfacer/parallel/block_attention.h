@@ -16,7 +16,7 @@ namespace wf::parallel {
 // Counts per (query run, key run) block, independent of the batch size and head count: one
 // computed block is one kernel call covering every batch element and head.
 struct BlockAttentionStats {
-  std::int64_t blocks_computed = 0;  // kernel calls (per batch element)
+  std::int64_t blocks_computed = 0;  // (query run, key run) blocks computed (per batch element)
   std::int64_t blocks_skipped = 0;
   std::int64_t unmasked_pairs = 0;   // (query, key) pairs inside the computed blocks that are visible
   BlockAttentionStats& operator+=(const BlockAttentionStats& o) {
@@ -31,10 +31,11 @@ struct BlockAttentionStats {
 // Folds the attention of q [B, nq, h, d] (positions q_runs) over k, v [B, nk, h_kv, d]
 // (positions kv_runs) into the running (o [B, nq, h, d], lse [B, h, nq]) with the
 // overflow-safe log-sum-exp merge. Start from o = 0, lse = −inf. With packed documents
-// (`documents`, global boundaries as AttentionOptions::doc_bounds), each block is split per
-// document into kernel calls on the sub-ranges and a block holding no (query, key) pair of one
-// document is skipped; the stats count those pairs only (summed over the batch rows when each row
-// has its own boundaries). f32 or f64; or bf16 q, k, v
+// (`documents`, global boundaries as AttentionOptions::doc_bounds), the runs in ascending position
+// order are one kernel call with each query's key window inside (its own document's keys), skipped
+// when no query sees a key; the stats count the (query run, key run) blocks that hold a pair of
+// one document as computed, and those pairs only (summed over the batch rows when each row has its
+// own boundaries). f32 or f64; or bf16 q, k, v
 // (and d_o) with f32 o, lse and gradients: the dot products multiply in bf16 and accumulate in
 // f32 (kernels/cpu/attention.h's bf16 kernels, native on CPUs with AVX512_BF16).
 BlockAttentionStats block_attention_forward(const Tensor& q, const std::vector<TokenRun>& q_runs, const Tensor& k,
