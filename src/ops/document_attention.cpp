@@ -32,33 +32,24 @@ void copy_rows(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int6
                  dst_block, dst_start * row, outer, len * row);
 }
 
-// The pieces of one boundary list, for batch row `row` (−1: all).
-void add_pieces(const kernels::AttentionShape& call, const std::vector<std::int64_t>& bounds, std::int64_t row,
-                std::vector<DocumentPiece>& out) {
+// The pairs of one boundary list: per document that holds a query and a key, the call on its
+// sub-ranges (causal only where some key follows some query).
+std::int64_t list_pairs(const kernels::AttentionShape& call, const std::vector<std::int64_t>& bounds) {
   const std::int64_t a = call.q_offset, q_end = a + call.q_len, c = call.kv_offset, kv_end = c + call.kv_len;
-  const std::int64_t from = std::max(a, c);
   // The first document that can hold a query and a key: the one containing max(a, c).
-  auto it = std::upper_bound(bounds.begin(), bounds.end(), from);
+  const auto it = std::upper_bound(bounds.begin(), bounds.end(), std::max(a, c));
   std::size_t i = it == bounds.begin() ? 0 : static_cast<std::size_t>(it - bounds.begin() - 1);
+  std::int64_t pairs = 0;
   for (; i + 1 < bounds.size() && bounds[i] < std::min(q_end, kv_end); ++i) {
-    const std::int64_t qs = std::max(a, bounds[i]), qe = std::min(q_end, bounds[i + 1]);
-    const std::int64_t ks = std::max(c, bounds[i]), ke = std::min(kv_end, bounds[i + 1]);
-    if (qs >= qe || ks >= ke) continue;
-    if (call.causal && ks > qe - 1) continue;  // every key after every query
-    DocumentPiece p;
-    p.batch_row = row;
-    p.shape = call;
-    p.shape.batch = row < 0 ? call.batch : 1;
-    p.shape.q_len = qe - qs;
-    p.shape.kv_len = ke - ks;
-    p.shape.causal = call.causal && ke - 1 > qs;  // the mask cuts: some key after some query
-    p.shape.q_offset = p.shape.causal ? qs : 0;   // offsets only matter under the mask
-    p.shape.kv_offset = p.shape.causal ? ks : 0;
-    p.q_row = qs - a;
-    p.kv_row = ks - c;
-    p.pairs = kernels::attention_pairs(p.shape);
-    out.push_back(p);
+    kernels::AttentionShape piece = call;
+    const std::int64_t qs = std::max(a, bounds[i]), ks = std::max(c, bounds[i]);
+    piece.q_len = std::min(q_end, bounds[i + 1]) - qs;
+    piece.kv_len = std::min(kv_end, bounds[i + 1]) - ks;
+    piece.q_offset = qs;
+    piece.kv_offset = ks;
+    if (piece.q_len > 0 && piece.kv_len > 0) pairs += kernels::attention_pairs(piece);
   }
+  return pairs;
 }
 
 }  // namespace
@@ -95,20 +86,11 @@ void check_document_bounds(const char* what, const DocumentBounds& bounds, std::
   }
 }
 
-std::vector<DocumentPiece> document_pieces(const kernels::AttentionShape& call, const DocumentBounds& bounds) {
-  std::vector<DocumentPiece> pieces;
+std::int64_t document_pairs(const kernels::AttentionShape& call, const DocumentBounds& bounds) {
   const bool shared = std::all_of(bounds.begin(), bounds.end(), [&](const auto& b) { return b == bounds[0]; });
-  if (shared) {
-    add_pieces(call, bounds[0], -1, pieces);
-  } else {
-    for (std::size_t r = 0; r < bounds.size(); ++r) add_pieces(call, bounds[r], static_cast<std::int64_t>(r), pieces);
-  }
-  return pieces;
-}
-
-std::int64_t document_pairs(const std::vector<DocumentPiece>& pieces) {
   std::int64_t pairs = 0;
-  for (const DocumentPiece& p : pieces) pairs += p.pairs;
+  for (std::size_t r = 0; r < (shared ? std::min<std::size_t>(bounds.size(), 1) : bounds.size()); ++r)
+    pairs += list_pairs(call, bounds[r]);
   return pairs;
 }
 

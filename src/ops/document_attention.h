@@ -3,8 +3,8 @@
 // src/parallel. The kernels take the boundaries inside a call (kernels/kernel_args.h,
 // AttentionShape::documents): a query sees the keys of its own document only, causal inside it.
 // What this file adds around them: the checks of the user's lists, the kernels' padded form of
-// them (KernelDocuments), and the arithmetic of which (query, key) pairs a call holds, per
-// document ("pieces"): the work counters, the skipped blocks and the kept ring steps count them.
+// them (KeyWindows), and the arithmetic of which (query, key) pairs a call holds, per document:
+// the work counters, the skipped blocks and the kept ring steps count them.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -27,22 +27,12 @@ void store_rows(Tensor& t, std::size_t dim, std::int64_t start, const Tensor& ro
 void check_document_bounds(const char* what, const DocumentBounds& bounds, std::int64_t batch, std::int64_t seq_len,
                            bool exact = true);
 
-struct DocumentPiece {
-  std::int64_t batch_row = -1;  // −1: every batch row (they share their boundaries)
-  // The kernel call: batch 1 or B, the sub-ranges' lengths, causal only where the mask cuts
-  // (then q_offset, kv_offset are the sub-ranges' global starts), the call's heads and scale.
-  kernels::AttentionShape shape;
-  std::int64_t q_row = 0, kv_row = 0;  // first query / key row of the sub-ranges in the call's buffers
-  std::int64_t pairs = 0;              // visible (query, key) pairs per batch row and head
-};
-
-// The pieces of a call (`call`: the whole buffers' shape, q_offset and kv_offset the global
-// positions of their first rows, causal the mask inside documents). Bounds must be checked.
-std::vector<DocumentPiece> document_pieces(const kernels::AttentionShape& call, const DocumentBounds& bounds);
-
-// Visible pairs of the pieces, summed over the batch rows that have their own boundaries
-// (counted once for shared ones, like a block's pairs).
-std::int64_t document_pairs(const std::vector<DocumentPiece>& pieces);
+// The visible (query, key) pairs of a call (`call`: q_offset and kv_offset the global positions
+// of its first rows, causal the mask inside documents) per head, summed over the batch rows that
+// have their own boundaries (counted once for shared ones, like a block's pairs): per document
+// that meets both ranges, in O(documents it meets). Bounds must be checked. The work counters,
+// the skipped blocks and the kept ring steps count these.
+std::int64_t document_pairs(const kernels::AttentionShape& call, const DocumentBounds& bounds);
 
 // The key windows (kernels::AttentionWindows) of a call whose query rows sit at global positions
 // q_positions and key rows at kv_positions, both ascending (a contiguous range, or the runs of a

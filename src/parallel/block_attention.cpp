@@ -104,7 +104,7 @@ void plan_runs(Plan& plan, const Tensor& q, const Tensor& k, const std::vector<T
 
 // Packed documents: one kernel call per (query part, key part) with the key windows of its
 // documents inside, skipped when no query sees a key. The stats still count (query run, key run)
-// blocks, computed when they hold a pair of one document (document_pieces), and the pairs.
+// blocks, computed when they hold a pair of one document (document_pairs), and the pairs.
 void plan_documents(Plan& plan, const Tensor& q, const Tensor& k, const std::vector<TokenRun>& q_runs,
                     const std::vector<TokenRun>& kv_runs, bool causal, double scale, const DocumentBounds& documents) {
   for (const TokenRun& qr : q_runs) {
@@ -113,7 +113,7 @@ void plan_documents(Plan& plan, const Tensor& q, const Tensor& k, const std::vec
       call.causal = causal;
       call.q_offset = qr.start;
       call.kv_offset = kr.start;
-      ++(ops::document_pieces(call, documents).empty() ? plan.stats.blocks_skipped : plan.stats.blocks_computed);
+      ++(ops::document_pairs(call, documents) == 0 ? plan.stats.blocks_skipped : plan.stats.blocks_computed);
     }
   }
   const auto positions = [](const std::vector<TokenRun>& runs, const Part& part) {

@@ -15,7 +15,7 @@ std::size_t document_of(const std::vector<std::int64_t>& bounds, std::int64_t p)
 }
 
 // Whether non-empty runs of queries [a, qe) and keys [c, ke) hold a visible pair in one row: the
-// same pairs block attention computes (document_pieces), in O(log documents), since a call runs
+// same pairs block attention counts (document_pairs), in O(log documents), since a call runs
 // once per ring step, rank and run over every row.
 bool attend_in_row(TokenRun q, TokenRun kv, bool causal, const std::vector<std::int64_t>& bounds) {
   const std::int64_t a = q.start, qe = q.start + q.length, c = kv.start, ke = kv.start + kv.length;

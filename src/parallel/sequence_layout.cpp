@@ -332,9 +332,9 @@ std::int64_t total_length(const std::vector<TokenRun>& runs) {
   return total;
 }
 
-// Pairs of one (query run, key run) block inside the documents: its document pieces' pairs.
+// Pairs of one (query run, key run) block inside the documents.
 std::int64_t document_run_pairs(TokenRun query, TokenRun key, bool causal, const DocumentBounds& documents) {
-  return ops::document_pairs(ops::document_pieces(run_call(query, key, causal), documents));
+  return ops::document_pairs(run_call(query, key, causal), documents);
 }
 
 }  // namespace

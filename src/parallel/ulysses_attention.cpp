@@ -221,7 +221,7 @@ class UlyssesAttentionFunction final : public autograd::Function {
   // One kernel call over the whole sequence (with packed documents, its documents' pairs).
   BlockAttentionStats work(const kernels::AttentionShape& s) const {
     const std::int64_t N = s.q_len;
-    if (!documents_.empty()) return {1, 0, ops::document_pairs(ops::document_pieces(s, documents_))};
+    if (!documents_.empty()) return {1, 0, ops::document_pairs(s, documents_)};
     return {1, 0, s.causal ? N * (N + 1) / 2 : N * N};
   }
 
