@@ -238,12 +238,13 @@ def is_out_of_memory(e):
 
 
 def train_steps(build, batch, device, dtype, a, betas, weight_decay, after_step=None):
-    """Median seconds of a training step of build(checkpoint) on `batch` (a loss of the model), the
-    last loss, the peak memory and whether the blocks were checkpointed: forward under bf16 autocast
+    """The median training step of build(checkpoint) on `batch` (a loss of the model) in ms, the
+    parameters, the peak memory and whether the blocks were checkpointed: forward under bf16 autocast
     (or f32), backward, clipping at 1.0, AdamW (fused on CUDA), zero_grad, after_step(model).
     Out of memory without checkpoints, it starts again with them."""
     for checkpoint in (False, True):
-        model = None
+        model = optimizer = loss = None  # the failed try's model, state and graph go before the retry
+        gc.collect()
         try:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -281,8 +282,6 @@ def train_steps(build, batch, device, dtype, a, betas, weight_decay, after_step=
         except RuntimeError as e:
             if checkpoint or not is_out_of_memory(e):
                 raise
-            del model
-            optimizer = None  # noqa: F841 (frees the state before the retry)
     raise AssertionError("unreachable")
 
 
