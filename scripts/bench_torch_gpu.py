@@ -17,8 +17,9 @@ the wallfacer training runs give, so that the table puts them side by side:
     forward then backward from a random gradient; FLOPs: forward 4·B·H·N²·d (full) or half that
     (causal), backward 2.5× the forward — the convention of src/cli/bench_device_command.cpp.
     With --sdpa-backends each backend PyTorch offers (torch.nn.attention.SDPBackend: flash,
-    memory-efficient, cuDNN, math) is timed alone, its time or why it could not run kept in
-    "backends", and the row's numbers are the fastest backend's ("op" names it);
+    memory-efficient, cuDNN, math) is timed alone (GQA: also with K and V repeated to every head,
+    "+repeat_kv"), its time or why it could not run kept in "backends", and the row's numbers are
+    the fastest's ("op" names it; a case none runs gives a row with "error");
   - gpt: one training step of tests/reference/gpt_reference.py's GptReference (the model our
     GPT is checked against) with its attention swapped for SDPA, eager: forward (mean
     cross-entropy) + backward + gradient clipping at 1.0 + AdamW (fused on CUDA) + zero_grad;
@@ -160,13 +161,14 @@ def sdpa_backends():
             for name in wanted if hasattr(SDPBackend, name)]
 
 
-def time_attention(c, device, timer, a, backend):
-    """(forward s, backward s) medians of one attention case under one backend's context."""
+def time_attention(c, device, timer, a, backend, repeat_kv=False):
+    """(forward s, backward s) medians of one attention case under one backend's context; with
+    repeat_kv, GQA's K and V are repeated to every query head first (inside the timed forward)."""
     B, N, H, kv, d = c["batch"], c["tokens"], c["heads"], c["kv_heads"], c["head_dim"]
     q = torch.randn((B, H, N, d), device=device, dtype=torch.bfloat16, requires_grad=True)
     k, v = (torch.randn((B, kv, N, d), device=device, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
     grad = torch.randn((B, H, N, d), device=device, dtype=torch.bfloat16)
-    gqa = {"enable_gqa": True} if kv != H else {}
+    gqa = {"enable_gqa": True} if kv != H and not repeat_kv else {}
     fwd, bwd = [], []
     for i in range(a.warmup + a.iters):
         for t in (q, k, v):
@@ -175,7 +177,10 @@ def time_attention(c, device, timer, a, backend):
 
         def forward():
             with backend():
-                if HAS_SDPA:
+                if HAS_SDPA and repeat_kv:
+                    kk, vv = (t.repeat_interleave(H // kv, dim=1) for t in (k, v))
+                    box["o"] = F.scaled_dot_product_attention(q, kk, vv, is_causal=c["causal"])
+                elif HAS_SDPA:
                     box["o"] = F.scaled_dot_product_attention(q, k, v, is_causal=c["causal"], **gqa)
                 else:  # torch < 2.0: the explicit softmax (a test of the script only)
                     kk, vv = (t.repeat_interleave(H // kv, dim=1) for t in (k, v))
@@ -197,25 +202,29 @@ def time_attention(c, device, timer, a, backend):
 def bench_attention(c, device, timer, a):
     backends = sdpa_backends() if a.sdpa_backends else [("default", contextlib.nullcontext)]
     times, why = {}, {}
-    for name, backend in backends:
-        if name == "math" and c["batch"] * c["heads"] * c["tokens"] ** 2 > MATH_MAX_SCORES:
+    # GQA: enable_gqa where a backend takes it, else K and V repeated to every head (what users do).
+    tries = [(name, backend, False) for name, backend in backends]
+    if c["kv_heads"] != c["heads"] and HAS_SDPA:
+        tries += [(name + "+repeat_kv", backend, True) for name, backend in backends]
+    for name, backend, repeat_kv in tries:
+        if name.startswith("math") and c["batch"] * c["heads"] * c["tokens"] ** 2 > MATH_MAX_SCORES:
             why[name] = f"skipped: B*H*N^2 scores over {MATH_MAX_SCORES} (seconds and tens of GB; never the fastest)"
             continue
         try:
-            times[name] = time_attention(c, device, timer, a, backend)
+            times[name] = time_attention(c, device, timer, a, backend, repeat_kv)
         except (RuntimeError, AssertionError) as e:  # a backend that refuses the case (or runs out of memory)
             why[name] = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    if not times:
-        raise RuntimeError(f"no SDPA backend ran {c}: {why}")
+    row = {"bench": "attention", "dtype": "bf16", **c, "mask": "causal" if c["causal"] else "full"}
+    if not times:  # a row that says why, and the other cases still run
+        return {**row, "error": "no SDPA backend ran this case", "backends": why}
     best = min(times, key=lambda name: sum(times[name]))
     f, b = times[best]
     flops = (2.0 if c["causal"] else 4.0) * c["batch"] * c["heads"] * c["tokens"] ** 2 * c["head_dim"]
     op = ("scaled_dot_product_attention" if HAS_SDPA else "naive (torch < 2.0)") + ("" if best == "default" else
                                                                                      f" ({best})")
-    return {"bench": "attention", "dtype": "bf16", **c, "mask": "causal" if c["causal"] else "full",
-            "fwd_ms": f * 1e3, "bwd_ms": b * 1e3, "ms": (f + b) * 1e3, "tflops": 3.5 * flops / (f + b) * 1e-12,
+    return {**row, "fwd_ms": f * 1e3, "bwd_ms": b * 1e3, "ms": (f + b) * 1e3, "tflops": 3.5 * flops / (f + b) * 1e-12,
             "fwd_tflops": flops / f * 1e-12, "bwd_tflops": 2.5 * flops / b * 1e-12,
             "flops": ("fwd 2*B*H*N^2*d (causal)" if c["causal"] else "fwd 4*B*H*N^2*d") + ", bwd 2.5*fwd",
             "op": op, "backends": {**{n: round(sum(t) * 1e3, 4) for n, t in times.items()}, **why}}
