@@ -629,6 +629,7 @@ speed_part() { [[ ",${WF_SPEED_PARTS:-attention,gpt,dit,tune,longest}," == *",$1
 
 # measured_run ROWS WARM ROW_KEYS LIMIT DTYPE NAME TRAIN_ARGS...: `train` NAME on $bench_device, then
 # its step_row (ROW_KEYS: "key=value ..." of the row) appended to ROWS; a result line either way.
+# The speed runs save no checkpoint (checkpoint.every -1): the 1.3B's would be 16 GB to write each.
 measured_run() {
   local rows="$1" warm="$2" keys="$3" lim="$4" dtype="$5" name="$6" rc
   shift 6
@@ -750,7 +751,7 @@ mlp-down:${M}x${D}x$((4 * D)) lm-head:${M}x${V}x$D"
 d_model=$D vocab=$V checkpoint=$([[ $ckpt == true ]] && echo attention-outputs || echo none)" "$(limit 150)" bf16 \
         "gpt-1.3b.T$T" "$root/configs/gpt-1.3b.yaml" "${one[@]}" $settings --set train.micro_batch_size=1 \
         --set train.global_batch_size=1 --set train.steps=$((steps_warm + steps_timed)) --set train.warmup_steps=1 \
-        --set train.log_every=1 --set train.eval_every=0 --set checkpoint.every=0 &&
+        --set train.log_every=1 --set train.eval_every=0 --set checkpoint.every=-1 &&
         runs+=("gpt-1.3b.T$T|$root/configs/gpt-1.3b.yaml|$settings")
       gpt_specs+=(--gpt "gpt-1.3b.T$T,$L,$D,$H,$V,1,$T,bf16,rope")
     done
@@ -763,7 +764,7 @@ d_model=$D vocab=$V checkpoint=$([[ $ckpt == true ]] && echo attention-outputs |
     measured_run "$ours" "$steps_warm" "bench=dit model=dit-xl-2 dtype=bf16 batch=1 tokens=$dit_tokens" \
       "$(limit 120)" bf16 dit-xl-2 "$root/configs/dit-xl-2-video.yaml" "${one[@]}" "${small_dit[@]}" \
       --set train.seq_len=$dit_tokens --set train.micro_batch_size=1 --set train.global_batch_size=1 \
-      --set train.steps=$((steps_warm + steps_timed)) --set train.log_every=1 --set checkpoint.every=0 &&
+      --set train.steps=$((steps_warm + steps_timed)) --set train.log_every=1 --set checkpoint.every=-1 &&
       runs+=("dit-xl-2|$root/configs/dit-xl-2-video.yaml|${small_dit[*]} --set train.seq_len=$dit_tokens")
     torch_rows "$theirs" "$(limit 150)" dit --dit "dit-xl-2,$dit_layers,$dit_dim,$dit_heads,$torch_image,2,1,bf16" \
       --gpt-warmup "$steps_warm" --gpt-steps "$steps_timed"
@@ -812,7 +813,7 @@ d_model=$D vocab=$V checkpoint=$([[ $ckpt == true ]] && echo attention-outputs |
       train "gpt-1.3b.longest.T$T" "$bench_device" bf16 "$lim" "$root/configs/gpt-1.3b.yaml" "${one[@]}" \
         "${small_gpt[@]}" --set train.seq_len=$T --set model.max_seq_len=$T --set model.checkpoint_attention=true \
         --set train.micro_batch_size=1 --set train.global_batch_size=1 --set train.steps=1 --set train.log_every=1 \
-        --set train.eval_every=0 --set checkpoint.every=0
+        --set train.eval_every=0 --set checkpoint.every=-1
       rc=$?
       if ((rc != 0)); then
         why="$T failed: $(why_failed "$rc" "$lim" "$work/runs/gpt-1.3b.longest.T$T.out" 1)"
