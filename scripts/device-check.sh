@@ -28,6 +28,13 @@
 #   bench     bf16 GEMM 8192³ (`wallfacer bench device`) beside torch.matmul; causal attention
 #             fwd+bwd, 8192 tokens, d 128, beside SDPA; GPT-tiny and GPT-2 124M step times beside
 #             PyTorch on the same GPU (scripts/bench_torch_gpu.py) -> the table, also in $OUT/table.md
+#   speed     (not in the default list: its own call, WF_DEVICE_CHECK_PHASES=speed, whose budget
+#             default is 540 s) issue 31's targets, each beside PyTorch in the same run: a bf16 GEMM
+#             8192³ and the 1.3B GPT's GEMMs; attention fwd+bwd at 4K-32K tokens, d 64 and 128, causal
+#             and full, 16 query heads with 16 or 4 kv heads (every SDPA backend, the fastest kept);
+#             configs/gpt-1.3b.yaml trained at 8K and 32K (tokens/s, MFU, peak memory); DiT-XL/2 at 16K
+#             patches; `wallfacer tune --calibrate` and its predicted steps; the longest sequence
+#             that trains (WF_SPEED_PARTS picks parts) -> $OUT/speed-table.md with PASS / MISS per target
 # Exit status 0 only when no phase failed or erred. Everything printed is also in
 # $OUT/device-check.log; $OUT/results.json holds the phase lines and every measured number.
 #
@@ -35,8 +42,8 @@
 # library discovery) runs as on the GPU machine, the GPU-only phases are skipped with a message,
 # and the other phases run with the test device (testdev) in the GPU's place, toy model sizes,
 # 3 steps and a CPU bench (WF_DEVICE_CHECK_DEVICE, _STEPS, _SMALL, _BUDGET_S override each).
-# WF_DEVICE_CHECK_PHASES=tests,parity,sp4,layouts,spbench,bench (the default: all) runs a subset, e.g. a second
-# call with the device time left after a first one ran out of its budget.
+# WF_DEVICE_CHECK_PHASES=tests,parity,sp4,layouts,spbench,bench (the default: all but speed) runs a subset, e.g.
+# a second call with the device time left after a first one ran out of its budget, or speed alone.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,9 +57,11 @@ else
   device="${WF_DEVICE_CHECK_DEVICE:-cuda}" bench_device=cuda
   budget="${WF_DEVICE_CHECK_BUDGET_S:-345}" steps="${WF_DEVICE_CHECK_STEPS:-20}" small="${WF_DEVICE_CHECK_SMALL:-0}"
 fi
+# The speed phase alone fills one 10-minute device call of its own.
+if [[ $dry != 1 && -z ${WF_DEVICE_CHECK_BUDGET_S:-} && ${WF_DEVICE_CHECK_PHASES:-} == speed ]]; then budget=540; fi
 out="${OUT:-/tmp/wf-device-check-out}"
-work=/tmp/wf-device-check
-prefix=/tmp/wf-device-prefix  # the unpacked .debs and build
+work="${WF_DEVICE_CHECK_WORK:-/tmp/wf-device-check}"  # the runs; WF_DEVICE_CHECK_WORK: two checks side by side
+prefix="${WF_DEVICE_CHECK_PREFIX:-/tmp/wf-device-prefix}"  # the unpacked .debs and build
 bin="$prefix/wf/bin"
 reserve=8  # seconds kept for the table and the summary
 cpu_threads=$(($(nproc) / 2))  # the CPU halves of the parity runs' (the rest: the GPU's runs and tests)
@@ -532,6 +541,26 @@ train() {
   timed "$lim" "${wf[@]}" "$bin/wallfacer" train "$@" --set train.device="$dev" --set train.dtype="$dtype" \
     --set log.dir="$dir" --set checkpoint.dir="$dir/checkpoints" > "$dir.out" 2>&1
 }
+# step_row METRICS WARM KEY=VALUE...: one JSON line of a training run's steps after the first WARM:
+# the median step (ms_per_step), tokens/s (when batch and seq are given), the largest peak_mem_bytes,
+# and the KEY=VALUE pairs (numbers as numbers).
+step_row() {
+  python3 - "$@" <<'PY'
+import json, statistics, sys
+path, warm = sys.argv[1:3]
+row = {}
+for pair in sys.argv[3:]:
+    key, _, value = pair.partition("=")
+    row[key] = int(value) if value.lstrip("-").isdigit() else value
+logged = [r for r in map(json.loads, open(path)) if "step_s" in r]
+median = statistics.median_high([r["step_s"] for r in logged if r["step"] > int(warm)])
+row.update(ms_per_step=median * 1e3, steps=sum(r["step"] > int(warm) for r in logged))
+if "batch" in row and "seq" in row:
+    row["tokens_per_s"] = row["batch"] * row["seq"] / median
+row["peak_mem_bytes"] = max((r.get("peak_mem_bytes") or 0 for r in logged), default=0)
+print(json.dumps(row))
+PY
+}
 bench() {
   phase "bench: $bench_device, wallfacer beside PyTorch"
   local b="$work/bench" lim rc py
@@ -569,14 +598,8 @@ bench() {
       --set train.eval_every=0 --set checkpoint.every=0
     rc=$?
     if ((rc == 0)); then
-      python3 - "$work/runs/$name.steps/metrics.jsonl" "$name" "$dtype" "$batch" "$seq" "$warm" \
-        >> "$b/wallfacer.jsonl" <<'PY'
-import json, statistics, sys
-path, name, dtype, batch, seq, warm = sys.argv[1:7]
-times = [r["step_s"] for r in map(json.loads, open(path)) if "step_s" in r and r["step"] > int(warm)]
-print(json.dumps({"bench": "gpt", "model": name, "dtype": dtype, "batch": int(batch), "seq": int(seq),
-                  "ms_per_step": statistics.median_high(times) * 1e3, "steps": len(times)}))
-PY
+      step_row "$work/runs/$name.steps/metrics.jsonl" "$warm" bench=gpt model="$name" dtype="$dtype" batch="$batch" \
+        seq="$seq" >> "$b/wallfacer.jsonl"
       result PASS "bench wallfacer $name" "$(tail -1 "$b/wallfacer.jsonl")"
     else
       result ERROR "bench wallfacer $name" "$(why_failed "$rc" "$lim" "$work/runs/$name.steps.out")"
@@ -597,86 +620,223 @@ PY
   fi
 }
 
+# ---- speed (issue 31) ----------------------------------------------------------------------------
+# The targets of issue 31, wallfacer beside PyTorch in the same run (docs/gpu.md, "GPU speed (issue 31):
+# how to measure"); the table is device_check_tables.py's speed_table, in $OUT/speed-table.md.
+# WF_SPEED_PARTS (default attention,gpt,dit,tune,longest) picks parts, e.g. a second call for what the
+# first one's budget did not reach; attention includes the GEMMs.
+speed_part() { [[ ",${WF_SPEED_PARTS:-attention,gpt,dit,tune,longest}," == *",$1,"* ]]; }
+
+# measured_run ROWS WARM ROW_KEYS LIMIT DTYPE NAME TRAIN_ARGS...: `train` NAME on $bench_device, then
+# its step_row (ROW_KEYS: "key=value ..." of the row) appended to ROWS; a result line either way.
+# The speed runs save no checkpoint (checkpoint.every -1): the 1.3B's would be 16 GB to write each.
+measured_run() {
+  local rows="$1" warm="$2" keys="$3" lim="$4" dtype="$5" name="$6" rc
+  shift 6
+  train "$name" "$bench_device" "$dtype" "$lim" "$@"
+  rc=$?
+  if ((rc == 0)); then
+    # shellcheck disable=SC2086 # the keys are words
+    step_row "$work/runs/$name/metrics.jsonl" "$warm" $keys >> "$rows"
+    result PASS "speed wallfacer $name" "$(tail -1 "$rows")"
+  else
+    result ERROR "speed wallfacer $name" "$(why_failed "$rc" "$lim" "$work/runs/$name.out")"
+  fi
+  return "$rc"
+}
+
+# torch_rows ROWS LIMIT WHAT ARGS...: scripts/bench_torch_gpu.py ARGS appended to ROWS (its versions
+# line first), a result line.
+torch_rows() {
+  local rows="$1" lim="$2" what="$3" py rc
+  shift 3
+  if ! py="$(python_with_torch)"; then
+    result ERROR "speed pytorch $what" "no python3 with torch here (WF_PYTHON names one)"
+    return
+  fi
+  PYTHONUNBUFFERED=1 timed "$lim" "$py" "$root/scripts/bench_torch_gpu.py" --device "$bench_device" "$@" \
+    > "$rows.part" 2> "$rows.$what.err"
+  rc=$?
+  cat "$rows.part"
+  if [[ ! -s $rows ]]; then cat "$rows.part" >> "$rows"; else grep -v '"bench": "versions"' "$rows.part" >> "$rows"; fi
+  if ((rc == 0)); then result PASS "speed pytorch $what" "$(($(grep -c . "$rows.part") - 1)) measurements"
+  else result ERROR "speed pytorch $what" "$(why_failed "$rc" "$lim" "$rows.$what.err")"
+  fi
+}
+
+# tune_predicts ROWS MODEL CONFIG SETTINGS...: tune's predicted step of one measured run (the layout of
+# one process with the run's checkpoint_attention) on the calibrated cluster, a row of ROWS.
+tune_predicts() {
+  local rows="$1" model="$2" config="$3" lim
+  shift 3
+  lim=$(limit 30)
+  timed "$lim" "${wf[@]}" "$bin/wallfacer" tune --model "$config" --cluster "$work/speed/calibration.yaml" --world 1 \
+    --json "$@" 2> "$work/speed/tune.$model.err" | python3 -c '
+import json, sys
+model, want = sys.argv[1], sys.argv[2] == "true"
+rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+rows = [r for r in rows if "step_s" in r] 
+row = next((r for r in rows if r["checkpoint_attention"] == want), rows[0] if rows else None)
+if row is None:
+    sys.exit("tune predicted no layout")
+print(json.dumps({"bench": "tune", "model": model, "kind": sys.argv[3], "step_s": row["step_s"],
+                  "layout": row["layout"], "checkpoint_attention": row["checkpoint_attention"]}))' \
+    "$model" "$(grep -q "checkpoint_attention=true" <<<"$*" && echo true || echo false)" \
+    "$([[ $model == dit* ]] && echo dit || echo gpt)" >> "$rows" ||
+    result ERROR "speed tune $model" "no prediction: $(log_end "$work/speed/tune.$model.err")"
+}
+
+speed() {
+  phase "speed: issue 31's targets on $bench_device, wallfacer beside PyTorch"
+  local s="$work/speed" lim rc
+  mkdir -p "$s"
+  local ours="$s/wallfacer.jsonl" theirs="$s/pytorch.jsonl"
+  : > "$ours"
+  : > "$theirs"
+  # The GPT of about 1.3B (configs/gpt-1.3b.yaml): layers d_model heads vocab; its sequences; the
+  # checkpoint at attention outputs from this length on; DiT-XL/2 at 16K patches (ours: 16 frames of
+  # 32 x 32 patches, configs/dit-xl-2-video.yaml; PyTorch's reference has no frames: one 256 x 256
+  # latent of 128 x 128 patches, the same work). The attention sweep: lengths x head dims x masks x
+  # kv heads (0: as many as the 16 query heads).
+  local L=24 D=2048 H=16 V=50304 seqs=(8192 32768) ckpt_from="${WF_SPEED_CHECKPOINT_FROM:-32768}"
+  local gemm=8192 tokens=4096,8192,16384,32768 dims=64,128 kv=0,4 masks=causal,full warm=1 iters=3
+  local steps_warm=2 steps_timed=3 dit_layers=28 dit_dim=1152 dit_heads=16 frames=16 image=64 torch_image=256
+  local longest_max="${WF_SPEED_LONGEST_MAX:-1048576}"
+  if [[ $small == 1 ]]; then
+    L=1 D=32 H=4 V=256 seqs=(64 128) ckpt_from="${WF_SPEED_CHECKPOINT_FROM:-128}"
+    gemm=64 tokens=32,64 dims=8,16 kv=0,2 warm=1 iters=1 steps_warm=1 steps_timed=2
+    dit_layers=1 dit_dim=64 dit_heads=2 frames=1 image=8 torch_image=8 longest_max="${WF_SPEED_LONGEST_MAX:-512}"
+  fi
+  local small_gpt=() small_dit=()
+  [[ $small == 1 ]] && small_gpt=(--set "model.n_layer=$L" --set "model.d_model=$D" --set "model.d_ff=$((4 * D))"
+                                  --set "model.n_head=$H" --set "model.n_kv_head=$H" --set "model.vocab_size=$V")
+  [[ $small == 1 ]] && small_dit=(--set "model.n_layer=$dit_layers" --set "model.d_model=$dit_dim"
+                                  --set "model.n_head=$dit_heads" --set "model.frames=$frames"
+                                  --set "model.image_size=$image")
+  # Target 2: the 1.3B's GEMMs at micro batch 1 x the first sequence (M rows), forward shapes.
+  local M=${seqs[0]}
+  export WF_SPEED_GEMM_NAMES="qkv:${M}x$((3 * D))x$D attention-out:${M}x${D}x$D mlp-up:${M}x$((4 * D))x$D
+mlp-down:${M}x${D}x$((4 * D)) lm-head:${M}x${V}x$D"
+  local shapes=("${gemm}x${gemm}x${gemm}") name
+  for name in $WF_SPEED_GEMM_NAMES; do shapes+=("${name#*:}"); done
+
+  if speed_part attention; then
+    lim=$(limit 150)
+    timed "$lim" "${wf[@]}" "$bin/wallfacer" bench device --device "$bench_device" --json \
+      "${shapes[@]/#/--shape=}" --batch 1 --heads "$H" --tokens "$tokens" --head-dim "$dims" --kv-heads "$kv" \
+      --mask "$masks" --warmup "$warm" --iters "$iters" >> "$ours" 2> "$s/bench-device.err"
+    rc=$?
+    if ((rc == 0)); then result PASS "speed wallfacer attention" "$(grep -c . "$ours") GEMMs and attentions, checked"
+    elif ran_out "$rc"; then
+      result ERROR "speed wallfacer attention" "$(why_failed "$rc" "$lim") ($(grep -c . "$ours") done)"
+    else result FAIL "speed wallfacer attention" "$(why_failed "$rc" "$lim" "$s/bench-device.err")"
+    fi
+    local cases=() t d k m
+    for m in ${masks//,/ }; do for d in ${dims//,/ }; do for k in ${kv//,/ }; do for t in ${tokens//,/ }; do
+      cases+=(--attention "1,$t,$H,$d,$k,$m")
+    done; done; done; done
+    torch_rows "$theirs" "$(limit 150)" attention "${shapes[@]/#/--gemm-shape=}" "${cases[@]}" --sdpa-backends \
+      --warmup "$warm" --iters "$iters"
+  fi
+
+  local T ckpt settings gpt_specs=() runs=()
+  if speed_part gpt; then
+    for T in "${seqs[@]}"; do
+      ckpt=false
+      ((T >= ckpt_from)) && ckpt=true
+      settings="--set train.seq_len=$T --set model.max_seq_len=$T --set model.checkpoint_attention=$ckpt"
+      settings+=" ${small_gpt[*]}"
+      # shellcheck disable=SC2086 # settings are words
+      measured_run "$ours" "$steps_warm" "bench=gpt model=gpt-1.3b.T$T dtype=bf16 batch=1 seq=$T layers=$L \
+d_model=$D vocab=$V checkpoint=$([[ $ckpt == true ]] && echo attention-outputs || echo none)" "$(limit 150)" bf16 \
+        "gpt-1.3b.T$T" "$root/configs/gpt-1.3b.yaml" "${one[@]}" $settings --set train.micro_batch_size=1 \
+        --set train.global_batch_size=1 --set train.steps=$((steps_warm + steps_timed)) --set train.warmup_steps=1 \
+        --set train.log_every=1 --set train.eval_every=0 --set checkpoint.every=-1 &&
+        runs+=("gpt-1.3b.T$T|$root/configs/gpt-1.3b.yaml|$settings")
+      gpt_specs+=(--gpt "gpt-1.3b.T$T,$L,$D,$H,$V,1,$T,bf16,rope")
+    done
+    torch_rows "$theirs" "$(limit 240)" gpt "${gpt_specs[@]}" --gpt-warmup "$steps_warm" --gpt-steps "$steps_timed"
+  fi
+
+  if speed_part dit; then
+    local dit_tokens=$((frames * (image / 2) * (image / 2)))
+    # shellcheck disable=SC2086
+    measured_run "$ours" "$steps_warm" "bench=dit model=dit-xl-2 dtype=bf16 batch=1 tokens=$dit_tokens" \
+      "$(limit 120)" bf16 dit-xl-2 "$root/configs/dit-xl-2-video.yaml" "${one[@]}" "${small_dit[@]}" \
+      --set train.seq_len=$dit_tokens --set train.micro_batch_size=1 --set train.global_batch_size=1 \
+      --set train.steps=$((steps_warm + steps_timed)) --set train.log_every=1 --set checkpoint.every=-1 &&
+      runs+=("dit-xl-2|$root/configs/dit-xl-2-video.yaml|${small_dit[*]} --set train.seq_len=$dit_tokens")
+    torch_rows "$theirs" "$(limit 150)" dit --dit "dit-xl-2,$dit_layers,$dit_dim,$dit_heads,$torch_image,2,1,bf16" \
+      --gpt-warmup "$steps_warm" --gpt-steps "$steps_timed"
+  fi
+
+  if speed_part tune; then
+    # One process measures the device (--device where this build's tune has it; else the host's CPU,
+    # and the predictions say so by missing), then tune predicts each measured run.
+    local device_flag=()
+    "${wf[@]}" "$bin/wallfacer" tune --help 2>/dev/null | grep -q -- "--device" &&
+      device_flag=(--device "$bench_device")
+    lim=$(limit 60)
+    timed "$lim" "${wf[@]}" "$bin/wallfacer" tune --calibrate "${device_flag[@]}" --out "$s/calibration.yaml" \
+      --calibrate-seconds "$([[ $small == 1 ]] && echo 0.01 || echo 0.2)" > "$s/calibrate.out" 2>&1
+    rc=$?
+    cp "$s/calibration.yaml" "$out/h200-calibration.yaml" 2>/dev/null
+    echo "{\"bench\": \"calibrate\", \"ok\": $([[ $rc == 0 ]] && echo true || echo false), \"file\":" \
+      "\"\$OUT/h200-calibration.yaml\", \"device\": \"${device_flag[1]:-host CPU}\"}" >> "$ours"
+    if ((rc == 0)); then
+      result PASS "speed tune calibrate" \
+        "wrote \$OUT/h200-calibration.yaml (measured on ${device_flag[1]:-the host CPU})"
+      local run model config sets
+      for run in "${runs[@]}"; do
+        IFS='|' read -r model config sets <<<"$run"
+        # shellcheck disable=SC2086
+        tune_predicts "$ours" "$model" "$config" $sets
+      done
+    else
+      result ERROR "speed tune calibrate" "$(why_failed "$rc" "$lim" "$s/calibrate.out")"
+    fi
+  fi
+
+  if speed_part longest; then
+    # The longest sequence that trains one step: doubling from twice the longest measured, with the
+    # attention-output checkpoints, until a step fails (out of memory) or the next would not fit in
+    # what is left of the budget (a step at 2N costs about 4x one at N; each run's limit is cut to it).
+    local ok="" why="" last_s=0 started
+    T=$((2 * seqs[-1]))
+    while ((T <= longest_max)); do
+      lim=$(limit 240)
+      if ((lim < 20 || lim < 4 * last_s)); then
+        why="stopped before $T: ${lim} s left, a step there needs ~$((4 * last_s)) s"
+        break
+      fi
+      started=$SECONDS
+      train "gpt-1.3b.longest.T$T" "$bench_device" bf16 "$lim" "$root/configs/gpt-1.3b.yaml" "${one[@]}" \
+        "${small_gpt[@]}" --set train.seq_len=$T --set model.max_seq_len=$T --set model.checkpoint_attention=true \
+        --set train.micro_batch_size=1 --set train.global_batch_size=1 --set train.steps=1 --set train.log_every=1 \
+        --set train.eval_every=0 --set checkpoint.every=-1
+      rc=$?
+      if ((rc != 0)); then
+        why="$T failed: $(why_failed "$rc" "$lim" "$work/runs/gpt-1.3b.longest.T$T.out" 1)"
+        break
+      fi
+      ok=$T last_s=$((SECONDS - started))
+      T=$((2 * T))
+    done
+    ((T > longest_max)) && why="stopped at WF_SPEED_LONGEST_MAX $longest_max"
+    python3 -c 'import json, sys
+print(json.dumps({"bench": "longest", "seq": int(sys.argv[1] or 0), "why": sys.argv[2], "how": sys.argv[3]}))' \
+      "$ok" "${why//|/\/}" "doubling from $((2 * seqs[-1])), attention-output checkpoints, 1 step" >> "$ours"
+    if [[ -n $ok ]]; then result PASS "speed longest" "$ok tokens trained a step; $why"
+    else result ERROR "speed longest" "no length trained a step: $why"
+    fi
+  fi
+}
+
 # ---- the table and the summary -------------------------------------------------------------------
 table() {
   phase "table"
-  python3 - "$work" "$out" "$dry" "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')" <<'PY'
-import csv, datetime, json, os, sys
-work, out, dry, commit = sys.argv[1:5]
-def jsonl(path):
-    try:
-        return [json.loads(l) for l in open(path) if l.strip().startswith("{")]
-    except OSError:
-        return []
-ours, theirs = jsonl(f"{work}/bench/wallfacer.jsonl"), jsonl(f"{work}/bench/pytorch.jsonl")
-def pick(rows, bench, model=None):
-    return next((r for r in rows if r.get("bench") == bench and (model is None or r.get("model") == model)), None)
-versions = pick(theirs, "versions") or {}
-try:
-    info = json.load(open(f"{work}/info.json"))
-except (OSError, ValueError):
-    info = {}
-cuda = info.get("cuda", {}) if isinstance(info.get("cuda"), dict) else {}
-try:
-    smi = next(csv.reader(open(f"{work}/nvidia-smi.csv").read().splitlines()[1:2]), [])
-except OSError:
-    smi = []
-libs = {}
-if os.path.exists(f"{work}/libraries.txt"):
-    for line in open(f"{work}/libraries.txt"):
-        name, _, rest = line.partition(": ")
-        libs[name] = rest.split(" (")[0].strip()
-
-def cell(r, key, fmt):
-    return fmt.format(r[key]) if r and key in r else "n/a"
-def ratio(a, b, key, faster_is_larger):
-    if not (a and b and key in a and key in b and a[key] and b[key]):
-        return "n/a"
-    return f"{(a[key] / b[key]) if faster_is_larger else (b[key] / a[key]):.2f}"
-
-g_o, g_t = pick(ours, "gemm"), pick(theirs, "gemm")
-a_o, a_t = pick(ours, "attention"), pick(theirs, "attention")
-rows = []
-if g_t or g_o:
-    n = (g_o or g_t)["M"]
-    rows.append((f"bf16 GEMM {n}x{n}x{n}: TFLOP/s", cell(g_o, "tflops", "{:.4g}"), cell(g_t, "tflops", "{:.4g}"),
-                 ratio(g_o, g_t, "tflops", True)))
-if a_t or a_o:
-    r = a_o or a_t
-    rows.append((f"attention fwd+bwd, causal, bf16, B {r['batch']} x {r['tokens']} tokens x {r['heads']} heads x d "
-                 f"{r['head_dim']}: TFLOP/s (ms)",
-                 f"{cell(a_o, 'tflops', '{:.4g}')} ({cell(a_o, 'ms', '{:.3g}')})",
-                 f"{cell(a_t, 'tflops', '{:.4g}')} ({cell(a_t, 'ms', '{:.3g}')})", ratio(a_o, a_t, "tflops", True)))
-for model in ("gpt-tiny", "gpt2-124m"):
-    o, t = pick(ours, "gpt", model), pick(theirs, "gpt", model)
-    r = o or t
-    if r:
-        rows.append((f"{model} training step, {r['dtype']}, B {r['batch']} x T {r['seq']}: ms",
-                     cell(o, "ms_per_step", "{:.4g}"), cell(t, "ms_per_step", "{:.4g}"),
-                     ratio(o, t, "ms_per_step", False)))
-now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-title = f"### Device check, {now}, commit {commit}"
-if dry == "1":
-    title += " (DRY RUN: CPU, toy sizes; not GPU numbers)"
-gpu = (smi[0].strip() if smi else versions.get("gpu", "n/a")) + (", " + smi[2].strip() if len(smi) > 2 else "")
-driver = smi[1].strip() if len(smi) > 1 else cuda.get("driver") or "n/a"
-torch = (f"PyTorch {versions.get('torch', 'n/a')} (CUDA {versions.get('cuda', 'n/a')}, "
-         f"cuDNN {versions.get('cudnn', 'n/a')}, NCCL {versions.get('nccl', 'n/a')})")
-lines = [title, "",
-         f"GPU: {gpu}; driver {driver}; " + "; ".join(f"{k} {v}" for k, v in libs.items()) + f"; {torch}",
-         "",
-         "| measurement | wallfacer | PyTorch | wallfacer speed / PyTorch's |",
-         "|---|---|---|---|"]
-lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-if not rows:
-    lines.append("| (no measurement finished) | | | |")
-text = "\n".join(lines) + "\n"
-print(text)
-open(f"{out}/table.md", "w").write(text)
-results = [dict(zip(("status", "phase", "detail"), l.rstrip("\n").split("\t", 2))) for l in open(f"{work}/results.tsv")]
-json.dump({"date": now, "commit": commit, "dry_run": dry == "1", "phases": results, "wallfacer": ours,
-           "pytorch": theirs, "info": info, "libraries": libs}, open(f"{out}/results.json", "w"), indent=1)
-PY
+  python3 "$root/scripts/device_check_tables.py" "$work" "$out" "$dry" \
+    "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
 }
 
 summary() {
@@ -710,6 +870,7 @@ main() {
   wanted layouts && layouts
   wanted spbench && spbench
   wanted bench && bench
+  wanted speed && speed
   table
   summary
 }

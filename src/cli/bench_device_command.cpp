@@ -3,12 +3,17 @@
 // step runs, so the backend's dispatch, allocation and precision policy are inside the number.
 // scripts/device-check.sh prints them beside PyTorch in the same run (docs/gpu.md).
 //
-//   - gemm: bf16 A [M, K] @ B [K, N] (f32 accumulation; the output dtype is the backend's);
-//   - attention: bf16 q, k, v [B, N, H, d], causal, forward then backward from a random d_out.
+//   - gemm: bf16 A [M, K] @ B [K, N] (f32 accumulation; the output dtype is the backend's), square
+//     (--size) or each --shape MxNxK in turn (a model's GEMMs: scripts/device-check.sh's speed phase);
+//   - attention: bf16 q [B, N, H, d], k and v [B, N, H_kv, d] (GQA when H_kv < H), causal or full,
+//     forward then backward from a random d_out; every combination of the --tokens, --head-dim,
+//     --kv-heads and --mask lists in turn (a sweep in one process: one start, one line each).
 //
 // FLOP counts (the FlashAttention papers' convention, also what scripts/bench_torch_gpu.py uses):
 // GEMM 2·M·N·K; attention forward 4·B·H·N²·d for a full mask and half that, 2·B·H·N²·d, for a
-// causal one (N²/2 visible pairs, not the exact N(N+1)/2); backward 2.5× the forward.
+// causal one (N²/2 visible pairs, not the exact N(N+1)/2), H the query heads (GQA shares K/V, not
+// work); backward 2.5× the forward. Each result line is flushed at once, so a sweep cut short by a
+// time limit keeps the lines it finished.
 //
 // Timing: each call is bracketed by synchronize(device), so a time is the host clock around
 // work that has finished (wf::Event has no elapsed time); the sync costs ~10 µs, under 1% of the
@@ -54,11 +59,68 @@ constexpr double kMaxCheckError = 5e-2;
 struct Options {
   std::string device = "cuda";
   std::string only;  // "", "gemm" or "attention"
-  std::int64_t size = 8192;  // M = N = K
-  std::int64_t batch = 1, tokens = 8192, heads = 16, head_dim = 128;
+  std::int64_t size = 8192;  // M = N = K when no --shape is given
+  std::vector<std::string> shapes;  // "MxNxK"
+  std::int64_t batch = 1, heads = 16;
+  std::vector<std::int64_t> tokens{8192}, head_dims{128}, kv_heads{0};  // kv 0: as many as heads
+  std::vector<std::string> masks{"causal"};
   int warmup = 2, iters = 10;
   bool json = false;
 };
+
+struct GemmShape {
+  std::int64_t m = 0, n = 0, k = 0;
+};
+
+// One attention of the sweep.
+struct AttentionCase {
+  std::int64_t batch = 0, tokens = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  bool causal = true;
+};
+
+// "MxNxK" -> the shape, or a message that names the option and the fix.
+GemmShape parse_gemm_shape(const std::string& text) {
+  GemmShape g;
+  char x1 = 0, x2 = 0;
+  long long m = 0, n = 0, k = 0;
+  int used = 0;
+  const bool ok = std::sscanf(text.c_str(), "%lld%c%lld%c%lld%n", &m, &x1, &n, &x2, &k, &used) == 5 && x1 == 'x' &&
+                  x2 == 'x' && used == static_cast<int>(text.size()) && m > 0 && n > 0 && k > 0;
+  WF_USER_CHECK(ok, "bench device --shape {}: expected MxNxK with three positive integers, e.g. --shape 8192x6144x2048",
+                text);
+  g.m = m, g.n = n, g.k = k;
+  return g;
+}
+
+std::vector<GemmShape> gemm_shapes(const Options& o) {
+  if (o.shapes.empty()) return {{o.size, o.size, o.size}};
+  std::vector<GemmShape> shapes;
+  for (const std::string& text : o.shapes) shapes.push_back(parse_gemm_shape(text));
+  return shapes;
+}
+
+std::vector<AttentionCase> attention_cases(const Options& o) {
+  std::vector<AttentionCase> cases;
+  for (const std::string& mask : o.masks) {
+    for (const std::int64_t d : o.head_dims) {
+      for (const std::int64_t kv : o.kv_heads) {
+        const std::int64_t h_kv = kv == 0 ? o.heads : kv;
+        WF_USER_CHECK(o.heads % h_kv == 0,
+                      "bench device --kv-heads {}: the key/value heads must divide --heads {} (GQA groups of "
+                      "query heads); use a divisor of {}, or 0 for as many as --heads",
+                      kv, o.heads, o.heads);
+        for (const std::int64_t n : o.tokens) cases.push_back({o.batch, n, o.heads, h_kv, d, mask == "causal"});
+      }
+    }
+  }
+  return cases;
+}
+
+// One result line, out at once (a sweep cut short by a timeout keeps what it finished).
+void emit(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
 
 struct Timed {
   double median_s = 0;
@@ -95,33 +157,32 @@ struct GemmResult {
 };
 
 // |c − Σ a·b| over sqrt(Σ (a·b)²), the size of a sum of K random products.
-double gemm_check(const Tensor& a, const Tensor& b, const Tensor& c, std::int64_t n) {
+double gemm_check(const Tensor& a, const Tensor& b, const Tensor& c, const GemmShape& g) {
   const std::vector<double> av = host_values(a), bv = host_values(b), cv = host_values(c);
   double worst = 0;
   for (std::int64_t s = 0; s < kSamples; ++s) {
-    const std::int64_t i = sample(s, n), j = sample((s * 7 + 3) % kSamples, n);
+    const std::int64_t i = sample(s, g.m), j = sample((s * 7 + 3) % kSamples, g.n);
     double sum = 0, squares = 0;
-    for (std::int64_t k = 0; k < n; ++k) {
-      const double p = av[static_cast<std::size_t>(i * n + k)] * bv[static_cast<std::size_t>(k * n + j)];
+    for (std::int64_t k = 0; k < g.k; ++k) {
+      const double p = av[static_cast<std::size_t>(i * g.k + k)] * bv[static_cast<std::size_t>(k * g.n + j)];
       sum += p;
       squares += p * p;
     }
-    const double got = cv[static_cast<std::size_t>(i * n + j)];
+    const double got = cv[static_cast<std::size_t>(i * g.n + j)];
     const double error = std::isfinite(got) ? std::abs(got - sum) / std::sqrt(std::max(squares, 1e-300)) : INFINITY;
     worst = std::max(worst, error);
   }
   return worst;
 }
 
-GemmResult bench_gemm(const Options& o, Device device) {
-  const std::int64_t n = o.size;
-  const Operand a = random_bf16({n, n}, 1, device), b = random_bf16({n, n}, 2, device);
+GemmResult bench_gemm(const Options& o, const GemmShape& g, Device device) {
+  const Operand a = random_bf16({g.m, g.k}, 1, device), b = random_bf16({g.k, g.n}, 2, device);
   Tensor c;
   for (int i = 0; i < o.warmup; ++i) timed_call(device, [&] { c = matmul(a.dev, b.dev); });
   std::vector<double> times;
   for (int i = 0; i < o.iters; ++i) times.push_back(timed_call(device, [&] { c = matmul(a.dev, b.dev); }));
   const double s = median(times);
-  return {s * 1e3, 2.0 * double(n) * double(n) * double(n) / s * 1e-12, gemm_check(a.host, b.host, c, n)};
+  return {s * 1e3, 2.0 * double(g.m) * double(g.n) * double(g.k) / s * 1e-12, gemm_check(a.host, b.host, c, g)};
 }
 
 // ---- attention -----------------------------------------------------------------------------
@@ -131,36 +192,38 @@ struct AttentionBench {
   std::int64_t nonfinite_grads = 0;
 };
 
-// Sampled rows of the causal output against f64 softmax(q·kᵀ·scale)·v on the host:
+// Sampled rows of the output against f64 softmax(q·kᵀ·scale)·v on the host (keys up to the
+// query's own position when causal; query head h reads key/value head h / (H / H_kv)):
 // ‖o − ref‖ / ‖ref‖ per row, the worst row.
-double attention_check(const Options& o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out) {
-  const std::int64_t N = o.tokens, H = o.heads, d = o.head_dim;
+double attention_check(const AttentionCase& o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out) {
+  const std::int64_t N = o.tokens, H = o.heads, d = o.head_dim, group = o.heads / o.kv_heads;
   const std::vector<double> qv = host_values(q), kv = host_values(k), vv = host_values(v), ov = host_values(out);
   const double scale = 1.0 / std::sqrt(double(d));
-  const auto at = [&](std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t c) {
-    return static_cast<std::size_t>(((b * N + t) * H + h) * d + c);
+  const auto at = [&](std::int64_t heads, std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t c) {
+    return static_cast<std::size_t>(((b * N + t) * heads + h) * d + c);
   };
   double worst = 0;
   std::vector<double> scores(static_cast<std::size_t>(N)), ref(static_cast<std::size_t>(d));
   for (std::int64_t s = 0; s < kSamples; ++s) {
     const std::int64_t b = sample(s, o.batch), h = sample((s * 5 + 1) % kSamples, H), i = sample(s, N);
+    const std::int64_t g = h / group, last = o.causal ? i : N - 1;
     double top = -INFINITY;
-    for (std::int64_t j = 0; j <= i; ++j) {
+    for (std::int64_t j = 0; j <= last; ++j) {
       double dot = 0;
-      for (std::int64_t c = 0; c < d; ++c) dot += qv[at(b, i, h, c)] * kv[at(b, j, h, c)];
+      for (std::int64_t c = 0; c < d; ++c) dot += qv[at(H, b, i, h, c)] * kv[at(o.kv_heads, b, j, g, c)];
       scores[static_cast<std::size_t>(j)] = dot * scale;
       top = std::max(top, dot * scale);
     }
     double total = 0;
     std::fill(ref.begin(), ref.end(), 0.0);
-    for (std::int64_t j = 0; j <= i; ++j) {
+    for (std::int64_t j = 0; j <= last; ++j) {
       const double p = std::exp(scores[static_cast<std::size_t>(j)] - top);
       total += p;
-      for (std::int64_t c = 0; c < d; ++c) ref[static_cast<std::size_t>(c)] += p * vv[at(b, j, h, c)];
+      for (std::int64_t c = 0; c < d; ++c) ref[static_cast<std::size_t>(c)] += p * vv[at(o.kv_heads, b, j, g, c)];
     }
     double diff = 0, norm = 0;
     for (std::int64_t c = 0; c < d; ++c) {
-      const double r = ref[static_cast<std::size_t>(c)] / total, got = ov[at(b, i, h, c)];
+      const double r = ref[static_cast<std::size_t>(c)] / total, got = ov[at(H, b, i, h, c)];
       diff += std::isfinite(got) ? (got - r) * (got - r) : INFINITY;
       norm += r * r;
     }
@@ -177,13 +240,13 @@ std::int64_t count_nonfinite(const std::vector<Tensor>& tensors) {
   return n;
 }
 
-AttentionBench bench_attention(const Options& o, Device device) {
-  const Shape shape{o.batch, o.tokens, o.heads, o.head_dim};
-  Operand q = random_bf16(shape, 3, device), k = random_bf16(shape, 4, device), v = random_bf16(shape, 5, device);
+AttentionBench bench_attention(const Options& o, const AttentionCase& a, Device device) {
+  const Shape shape{a.batch, a.tokens, a.heads, a.head_dim}, kv_shape{a.batch, a.tokens, a.kv_heads, a.head_dim};
+  Operand q = random_bf16(shape, 3, device), k = random_bf16(kv_shape, 4, device), v = random_bf16(kv_shape, 5, device);
   const Operand d_out = random_bf16(shape, 6, device);
   for (Tensor* t : {&q.dev, &k.dev, &v.dev}) t->set_requires_grad();
   AttentionOptions options;
-  options.causal = true;
+  options.causal = a.causal;
 
   AttentionResult result;
   std::vector<double> fwd, bwd;
@@ -199,11 +262,12 @@ AttentionBench bench_attention(const Options& o, Device device) {
   AttentionBench r;
   r.fwd_ms = median(fwd) * 1e3;
   r.bwd_ms = median(bwd) * 1e3;
-  const double fwd_flops = 2.0 * double(o.batch * o.heads) * double(o.tokens) * double(o.tokens) * double(o.head_dim);
+  const double fwd_flops = (a.causal ? 2.0 : 4.0) * double(a.batch * a.heads) * double(a.tokens) * double(a.tokens) *
+                           double(a.head_dim);
   r.fwd_tflops = fwd_flops / (r.fwd_ms * 1e-3) * 1e-12;
   r.bwd_tflops = 2.5 * fwd_flops / (r.bwd_ms * 1e-3) * 1e-12;
   r.tflops = 3.5 * fwd_flops / ((r.fwd_ms + r.bwd_ms) * 1e-3) * 1e-12;
-  r.check = attention_check(o, q.host, k.host, v.host, result.out);
+  r.check = attention_check(a, q.host, k.host, v.host, result.out);
   r.nonfinite_grads = count_nonfinite({q.dev.grad(), k.dev.grad(), v.dev.grad()});
   return r;
 }
@@ -220,43 +284,48 @@ std::string device_description(Device device) {
 
 int run(const Options& o) {
   const Device device = Device::parse(o.device);
+  const std::vector<GemmShape> shapes = gemm_shapes(o);          // bad input refused before anything runs
+  const std::vector<AttentionCase> cases = attention_cases(o);
   const std::string timing = fmt::format("median of {} after {} warm-up, synchronized", o.iters, o.warmup);
-  if (!o.json) std::printf("device: %s\n", device_description(device).c_str());
+  if (!o.json) emit("device: " + device_description(device));
   bool ok = true;
   if (o.only.empty() || o.only == "gemm") {
-    const GemmResult g = bench_gemm(o, device);
-    ok = ok && g.check <= kMaxCheckError;
-    if (o.json) {
-      std::printf("%s\n", Json{{"bench", "gemm"}, {"device", device.str()}, {"dtype", "bf16"}, {"M", o.size},
-                               {"N", o.size}, {"K", o.size}, {"ms", g.ms}, {"tflops", g.tflops},
-                               {"flops", "2*M*N*K"}, {"check_error", g.check}}
-                              .dump()
-                              .c_str());
-    } else {
-      std::printf("gemm bf16 %lldx%lldx%lld: %.3f ms, %.4g TFLOP/s (2·M·N·K; %s); check %.1e\n",
-                  static_cast<long long>(o.size), static_cast<long long>(o.size), static_cast<long long>(o.size), g.ms,
-                  g.tflops, timing.c_str(), g.check);
+    for (const GemmShape& shape : shapes) {
+      const GemmResult g = bench_gemm(o, shape, device);
+      ok = ok && g.check <= kMaxCheckError;
+      if (o.json) {
+        emit(Json{{"bench", "gemm"}, {"device", device.str()}, {"dtype", "bf16"}, {"M", shape.m}, {"N", shape.n},
+                  {"K", shape.k}, {"ms", g.ms}, {"tflops", g.tflops}, {"flops", "2*M*N*K"}, {"check_error", g.check}}
+                 .dump());
+      } else {
+        emit(fmt::format("gemm bf16 {}x{}x{}: {:.3f} ms, {:.4g} TFLOP/s (2·M·N·K; {}); check {:.1e}", shape.m, shape.n,
+                         shape.k, g.ms, g.tflops, timing, g.check));
+      }
     }
   }
   if (o.only.empty() || o.only == "attention") {
-    const AttentionBench a = bench_attention(o, device);
-    ok = ok && a.check <= kMaxCheckError && a.nonfinite_grads == 0;
-    if (o.json) {
-      std::printf("%s\n", Json{{"bench", "attention"}, {"device", device.str()}, {"dtype", "bf16"}, {"causal", true},
-                               {"batch", o.batch}, {"tokens", o.tokens}, {"heads", o.heads}, {"head_dim", o.head_dim},
-                               {"fwd_ms", a.fwd_ms}, {"bwd_ms", a.bwd_ms}, {"ms", a.fwd_ms + a.bwd_ms},
-                               {"tflops", a.tflops}, {"fwd_tflops", a.fwd_tflops}, {"bwd_tflops", a.bwd_tflops},
-                               {"flops", "fwd 2*B*H*N^2*d (causal), bwd 2.5*fwd"}, {"check_error", a.check},
-                               {"nonfinite_grads", a.nonfinite_grads}}
-                              .dump()
-                              .c_str());
-    } else {
-      std::printf("attention fwd+bwd bf16 causal B=%lld N=%lld H=%lld d=%lld: %.3f ms (fwd %.3f, bwd %.3f), "
-                  "%.4g TFLOP/s (fwd %.4g, bwd %.4g; fwd 2·B·H·N²·d causal, bwd 2.5× fwd; %s); check %.1e, "
-                  "%lld non-finite gradients\n",
-                  static_cast<long long>(o.batch), static_cast<long long>(o.tokens), static_cast<long long>(o.heads),
-                  static_cast<long long>(o.head_dim), a.fwd_ms + a.bwd_ms, a.fwd_ms, a.bwd_ms, a.tflops, a.fwd_tflops,
-                  a.bwd_tflops, timing.c_str(), a.check, static_cast<long long>(a.nonfinite_grads));
+    for (const AttentionCase& c : cases) {
+      const AttentionBench a = bench_attention(o, c, device);
+      ok = ok && a.check <= kMaxCheckError && a.nonfinite_grads == 0;
+      const char* mask = c.causal ? "causal" : "full";
+      if (o.json) {
+        emit(Json{{"bench", "attention"}, {"device", device.str()}, {"dtype", "bf16"}, {"causal", c.causal},
+                  {"mask", mask}, {"batch", c.batch}, {"tokens", c.tokens}, {"heads", c.heads},
+                  {"kv_heads", c.kv_heads}, {"head_dim", c.head_dim}, {"fwd_ms", a.fwd_ms}, {"bwd_ms", a.bwd_ms},
+                  {"ms", a.fwd_ms + a.bwd_ms}, {"tflops", a.tflops}, {"fwd_tflops", a.fwd_tflops},
+                  {"bwd_tflops", a.bwd_tflops},
+                  {"flops", c.causal ? "fwd 2*B*H*N^2*d (causal), bwd 2.5*fwd" : "fwd 4*B*H*N^2*d, bwd 2.5*fwd"},
+                  {"check_error", a.check}, {"nonfinite_grads", a.nonfinite_grads}}
+                 .dump());
+      } else {
+        emit(fmt::format("attention fwd+bwd bf16 {} B={} N={} H={}{} d={}: {:.3f} ms (fwd {:.3f}, bwd {:.3f}), "
+                         "{:.4g} TFLOP/s (fwd {:.4g}, bwd {:.4g}; fwd {}·B·H·N²·d, bwd 2.5× fwd; {}); check {:.1e}, "
+                         "{} non-finite gradients",
+                         mask, c.batch, c.tokens, c.heads,
+                         c.kv_heads == c.heads ? std::string() : fmt::format(" (kv {})", c.kv_heads), c.head_dim,
+                         a.fwd_ms + a.bwd_ms, a.fwd_ms, a.bwd_ms, a.tflops, a.fwd_tflops, a.bwd_tflops,
+                         c.causal ? 2 : 4, timing, a.check, a.nonfinite_grads));
+      }
     }
   }
   if (!ok) {
@@ -274,16 +343,28 @@ void add_bench_device_command(CLI::App& bench) {
   auto options = std::make_shared<Options>();
   CLI::App* command = bench.add_subcommand(
       "device",
-      "bf16 GEMM and causal attention fwd+bwd through the ops layer on one device: time and TFLOP/s, results "
-      "checked against f64 (scripts/device-check.sh prints them beside PyTorch)");
+      "bf16 GEMMs and attention fwd+bwd (sweeps over lengths, head dims, masks, GQA) through the ops layer on one "
+      "device: time and TFLOP/s, results checked against f64 (scripts/device-check.sh prints them beside PyTorch)");
   command->add_option("--device", options->device, "cuda, cuda:N or cpu (cpu: small sizes, to test the command)");
   command->add_option("--only", options->only, "gemm or attention (default: both)")
       ->check(CLI::IsMember({"gemm", "attention"}));
-  command->add_option("--size", options->size, "GEMM M = N = K")->check(positive());
+  command->add_option("--size", options->size, "GEMM M = N = K (when no --shape is given)")->check(positive());
+  command->add_option("--shape", options->shapes, "GEMM MxNxK instead of the square --size (repeatable)");
   command->add_option("--batch", options->batch, "attention batch B")->check(positive());
-  command->add_option("--tokens", options->tokens, "attention sequence length N")->check(positive());
-  command->add_option("--heads", options->heads, "attention heads H")->check(positive());
-  command->add_option("--head-dim", options->head_dim, "attention head dimension d")->check(positive());
+  command->add_option("--tokens", options->tokens, "attention sequence lengths N (a list: 4096,8192 sweeps)")
+      ->delimiter(',')
+      ->check(positive());
+  command->add_option("--heads", options->heads, "attention query heads H")->check(positive());
+  command->add_option("--kv-heads", options->kv_heads,
+                      "key/value heads, each dividing --heads (GQA; 0: as many as --heads; a list sweeps)")
+      ->delimiter(',')
+      ->check(non_negative());
+  command->add_option("--head-dim", options->head_dims, "attention head dimensions d (a list sweeps)")
+      ->delimiter(',')
+      ->check(positive());
+  command->add_option("--mask", options->masks, "causal or full (a list sweeps; default causal)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"causal", "full"}));
   command->add_option("--warmup", options->warmup, "untimed calls first")->check(non_negative());
   command->add_option("--iters", options->iters, "timed calls (the median is printed)")->check(positive());
   command->add_flag("--json", options->json, "one JSON object per line per benchmark");

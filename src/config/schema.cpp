@@ -229,7 +229,7 @@ std::vector<Field> make_fields() {
       boolean(KEY(data, pack)),
 
       text(KEY(checkpoint, dir), false),
-      integer(KEY(checkpoint, every), 0),
+      integer(KEY(checkpoint, every), -1),  // -1: never, not even at the end (benchmarks)
       integer(KEY(checkpoint, keep_last), 0),
 
       text(KEY(log, dir), false),

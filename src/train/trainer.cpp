@@ -694,7 +694,9 @@ void Trainer::fit(std::int64_t stop_after) {
     log_step(val_loss);
     const auto& c = config_.checkpoint;
     summary_.stopped_for = agreed_stop_request();
-    if ((c.every > 0 && step_ % c.every == 0) || step_ == t.steps || summary_.stopped_for != 0) {
+    // checkpoint.every -1: none at all (a benchmark, whose run is thrown away: a 1.3B model's
+    // weights and AdamW state are 16 GB to write).
+    if (c.every >= 0 && ((c.every > 0 && step_ % c.every == 0) || step_ == t.steps || summary_.stopped_for != 0)) {
       // A checkpoint between logged steps reads their norms first: a run past
       // train.max_skipped_steps stops before it writes one.
       read_pending_steps();
