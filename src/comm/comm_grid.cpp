@@ -8,6 +8,7 @@
 
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/comm/nccl.h"
+#include "wallfacer/core/cuda_info.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::comm {
@@ -39,22 +40,26 @@ namespace {
 
 // Every rank's machine and device, in world order (an all-gather of fixed-size records).
 std::vector<RankDevice> gather_rank_devices(Group& world, Device device) {
-  constexpr std::int64_t kHostBytes = 256;
-  Tensor mine = Tensor::zeros({1, kHostBytes + 4}, DType::u8);
+  // One fixed-size record per rank: host name, device index, GPU UUID (NUL-padded).
+  constexpr std::int64_t kHostBytes = 256, kUuidBytes = 64, kRecord = kHostBytes + 4 + kUuidBytes;
+  Tensor mine = Tensor::zeros({1, kRecord}, DType::u8);
   auto* bytes = static_cast<char*>(mine.raw_data());
   gethostname(bytes, kHostBytes - 1);
   const std::int32_t index = device.index;
   std::memcpy(bytes + kHostBytes, &index, sizeof index);
+  const std::string uuid = device.is_cuda() ? cuda_device_uuid(device.index) : std::string();
+  std::memcpy(bytes + kHostBytes + 4, uuid.data(), std::min<std::size_t>(uuid.size(), kUuidBytes - 1));
   // On the MPI backend itself: a setup exchange, not the program's traffic (traffic.h).
-  Tensor all = Tensor::empty({world.size(), kHostBytes + 4}, DType::u8);
+  Tensor all = Tensor::empty({world.size(), kRecord}, DType::u8);
   world.cpu_backend().all_gather(mine, all);
   std::vector<RankDevice> ranks;
   const auto* gathered = static_cast<const char*>(all.raw_data());
   for (int r = 0; r < world.size(); ++r) {
-    const char* record = gathered + r * (kHostBytes + 4);
+    const char* record = gathered + r * kRecord;
     std::int32_t gpu = 0;
     std::memcpy(&gpu, record + kHostBytes, sizeof gpu);
-    ranks.push_back({std::string(record, strnlen(record, kHostBytes)), gpu});
+    ranks.push_back({std::string(record, strnlen(record, kHostBytes)), gpu,
+                     std::string(record + kHostBytes + 4, strnlen(record + kHostBytes + 4, kUuidBytes))});
   }
   return ranks;
 }

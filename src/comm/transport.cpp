@@ -37,12 +37,13 @@ TransportChoice choose_gpu_transport(GpuTransport requested, Device device, bool
   if (!nccl_built) {
     problem = "this build has no NCCL (configure with the CUDA toolkit and NCCL installed)";
   } else {
-    std::set<std::pair<std::string, int>> seen;
+    std::set<std::string> seen;  // each rank's GPU: its UUID, else its machine and index
     for (std::size_t r = 0; r < ranks.size() && problem.empty(); ++r) {
-      if (!seen.emplace(ranks[r].host, ranks[r].device).second) {
-        problem = fmt::format("ranks share a GPU (world rank {} is on cuda:{} of {}, as an earlier rank is), which "
-                              "NCCL refuses; give each rank a GPU of its own",
-                              r, ranks[r].device, ranks[r].host);
+      const RankDevice& d = ranks[r];
+      if (!seen.insert(d.gpu_uuid.empty() ? fmt::format("{}:{}", d.host, d.device) : d.gpu_uuid).second) {
+        problem = fmt::format("ranks share a GPU (world rank {} is on cuda:{}{} of {}, as an earlier rank is), "
+                              "which NCCL refuses; give each rank a GPU of its own",
+                              r, d.device, d.gpu_uuid.empty() ? "" : " " + d.gpu_uuid, d.host);
       }
     }
   }

@@ -49,6 +49,18 @@ std::string cuda_driver_version() {
   return cudaDriverGetVersion(&v) == cudaSuccess && v > 0 ? version_string(v) : std::string();
 }
 
+std::string cuda_device_uuid(int index) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: the caller only loses the identity
+    return {};
+  }
+  std::string hex;
+  for (const char byte : prop.uuid.bytes) hex += fmt::format("{:02x}", static_cast<unsigned char>(byte));
+  return fmt::format("GPU-{}-{}-{}-{}-{}", hex.substr(0, 8), hex.substr(8, 4), hex.substr(12, 4), hex.substr(16, 4),
+                     hex.substr(20));
+}
+
 #else
 
 std::vector<std::string> cuda_devices(std::string* error) {
@@ -57,6 +69,7 @@ std::vector<std::string> cuda_devices(std::string* error) {
 }
 std::string cuda_runtime_version() { return {}; }
 std::string cuda_driver_version() { return {}; }
+std::string cuda_device_uuid(int) { return {}; }
 
 #endif
 

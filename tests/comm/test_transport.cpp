@@ -60,3 +60,20 @@ TEST_CASE("the cpu needs no device transport; the test device's stand-in serves 
   CHECK(testdev.transport == GpuTransport::nccl);
   CHECK(choose_gpu_transport(GpuTransport::staged, Device::test(), false, {}).transport == GpuTransport::staged);
 }
+
+TEST_CASE("GPUs are told apart by their UUIDs where the runtime gives them", "[comm][transport]") {
+  const Device gpu = Device::cuda(0);
+  // CUDA_VISIBLE_DEVICES per rank: every rank sees its own GPU as cuda:0 of one machine.
+  const std::vector<RankDevice> own = {{"node0", 0, "GPU-aaaaaaaa-0000-0000-0000-000000000000"},
+                                       {"node0", 0, "GPU-bbbbbbbb-0000-0000-0000-000000000000"}};
+  CHECK(choose_gpu_transport(GpuTransport::automatic, gpu, true, own).transport == GpuTransport::nccl);
+  // One GPU seen under two indices is still one GPU.
+  const std::vector<RankDevice> same = {{"node0", 0, "GPU-aaaaaaaa-0000-0000-0000-000000000000"},
+                                        {"node0", 1, "GPU-aaaaaaaa-0000-0000-0000-000000000000"}};
+  const auto shared = choose_gpu_transport(GpuTransport::automatic, gpu, true, same);
+  CHECK(shared.transport == GpuTransport::staged);
+  CHECK_THAT(shared.reason, Catch::Contains("world rank 1 is on cuda:1 GPU-aaaaaaaa"));
+  // Without UUIDs, machine and index decide, as placement() above.
+  CHECK(choose_gpu_transport(GpuTransport::automatic, gpu, true, {{"node0", 0, ""}, {"node0", 0, ""}}).transport ==
+        GpuTransport::staged);
+}

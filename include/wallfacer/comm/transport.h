@@ -28,10 +28,13 @@ enum class GpuTransport { automatic, nccl, staged };
 
 std::string_view gpu_transport_name(GpuTransport transport);  // "auto", "nccl", "staged" (comm.gpu_transport)
 
-// Where one rank's device is: its machine and its device, for "has a GPU of its own".
+// Where one rank's device is, for "has a GPU of its own": the GPU's UUID where the runtime gives
+// one (cuda_device_uuid), which tells GPUs apart even where every rank sees its own as cuda:0
+// (CUDA_VISIBLE_DEVICES per rank, as batch schedulers set it); else its machine and index.
 struct RankDevice {
   std::string host;
   int device = 0;
+  std::string gpu_uuid{};  // empty: unknown
   friend bool operator==(const RankDevice&, const RankDevice&) = default;
 };
 

@@ -17,4 +17,10 @@ std::vector<std::string> cuda_devices(std::string* error = nullptr);
 std::string cuda_runtime_version();
 std::string cuda_driver_version();
 
+// The UUID of device `index` as NCCL and nvidia-smi identify a GPU ("GPU-" and 32 hex digits with
+// its dashes); empty when the build has no CUDA backend or the runtime cannot say. Two ranks on
+// one machine whose CUDA_VISIBLE_DEVICES differ both see their GPU as cuda:0: only this tells
+// whether it is the same GPU.
+std::string cuda_device_uuid(int index);
+
 }  // namespace wf
