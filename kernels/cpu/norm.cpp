@@ -24,6 +24,13 @@ void check_sizes(const char* what, std::int64_t rows, std::int64_t cols, double 
   WF_CHECK(eps >= 0.0, "{}: eps must be >= 0, got {}", what, eps);
 }
 
+// The fused residual add's operands: without them the entry would be the plain norm and leave sum
+// unwritten (empty arrays may have no storage).
+void check_residual(const char* what, std::int64_t rows, std::int64_t cols, const void* branch, const void* sum) {
+  WF_CHECK(rows * cols == 0 || (branch != nullptr && sum != nullptr),
+           "{}: branch and sum are required (the norm without a residual add is the plain entry)", what);
+}
+
 double inverse_cols(std::int64_t cols) { return cols > 0 ? 1.0 / static_cast<double>(cols) : 0.0; }
 
 struct RowStats {
@@ -191,6 +198,7 @@ template <typename T>
 void add_layernorm_forward(std::int64_t rows, std::int64_t cols, const T* x, const T* branch, const T* weight,
                            const T* bias, double eps, T* sum, T* y, T* mean, T* rstd) {
   check_sizes("add_layernorm_forward", rows, cols, eps);
+  check_residual("add_layernorm_forward", rows, cols, branch, sum);
   norm_forward<NormKind::layer>(rows, cols, x, branch, weight, bias, eps, sum, y, mean, rstd);
 }
 
@@ -205,6 +213,7 @@ template <typename T>
 void add_rmsnorm_forward(std::int64_t rows, std::int64_t cols, const T* x, const T* branch, const T* weight,
                          double eps, T* sum, T* y, T* rstd) {
   check_sizes("add_rmsnorm_forward", rows, cols, eps);
+  check_residual("add_rmsnorm_forward", rows, cols, branch, sum);
   norm_forward<NormKind::rms>(rows, cols, x, branch, weight, static_cast<const T*>(nullptr), eps, sum, y,
                               static_cast<T*>(nullptr), rstd);
 }

@@ -16,6 +16,13 @@ void check_sizes(const char* what, std::int64_t rows, std::int64_t cols, double 
 }
 
 
+// The fused residual add's operands: without them the entry would be the plain norm and leave sum
+// unwritten (empty arrays may have no storage).
+void check_residual(const char* what, std::int64_t rows, std::int64_t cols, const void* branch, const void* sum) {
+  WF_CHECK(rows * cols == 0 || (branch != nullptr && sum != nullptr),
+           "{}: branch and sum are required (the norm without a residual add is the plain entry)", what);
+}
+
 // The backward of either norm: the parameter gradients first (their own passes over x and dy),
 // then dx, so a dx that shares dy's memory is written only after every read of dy. dsum_in
 // (nullable; the fused residual add) is added onto dx.
@@ -117,6 +124,7 @@ void CudaKernels::add_layernorm_forward(const Stream& stream, DType dtype, std::
                                         const void* x, const void* branch, const void* weight, const void* bias,
                                         double eps, void* sum, void* y, void* mean, void* rstd) {
   check_sizes("add_layernorm_forward", rows, cols, eps);
+  check_residual("add_layernorm_forward", rows, cols, branch, sum);
   dispatch_floating(dtype, "add_layernorm_forward", [&](auto t) {
     using T = decltype(t);
     launch_norm_forward<T>(native(stream), false, rows, cols, in<T>(x), in<T>(branch), in<T>(weight), in<T>(bias),
@@ -136,6 +144,7 @@ void CudaKernels::add_rmsnorm_forward(const Stream& stream, DType dtype, std::in
                                       const void* x, const void* branch, const void* weight, double eps, void* sum,
                                       void* y, void* rstd) {
   check_sizes("add_rmsnorm_forward", rows, cols, eps);
+  check_residual("add_rmsnorm_forward", rows, cols, branch, sum);
   dispatch_floating(dtype, "add_rmsnorm_forward", [&](auto t) {
     using T = decltype(t);
     launch_norm_forward<T>(native(stream), true, rows, cols, in<T>(x), in<T>(branch), in<T>(weight), nullptr, eps,

@@ -128,3 +128,15 @@ TEMPLATE_TEST_CASE("add_rmsnorm is bitwise the add then rmsnorm, forward and bac
     }
   }
 }
+
+TEST_CASE("add_layernorm and add_rmsnorm name a missing branch or sum", "[kernels][norm]") {
+  std::vector<float> x(6, 1.0f), y(6), rstd(2);
+  REQUIRE_THROWS_WITH(add_layernorm_forward<float>(2, 3, x.data(), nullptr, nullptr, nullptr, 1e-5, y.data(),
+                                                   y.data(), nullptr, rstd.data()),
+                      Catch::Contains("add_layernorm_forward") && Catch::Contains("branch and sum are required"));
+  REQUIRE_THROWS_WITH(add_rmsnorm_forward<float>(2, 3, x.data(), x.data(), nullptr, 1e-6, nullptr, y.data(),
+                                                 rstd.data()),
+                      Catch::Contains("add_rmsnorm_forward"));
+  // Empty arrays need no storage.
+  add_rmsnorm_forward<float>(0, 3, nullptr, nullptr, nullptr, 1e-6, nullptr, nullptr, nullptr);
+}
