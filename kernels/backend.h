@@ -146,6 +146,22 @@ class Backend {
   virtual void rmsnorm_backward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
                                 const void* x, const void* weight, const void* rstd, const void* dy, void* dx,
                                 void* dweight) = 0;
+  // The residual add fused in front of the norm (kernels/cpu/norm.h's add_layernorm_forward...):
+  // sum = x + branch and the norm of sum in one pass; the backward writes dsum = dx + dsum_in (nullable),
+  // the gradient of both x and branch. Bitwise the unfused kernels followed by the add.
+  virtual void add_layernorm_forward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                                     const void* x, const void* branch, const void* weight, const void* bias,
+                                     double eps, void* sum, void* y, void* mean, void* rstd) = 0;
+  virtual void add_layernorm_backward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                                      const void* sum, const void* weight, const void* mean, const void* rstd,
+                                      const void* dy, const void* dsum_in, void* dsum, void* dweight,
+                                      void* dbias) = 0;
+  virtual void add_rmsnorm_forward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                                   const void* x, const void* branch, const void* weight, double eps, void* sum,
+                                   void* y, void* rstd) = 0;
+  virtual void add_rmsnorm_backward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                                    const void* sum, const void* weight, const void* rstd, const void* dy,
+                                    const void* dsum_in, void* dsum, void* dweight) = 0;
 
   // ---- cross-entropy -------------------------------------------------------------------------
   // losses[r], lse[r] as kernels/cpu/cross_entropy.h, and *count (one i64 on the device) = the

@@ -287,6 +287,42 @@ class HostKernels : public Backend {
                                io<T>(dweight));
     });
   }
+  void add_layernorm_forward(const Stream& s, DType dt, std::int64_t rows, std::int64_t cols, const void* x,
+                             const void* branch, const void* weight, const void* bias, double eps, void* sum,
+                             void* y, void* mean, void* rstd) override {
+    typed(s, dt, "add_layer_norm", [=](auto t) {
+      using T = decltype(t);
+      cpu::add_layernorm_forward<T>(rows, cols, in<T>(x), in<T>(branch), in<T>(weight), in<T>(bias), eps,
+                                    io<T>(sum), io<T>(y), io<T>(mean), io<T>(rstd));
+    });
+  }
+  void add_layernorm_backward(const Stream& s, DType dt, std::int64_t rows, std::int64_t cols, const void* sum,
+                              const void* weight, const void* mean, const void* rstd, const void* dy,
+                              const void* dsum_in, void* dsum, void* dweight, void* dbias) override {
+    typed(s, dt, "add_layer_norm_backward", [=](auto t) {
+      using T = decltype(t);
+      cpu::add_layernorm_backward<T>(rows, cols, in<T>(sum), in<T>(weight), in<T>(mean), in<T>(rstd), in<T>(dy),
+                                     in<T>(dsum_in), io<T>(dsum), io<T>(dweight), io<T>(dbias));
+    });
+  }
+  void add_rmsnorm_forward(const Stream& s, DType dt, std::int64_t rows, std::int64_t cols, const void* x,
+                           const void* branch, const void* weight, double eps, void* sum, void* y,
+                           void* rstd) override {
+    typed(s, dt, "add_rms_norm", [=](auto t) {
+      using T = decltype(t);
+      cpu::add_rmsnorm_forward<T>(rows, cols, in<T>(x), in<T>(branch), in<T>(weight), eps, io<T>(sum), io<T>(y),
+                                  io<T>(rstd));
+    });
+  }
+  void add_rmsnorm_backward(const Stream& s, DType dt, std::int64_t rows, std::int64_t cols, const void* sum,
+                            const void* weight, const void* rstd, const void* dy, const void* dsum_in, void* dsum,
+                            void* dweight) override {
+    typed(s, dt, "add_rms_norm_backward", [=](auto t) {
+      using T = decltype(t);
+      cpu::add_rmsnorm_backward<T>(rows, cols, in<T>(sum), in<T>(weight), in<T>(rstd), in<T>(dy), in<T>(dsum_in),
+                                   io<T>(dsum), io<T>(dweight));
+    });
+  }
 
   void cross_entropy_forward(const Stream& s, DType dt, std::int64_t rows, std::int64_t vocab, const void* logits,
                              const std::int64_t* targets, std::int64_t ignore_index, void* losses, void* lse,

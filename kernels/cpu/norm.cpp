@@ -24,6 +24,13 @@ void check_sizes(const char* what, std::int64_t rows, std::int64_t cols, double 
   WF_CHECK(eps >= 0.0, "{}: eps must be >= 0, got {}", what, eps);
 }
 
+// The fused residual add's operands: without them the entry would be the plain norm and leave sum
+// unwritten (empty arrays may have no storage).
+void check_residual(const char* what, std::int64_t rows, std::int64_t cols, const void* branch, const void* sum) {
+  WF_CHECK(rows * cols == 0 || (branch != nullptr && sum != nullptr),
+           "{}: branch and sum are required (the norm without a residual add is the plain entry)", what);
+}
+
 double inverse_cols(std::int64_t cols) { return cols > 0 ? 1.0 / static_cast<double>(cols) : 0.0; }
 
 struct RowStats {
@@ -56,12 +63,23 @@ RowStats row_stats(std::int64_t cols, const T* x, double eps) {
   return {mean, 1.0 / std::sqrt(sum_sq * inv_cols + eps)};
 }
 
+// With a branch (the fused residual add), the row normalised is sum = x + branch, added in T as the
+// add op does and written out first: the statistics and y then read it back while it is in cache,
+// instead of from memory in a second pass.
 template <NormKind kKind, typename T>
-void norm_forward(std::int64_t rows, std::int64_t cols, const T* x, const T* weight, const T* bias, double eps,
-                  T* y, T* mean_out, T* rstd_out) {
+void norm_forward(std::int64_t rows, std::int64_t cols, const T* x, const T* branch /*nullable*/,
+                  const T* weight, const T* bias, double eps, T* sum /*with branch*/, T* y, T* mean_out,
+                  T* rstd_out) {
 #pragma omp parallel for if (rows * cols > 32768)
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * cols;
+    if (branch != nullptr) {
+      const T* br = branch + r * cols;
+      T* sr = sum + r * cols;
+#pragma omp simd
+      for (std::int64_t j = 0; j < cols; ++j) sr[j] = xr[j] + br[j];
+      xr = sr;
+    }
     T* yr = y + r * cols;
     const RowStats s = row_stats<kKind>(cols, xr, eps);
     if (mean_out != nullptr) mean_out[r] = static_cast<T>(s.mean);
@@ -109,9 +127,11 @@ void for_rows_summing_columns(std::int64_t rows, std::int64_t cols, std::array<T
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight and
 // xhat = (x - mean) * rstd; for RMSNorm the mean(g) term drops out with the mean.
+// With dsum_in (the fused residual add: x is the sum), dx = T(that) + dsum_in, added in T as the
+// autograd engine adds two gradients of one tensor: the gradient the add hands to both operands.
 template <NormKind kKind, typename T>
 void norm_backward(std::int64_t rows, std::int64_t cols, const T* x, const T* weight, const T* mean,
-                   const T* rstd, const T* dy, T* dx, T* dweight, T* dbias) {
+                   const T* rstd, const T* dy, const T* dsum_in /*nullable*/, T* dx, T* dweight, T* dbias) {
   const double inv_cols = inverse_cols(cols);
   for_rows_summing_columns<2>(rows, cols, std::array<T*, 2>{dweight, dbias},
                               [&](std::int64_t r, const std::array<double*, 2>& partial) {
@@ -132,7 +152,8 @@ void norm_backward(std::int64_t rows, std::int64_t cols, const T* x, const T* we
     const double mean_g = kKind == NormKind::layer ? sum_g * inv_cols : 0.0;
     const double mean_g_xhat = sum_g_xhat * inv_cols;
     for (std::int64_t j = 0; j < cols; ++j) {
-      dxr[j] = static_cast<T>(row_rstd * (g(j) - mean_g - xhat(j) * mean_g_xhat));
+      const T dx_norm = static_cast<T>(row_rstd * (g(j) - mean_g - xhat(j) * mean_g_xhat));
+      dxr[j] = dsum_in != nullptr ? static_cast<T>(dx_norm + dsum_in[r * cols + j]) : dx_norm;
       if (partial[0] != nullptr) partial[0][j] += dyr[j] * xhat(j);
       if (partial[1] != nullptr) partial[1][j] += dyr[j];
     }
@@ -145,30 +166,64 @@ template <typename T>
 void layernorm_forward(std::int64_t rows, std::int64_t cols, const T* x, const T* weight, const T* bias,
                        double eps, T* y, T* mean, T* rstd) {
   check_sizes("layernorm_forward", rows, cols, eps);
-  norm_forward<NormKind::layer>(rows, cols, x, weight, bias, eps, y, mean, rstd);
+  norm_forward<NormKind::layer>(rows, cols, x, static_cast<const T*>(nullptr), weight, bias, eps,
+                                static_cast<T*>(nullptr), y, mean, rstd);
 }
 
 template <typename T>
 void layernorm_backward(std::int64_t rows, std::int64_t cols, const T* x, const T* weight, const T* mean,
                         const T* rstd, const T* dy, T* dx, T* dweight, T* dbias) {
   check_sizes("layernorm_backward", rows, cols, 0.0);
-  norm_backward<NormKind::layer>(rows, cols, x, weight, mean, rstd, dy, dx, dweight, dbias);
+  norm_backward<NormKind::layer>(rows, cols, x, weight, mean, rstd, dy, static_cast<const T*>(nullptr), dx, dweight,
+                                 dbias);
 }
 
 template <typename T>
 void rmsnorm_forward(std::int64_t rows, std::int64_t cols, const T* x, const T* weight, double eps, T* y,
                      T* rstd) {
   check_sizes("rmsnorm_forward", rows, cols, eps);
-  norm_forward<NormKind::rms>(rows, cols, x, weight, static_cast<const T*>(nullptr), eps, y,
-                              static_cast<T*>(nullptr), rstd);
+  norm_forward<NormKind::rms>(rows, cols, x, static_cast<const T*>(nullptr), weight, static_cast<const T*>(nullptr),
+                              eps, static_cast<T*>(nullptr), y, static_cast<T*>(nullptr), rstd);
 }
 
 template <typename T>
 void rmsnorm_backward(std::int64_t rows, std::int64_t cols, const T* x, const T* weight, const T* rstd,
                       const T* dy, T* dx, T* dweight) {
   check_sizes("rmsnorm_backward", rows, cols, 0.0);
-  norm_backward<NormKind::rms>(rows, cols, x, weight, static_cast<const T*>(nullptr), rstd, dy, dx, dweight,
-                               static_cast<T*>(nullptr));
+  norm_backward<NormKind::rms>(rows, cols, x, weight, static_cast<const T*>(nullptr), rstd, dy,
+                               static_cast<const T*>(nullptr), dx, dweight, static_cast<T*>(nullptr));
+}
+
+template <typename T>
+void add_layernorm_forward(std::int64_t rows, std::int64_t cols, const T* x, const T* branch, const T* weight,
+                           const T* bias, double eps, T* sum, T* y, T* mean, T* rstd) {
+  check_sizes("add_layernorm_forward", rows, cols, eps);
+  check_residual("add_layernorm_forward", rows, cols, branch, sum);
+  norm_forward<NormKind::layer>(rows, cols, x, branch, weight, bias, eps, sum, y, mean, rstd);
+}
+
+template <typename T>
+void add_layernorm_backward(std::int64_t rows, std::int64_t cols, const T* sum, const T* weight, const T* mean,
+                            const T* rstd, const T* dy, const T* dsum_in, T* dsum, T* dweight, T* dbias) {
+  check_sizes("add_layernorm_backward", rows, cols, 0.0);
+  norm_backward<NormKind::layer>(rows, cols, sum, weight, mean, rstd, dy, dsum_in, dsum, dweight, dbias);
+}
+
+template <typename T>
+void add_rmsnorm_forward(std::int64_t rows, std::int64_t cols, const T* x, const T* branch, const T* weight,
+                         double eps, T* sum, T* y, T* rstd) {
+  check_sizes("add_rmsnorm_forward", rows, cols, eps);
+  check_residual("add_rmsnorm_forward", rows, cols, branch, sum);
+  norm_forward<NormKind::rms>(rows, cols, x, branch, weight, static_cast<const T*>(nullptr), eps, sum, y,
+                              static_cast<T*>(nullptr), rstd);
+}
+
+template <typename T>
+void add_rmsnorm_backward(std::int64_t rows, std::int64_t cols, const T* sum, const T* weight, const T* rstd,
+                          const T* dy, const T* dsum_in, T* dsum, T* dweight) {
+  check_sizes("add_rmsnorm_backward", rows, cols, 0.0);
+  norm_backward<NormKind::rms>(rows, cols, sum, weight, static_cast<const T*>(nullptr), rstd, dy, dsum_in, dsum,
+                               dweight, static_cast<T*>(nullptr));
 }
 
 // ---- references ----------------------------------------------------------------------------
@@ -260,6 +315,43 @@ void rmsnorm_backward_reference(std::int64_t rows, std::int64_t cols, const T* x
   }
 }
 
+// The fused residual add: the add, then the norm's own reference (and its backward, then the add's).
+namespace {
+template <typename T>
+void add_rows_reference(std::int64_t n, const T* a, const T* b, T* out) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+}  // namespace
+
+template <typename T>
+void add_layernorm_forward_reference(std::int64_t rows, std::int64_t cols, const T* x, const T* branch,
+                                     const T* weight, const T* bias, double eps, T* sum, T* y, T* mean, T* rstd) {
+  add_rows_reference(rows * cols, x, branch, sum);
+  layernorm_forward_reference(rows, cols, sum, weight, bias, eps, y, mean, rstd);
+}
+
+template <typename T>
+void add_layernorm_backward_reference(std::int64_t rows, std::int64_t cols, const T* sum, const T* weight,
+                                      const T* mean, const T* rstd, const T* dy, const T* dsum_in, T* dsum,
+                                      T* dweight, T* dbias) {
+  layernorm_backward_reference(rows, cols, sum, weight, mean, rstd, dy, dsum, dweight, dbias);
+  if (dsum_in != nullptr) add_rows_reference(rows * cols, static_cast<const T*>(dsum), dsum_in, dsum);
+}
+
+template <typename T>
+void add_rmsnorm_forward_reference(std::int64_t rows, std::int64_t cols, const T* x, const T* branch,
+                                   const T* weight, double eps, T* sum, T* y, T* rstd) {
+  add_rows_reference(rows * cols, x, branch, sum);
+  rmsnorm_forward_reference(rows, cols, sum, weight, eps, y, rstd);
+}
+
+template <typename T>
+void add_rmsnorm_backward_reference(std::int64_t rows, std::int64_t cols, const T* sum, const T* weight,
+                                    const T* rstd, const T* dy, const T* dsum_in, T* dsum, T* dweight) {
+  rmsnorm_backward_reference(rows, cols, sum, weight, rstd, dy, dsum, dweight);
+  if (dsum_in != nullptr) add_rows_reference(rows * cols, static_cast<const T*>(dsum), dsum_in, dsum);
+}
+
 #define WF_INSTANTIATE_NORM(T)                                                                                 \
   template void layernorm_forward<T>(std::int64_t, std::int64_t, const T*, const T*, const T*, double, T*, T*, \
                                      T*);                                                                      \
@@ -274,7 +366,23 @@ void rmsnorm_backward_reference(std::int64_t rows, std::int64_t cols, const T* x
                                                 const T*, const T*, T*, T*, T*);                               \
   template void rmsnorm_forward_reference<T>(std::int64_t, std::int64_t, const T*, const T*, double, T*, T*); \
   template void rmsnorm_backward_reference<T>(std::int64_t, std::int64_t, const T*, const T*, const T*,       \
-                                              const T*, T*, T*);
+                                              const T*, T*, T*);                                             \
+  template void add_layernorm_forward<T>(std::int64_t, std::int64_t, const T*, const T*, const T*, const T*,  \
+                                         double, T*, T*, T*, T*);                                              \
+  template void add_layernorm_backward<T>(std::int64_t, std::int64_t, const T*, const T*, const T*, const T*, \
+                                          const T*, const T*, T*, T*, T*);                                     \
+  template void add_rmsnorm_forward<T>(std::int64_t, std::int64_t, const T*, const T*, const T*, double, T*,  \
+                                       T*, T*);                                                                \
+  template void add_rmsnorm_backward<T>(std::int64_t, std::int64_t, const T*, const T*, const T*, const T*,   \
+                                        const T*, T*, T*);                                                     \
+  template void add_layernorm_forward_reference<T>(std::int64_t, std::int64_t, const T*, const T*, const T*,  \
+                                                   const T*, double, T*, T*, T*, T*);                          \
+  template void add_layernorm_backward_reference<T>(std::int64_t, std::int64_t, const T*, const T*, const T*, \
+                                                    const T*, const T*, const T*, T*, T*, T*);                 \
+  template void add_rmsnorm_forward_reference<T>(std::int64_t, std::int64_t, const T*, const T*, const T*,    \
+                                                 double, T*, T*, T*);                                          \
+  template void add_rmsnorm_backward_reference<T>(std::int64_t, std::int64_t, const T*, const T*, const T*,   \
+                                                  const T*, const T*, T*, T*);
 WF_INSTANTIATE_NORM(float)
 WF_INSTANTIATE_NORM(double)
 #undef WF_INSTANTIATE_NORM

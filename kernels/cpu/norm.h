@@ -37,6 +37,28 @@ template <typename T>
 void rmsnorm_backward(std::int64_t rows, std::int64_t cols, const T* x, const T* weight /*nullable*/,
                       const T* rstd, const T* dy, T* dx, T* dweight /*nullable, +=*/);
 
+// ---- the residual add fused in front (a pre-norm block's x + branch, then its norm) ------------
+// Forward: sum = x + branch (added in T, as the add op does), then the norm of sum (its y, mean,
+// rstd), in one pass over the rows. Backward: the norm's dx of sum, then
+// dsum = T(dx) + dsum_in (added in T, as autograd adds two gradients of one tensor; dsum_in is the
+// gradient sum received from its other uses, nullable for none): the gradient of both x and
+// branch. Bitwise the unfused kernels and the add.
+template <typename T>
+void add_layernorm_forward(std::int64_t rows, std::int64_t cols, const T* x, const T* branch,
+                           const T* weight /*nullable*/, const T* bias /*nullable*/, double eps, T* sum, T* y,
+                           T* mean /*nullable*/, T* rstd /*nullable*/);
+template <typename T>
+void add_layernorm_backward(std::int64_t rows, std::int64_t cols, const T* sum, const T* weight /*nullable*/,
+                            const T* mean, const T* rstd, const T* dy, const T* dsum_in /*nullable*/, T* dsum,
+                            T* dweight /*nullable, +=*/, T* dbias /*nullable, +=*/);
+template <typename T>
+void add_rmsnorm_forward(std::int64_t rows, std::int64_t cols, const T* x, const T* branch,
+                         const T* weight /*nullable*/, double eps, T* sum, T* y, T* rstd /*nullable*/);
+template <typename T>
+void add_rmsnorm_backward(std::int64_t rows, std::int64_t cols, const T* sum, const T* weight /*nullable*/,
+                          const T* rstd, const T* dy, const T* dsum_in /*nullable*/, T* dsum,
+                          T* dweight /*nullable, +=*/);
+
 // ---- references: naive loops in double, for tests ----------------------------------------
 template <typename T>
 void layernorm_forward_reference(std::int64_t rows, std::int64_t cols, const T* x, const T* weight,
@@ -50,5 +72,20 @@ void rmsnorm_forward_reference(std::int64_t rows, std::int64_t cols, const T* x,
 template <typename T>
 void rmsnorm_backward_reference(std::int64_t rows, std::int64_t cols, const T* x, const T* weight,
                                 const T* rstd, const T* dy, T* dx, T* dweight);
+
+// The fused add: the add, then the references above (backward: the norm's, then the add).
+template <typename T>
+void add_layernorm_forward_reference(std::int64_t rows, std::int64_t cols, const T* x, const T* branch,
+                                     const T* weight, const T* bias, double eps, T* sum, T* y, T* mean, T* rstd);
+template <typename T>
+void add_layernorm_backward_reference(std::int64_t rows, std::int64_t cols, const T* sum, const T* weight,
+                                      const T* mean, const T* rstd, const T* dy, const T* dsum_in, T* dsum,
+                                      T* dweight, T* dbias);
+template <typename T>
+void add_rmsnorm_forward_reference(std::int64_t rows, std::int64_t cols, const T* x, const T* branch,
+                                   const T* weight, double eps, T* sum, T* y, T* rstd);
+template <typename T>
+void add_rmsnorm_backward_reference(std::int64_t rows, std::int64_t cols, const T* sum, const T* weight,
+                                    const T* rstd, const T* dy, const T* dsum_in, T* dsum, T* dweight);
 
 }  // namespace wf::kernels::cpu

@@ -35,7 +35,7 @@ std::vector<std::string> cuda_kernel_inventory() {
       "movement: gather, strided block copies, row selection, Ulysses message blocks",
       "reduce: sums, means, max/argmax, step totals, counts, gradient-norm clipping with the squares of all "
       "gradients in one launch (deterministic, no float atomics)",
-      "norm: softmax and log-softmax, LayerNorm and RMSNorm forward/backward",
+      "norm: softmax and log-softmax, LayerNorm and RMSNorm forward/backward, each with the residual add fused in",
       "cross_entropy: fused softmax cross-entropy and the vocabulary-parallel partials",
       "embedding: embedding forward/backward (sorted, deterministic), RoPE",
       "diffusion: noising, L_vb, timestep embedding",

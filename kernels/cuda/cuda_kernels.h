@@ -106,6 +106,18 @@ class CudaKernels final : public Backend {
   void rmsnorm_backward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
                         const void* x, const void* weight, const void* rstd, const void* dy, void* dx,
                         void* dweight) override;
+  void add_layernorm_forward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                             const void* x, const void* branch, const void* weight, const void* bias, double eps,
+                             void* sum, void* y, void* mean, void* rstd) override;
+  void add_layernorm_backward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                              const void* sum, const void* weight, const void* mean, const void* rstd,
+                              const void* dy, const void* dsum_in, void* dsum, void* dweight, void* dbias) override;
+  void add_rmsnorm_forward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                           const void* x, const void* branch, const void* weight, double eps, void* sum, void* y,
+                           void* rstd) override;
+  void add_rmsnorm_backward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t cols,
+                            const void* sum, const void* weight, const void* rstd, const void* dy,
+                            const void* dsum_in, void* dsum, void* dweight) override;
 
   // ---- kernels/cuda/cross_entropy.cpp (+ cross_entropy.cu): cross-entropy, vocabulary-parallel cross-entropy
   void cross_entropy_forward(const Stream& stream, DType dtype, std::int64_t rows, std::int64_t vocab,

@@ -115,12 +115,22 @@ void softmax_backward(cudaStream_t stream, std::int64_t rows, std::int64_t cols,
 
 // Two passes in double: the mean, then the mean square about it; rstd = 1 / sqrt(that + eps).
 // y = (x − mean)·rstd·weight + bias in double, rounded to T. inv_cols: 1 / cols, 0 for cols 0.
+// With a branch (the fused residual add) the row normalised is sum = x + branch, added in T and
+// written first; each thread then reads back only the columns it wrote itself (every loop below
+// strides the same way), so no barrier is needed between the write and the reads.
 template <class T, bool kRms>
 __global__ void norm_forward_kernel(std::int64_t rows, std::int64_t cols, double inv_cols, const T* x,
-                                    const T* weight, const T* bias, double eps, T* y, T* mean_out, T* rstd_out) {
+                                    const T* branch, const T* weight, const T* bias, double eps, T* sum, T* y,
+                                    T* mean_out, T* rstd_out) {
   __shared__ double scratch[32];
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * cols;
+    if (branch != nullptr) {
+      const T* br = branch + r * cols;
+      T* sr = sum + r * cols;
+      for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) sr[j] = xr[j] + br[j];
+      xr = sr;
+    }
     T* yr = y + r * cols;
     double mean = 0.0;
     if constexpr (!kRms) {
@@ -149,9 +159,11 @@ __global__ void norm_forward_kernel(std::int64_t rows, std::int64_t cols, double
 
 // dx = rstd·(g − mean(g) − xhat·mean(g·xhat)), g = dy·weight, xhat = (x − mean)·rstd, from the saved
 // mean and rstd (in T, read back to double as the CPU does); RMSNorm drops the mean(g) term.
+// dsum_in (nullable; the fused residual add): dx = T(that) + dsum_in, added in T.
 template <class T, bool kRms>
 __global__ void norm_backward_dx_kernel(std::int64_t rows, std::int64_t cols, double inv_cols, const T* x,
-                                        const T* weight, const T* mean, const T* rstd, const T* dy, T* dx) {
+                                        const T* weight, const T* mean, const T* rstd, const T* dy,
+                                        const T* dsum_in, T* dx) {
   __shared__ double scratch[32];
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * cols;
@@ -174,7 +186,8 @@ __global__ void norm_backward_dx_kernel(std::int64_t rows, std::int64_t cols, do
       const double g = weight != nullptr ? static_cast<double>(dyr[j]) * static_cast<double>(weight[j])
                                          : static_cast<double>(dyr[j]);
       const double xhat = (static_cast<double>(xr[j]) - row_mean) * row_rstd;
-      dxr[j] = static_cast<T>(row_rstd * (g - mean_g - xhat * mean_g_xhat));
+      const T dx_norm = static_cast<T>(row_rstd * (g - mean_g - xhat * mean_g_xhat));
+      dxr[j] = dsum_in != nullptr ? dx_norm + dsum_in[r * cols + j] : dx_norm;
     }
   }
 }
@@ -222,20 +235,21 @@ __global__ void norm_param_finish_kernel(std::int64_t cols, std::int64_t chunks,
 double inverse_cols(std::int64_t cols) { return cols > 0 ? 1.0 / static_cast<double>(cols) : 0.0; }
 
 template <class T, bool kRms>
-void norm_forward(cudaStream_t stream, std::int64_t rows, std::int64_t cols, const T* x, const T* weight,
-                  const T* bias, double eps, T* y, T* mean, T* rstd) {
+void norm_forward(cudaStream_t stream, std::int64_t rows, std::int64_t cols, const T* x, const T* branch,
+                  const T* weight, const T* bias, double eps, T* sum, T* y, T* mean, T* rstd) {
   if (rows == 0) return;
   norm_forward_kernel<T, kRms><<<row_blocks(rows), row_threads(cols), 0, stream>>>(
-      rows, cols, inverse_cols(cols), x, weight, kRms ? nullptr : bias, eps, y, kRms ? nullptr : mean, rstd);
+      rows, cols, inverse_cols(cols), x, branch, weight, kRms ? nullptr : bias, eps, sum, y, kRms ? nullptr : mean,
+      rstd);
   WF_CUDA_CHECK_LAUNCH("norm_forward_kernel");
 }
 
 template <class T, bool kRms>
 void norm_backward_dx(cudaStream_t stream, std::int64_t rows, std::int64_t cols, const T* x, const T* weight,
-                      const T* mean, const T* rstd, const T* dy, T* dx) {
+                      const T* mean, const T* rstd, const T* dy, const T* dsum_in, T* dx) {
   if (rows == 0 || cols == 0) return;
   norm_backward_dx_kernel<T, kRms><<<row_blocks(rows), row_threads(cols), 0, stream>>>(
-      rows, cols, inverse_cols(cols), x, weight, mean, rstd, dy, dx);
+      rows, cols, inverse_cols(cols), x, weight, mean, rstd, dy, dsum_in, dx);
   WF_CUDA_CHECK_LAUNCH("norm_backward_dx_kernel");
 }
 
@@ -278,21 +292,22 @@ void launch_log_softmax_backward(cudaStream_t stream, std::int64_t rows, std::in
 
 template <class T>
 void launch_norm_forward(cudaStream_t stream, bool rms, std::int64_t rows, std::int64_t cols, const T* x,
-                         const T* weight, const T* bias, double eps, T* y, T* mean, T* rstd) {
+                         const T* branch, const T* weight, const T* bias, double eps, T* sum, T* y, T* mean,
+                         T* rstd) {
   if (rms) {
-    norm_forward<T, true>(stream, rows, cols, x, weight, bias, eps, y, mean, rstd);
+    norm_forward<T, true>(stream, rows, cols, x, branch, weight, bias, eps, sum, y, mean, rstd);
   } else {
-    norm_forward<T, false>(stream, rows, cols, x, weight, bias, eps, y, mean, rstd);
+    norm_forward<T, false>(stream, rows, cols, x, branch, weight, bias, eps, sum, y, mean, rstd);
   }
 }
 
 template <class T>
 void launch_norm_backward_dx(cudaStream_t stream, bool rms, std::int64_t rows, std::int64_t cols, const T* x,
-                             const T* weight, const T* mean, const T* rstd, const T* dy, T* dx) {
+                             const T* weight, const T* mean, const T* rstd, const T* dy, const T* dsum_in, T* dx) {
   if (rms) {
-    norm_backward_dx<T, true>(stream, rows, cols, x, weight, mean, rstd, dy, dx);
+    norm_backward_dx<T, true>(stream, rows, cols, x, weight, mean, rstd, dy, dsum_in, dx);
   } else {
-    norm_backward_dx<T, false>(stream, rows, cols, x, weight, mean, rstd, dy, dx);
+    norm_backward_dx<T, false>(stream, rows, cols, x, weight, mean, rstd, dy, dsum_in, dx);
   }
 }
 
@@ -315,9 +330,9 @@ void launch_norm_param_grads(cudaStream_t stream, bool rms, std::int64_t rows, s
   template void launch_softmax_backward<T>(cudaStream_t, std::int64_t, std::int64_t, const T*, const T*, T*);     \
   template void launch_log_softmax_backward<T>(cudaStream_t, std::int64_t, std::int64_t, const T*, const T*, T*); \
   template void launch_norm_forward<T>(cudaStream_t, bool, std::int64_t, std::int64_t, const T*, const T*,        \
-                                       const T*, double, T*, T*, T*);                                             \
+                                       const T*, const T*, double, T*, T*, T*, T*);                               \
   template void launch_norm_backward_dx<T>(cudaStream_t, bool, std::int64_t, std::int64_t, const T*, const T*,    \
-                                           const T*, const T*, const T*, T*);                                     \
+                                           const T*, const T*, const T*, const T*, T*);                           \
   template void launch_norm_param_grads<T>(cudaStream_t, bool, std::int64_t, std::int64_t, std::int64_t,          \
                                            const T*, const T*, const T*, const T*, T*, T*, double*);
 WF_INSTANTIATE_NORM_LAUNCHERS(float)

@@ -25,14 +25,17 @@ void launch_log_softmax_backward(cudaStream_t stream, std::int64_t rows, std::in
                                  const T* dy, T* dx);
 
 // ---- LayerNorm (rms false) and RMSNorm (rms true: no mean, no bias) ----------------------------
-// weight, bias, mean, rstd nullable (mean and bias ignored for RMSNorm).
+// weight, bias, mean, rstd nullable (mean and bias ignored for RMSNorm). branch nullable: when given,
+// the row normalised is sum = x + branch (added in T), written to sum (the fused residual add).
 template <class T>
 void launch_norm_forward(cudaStream_t stream, bool rms, std::int64_t rows, std::int64_t cols, const T* x,
-                         const T* weight, const T* bias, double eps, T* y, T* mean, T* rstd);
-// dx from the saved mean (LayerNorm) and rstd; weight nullable.
+                         const T* branch, const T* weight, const T* bias, double eps, T* sum, T* y, T* mean,
+                         T* rstd);
+// dx from the saved mean (LayerNorm) and rstd; weight nullable. dsum_in nullable: when given,
+// dx = T(the norm's dx) + dsum_in (the fused residual add's gradient).
 template <class T>
 void launch_norm_backward_dx(cudaStream_t stream, bool rms, std::int64_t rows, std::int64_t cols, const T* x,
-                             const T* weight, const T* mean, const T* rstd, const T* dy, T* dx);
+                             const T* weight, const T* mean, const T* rstd, const T* dy, const T* dsum_in, T* dx);
 // The row chunks the parameter gradients are summed in (a function of rows only), and the
 // doubles of scratch their partials take.
 std::int64_t norm_param_chunks(std::int64_t rows);

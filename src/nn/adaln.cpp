@@ -82,8 +82,9 @@ Tensor AdaLNZeroBlock::forward(const Tensor& x, const Tensor& c, const Tensor& p
   };
   split.after = [this](const autograd::TensorList& in, const Tensor& attention_out) {
     const std::vector<Tensor> m = modulations(*modulation_, in[1]);
-    const Tensor h = add(in[0], gate(m[2], attn_->output(attention_out)));
-    return autograd::TensorList{add(h, gate(m[5], mlp_->forward(modulate(norm2_->forward(h), m[3], m[4]))))};
+    // The gated residual add and norm2 in one pass (bitwise the add, then norm2).
+    const AddNorm h = norm2_->forward_add(in[0], gate(m[2], attn_->output(attention_out)));
+    return autograd::TensorList{add(h.sum, gate(m[5], mlp_->forward(modulate(h.y, m[3], m[4]))))};
   };
   split.strategy = attn_->strategy();
   split.options = attn_->attention_options(0);

@@ -1,5 +1,6 @@
 #include "wallfacer/nn/norm.h"
 
+#include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/ops/norm.h"
 
 namespace wf::nn {
@@ -17,6 +18,12 @@ void check_norm_options(const char* who, std::int64_t dim, double eps) {
 
 }  // namespace
 
+AddNorm Normalization::forward_add(const Tensor& x, const Tensor& branch) {
+  Tensor sum = add(x, branch);
+  Tensor y = forward(sum);
+  return {std::move(sum), std::move(y)};
+}
+
 LayerNorm::LayerNorm(const LayerNormOptions& options) : options_(options) {
   check_norm_options("LayerNorm", options.dim, options.eps);
   if (options.affine) {
@@ -28,12 +35,22 @@ LayerNorm::LayerNorm(const LayerNormOptions& options) : options_(options) {
 LayerNorm::LayerNorm(std::int64_t dim, double eps, bool affine)
     : LayerNorm(LayerNormOptions{.dim = dim, .eps = eps, .affine = affine}) {}
 
+std::pair<Tensor, Tensor> LayerNorm::affine_for(const Tensor& x) const {
+  if (options_.affine) return {in_compute_dtype(weight_), in_compute_dtype(bias_)};
+  // Constant unit scale and zero shift: they need no gradient and are cheap to make.
+  return {Tensor::ones({options_.dim}, x.dtype(), x.device()), Tensor::zeros({options_.dim}, x.dtype(), x.device())};
+}
+
 Tensor LayerNorm::forward(const Tensor& x) {
   check_norm_input("LayerNorm", options_.dim, x);
-  if (options_.affine) return layer_norm(x, in_compute_dtype(weight_), in_compute_dtype(bias_), options_.eps);
-  // Constant unit scale and zero shift: they need no gradient and are cheap to make.
-  return layer_norm(x, Tensor::ones({options_.dim}, x.dtype(), x.device()),
-                    Tensor::zeros({options_.dim}, x.dtype(), x.device()), options_.eps);
+  const auto [weight, bias] = affine_for(x);
+  return layer_norm(x, weight, bias, options_.eps);
+}
+
+AddNorm LayerNorm::forward_add(const Tensor& x, const Tensor& branch) {
+  check_norm_input("LayerNorm", options_.dim, x);
+  const auto [weight, bias] = affine_for(x);
+  return add_layer_norm(x, branch, weight, bias, options_.eps);
 }
 
 RMSNorm::RMSNorm(const RMSNormOptions& options) : options_(options) {
@@ -46,6 +63,11 @@ RMSNorm::RMSNorm(std::int64_t dim, double eps) : RMSNorm(RMSNormOptions{.dim = d
 Tensor RMSNorm::forward(const Tensor& x) {
   check_norm_input("RMSNorm", options_.dim, x);
   return rms_norm(x, in_compute_dtype(weight_), options_.eps);
+}
+
+AddNorm RMSNorm::forward_add(const Tensor& x, const Tensor& branch) {
+  check_norm_input("RMSNorm", options_.dim, x);
+  return add_rms_norm(x, branch, in_compute_dtype(weight_), options_.eps);
 }
 
 const char* norm_type_name(NormType type) {

@@ -160,10 +160,17 @@ Tensor TransformerBlock::run(const Tensor& x, const Tensor& positions, const Att
 }
 
 Tensor TransformerBlock::after_attention(const Tensor& x, const Tensor& attention_out, bool checkpoint_mlp) {
-  const Tensor h = add(x, attn_->output(attention_out));
-  // Captured by value: a checkpointed branch runs again during backward.
-  const auto mlp_branch = [this](const Tensor& in) { return mlp_->forward(norm2_->forward(in)); };
-  return add(h, run_branch(checkpoint_mlp, mlp_branch, h));
+  const Tensor branch = attn_->output(attention_out);
+  if (checkpoint_mlp) {
+    // The checkpoint keeps only h and replays norm2 with the feed-forward, so the norm stays inside.
+    const Tensor h = add(x, branch);
+    // Captured by value: a checkpointed branch runs again during backward.
+    const auto mlp_branch = [this](const Tensor& in) { return mlp_->forward(norm2_->forward(in)); };
+    return add(h, run_branch(true, mlp_branch, h));
+  }
+  // The residual add and norm2 in one pass (bitwise the add, then norm2).
+  const AddNorm h = norm2_->forward_add(x, branch);
+  return add(h.sum, mlp_->forward(h.y));
 }
 
 void TransformerBlock::set_checkpointing(bool attention_output, bool mlp) {

@@ -88,6 +88,15 @@ std::vector<OpCase> op_cases() {
       {"linear_gelu (16 outputs)", {x, {{16, 8}}, {{16}}}, [](V t) { return wf::linear_gelu(t[0], t[1], t[2]); }},
       {"layer_norm", {x, row, row}, [](V t) { return wf::layer_norm(t[0], t[1], t[2]); }},
       {"rms_norm", {x, row}, [](V t) { return wf::rms_norm(t[0], t[1]); }},
+      // The fused residual add: both outputs side by side, so both carry gradient.
+      {"add_layer_norm", {x, x, row, row}, [](V t) {
+         const wf::AddNorm r = wf::add_layer_norm(t[0], t[1], t[2], t[3]);
+         return wf::cat({r.sum, r.y}, -1);
+       }},
+      {"add_rms_norm", {x, x, row}, [](V t) {
+         const wf::AddNorm r = wf::add_rms_norm(t[0], t[1], t[2]);
+         return wf::cat({r.sum, r.y}, -1);
+       }},
       {"embedding", {ids, w}, [](V t) { return wf::embedding(t[0], t[1]); }},
       {"cross_entropy", {{{3, 5, 6}}, ids}, [](V t) { return wf::cross_entropy(t[0], t[1], 2); }},
       {"cross_entropy_sum", {{{3, 5, 6}}, ids}, [](V t) { return wf::cross_entropy_sum(t[0], t[1]); }},

@@ -3,8 +3,10 @@
 // block can take either (NormType).
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "wallfacer/nn/module.h"
+#include "wallfacer/ops/norm.h"
 
 namespace wf::nn {
 
@@ -13,6 +15,9 @@ class Normalization : public Module {
  public:
   using Module::Module;
   virtual Tensor forward(const Tensor& x) = 0;
+  // A pre-norm block's residual add and this norm: {sum = x + branch, forward(sum)}. LayerNorm and
+  // RMSNorm fuse the two into one pass (add_layer_norm / add_rms_norm), bitwise the same.
+  virtual AddNorm forward_add(const Tensor& x, const Tensor& branch);
 };
 
 struct LayerNormOptions {
@@ -26,12 +31,17 @@ class LayerNorm : public Normalization {
   explicit LayerNorm(const LayerNormOptions& options);
   explicit LayerNorm(std::int64_t dim, double eps = 1e-5, bool affine = true);
   Tensor forward(const Tensor& x) override;
+  AddNorm forward_add(const Tensor& x, const Tensor& branch) override;
 
   const Tensor& weight() const { return weight_; }  // undefined when not affine
   const Tensor& bias() const { return bias_; }
   const LayerNormOptions& options() const { return options_; }
 
  private:
+  // The weight and bias the op takes for input x: the parameters, or a constant unit scale and
+  // zero shift when not affine.
+  std::pair<Tensor, Tensor> affine_for(const Tensor& x) const;
+
   LayerNormOptions options_;
   Tensor weight_;
   Tensor bias_;
@@ -47,6 +57,7 @@ class RMSNorm : public Normalization {
   explicit RMSNorm(const RMSNormOptions& options);
   explicit RMSNorm(std::int64_t dim, double eps = 1e-6);
   Tensor forward(const Tensor& x) override;
+  AddNorm forward_add(const Tensor& x, const Tensor& branch) override;
 
   const Tensor& weight() const { return weight_; }
   const RMSNormOptions& options() const { return options_; }
