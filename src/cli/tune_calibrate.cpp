@@ -458,7 +458,7 @@ int calibrate(const CalibrateOptions& o) {
   c.overlap = std::clamp(ov.fraction, 1e-3, 1.0);  // the format wants (0, 1]
 
   std::time_t now = std::time(nullptr);
-  const std::string flags = device.is_cpu() ? "" : fmt::format(" --device {} --transport {}", o.device, o.transport);
+  const std::string flags = o.device == "cpu" ? "" : fmt::format(" --device {} --transport {}", o.device, o.transport);
   const std::string mib = fmt::format("{} MiB", sh.large_bytes >> 20);
   std::vector<std::string> comment{
       fmt::format("Written by `mpirun -np {} wallfacer tune --calibrate{}` on {} at {:%Y-%m-%d %H:%M:%S %z}", n, flags,
