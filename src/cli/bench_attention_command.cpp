@@ -39,7 +39,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -52,6 +51,7 @@
 #include "kernels/cpu/attention_reference.h"
 #include "src/cli/bench_documents.h"
 #include "src/cli/commands.h"
+#include "src/cli/device_options.h"
 #include "src/cli/option_checks.h"
 #include "src/core/timing.h"
 #include "wallfacer/autograd/engine.h"
@@ -59,8 +59,6 @@
 #include "wallfacer/comm/runtime.h"
 #include "wallfacer/comm/traffic.h"
 #include "wallfacer/comm/transport.h"
-#include "wallfacer/config/run_config.h"
-#include "wallfacer/core/cuda_info.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/storage.h"
 #include "wallfacer/core/stream.h"
@@ -70,13 +68,11 @@
 #include "wallfacer/parallel/sp_attention.h"
 #include "wallfacer/parallel/traffic_model.h"
 #include "wallfacer/parallel/ulysses_heads.h"
-#include "wallfacer/train/device_placement.h"
 
 namespace wf::cli {
 namespace {
 
 using Json = nlohmann::ordered_json;
-using Clock = std::chrono::steady_clock;
 using parallel::Pass;
 using parallel::SpStrategy;
 using parallel::SpTraffic;
@@ -146,18 +142,6 @@ struct Row {
   std::optional<double> max_rel_error;
   std::optional<DocumentRow> documents;  // with --documents
 };
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// Seconds of fn on `device`: idle before, drained after (synchronize), so a device's time is
-// what it took to run, not how long the host took to enqueue it.
-double device_seconds(Device device, const std::function<void()>& fn) {
-  synchronize(device);
-  const Clock::time_point start = Clock::now();
-  fn();
-  synchronize(device);
-  return seconds_since(start);
-}
 
 double max_over_ranks(comm::Group& group, double value) {
   Tensor t = Tensor::full({1}, value, DType::f64);
@@ -744,27 +728,6 @@ std::string world_problem(const Options& o, const Problem& pr, int P, const std:
   return "";
 }
 
-// --device as train.device resolves (train::resolve_train_device): auto is this rank's GPU where
-// one is visible, else the CPU; cuda with no GPU visible is refused here in the option's words.
-Device resolve_device(const std::string& name) {
-  const Device configured = name == "auto" ? config::kAutoDevice : Device::parse(name);
-  if (configured.is_cuda() && configured != config::kAutoDevice) {
-    std::string why;
-    WF_USER_CHECK(!cuda_devices(&why).empty(),
-                  "--device cuda: no CUDA GPU is visible to this process ({}); use --device cpu or testdev, or auto "
-                  "to use a GPU only where there is one",
-                  why);
-  }
-  return train::resolve_train_device(configured);
-}
-
-comm::GpuTransport parse_transport(const std::string& name) {
-  for (comm::GpuTransport t : {comm::GpuTransport::automatic, comm::GpuTransport::nccl, comm::GpuTransport::staged}) {
-    if (comm::gpu_transport_name(t) == name) return t;
-  }
-  WF_USER_FAIL("--transport {}: expected auto, nccl or staged", name);
-}
-
 int run(const Options& o) {
   comm::Runtime& runtime = comm::Runtime::get();
   const int P = runtime.world_size();
@@ -774,8 +737,8 @@ int run(const Options& o) {
   DocumentBounds documents;
   if (!o.documents.empty()) documents.push_back(document_bounds_of(o.documents, o.seq));
   const Problem pr{o.batch, o.seq, o.heads, o.kv_heads > 0 ? o.kv_heads : o.heads, o.head_dim, o.mask == "causal",
-                   o.dtype == "f64" ? DType::f64 : DType::f32, resolve_device(o.device), documents};
-  const comm::GpuTransport transport = parse_transport(o.transport);
+                   o.dtype == "f64" ? DType::f64 : DType::f32, resolve_device_option(o.device), documents};
+  const comm::GpuTransport transport = parse_transport_option(o.transport);
   std::vector<SpStrategy> strategies;
   for (const std::string& name : o.strategies) strategies.push_back(parallel::parse_sp_strategy(name));
   WF_USER_CHECK(std::count(strategies.begin(), strategies.end(), SpStrategy::ulysses_wallfacer) == 0,
@@ -873,14 +836,7 @@ void add_bench_attention_command(CLI::App& bench) {
   command->add_option("--dtype", options->dtype, "f32 or f64")->check(CLI::IsMember({"f32", "f64"}));
   command->add_option("--placement", options->placement, "WallFacer placement: collectives-intra or p2p-intra")
       ->check(CLI::IsMember({"collectives-intra", "p2p-intra"}));
-  command->add_option("--device", options->device,
-                      "cpu, cuda (each rank on the GPU of its local rank), testdev (the CPU stand-in) or auto (cuda "
-                      "where a GPU is visible, else cpu), as train.device")
-      ->check(CLI::IsMember({"cpu", "cuda", "testdev", "auto"}));
-  command->add_option("--transport", options->transport,
-                      "how device tensors travel, as comm.gpu_transport: auto, nccl (the device's own, on its "
-                      "communication stream) or staged (MPI through pinned host memory)")
-      ->check(CLI::IsMember({"auto", "nccl", "staged"}));
+  add_device_options(*command, options->device, options->transport, "where the inputs and the strategies' work run");
   command->add_option("--documents", options->documents,
                       "a packed batch beside the full causal mask, with the layout's work imbalance: document "
                       "lengths packed into --seq (4096,512,...; the list repeats, the last is cut) or COUNT:mixed / "

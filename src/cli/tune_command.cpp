@@ -4,7 +4,8 @@
 // layouts with their predicted step time, memory and dominant cost, why the best wins, a legend of
 // its name and the `mpirun ... train CFG --set ...` line that trains it.
 // Two more modes run on this machine under mpirun, each in its own file (tune_modes.h):
-//   --calibrate [--out calibration.yaml]   measures it and writes its cluster file
+//   --calibrate [--device D] [--transport T] [--out calibration.yaml]
+//                                          measures it (each rank's device) and writes its cluster file
 //   --profile CFG.yaml [--top K] [--steps N] [--plot out.png] [--write-best OUT.yaml]
 //                                          runs the top predicted layouts and compares
 // --cluster defaults to calibration.yaml in the working directory when that file exists.
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "src/cli/commands.h"
+#include "src/cli/device_options.h"
 #include "src/cli/option_checks.h"
 #include "src/cli/tune_modes.h"
 #include "wallfacer/comm/runtime.h"
@@ -231,14 +233,16 @@ void add_tune_command(CLI::App& app) {
   command->add_option("--write-best", o->write_best,
                       "Write the best layout as a run config ready for `wallfacer train` (--profile: the measured best)");
   command->add_flag("--calibrate", o->calibrate,
-                    "Measure this machine under mpirun (every rank at once: GEMM, attention, memory, MPI latency and "
-                    "bandwidth, overlap) and write a cluster file of the world");
+                    "Measure this machine under mpirun (every rank at once, on --device: GEMM, attention, memory, "
+                    "latency and bandwidth of each collective, overlap) and write a cluster file of the world");
   command->add_option("--out", o->calibration.out, "--calibrate: the cluster file to write")->capture_default_str();
   command->add_option("--calibrate-seconds", o->calibration.seconds,
                       "--calibrate: timed seconds per round of each measurement (5 rounds, the median kept; the "
                       "tests shorten it)")
       ->capture_default_str()
       ->check(in_range(1e-3, 60.0));
+  add_device_options(*command, o->calibration.device, o->calibration.transport,
+                     "--calibrate: where each rank measures (its tensors and every timed region)");
   command->add_option("--profile", o->profile,
                       "Under mpirun: predict every layout of the world for this run config, run the top --top a few "
                       "steps each on synthetic tokens and print predicted beside measured step time and memory");

@@ -1,6 +1,7 @@
 #pragma once
 // The modes of `wallfacer tune` that run on this machine, each in its own file:
-//   --calibrate  measures this machine under mpirun and writes a cluster file (tune_calibrate.cpp)
+//   --calibrate  measures this machine (its CPU or each rank's --device) under mpirun and writes a
+//                cluster file (tune_calibrate.cpp)
 //   --profile    predicts every layout of the mpirun world, runs the top k and compares
 //                (tune_profile.cpp)
 // Both predicting modes end with the same advice on the best layout (tune_advice.cpp).
@@ -29,6 +30,8 @@ std::string cluster_path_or_default(const std::string& given);
 struct CalibrateOptions {
   std::string out = "calibration.yaml";
   double seconds = 0.1;  // timed seconds per measurement round (five rounds, the median kept)
+  std::string device = "cpu";      // where each rank measures: cpu, cuda, testdev or auto (train.device's words)
+  std::string transport = "auto";  // how device tensors travel: auto, nccl or staged (comm.gpu_transport's)
 };
 // Under mpirun (or alone): every rank measures at the same time; rank 0 writes `out`.
 int run_tune_calibrate(const CalibrateOptions& options);

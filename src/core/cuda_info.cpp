@@ -27,16 +27,26 @@ std::vector<std::string> cuda_devices(std::string* error) {
     return devices;
   }
   for (int i = 0; i < count; ++i) {
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
-      devices.push_back(fmt::format("cuda:{} (properties unavailable: {})", i, cudaGetErrorString(cudaGetLastError())));
+    std::string why;
+    const std::optional<CudaDeviceInfo> info = cuda_device_info(i, &why);
+    if (!info) {
+      devices.push_back(fmt::format("cuda:{} (properties unavailable: {})", i, why));
       continue;
     }
-    devices.push_back(fmt::format("cuda:{} {} (sm_{}{}, {:.1f} GiB)", i, prop.name, prop.major, prop.minor,
-                                  static_cast<double>(prop.totalGlobalMem) / (1ull << 30)));
+    devices.push_back(fmt::format("cuda:{} {} (sm_{}, {:.1f} GiB)", i, info->name, info->compute_capability,
+                                  static_cast<double>(info->total_memory) / (1ull << 30)));
   }
   if (devices.empty() && error) *error = "the CUDA runtime reports 0 devices";
   return devices;
+}
+
+std::optional<CudaDeviceInfo> cuda_device_info(int index, std::string* error) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    if (error) *error = cudaGetErrorString(cudaGetLastError());  // read, so it is not left sticky
+    return std::nullopt;
+  }
+  return CudaDeviceInfo{prop.name, prop.major * 10 + prop.minor, prop.totalGlobalMem};
 }
 
 std::string cuda_runtime_version() {
@@ -63,9 +73,16 @@ std::string cuda_device_uuid(int index) {
 
 #else
 
+constexpr const char* kNoCudaBackend =
+    "this build has no CUDA backend (configure with -DWF_CUDA=ON and a CUDA toolkit)";
+
 std::vector<std::string> cuda_devices(std::string* error) {
-  if (error) *error = "this build has no CUDA backend (configure with -DWF_CUDA=ON and a CUDA toolkit)";
+  if (error) *error = kNoCudaBackend;
   return {};
+}
+std::optional<CudaDeviceInfo> cuda_device_info(int, std::string* error) {
+  if (error) *error = kNoCudaBackend;
+  return std::nullopt;
 }
 std::string cuda_runtime_version() { return {}; }
 std::string cuda_driver_version() { return {}; }
