@@ -610,6 +610,45 @@ std::vector<std::int64_t> chunk_work_pairs(const DocumentBounds& documents, std:
   return work;
 }
 
+// Deals single chunks heaviest first by query and key work together (then by index) to the team
+// with room (2g chunks) whose busier side, queries or keys, stays lowest (then the lowest team).
+ChunkAssignment deal_both_sides(const std::vector<std::int64_t>& work, const std::vector<std::int64_t>& key_work,
+                                int T, std::size_t capacity, std::int64_t chunk_tokens) {
+  std::vector<int> order(work.size());
+  std::iota(order.begin(), order.end(), 0);
+  const auto weight = [&](int c) { return work[static_cast<std::size_t>(c)] + key_work[static_cast<std::size_t>(c)]; };
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return weight(a) > weight(b); });
+  ChunkAssignment out{chunk_tokens, std::vector<std::vector<int>>(static_cast<std::size_t>(T))};
+  std::vector<std::int64_t> queries(static_cast<std::size_t>(T), 0), keys(static_cast<std::size_t>(T), 0);
+  for (int c : order) {
+    const std::size_t i = static_cast<std::size_t>(c);
+    std::size_t best = queries.size();
+    std::int64_t best_load = 0;
+    for (std::size_t t = 0; t < queries.size(); ++t) {
+      if (out.team_chunks[t].size() >= capacity) continue;
+      const std::int64_t load = std::max(queries[t] + work[i], keys[t] + key_work[i]);
+      if (best == queries.size() || load < best_load) best = t, best_load = load;
+    }
+    queries[best] += work[i];
+    keys[best] += key_work[i];
+    out.team_chunks[best].push_back(c);
+  }
+  for (auto& team : out.team_chunks) std::sort(team.begin(), team.end());
+  return out;
+}
+
+std::vector<std::int64_t> chunk_key_work_pairs(const DocumentBounds& documents, std::int64_t N, std::int64_t chunks) {
+  WF_CHECK(N >= 1 && chunks >= 1 && N % chunks == 0,
+           "chunk_key_work_pairs: {} chunks do not cut N = {} tokens evenly", chunks, N);
+  ops::check_document_bounds("chunk_key_work_pairs", documents, static_cast<std::int64_t>(documents.size()), N);
+  const std::int64_t length = N / chunks;
+  std::vector<std::int64_t> work;
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    work.push_back(unmasked_pairs({{0, N}}, {{c * length, length}}, /*causal=*/true, documents));
+  }
+  return work;
+}
+
 ChunkAssignment balanced_chunk_assignment(const DocumentBounds& documents, std::int64_t N, int P, int C, int U) {
   // One causal document per row: the zigzag gives every rank the same work already.
   const std::vector<std::int64_t> whole{0, N};
@@ -656,6 +695,22 @@ ChunkAssignment balanced_chunk_assignment(const DocumentBounds& documents, std::
   std::size_t best = 0;
   for (std::size_t i = 1; i < std::size(candidates); ++i) {
     if (cost(candidates[i]) < cost(candidates[best])) best = i;
+  }
+  if (!per_rank) {
+    // A team's keys matter too: WallFacer's backward computes on the K/V's holder, so there a
+    // team's work is the pairs whose KEY it holds (a chunk's key work is large early in a
+    // document, where its query work is small). Among the candidates whose busiest team (by
+    // queries) is no busier than the token zigzag's, keep the one whose busiest team by queries
+    // or by keys does least; the same total on both sides makes the two comparable.
+    const std::vector<std::int64_t> key_work = chunk_key_work_pairs(documents, N, K);
+    const auto both = [&](const ChunkAssignment& a) { return std::max(cost(a), max_team_work(a, key_work)); };
+    const std::int64_t zigzag_cost = cost(candidates[0]);
+    for (std::size_t i = 0; i < std::size(candidates); ++i) {
+      if (cost(candidates[i]) <= zigzag_cost && both(candidates[i]) < both(candidates[best])) best = i;
+    }
+    // 5. the chunks dealt by both sides at once, when that does better still.
+    ChunkAssignment by_both = deal_both_sides(work, key_work, T, 2 * static_cast<std::size_t>(g), chunk_tokens);
+    if (cost(by_both) <= zigzag_cost && both(by_both) < both(candidates[best])) return by_both;
   }
   if (per_rank) {  // 4. (C > 1) dealt by the busiest rank's work, when that beats the three above
     ChunkAssignment by_rank = deal_by_rank(work, pair_work, *owner, W, T, g, chunk_tokens);

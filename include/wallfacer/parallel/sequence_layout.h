@@ -81,6 +81,9 @@ ChunkAssignment zigzag_chunk_assignment(std::int64_t N, int P, int C, int U = 1)
 // query lies in the chunk and whose key is at or before it in the same document, summed over the
 // rows that have their own boundaries (block_attention's count of a block: a shared list once).
 std::vector<std::int64_t> chunk_work_pairs(const DocumentBounds& documents, std::int64_t N, std::int64_t chunks);
+// The same by keys: the pairs whose key lies in the chunk (the work of the K/V's holder, which
+// WallFacer's backward computes).
+std::vector<std::int64_t> chunk_key_work_pairs(const DocumentBounds& documents, std::int64_t N, std::int64_t chunks);
 // The assignment that balances the ranks' work for the documents of a micro batch (every row's
 // list, or one shared), with g = chunks_per_pair. The work of a rank: with C = 1 its team's, the
 // sum of the team's chunk_work_pairs; with C > 1 its wallfacer_rank_work_pairs (the K/V teams it
@@ -94,6 +97,10 @@ std::vector<std::int64_t> chunk_work_pairs(const DocumentBounds& documents, std:
 //   3. LPT: the chunks dealt heaviest first to the least loaded team with room for 2g chunks;
 //   4. (C > 1, taken only when it beats 1-3) the chunks dealt heaviest first to the team with room
 //      that leaves the busiest rank least loaded, counting their pairs with the chunks dealt.
+// With C = 1 the keys count too (WallFacer's backward works on the K/V's holder): among 1-3 whose
+// busiest team is no busier than the zigzag's, the one whose busiest team by queries or by keys
+// (chunk_key_work_pairs) does least; then 5., the chunks dealt heaviest first (queries and keys
+// together) to the team with room whose busier side stays lowest, when it does better still.
 // Ties go to the lower chunk, pair or team index: a pure function of its arguments, so the data
 // loader and every strategy derive the same layout from the same documents. wf::Error for
 // bounds that are not valid for N (ops::check_document_bounds' rules) or an N the zigzag refuses.
