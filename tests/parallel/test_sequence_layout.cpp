@@ -539,8 +539,11 @@ TEST_CASE("balanced layout: a hand-checked assignment (N = 512, P = 2, documents
   const DocumentBounds documents{{0, 384, 512}};
   CHECK(wf::parallel::chunk_work_pairs(documents, 512, 8) ==
         std::vector<std::int64_t>{2080, 6176, 10272, 14368, 18464, 22560, 2080, 6176});
+  // By keys: key 64i + j of the first document is seen by the 384 − 64i − j queries from it on.
+  CHECK(wf::parallel::chunk_key_work_pairs(documents, 512, 8) ==
+        std::vector<std::int64_t>{22560, 18464, 14368, 10272, 6176, 2080, 6176, 2080});
   const ChunkAssignment a = wf::parallel::balanced_chunk_assignment(documents, 512, 2, 1);
-  CHECK(a == ChunkAssignment{64, {{0, 2, 5, 7}, {1, 3, 4, 6}}});
+  CHECK(a == ChunkAssignment{64, {{0, 2, 5, 7}, {1, 3, 4, 6}}});  // 41088 key pairs each too
   CHECK(wf::parallel::rank_tokens(SequenceLayout::zigzag, 512, 2, 1, 0, 1, &a) ==
         std::vector<TokenRun>{{0, 64}, {128, 64}, {320, 64}, {448, 64}});
   CHECK(wf::parallel::ring_rank_work_pairs(SequenceLayout::zigzag, 512, 2, 0, true, documents, &a) == 41088);
@@ -599,7 +602,13 @@ TEST_CASE("balanced layout: 36 mixed documents in 64K tokens balance within 5% (
           wf::parallel::wallfacer_rank_work_pairs(SequenceLayout::zigzag, N, W, s.C, l, true, documents));
     }
     CHECK(std::accumulate(balanced_ranks.begin(), balanced_ranks.end(), std::int64_t{0}) == total);
-    if (s.C == 1) CHECK(balanced_ranks == balanced_teams);
+    if (s.C == 1) {
+      CHECK(balanced_ranks == balanced_teams);
+      // WallFacer's backward works on the K/V's holder: the teams' keys are balanced too.
+      const std::vector<std::int64_t> key_teams = team_work(a, wf::parallel::chunk_key_work_pairs(documents, N, K));
+      CHECK(std::accumulate(key_teams.begin(), key_teams.end(), std::int64_t{0}) == total);
+      CHECK(wf::parallel::work_imbalance(key_teams) < 0.05);
+    }
     CHECK(wf::parallel::work_imbalance(balanced_ranks) < (s.C == 1 ? 0.05 : 0.15));
     CHECK(wf::parallel::work_imbalance(balanced_ranks) <= wf::parallel::work_imbalance(zigzag_ranks));
   }
