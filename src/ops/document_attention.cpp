@@ -1,4 +1,4 @@
-// Packed documents in attention: the checks, the kernels' lists and the pieces (document_attention.h).
+// Packed documents in attention: the checks, the key windows and the pair counts (document_attention.h).
 #include "src/ops/document_attention.h"
 
 #include <fmt/format.h>
@@ -32,8 +32,8 @@ void copy_rows(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int6
                  dst_block, dst_start * row, outer, len * row);
 }
 
-// The pairs of one boundary list: per document that holds a query and a key, the call on its
-// sub-ranges (causal only where some key follows some query).
+// The pairs of one boundary list: per document that holds a query and a key, the pairs of the
+// call on its sub-ranges.
 std::int64_t list_pairs(const kernels::AttentionShape& call, const std::vector<std::int64_t>& bounds) {
   const std::int64_t a = call.q_offset, q_end = a + call.q_len, c = call.kv_offset, kv_end = c + call.kv_len;
   // The first document that can hold a query and a key: the one containing max(a, c).
@@ -50,6 +50,12 @@ std::int64_t list_pairs(const kernels::AttentionShape& call, const std::vector<s
     if (piece.q_len > 0 && piece.kv_len > 0) pairs += kernels::attention_pairs(piece);
   }
   return pairs;
+}
+
+// How many boundary lists a call needs: one when every row shares its list, else one per row.
+std::size_t distinct_lists(const DocumentBounds& bounds) {
+  const bool shared = std::all_of(bounds.begin(), bounds.end(), [&](const auto& b) { return b == bounds[0]; });
+  return shared ? std::min<std::size_t>(bounds.size(), 1) : bounds.size();
 }
 
 }  // namespace
@@ -87,10 +93,9 @@ void check_document_bounds(const char* what, const DocumentBounds& bounds, std::
 }
 
 std::int64_t document_pairs(const kernels::AttentionShape& call, const DocumentBounds& bounds) {
-  const bool shared = std::all_of(bounds.begin(), bounds.end(), [&](const auto& b) { return b == bounds[0]; });
   std::int64_t pairs = 0;
-  for (std::size_t r = 0; r < (shared ? std::min<std::size_t>(bounds.size(), 1) : bounds.size()); ++r)
-    pairs += list_pairs(call, bounds[r]);
+  const std::size_t lists = distinct_lists(bounds);
+  for (std::size_t r = 0; r < lists; ++r) pairs += list_pairs(call, bounds[r]);
   return pairs;
 }
 
@@ -103,8 +108,7 @@ KeyWindows::KeyWindows(const std::vector<std::int64_t>& q_positions, const std::
            "attention key windows: query and key positions must be strictly ascending (a layout's runs in storage "
            "order); split the call where they are not");
   WF_CHECK(!bounds.empty(), "attention key windows: no document boundaries");
-  const bool shared = std::all_of(bounds.begin(), bounds.end(), [&](const auto& b) { return b == bounds[0]; });
-  lists_ = shared ? 1 : static_cast<std::int64_t>(bounds.size());
+  lists_ = static_cast<std::int64_t>(distinct_lists(bounds));
   ranges_.reserve(static_cast<std::size_t>(lists_) * q_positions.size());
   const auto key_row = [&](std::int64_t position) {  // the first key row at or after a position
     return std::lower_bound(kv_positions.begin(), kv_positions.end(), position) - kv_positions.begin();

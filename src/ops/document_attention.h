@@ -1,10 +1,10 @@
 #pragma once
 // Packed documents in attention (AttentionOptions::doc_bounds), internal to src/ops and
-// src/parallel. The kernels take the boundaries inside a call (kernels/kernel_args.h,
-// AttentionShape::documents): a query sees the keys of its own document only, causal inside it.
-// What this file adds around them: the checks of the user's lists, the kernels' padded form of
-// them (KeyWindows), and the arithmetic of which (query, key) pairs a call holds, per document:
-// the work counters, the skipped blocks and the kept ring steps count them.
+// src/parallel. The kernels take each query row's key window inside a call (kernels/kernel_args.h,
+// AttentionShape::windows): a query sees the keys of its own document only, causal inside it.
+// What this file adds around them: the checks of the user's lists, the windows built from them
+// (KeyWindows), and the arithmetic of which (query, key) pairs a call holds, per document: the
+// work counters, the skipped blocks and the kept ring steps count them.
 #include <cstddef>
 #include <cstdint>
 #include <vector>

@@ -120,10 +120,12 @@ void plan_documents(Plan& plan, const Tensor& q, const Tensor& k, const std::vec
     const auto first = runs.begin() + static_cast<std::ptrdiff_t>(part.first_run);
     return run_positions({first, first + static_cast<std::ptrdiff_t>(part.runs)});
   };
+  std::vector<std::vector<std::int64_t>> kv_positions;
+  for (const Part& part : plan.kv_parts) kv_positions.push_back(positions(kv_runs, part));
   for (std::size_t i = 0; i < plan.q_parts.size(); ++i) {
     const std::vector<std::int64_t> q_positions = positions(q_runs, plan.q_parts[i]);
     for (std::size_t j = 0; j < plan.kv_parts.size(); ++j) {
-      ops::KeyWindows windows(q_positions, positions(kv_runs, plan.kv_parts[j]), documents, causal);
+      ops::KeyWindows windows(q_positions, kv_positions[j], documents, causal);
       if (windows.pairs() == 0) continue;
       plan.stats.unmasked_pairs += windows.pairs();
       const AttentionShape s = block_shape(q, k, plan.q_parts[i].length, plan.kv_parts[j].length, scale);

@@ -598,16 +598,31 @@ ChunkAssignment zigzag_chunk_assignment(std::int64_t N, int P, int C, int U) {
   return out;
 }
 
-std::vector<std::int64_t> chunk_work_pairs(const DocumentBounds& documents, std::int64_t N, std::int64_t chunks) {
-  WF_CHECK(N >= 1 && chunks >= 1 && N % chunks == 0, "chunk_work_pairs: {} chunks do not cut N = {} tokens evenly",
-           chunks, N);
-  ops::check_document_bounds("chunk_work_pairs", documents, static_cast<std::int64_t>(documents.size()), N);
+namespace {
+// The causal pairs of each of `chunks` equal chunks, counted where the chunk holds the queries or
+// (by_keys) the keys.
+std::vector<std::int64_t> chunk_pairs(const DocumentBounds& documents, std::int64_t N, std::int64_t chunks,
+                                      bool by_keys, const char* what) {
+  WF_CHECK(N >= 1 && chunks >= 1 && N % chunks == 0, "{}: {} chunks do not cut N = {} tokens evenly", what, chunks,
+           N);
+  ops::check_document_bounds(what, documents, static_cast<std::int64_t>(documents.size()), N);
   const std::int64_t length = N / chunks;
+  const std::vector<TokenRun> all{{0, N}};
   std::vector<std::int64_t> work;
   for (std::int64_t c = 0; c < chunks; ++c) {
-    work.push_back(unmasked_pairs({{c * length, length}}, {{0, N}}, /*causal=*/true, documents));
+    const std::vector<TokenRun> chunk{{c * length, length}};
+    work.push_back(unmasked_pairs(by_keys ? all : chunk, by_keys ? chunk : all, /*causal=*/true, documents));
   }
   return work;
+}
+}  // namespace
+
+std::vector<std::int64_t> chunk_work_pairs(const DocumentBounds& documents, std::int64_t N, std::int64_t chunks) {
+  return chunk_pairs(documents, N, chunks, /*by_keys=*/false, "chunk_work_pairs");
+}
+
+std::vector<std::int64_t> chunk_key_work_pairs(const DocumentBounds& documents, std::int64_t N, std::int64_t chunks) {
+  return chunk_pairs(documents, N, chunks, /*by_keys=*/true, "chunk_key_work_pairs");
 }
 
 // Deals single chunks heaviest first by query and key work together (then by index) to the team
@@ -635,18 +650,6 @@ ChunkAssignment deal_both_sides(const std::vector<std::int64_t>& work, const std
   }
   for (auto& team : out.team_chunks) std::sort(team.begin(), team.end());
   return out;
-}
-
-std::vector<std::int64_t> chunk_key_work_pairs(const DocumentBounds& documents, std::int64_t N, std::int64_t chunks) {
-  WF_CHECK(N >= 1 && chunks >= 1 && N % chunks == 0,
-           "chunk_key_work_pairs: {} chunks do not cut N = {} tokens evenly", chunks, N);
-  ops::check_document_bounds("chunk_key_work_pairs", documents, static_cast<std::int64_t>(documents.size()), N);
-  const std::int64_t length = N / chunks;
-  std::vector<std::int64_t> work;
-  for (std::int64_t c = 0; c < chunks; ++c) {
-    work.push_back(unmasked_pairs({{0, N}}, {{c * length, length}}, /*causal=*/true, documents));
-  }
-  return work;
 }
 
 ChunkAssignment balanced_chunk_assignment(const DocumentBounds& documents, std::int64_t N, int P, int C, int U) {
