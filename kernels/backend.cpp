@@ -44,6 +44,18 @@ void Backend::linear_gelu_forward(const Stream& stream, DType operands, std::int
 
 bool Backend::fuses_linear_gelu(DType) const { return false; }
 
+void Backend::linear_add_forward(const Stream& stream, DType operands, std::int64_t rows, std::int64_t in_features,
+                                 std::int64_t out_features, const void* x, const void* weight, const void* bias,
+                                 const void* residual, void* y) {
+  linear_forward(stream, operands, rows, in_features, out_features, x, weight, bias, y);
+  // add(residual, linear)'s kernel, in place over y (elementwise: each element is read before it is written).
+  const std::vector<std::int64_t> shape{rows, out_features};
+  binary_broadcast(stream, operands == DType::bf16 ? DType::f32 : operands, BinaryOp::add, residual, shape, y, shape,
+                   y, shape);
+}
+
+bool Backend::fuses_linear_add(DType) const { return false; }
+
 Backend& backend_for(Device device) {
   Backend* backend = registry().slots[static_cast<int>(device.type)].load(std::memory_order_acquire);
   WF_CHECK(backend != nullptr, "{}: this build has no kernels for {} devices (built in: cpu, testdev; cuda needs a build with the CUDA "

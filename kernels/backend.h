@@ -245,6 +245,21 @@ class Backend {
   // pre-activation to bf16 before the GELU (linear's output is bf16), which a fused epilogue cannot
   // (its pre-activation is f32), so where nothing is fused they keep that path and its bits.
   virtual bool fuses_linear_gelu(DType operands) const;
+  // The linear layer with a residual added to its output (a projection onto the residual stream):
+  // y = residual + (x·Wᵀ + bias), [rows, out], residual and y in linear_forward's result dtype (f32
+  // for bf16 operands); y must not alias x, weight, bias or residual. Not pure: the default is
+  // exactly the composition, linear_forward into y then binary_broadcast(add) of residual and y
+  // into y, so a backend that keeps it gives those bits. A backend may add the residual in the
+  // product's epilogue instead (cuBLASLt: C = residual with beta 1, the bias epilogue), within
+  // the rounding of that sum (one rounding of acc + bias + residual instead of two).
+  virtual void linear_add_forward(const Stream& stream, DType operands, std::int64_t rows, std::int64_t in_features,
+                                  std::int64_t out_features, const void* x, const void* weight, const void* bias,
+                                  const void* residual, void* y);
+  // Whether linear_add_forward may add the residual inside the product for `operands` (false: it
+  // is the default composition). As fuses_linear_gelu: bf16 activations round linear's output to
+  // bf16 before the add when unfused, which a fused epilogue cannot, so the ops take the one entry
+  // for bf16 only where this says it fuses.
+  virtual bool fuses_linear_add(DType operands) const;
 
   // ---- attention (kernel_args.h layouts) -----------------------------------------------------
   // `operands` is the dtype of q, k, v (and d_o): f32 or f64, with o, lse and the gradients in

@@ -2,12 +2,14 @@
 // Gradients of a weight shared over a batch (a 2-D b in matmul, W in linear) are summed over
 // the batch by the GEMM itself, as one product with the batch folded into K, whenever the
 // memory layout allows it. linear_gelu is linear and GPT-2's GELU as one node on one backend
-// entry (linear_gelu_forward), which a backend may fuse into the GEMM's epilogue.
+// entry (linear_gelu_forward), linear_add linear and a residual's add (linear_add_forward); a
+// backend may fuse either into the GEMM's epilogue.
 #include "wallfacer/ops/linalg.h"
 
 #include "src/ops/common.h"
 #include "src/ops/gelu_values.h"
 #include "wallfacer/autograd/function.h"
+#include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/ops/reduction.h"
 
 namespace wf {
@@ -125,7 +127,7 @@ void check_matmul_args(const Tensor& a, const Tensor& b) {
            shape_str(a.shape()), shape_str(b.shape()));
 }
 
-// ---- the linear layer's pieces, shared by linear and linear_gelu ------------------------------
+// ---- the linear layer's pieces, shared by linear, linear_gelu and linear_add ------------------------------
 
 // A linear's sizes, checked, and whether it is mixed precision (nn/precision.h): bf16 activations
 // against f32 master weights.
@@ -155,39 +157,53 @@ LinearGeometry check_linear(const char* name, const Tensor& x, const Tensor& wei
   return {ops::rows_of(x.shape()), in_features, out_features, x.shape(), y_shape, mixed};
 }
 
-// A linear's forward values for in = {x, weight, bias}, in x's dtype.
+// What a linear node computes after the product: nothing (linear), GPT-2's GELU (linear_gelu) or
+// the residual's add (linear_add).
+enum class Epilogue { none, gelu, add };
+
+// A linear's forward values for in = {x, weight, bias} (and the residual with Epilogue::add), in x's dtype.
 struct LinearValues {
-  Tensor pre;     // x·Wᵀ + b: linear's output, or the GELU's input
-  Tensor gelu;    // gelu(pre) from the same entry (with_gelu), else undefined
+  Tensor pre;     // x·Wᵀ + b: linear's output, the GELU's input, or with Epilogue::add residual + x·Wᵀ + b
+  Tensor gelu;    // gelu(pre) from the same entry (Epilogue::gelu), else undefined
   Tensor weight;  // the weight operand of the product (a bf16 copy for bf16 x), which the backward reads
 };
 
-// One backend entry: linear_forward, or with_gelu linear_gelu_forward. bf16 x multiplies in bf16
-// with a bf16 copy of the weight (the weight itself unless mixed), f32 accumulation and bias, and
-// one rounding of each result to bf16 at the end; other dtypes run in their compute dtype.
-LinearValues linear_values(const char* name, const LinearGeometry& g, const TensorList& in, bool with_gelu) {
-  const ops::Kernels k = ops::kernels_for(name, {in[0], in[1], in[2]});
-  const auto launch = [&](DType operands, DType result, const Tensor& x, const Tensor& w, const Tensor& b) {
+// One backend entry: linear_forward, linear_gelu_forward or linear_add_forward. bf16 x multiplies
+// in bf16 with a bf16 copy of the weight (the weight itself unless mixed), f32 accumulation, bias
+// and residual, and one rounding of each result to bf16 at the end; other dtypes run in their
+// compute dtype.
+LinearValues linear_values(const char* name, const LinearGeometry& g, const TensorList& in, Epilogue epilogue) {
+  const ops::Kernels k = ops::kernels_for(name, {in[0], in[1], in[2], epilogue == Epilogue::add ? in[3] : in[2]});
+  const auto launch = [&](DType operands, DType result, const TensorList& c) {
+    const Tensor &x = c[0], &w = c[1], &b = c[2];
     Tensor pre = Tensor::empty(g.y_shape, result, k.device());
-    Tensor y = with_gelu ? Tensor::empty(g.y_shape, result, k.device()) : Tensor();
+    Tensor y = epilogue == Epilogue::gelu ? Tensor::empty(g.y_shape, result, k.device()) : Tensor();
     const void* bias = b.defined() ? b.raw_data() : nullptr;
-    if (with_gelu) {
-      k->linear_gelu_forward(k.stream, operands, g.rows, g.in_features, g.out_features, x.raw_data(), w.raw_data(),
-                             bias, pre.raw_data(), y.raw_data());
-    } else {
-      k->linear_forward(k.stream, operands, g.rows, g.in_features, g.out_features, x.raw_data(), w.raw_data(), bias,
-                        pre.raw_data());
+    switch (epilogue) {
+      case Epilogue::none:
+        k->linear_forward(k.stream, operands, g.rows, g.in_features, g.out_features, x.raw_data(), w.raw_data(), bias,
+                          pre.raw_data());
+        break;
+      case Epilogue::gelu:
+        k->linear_gelu_forward(k.stream, operands, g.rows, g.in_features, g.out_features, x.raw_data(), w.raw_data(),
+                               bias, pre.raw_data(), y.raw_data());
+        break;
+      case Epilogue::add:
+        k->linear_add_forward(k.stream, operands, g.rows, g.in_features, g.out_features, x.raw_data(), w.raw_data(),
+                              bias, c[3].raw_data(), pre.raw_data());
+        break;
     }
     return TensorList{pre, y};
   };
   if (in[0].dtype() == DType::bf16) {
     const Tensor w16 = in[1].to(DType::bf16);
-    const TensorList out =
-        launch(DType::bf16, DType::f32, in[0], w16, in[2].defined() ? in[2].to(DType::f32) : Tensor());
-    return {out[0].to(DType::bf16), with_gelu ? out[1].to(DType::bf16) : Tensor(), w16};
+    TensorList c{in[0], w16, in[2].defined() ? in[2].to(DType::f32) : Tensor()};
+    if (epilogue == Epilogue::add) c.push_back(in[3].to(DType::f32));
+    const TensorList out = launch(DType::bf16, DType::f32, c);
+    return {out[0].to(DType::bf16), epilogue == Epilogue::gelu ? out[1].to(DType::bf16) : Tensor(), w16};
   }
   const TensorList out = ops::compute_in(name, in[0].dtype(), in, [&](auto tag, const TensorList& c) {
-    return launch(dtype_v<decltype(tag)>, dtype_v<decltype(tag)>, c[0], c[1], c[2]);
+    return launch(dtype_v<decltype(tag)>, dtype_v<decltype(tag)>, c);
   });
   return {out[0], out[1], in[1]};
 }
@@ -215,32 +231,50 @@ TensorList linear_gradients(const char* name, const LinearGeometry& geo, const C
   return TensorList{dx, dW, db};
 }
 
-// linear, or with_gelu linear_gelu, as one autograd node. linear_gelu saves the pre-activation
-// besides x and the weight operand; its backward is the GELU's kernel, then linear's.
-Tensor linear_node(const char* name, const Tensor& x, const Tensor& weight, const Tensor& bias, bool with_gelu) {
-  const LinearGeometry g = check_linear(name, x, weight, bias);
+// Whether a linear node with `epilogue` runs as the backend's one entry for x's dtype. f32 and f64
+// always do: unfused, the entry is the composition bit for bit. Narrower activations round
+// linear's output (bf16 or f16) before the GELU or the add when unfused, so they take the one
+// entry only where the backend fuses it (backend.h), and otherwise keep the unfused path's bits.
+bool one_entry(const char* name, const Tensor& x, Epilogue epilogue) {
+  const DType dtype = x.dtype();
+  if (dtype == DType::f32 || dtype == DType::f64) return true;
+  if (dtype != DType::bf16) return false;
+  const ops::Kernels k = ops::kernels_for(name, {x});
+  return epilogue == Epilogue::gelu ? k->fuses_linear_gelu(dtype) : k->fuses_linear_add(dtype);
+}
+
+// linear, linear_gelu or linear_add as one autograd node, inputs {x, weight, bias} (and the
+// residual for linear_add). linear_gelu saves the pre-activation besides x and the weight operand,
+// and its backward is the GELU's kernel, then linear's; linear_add saves what linear saves, and the
+// residual's gradient is the output's gradient itself.
+Tensor linear_node(const char* name, const TensorList& inputs, Epilogue epilogue) {
+  const LinearGeometry g = check_linear(name, inputs[0], inputs[1], inputs[2]);
   return autograd::apply_function(
-      name, {x, weight, bias},
+      name, inputs,
       [=](Context& ctx, const TensorList& in) {
-        if (!with_gelu) {
-          const LinearValues v = linear_values(name, g, in, false);
+        if (epilogue == Epilogue::none) {
+          const LinearValues v = linear_values(name, g, in, epilogue);
           ctx.save_for_backward({in[0], v.weight});
           return TensorList{v.pre};
         }
-        // f32 and f64 always take the backend's one entry: unfused, it is the composition bit for
-        // bit. Narrower activations round the pre-activation before the GELU when unfused (linear's
-        // output is bf16 or f16), so they take it only where the backend fuses it (backend.h).
-        const DType dtype = in[0].dtype();
-        const bool one_entry = dtype == DType::f32 || dtype == DType::f64 ||
-                               (dtype == DType::bf16 && ops::kernels_for(name, {in[0]})->fuses_linear_gelu(dtype));
-        LinearValues v = linear_values(name, g, in, one_entry);
-        if (!one_entry) v.gelu = ops::gelu_values(v.pre);
+        const bool fused = one_entry(name, in[0], epilogue);
+        LinearValues v = fused ? linear_values(name, g, in, epilogue)
+                               : linear_values(name, g, {in[0], in[1], in[2]}, Epilogue::none);
+        if (epilogue == Epilogue::add) {
+          ctx.save_for_backward({in[0], v.weight});
+          // Unfused: add(residual, linear)'s kernel on linear's rounded output (no node: forwards run without grad).
+          return TensorList{fused ? v.pre : add(in[3], v.pre)};
+        }
+        if (!fused) v.gelu = ops::gelu_values(v.pre);
         ctx.save_for_backward({in[0], v.weight, v.pre});
         return TensorList{v.gelu};
       },
       [=](Context& ctx, const TensorList& grad) {
-        const Tensor d_pre = with_gelu ? ops::gelu_backward_values(ctx.saved()[2], grad[0]) : grad[0];
-        return linear_gradients(name, g, ctx, ctx.saved()[0], ctx.saved()[1], d_pre);
+        const Tensor d_pre = epilogue == Epilogue::gelu ? ops::gelu_backward_values(ctx.saved()[2], grad[0]) : grad[0];
+        TensorList grads = linear_gradients(name, g, ctx, ctx.saved()[0], ctx.saved()[1], d_pre);
+        // d residual = d y: passed on as it is, no copy (as add's backward does).
+        if (epilogue == Epilogue::add) grads.push_back(ctx.needs_input_grad(3) ? grad[0] : Tensor());
+        return grads;
       })[0];
 }
 
@@ -274,11 +308,23 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear_node("linear", x, weight, bias, false);
+  return linear_node("linear", {x, weight, bias}, Epilogue::none);
 }
 
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear_node("linear_gelu", x, weight, bias, true);
+  return linear_node("linear_gelu", {x, weight, bias}, Epilogue::gelu);
+}
+
+Tensor linear_add(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual) {
+  constexpr const char* name = "linear_add";
+  const LinearGeometry g = check_linear(name, x, weight, bias);
+  WF_CHECK(residual.defined(), "{}: the residual is undefined; pass the tensor to add, or call linear", name);
+  ops::check_same_dtype_device(name, x, residual);
+  WF_CHECK(residual.shape() == g.y_shape,
+           "{}: residual of shape {} does not match the output of shape {} (x {} through weight {}); it is added "
+           "without broadcasting",
+           name, shape_str(residual.shape()), shape_str(g.y_shape), shape_str(x.shape()), shape_str(weight.shape()));
+  return linear_node(name, {x, weight, bias, residual}, Epilogue::add);
 }
 
 }  // namespace wf

@@ -1,12 +1,14 @@
 // matmul (batched, transposed, broadcast b) and linear against triple loops, plus gradcheck;
-// linear_gelu against the composition gelu(linear) it fuses.
+// linear_gelu and linear_add against the compositions gelu(linear) and add(residual, linear) they fuse.
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "ops/ops_testing.h"
 #include "wallfacer/ops/activation.h"
+#include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/ops/linalg.h"
 
 using namespace wf;
@@ -226,22 +228,49 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
                            (a.nbytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0)));
 }
 
-// The output and the gradients of x, W and b (undefined without bias), on the CPU, of the fused op
-// or of the composition, run on `device` for the upstream gradient g.
-TensorList linear_gelu_results(bool fused, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& g,
-                               Device device) {
+// The output of `op` and the gradients of its inputs (undefined where an input is), on the CPU,
+// run on `device` for the upstream gradient g.
+TensorList op_results(const std::function<Tensor(const TensorList&)>& op, const TensorList& inputs, const Tensor& g,
+                      Device device) {
   TensorList leaves;
-  for (const Tensor& t : {x, w, b}) {
+  for (const Tensor& t : inputs) {
     Tensor leaf = t.defined() ? t.to(device).clone() : Tensor();
     if (leaf.defined()) leaf.set_requires_grad(true);
     leaves.push_back(leaf);
   }
-  const Tensor y = fused ? linear_gelu(leaves[0], leaves[1], leaves[2]) : gelu(linear(leaves[0], leaves[1], leaves[2]));
+  const Tensor y = op(leaves);
   y.backward(g.to(device));
   TensorList out{y.detach().to(Device::cpu())};
   for (const Tensor& leaf : leaves) out.push_back(leaf.defined() ? leaf.grad().to(Device::cpu()) : Tensor());
   return out;
 }
+
+// The output and the gradients of x, W and b (undefined without bias), on the CPU, of the fused op
+// or of the composition, run on `device` for the upstream gradient g.
+TensorList linear_gelu_results(bool fused, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& g,
+                               Device device) {
+  return op_results(
+      [fused](const TensorList& in) {
+        return fused ? linear_gelu(in[0], in[1], in[2]) : gelu(linear(in[0], in[1], in[2]));
+      },
+      {x, w, b}, g, device);
+}
+
+// Every result of `got` and `want` has the same bytes (results as op_results gives them).
+void check_same_results(const TensorList& got, const TensorList& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    INFO((i == 0 ? "the output" : "the gradient of input " + std::to_string(i - 1)));
+    CHECK(same_bytes(got[i], want[i]));
+  }
+}
+
+// The dtypes of x and of the weight and bias: each alone, and mixed precision (f32 masters).
+struct LinearDtypes {
+  DType x, weight;
+};
+constexpr LinearDtypes kLinearDtypes[] = {
+    {DType::f32, DType::f32}, {DType::f64, DType::f64}, {DType::bf16, DType::bf16}, {DType::bf16, DType::f32}};
 
 }  // namespace
 
@@ -250,13 +279,8 @@ TensorList linear_gelu_results(bool fused, const Tensor& x, const Tensor& w, con
 // bits. The test device runs the same default through its own entries: the seam, proven on a CPU.
 TEST_CASE("linear_gelu equals gelu(linear) bit for bit, output and gradients, on the CPU and the test device",
           "[ops][linalg][testdev]") {
-  struct Dtypes {
-    DType x, weight;
-  };
-  const Dtypes dtypes[] = {{DType::f32, DType::f32}, {DType::f64, DType::f64}, {DType::bf16, DType::bf16},
-                           {DType::bf16, DType::f32}};  // the last: mixed precision, f32 masters
   std::uint64_t seed = 40;
-  for (const Dtypes& d : dtypes) {
+  for (const LinearDtypes& d : kLinearDtypes) {
     for (const std::int64_t out : {16, 7}) {
       for (const bool with_bias : {true, false}) {
         const Tensor x = random({2, 5, 24}, ++seed, d.x), w = random({out, 24}, ++seed, d.weight);
@@ -266,12 +290,7 @@ TEST_CASE("linear_gelu equals gelu(linear) bit for bit, output and gradients, on
         for (const Device device : {Device::cpu(), Device::test()}) {
           INFO("x " << dtype_name(d.x) << ", weight " << dtype_name(d.weight) << ", out " << out
                     << (with_bias ? ", bias" : ", no bias") << " on " << device.str());
-          const TensorList got = linear_gelu_results(true, x, w, b, g, device);
-          REQUIRE(got.size() == want.size());
-          for (std::size_t i = 0; i < want.size(); ++i) {
-            INFO((i == 0 ? "the output" : "the gradient of input " + std::to_string(i - 1)));
-            CHECK(same_bytes(got[i], want[i]));
-          }
+          check_same_results(linear_gelu_results(true, x, w, b, g, device), want);
         }
       }
     }
@@ -290,4 +309,75 @@ TEST_CASE("linear_gelu errors name the op and the shapes", "[ops][linalg][errors
                       Catch::Contains("linear_gelu") && Catch::Contains("[2, 4]") && Catch::Contains("[3, 5]"));
   REQUIRE_THROWS_WITH(linear_gelu(x, random({3, 4}, 2), random({4}, 3)),
                       Catch::Contains("linear_gelu") && Catch::Contains("[4]"));
+}
+
+// ---- linear_add: residual + linear(x, W, b) as one op -------------------------------------------
+
+namespace {
+
+// As linear_gelu_results, for linear_add and add(residual, linear); the last gradient is the residual's.
+TensorList linear_add_results(bool fused, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual,
+                              const Tensor& g, Device device) {
+  return op_results(
+      [fused](const TensorList& in) {
+        return fused ? linear_add(in[0], in[1], in[2], in[3]) : add(in[3], linear(in[0], in[1], in[2]));
+      },
+      {x, w, b, residual}, g, device);
+}
+
+}  // namespace
+
+// As linear_gelu: the CPU's linear_add_forward is the composition, and bf16 keeps the rounding of
+// linear's output before the add, so the transformer block's feed-forward keeps its bits.
+TEST_CASE("linear_add equals add(residual, linear) bit for bit, output and gradients, on the CPU and the test device",
+          "[ops][linalg][testdev]") {
+  std::uint64_t seed = 70;
+  for (const LinearDtypes& d : kLinearDtypes) {
+    for (const std::int64_t out : {16, 7}) {
+      for (const bool with_bias : {true, false}) {
+        const Tensor x = random({2, 5, 24}, ++seed, d.x), w = random({out, 24}, ++seed, d.weight);
+        const Tensor b = with_bias ? random({out}, ++seed, d.weight) : Tensor();
+        const Tensor residual = random({2, 5, out}, ++seed, d.x), g = random({2, 5, out}, ++seed, d.x);
+        const TensorList want = linear_add_results(false, x, w, b, residual, g, Device::cpu());
+        for (const Device device : {Device::cpu(), Device::test()}) {
+          INFO("x " << dtype_name(d.x) << ", weight " << dtype_name(d.weight) << ", out " << out
+                    << (with_bias ? ", bias" : ", no bias") << " on " << device.str());
+          check_same_results(linear_add_results(true, x, w, b, residual, g, device), want);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("linear_add passes gradcheck in every input, with and without bias", "[ops][linalg][gradcheck]") {
+  const Tensor x = random_leaf({2, 3, 4}, 80), w = random_leaf({5, 4}, 81), bias = random_leaf({5}, 82);
+  const Tensor residual = random_leaf({2, 3, 5}, 83);
+  require_gradcheck([](const TensorList& in) { return TensorList{linear_add(in[0], in[1], in[2], in[3])}; },
+                    {x, w, bias, residual});
+  require_gradcheck([](const TensorList& in) { return TensorList{linear_add(in[0], in[1], Tensor(), in[2])}; },
+                    {x, w, residual});
+}
+
+// The residual's gradient is the output's, handed on without a copy (add's backward does the same).
+TEST_CASE("linear_add hands the output's gradient to the residual as it is", "[ops][linalg]") {
+  Tensor residual = random({3, 5}, 90);
+  residual.set_requires_grad(true);
+  const Tensor y = linear_add(random({3, 4}, 91), random({5, 4}, 92), Tensor(), residual);
+  const Tensor g = random({3, 5}, 93);
+  y.backward(g);
+  CHECK(same_bytes(residual.grad(), g));
+}
+
+TEST_CASE("linear_add errors name the op, the residual and the fix", "[ops][linalg][errors]") {
+  const Tensor x = random({2, 4}, 1), w = random({3, 4}, 2);
+  REQUIRE_THROWS_WITH(linear_add(x, random({3, 5}, 2), Tensor(), random({2, 3}, 3)),
+                      Catch::Contains("linear_add") && Catch::Contains("[2, 4]") && Catch::Contains("[3, 5]"));
+  REQUIRE_THROWS_WITH(linear_add(x, w, Tensor(), random({3}, 3)),
+                      Catch::Contains("linear_add") && Catch::Contains("residual of shape [3]") &&
+                          Catch::Contains("[2, 3]") && Catch::Contains("broadcasting"));
+  REQUIRE_THROWS_WITH(linear_add(x, w, Tensor(), Tensor()),
+                      Catch::Contains("linear_add") && Catch::Contains("residual is undefined"));
+  // Mixed precision: the residual is the activation's dtype (bf16), not the masters' (f32).
+  REQUIRE_THROWS_WITH(linear_add(x.to(DType::bf16), w.to(DType::f32), Tensor(), random({2, 3}, 3, DType::f32)),
+                      Catch::Contains("linear_add") && Catch::Contains("bf16") && Catch::Contains("f32"));
 }

@@ -86,6 +86,7 @@ std::vector<OpCase> op_cases() {
       // 16 the epilogue.
       {"linear_gelu", {x, w, {{6}}}, [](V t) { return wf::linear_gelu(t[0], t[1], t[2]); }},
       {"linear_gelu (16 outputs)", {x, {{16, 8}}, {{16}}}, [](V t) { return wf::linear_gelu(t[0], t[1], t[2]); }},
+      {"linear_add", {x, w, {{6}}, {{3, 5, 6}}}, [](V t) { return wf::linear_add(t[0], t[1], t[2], t[3]); }},
       {"layer_norm", {x, row, row}, [](V t) { return wf::layer_norm(t[0], t[1], t[2]); }},
       {"rms_norm", {x, row}, [](V t) { return wf::rms_norm(t[0], t[1]); }},
       // The fused residual add: both outputs side by side, so both carry gradient.

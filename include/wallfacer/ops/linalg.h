@@ -17,5 +17,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // may compute the GELU in the product's epilogue (cuBLASLt; kernels/backend.h linear_gelu_forward),
 // saving a pass over the activation. Saves x, the weight and the pre-activation for the backward.
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// residual + linear(x, weight, bias) (a projection onto the residual stream) as one node. The
+// residual has the output's shape (no broadcasting) and x's dtype (bf16 under mixed precision).
+// The results are add(residual, linear(x, weight, bias))'s bit for bit where the backend computes
+// the pair as that composition (the CPU); a backend may add the residual in the product's
+// epilogue (cuBLASLt, C = residual with beta 1; kernels/backend.h linear_add_forward), saving a
+// pass over the output. Saves what linear saves; the residual's gradient is the output's.
+Tensor linear_add(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual);
 
 }  // namespace wf
