@@ -9,7 +9,7 @@ Dropout::Dropout(double p) : p_(p) {
 }
 
 Tensor Dropout::forward(const Tensor& x) {
-  if (!is_training() || p_ == 0.0) return x;
+  if (is_identity()) return x;
   return drop(x);
 }
 

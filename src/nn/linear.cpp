@@ -5,6 +5,7 @@
 
 #include "wallfacer/nn/init.h"
 #include "wallfacer/ops/activation.h"
+#include "wallfacer/ops/arithmetic.h"
 #include "wallfacer/ops/linalg.h"
 
 namespace wf::nn {
@@ -57,12 +58,18 @@ Tensor Linear::forward(const Tensor& x) {
   return linear(x, weight_, bias_);
 }
 
+bool Linear::plain() const { return typeid(*this) == typeid(Linear); }
+
 Tensor Linear::forward_gelu(const Tensor& x) {
-  // Only the plain layer's forward is linear(x, weight, bias); a subclass's forward (tensor parallelism: the
-  // input's collective, the output's gather) must not be skipped.
-  if (typeid(*this) != typeid(Linear)) return gelu(forward(x));
+  if (!plain()) return gelu(forward(x));
   check_in_features(x);
   return linear_gelu(x, weight_, bias_);
+}
+
+Tensor Linear::forward_add(const Tensor& x, const Tensor& residual) {
+  if (!plain()) return add(residual, forward(x));
+  check_in_features(x);
+  return linear_add(x, weight_, bias_, residual);
 }
 
 }  // namespace wf::nn

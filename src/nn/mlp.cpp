@@ -32,6 +32,13 @@ std::shared_ptr<Dropout> residual_dropout(const MLPOptions& o) {
 
 double out_std(const MLPOptions& o) { return o.out_init_std > 0 ? o.out_init_std : o.init_std; }
 
+// residual + dropout(projection(hidden)): the residual added inside the projection (one linear_add
+// node, Linear::forward_add) when the dropout between them is the identity, else the composition.
+Tensor project_add(Linear& projection, Dropout& dropout, const Tensor& hidden, const Tensor& residual) {
+  if (dropout.is_identity()) return projection.forward_add(hidden, residual);
+  return add(residual, dropout.forward(projection.forward(hidden)));
+}
+
 }  // namespace
 
 const char* activation_name(Activation activation) {
@@ -57,11 +64,18 @@ MLP::MLP(const MLPOptions& options) : FeedForward(options.seed), options_(resolv
   dropout_ = register_module("dropout", residual_dropout(o));
 }
 
-Tensor MLP::forward(const Tensor& x) {
+Tensor FeedForward::forward_add(const Tensor& x, const Tensor& residual) { return add(residual, forward(x)); }
+
+Tensor MLP::hidden(const Tensor& x) {
   // GELU after fc is one op where the layer has one (Linear::forward_gelu): a backend may fuse it into the GEMM.
-  const Tensor hidden = options_.activation == Activation::gelu ? fc_->forward_gelu(x)
-                                                                : activate(options_.activation, fc_->forward(x));
-  return dropout_->forward(proj_->forward(hidden));
+  return options_.activation == Activation::gelu ? fc_->forward_gelu(x)
+                                                 : activate(options_.activation, fc_->forward(x));
+}
+
+Tensor MLP::forward(const Tensor& x) { return dropout_->forward(proj_->forward(hidden(x))); }
+
+Tensor MLP::forward_add(const Tensor& x, const Tensor& residual) {
+  return project_add(*proj_, *dropout_, hidden(x), residual);
 }
 
 SwiGLU::SwiGLU(const MLPOptions& options) : FeedForward(options.seed), options_(resolved(options, "SwiGLU")) {
@@ -72,8 +86,12 @@ SwiGLU::SwiGLU(const MLPOptions& options) : FeedForward(options.seed), options_(
   dropout_ = register_module("dropout", residual_dropout(o));
 }
 
-Tensor SwiGLU::forward(const Tensor& x) {
-  return dropout_->forward(down_->forward(mul(silu(gate_->forward(x)), up_->forward(x))));
+Tensor SwiGLU::hidden(const Tensor& x) { return mul(silu(gate_->forward(x)), up_->forward(x)); }
+
+Tensor SwiGLU::forward(const Tensor& x) { return dropout_->forward(down_->forward(hidden(x))); }
+
+Tensor SwiGLU::forward_add(const Tensor& x, const Tensor& residual) {
+  return project_add(*down_, *dropout_, hidden(x), residual);
 }
 
 }  // namespace wf::nn

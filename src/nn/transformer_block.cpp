@@ -168,9 +168,12 @@ Tensor TransformerBlock::after_attention(const Tensor& x, const Tensor& attentio
     const auto mlp_branch = [this](const Tensor& in) { return mlp_->forward(norm2_->forward(in)); };
     return add(h, run_branch(true, mlp_branch, h));
   }
-  // The residual add and norm2 in one pass (bitwise the add, then norm2).
+  // The residual add and norm2 in one pass (bitwise the add, then norm2). The attention branch's
+  // residual stays there rather than in the output projection: that would cost the add-norm fusion.
   const AddNorm h = norm2_->forward_add(x, branch);
-  return add(h.sum, mlp_->forward(h.y));
+  // The feed-forward's residual add inside its output projection (FeedForward::forward_add; add(h.sum,
+  // mlp(h.y))'s bits on the CPU, the GEMM's epilogue where a backend fuses it).
+  return mlp_->forward_add(h.y, h.sum);
 }
 
 void TransformerBlock::set_checkpointing(bool attention_output, bool mlp) {

@@ -558,3 +558,30 @@ TEST_CASE("tp TransformerBlock with activation sharding matches the single-proce
     }
   }
 }
+
+// A row-parallel layer must not add the residual inside its product: its ranks' partial products
+// are summed (and its bias added) after it. Its forward_add is add(residual, forward(x)) with that
+// composition's bits, replicated and with activation sharding (this rank's tokens of the residual),
+// and the whole layer's fused forward_add within f64 rounding.
+TEST_CASE("tp RowParallelLinear::forward_add composes add(residual, forward(x))", "[dist][tp]") {
+  auto group = world_group("t.tp.add");
+  const std::int64_t P = group->size();
+  const wf::nn::LinearOptions options{.in_features = 8 * P, .out_features = 6, .init_std = 0.3, .seed = 6};
+  wf::nn::Linear whole(options);
+  whole.to(kF64);
+  const Tensor x = Tensor::randn_at({2, 2 * P, 8 * P}, kInputSeed, 0, kF64);
+  const Tensor residual = Tensor::randn_at({2, 2 * P, 6}, kWeightSeed, 0, kF64);
+  const Tensor expected = whole.forward_add(x, residual);
+  for (const bool shard : {false, true}) {
+    INFO(fmt::format("sharded {} on {} ranks", shard, P));
+    wf::parallel::RowParallelLinear row(options, *group, /*input_is_parallel=*/true,
+                                        wf::parallel::TensorParallelOptions{.shard_activations = shard});
+    row.to(kF64);
+    const Tensor x_local = wf::narrow(x, -1, group->rank() * 8, 8);
+    const Tensor residual_local = token_slice(residual, *group, shard);
+    const Tensor y = row.forward_add(x_local, residual_local);
+    CHECK(y.grad_fn()->name() == "add");
+    CHECK(mismatch(y, wf::add(residual_local, row.forward(x_local))) == "");
+    CHECK(mismatch(y, token_slice(expected, *group, shard), 1e-12) == "");
+  }
+}

@@ -1,7 +1,11 @@
-// The pre-norm block's attention residual add fused into norm2 (Normalization::forward_add): the
-// fused block gives the bits of the unfused one. checkpoint_mlp keeps the unfused add then norm2
-// (its checkpoint replays norm2), so the same block with and without it compares the two paths.
+// The pre-norm block's attention residual add fused into norm2 (Normalization::forward_add) and its
+// feed-forward's residual add fused into the output projection (FeedForward::forward_add, one
+// linear_add node): the fused block gives the bits of the unfused one. checkpoint_mlp keeps the
+// unfused adds (its checkpoint replays norm2 and the feed-forward), so the same block with and
+// without it compares the two paths.
 #include <catch2/catch.hpp>
+
+#include <utility>
 
 #include "nn/module_testing.h"
 #include "wallfacer/nn/nn.h"
@@ -11,10 +15,14 @@ using wf::Tensor;
 using namespace wf::nn;
 using wf::nn::testing::max_abs_diff;
 
-TEST_CASE("TransformerBlock: the fused residual add + norm2 gives the unfused block's bits", "[nn]") {
-  for (const NormType norm : {NormType::layer_norm, NormType::rms_norm}) {
-    CAPTURE(norm_type_name(norm));
-    const TransformerBlockOptions options{.d_model = 16, .n_head = 2, .norm = norm, .seed = 5};
+TEST_CASE("TransformerBlock: the fused residual adds (norm2, the feed-forward's projection) give the unfused "
+          "block's bits",
+          "[nn]") {
+  for (const auto& [norm, feed_forward] : {std::pair{NormType::layer_norm, FeedForwardKind::mlp},
+                                           std::pair{NormType::rms_norm, FeedForwardKind::swiglu}}) {
+    CAPTURE(norm_type_name(norm), feed_forward_name(feed_forward));
+    const TransformerBlockOptions options{.d_model = 16, .n_head = 2, .norm = norm, .seed = 5,
+                                          .feed_forward = feed_forward};
     TransformerBlock fused(options), unfused(options);
     unfused.set_checkpointing(false, true);
     const Tensor input = Tensor::randn_at({2, 5, 16}, 3, 0), w = Tensor::randn_at({2, 5, 16}, 4, 0);
@@ -22,6 +30,7 @@ TEST_CASE("TransformerBlock: the fused residual add + norm2 gives the unfused bl
       Tensor x = input.clone();
       x.set_requires_grad(true);
       const Tensor out = block.forward(x);
+      CHECK(out.grad_fn()->name() == (&block == &fused ? "linear_add" : "add"));
       wf::sum(wf::mul(out, w)).backward();
       return std::make_pair(out.detach(), x.grad());
     };

@@ -106,6 +106,61 @@ TEST_CASE("MLP: fc and GELU are one node with the composition's bits", "[nn]") {
   }
 }
 
+// Linear::forward_add is one linear_add node with add(residual, forward(x))'s bits on the CPU; a
+// subclass that replaces forward (here a stand-in for the tensor-parallel layers) gets the composition.
+TEST_CASE("Linear::forward_add: one linear_add node, the composition's bits; a subclass composes", "[nn]") {
+  struct Doubling final : Linear {
+    using Linear::Linear;
+    Tensor forward(const Tensor& x) override { return wf::scale(Linear::forward(x), 2.0); }
+  };
+  Linear linear({.in_features = 6, .out_features = 5, .init_std = 0.5, .seed = 2});
+  const Tensor x = Tensor::randn_at({2, 3, 6}, 4, 0), residual = Tensor::randn_at({2, 3, 5}, 5, 0);
+  const Tensor fused = linear.forward_add(x, residual);
+  CHECK(fused.grad_fn()->name() == "linear_add");
+  CHECK(max_abs_diff(fused, wf::add(residual, linear.forward(x))) == 0.0);
+  CHECK_THROWS_WITH(linear.forward_add(Tensor::zeros({2, 4}), residual), Contains("must end in 6 features"));
+
+  Doubling doubling({.in_features = 6, .out_features = 5, .init_std = 0.5, .seed = 2});
+  const Tensor composed = doubling.forward_add(x, residual);
+  CHECK(composed.grad_fn()->name() == "add");
+  CHECK(max_abs_diff(composed, wf::add(residual, wf::scale(linear.forward(x), 2.0))) == 0.0);
+}
+
+// FeedForward::forward_add: MLP and SwiGLU add the residual inside their output projection while
+// their dropout is the identity (eval mode, or p 0), with residual + forward(x)'s bits and
+// gradients; with dropout on in training they compose.
+TEST_CASE("MLP and SwiGLU forward_add: the residual inside the projection unless dropout is on", "[nn]") {
+  const Tensor x = Tensor::randn_at({2, 3, 8}, 4, 0), residual = Tensor::randn_at({2, 3, 8}, 5, 0);
+  const MLPOptions plain{.d_model = 8, .d_ff = 24, .init_std = 0.5, .seed = 3};
+  MLPOptions with_dropout = plain;
+  with_dropout.dropout = 0.5;
+  const std::shared_ptr<FeedForward> modules[] = {std::make_shared<MLP>(plain), std::make_shared<SwiGLU>(plain),
+                                                  std::make_shared<MLP>(with_dropout)};
+  for (const auto& ff : modules) {
+    const bool dropout = ff.get() == modules[2].get();
+    INFO((dropout ? "MLP with dropout, in eval mode" : ff.get() == modules[0].get() ? "MLP" : "SwiGLU"));
+    const auto grads = [&](const Tensor& y) {
+      ff->zero_grad();
+      wf::sum(wf::mul(y, residual)).backward();
+      std::vector<Tensor> out;
+      for (const Tensor& p : ff->parameters()) out.push_back(p.grad().clone());
+      return out;
+    };
+    ff->train(!dropout);  // eval mode makes the dropout the identity
+    const Tensor fused = ff->forward_add(x, residual);
+    CHECK(fused.grad_fn()->name() == "linear_add");
+    const std::vector<Tensor> fused_grads = grads(fused);
+    const Tensor composed = wf::add(residual, ff->forward(x));
+    CHECK(max_abs_diff(fused, composed) == 0.0);
+    const std::vector<Tensor> composed_grads = grads(composed);
+    for (std::size_t i = 0; i < fused_grads.size(); ++i) CHECK(max_abs_diff(fused_grads[i], composed_grads[i]) == 0.0);
+  }
+  // In training with dropout on, the mask sits between the projection and the add: composed.
+  MLP mlp(with_dropout);
+  mlp.train(true);
+  CHECK(mlp.forward_add(x, residual).grad_fn()->name() == "add");
+}
+
 TEST_CASE("SelfAttention: fused QKV widths, GQA and gradients", "[nn]") {
   SECTION("multi-head") {
     SelfAttention attention({.d_model = 8, .n_head = 2, .seed = 1});

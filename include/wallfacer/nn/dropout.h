@@ -13,6 +13,9 @@ class Dropout : public Module {
   // x in eval mode or with p 0, else drop(x).
   Tensor forward(const Tensor& x);
   double p() const { return p_; }
+  // Whether forward(x) is x itself now (eval mode, or p 0): then nothing sits between the op
+  // before it and the op after it, which may be fused (FeedForward::forward_add).
+  bool is_identity() const { return !is_training() || p_ == 0.0; }
 
  protected:
   // The training-mode dropout of x (p > 0): wf::dropout from the default generator.

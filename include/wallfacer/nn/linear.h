@@ -30,6 +30,12 @@ class Linear : public Module {
   // the same bits on the CPU, the GELU in the GEMM's epilogue where a backend fuses it); a subclass
   // that replaces forward (tensor parallelism) gets gelu(forward(x)) unless it overrides this too.
   virtual Tensor forward_gelu(const Tensor& x);
+  // residual + forward(x) (a projection onto the residual stream; residual of the output's shape
+  // and x's dtype). The plain layer runs it as one op (linear_add: add(residual, linear)'s bits on
+  // the CPU, the add in the GEMM's epilogue where a backend fuses it). A subclass that replaces
+  // forward gets add(residual, forward(x)) unless it overrides this too: a row-parallel layer must
+  // not fuse, its partial products are summed (and its bias added) after the product.
+  virtual Tensor forward_add(const Tensor& x, const Tensor& residual);
 
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }  // undefined without bias
@@ -47,6 +53,10 @@ class Linear : public Module {
 
  private:
   void check_in_features(const Tensor& x) const;
+  // Whether forward is exactly linear(x, weight, bias), the plain layer's, so that the fused ops may
+  // stand in for it; a subclass's forward (tensor parallelism: the input's collective, the output's
+  // gather or sum) must not be skipped.
+  bool plain() const;
 
   LinearOptions options_;
   Tensor weight_;

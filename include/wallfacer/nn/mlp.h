@@ -25,6 +25,10 @@ class FeedForward : public Module {
  public:
   using Module::Module;
   virtual Tensor forward(const Tensor& x) = 0;
+  // residual + forward(x) (the block's residual add after it). By default that composition; MLP
+  // and SwiGLU add the residual inside their output projection (Linear::forward_add) while their
+  // dropout is the identity, which a backend may fuse into the GEMM's epilogue.
+  virtual Tensor forward_add(const Tensor& x, const Tensor& residual);
 };
 
 struct MLPOptions {
@@ -47,6 +51,7 @@ class MLP : public FeedForward {
   explicit MLP(const MLPOptions& options);
   // x [..., d_model] → [..., d_model]
   Tensor forward(const Tensor& x) override;
+  Tensor forward_add(const Tensor& x, const Tensor& residual) override;
 
   Linear& fc() { return *fc_; }
   Linear& proj() { return *proj_; }
@@ -57,6 +62,8 @@ class MLP : public FeedForward {
   std::shared_ptr<Linear> fc_;
   std::shared_ptr<Linear> proj_;
   std::shared_ptr<Dropout> dropout_;
+
+  Tensor hidden(const Tensor& x);  // the activation after fc: proj's input
 };
 
 // Gated linear unit with SiLU: weights gate, up [d_ff, d_model] and down [d_model, d_ff]. Takes
@@ -66,6 +73,7 @@ class SwiGLU : public FeedForward {
  public:
   explicit SwiGLU(const MLPOptions& options);
   Tensor forward(const Tensor& x) override;
+  Tensor forward_add(const Tensor& x, const Tensor& residual) override;
 
   Linear& gate() { return *gate_; }
   Linear& up() { return *up_; }
@@ -78,6 +86,8 @@ class SwiGLU : public FeedForward {
   std::shared_ptr<Linear> up_;
   std::shared_ptr<Linear> down_;
   std::shared_ptr<Dropout> dropout_;
+
+  Tensor hidden(const Tensor& x);  // silu(gate(x)) ⊙ up(x): down's input
 };
 
 }  // namespace wf::nn
