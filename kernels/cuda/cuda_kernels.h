@@ -191,6 +191,10 @@ class CudaKernels final : public Backend {
                            std::int64_t out_features, const void* x, const void* weight, const void* bias,
                            void* pre, void* y) override;
   bool fuses_linear_gelu(DType operands) const override;
+  void linear_add_forward(const Stream& stream, DType operands, std::int64_t rows, std::int64_t in_features,
+                          std::int64_t out_features, const void* x, const void* weight, const void* bias,
+                          const void* residual, void* y) override;
+  bool fuses_linear_add(DType operands) const override;
 
   // ---- kernels/cuda/attention.cpp (+ attention.cu, sp_attention.cu): attention and its sequence-parallel pieces
   void attention_forward(const Stream& stream, DType operands, const AttentionShape& shape, const void* q,

@@ -1,5 +1,5 @@
 // The CUDA backend's matrix products (kernels/backend.h: gemm, gemm_batched, gemm_bf16,
-// linear_forward, linear_gelu_forward) through cuBLASLt, with the semantics of kernels/cpu/gemm.h.
+// linear_forward, linear_gelu_forward, linear_add_forward) through cuBLASLt, with the semantics of kernels/cpu/gemm.h.
 //
 // Row-major through a column-major library. A row-major matrix X [r, c] with leading dimension
 // ld is, byte for byte, the column-major matrix Xᵀ [c, r] with the same ld. So the row-major
@@ -12,7 +12,8 @@
 //   - its m, n, k are N, M, K; C and D are one column-major [N, M] layout with ld = ldc.
 // A bias per output feature (the N columns of row-major C) is then a bias per row of the
 // column-major D: exactly what CUBLASLT_EPILOGUE_BIAS adds. The GELU epilogue's aux matrix (the
-// pre-activation) has D's layout, [N, M] column-major with ld = ldc.
+// pre-activation) has D's layout, [N, M] column-major with ld = ldc. linear_add_forward's residual
+// is C (beta 1) read from its own buffer, with D's layout and type, D the output.
 //
 // Per shape (dtype, TF32, trans flags, M, N, K, leading dimensions, batch and strides, pointer
 // alignments, epilogue) the descriptors and the heuristic's algorithm are made once and kept for
@@ -91,6 +92,7 @@ struct Product {
   std::int64_t ldc, stride_c;
   const void* bias;  // null: no bias epilogue
   void* aux;         // non-null: the GELU epilogue, its input (the pre-activation) written here in D's layout
+  const void* source;  // non-null: the C that beta scales, read from here (C's layout) instead of from C itself
 };
 
 // kernels/cpu/gemm.h's checks, so that a bad call fails alike on either device.
@@ -130,7 +132,7 @@ struct PlanKey {
   std::int64_t M, N, K, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
   // Alignment in bytes (a power of two, at most 256) of each operand's first element and of
   // every batch item's: algorithms that need more are excluded.
-  std::uint32_t align_a, align_b, align_c, align_bias, align_aux;
+  std::uint32_t align_a, align_b, align_c, align_bias, align_aux, align_source;
   friend auto operator<=>(const PlanKey&, const PlanKey&) = default;
 };
 
@@ -163,15 +165,16 @@ PlanKey key_of(Device device, const Product& p) {
           alignment(p.B, p.batch, p.stride_b, t.operand_size),
           alignment(p.C, p.batch, p.stride_c, t.result_size),
           p.bias != nullptr ? alignment(p.bias, 1, 0, t.result_size) : 0u,
-          p.aux != nullptr ? alignment(p.aux, 1, 0, t.result_size) : 0u};
+          p.aux != nullptr ? alignment(p.aux, 1, 0, t.result_size) : 0u,
+          p.source != nullptr ? alignment(p.source, p.batch, p.stride_c, t.result_size) : 0u};
 }
 
 std::string describe(const PlanKey& k) {
   return fmt::format("{} product M={} N={} K={} (trans_a={}, trans_b={}, lda={}, ldb={}, ldc={}, batch={}, strides "
-                     "{}/{}/{}{}{})",
+                     "{}/{}/{}{}{}{})",
                      types_of(k.kind, k.tf32).name, k.M, k.N, k.K, k.ta, k.tb, k.lda, k.ldb, k.ldc, k.batch,
                      k.stride_a, k.stride_b, k.stride_c, k.bias ? ", bias epilogue" : "",
-                     k.gelu ? ", GELU epilogue" : "");
+                     k.gelu ? ", GELU epilogue" : "", k.align_source != 0 ? ", C read from its own buffer" : "");
 }
 
 // `key` (nullable) names the shape; the message is built only on failure.
@@ -259,7 +262,8 @@ void build_plan(cublasLtHandle_t handle, const PlanKey& key, const Product& p, P
   set_preference(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(kWorkspaceBytes));
   set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);  // cuBLASLt's A is our B
   set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
-  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
+  // C is read from the source where there is one (linear_add_forward's residual), D written to p.C.
+  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_source != 0 ? key.align_source : key.align_c);
   set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
@@ -349,7 +353,9 @@ bool try_matmul(const Stream& stream, cudaStream_t native_stream, const Product&
   const void* beta = f64 ? static_cast<const void*>(&p.beta) : &beta_f;
   const auto run = [&] {
     // beta == 0: cuBLASLt does not read C, so NaN in C does not leak (BLAS semantics, as the CPU).
-    WF_CUBLASLT_CHECK(cublasLtMatmul(handle, plan.desc, alpha, p.B, plan.lt_a, p.A, plan.lt_b, beta, p.C, plan.lt_c,
+    // C and D share one layout (type, shape, ld): with a source, C is read there and D is p.C.
+    const void* c_in = p.source != nullptr ? p.source : p.C;
+    WF_CUBLASLT_CHECK(cublasLtMatmul(handle, plan.desc, alpha, p.B, plan.lt_a, p.A, plan.lt_b, beta, c_in, plan.lt_c,
                                      p.C, plan.lt_c, &plan.algo, workspace, kWorkspaceBytes, native_stream),
                       &key);
   };
@@ -436,7 +442,7 @@ void CudaKernels::gemm(const Stream& stream, DType dtype, bool trans_a, bool tra
                        double beta, void* C, std::int64_t ldc) {
   run_product(stream, "gemm",
               {floating_kind(dtype, "gemm"), trans_a, trans_b, 1, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
-               0, nullptr, nullptr});
+               0, nullptr, nullptr, nullptr});
 }
 
 void CudaKernels::gemm_batched(const Stream& stream, DType dtype, bool trans_a, bool trans_b, std::int64_t batch,
@@ -445,7 +451,7 @@ void CudaKernels::gemm_batched(const Stream& stream, DType dtype, bool trans_a, 
                                std::int64_t stride_b, double beta, void* C, std::int64_t ldc, std::int64_t stride_c) {
   run_product(stream, "gemm_batched",
               {floating_kind(dtype, "gemm_batched"), trans_a, trans_b, batch, M, N, K, alpha, A, lda, stride_a, B, ldb,
-               stride_b, beta, C, ldc, stride_c, nullptr, nullptr});
+               stride_b, beta, C, ldc, stride_c, nullptr, nullptr, nullptr});
 }
 
 void CudaKernels::gemm_bf16(const Stream& stream, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,
@@ -453,7 +459,7 @@ void CudaKernels::gemm_bf16(const Stream& stream, bool trans_a, bool trans_b, st
                             std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
   run_product(stream, "gemm_bf16",
               {Kind::bf16, trans_a, trans_b, 1, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, nullptr,
-               nullptr});
+               nullptr, nullptr});
 }
 
 // y = x·Wᵀ with the bias added by cuBLASLt's epilogue (one pass over y instead of two). Where the
@@ -464,7 +470,7 @@ void CudaKernels::linear_forward(const Stream& stream, DType operands, std::int6
                                  void* y) {
   const Kind kind = operands == DType::bf16 ? Kind::bf16 : floating_kind(operands, "linear_forward");
   Product p{kind, false, true, 1, rows, out_features, in_features, 1.0, x, in_features, 0,
-            weight, in_features, 0, 0.0, y, out_features, 0, nullptr, nullptr};
+            weight, in_features, 0, 0.0, y, out_features, 0, nullptr, nullptr, nullptr};
   check_product("linear_forward", p);
   if (rows == 0 || out_features == 0) return;
   if (bias != nullptr && in_features > 0) {
@@ -500,7 +506,7 @@ void CudaKernels::linear_gelu_forward(const Stream& stream, DType operands, std:
                                       const void* weight, const void* bias, void* pre, void* y) {
   const Kind kind = operands == DType::bf16 ? Kind::bf16 : floating_kind(operands, "linear_gelu_forward");
   const Product p{kind, false, true, 1, rows, out_features, in_features, 1.0, x, in_features, 0,
-                  weight, in_features, 0, 0.0, y, out_features, 0, bias, pre};
+                  weight, in_features, 0, 0.0, y, out_features, 0, bias, pre, nullptr};
   check_product("linear_gelu_forward", p);
   if (rows == 0 || out_features == 0) return;
   WF_CHECK(pre != nullptr, "linear_gelu_forward: the pre-activation buffer is null for a non-empty [{}, {}] result",
@@ -530,6 +536,45 @@ void CudaKernels::linear_gelu_forward(const Stream& stream, DType operands, std:
 // Every dtype tries the epilogue (backend.h: bf16 activations then skip the rounding of the
 // pre-activation to bf16 before the GELU that their unfused path has).
 bool CudaKernels::fuses_linear_gelu(DType operands) const {
+  return operands == DType::f32 || operands == DType::f64 || operands == DType::bf16;
+}
+
+// y = residual + x·Wᵀ + bias in one product: cuBLASLt's D = alpha·op(A)·op(B) + beta·C with C the
+// residual (beta 1, read from its own buffer, D's layout and type) and the bias epilogue
+// (CUBLASLT_EPILOGUE_BIAS, or none without bias): one pass over the output instead of three (the
+// product's write, the add's two reads and its write). The sum is rounded once, where the
+// composition rounds linear's output first: within an ulp or so of it, not its bits.
+// Where cuBLASLt offers no algorithm (f64 on some GPUs, an unaligned pointer) or nothing is
+// multiplied (in_features 0), the entry is the backend's default composition: linear_forward, then
+// the add kernel; the first is logged once per process.
+void CudaKernels::linear_add_forward(const Stream& stream, DType operands, std::int64_t rows,
+                                     std::int64_t in_features, std::int64_t out_features, const void* x,
+                                     const void* weight, const void* bias, const void* residual, void* y) {
+  const Kind kind = operands == DType::bf16 ? Kind::bf16 : floating_kind(operands, "linear_add_forward");
+  const Product p{kind, false, true, 1, rows, out_features, in_features, 1.0, x, in_features, 0,
+                  weight, in_features, 0, 1.0, y, out_features, 0, bias, nullptr, residual};
+  check_product("linear_add_forward", p);
+  if (rows == 0 || out_features == 0) return;
+  WF_CHECK(residual != nullptr, "linear_add_forward: the residual is null for a non-empty [{}, {}] result", rows,
+           out_features);
+  WF_CHECK(residual != y, "linear_add_forward: y aliases the residual; pass a separate output buffer");
+  const auto composition = [&] {
+    Backend::linear_add_forward(stream, operands, rows, in_features, out_features, x, weight, bias, residual, y);
+  };
+  if (in_features == 0) return composition();
+  if (try_matmul(stream, native(stream), p)) return;
+  static std::atomic<bool> logged{false};
+  if (!logged.exchange(true)) {
+    log::info("linear_add_forward: cuBLASLt offers no algorithm adding the residual as C for the {}; the product and "
+              "the add run one after the other (said once)",
+              describe(key_of(stream.device(), p)));
+  }
+  composition();
+}
+
+// Every dtype tries the epilogue (backend.h: bf16 activations then skip the rounding of linear's
+// output to bf16 before the add that their unfused path has).
+bool CudaKernels::fuses_linear_add(DType operands) const {
   return operands == DType::f32 || operands == DType::f64 || operands == DType::bf16;
 }
 

@@ -1,7 +1,7 @@
 // The cuBLASLt GEMMs (kernels/cuda/gemm.cpp) against the CPU's (kernels/cpu/gemm.h) on the same
 // fresh random operands: every transpose pair, odd sizes, alpha/beta (beta 0 over NaN), padded
 // leading dimensions, strided batches with broadcast operands, bf16 operands, linear_forward,
-// linear_gelu_forward (the GELU epilogue and its fallback).
+// linear_gelu_forward (the GELU epilogue and its fallback), linear_add_forward (the residual as C).
 //
 // Tolerance. Both devices round a dot product of K terms differently (blocking, FMA, order), and
 // each is within γ_K·Σ|a||b| of the exact value (γ_K ≈ K·u in the worst case), so the
@@ -314,6 +314,54 @@ TEST_CASE("cuda linear_gelu_forward: the GELU epilogue and its fallback match th
         Tensor y_bound = abs_f64(want_y);
         cpu_kernels().add_scaled(cpu_stream(), DType::f64, y_bound.numel(), 1.13, bound.raw_data(), y_bound.raw_data());
         require_within(got_y, want_y, y_bound, rtol, what + ": gelu");
+      }
+    }
+  }
+}
+
+// The residual as C with beta 1 and the bias epilogue (linear_add_forward) against the CPU's default
+// entry, the composition linear_forward then the add kernel, on the same inputs; in_features 0
+// takes the fallback. Tolerance: the products' rtol of the header comment times the bound plus
+// |residual| (the sum's own rounding is within u·|y|, inside it). The residual stays as it was,
+// and y, NaN before, is written everywhere (beta 1 reads the residual, never y).
+TEST_CASE("cuda linear_add_forward: the residual as C (beta 1) with the bias epilogue matches the CPU's linear then "
+          "add",
+          "[cuda][gemm]") {
+  struct Size {
+    std::int64_t rows, in, out;
+  };
+  const Size sizes[] = {{1, 7, 8}, {33, 129, 7}, {1000, 33, 256}, {7, 1000, 65}, {5, 0, 16}};
+  std::uint64_t salt = 900;
+  for (const DType operands : {DType::f32, DType::f64, DType::bf16}) {
+    const DType out_dtype = operands == DType::bf16 ? DType::f32 : operands;
+    const double rtol = operands == DType::f64 ? kRtolF64 : kRtolF32;
+    for (const Size& s : sizes) {
+      for (const bool with_bias : {false, true}) {
+        const Tensor x = random_normal({s.rows, s.in}, fresh_seed(++salt), operands);
+        const Tensor W = random_normal({s.out, s.in}, fresh_seed(++salt), operands);
+        const Tensor bias = random_normal({s.out}, fresh_seed(++salt), out_dtype);
+        const Tensor residual = random_normal({s.rows, s.out}, fresh_seed(++salt), out_dtype);
+        const Tensor nan = Tensor::full({s.rows, s.out}, kNaN, out_dtype);  // overwritten, never read
+        const auto run = [&](kernels::Backend& k, const Stream& st, const Tensor& xx, const Tensor& ww,
+                             const Tensor& bb, const Tensor& rr, Tensor& y) {
+          k.linear_add_forward(st, operands, s.rows, s.in, s.out, xx.raw_data(), ww.raw_data(),
+                               with_bias ? bb.raw_data() : nullptr, rr.raw_data(), y.raw_data());
+        };
+        Tensor want = nan.clone();
+        run(cpu_kernels(), cpu_stream(), x, W, bias, residual, want);
+        const Tensor gx = x.to(gpu()), gW = W.to(gpu()), gbias = bias.to(gpu()), gresidual = residual.to(gpu());
+        Tensor got = nan.to(gpu());
+        run(gpu_kernels(), gpu_stream(), gx, gW, gbias, gresidual, got);
+        const std::string what = std::string(dtype_name(operands)) + " linear_add_forward rows=" +
+                                 std::to_string(s.rows) + " in=" + std::to_string(s.in) +
+                                 " out=" + std::to_string(s.out) + (with_bias ? " with bias" : " without bias");
+        Tensor bound = linear_bound(x, W, with_bias ? bias : Tensor(), s.rows, s.in, s.out);
+        const Tensor residual_abs = abs_f64(residual);
+        cpu_kernels().add_scaled(cpu_stream(), DType::f64, bound.numel(), 1.0, residual_abs.raw_data(),
+                                 bound.raw_data());
+        require_within(got, want, bound, rtol, what);
+        require_within(gresidual, residual, Tensor::zeros({s.rows, s.out}, DType::f64), 0.0,
+                       what + ": the residual, unchanged");
       }
     }
   }
