@@ -127,7 +127,7 @@ void check_matmul_args(const Tensor& a, const Tensor& b) {
            shape_str(a.shape()), shape_str(b.shape()));
 }
 
-// ---- the linear layer's pieces, shared by linear, linear_gelu and linear_add ------------------------------
+// ---- the linear layer's pieces, shared by linear, linear_gelu and linear_add ----------------
 
 // A linear's sizes, checked, and whether it is mixed precision (nn/precision.h): bf16 activations
 // against f32 master weights.
