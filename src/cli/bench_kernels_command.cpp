@@ -15,6 +15,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "src/cli/bench_add_norm.h"
+#include "src/cli/bench_linear_ce.h"
 #include "wallfacer/train/peak_flops.h"
 #include "src/core/timing.h"
 #include "src/cli/commands.h"
@@ -31,6 +32,7 @@ struct Options {
   bool quick = false;  // small sizes: a smoke test of the command, not a measurement
   bool json = false;
   bool add_norm = false;  // only the fused residual add + norm against the composition
+  bool linear_ce = false;  // only the fused chunked head + cross-entropy against the composition
 };
 
 struct Row {
@@ -111,6 +113,7 @@ std::vector<Row> bench_attention(std::int64_t n, bool causal, bool bf16_operands
 int run(const Options& options) {
   set_num_threads(options.threads);
   if (options.add_norm) return run_add_norm_bench(options.iters, options.quick);
+  if (options.linear_ce) return run_linear_ce_bench(options.iters, options.quick);
   const std::vector<std::int64_t> gemm_sizes = options.quick ? std::vector<std::int64_t>{128} : std::vector<std::int64_t>{1024, 2048};
   const std::int64_t attn_n = options.quick ? 128 : 2048;
 
@@ -184,9 +187,14 @@ void add_bench_kernels_command(CLI::App& bench) {
       ->check(positive());
   command->add_flag("--quick", options->quick, "tiny sizes: checks the command runs, measures nothing useful");
   command->add_flag("--json", options->json, "one JSON object per line instead of the table");
-  command->add_flag("--add-norm", options->add_norm,
+  CLI::Option* add_norm = command->add_flag("--add-norm", options->add_norm,
                     "instead: the residual add fused into LayerNorm/RMSNorm against add then the norm "
                     "(f32 [8192, 1024], forward + backward, alternating runs)");
+  command->add_flag("--linear-ce", options->linear_ce,
+                    "instead: the head and its cross-entropy fused in chunks of rows against linear then "
+                    "cross_entropy_sum (f32 h [4096, 1024], V 50257, forward + backward, alternating runs; "
+                    "median ms and peak MiB)")
+      ->excludes(add_norm);
   set_action(*command, [options] { return run(*options); });
 }
 
