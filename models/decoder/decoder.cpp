@@ -282,8 +282,13 @@ Tensor DecoderLM::run_blocks(Tensor x, const nn::TokenPositions& where, int chun
   return x;
 }
 
-Tensor DecoderLM::head(const Tensor& x) {
-  const Tensor h = final_norm_->forward(x);
+nn::VocabularyHead DecoderLM::vocabulary_head() {
+  return {.weight = lm_head_ ? lm_head_->weight() : token_embedding_->weight(),
+          .logits = [this](const Tensor& h) { return head_logits(h); },
+          .chunk_rows = options_.loss_chunk_rows};
+}
+
+Tensor DecoderLM::head_logits(const Tensor& h) {
   // Vocabulary logits: split over the vocabulary under tensor parallelism (the factory reads them).
   const Tensor logits = lm_head_ ? lm_head_->forward(h) : token_embedding_->attend(h);
   // The loss and its softmax see the logits in the masters' dtype (nn/precision.h): from bf16
@@ -296,7 +301,8 @@ Tensor DecoderLM::forward(const Tensor& ids, const nn::TokenPositions& where) {
   WF_CHECK(options_.stage.whole(options_.n_layer), "{}: forward needs the whole model; this instance is a stage (use forward_stage)",
            name_);
   return nn::layers_or_default(options_.layers)
-      .vocabulary_logits(head(run_blocks(embed(ids, where.positions), where)), options_.vocab_size);
+      .vocabulary_logits(head_logits(final_norm_->forward(run_blocks(embed(ids, where.positions), where))),
+                         options_.vocab_size);
 }
 
 Tensor DecoderLM::forward(const Tensor& ids) {
@@ -335,7 +341,10 @@ StageOutput DecoderLM::forward_stage(const Batch& batch, const Tensor& hidden, i
   const std::int64_t tokens = x.size(1) * layers.activation_token_parts();
   WF_CHECK(targets.dim() == 2 && targets.size(0) == x.size(0) && targets.size(1) == tokens,
            "{}: targets {} must be [batch, tokens] = [{}, {}]", name_, shape_str(targets.shape()), x.size(0), tokens);
-  return {Tensor(), LossSum{layers.vocabulary_loss_sum(head(x), targets, options_.vocab_size), count_targets_device(targets)}};
+  // The factory decides how the head's loss is taken: the fused chunks of linear_cross_entropy_sum
+  // by default, never holding the [tokens, vocab] logits; tp's split logits and vocabulary-parallel loss.
+  const Tensor loss = layers.head_loss_sum(final_norm_->forward(x), vocabulary_head(), targets, options_.vocab_size);
+  return {Tensor(), LossSum{loss, count_targets_device(targets)}};
 }
 
 std::pair<Shape, DType> DecoderLM::stage_hidden(const Batch& batch) const {

@@ -16,6 +16,7 @@
 #include "kernels/cpu/gemm.h"
 #include "src/cli/bench_add_norm.h"
 #include "src/cli/bench_linear_add.h"
+#include "src/cli/bench_linear_ce.h"
 #include "wallfacer/train/peak_flops.h"
 #include "src/core/timing.h"
 #include "src/cli/commands.h"
@@ -33,6 +34,7 @@ struct Options {
   bool json = false;
   bool add_norm = false;  // only the fused residual add + norm against the composition
   bool linear_add = false;  // only the residual add inside the projection against linear then add
+  bool linear_ce = false;  // only the fused chunked head + cross-entropy against the composition
 };
 
 struct Row {
@@ -114,6 +116,7 @@ int run(const Options& options) {
   set_num_threads(options.threads);
   if (options.add_norm) return run_add_norm_bench(options.iters, options.quick);
   if (options.linear_add) return run_linear_add_bench(options.iters, options.quick);
+  if (options.linear_ce) return run_linear_ce_bench(options.iters, options.quick);
   const std::vector<std::int64_t> gemm_sizes = options.quick ? std::vector<std::int64_t>{128} : std::vector<std::int64_t>{1024, 2048};
   const std::int64_t attn_n = options.quick ? 128 : 2048;
 
@@ -187,13 +190,19 @@ void add_bench_kernels_command(CLI::App& bench) {
       ->check(positive());
   command->add_flag("--quick", options->quick, "tiny sizes: checks the command runs, measures nothing useful");
   command->add_flag("--json", options->json, "one JSON object per line instead of the table");
-  command->add_flag("--add-norm", options->add_norm,
+  CLI::Option* add_norm = command->add_flag("--add-norm", options->add_norm,
                     "instead: the residual add fused into LayerNorm/RMSNorm against add then the norm "
                     "(f32 [8192, 1024], forward + backward, alternating runs)");
-  command->add_flag("--linear-add", options->linear_add,
+  CLI::Option* linear_add = command->add_flag("--linear-add", options->linear_add,
                     "instead: the residual add inside the projection (linear_add) against linear then add "
                     "(f32 [8192, 4096] -> [1024], forward + backward, alternating runs)")
-      ->excludes("--add-norm");
+      ->excludes(add_norm);
+  command->add_flag("--linear-ce", options->linear_ce,
+                    "instead: the head and its cross-entropy fused in chunks of rows against linear then "
+                    "cross_entropy_sum (f32 h [4096, 1024], V 50257, forward + backward, alternating runs; "
+                    "median ms and peak MiB)")
+      ->excludes(add_norm)
+      ->excludes(linear_add);
   set_action(*command, [options] { return run(*options); });
 }
 

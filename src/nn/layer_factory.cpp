@@ -41,6 +41,14 @@ Tensor LayerFactory::vocabulary_loss_sum(const Tensor& logits, const Tensor& tar
   return cross_entropy_sum(logits, targets);
 }
 
+Tensor LayerFactory::head_loss_sum(const Tensor& h, const VocabularyHead& head, const Tensor& targets,
+                                   std::int64_t vocab_size) const {
+  WF_CHECK(head.weight.defined() && head.weight.dim() == 2 && head.weight.size(0) == vocab_size,
+           "head_loss_sum: the head's weight {} must be [vocab_size = {}, d]",
+           head.weight.defined() ? shape_str(head.weight.shape()) : "undefined", vocab_size);
+  return linear_cross_entropy_sum(h, head.weight, targets, /*ignore_index=*/-100, head.chunk_rows);
+}
+
 Tensor LayerFactory::vocabulary_logits(const Tensor& logits, std::int64_t /*vocab_size*/) const { return logits; }
 
 const std::shared_ptr<const LayerFactory>& default_layer_factory() {

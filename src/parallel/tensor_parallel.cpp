@@ -189,6 +189,11 @@ Tensor TensorParallelLayers::vocabulary_loss_sum(const Tensor& logits, const Ten
   return vocab_parallel_cross_entropy(logits, targets, *tp_, vocab_size, /*ignore_index=*/-100, LossReduction::sum);
 }
 
+Tensor TensorParallelLayers::head_loss_sum(const Tensor& h, const nn::VocabularyHead& head, const Tensor& targets,
+                                           std::int64_t vocab_size) const {
+  return vocabulary_loss_sum(head.logits(h), targets, vocab_size);
+}
+
 Tensor TensorParallelLayers::vocabulary_logits(const Tensor& logits, std::int64_t vocab_size) const {
   const Tensor whole = gather_from_tp(*tp_, logits);  // [..., V_pad]
   return whole.size(-1) == vocab_size ? whole : narrow(whole, whole.dim() - 1, 0, vocab_size);

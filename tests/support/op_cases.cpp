@@ -101,6 +101,8 @@ std::vector<OpCase> op_cases() {
       {"embedding", {ids, w}, [](V t) { return wf::embedding(t[0], t[1]); }},
       {"cross_entropy", {{{3, 5, 6}}, ids}, [](V t) { return wf::cross_entropy(t[0], t[1], 2); }},
       {"cross_entropy_sum", {{{3, 5, 6}}, ids}, [](V t) { return wf::cross_entropy_sum(t[0], t[1]); }},
+      // 15 rows in chunks of 4 (the last one short), class 2 ignored.
+      {"linear_cross_entropy_sum", {x, w, ids}, [](V t) { return wf::linear_cross_entropy_sum(t[0], t[1], t[2], 2, 4); }},
       {"rope", {{{2, 5, 3, 8}}, {{5}, false, 100}}, [](V t) { return wf::rope(t[0], t[1]); }},
       {"attention (causal, grouped heads, lse used)", {{{2, 6, 4, 8}}, {{2, 6, 2, 8}}, {{2, 6, 2, 8}}},
        [causal](V t) {

@@ -63,6 +63,9 @@ struct DecoderOptions {
   StageRange stage = {};
   std::shared_ptr<const nn::LayerFactory> layers = nullptr;  // null: the plain layers
   DecoderBlock block = {};  // empty: nn::TransformerBlock
+  // Rows per chunk of the fused head + cross-entropy (LayerFactory::head_loss_sum; unused under
+  // tp): 0 takes linear_cross_entropy_chunk_rows(vocab_size), ~256 MiB of f32 logits a chunk.
+  std::int64_t loss_chunk_rows = 0;
 };
 
 // n_kv_head and d_ff with their 0 defaults resolved, the stage's open block ranges too.
@@ -169,7 +172,10 @@ class DecoderLM : public Model {
  private:
   Tensor embed(const Tensor& ids, const Tensor& positions);
   Tensor run_blocks(Tensor x, const nn::TokenPositions& where, int chunk = 0);
-  Tensor head(const Tensor& x);
+  // The final norm's output h → the vocabulary logits in the masters' dtype (the unfused head).
+  Tensor head_logits(const Tensor& h);
+  // The head as the factory's head_loss_sum reads it.
+  nn::VocabularyHead vocabulary_head();
   void check_inputs(const Tensor& ids, const Tensor& positions) const;
 
   std::string name_;

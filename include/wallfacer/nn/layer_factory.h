@@ -7,6 +7,7 @@
 // each call site passes is the sharding knowledge (Megatron's ColumnParallelLinear /
 // RowParallelLinear choice), stated once where the layer is built.
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "wallfacer/nn/dropout.h"
@@ -45,6 +46,17 @@ enum class EmbeddingRole { vocabulary, replicated };
 //    catches it).
 enum class ActivationRegion { replicated, split };
 
+// An output head onto the token vocabulary as head_loss_sum reads it: its weight [vocab, d] — a
+// LinearRole::vocabulary linear's (bias-free) or the tied EmbeddingRole::vocabulary table — for the
+// fused loss, and the module's own logits of h in the weight's dtype (the masters'), as
+// vocabulary_loss_sum reads them, for a factory whose layers compute more than h·weightᵀ (tensor
+// parallelism: collectives in their forwards, a padded split vocabulary).
+struct VocabularyHead {
+  Tensor weight;
+  std::function<Tensor(const Tensor&)> logits;
+  std::int64_t chunk_rows = 0;  // rows per chunk of the fused loss; 0: linear_cross_entropy_chunk_rows (ops/loss.h)
+};
+
 class LayerFactory {
  public:
   virtual ~LayerFactory();
@@ -72,6 +84,13 @@ class LayerFactory {
   // whole [..., vocab_size] logits (for generation and inspection).
   virtual Tensor vocabulary_loss_sum(const Tensor& logits, const Tensor& targets, std::int64_t vocab_size) const;
   virtual Tensor vocabulary_logits(const Tensor& logits, std::int64_t vocab_size) const;
+  // The cross-entropy SUM of the head's logits of h [..., d] against targets (ignore_index -100
+  // skipped), as vocabulary_loss_sum(head.logits(h), ...) gives it. Here: linear_cross_entropy_sum
+  // (ops/loss.h), chunks of rows that never hold the [tokens, vocab] logits whole. A factory whose
+  // vocabulary layers are not the plain ones (one that overrides vocabulary_loss_sum) overrides this
+  // too: tensor parallelism keeps head.logits and its vocabulary-parallel loss.
+  virtual Tensor head_loss_sum(const Tensor& h, const VocabularyHead& head, const Tensor& targets,
+                               std::int64_t vocab_size) const;
 };
 
 // The plain layers (every weight whole on this rank).

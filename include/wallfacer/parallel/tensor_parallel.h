@@ -197,6 +197,9 @@ class TensorParallelLayers : public nn::LayerFactory {
   int activation_token_parts() const override { return options_.shard_activations ? tp_->size() : 1; }
   Tensor vocabulary_loss_sum(const Tensor& logits, const Tensor& targets, std::int64_t vocab_size) const override;
   Tensor vocabulary_logits(const Tensor& logits, std::int64_t vocab_size) const override;
+  // The head's split logits (its layers' forwards hold the collectives) into vocabulary_loss_sum.
+  Tensor head_loss_sum(const Tensor& h, const nn::VocabularyHead& head, const Tensor& targets,
+                       std::int64_t vocab_size) const override;
   comm::Group& group() const { return *tp_; }
   const TensorParallelOptions& options() const { return options_; }
 
