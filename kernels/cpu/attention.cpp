@@ -280,14 +280,12 @@ void forward_rows(const Attention<T, In>& a, T* o, T* lse, std::int64_t b, std::
 // ---- backward ---------------------------------------------------------------------------
 template <class T, class In = T>
 struct BackwardScratch {
-  std::vector<T> p, ds, dk, dv;
+  std::vector<T> p, ds;
   std::vector<In> p_in, ds_in;  // P and dS rounded to In (bf16 kernel only)
   std::vector<KeyRange> keys;
-  explicit BackwardScratch(std::int64_t head_dim)
+  explicit BackwardScratch(std::int64_t /*head_dim*/)
       : p(kBackwardRows * kBackwardKeys),
         ds(kBackwardRows * kBackwardKeys),
-        dk(kBackwardKeys * head_dim),
-        dv(kBackwardKeys * head_dim),
         p_in(std::is_same_v<In, T> ? 0 : kBackwardRows * kBackwardKeys),
         ds_in(std::is_same_v<In, T> ? 0 : kBackwardRows * kBackwardKeys),
         keys(kBackwardRows) {}
@@ -302,11 +300,17 @@ void backward_key_tile(const Attention<T, In>& a, const T* delta, T* dq_out, T* 
   const std::int64_t d = a.s.head_dim;
   T* p = w.p.data();
   T* ds = w.ds.data();
-  T* dk_acc = w.dk.data();
-  T* dv_acc = w.dv.data();
   KeyRange* keys = w.keys.data();
-  zero_row(dk_acc, kn * d);
-  zero_row(dv_acc, kn * d);
+  // The tile's dK, dV rows are this task's alone: the products add into them in place (written
+  // from zero unless accumulating), so no tile-sized buffer is zeroed and copied back per key
+  // tile. Starting from zero this gives the bits a zeroed buffer did; accumulating, the sum is
+  // rounded per row tile into the running gradient.
+  if (!accumulate) {
+    for (std::int64_t j = 0; j < kn; ++j) {
+      zero_row(dk + a.kv_at(b, k0 + j, hk), d);
+      zero_row(dv + a.kv_at(b, k0 + j, hk), d);
+    }
+  }
 
   // Only the rows that see some of these keys, in tiles; a tile of rows computes just the columns
   // [c0, c1) its rows see, and narrows to kNarrowRows where its rows see the key tile in part.
@@ -321,8 +325,8 @@ void backward_key_tile(const Attention<T, In>& a, const T* delta, T* dq_out, T* 
     const std::int64_t cn = c1 - c0;
     const In* k = a.k + a.kv_at(b, k0 + c0, hk);
     const In* v = a.v + a.kv_at(b, k0 + c0, hk);
-    T* dk_cols = dk_acc + c0 * d;
-    T* dv_cols = dv_acc + c0 * d;
+    T* dk_cols = dk + a.kv_at(b, k0 + c0, hk);
+    T* dv_cols = dv + a.kv_at(b, k0 + c0, hk);
     for (std::int64_t g = 0; g < a.group && cn > 0; ++g) {
       const std::int64_t h = hk * a.group + g;
       const In* q = a.q + a.q_at(b, i0, h);
@@ -333,7 +337,7 @@ void backward_key_tile(const Attention<T, In>& a, const T* delta, T* dq_out, T* 
       tile_gemm(false, true, rows, cn, d, a.scale, q, a.q_stride, k, a.kv_stride, T(0), p, cn);  // S
       probabilities(p, rows, cn, keys, k0 + c0, lse);                                             // P
       tile_gemm(true, false, cn, d, rows, T(1), as_operand(p, rows * cn, w.p_in), cn, d_o, a.q_stride, T(1), dv_cols,
-                d);                                                                               // dV += Pᵀ·dO
+                a.kv_stride);                                                                               // dV += Pᵀ·dO
       tile_gemm(false, true, rows, cn, d, T(1), d_o, a.q_stride, v, a.kv_stride, T(0), ds, cn);  // dP = dO·Vᵀ
       for (std::int64_t r = 0; r < rows; ++r) {  // dS = scale·P∘(dP − D); masked P = 0 → dS = 0
         const T* p_row = p + r * cn;
@@ -343,26 +347,13 @@ void backward_key_tile(const Attention<T, In>& a, const T* delta, T* dq_out, T* 
         for (std::int64_t c = 0; c < cn; ++c) ds_row[c] = a.scale * p_row[c] * (ds_row[c] - delta_r);
       }
       const In* ds_op = as_operand(ds, rows * cn, w.ds_in);
-      tile_gemm(true, false, cn, d, rows, T(1), ds_op, cn, q, a.q_stride, T(1), dk_cols, d);  // dK += dSᵀ·Q
+      tile_gemm(true, false, cn, d, rows, T(1), ds_op, cn, q, a.q_stride, T(1), dk_cols, a.kv_stride);  // dK += dSᵀ·Q
       tile_gemm(false, false, rows, d, cn, T(1), ds_op, cn, k, a.kv_stride, T(1), dq_out + a.q_at(b, i0, h),
                 a.q_stride);  // dQ += dS·K
     }
     i0 += rows;
   }
 
-  for (std::int64_t j = 0; j < kn; ++j) {
-    T* dk_row = dk + a.kv_at(b, k0 + j, hk);
-    T* dv_row = dv + a.kv_at(b, k0 + j, hk);
-    const T* dk_in = dk_acc + j * d;
-    const T* dv_in = dv_acc + j * d;
-    if (accumulate) {
-      for (std::int64_t c = 0; c < d; ++c) dk_row[c] += dk_in[c];
-      for (std::int64_t c = 0; c < d; ++c) dv_row[c] += dv_in[c];
-    } else {
-      std::copy(dk_in, dk_in + d, dk_row);
-      std::copy(dv_in, dv_in + d, dv_row);
-    }
-  }
 }
 
 // Backward tasks are (batch, kv head, chunk): a task owns every key tile of its chunk, so dK/dV
