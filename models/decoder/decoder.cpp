@@ -87,9 +87,22 @@ double decoder_activation_bytes_per_token(const DecoderOptions& options) {
   const double per_layer = o.checkpoint_attention
                                ? 2 * d + static_cast<double>(o.n_head)
                                : 6 * d + qkv + (feed_forward_matrices(o) + 1) * ff;
-  // The logits and their gradient (the fused loss keeps no probabilities, the graph the logits).
-  const double head = 2 * static_cast<double>(o.vocab_size);
-  return 4.0 * (static_cast<double>(o.n_layer) * per_layer + head + 2 * d);
+  // The logits and their gradient (the fused loss keeps no probabilities, the graph the logits):
+  // the tensor-parallel head's; at tp = 1 the head runs in chunks (decoder_fused_head_bytes).
+  return 4.0 * (static_cast<double>(o.n_layer) * per_layer + 2 * d) + decoder_head_logits_bytes_per_token(o);
+}
+
+double decoder_head_logits_bytes_per_token(const DecoderOptions& options) {
+  return 4.0 * 2 * static_cast<double>(resolved(options).vocab_size);
+}
+
+double decoder_fused_head_bytes(const DecoderOptions& options) {
+  const DecoderOptions o = resolved(options);
+  const double V = static_cast<double>(o.vocab_size);
+  const double rows = static_cast<double>(o.loss_chunk_rows > 0 ? o.loss_chunk_rows : linear_cross_entropy_chunk_rows(o.vocab_size));
+  // One chunk's logits as the product gives them, their f32 cast and their gradient, and the f32
+  // gradient of W [V, d] it accumulates over the chunks.
+  return 4.0 * (3 * rows * V + V * static_cast<double>(o.d_model));
 }
 
 double decoder_activation_bytes_per_token_tp_replicated(const DecoderOptions& options) {
@@ -173,6 +186,9 @@ config::ModelSchema decoder_schema(std::string name, std::vector<config::ModelKe
     facts.n_layer = o.n_layer;
     facts.activation_bytes_per_token = decoder_activation_bytes_per_token(o);
     facts.activation_bytes_per_token_tp_replicated = decoder_activation_bytes_per_token_tp_replicated(o);
+    facts.head_logits_bytes_per_token = decoder_head_logits_bytes_per_token(o);
+    facts.fused_head_bytes_per_token = 4.0 * static_cast<double>(o.d_model);  // the f32 dh
+    facts.fused_head_bytes = decoder_fused_head_bytes(o);
     facts.blocks = {.n_layer = o.n_layer, .n_head = o.n_head, .n_kv_head = o.n_kv_head, .d_model = o.d_model,
                     .d_ff = o.d_ff, .feed_forward_matrices = static_cast<int>(feed_forward_matrices(o)),
                     .checkpoint_attention = o.checkpoint_attention, .head_width = o.vocab_size};

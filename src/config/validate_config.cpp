@@ -409,9 +409,15 @@ MemoryEstimate memory_per_rank(const RunConfig& c) {
   // Tensor parallelism splits the heads' and feed-forward's activations; the d_model-wide rest
   // only with tp_shard_activations.
   const double replicated = facts.activation_bytes_per_token_tp_replicated;
-  const double per_token = (facts.activation_bytes_per_token - replicated) / p.tp +
-                           replicated / (p.tp_shard_activations ? p.tp : 1);
-  m.activation_bytes = per_token * tokens * in_flight / p.pp;
+  double per_token = (facts.activation_bytes_per_token - replicated) / p.tp +
+                     replicated / (p.tp_shard_activations ? p.tp : 1);
+  // At tp = 1 a chunked head keeps no per-token logits, only its dh and one chunk's working set.
+  double fixed = 0;
+  if (p.tp == 1 && facts.fused_head_bytes > 0) {
+    per_token += facts.fused_head_bytes_per_token - facts.head_logits_bytes_per_token;
+    fixed = facts.fused_head_bytes;
+  }
+  m.activation_bytes = per_token * tokens * in_flight / p.pp + fixed;
   return m;
 }
 

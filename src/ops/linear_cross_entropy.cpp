@@ -114,7 +114,8 @@ class LinearCrossEntropy final : public autograd::Function {
 
 std::int64_t linear_cross_entropy_chunk_rows(std::int64_t vocab) {
   constexpr std::int64_t kChunkBytes = std::int64_t{256} << 20;
-  return std::max<std::int64_t>(1, kChunkBytes / (std::max<std::int64_t>(vocab, 1) * 4));
+  // Divided, not multiplied: an absurd vocabulary (validate's facts see any config) must not wrap.
+  return std::max<std::int64_t>(1, kChunkBytes / 4 / std::max<std::int64_t>(vocab, 1));
 }
 
 Tensor linear_cross_entropy_sum(const Tensor& h, const Tensor& weight, const Tensor& targets, std::int64_t ignore_index,

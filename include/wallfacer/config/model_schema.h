@@ -70,6 +70,14 @@ struct ModelFacts {
   // the blocks' d_model-wide inputs and outputs) unless parallel.tp_shard_activations splits it;
   // the rest (heads, the feed-forward's hidden, vocabulary-parallel logits) tp splits.
   double activation_bytes_per_token_tp_replicated = 0;
+  // A head whose loss runs fused in chunks of rows when tp does not split the vocabulary
+  // (ops/loss.h linear_cross_entropy_sum): at tp = 1 the per-token logits and their gradient
+  // (head_logits_bytes_per_token, counted in activation_bytes_per_token for tp > 1's split head)
+  // give way to fused_head_bytes_per_token (the f32 dh it holds) and fused_head_bytes, its fixed
+  // working set (a chunk's logits and their gradient, and W's f32 gradient). All 0: no such head.
+  double head_logits_bytes_per_token = 0;
+  double fused_head_bytes_per_token = 0;
+  double fused_head_bytes = 0;
   BlockShape blocks;
 };
 

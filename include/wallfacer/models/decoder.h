@@ -78,6 +78,11 @@ nn::TransformerBlockOptions decoder_block_options(const DecoderOptions& options,
 double decoder_parameter_count(const DecoderOptions& options);  // whole model (exact below 2^53)
 double decoder_train_flops_per_token(const DecoderOptions& options, std::int64_t seq_len);
 double decoder_activation_bytes_per_token(const DecoderOptions& options);
+// Of it, the head's logits and their gradient per token (what tensor parallelism splits); at
+// tp = 1 the loss runs in chunks of rows instead, whose fixed working set is
+// decoder_fused_head_bytes (config::ModelFacts says how validate uses them).
+double decoder_head_logits_bytes_per_token(const DecoderOptions& options);
+double decoder_fused_head_bytes(const DecoderOptions& options);
 // The part of it that tensor parallelism does not split (config::ModelFacts).
 double decoder_activation_bytes_per_token_tp_replicated(const DecoderOptions& options);
 std::string decoder_description(const DecoderOptions& options);  // "4 layers, d_model 256, 4 heads (2 kv)"
