@@ -15,6 +15,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "src/cli/bench_add_norm.h"
+#include "src/cli/bench_qkv_rope.h"
 #include "wallfacer/train/peak_flops.h"
 #include "src/core/timing.h"
 #include "src/cli/commands.h"
@@ -31,6 +32,7 @@ struct Options {
   bool quick = false;  // small sizes: a smoke test of the command, not a measurement
   bool json = false;
   bool add_norm = false;  // only the fused residual add + norm against the composition
+  bool qkv_rope = false;  // only the fused QKV split + RoPE against the composition
 };
 
 struct Row {
@@ -111,6 +113,7 @@ std::vector<Row> bench_attention(std::int64_t n, bool causal, bool bf16_operands
 int run(const Options& options) {
   set_num_threads(options.threads);
   if (options.add_norm) return run_add_norm_bench(options.iters, options.quick);
+  if (options.qkv_rope) return run_qkv_rope_bench(options.iters, options.quick);
   const std::vector<std::int64_t> gemm_sizes = options.quick ? std::vector<std::int64_t>{128} : std::vector<std::int64_t>{1024, 2048};
   const std::int64_t attn_n = options.quick ? 128 : 2048;
 
@@ -187,6 +190,10 @@ void add_bench_kernels_command(CLI::App& bench) {
   command->add_flag("--add-norm", options->add_norm,
                     "instead: the residual add fused into LayerNorm/RMSNorm against add then the norm "
                     "(f32 [8192, 1024], forward + backward, alternating runs)");
+  command->add_flag("--qkv-rope", options->qkv_rope,
+                    "instead: the QKV split with RoPE fused (split_qkv_rope) against narrow + reshape + rope "
+                    "(f32, T=8192, 32 heads, 8 kv heads, head_dim 128, forward + backward, alternating runs)")
+      ->excludes("--add-norm");
   set_action(*command, [options] { return run(*options); });
 }
 
