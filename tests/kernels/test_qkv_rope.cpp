@@ -175,7 +175,8 @@ TEMPLATE_TEST_CASE("qkv_rope_backward: a null gradient writes zeros in its slots
     std::vector<T> got(projected_size(s), std::numeric_limits<T>::quiet_NaN());
     qkv_rope_backward(s, dq, dk, dv, pos.data(), got.data());
     const Heads<T> with_zero{missing == 0 ? zero.q : d.q, missing == 1 ? zero.k : d.k, missing == 2 ? zero.v : d.v};
-    require_bitwise(got, composed_backward(s, with_zero, pos));
+    // Equal values (rotating explicit zeros may give −0 where the kernel writes +0).
+    CHECK(got == composed_backward(s, with_zero, pos));
   }
 }
 
