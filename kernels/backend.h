@@ -189,6 +189,15 @@ class Backend {
                                   std::int64_t vocab, const std::int64_t* ids, const void* dout, void* dweight) = 0;
   virtual void rope(const Stream& stream, DType dtype, const RopeShape& shape, const void* x,
                     const std::int64_t* positions, bool inverse, void* y) = 0;
+  // SelfAttention's QKV split with RoPE in one pass (kernels/cpu/qkv_rope.h): projected
+  // [batch, tokens, groups, G + 2, head_dim] into contiguous q, k, v, q and k rotated unless
+  // !shape.rotate (positions then unread). Bit for bit the split followed by rope() on the CPU.
+  virtual void qkv_rope_forward(const Stream& stream, DType dtype, const QkvRopeShape& shape, const void* projected,
+                                const std::int64_t* positions, void* q, void* k, void* v) = 0;
+  // d_projected from dq, dk (rotated back) and dv; a null one writes zeros in its slots.
+  virtual void qkv_rope_backward(const Stream& stream, DType dtype, const QkvRopeShape& shape, const void* dq,
+                                 const void* dk, const void* dv, const std::int64_t* positions,
+                                 void* d_projected) = 0;
   // ---- models: diffusion, timestep embedding, row selection, clamp ---------------------------
   // Diffusion noising and L_vb (kernels/cpu/diffusion.h): times [batch] and the ddpm schedule
   // table [steps, kScheduleColumns] (unread for flow) are f64 device tensors.

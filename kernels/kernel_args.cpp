@@ -91,6 +91,18 @@ void check_rope_shape(const RopeShape& s, const char* op) {
   WF_CHECK(std::isfinite(s.theta) && s.theta > 0, "{}: theta must be positive and finite, got {}", op, s.theta);
 }
 
+void check_qkv_rope_shape(const QkvRopeShape& s, const char* op) {
+  WF_CHECK(s.groups >= 0 && s.group_size > 0,
+           "{}: groups must be >= 0 and group_size (query heads per kv head) > 0, got groups={} group_size={}", op,
+           s.groups, s.group_size);
+  if (s.rotate) {
+    check_rope_shape({s.batch, s.tokens, s.groups * (s.group_size + 1), s.head_dim, s.theta}, op);
+  } else {
+    WF_CHECK(s.batch >= 0 && s.tokens >= 0 && s.head_dim >= 0,
+             "{}: sizes must be non-negative, got batch={} tokens={} head_dim={}", op, s.batch, s.tokens, s.head_dim);
+  }
+}
+
 double clip_coefficient(double total_norm, double max_norm) {
   WF_CHECK(max_norm >= 0.0, "clip_coefficient: max_norm must be >= 0, got {}", max_norm);
   // A NaN norm yields NaN (as in PyTorch with error_if_nonfinite=False): std::min would hide it.

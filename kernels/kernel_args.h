@@ -101,6 +101,22 @@ struct RopeShape {
 // and finite.
 void check_rope_shape(const RopeShape& s, const char* op);
 
+// The fused QKV projection's output split into heads, q and k rotated (kernels/cpu/qkv_rope.h).
+// projected is [batch, tokens, groups, group_size + 2, head_dim]: each kv group's group_size query
+// heads, then its key head, then its value head (SelfAttention's layout).
+struct QkvRopeShape {
+  std::int64_t batch = 0;
+  std::int64_t tokens = 0;      // positions has one entry per token, shared by every batch row
+  std::int64_t groups = 0;      // kv heads
+  std::int64_t group_size = 0;  // query heads per kv head (G)
+  std::int64_t head_dim = 0;    // even when rotating
+  bool rotate = true;           // false: the plain split (positions unread, may be null)
+  double theta = 10000.0;       // > 0
+};
+// wf::Error naming `op` unless sizes are non-negative, group_size is positive and, when rotating,
+// head_dim is even and theta positive and finite (check_rope_shape's checks).
+void check_qkv_rope_shape(const QkvRopeShape& s, const char* op);
+
 // ---- optimizer ---------------------------------------------------------------------------------
 struct AdamWParams {
   double lr = 1e-3;

@@ -21,6 +21,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optimizer.h"
+#include "kernels/cpu/qkv_rope.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/replica_spread.h"
 #include "kernels/cpu/rope.h"
@@ -375,6 +376,20 @@ class HostKernels : public Backend {
     typed(s, dt, "rope", [=](auto t) {
       using T = decltype(t);
       cpu::rope<T>(shape, in<T>(x), positions, inverse, io<T>(y));
+    });
+  }
+  void qkv_rope_forward(const Stream& s, DType dt, const QkvRopeShape& shape, const void* projected,
+                        const std::int64_t* positions, void* q, void* k, void* v) override {
+    typed(s, dt, "qkv_rope", [=](auto t) {
+      using T = decltype(t);
+      cpu::qkv_rope_forward<T>(shape, in<T>(projected), positions, io<T>(q), io<T>(k), io<T>(v));
+    });
+  }
+  void qkv_rope_backward(const Stream& s, DType dt, const QkvRopeShape& shape, const void* dq, const void* dk,
+                         const void* dv, const std::int64_t* positions, void* d_projected) override {
+    typed(s, dt, "qkv_rope_backward", [=](auto t) {
+      using T = decltype(t);
+      cpu::qkv_rope_backward<T>(shape, in<T>(dq), in<T>(dk), in<T>(dv), positions, io<T>(d_projected));
     });
   }
   // ---- models: diffusion, timestep embedding, row selection, clamp ---------------------------

@@ -4,47 +4,39 @@
 #include <vector>
 
 #include "kernels/cpu/parallel_for.h"
+#include "kernels/cpu/rope_table.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::kernels::cpu {
-namespace {
 
-// theta^(−2i/d): the frequency of pair i.
-double inverse_frequency(const RopeShape& s, std::int64_t i) {
-  return std::pow(s.theta, -2.0 * static_cast<double>(i) / static_cast<double>(s.head_dim));
+RopeTable::RopeTable(std::int64_t tokens, std::int64_t head_dim, double theta, const std::int64_t* positions,
+                     bool inverse)
+    : half_(head_dim / 2), cos_(static_cast<std::size_t>(tokens * half_)), sin_(cos_.size()) {
+  // theta^(−2i/d): the frequency of pair i.
+  std::vector<double> inv_freq(static_cast<std::size_t>(half_));
+  for (std::int64_t i = 0; i < half_; ++i) {
+    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+  }
+  const double sign = inverse ? -1.0 : 1.0;
+  parallel_for_rows(tokens, half_, [&](std::int64_t t) {
+    for (std::int64_t i = 0; i < half_; ++i) {
+      const double a = static_cast<double>(positions[t]) * inv_freq[i];
+      cos_[t * half_ + i] = std::cos(a);
+      sin_[t * half_ + i] = sign * std::sin(a);
+    }
+  });
 }
-
-}  // namespace
-
 
 template <typename T>
 void rope(const RopeShape& s, const T* x, const std::int64_t* positions, bool inverse, T* y) {
   check_rope_shape(s, "rope");
-  const std::int64_t half = s.head_dim / 2, row = s.heads * s.head_dim;
-  // cos/sin per (token, pair), shared by every batch row and head.
-  std::vector<double> inv_freq(static_cast<std::size_t>(half));
-  for (std::int64_t i = 0; i < half; ++i) inv_freq[i] = inverse_frequency(s, i);
-  std::vector<double> cos_table(static_cast<std::size_t>(s.tokens * half));
-  std::vector<double> sin_table(cos_table.size());
-  const double sign = inverse ? -1.0 : 1.0;
-  parallel_for_rows(s.tokens, half, [&](std::int64_t t) {
-    for (std::int64_t i = 0; i < half; ++i) {
-      const double a = static_cast<double>(positions[t]) * inv_freq[i];
-      cos_table[t * half + i] = std::cos(a);
-      sin_table[t * half + i] = sign * std::sin(a);
-    }
-  });
+  const std::int64_t row = s.heads * s.head_dim;
+  const RopeTable table(s.tokens, s.head_dim, s.theta, positions, inverse);
   parallel_for_rows(s.batch * s.tokens, row, [&](std::int64_t r) {
-    const double* c = cos_table.data() + (r % s.tokens) * half;
-    const double* sn = sin_table.data() + (r % s.tokens) * half;
+    const double* c = table.cos_row(r % s.tokens);
+    const double* sn = table.sin_row(r % s.tokens);
     for (std::int64_t h = 0; h < s.heads; ++h) {
-      const T* xh = x + r * row + h * s.head_dim;
-      T* yh = y + r * row + h * s.head_dim;
-      for (std::int64_t i = 0; i < half; ++i) {
-        const double lo = xh[i], hi = xh[i + half];
-        yh[i] = static_cast<T>(lo * c[i] - hi * sn[i]);
-        yh[i + half] = static_cast<T>(lo * sn[i] + hi * c[i]);
-      }
+      rotate_head(x + r * row + h * s.head_dim, c, sn, table.half(), y + r * row + h * s.head_dim);
     }
   });
 }

@@ -37,7 +37,7 @@ std::vector<std::string> cuda_kernel_inventory() {
       "gradients in one launch (deterministic, no float atomics)",
       "norm: softmax and log-softmax, LayerNorm and RMSNorm forward/backward, each with the residual add fused in",
       "cross_entropy: fused softmax cross-entropy and the vocabulary-parallel partials",
-      "embedding: embedding forward/backward (sorted, deterministic), RoPE",
+      "embedding: embedding forward/backward (sorted, deterministic), RoPE, the QKV split with RoPE fused (qkv_rope)",
       "diffusion: noising, L_vb, timestep embedding",
       "optimizer: multi-tensor AdamW with f32 masters (one launch per parameter group), the update skipped on the "
       "device for a non-finite norm, EMA",

@@ -145,13 +145,17 @@ class CudaKernels final : public Backend {
                                 std::int64_t start, std::int64_t rows, const std::int64_t* ids,
                                 std::int64_t* local, double* mask) override;
 
-  // ---- kernels/cuda/embedding.cpp (+ embedding.cu): embedding, rotary positions
+  // ---- kernels/cuda/embedding.cpp (+ embedding.cu, qkv_rope.cu): embedding, rotary positions, the QKV split
   void embedding_forward(const Stream& stream, DType dtype, std::int64_t tokens, std::int64_t dim,
                          std::int64_t vocab, const void* weight, const std::int64_t* ids, void* out) override;
   void embedding_backward(const Stream& stream, DType dtype, std::int64_t tokens, std::int64_t dim,
                           std::int64_t vocab, const std::int64_t* ids, const void* dout, void* dweight) override;
   void rope(const Stream& stream, DType dtype, const RopeShape& shape, const void* x,
             const std::int64_t* positions, bool inverse, void* y) override;
+  void qkv_rope_forward(const Stream& stream, DType dtype, const QkvRopeShape& shape, const void* projected,
+                        const std::int64_t* positions, void* q, void* k, void* v) override;
+  void qkv_rope_backward(const Stream& stream, DType dtype, const QkvRopeShape& shape, const void* dq,
+                         const void* dk, const void* dv, const std::int64_t* positions, void* d_projected) override;
 
   // ---- kernels/cuda/diffusion.cpp (+ diffusion.cu): diffusion noising and L_vb, timestep embedding
   void diffusion_noise(const Stream& stream, bool flow, std::int64_t batch, std::int64_t per_sample,

@@ -1,4 +1,4 @@
-// The embedding and RoPE entries of the CUDA backend: the CPU's argument checks on the host, the
+// The embedding, RoPE and fused QKV split + RoPE entries of the CUDA backend: the CPU's argument checks on the host, the
 // kernels of kernels/cuda/embedding.cu on the stream. Ids are data: a bad one is found by the
 // kernel and raised at the next host synchronisation (kernels/cuda/data_error.h) with the CPU's
 // message.
@@ -12,6 +12,7 @@
 #include "kernels/cuda/data_error.h"
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/qkv_rope.h"
 
 namespace wf::kernels::cuda {
 namespace {
@@ -25,6 +26,20 @@ DataError checked_ids(const Stream& stream, const char* what, std::int64_t token
   return data_error(stream, fmt::format("{}: token id {{1}} at index {{0}} is outside the vocabulary [0, {}); check "
                                         "the tokenizer's vocab size against the embedding table",
                                         what, vocab));
+}
+
+// theta^(−2i/d) per pair, on the host exactly as kernels/cpu/rope.cpp forms it, so the angles
+// (position · frequency, in double) are the CPU's bit for bit.
+std::vector<double> inverse_frequencies(std::int64_t head_dim, double theta) {
+  std::vector<double> inv_freq(static_cast<std::size_t>(head_dim / 2));
+  for (std::size_t i = 0; i < inv_freq.size(); ++i) {
+    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+  }
+  return inv_freq;
+}
+
+QkvDims qkv_dims(const QkvRopeShape& s) {
+  return {s.batch * s.tokens, s.tokens, s.groups, s.group_size, s.head_dim};
 }
 
 }  // namespace
@@ -61,20 +76,45 @@ void CudaKernels::embedding_backward(const Stream& stream, DType dtype, std::int
 void CudaKernels::rope(const Stream& stream, DType dtype, const RopeShape& shape, const void* x,
                        const std::int64_t* positions, bool inverse, void* y) {
   check_rope_shape(shape, "rope");
-  const std::int64_t half = shape.head_dim / 2;
-  if (shape.batch * shape.tokens * shape.heads * half == 0) return;
-  // theta^(−2i/d) per pair, on the host exactly as kernels/cpu/rope.cpp forms it, so the angles
-  // (position · frequency, in double) are the CPU's bit for bit.
-  std::vector<double> inv_freq(static_cast<std::size_t>(half));
-  for (std::int64_t i = 0; i < half; ++i) {
-    inv_freq[static_cast<std::size_t>(i)] =
-        std::pow(shape.theta, -2.0 * static_cast<double>(i) / static_cast<double>(shape.head_dim));
-  }
+  if (shape.batch * shape.tokens * shape.heads * (shape.head_dim / 2) == 0) return;
+  const std::vector<double> inv_freq = inverse_frequencies(shape.head_dim, shape.theta);
   const detail::CudaScratch table(stream, inv_freq.data(), inv_freq.size() * sizeof(double));
   dispatch_floating(dtype, "rope", [&](auto t) {
     using T = decltype(t);
     launch_rope<T>(native(stream), shape.batch, shape.tokens, shape.heads, shape.head_dim, table.as<const double>(),
                    static_cast<const T*>(x), positions, inverse, static_cast<T*>(y));
+  });
+}
+
+void CudaKernels::qkv_rope_forward(const Stream& stream, DType dtype, const QkvRopeShape& shape,
+                                   const void* projected, const std::int64_t* positions, void* q, void* k, void* v) {
+  check_qkv_rope_shape(shape, "qkv_rope_forward");
+  const QkvDims dims = qkv_dims(shape);
+  if (dims.rows * dims.groups * shape.head_dim == 0) return;
+  const std::vector<double> inv_freq = shape.rotate ? inverse_frequencies(shape.head_dim, shape.theta)
+                                                    : std::vector<double>();
+  const detail::CudaScratch table(stream, inv_freq.data(), inv_freq.size() * sizeof(double));
+  const double* freq = shape.rotate ? table.as<const double>() : nullptr;  // null: the plain split
+  dispatch_floating(dtype, "qkv_rope_forward", [&](auto t) {
+    using T = decltype(t);
+    launch_qkv_rope_forward<T>(native(stream), dims, freq, positions, in<T>(projected), io<T>(q), io<T>(k), io<T>(v));
+  });
+}
+
+void CudaKernels::qkv_rope_backward(const Stream& stream, DType dtype, const QkvRopeShape& shape, const void* dq,
+                                    const void* dk, const void* dv, const std::int64_t* positions,
+                                    void* d_projected) {
+  check_qkv_rope_shape(shape, "qkv_rope_backward");
+  const QkvDims dims = qkv_dims(shape);
+  if (dims.rows * dims.groups * shape.head_dim == 0) return;
+  const std::vector<double> inv_freq = shape.rotate ? inverse_frequencies(shape.head_dim, shape.theta)
+                                                    : std::vector<double>();
+  const detail::CudaScratch table(stream, inv_freq.data(), inv_freq.size() * sizeof(double));
+  const double* freq = shape.rotate ? table.as<const double>() : nullptr;
+  dispatch_floating(dtype, "qkv_rope_backward", [&](auto t) {
+    using T = decltype(t);
+    launch_qkv_rope_backward<T>(native(stream), dims, freq, positions, in<T>(dq), in<T>(dk), in<T>(dv),
+                                io<T>(d_projected));
   });
 }
 

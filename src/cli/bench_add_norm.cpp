@@ -1,12 +1,9 @@
 // The fused residual add + norm against the composition, as a pre-norm block runs it: forward, then
 // backward with a gradient on both the sum (its second use, the next residual add) and y. The two
-// are timed alternately, run for run, so drift on a shared machine hits both alike; medians.
+// are timed alternately (median_seconds_alternating); medians.
 #include "src/cli/bench_add_norm.h"
 
-#include <chrono>
 #include <cstdio>
-#include <functional>
-#include <vector>
 
 #include "src/cli/commands.h"
 #include "src/core/timing.h"
@@ -16,12 +13,6 @@
 
 namespace wf::cli {
 namespace {
-
-double seconds_of(const std::function<void()>& fn) {
-  const auto start = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 Tensor leaf(const Shape& shape) {
   Tensor t = Tensor::randn(shape);
@@ -51,14 +42,8 @@ int run_add_norm_bench(int iters, bool quick) {
       }
       autograd::backward({out.sum, out.y}, {g_sum, g_y});
     };
-    step(false);  // warm-up: first-touch pages, allocator
-    step(true);
-    std::vector<double> unfused, fused;
-    for (int i = 0; i < iters; ++i) {
-      unfused.push_back(seconds_of([&] { step(false); }));
-      fused.push_back(seconds_of([&] { step(true); }));
-    }
-    const double u = median(unfused), f = median(fused);
+    const MedianPair t = median_seconds_alternating(iters, [&] { step(false); }, [&] { step(true); });
+    const double u = t.a, f = t.b;
     std::printf("%-10s %14.2f %12.2f %8.2f\n", rms ? "rms_norm" : "layer_norm", u * 1e3, f * 1e3, u / f);
   }
   return kExitOk;

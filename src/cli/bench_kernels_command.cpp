@@ -17,6 +17,7 @@
 #include "src/cli/bench_add_norm.h"
 #include "src/cli/bench_linear_add.h"
 #include "src/cli/bench_linear_ce.h"
+#include "src/cli/bench_qkv_rope.h"
 #include "wallfacer/train/peak_flops.h"
 #include "src/core/timing.h"
 #include "src/cli/commands.h"
@@ -35,6 +36,7 @@ struct Options {
   bool add_norm = false;  // only the fused residual add + norm against the composition
   bool linear_add = false;  // only the residual add inside the projection against linear then add
   bool linear_ce = false;  // only the fused chunked head + cross-entropy against the composition
+  bool qkv_rope = false;  // only the fused QKV split + RoPE against the composition
 };
 
 struct Row {
@@ -117,6 +119,7 @@ int run(const Options& options) {
   if (options.add_norm) return run_add_norm_bench(options.iters, options.quick);
   if (options.linear_add) return run_linear_add_bench(options.iters, options.quick);
   if (options.linear_ce) return run_linear_ce_bench(options.iters, options.quick);
+  if (options.qkv_rope) return run_qkv_rope_bench(options.iters, options.quick);
   const std::vector<std::int64_t> gemm_sizes = options.quick ? std::vector<std::int64_t>{128} : std::vector<std::int64_t>{1024, 2048};
   const std::int64_t attn_n = options.quick ? 128 : 2048;
 
@@ -195,14 +198,19 @@ void add_bench_kernels_command(CLI::App& bench) {
                     "(f32 [8192, 1024], forward + backward, alternating runs)");
   CLI::Option* linear_add = command->add_flag("--linear-add", options->linear_add,
                     "instead: the residual add inside the projection (linear_add) against linear then add "
-                    "(f32 [8192, 4096] -> [1024], forward + backward, alternating runs)")
-      ->excludes(add_norm);
-  command->add_flag("--linear-ce", options->linear_ce,
+                    "(f32 [8192, 4096] -> [1024], forward + backward, alternating runs)");
+  CLI::Option* linear_ce = command->add_flag("--linear-ce", options->linear_ce,
                     "instead: the head and its cross-entropy fused in chunks of rows against linear then "
                     "cross_entropy_sum (f32 h [4096, 1024], V 50257, forward + backward, alternating runs; "
-                    "median ms and peak MiB)")
-      ->excludes(add_norm)
-      ->excludes(linear_add);
+                    "median ms and peak MiB)");
+  CLI::Option* qkv_rope = command->add_flag("--qkv-rope", options->qkv_rope,
+                    "instead: the QKV split with RoPE fused (split_qkv_rope) against narrow + reshape + rope "
+                    "(f32, T=8192, 32 heads, 8 kv heads, head_dim 128, forward + backward, alternating runs)");
+  // The fused-against-composed benches: one per run.
+  const std::vector<CLI::Option*> fused_benches{add_norm, linear_add, linear_ce, qkv_rope};
+  for (CLI::Option* a : fused_benches)
+    for (CLI::Option* b : fused_benches)
+      if (a != b) a->excludes(b);
   set_action(*command, [options] { return run(*options); });
 }
 

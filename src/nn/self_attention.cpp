@@ -85,17 +85,12 @@ SelfAttention::Heads SelfAttention::project(const Tensor& x, const Tensor& posit
   WF_CHECK(!options_.rope || positions.defined(), "SelfAttention: rope is on but no positions were given");
 
   // [B, T, groups·(G + 2)·hd], groups = this rank's kv heads: each group's G query heads, its
-  // key head and its value head.
+  // key head and its value head, split into contiguous heads (q and k rotated) in one pass. Without
+  // rope the same op is the plain split: one pass too, where narrow + reshape copied each part.
   const std::int64_t groups = local_kv_heads(), G = h / h_kv;
-  const Tensor qkv = reshape(projected, {batch, tokens, groups, G + 2, hd});
-  Heads heads{reshape(narrow(qkv, 3, 0, G), {batch, tokens, groups * G, hd}),
-              reshape(narrow(qkv, 3, G, 1), {batch, tokens, groups, hd}),
-              reshape(narrow(qkv, 3, G + 1, 1), {batch, tokens, groups, hd})};
-  if (options_.rope) {
-    heads.q = rope(heads.q, positions, options_.rope_theta);
-    heads.k = rope(heads.k, positions, options_.rope_theta);
-  }
-  return heads;
+  const QkvHeads split =
+      split_qkv_rope(projected, groups, G, hd, options_.rope ? positions : Tensor(), options_.rope_theta);
+  return Heads{split.q, split.k, split.v};
 }
 
 Tensor SelfAttention::output(const Tensor& attention_out) {

@@ -3,9 +3,24 @@
 #include "wallfacer/ops/rope.h"
 
 #include "src/ops/common.h"
+#include "src/ops/rope_positions.h"
 #include "wallfacer/autograd/function.h"
 
 namespace wf {
+
+ops::RopeRows ops::rope_rows(const char* op, const Tensor& positions, std::int64_t batch, std::int64_t tokens,
+                             const Shape& x_shape) {
+  WF_CHECK(positions.dtype() == DType::i64 || positions.dtype() == DType::i32,
+           "{}: positions have dtype {}, but must be i64 or i32 token positions; convert with cast()", op,
+           dtype_name(positions.dtype()));
+  const bool per_row = positions.dim() == 2;
+  WF_CHECK((positions.dim() == 1 && positions.size(0) == tokens) ||
+               (per_row && positions.size(0) == batch && positions.size(1) == tokens),
+           "{}: positions must be [tokens] = [{}] or per row [batch, tokens] = [{}, {}] (one position per token of the input "
+           "{}), got shape {}",
+           op, tokens, batch, tokens, shape_str(x_shape), shape_str(positions.shape()));
+  return per_row ? RopeRows{1, batch * tokens} : RopeRows{batch, tokens};
+}
 
 Tensor rope(const Tensor& x, const Tensor& positions, double theta) {
   static constexpr const char* op = "rope";
@@ -13,19 +28,8 @@ Tensor rope(const Tensor& x, const Tensor& positions, double theta) {
   WF_CHECK(x.dim() == 4, "{}: x must be [batch, tokens, heads, head_dim], got shape {}", op, shape_str(x.shape()));
   ops::check_defined(op, positions, "positions");
   const ops::Kernels k = ops::kernels_for(op, {x, positions});
-  WF_CHECK(positions.dtype() == DType::i64 || positions.dtype() == DType::i32,
-           "{}: positions have dtype {}, but must be i64 or i32 token positions; convert with cast()", op,
-           dtype_name(positions.dtype()));
-  const bool per_row = positions.dim() == 2;
-  WF_CHECK((positions.dim() == 1 && positions.size(0) == x.size(1)) ||
-               (per_row && positions.size(0) == x.size(0) && positions.size(1) == x.size(1)),
-           "{}: positions must be [tokens] = [{}] or per row [batch, tokens] = [{}, {}] (one position per token of x "
-           "{}), got shape {}",
-           op, x.size(1), x.size(0), x.size(1), shape_str(x.shape()), shape_str(positions.shape()));
-  // Per-row positions (packed documents) rotate x as one row of batch · tokens tokens, which it
-  // is in memory: every kernel takes them without a second form.
-  const kernels::RopeShape shape{per_row ? 1 : x.size(0), per_row ? x.size(0) * x.size(1) : x.size(1), x.size(2),
-                                 x.size(3), theta};
+  const ops::RopeRows rows = ops::rope_rows(op, positions, x.size(0), x.size(1), x.shape());
+  const kernels::RopeShape shape{rows.batch, rows.tokens, x.size(2), x.size(3), theta};
   kernels::check_rope_shape(shape, op);
 
   const DType dtype = x.dtype();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -79,6 +80,14 @@ double max_relative_error(const std::vector<T>& got, const std::vector<U>& want)
     err = std::max(err, std::abs(g - w));
   }
   return err / std::max(scale, 1e-300);
+}
+
+// The same bits, element for element (fused kernels against the composition they replace).
+template <class T>
+void require_bitwise(const std::vector<T>& got, const std::vector<T>& want) {
+  REQUIRE(got.size() == want.size());
+  // (An empty vector's data() may be null, which memcmp must not get.)
+  REQUIRE((got.empty() || std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0));
 }
 
 template <class T>

@@ -4,7 +4,6 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/norm.h"
@@ -20,13 +19,6 @@ struct Size {
 };
 // Odd sizes, 0 rows, and one above the kernels' threading threshold (32K elements).
 const std::vector<Size> kSizes = {{1, 1}, {4, 1}, {0, 8}, {5, 37}, {300, 130}};
-
-template <class T>
-void require_bitwise(const std::vector<T>& got, const std::vector<T>& want) {
-  REQUIRE(got.size() == want.size());
-  // (An empty vector's data() may be null, which memcmp must not get.)
-  REQUIRE((got.empty() || std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0));
-}
 
 template <class T>
 std::vector<T> added(const std::vector<T>& a, const std::vector<T>& b) {

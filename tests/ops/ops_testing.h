@@ -40,6 +40,20 @@ inline void require_close(const Tensor& actual, const Tensor& expected, double a
   }
 }
 
+// Same dtype, shape and bits (values and the signs of zeros; every dtype here widens to f64 exactly):
+// fused ops against the composition they replace. Either tensor may live on any device.
+inline void require_bitwise(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.defined() == want.defined());
+  if (!got.defined()) return;
+  REQUIRE(got.dtype() == want.dtype());
+  REQUIRE(got.shape() == want.shape());
+  const Tensor g = got.to(Device::cpu()).to(DType::f64), w = want.to(Device::cpu()).to(DType::f64);
+  for (std::int64_t i = 0; i < g.numel(); ++i) {
+    INFO("element " << i << ": " << g.at(i) << " vs " << w.at(i));
+    REQUIRE((g.at(i) == w.at(i) && std::signbit(g.at(i)) == std::signbit(w.at(i))));
+  }
+}
+
 inline void require_gradcheck(const autograd::GradcheckFn& fn, const TensorList& inputs,
                               const autograd::GradcheckOptions& options = {}) {
   const autograd::GradcheckResult r = autograd::gradcheck(fn, inputs, options);

@@ -13,19 +13,6 @@ using namespace wf::testing;
 
 namespace {
 
-// Same dtype, shape and bits (values and the signs of zeros; every dtype here widens to f64 exactly).
-void require_bitwise(const Tensor& got, const Tensor& want) {
-  REQUIRE(got.defined() == want.defined());
-  if (!got.defined()) return;
-  REQUIRE(got.dtype() == want.dtype());
-  REQUIRE(got.shape() == want.shape());
-  const Tensor g = got.to(DType::f64), w = want.to(DType::f64);
-  for (std::int64_t i = 0; i < g.numel(); ++i) {
-    INFO("element " << i << ": " << g.at(i) << " vs " << w.at(i));
-    REQUIRE((g.at(i) == w.at(i) && std::signbit(g.at(i)) == std::signbit(w.at(i))));
-  }
-}
-
 enum class Kind { layer, rms };
 
 Tensor leaf(const Shape& shape, std::uint64_t seed, DType dtype) {

@@ -43,6 +43,16 @@ std::vector<Tensor> op_outputs_on(const OpCase& c, const std::vector<Tensor>& ho
   return results;
 }
 
+namespace {
+
+Tensor qkv_side_by_side(const Tensor& projected, const Tensor& positions) {
+  const QkvHeads h = split_qkv_rope(projected, 2, 2, 4, positions);
+  const auto flat = [](const Tensor& t) { return wf::reshape(t, {t.size(0), t.size(1), -1}); };
+  return wf::cat({flat(h.q), flat(h.k), flat(h.v)}, -1);
+}
+
+}  // namespace
+
 std::vector<OpCase> op_cases() {
   using V = const std::vector<Tensor>&;
   const OpInput x{{3, 5, 8}}, row{{8}}, w{{6, 8}}, ids{{3, 5}, false, 6};
@@ -104,6 +114,10 @@ std::vector<OpCase> op_cases() {
       // 15 rows in chunks of 4 (the last one short), class 2 ignored.
       {"linear_cross_entropy_sum", {x, w, ids}, [](V t) { return wf::linear_cross_entropy_sum(t[0], t[1], t[2], 2, 4); }},
       {"rope", {{{2, 5, 3, 8}}, {{5}, false, 100}}, [](V t) { return wf::rope(t[0], t[1]); }},
+      // The QKV split with RoPE (2 kv groups of 2 query heads, head_dim 4), and the plain split: q, k
+      // and v side by side, so all three carry gradient.
+      {"split_qkv_rope", {{{2, 5, 32}}, {{5}, false, 100}}, [](V t) { return qkv_side_by_side(t[0], t[1]); }},
+      {"split_qkv_rope (no rope)", {{{2, 5, 32}}}, [](V t) { return qkv_side_by_side(t[0], Tensor()); }},
       {"attention (causal, grouped heads, lse used)", {{{2, 6, 4, 8}}, {{2, 6, 2, 8}}, {{2, 6, 2, 8}}},
        [causal](V t) {
          const wf::AttentionResult r = wf::attention(t[0], t[1], t[2], causal);

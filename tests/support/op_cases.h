@@ -25,7 +25,8 @@ struct OpCase {
 };
 
 // Every op family: elementwise with broadcasting, activations, softmax, dropout, reductions,
-// matmul, linear, linear_gelu and linear_add, the norms, embedding, the losses, RoPE, attention, views and casts.
+// matmul, linear, linear_gelu and linear_add, the norms, embedding, the losses, RoPE and the fused
+// QKV split, attention, views and casts.
 std::vector<OpCase> op_cases();
 
 // Inputs made on the CPU from seeds: normal values for floating ones (in `dtype`), i64 indices

@@ -12,4 +12,19 @@ namespace wf {
 // Differentiable in x; the backward is the rotation by the opposite angle.
 Tensor rope(const Tensor& x, const Tensor& positions, double theta = 10000.0);
 
+// The attention heads of a fused QKV projection.
+struct QkvHeads {
+  Tensor q;  // [B, T, groups · group_size, head_dim]
+  Tensor k;  // [B, T, groups, head_dim]
+  Tensor v;  // [B, T, groups, head_dim]
+};
+
+// projected [B, T, groups · (group_size + 2) · head_dim], per kv group its group_size query heads,
+// its key head and its value head (SelfAttention's layout), split into contiguous q, k, v with q
+// and k rotated as rope(·, positions, theta) rotates them; undefined positions: the plain split.
+// One pass over the projection each way, where narrow + reshape + rope made several; bit for bit
+// that composition (values and gradients). Differentiable in projected.
+QkvHeads split_qkv_rope(const Tensor& projected, std::int64_t groups, std::int64_t group_size, std::int64_t head_dim,
+                        const Tensor& positions, double theta = 10000.0);
+
 }  // namespace wf
