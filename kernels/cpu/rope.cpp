@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/rope_table.h"
+#include "kernels/rope_frequencies.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::kernels::cpu {
@@ -12,11 +13,7 @@ namespace wf::kernels::cpu {
 RopeTable::RopeTable(std::int64_t tokens, std::int64_t head_dim, double theta, const std::int64_t* positions,
                      bool inverse)
     : half_(head_dim / 2), cos_(static_cast<std::size_t>(tokens * half_)), sin_(cos_.size()) {
-  // theta^(−2i/d): the frequency of pair i.
-  std::vector<double> inv_freq(static_cast<std::size_t>(half_));
-  for (std::int64_t i = 0; i < half_; ++i) {
-    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-  }
+  const std::vector<double> inv_freq = rope_inverse_frequencies(head_dim, theta);
   const double sign = inverse ? -1.0 : 1.0;
   parallel_for_rows(tokens, half_, [&](std::int64_t t) {
     for (std::int64_t i = 0; i < half_; ++i) {

@@ -13,6 +13,7 @@
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/qkv_rope.h"
+#include "kernels/rope_frequencies.h"
 
 namespace wf::kernels::cuda {
 namespace {
@@ -26,16 +27,6 @@ DataError checked_ids(const Stream& stream, const char* what, std::int64_t token
   return data_error(stream, fmt::format("{}: token id {{1}} at index {{0}} is outside the vocabulary [0, {}); check "
                                         "the tokenizer's vocab size against the embedding table",
                                         what, vocab));
-}
-
-// theta^(−2i/d) per pair, on the host exactly as kernels/cpu/rope.cpp forms it, so the angles
-// (position · frequency, in double) are the CPU's bit for bit.
-std::vector<double> inverse_frequencies(std::int64_t head_dim, double theta) {
-  std::vector<double> inv_freq(static_cast<std::size_t>(head_dim / 2));
-  for (std::size_t i = 0; i < inv_freq.size(); ++i) {
-    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-  }
-  return inv_freq;
 }
 
 QkvDims qkv_dims(const QkvRopeShape& s) {
@@ -77,7 +68,7 @@ void CudaKernels::rope(const Stream& stream, DType dtype, const RopeShape& shape
                        const std::int64_t* positions, bool inverse, void* y) {
   check_rope_shape(shape, "rope");
   if (shape.batch * shape.tokens * shape.heads * (shape.head_dim / 2) == 0) return;
-  const std::vector<double> inv_freq = inverse_frequencies(shape.head_dim, shape.theta);
+  const std::vector<double> inv_freq = rope_inverse_frequencies(shape.head_dim, shape.theta);
   const detail::CudaScratch table(stream, inv_freq.data(), inv_freq.size() * sizeof(double));
   dispatch_floating(dtype, "rope", [&](auto t) {
     using T = decltype(t);
@@ -91,7 +82,7 @@ void CudaKernels::qkv_rope_forward(const Stream& stream, DType dtype, const QkvR
   check_qkv_rope_shape(shape, "qkv_rope_forward");
   const QkvDims dims = qkv_dims(shape);
   if (dims.rows * dims.groups * shape.head_dim == 0) return;
-  const std::vector<double> inv_freq = shape.rotate ? inverse_frequencies(shape.head_dim, shape.theta)
+  const std::vector<double> inv_freq = shape.rotate ? rope_inverse_frequencies(shape.head_dim, shape.theta)
                                                     : std::vector<double>();
   const detail::CudaScratch table(stream, inv_freq.data(), inv_freq.size() * sizeof(double));
   const double* freq = shape.rotate ? table.as<const double>() : nullptr;  // null: the plain split
@@ -107,7 +98,7 @@ void CudaKernels::qkv_rope_backward(const Stream& stream, DType dtype, const Qkv
   check_qkv_rope_shape(shape, "qkv_rope_backward");
   const QkvDims dims = qkv_dims(shape);
   if (dims.rows * dims.groups * shape.head_dim == 0) return;
-  const std::vector<double> inv_freq = shape.rotate ? inverse_frequencies(shape.head_dim, shape.theta)
+  const std::vector<double> inv_freq = shape.rotate ? rope_inverse_frequencies(shape.head_dim, shape.theta)
                                                     : std::vector<double>();
   const detail::CudaScratch table(stream, inv_freq.data(), inv_freq.size() * sizeof(double));
   const double* freq = shape.rotate ? table.as<const double>() : nullptr;

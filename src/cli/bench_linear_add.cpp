@@ -1,14 +1,11 @@
 // The residual add inside the projection (linear_add) against linear then add, as a transformer
 // block's feed-forward output runs it: forward, then backward into x, the weight, the bias and the
-// residual. The two are timed alternately, run for run, so drift on a shared machine hits both
-// alike; medians. On the CPU linear_add_forward is the composition itself (backend.h), so the
-// ratio there measures only the op's own overhead; the gain is a backend's epilogue.
+// residual. The two are timed alternately (median_seconds_alternating); medians. On the CPU
+// linear_add_forward is the composition itself (backend.h), so the ratio there measures only the
+// op's own overhead; the gain is a backend's epilogue.
 #include "src/cli/bench_linear_add.h"
 
-#include <chrono>
 #include <cstdio>
-#include <functional>
-#include <vector>
 
 #include "src/cli/commands.h"
 #include "src/core/timing.h"
@@ -17,12 +14,6 @@
 
 namespace wf::cli {
 namespace {
-
-double seconds_of(const std::function<void()>& fn) {
-  const auto start = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 Tensor leaf(const Shape& shape) {
   Tensor t = Tensor::randn(shape);
@@ -48,14 +39,8 @@ int run_linear_add_bench(int iters, bool quick) {
       const Tensor y = fused ? linear_add(x, w, bias, residual) : add(residual, linear(x, w, bias));
       y.backward(g);
     };
-    step(false);  // warm-up: first-touch pages, allocator
-    step(true);
-    std::vector<double> unfused, fused;
-    for (int i = 0; i < iters; ++i) {
-      unfused.push_back(seconds_of([&] { step(false); }));
-      fused.push_back(seconds_of([&] { step(true); }));
-    }
-    const double u = median(unfused), f = median(fused);
+    const MedianPair t = median_seconds_alternating(iters, [&] { step(false); }, [&] { step(true); });
+    const double u = t.a, f = t.b;
     std::printf("%-10s %16.2f %12.2f %8.2f\n", with_bias ? "bias" : "no bias", u * 1e3, f * 1e3, u / f);
   }
   return kExitOk;

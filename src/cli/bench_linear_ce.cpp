@@ -5,7 +5,6 @@
 #include "src/cli/bench_linear_ce.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -46,10 +45,11 @@ int run_linear_ce_bench(int iters, bool quick) {
     // The allocator's cache stays warm, as in training: the peak counts live storages, not cached blocks.
     const std::int64_t before = memory_stats().live_bytes;
     reset_peak_memory();
-    const auto start = std::chrono::steady_clock::now();
-    const Tensor loss = fused ? linear_cross_entropy_sum(h, w, targets, -100, chunk) : cross_entropy_sum(linear(h, w), targets);
-    autograd::backward({loss});
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = seconds_of([&] {
+      const Tensor loss =
+          fused ? linear_cross_entropy_sum(h, w, targets, -100, chunk) : cross_entropy_sum(linear(h, w), targets);
+      autograd::backward({loss});
+    });
     return Run{seconds, memory_stats().peak_bytes - before};
   };
   std::printf("linear + cross-entropy SUM, forward + backward, f32 h [%lld, %lld], W [%lld, %lld], chunks of %lld "

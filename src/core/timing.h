@@ -13,15 +13,18 @@ inline double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
+// Wall time of one run of fn, in seconds.
+inline double seconds_of(const std::function<void()>& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // Median wall time of `iters` runs of fn after one warm-up run, in seconds.
 inline double median_seconds(int iters, const std::function<void()>& fn) {
   fn();
   std::vector<double> times;
-  for (int i = 0; i < iters; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
+  for (int i = 0; i < iters; ++i) times.push_back(seconds_of(fn));
   return median(std::move(times));
 }
 
@@ -33,11 +36,6 @@ struct MedianPair {
 };
 inline MedianPair median_seconds_alternating(int iters, const std::function<void()>& a,
                                              const std::function<void()>& b) {
-  const auto seconds_of = [](const std::function<void()>& fn) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
   a();
   b();
   std::vector<double> times_a, times_b;
