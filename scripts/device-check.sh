@@ -774,7 +774,7 @@ d_model=$D vocab=$V checkpoint=$([[ $ckpt == true ]] && echo attention-outputs |
     # One process measures the device (--device where this build's tune has it; else the host's CPU,
     # and the predictions say so by missing), then tune predicts each measured run.
     local device_flag=()
-    "${wf[@]}" "$bin/wallfacer" tune --help 2>/dev/null | grep -q -- "--device" &&
+    grep -q -- "--device" <<<"$("${wf[@]}" "$bin/wallfacer" tune --help 2>/dev/null)" &&
       device_flag=(--device "$bench_device")
     lim=$(limit 60)
     timed "$lim" "${wf[@]}" "$bin/wallfacer" tune --calibrate "${device_flag[@]}" --out "$s/calibration.yaml" \

@@ -40,7 +40,7 @@ if ! command -v gnuplot > /dev/null; then
   exit 1
 fi
 terminal="png"
-if gnuplot -e 'set terminal' 2>&1 | grep -qw pngcairo; then terminal="pngcairo"; fi
+if grep -qw pngcairo <<<"$(gnuplot -e 'set terminal' 2>&1)"; then terminal="pngcairo"; fi
 
 mkdir -p "$(dirname "$out")"
 work="$(mktemp -d)"

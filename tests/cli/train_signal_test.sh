@@ -42,7 +42,7 @@ stopped_step() {
   grep -qF "checkpoint: step $step saved to $work/checkpoints/step-$(printf %08d "$step")" "$work/out.txt" ||
     fail "no line saying where the checkpoint went"
   [ -f "$work/checkpoints/step-$(printf %08d "$step")/manifest.json" ] || fail "no checkpoint of step $step"
-  echo "$line" | grep -qF "train $root/configs/gpt-tiny.yaml --set model.n_layer=1" ||
+  grep -qF "train $root/configs/gpt-tiny.yaml --set model.n_layer=1" <<<"$line" ||
     fail "the resume command lacks the run's arguments"
   echo "$step"
 }

@@ -35,7 +35,7 @@ grep -q -- "--device: gpu not in {cpu,cuda,testdev,auto}" <<<"$err" ||
   fail "--device gpu: expected the choices, got: $err"
 [ ! -e "$out.bad" ] || fail "--device gpu wrote $out.bad"
 
-if "$exe" info 2>/dev/null | grep -q "cuda:0 "; then
+if grep -q "cuda:0 " <<<"$("$exe" info 2>/dev/null)"; then
   echo "a GPU is visible: the check of --device cuda without one is skipped"
 else
   set +e

@@ -28,7 +28,7 @@ train() {  # train DIR [ARGS...]
 fail() { echo "FAIL: $1"; [ -n "${2:-}" ] && echo "$2"; exit 1; }
 expect() {  # expect OUTPUT TEXT...: every TEXT is in OUTPUT
   local out="$1"; shift
-  for part in "$@"; do echo "$out" | grep -qF -- "$part" || fail "no '$part' in the output" "$out"; done
+  for part in "$@"; do grep -qF -- "$part" <<<"$out" || fail "no '$part' in the output" "$out"; done
 }
 
 echo "== two steps, a checkpoint after each"
@@ -46,11 +46,11 @@ for point in after_rank_files after_manifest after_rename; do
   test ! -e "$work/$point/checkpoints/step-0000000$((newest + 1))" || fail "a later step is visible after $point"
   out="$(train "$work/$point" 2>&1)" || fail "the resumed run failed" "$out"
   expect "$out" "resumed from the step-$newest checkpoint" "step 4/4"
-  if echo "$out" | grep -q "skipping checkpoint"; then fail "a checkpoint was skipped after $point" "$out"; fi
+  if grep -q "skipping checkpoint" <<<"$out"; then fail "a checkpoint was skipped after $point" "$out"; fi
   for step in 3 4; do
     test -f "$work/$point/checkpoints/step-0000000$step/manifest.json" || fail "no step-$step checkpoint after $point"
   done
-  if ls -a "$work/$point/checkpoints" | grep -q '^\.tmp-'; then fail "leftovers of the killed save remain"; fi
+  if [ -n "$(find "$work/$point/checkpoints" -maxdepth 1 -name '.tmp-*')" ]; then fail "leftovers of the killed save remain"; fi
 done
 
 echo "== a checkpoint missing a rank file is refused naming the file; the previous one is used"

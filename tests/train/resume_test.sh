@@ -38,7 +38,7 @@ out="$(train "$work/a" "${flags[@]}" 2>&1)" || { echo "FAIL: the uninterrupted r
 for part in "summary: steps 1-20 in " "tokens/s); loss " "; best val loss " \
             "summary: metrics in $work/a/metrics.jsonl; checkpoints in $work/a/checkpoints (newest: $work/a/checkpoints/step-00000020)" \
             "next: $exe generate --checkpoint $work/a/checkpoints --prompt " "next: scripts/plot-metrics.sh $work/a/metrics.jsonl"; do
-  echo "$out" | grep -qF -- "$part" || { echo "FAIL: the summary lacks '$part'"; echo "$out"; exit 1; }
+  grep -qF -- "$part" <<<"$out" || { echo "FAIL: the summary lacks '$part'"; echo "$out"; exit 1; }
 done
 [ "$(echo "$out" | grep -c "summary: steps")" = 1 ] || { echo "FAIL: not one summary"; echo "$out"; exit 1; }
 echo "== killed after step 10, then resumed"
@@ -75,8 +75,8 @@ echo "== a corrupted newest checkpoint is detected and the previous one is used"
 newest="$work/b/checkpoints/step-00000020/rank-00000.safetensors"
 printf '\x55' | dd of="$newest" bs=1 seek=200 conv=notrunc status=none
 out="$(EXTRA="--set train.steps=25" train "$work/b" "${flags[@]}" 2>&1)"
-echo "$out" | grep -q "step-00000020" || { echo "FAIL: no warning naming the corrupt checkpoint"; echo "$out"; exit 1; }
-echo "$out" | grep -q "resumed from the step-10 checkpoint" || { echo "FAIL: did not fall back to step 10"; echo "$out"; exit 1; }
+grep -q "step-00000020" <<<"$out" || { echo "FAIL: no warning naming the corrupt checkpoint"; echo "$out"; exit 1; }
+grep -q "resumed from the step-10 checkpoint" <<<"$out" || { echo "FAIL: did not fall back to step 10"; echo "$out"; exit 1; }
 
 echo "== the step-20 checkpoint resumed under another layout (sp 4, WallFacer C = 2) continues the same run"
 for run in c d; do mkdir -p "$work/$run" && cp -r "$work/a/checkpoints" "$work/$run/checkpoints"; done
@@ -102,7 +102,7 @@ rm -rf "$work/e/checkpoints/step-00000010" && cp -r "$work/a/checkpoints/step-00
 out="$(EXTRA="--set train.steps=25" train "$work/e" "${flags[@]}" 2>&1)"
 for part in "skipping checkpoint '$work/e/checkpoints/step-00000020'" "written for another model" \
             "tensor 'blocks.1." "resumed from the step-10 checkpoint"; do
-  echo "$out" | grep -qF "$part" || { echo "FAIL: resume did not say '$part'"; echo "$out"; exit 1; }
+  grep -qF "$part" <<<"$out" || { echo "FAIL: resume did not say '$part'"; echo "$out"; exit 1; }
 done
 
 echo "== ranks whose checkpoints fit differently agree on the newest step that fits all of them"
@@ -119,16 +119,16 @@ halves() {  # halves DIR_OF_RANKS_0_1 DIR_OF_RANKS_2_3
     : -np 2 "$exe" train "${run_args[@]}" $(dir_args "$2") --set train.steps=25 --stop-after 10
 }
 out="$(halves "$work/f" "$work/g" 2>&1)" || { echo "FAIL: the ranks did not agree"; echo "$out"; exit 1; }
-echo "$out" | grep -qF "resumed from the step-10 checkpoint" || { echo "FAIL: not resumed from step 10"; echo "$out"; exit 1; }
-echo "$out" | grep -qF "resumed from the step-20" && { echo "FAIL: a rank resumed step 20"; echo "$out"; exit 1; }
+grep -qF "resumed from the step-10 checkpoint" <<<"$out" || { echo "FAIL: not resumed from step 10"; echo "$out"; exit 1; }
+grep -qF "resumed from the step-20" <<<"$out" && { echo "FAIL: a rank resumed step 20"; echo "$out"; exit 1; }
 # Ranks 2-3 see no checkpoint at all: they look at another directory, an error on every rank.
 if out="$(halves "$work/a" "$work/h" 2>&1)"; then echo "FAIL: ranks that see different directories trained"; exit 1; fi
-echo "$out" | grep -qF "the ranks found different checkpoints" || { echo "FAIL: no message"; echo "$out"; exit 1; }
+grep -qF "the ranks found different checkpoints" <<<"$out" || { echo "FAIL: no message"; echo "$out"; exit 1; }
 # Ranks 2-3 have only the 1-layer checkpoint, which none of them can use: every rank fails
 # (rather than ranks 0-1 waiting for the others forever), rank 0 saying another rank found none.
 mkdir -p "$work/i/checkpoints" && cp -r "$work/one-layer" "$work/i/checkpoints/step-00000020"
 if out="$(halves "$work/f" "$work/i" 2>&1)"; then echo "FAIL: trained without a common checkpoint"; exit 1; fi
-echo "$out" | grep -qF "another rank found no checkpoint in $work/f/checkpoints that loads" ||
+grep -qF "another rank found no checkpoint in $work/f/checkpoints that loads" <<<"$out" ||
   { echo "FAIL: no message from rank 0"; echo "$out"; exit 1; }
 
 echo "== generate names the checkpoint and the tensors when its weights do not fit its config"
@@ -146,9 +146,9 @@ if out="$("$exe" generate --checkpoint "$work/e/checkpoints/step-00000025" --tok
 fi
 for part in "checkpoint '$work/e/checkpoints/step-00000025'" "its model state does not fit the model" \
             "tensor 'blocks.2." ; do
-  echo "$out" | grep -qF "$part" || { echo "FAIL: generate did not say '$part'"; echo "$out"; exit 1; }
+  grep -qF "$part" <<<"$out" || { echo "FAIL: generate did not say '$part'"; echo "$out"; exit 1; }
 done
-if echo "$out" | grep -q "strict=false"; then echo "FAIL: generate suggests strict=false"; echo "$out"; exit 1; fi
+if grep -q "strict=false" <<<"$out"; then echo "FAIL: generate suggests strict=false"; echo "$out"; exit 1; fi
 
 echo "== generate from the newest checkpoint"
 text="$("$exe" generate --checkpoint "$work/b/checkpoints" --prompt "In the beginning" --tokens 16 --seed 3)"
