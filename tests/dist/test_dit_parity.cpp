@@ -1,6 +1,7 @@
 // DiT trains to the same numbers under every layout: a one-process run and a parallel run of the
 // same config (synthetic images; noise, times and label dropout drawn at each sample's global
-// index) give the same loss and gradient norm at each of 3 steps, within f32 summation order
+// index) give the same loss and gradient norm at each of 3 steps (2 under the sanitizers: train_testing.h
+// parity_steps), within f32 summation order
 // (1e-5 relative for the loss, 1e-4 for the norm), and again in bf16 mixed precision. The
 // layouts at 4 ranks cover each dimension and a pair with sp: sp 4 WallFacer C 2 (full mask,
 // contiguous shards), sp 4 Ulysses, sp 4 ring with the checkpoint at the attention output,
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "dist_testing.h"
+#include "train_testing.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/train/trainer.h"
 
@@ -52,7 +54,7 @@ wf::config::RunConfig dit_run(const DitLayout& l, const std::string& tag) {
   c.train.seq_len = 16;
   c.train.micro_batch_size = 1;
   c.train.global_batch_size = 4;
-  c.train.steps = 3;
+  c.train.steps = parity_steps(3);
   c.train.lr = 3e-3;
   c.train.warmup_steps = 1;
   c.train.seed = 91;
@@ -115,6 +117,6 @@ TEST_CASE("dit parity: sp (WallFacer, Ulysses, ring), dp x sp, tp x sp and pp x 
 // block as the identity and the output at 0, so three steps move little); the bounds leave room
 // for native bf16 products.
 TEST_CASE("dit parity in bf16: the same layouts match one bf16 process within bf16 tolerance",
-          "[dist][train][dit][bf16]") {
+          "[dist][train][dit][bf16][bf16_parity]") {
   check_dit_parity(wf::DType::bf16, 1e-3, 1e-2);
 }

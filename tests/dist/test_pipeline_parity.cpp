@@ -1,7 +1,8 @@
 // Pipeline parallelism: every layout of this world with pp > 1 trains the small GPT (4 blocks)
 // to the losses, gradient norms, gradients and weights of one process.
 //
-// Each case trains 3 optimizer steps in f64 (the reference builds the whole model in this
+// Each case trains 3 optimizer steps (2 under the sanitizers: train_testing.h parity_steps) in
+// f64 (the reference builds the whole model in this
 // process; at 8 ranks again in f32, losses and gradient norms within 1e-5): per-step loss and
 // gradient norm within 1e-10 relative; at step 1 every parameter's gradient on this rank's
 // stage, and at the end its weights, within 1e-10 of the tensor's largest entry. f64 leaves
@@ -78,7 +79,7 @@ wf::config::RunConfig pp_config(const PpLayout& layout) {
   c.parallel.tp_shard_activations = layout.shard_activations;
   c.parallel.grad_bucket_mb = 16.0 / 1024;  // many buckets, so the tied embedding's isolation matters
   c.train.global_batch_size = layout.dp * layout.microbatches;
-  c.train.steps = 3;
+  c.train.steps = parity_steps(3);
   c.train.warmup_steps = 1;
   c.train.min_lr = 3e-4;
   c.train.seed = 23;

@@ -46,7 +46,7 @@ wf::config::RunConfig parity_config(const Layout& layout, const std::string& tag
   c.parallel.C = layout.C;
   c.parallel.U = layout.U;
   c.parallel.sp_strategy = layout.strategy;
-  c.train.steps = 4;
+  c.train.steps = parity_steps(4);
   // Gradient accumulation of global / dp steps: 8 at dp 1 down to 1 at dp 8 (6 for a world of 3).
   c.train.global_batch_size = runtime().world_size() % 3 == 0 ? 6 : 8;
   c.train.min_lr = 3e-4;

@@ -2,7 +2,8 @@
 // the small GPT (4 layers, 4 heads over 2 kv heads, d_model 64, 64-token sequences, the odd
 // vocabulary 1001 that tp pads) and LLaMA to the losses, gradients and weights of one process.
 //
-// Each case trains 3 optimizer steps in f64 (the reference builds the whole model in this
+// Each case trains 3 optimizer steps (2 under the sanitizers: train_testing.h parity_steps) in
+// f64 (the reference builds the whole model in this
 // process): the per-step loss and gradient norm within 1e-10 relative, each rank's gradient
 // shards at step 1 and its final weight shards within 1e-10 of the tensor's largest entry (the
 // issue's f64 bound; the resume tests below and train_tp_parity run f32). f64 leaves only
@@ -79,7 +80,7 @@ wf::config::RunConfig tp_config(const TpLayout& layout) {
   c.train.seq_len = 64;
   c.train.micro_batch_size = 1;
   c.train.global_batch_size = 4;  // 4 / dp accumulation steps
-  c.train.steps = 3;
+  c.train.steps = parity_steps(3);
   c.train.lr = 3e-3;
   c.train.min_lr = 3e-4;
   c.train.warmup_steps = 1;

@@ -23,6 +23,25 @@
 
 namespace wf::test {
 
+// The optimizer steps a parity case trains: `release_steps` in an ordinary build, at most 2 under
+// the sanitizers. Their pass looks for memory and UB errors, which the first two steps reach (a
+// step, the update, a step on the updated weights and optimizer state); the numbers of the later
+// steps are checked in Release at every world size, and under the sanitizers each step costs ten
+// times as much (the parity cases were 300 of the 4-rank sanitizer run's 440 s).
+#if defined(__SANITIZE_ADDRESS__)
+#define WF_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WF_TEST_SANITIZED 1
+#endif
+#endif
+#ifdef WF_TEST_SANITIZED
+inline constexpr bool kSanitizedBuild = true;
+#else
+inline constexpr bool kSanitizedBuild = false;
+#endif
+inline int parity_steps(int release_steps) { return kSanitizedBuild ? std::min(release_steps, 2) : release_steps; }
+
 // `dir_name` names the checkpoint and log directory under the system's temporary directory.
 // `model`: "gpt" or "llama" (the same sizes; LLaMA's SwiGLU, RMSNorm, RoPE and untied head).
 inline config::RunConfig small_gpt_run(int dp, int sp, bool checkpoint_attention, const std::string& dir_name,
