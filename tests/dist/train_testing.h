@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "support/sanitized_build.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/data/document_index.h"
@@ -28,18 +29,6 @@ namespace wf::test {
 // step, the update, a step on the updated weights and optimizer state); the numbers of the later
 // steps are checked in Release at every world size, and under the sanitizers each step costs ten
 // times as much (the parity cases were 300 of the 4-rank sanitizer run's 440 s).
-#if defined(__SANITIZE_ADDRESS__)
-#define WF_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define WF_TEST_SANITIZED 1
-#endif
-#endif
-#ifdef WF_TEST_SANITIZED
-inline constexpr bool kSanitizedBuild = true;
-#else
-inline constexpr bool kSanitizedBuild = false;
-#endif
 inline int parity_steps(int release_steps) { return kSanitizedBuild ? std::min(release_steps, 2) : release_steps; }
 
 // `dir_name` names the checkpoint and log directory under the system's temporary directory.
