@@ -15,23 +15,13 @@
 #include <string>
 #include <string_view>
 
+#include "src/core/address_sanitizer.h"
 #include "wallfacer/core/error.h"
 
 namespace wf::detail {
 namespace {
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-
-bool address_sanitizer_build() {
-#if defined(__SANITIZE_ADDRESS__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  return true;
-#endif
-#endif
-  return false;
-}
 
 // The memory this process may use (machine_memory_bytes), shared by the ranks on this node when
 // an MPI launcher says how many there are.
@@ -57,7 +47,7 @@ std::size_t default_limit() {
              "WF_CPU_CACHE_MB must be a whole number of MiB up to {} (0 turns the cache off), got '{}'", kMaxMb, env);
     return static_cast<std::size_t>(mb) << 20;
   }
-  if (address_sanitizer_build()) return 0;
+  if (kAddressSanitizerBuild) return 0;
   return memory_share() / 2;
 }
 

@@ -1,8 +1,8 @@
 // DiT trains to the same numbers under every layout: a one-process run and a parallel run of the
 // same config (synthetic images; noise, times and label dropout drawn at each sample's global
-// index) give the same loss and gradient norm at each of 3 steps (2 under the sanitizers: train_testing.h
-// parity_steps), within f32 summation order
-// (1e-5 relative for the loss, 1e-4 for the norm), and again in bf16 mixed precision. The
+// index) give the same loss and gradient norm at each of 3 steps (2 under the sanitizers:
+// train_testing.h parity_steps), within f32 summation order (1e-5 relative for the loss, 1e-4 for
+// the norm), and again in bf16 mixed precision. The
 // layouts at 4 ranks cover each dimension and a pair with sp: sp 4 WallFacer C 2 (full mask,
 // contiguous shards), sp 4 Ulysses, sp 4 ring with the checkpoint at the attention output,
 // dp 2 x sp 2, tp 2 x sp 2 and pp 2 x sp 2.

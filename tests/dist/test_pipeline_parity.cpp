@@ -1,14 +1,13 @@
 // Pipeline parallelism: every layout of this world with pp > 1 trains the small GPT (4 blocks)
 // to the losses, gradient norms, gradients and weights of one process.
 //
-// Each case trains 3 optimizer steps (2 under the sanitizers: train_testing.h parity_steps) in
-// f64 (the reference builds the whole model in this
-// process; at 8 ranks again in f32, losses and gradient norms within 1e-5): per-step loss and
-// gradient norm within 1e-10 relative; at step 1 every parameter's gradient on this rank's
-// stage, and at the end its weights, within 1e-10 of the tensor's largest entry. f64 leaves
-// only summation order between the layouts, so a lost microbatch, a gradient sent to the wrong
-// stage, a tied embedding summed twice (or not at all) or a loss normalised per stage shows by
-// many orders of magnitude.
+// Each case trains 3 optimizer steps (2 under the sanitizers: train_testing.h parity_steps) in f64
+// (the reference builds the whole model in this process; at 8 ranks again in f32, losses and
+// gradient norms within 1e-5): per-step loss and gradient norm within 1e-10 relative; at step 1
+// every parameter's gradient on this rank's stage, and at the end its weights, within 1e-10 of the
+// tensor's largest entry. f64 leaves only summation order between the layouts, so a lost
+// microbatch, a gradient sent to the wrong stage, a tied embedding summed twice (or not at all) or
+// a loss normalised per stage shows by many orders of magnitude.
 //
 // The matrix covers pp with each other dimension and each schedule: pp alone (GPipe, 1F1B,
 // interleaved, one microbatch, more stages than microbatches, uneven pp_layers), pp × dp, pp × sp

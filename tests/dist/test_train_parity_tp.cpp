@@ -2,13 +2,13 @@
 // the small GPT (4 layers, 4 heads over 2 kv heads, d_model 64, 64-token sequences, the odd
 // vocabulary 1001 that tp pads) and LLaMA to the losses, gradients and weights of one process.
 //
-// Each case trains 3 optimizer steps (2 under the sanitizers: train_testing.h parity_steps) in
-// f64 (the reference builds the whole model in this
-// process): the per-step loss and gradient norm within 1e-10 relative, each rank's gradient
-// shards at step 1 and its final weight shards within 1e-10 of the tensor's largest entry (the
-// issue's f64 bound; the resume tests below and train_tp_parity run f32). f64 leaves only
-// summation order between the layouts, so a wrong scale, a missing or doubled reduction, a
-// misplaced head or a wrong padding mask shows by many orders of magnitude.
+// Each case trains 3 optimizer steps (2 under the sanitizers: train_testing.h parity_steps) in f64
+// (the reference builds the whole model in this process): the per-step loss and gradient norm
+// within 1e-10 relative, each rank's gradient shards at step 1 and its final weight shards within
+// 1e-10 of the tensor's largest entry (the f64 bound; the resume tests below and
+// train_tp_parity run f32). f64 leaves only summation order between the layouts, so a wrong scale,
+// a missing or doubled reduction, a misplaced head or a wrong padding mask shows by many orders of
+// magnitude.
 //
 // The matrix covers each dimension with tp and each pair: tp alone (tied and untied heads,
 // dropout, 2 and 4 ranks), tp × dp, tp × sp (WallFacer C 1 and C 2, Ulysses), tp × sp × dp, and

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "support/sanitized_build.h"
+#include "src/core/address_sanitizer.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/data/document_index.h"
@@ -29,7 +29,9 @@ namespace wf::test {
 // step, the update, a step on the updated weights and optimizer state); the numbers of the later
 // steps are checked in Release at every world size, and under the sanitizers each step costs ten
 // times as much (the parity cases were 300 of the 4-rank sanitizer run's 440 s).
-inline int parity_steps(int release_steps) { return kSanitizedBuild ? std::min(release_steps, 2) : release_steps; }
+inline int parity_steps(int release_steps) {
+  return detail::kAddressSanitizerBuild ? std::min(release_steps, 2) : release_steps;
+}
 
 // `dir_name` names the checkpoint and log directory under the system's temporary directory.
 // `model`: "gpt" or "llama" (the same sizes; LLaMA's SwiGLU, RMSNorm, RoPE and untied head).

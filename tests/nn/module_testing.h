@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "support/sanitized_build.h"
+#include "src/core/address_sanitizer.h"
 #include "wallfacer/autograd/grad_mode.h"
 #include "wallfacer/autograd/gradcheck.h"
 #include "wallfacer/nn/module.h"
@@ -39,13 +39,13 @@ inline double weighted_sum(const Tensor& out, const Tensor& w) {
 // parameter of `module` by central differences, |analytic − numeric| <= atol + rtol·|numeric|.
 // Up to kElementsPerParameter elements of each parameter, spread evenly over it, are perturbed:
 // enough to catch a wrong formula or layout, few enough to keep the tests fast. Under the
-// sanitizers 3 (support/sanitized_build.h): every perturbation runs the same code again, and the
-// DiT's 12 cost 109 s there. The module must
-// already be f64 and deterministic (no active dropout).
+// sanitizers 3: they look for memory and UB errors, every perturbation runs the same code again,
+// and the DiT's 12 cost 109 s there. The module must already be f64 and deterministic (no active
+// dropout).
 inline void check_module_gradients(Module& module, const std::function<Tensor(const Tensor&)>& fn, const Tensor& x,
                                    double atol = 1e-7, double rtol = 1e-5) {
   constexpr double eps = 1e-6;
-  constexpr std::int64_t kElementsPerParameter = wf::test::kSanitizedBuild ? 3 : 12;
+  constexpr std::int64_t kElementsPerParameter = wf::detail::kAddressSanitizerBuild ? 3 : 12;
   if (is_floating(x.dtype())) {
     Tensor input = x.clone();
     input.set_requires_grad(true);
