@@ -30,8 +30,8 @@ constexpr std::int64_t kForwardKeys = 256;
 constexpr std::int64_t kBackwardRows = 64;
 constexpr std::int64_t kBackwardKeys = 128;
 // Where the rows of a tile stop seeing the same keys (the causal diagonal, a document's end) the
-// tiles narrow: the forward streams the keys past what its first row sees kNarrowKeys at a time,
-// each for the rows that see some of them, and the backward streams kNarrowRows query rows at a
+// tiles narrow: the forward computes the scores past what its first row sees kNarrowKeys at a
+// time, each for the rows that see some of them, and the backward streams kNarrowRows query rows at a
 // time over key tiles its rows see only in part. Only the visible triangle's staircase is then
 // computed and masked, not the whole square around it: short documents (packed batches) are mostly
 // diagonal, and the square cost them ~25% more than their visible pairs (docs/kernels-attention.md).
@@ -224,23 +224,42 @@ void forward_rows(const Attention<T, In>& a, T* o, T* lse, std::int64_t b, std::
   for (std::int64_t r = 0; r < rows; ++r) keys[r] = a.keys(b, i0 + r);
 
   // The tile's rows see the keys [begin of the first, end of the last): nothing outside is
-  // computed. Key tiles are wide up to what the first row still seeing them sees; past it rows
-  // drop out one by one (the diagonal) and the tiles narrow, each computed for its rows only.
+  // computed. The keys go in passes of up to kForwardKeys, each one online-softmax update per
+  // row. Inside a pass the scores are computed wide up to what the first row still seeing them
+  // sees; past it rows drop out one by one (the diagonal) and the scores narrow to kNarrowKeys
+  // strips, each computed for its rows only (a staircase). The softmax then runs once per row
+  // over the whole pass, not once per strip: on the diagonal of short documents the per-row
+  // passes (max, rescale, exponentials of a few dozen keys) cost as much as the products.
   const std::int64_t key_begin = keys[0].begin, key_end = keys[rows - 1].end;
-  std::int64_t first = 0, last = 0;  // the rows [first, last) that see some key of the tile
+  std::int64_t first = 0, last = 0;  // the rows [first, last) that see some key of the pass
   for (std::int64_t k0 = key_begin; k0 < key_end;) {
     while (first < rows && keys[first].end <= k0) ++first;
-    const std::int64_t wide_end = first < rows ? keys[first].end : key_end;
-    const std::int64_t kn = std::min(k0 + kNarrowKeys < wide_end ? std::min(kForwardKeys, wide_end - k0) : kNarrowKeys,
-                                     key_end - k0);
+    const std::int64_t kn = std::min(kForwardKeys, key_end - k0);
     while (last < rows && keys[last].begin < k0 + kn) ++last;
     const std::int64_t n = last - first;
     if (n <= 0) {
       k0 += kn;
       continue;
     }
-    tile_gemm(false, true, n, kn, d, a.scale, a.q + a.q_at(b, i0 + first, h), a.q_stride, a.k + a.kv_at(b, k0, hk),
-              a.kv_stride, T(0), scores, kn);
+    // Column strips [c, c + width) of the pass and the first row that sees each; every row from
+    // it to `last` is computed. The wide strip is what row `first` sees of the pass (whole
+    // strips of kNarrowKeys or more), the narrow ones follow.
+    const auto for_each_strip = [&](auto&& strip) {
+      const std::int64_t wide = std::clamp<std::int64_t>(keys[first].end - k0, 0, kn);
+      std::int64_t c = 0, from = first;
+      if (wide >= kNarrowKeys) {
+        strip(c, wide, from);
+        c = wide;
+      }
+      for (; c < kn; c += kNarrowKeys) {
+        while (from < last && keys[from].end <= k0 + c) ++from;
+        if (from < last) strip(c, std::min(kNarrowKeys, kn - c), from);
+      }
+    };
+    for_each_strip([&](std::int64_t c, std::int64_t width, std::int64_t from) {
+      tile_gemm(false, true, last - from, width, d, a.scale, a.q + a.q_at(b, i0 + from, h), a.q_stride,
+                a.k + a.kv_at(b, k0 + c, hk), a.kv_stride, T(0), scores + (from - first) * kn + c, kn);
+    });
     for (std::int64_t r = first; r < last; ++r) {
       T* row = scores + (r - first) * kn;
       const auto [c0, c1] = tile_columns(keys[r], k0, kn);
@@ -250,14 +269,17 @@ void forward_rows(const Attention<T, In>& a, T* o, T* lse, std::int64_t b, std::
         continue;
       }
       const T m_new = std::max(m[r], row_max(row + c0, c1 - c0));
-      const T rescale = exp_bounded(m[r] - m_new);  // m[r] = -inf (first visible tile) → 0
+      const T rescale = exp_bounded(m[r] - m_new);  // m[r] = -inf (first visible pass) → 0
       l[r] = l[r] * rescale + exp_shifted_sum(row + c0, c1 - c0, m_new);
       zero_row(row + c1, kn - c1);
       m[r] = m_new;
       if (rescale != T(1)) scale_row(acc + r * d, d, rescale);
     }
-    tile_gemm(false, false, n, d, kn, T(1), as_operand(scores, n * kn, w.p_in), kn, a.v + a.kv_at(b, k0, hk),
-              a.kv_stride, T(1), acc + first * d, d);
+    const In* p = as_operand(scores, n * kn, w.p_in);
+    for_each_strip([&](std::int64_t c, std::int64_t width, std::int64_t from) {
+      tile_gemm(false, false, last - from, d, width, T(1), p + (from - first) * kn + c, kn,
+                a.v + a.kv_at(b, k0 + c, hk), a.kv_stride, T(1), acc + from * d, d);
+    });
     k0 += kn;
   }
 

@@ -120,6 +120,9 @@ struct DocumentRow {
   double packed_time_ms = 0, causal_time_ms = 0;
   double packed_compute_ms = 0, causal_compute_ms = 0;  // the attention blocks alone, alike
   double work_ratio = 0;      // the documents' pairs / the causal mask's
+  // Each iteration's packed / causal blocks' time (the adjacent pair): their spread says how far
+  // the machine moved the medians' ratio (2-core VMs with ranks sharing cores: ±0.1 and more).
+  std::vector<double> iteration_compute_ratios;
   std::vector<std::int64_t> zigzag_work, balanced_work;  // per logical rank (sp_rank_work_pairs)
   bool work_exact = true;  // every rank's measured forward pairs equal balanced_work
   int chunks = 0;          // the balanced layout's chunks (K = 2T·g; 0 without one)
@@ -127,6 +130,10 @@ struct DocumentRow {
   double compute_ratio() const { return packed_compute_ms / causal_compute_ms; }
   // The target's measure: the attention blocks' time against what their work predicts.
   double compute_per_work() const { return compute_ratio() / work_ratio; }
+  std::pair<double, double> compute_per_work_spread() const {
+    const auto [lo, hi] = std::minmax_element(iteration_compute_ratios.begin(), iteration_compute_ratios.end());
+    return {*lo / work_ratio, *hi / work_ratio};
+  }
 };
 
 struct Row {
@@ -474,6 +481,7 @@ DocumentRow measure_documents(SpStrategy strategy, comm::CommGrid& grid, const P
   const std::vector<TokenRun> all{{0, pr.N}};
   d.work_ratio = double(parallel::unmasked_pairs(all, all, true, pr.documents)) /
                  double(parallel::unmasked_pairs(all, all, true));
+  for (int i = 0; i < iters; ++i) d.iteration_compute_ratios.push_back(packed_compute_ms[i] / causal_compute_ms[i]);
   for (int l = 0; l < P; ++l) {
     const auto work = [&](const parallel::ChunkAssignment* chunks) {
       return parallel::sp_rank_work_pairs(strategy, pr.layout(), pr.N, P, shard.C, 1, l, true, pr.documents, chunks);
@@ -648,6 +656,8 @@ void print_json(const Row& r, const Problem& pr) {
     j["compute_ratio"] = d->compute_ratio();
     j["compute_per_work"] = d->compute_per_work();
     j["compute_per_work_within_target"] = d->compute_per_work() <= kTimePerWorkTarget;
+    j["compute_per_work_iterations_min"] = d->compute_per_work_spread().first;
+    j["compute_per_work_iterations_max"] = d->compute_per_work_spread().second;
     j["imbalance_token_zigzag"] = parallel::work_imbalance(d->zigzag_work);
     j["imbalance_balanced"] = parallel::work_imbalance(d->balanced_work);
     j["work_per_rank_token_zigzag"] = d->zigzag_work;
@@ -695,11 +705,12 @@ void print_table_row(const Row& r) {
               static_cast<long long>(r.formula_backward.p2p_sent),
               static_cast<long long>(r.formula_backward.collective_sent));
   if (const std::optional<DocumentRow>& d = r.documents) {
-    std::printf("  attention blocks: packed %.1f ms, full causal %.1f ms: time %.3f / work %.3f = %.2f (%s %.2f); "
-                "whole call: packed %.1f ms, full causal %.1f ms, time %.3f / work = %.2f; imbalance: token "
-                "zigzag %.1f%%, balanced %.1f%% (%d chunks)%s\n",
+    std::printf("  attention blocks: packed %.1f ms, full causal %.1f ms: time %.3f / work %.3f = %.2f (%s %.2f; "
+                "single iterations %.2f..%.2f); whole call: packed %.1f ms, full causal %.1f ms, time %.3f / work = "
+                "%.2f; imbalance: token zigzag %.1f%%, balanced %.1f%% (%d chunks)%s\n",
                 d->packed_compute_ms, d->causal_compute_ms, d->compute_ratio(), d->work_ratio, d->compute_per_work(),
                 d->compute_per_work() <= kTimePerWorkTarget ? "within" : "OVER", kTimePerWorkTarget,
+                d->compute_per_work_spread().first, d->compute_per_work_spread().second,
                 d->packed_time_ms, d->causal_time_ms, d->time_ratio(), d->time_ratio() / d->work_ratio,
                 100 * parallel::work_imbalance(d->zigzag_work), 100 * parallel::work_imbalance(d->balanced_work),
                 d->chunks, d->work_exact ? "" : "; measured work differs from sp_rank_work_pairs");
