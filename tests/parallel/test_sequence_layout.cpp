@@ -623,6 +623,11 @@ TEST_CASE("balanced layout: deterministic, one shared list equals equal per-row 
   CHECK(a == wf::parallel::balanced_chunk_assignment({row, row, row}, N, 4, 1));
   // The rule: the zigzag with documents only.
   CHECK(wf::parallel::document_chunks(SequenceLayout::contiguous, {row}, N, 4, 1) == nullptr);
+  // C > 1 (the swaps after the deal) too: the same result from the same input, shared or per row.
+  const std::vector<std::int64_t> long_row = packed_bounds(4096, {700, 90, 1500, 33});
+  const ChunkAssignment teams = wf::parallel::balanced_chunk_assignment({long_row}, 4096, 8, 2);
+  CHECK(teams == wf::parallel::balanced_chunk_assignment({long_row}, 4096, 8, 2));
+  CHECK(teams == wf::parallel::balanced_chunk_assignment({long_row, long_row}, 4096, 8, 2));
   CHECK(wf::parallel::document_chunks(SequenceLayout::zigzag, {}, N, 4, 1) == nullptr);
   CHECK(*wf::parallel::document_chunks(SequenceLayout::zigzag, {row}, N, 4, 1) == a);
   wf::parallel::SpShard shard;
