@@ -661,22 +661,25 @@ ChunkAssignment refine_by_swaps(const ChunkAssignment& start, const std::vector<
     }
     std::vector<std::size_t> heaviest(K);
     std::iota(heaviest.begin(), heaviest.end(), std::size_t{0});
-    const std::size_t tried = std::min(K, kSwapCandidates);
-    std::partial_sort(heaviest.begin(), heaviest.begin() + static_cast<std::ptrdiff_t>(tried), heaviest.end(),
-                      [&](std::size_t x, std::size_t y) {
-                        return on_busiest[x] != on_busiest[y] ? on_busiest[x] > on_busiest[y] : x < y;
-                      });
+    std::sort(heaviest.begin(), heaviest.end(), [&](std::size_t x, std::size_t y) {
+      return on_busiest[x] != on_busiest[y] ? on_busiest[x] > on_busiest[y] : x < y;
+    });
     Score best = score(load);
     std::size_t best_a = K, best_b = K;
     std::vector<std::int64_t> trial(load.size());
-    for (std::size_t i = 0; i < tried && on_busiest[heaviest[i]] > 0; ++i) {
-      const std::size_t a = heaviest[i];
-      for (std::size_t b = 0; b < K; ++b) {
-        if (team_of[b] == team_of[a]) continue;
-        std::copy(load.begin(), load.end(), trial.begin());
-        swap_loads(a, b, trial);
-        const Score s = score(trial);
-        if (s < best) best = s, best_a = a, best_b = b;
+    // The heaviest few first; only when none of them helps, the next ones (a busiest rank that
+    // every heavy chunk's swap would make worse is left to its lighter chunks).
+    for (std::size_t i = 0, tried = kSwapCandidates; best_a == K && i < K && on_busiest[heaviest[i]] > 0;
+         tried *= 4) {
+      for (; i < std::min(K, tried) && on_busiest[heaviest[i]] > 0; ++i) {
+        const std::size_t a = heaviest[i];
+        for (std::size_t b = 0; b < K; ++b) {
+          if (team_of[b] == team_of[a]) continue;
+          std::copy(load.begin(), load.end(), trial.begin());
+          swap_loads(a, b, trial);
+          const Score s = score(trial);
+          if (s < best) best = s, best_a = a, best_b = b;
+        }
       }
     }
     if (best_a == K) break;
