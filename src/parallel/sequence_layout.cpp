@@ -428,7 +428,7 @@ constexpr int kMaxChunksPerPairOneMember = 8;  // C = 1: a rank is its team, 8 b
 constexpr std::int64_t kMinChunkTokens = 64;
 // C > 1: at most this many swaps refine the dealt assignment (refine_by_swaps).
 constexpr int kMaxSwapRounds = 64;
-// Each round moves one of the chunks that give the busiest rank the most pairs: the first this many.
+// Each round first tries this many of the chunks that give the busiest rank the most pairs.
 constexpr std::size_t kSwapCandidates = 8;
 
 int zigzag_teams(int P, int C, int U) { return P / U / C; }  // of a checked (P, C, U)
@@ -589,8 +589,9 @@ ChunkAssignment deal_by_rank(const std::vector<std::int64_t>& work, const std::v
 // work of the chunks placed before it; a member's work is its share of its team's pairs with the
 // K/V teams it meets, which a chunk placed later changes, so the busiest member is left a few
 // percent over the mean (5-12% for 36 documents in 64K at P = 8 and 16). A swap keeps every team's
-// chunk count. Each round tries the chunks with pairs on the busiest rank against every chunk of
-// another team and keeps the swap whose loads are lowest: the busiest first, then the sum of
+// chunk count. Each round tries the chunks that give the busiest rank the most pairs (the
+// heaviest kSwapCandidates, then four times as many while none helps) against every chunk of
+// another team, and keeps the swap whose loads are lowest: the busiest first, then the sum of
 // squares (so that a swap that relieves one of several equally busy ranks counts). Ties go to
 // the lowest chunk indices: a pure function of its inputs.
 ChunkAssignment refine_by_swaps(const ChunkAssignment& start, const std::vector<ChunkPairWork>& pairs,
