@@ -524,17 +524,30 @@ class PairOwners {
   std::vector<int> owner_;
 };
 
-// The busiest WallFacer rank's pairs under `a` (wallfacer_rank_work_pairs, from the chunk pairs).
-std::int64_t max_rank_work(const ChunkAssignment& a, const std::vector<ChunkPairWork>& pairs, const PairOwners& owner,
-                           int W) {
+// Each chunk's team under `a`.
+std::vector<int> chunk_teams(const ChunkAssignment& a) {
   std::vector<int> team_of(a.team_chunks.size() * a.team_chunks[0].size());
   for (std::size_t t = 0; t < a.team_chunks.size(); ++t) {
     for (int c : a.team_chunks[t]) team_of[static_cast<std::size_t>(c)] = static_cast<int>(t);
   }
+  return team_of;
+}
+
+// Each WallFacer rank's pairs (wallfacer_rank_work_pairs, from the chunk pairs), chunk c on team
+// team_of[c].
+std::vector<std::int64_t> rank_loads(const std::vector<int>& team_of, const std::vector<ChunkPairWork>& pairs,
+                                     const PairOwners& owner, int W) {
   std::vector<std::int64_t> work(static_cast<std::size_t>(W), 0);
   for (const ChunkPairWork& p : pairs) {
     work[owner(team_of[static_cast<std::size_t>(p.query)], team_of[static_cast<std::size_t>(p.key)])] += p.pairs;
   }
+  return work;
+}
+
+// The busiest WallFacer rank's pairs under `a`.
+std::int64_t max_rank_work(const ChunkAssignment& a, const std::vector<ChunkPairWork>& pairs, const PairOwners& owner,
+                           int W) {
+  const std::vector<std::int64_t> work = rank_loads(chunk_teams(a), pairs, owner, W);
   return *std::max_element(work.begin(), work.end());
 }
 
@@ -597,27 +610,25 @@ ChunkAssignment deal_by_rank(const std::vector<std::int64_t>& work, const std::v
 ChunkAssignment refine_by_swaps(const ChunkAssignment& start, const std::vector<ChunkPairWork>& pairs,
                                 const PairOwners& owner, int W, int max_rounds) {
   const std::size_t T = start.team_chunks.size(), K = T * start.team_chunks[0].size();
-  std::vector<std::size_t> team_of(K);
-  for (std::size_t t = 0; t < T; ++t) {
-    for (int c : start.team_chunks[t]) team_of[static_cast<std::size_t>(c)] = t;
-  }
+  std::vector<int> team_of = chunk_teams(start);
+  const auto team = [&](std::size_t c) { return static_cast<std::size_t>(team_of[c]); };
   const auto rank = [&](std::size_t tq, std::size_t tk) { return owner(static_cast<int>(tq), static_cast<int>(tk)); };
   // Per chunk c and team t: the pairs of c's queries with keys of t (as_query) and of c's keys
   // with queries of t (as_key), the pairs of c with itself apart; and every pair by its two chunks.
   // A swap then moves O(T) sums instead of every pair of the two chunks' documents.
-  std::vector<std::int64_t> as_query(K * T, 0), as_key(K * T, 0), self(K, 0), load(static_cast<std::size_t>(W), 0);
+  std::vector<std::int64_t> as_query(K * T, 0), as_key(K * T, 0), self(K, 0);
+  std::vector<std::int64_t> load = rank_loads(team_of, pairs, owner, W);
   std::vector<std::vector<std::size_t>> touching(K);  // indices of the pairs each chunk is part of
   std::unordered_map<std::uint64_t, std::int64_t> between;  // (query chunk, key chunk) -> pairs
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     const ChunkPairWork& p = pairs[i];
     const auto q = static_cast<std::size_t>(p.query), k = static_cast<std::size_t>(p.key);
-    load[rank(team_of[q], team_of[k])] += p.pairs;
     if (q == k) {
       self[q] += p.pairs;
       continue;
     }
-    as_query[q * T + team_of[k]] += p.pairs;
-    as_key[k * T + team_of[q]] += p.pairs;
+    as_query[q * T + team(k)] += p.pairs;
+    as_key[k * T + team(q)] += p.pairs;
     touching[q].push_back(i);
     touching[k].push_back(i);
     between[q * K + k] += p.pairs;
@@ -628,7 +639,7 @@ ChunkAssignment refine_by_swaps(const ChunkAssignment& start, const std::vector<
   };
   // The loads `l` after chunks a (of team ta) and b (of team tb) trade teams.
   const auto swap_loads = [&](std::size_t a, std::size_t b, std::vector<std::int64_t>& l) {
-    const std::size_t ta = team_of[a], tb = team_of[b];
+    const std::size_t ta = team(a), tb = team(b);
     const std::int64_t ab = pairs_between(a, b), ba = pairs_between(b, a);
     for (std::size_t t = 0; t < T; ++t) {  // each chunk's pairs with the others' chunks, not with each other
       const std::int64_t a_q = as_query[a * T + t] - (t == tb ? ab : 0), a_k = as_key[a * T + t] - (t == tb ? ba : 0);
@@ -656,7 +667,7 @@ ChunkAssignment refine_by_swaps(const ChunkAssignment& start, const std::vector<
     std::vector<std::int64_t> on_busiest(K, 0);
     for (const ChunkPairWork& p : pairs) {
       const auto q = static_cast<std::size_t>(p.query), k = static_cast<std::size_t>(p.key);
-      if (rank(team_of[q], team_of[k]) != busiest) continue;
+      if (rank(team(q), team(k)) != busiest) continue;
       on_busiest[q] += p.pairs;
       if (k != q) on_busiest[k] += p.pairs;
     }
@@ -686,8 +697,8 @@ ChunkAssignment refine_by_swaps(const ChunkAssignment& start, const std::vector<
     if (best_a == K) break;
     // Take the swap: the loads, then the per-team sums of every chunk paired with a or b.
     swap_loads(best_a, best_b, load);
-    for (const auto& [c, from, to] : {std::tuple{best_a, team_of[best_a], team_of[best_b]},
-                                      std::tuple{best_b, team_of[best_b], team_of[best_a]}}) {
+    for (const auto& [c, from, to] : {std::tuple{best_a, team(best_a), team(best_b)},
+                                      std::tuple{best_b, team(best_b), team(best_a)}}) {
       for (std::size_t i : touching[c]) {
         const ChunkPairWork& p = pairs[i];
         const auto q = static_cast<std::size_t>(p.query), k = static_cast<std::size_t>(p.key);
@@ -702,7 +713,7 @@ ChunkAssignment refine_by_swaps(const ChunkAssignment& start, const std::vector<
   }
   if (!changed) return start;
   ChunkAssignment out{start.chunk_tokens, std::vector<std::vector<int>>(T)};
-  for (std::size_t c = 0; c < K; ++c) out.team_chunks[team_of[c]].push_back(static_cast<int>(c));
+  for (std::size_t c = 0; c < K; ++c) out.team_chunks[team(c)].push_back(static_cast<int>(c));
   return out;
 }
 
@@ -847,11 +858,12 @@ ChunkAssignment balanced_chunk_assignment(const DocumentBounds& documents, std::
   }
   if (per_rank) {  // 4. (C > 1) dealt by the busiest rank's work, when that beats the three above
     ChunkAssignment by_rank = deal_by_rank(work, pair_work, *owner, W, T, g, chunk_tokens);
-    const ChunkAssignment& dealt = cost(by_rank) < cost(candidates[best]) ? by_rank : candidates[best];
+    const bool by_rank_better = cost(by_rank) < cost(candidates[best]);
+    const ChunkAssignment& dealt = by_rank_better ? by_rank : candidates[best];
     // 6. then swaps between teams while they relieve the busiest rank.
     ChunkAssignment refined = refine_by_swaps(dealt, pair_work, *owner, W, kMaxSwapRounds);
     if (cost(refined) < cost(dealt)) return refined;
-    if (&dealt == &by_rank) return by_rank;
+    if (by_rank_better) return by_rank;
   }
   // The zigzag in its own chunks, so that a layout that need not change is the standard one.
   return best == 0 ? zigzag_chunk_assignment(N, P, C, U) : candidates[best];
