@@ -164,9 +164,10 @@ def speed_table(work, dry, commit):
         r = w or t
         gqa = f", GQA {r['heads']}:{r['kv_heads']}" if r["kv_heads"] != r["heads"] else ""
         backend = (t or {}).get("op", "").partition("(")[2].rstrip(")") or "n/a"
+        ran = f"; fwd {w['forward_by']}, bwd {w['backward_by']}" if w and "forward_by" in w else ""
         rows.append(("1", f"attention fwd+bwd {'causal' if r['causal'] else 'full'}, B {r['batch']} x N "
                      f"{r['tokens']} x H {r['heads']}{gqa}, d {r['head_dim']}: TFLOP/s (ms)",
-                     f"{cell(w, 'tflops', '{:.4g}')} ({cell(w, 'ms', '{:.3g}')})",
+                     f"{cell(w, 'tflops', '{:.4g}')} ({cell(w, 'ms', '{:.3g}')}{ran})",
                      f"{cell(t, 'tflops', '{:.4g}')} ({cell(t, 'ms', '{:.3g}')}; {backend})",
                      ratio(w, t, "tflops", True), ">= 1.0", verdict(ratio_of(w, t, "tflops", True), 1.0)))
     # WF_SPEED_GEMM_NAMES: "qkv:MxNxK out:MxNxK ...", the model's names of the shapes.

@@ -1,4 +1,5 @@
-// The per-shape choice between cuDNN's attention and the own kernels (attention_choice.h says how).
+// The per-shape choice between the own kernels, cuDNN's attention and the sm_90 forward
+// (attention_choice.h says how).
 // Compiled, never run: no GPU was reachable when this was written (docs/gpu.md).
 #include "kernels/cuda/attention_choice.h"
 
@@ -9,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string_view>
@@ -17,6 +20,7 @@
 #include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/sm90/attention_forward.h"
 #include "src/core/cuda/cuda_check.h"
 #include "src/core/cuda/cuda_device.h"
 #include "wallfacer/core/error.h"
@@ -29,7 +33,8 @@ AttentionBackendSetting parse_attention_backend(const char* value) {
   if (v.empty() || v == "auto") return AttentionBackendSetting::automatic;
   if (v == "own") return AttentionBackendSetting::own;
   if (v == "cudnn") return AttentionBackendSetting::cudnn;
-  WF_FAIL("WF_ATTENTION_BACKEND={}: expected auto (measure both per shape), own or cudnn", v);
+  if (v == "sm90") return AttentionBackendSetting::sm90;
+  WF_FAIL("WF_ATTENTION_BACKEND={}: expected auto (measure every implementation per shape), own, cudnn or sm90", v);
 }
 
 AttentionBackendSetting attention_backend_setting() {
@@ -39,13 +44,37 @@ AttentionBackendSetting attention_backend_setting() {
 
 namespace {
 
+// The implementations a bf16 attention call may take besides the own kernels (attention.cu).
+enum class Route { own, cudnn, sm90 };
+const char* route_name(Route r) { return r == Route::own ? "own" : r == Route::cudnn ? "cudnn" : "sm90"; }
+
+// What a cached choice is keyed by: cuDNN's plan key (sizes, direction, the diagonal cuDNN
+// expresses), plus what it does not express: key windows, and a causal diagonal at other offsets.
+struct ChoiceKey {
+  CudnnPlanKey plan;
+  bool windows = false;
+  std::int64_t diagonal = 0;  // q_offset − kv_offset of a causal shape cuDNN cannot take, else 0
+  auto operator<=>(const ChoiceKey&) const = default;
+};
+ChoiceKey choice_key(int device, const AttentionShape& s, bool backward, bool cudnn_takes_it) {
+  const bool other_diagonal = s.causal && !cudnn_takes_it && s.windows.ranges == nullptr;
+  return {cudnn_plan_key(device, s, backward), s.windows.ranges != nullptr,
+          other_diagonal ? s.q_offset - s.kv_offset : 0};
+}
+std::string choice_key_text(const ChoiceKey& key) {
+  std::string text = cudnn_plan_key_text(key.plan);
+  if (key.windows) text += ", key windows";
+  if (key.diagonal != 0) text += fmt::format(", causal at q_offset - kv_offset {}", key.diagonal);
+  return text;
+}
+
 struct Entry {
   AttentionChoice choice;
-  bool use_cudnn = false;
+  Route route = Route::own;
 };
 struct Choices {
   std::mutex mutex;  // held through a first use's measurement
-  std::map<CudnnPlanKey, Entry> entries;
+  std::map<ChoiceKey, Entry> entries;
 };
 Choices& choices() {
   static Choices* c = new Choices;  // never destroyed: read by `info` and by threads at exit
@@ -94,35 +123,37 @@ std::vector<float> sample_rows(const float* device, std::int64_t rows, std::int6
   return host;
 }
 
-// One output of both: "" when cuDNN's is within max |cudnn − own| <= rtol·max |own| + atol, else why not.
-struct Compared {
+// One output of a call: its name, rows × row_len f32 elements, the relative tolerance a
+// candidate's must meet against the own kernel's, and where the call wants it.
+struct Output {
   const char* name;
-  const float* own;
-  const float* cudnn;
   std::int64_t rows, row_len;
   double rtol;
+  float* destination;
+  std::int64_t size() const { return rows * row_len; }
 };
-std::string mismatch(const Compared& c, cudaStream_t stream) {
-  const std::vector<float> own = sample_rows(c.own, c.rows, c.row_len, stream);
-  const std::vector<float> got = sample_rows(c.cudnn, c.rows, c.row_len, stream);
+
+// "" when a candidate's output is within max |candidate − own| <= rtol·max |own| + atol, else why not.
+std::string mismatch(const Output& out, const float* own, const float* candidate, const char* name,
+                     cudaStream_t stream) {
+  const std::vector<float> want = sample_rows(own, out.rows, out.row_len, stream);
+  const std::vector<float> got = sample_rows(candidate, out.rows, out.row_len, stream);
   double max_diff = 0, max_ref = 0;
-  for (std::size_t i = 0; i < own.size(); ++i) {
-    if (std::isnan(got[i]) != std::isnan(own[i])) return fmt::format("{}: NaN at sampled element {}", c.name, i);
-    if (std::isnan(own[i])) continue;
-    max_diff = std::max(max_diff, std::fabs(static_cast<double>(got[i]) - own[i]));
-    max_ref = std::max(max_ref, std::fabs(static_cast<double>(own[i])));
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(got[i]) != std::isnan(want[i])) return fmt::format("{}: NaN at sampled element {}", out.name, i);
+    if (std::isnan(want[i])) continue;
+    // −inf (a row that sees no key) must be matched exactly; inf − inf would read as NaN.
+    if (std::isinf(want[i]) || std::isinf(got[i])) {
+      if (got[i] != want[i]) return fmt::format("{}: {} where the own kernel has {}", out.name, got[i], want[i]);
+      continue;
+    }
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(want[i])));
   }
   const double atol = 1e-3;
-  if (max_diff <= c.rtol * max_ref + atol) return "";
-  return fmt::format("{}: max |cudnn - own| {:.3g} > {} * max |own| {:.3g} + {}", c.name, max_diff, c.rtol, max_ref,
-                     atol);
-}
-std::string first_mismatch(std::initializer_list<Compared> outputs, cudaStream_t stream) {
-  for (const Compared& c : outputs) {
-    std::string why = mismatch(c, stream);
-    if (!why.empty()) return why;
-  }
-  return "";
+  if (max_diff <= out.rtol * max_ref + atol) return "";
+  return fmt::format("{}: max |{} - own| {:.3g} > {} * max |own| {:.3g} + {}", out.name, name, max_diff, out.rtol,
+                     max_ref, atol);
 }
 
 void copy_out(const float* src, float* dst, std::int64_t n, bool accumulate, cudaStream_t stream) {
@@ -134,143 +165,128 @@ void copy_out(const float* src, float* dst, std::int64_t n, bool accumulate, cud
   }
 }
 
-// The verdict of a first use: cuDNN when it ran, matched and was faster.
-Entry decide(const CudnnPlanKey& key, double own_ms, double cudnn_ms, const std::string& refusal) {
-  Entry e;
-  e.choice.shape = cudnn_plan_key_text(key);
-  e.choice.own_ms = own_ms;
-  e.choice.cudnn_ms = cudnn_ms;
-  if (!refusal.empty()) {
-    e.choice.which = "own";
-    e.choice.reason = refusal;
-    return e;
+// Runs one implementation into `outputs` (one pointer per Output, written, or added to under
+// accumulate): false when it did not run (no plan, or refused this call's pointers).
+using Runner = std::function<bool(const std::vector<float*>& outputs, bool accumulate)>;
+struct Candidate {
+  Route route;
+  std::string refusal;  // why it cannot take the shape ("" when it can)
+  Runner run;
+};
+
+// A candidate's run at a first use: "" when it ran, else why not (no plan, or an error running it).
+std::string try_run(const Candidate& c, const std::vector<float*>& outputs) {
+  try {
+    return c.run(outputs, false) ? "" : fmt::format("{} did not take this call", route_name(c.route));
+  } catch (const Error& e) {
+    log::warn("attention (cuda): {} disabled for a shape: {}", route_name(c.route), e.what());
+    return fmt::format("{} failed: {}", route_name(c.route), e.what());
   }
-  e.use_cudnn = cudnn_ms < own_ms;
-  e.choice.which = e.use_cudnn ? "cudnn" : "own";
-  e.choice.reason = "measured at first use, outputs matched; cuDNN's " + cudnn_plan_kind(key);
-  log::info("attention (cuda): {} runs on {} (own {:.3f} ms, cuDNN {:.3f} ms)", e.choice.shape, e.choice.which, own_ms,
-            cudnn_ms);
+}
+
+// A first use under auto: the own kernel and every candidate that takes the shape run on the call's
+// inputs into scratch outputs, timed; a candidate whose outputs differ from the own kernel's is
+// disabled for the shape. The call's outputs get the own kernel's; the fastest verified runs later.
+Entry measure(const Stream& stream, const ChoiceKey& key, const std::vector<Output>& outs, bool accumulate,
+              const Runner& own, const std::vector<Candidate>& candidates) {
+  const cudaStream_t ns = native(stream);
+  std::deque<detail::CudaScratch> held;  // a deque: scratch buffers neither copy nor move
+  const auto scratch_for = [&] {
+    std::vector<float*> pointers;
+    for (const Output& out : outs) {
+      held.emplace_back(stream, static_cast<std::size_t>(out.size()) * sizeof(float));
+      pointers.push_back(held.back().as<float>());
+    }
+    return pointers;
+  };
+  const std::vector<float*> own_out = scratch_for();
+  const auto run_own = [&] { own(own_out, false); };
+  run_own();  // warm-up
+  Entry e;
+  e.choice.shape = choice_key_text(key);
+  e.choice.own_ms = time_ms(ns, run_own);
+  double best_ms = e.choice.own_ms;
+  std::vector<std::string> notes;
+  for (const Candidate& c : candidates) {
+    double& ms = c.route == Route::cudnn ? e.choice.cudnn_ms : e.choice.sm90_ms;
+    if (!c.refusal.empty()) {
+      notes.push_back(fmt::format("{}: {}", route_name(c.route), c.refusal));
+      continue;
+    }
+    const std::vector<float*> got = scratch_for();
+    std::string why = try_run(c, got);  // builds a plan where there is one, and warms up
+    double measured = -1;
+    if (why.empty()) {
+      why = try_run({c.route, "", [&](const std::vector<float*>& o, bool a) {
+                       measured = time_ms(ns, [&] { c.run(o, a); });
+                       return true;
+                     }},
+                    got);
+    }
+    for (std::size_t i = 0; why.empty() && i < outs.size(); ++i) {
+      why = mismatch(outs[i], own_out[i], got[i], route_name(c.route), ns);
+      if (!why.empty()) {
+        log::warn("attention (cuda): {} disabled for {}: its results differ from the own kernel's ({})",
+                  route_name(c.route), e.choice.shape, why);
+      }
+    }
+    if (!why.empty()) {
+      notes.push_back(why);
+      continue;
+    }
+    ms = measured;
+    notes.push_back(fmt::format("{} matched", route_name(c.route)) +
+                    (c.route == Route::cudnn ? " (cuDNN's " + cudnn_plan_kind(key.plan) + ")" : ""));
+    if (measured < best_ms) {
+      best_ms = measured;
+      e.route = c.route;
+    }
+  }
+  for (std::size_t i = 0; i < outs.size(); ++i)
+    copy_out(own_out[i], outs[i].destination, outs[i].size(), accumulate, ns);
+  e.choice.which = route_name(e.route);
+  e.choice.reason = "measured at first use";
+  for (const std::string& note : notes) e.choice.reason += "; " + note;
+  log::info("attention (cuda): {} runs on {} (own {:.3f} ms, cuDNN {:.3f} ms, sm90 {:.3f} ms)", e.choice.shape,
+            e.choice.which, e.choice.own_ms, e.choice.cudnn_ms, e.choice.sm90_ms);
   return e;
 }
 
-// cuDNN's run at a first use: "" when it ran, else why not (no plan, or an error running it).
-template <class Run>
-std::string try_cudnn(Run&& run) {
-  try {
-    return run() ? "" : "cuDNN has no plan for this shape";
-  } catch (const Error& e) {
-    log::warn("attention (cuda): cuDNN disabled for a shape: {}", e.what());
-    return std::string("cuDNN failed: ") + e.what();
-  }
-}
-
-Entry measure_forward(const Stream& stream, const AttentionShape& s, const CudnnPlanKey& key, const void* q,
-                      const void* k, const void* v, float* o, float* lse) {
-  const cudaStream_t ns = native(stream);
-  const std::int64_t n_o = s.batch * s.q_len * s.heads * s.head_dim, n_lse = s.batch * s.heads * s.q_len;
-  detail::CudaScratch own_o(stream, n_o * sizeof(float)), own_lse(stream, n_lse * sizeof(float));
-  detail::CudaScratch cudnn_o(stream, n_o * sizeof(float)), cudnn_lse(stream, n_lse * sizeof(float));
-  const auto own = [&] {
-    launch_attention_forward(ns, s, bf16_in(q), bf16_in(k), bf16_in(v), own_o.as<float>(), own_lse.as<float>());
-  };
-  const auto cudnn = [&] {
-    return cudnn_attention_forward(stream, s, q, k, v, cudnn_o.as<float>(), cudnn_lse.as<float>());
-  };
-  own();  // warm-up
-  const double own_ms = time_ms(ns, own);
-  double cudnn_ms = -1;
-  std::string refusal = try_cudnn(cudnn);  // builds the plan, and warms up
-  if (refusal.empty()) {
-    refusal = try_cudnn([&] {
-      cudnn_ms = time_ms(ns, cudnn);
-      return true;
-    });
-  }
-  if (refusal.empty()) {
-    refusal = first_mismatch({{"o", own_o.as<float>(), cudnn_o.as<float>(), n_o / s.head_dim, s.head_dim, 0.02},
-                              {"lse", own_lse.as<float>(), cudnn_lse.as<float>(), n_lse / s.q_len, s.q_len, 0.02}},
-                             ns);
-    if (!refusal.empty()) {
-      log::warn("attention (cuda): cuDNN disabled for {}: its results differ from the own kernel's ({})",
-                cudnn_plan_key_text(key), refusal);
-    }
-  }
-  copy_out(own_o.as<float>(), o, n_o, false, ns);
-  copy_out(own_lse.as<float>(), lse, n_lse, false, ns);
-  return decide(key, own_ms, cudnn_ms, refusal);
-}
-
-Entry measure_backward(const Stream& stream, const AttentionShape& s, const CudnnPlanKey& key, const void* q,
-                       const void* k, const void* v, const float* o, const float* lse, const void* d_o, float* dq,
-                       float* dk, float* dv, bool accumulate) {
-  const cudaStream_t ns = native(stream);
-  const std::int64_t n_q = s.batch * s.q_len * s.heads * s.head_dim;
-  const std::int64_t n_kv = s.batch * s.kv_len * s.kv_heads * s.head_dim;
-  const std::size_t q_bytes = n_q * sizeof(float), kv_bytes = n_kv * sizeof(float);
-  detail::CudaScratch own_dq(stream, q_bytes), own_dk(stream, kv_bytes), own_dv(stream, kv_bytes);
-  detail::CudaScratch cudnn_dq(stream, q_bytes), cudnn_dk(stream, kv_bytes), cudnn_dv(stream, kv_bytes);
-  detail::CudaScratch minus_delta(stream, s.batch * s.heads * s.q_len * sizeof(float));
-  const auto own = [&] {
-    launch_attention_backward(ns, s, bf16_in(q), bf16_in(k), bf16_in(v), o, lse, bf16_in(d_o), own_dq.as<float>(),
-                              own_dk.as<float>(), own_dv.as<float>(), false, nullptr, minus_delta.as<float>());
-  };
-  const auto cudnn = [&] {
-    return cudnn_attention_backward(stream, s, q, k, v, o, lse, d_o, cudnn_dq.as<float>(), cudnn_dk.as<float>(),
-                                    cudnn_dv.as<float>(), false);
-  };
-  own();
-  const double own_ms = time_ms(ns, own);
-  double cudnn_ms = -1;
-  std::string refusal = try_cudnn(cudnn);
-  if (refusal.empty()) {
-    refusal = try_cudnn([&] {
-      cudnn_ms = time_ms(ns, cudnn);
-      return true;
-    });
-  }
-  if (refusal.empty()) {
-    const std::int64_t d = s.head_dim;
-    refusal = first_mismatch({{"dq", own_dq.as<float>(), cudnn_dq.as<float>(), n_q / d, d, 0.05},
-                              {"dk", own_dk.as<float>(), cudnn_dk.as<float>(), n_kv / d, d, 0.05},
-                              {"dv", own_dv.as<float>(), cudnn_dv.as<float>(), n_kv / d, d, 0.05}},
-                             ns);
-    if (!refusal.empty()) {
-      log::warn("attention (cuda): cuDNN disabled for {}: its gradients differ from the own kernel's ({})",
-                cudnn_plan_key_text(key), refusal);
-    }
-  }
-  copy_out(own_dq.as<float>(), dq, n_q, accumulate, ns);
-  copy_out(own_dk.as<float>(), dk, n_kv, accumulate, ns);
-  copy_out(own_dv.as<float>(), dv, n_kv, accumulate, ns);
-  return decide(key, own_ms, cudnn_ms, refusal);
-}
-
-// The route of one call: run_cudnn() under a cached or forced choice of cuDNN, measure() at a
-// first use under auto. True when the call's outputs were written.
-template <class RunCudnn, class Measure>
-bool route(const CudnnPlanKey& key, RunCudnn&& run_cudnn, Measure&& measure) {
+// The route of one call under the setting: a cached choice, a forced one, or a first use's
+// measurement. True when the call's outputs were written here.
+bool route(const ChoiceKey& key, const std::vector<Output>& outs, bool accumulate, const Runner& own,
+           const std::vector<Candidate>& candidates, const Stream& stream) {
   const AttentionBackendSetting setting = attention_backend_setting();
   if (setting == AttentionBackendSetting::own) return false;
+  std::vector<float*> destinations;
+  for (const Output& out : outs) destinations.push_back(out.destination);
+  const auto candidate = [&](Route r) -> const Candidate* {
+    for (const Candidate& c : candidates)
+      if (c.route == r && c.refusal.empty()) return &c;
+    return nullptr;
+  };
   Choices& c = choices();
   std::unique_lock<std::mutex> lock(c.mutex);
   if (auto it = c.entries.find(key); it != c.entries.end()) {
-    const bool use_cudnn = it->second.use_cudnn;
+    const Candidate* chosen = candidate(it->second.route);
     lock.unlock();
-    return use_cudnn && run_cudnn();
+    return chosen != nullptr && chosen->run(destinations, accumulate);
   }
-  if (setting == AttentionBackendSetting::cudnn) {
+  if (setting != AttentionBackendSetting::automatic) {
+    const Route forced = setting == AttentionBackendSetting::cudnn ? Route::cudnn : Route::sm90;
     lock.unlock();
-    const bool ran = run_cudnn();
+    const Candidate* chosen = candidate(forced);
+    const bool ran = chosen != nullptr && chosen->run(destinations, accumulate);
     Entry e;
-    e.choice = {cudnn_plan_key_text(key), ran ? "cudnn" : "own", -1, -1,
-                ran ? "WF_ATTENTION_BACKEND=cudnn (unmeasured, unverified); cuDNN's " + cudnn_plan_kind(key)
-                    : "cuDNN has no plan for this shape"};
-    e.use_cudnn = ran;
+    e.route = ran ? forced : Route::own;
+    e.choice = {choice_key_text(key), route_name(e.route), -1, -1, -1,
+                ran ? fmt::format("WF_ATTENTION_BACKEND={} (unmeasured, unverified)", route_name(forced))
+                    : fmt::format("WF_ATTENTION_BACKEND={}, which does not take this shape", route_name(forced))};
     lock.lock();
     c.entries.emplace(key, e);
     return ran;
   }
-  c.entries.emplace(key, measure());
+  c.entries.emplace(key, measure(stream, key, outs, accumulate, own, candidates));
   return true;
 }
 
@@ -278,21 +294,47 @@ bool route(const CudnnPlanKey& key, RunCudnn&& run_cudnn, Measure&& measure) {
 
 bool attention_forward_by_choice(const Stream& stream, const AttentionShape& s, const void* q, const void* k,
                                  const void* v, float* o, float* lse) {
-  if (!cudnn_attention_supported(s, DType::bf16)) return false;
-  const CudnnPlanKey key = cudnn_plan_key(stream.device().index, s, false);
-  return route(
-      key, [&] { return cudnn_attention_forward(stream, s, q, k, v, o, lse); },
-      [&] { return measure_forward(stream, s, key, q, k, v, o, lse); });
+  const int device = stream.device().index;
+  Candidate cudnn{Route::cudnn, cudnn_attention_refusal(s, DType::bf16),
+                  [&](const std::vector<float*>& out, bool) {
+                    return cudnn_attention_forward(stream, s, q, k, v, out[0], out[1]);
+                  }};
+  Candidate sm90{Route::sm90, sm90_attention_refusal(device, s, q, k, v), [&](const std::vector<float*>& out, bool) {
+                   launch_attention_forward_sm90(native(stream), s, bf16_in(q), bf16_in(k), bf16_in(v), out[0],
+                                                 out[1]);
+                   return true;
+                 }};
+  if (!cudnn.refusal.empty() && !sm90.refusal.empty()) return false;
+  const Runner own = [&](const std::vector<float*>& out, bool) {
+    launch_attention_forward(native(stream), s, bf16_in(q), bf16_in(k), bf16_in(v), out[0], out[1]);
+    return true;
+  };
+  const std::vector<Output> outs = {{"o", s.batch * s.q_len * s.heads, s.head_dim, 0.02, o},
+                                    {"lse", s.batch * s.heads, s.q_len, 0.02, lse}};
+  return route(choice_key(device, s, false, cudnn.refusal.empty()), outs, false, own, {cudnn, sm90}, stream);
 }
 
 bool attention_backward_by_choice(const Stream& stream, const AttentionShape& s, const void* q, const void* k,
                                   const void* v, const float* o, const float* lse, const void* d_o, float* dq,
                                   float* dk, float* dv, bool accumulate, const void* d_lse) {
+  // cuDNN's graph computes D from dO and O alone: a call with a d_lse runs the own kernels.
   if (d_lse || !cudnn_attention_supported(s, DType::bf16)) return false;
-  const CudnnPlanKey key = cudnn_plan_key(stream.device().index, s, true);
-  return route(
-      key, [&] { return cudnn_attention_backward(stream, s, q, k, v, o, lse, d_o, dq, dk, dv, accumulate); },
-      [&] { return measure_backward(stream, s, key, q, k, v, o, lse, d_o, dq, dk, dv, accumulate); });
+  const Candidate cudnn{Route::cudnn, "", [&](const std::vector<float*>& out, bool add) {
+                          return cudnn_attention_backward(stream, s, q, k, v, o, lse, d_o, out[0], out[1], out[2],
+                                                          add);
+                        }};
+  const std::size_t rows = static_cast<std::size_t>(s.batch * s.heads * s.q_len);
+  const Runner own = [&](const std::vector<float*>& out, bool add) {
+    detail::CudaScratch minus_delta(stream, rows * sizeof(float));
+    launch_attention_backward(native(stream), s, bf16_in(q), bf16_in(k), bf16_in(v), o, lse, bf16_in(d_o), out[0],
+                              out[1], out[2], add, nullptr, minus_delta.as<float>());
+    return true;
+  };
+  const std::int64_t d = s.head_dim;
+  const std::vector<Output> outs = {{"dq", s.batch * s.q_len * s.heads, d, 0.05, dq},
+                                    {"dk", s.batch * s.kv_len * s.kv_heads, d, 0.05, dk},
+                                    {"dv", s.batch * s.kv_len * s.kv_heads, d, 0.05, dv}};
+  return route(choice_key(stream.device().index, s, true, true), outs, accumulate, own, {cudnn}, stream);
 }
 
 std::vector<AttentionChoice> attention_choices() {
@@ -303,12 +345,24 @@ std::vector<AttentionChoice> attention_choices() {
   return out;
 }
 
+std::string attention_choice_for(int device, const AttentionShape& s, bool backward) {
+  const bool cudnn_takes_it = cudnn_attention_supported(s, DType::bf16);
+  // The pointers' alignment is the call's: a shape is judged here as if they were aligned.
+  const bool sm90_takes_it =
+      !backward && sm90_attention_refusal(device, s, nullptr, nullptr, nullptr).empty();
+  if (!cudnn_takes_it && !sm90_takes_it) return route_name(Route::own);
+  Choices& c = choices();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  const auto it = c.entries.find(choice_key(device, s, backward, cudnn_takes_it));
+  return it == c.entries.end() ? "" : it->second.choice.which;
+}
+
 std::vector<std::string> attention_choice_lines() {
   std::vector<std::string> lines;
   for (const AttentionChoice& c : attention_choices()) {
     const auto ms = [](double t) { return t < 0 ? std::string("-") : fmt::format("{:.3f} ms", t); };
-    lines.push_back(fmt::format("{}: {} (own {}, cudnn {}; {})", c.shape, c.which, ms(c.own_ms), ms(c.cudnn_ms),
-                                c.reason));
+    lines.push_back(fmt::format("{}: {} (own {}, cudnn {}, sm90 {}; {})", c.shape, c.which, ms(c.own_ms),
+                                ms(c.cudnn_ms), ms(c.sm90_ms), c.reason));
   }
   return lines;
 }
@@ -318,7 +372,8 @@ std::string cudnn_attention_info() {
   if (version.empty()) return "not compiled in (WF_CUDNN off, or cudnn_graph.h / libcudnn not found at configure time)";
   const char* setting = attention_backend_setting() == AttentionBackendSetting::automatic ? "auto"
                         : attention_backend_setting() == AttentionBackendSetting::own  ? "own"
-                                                                                        : "cudnn";
+                        : attention_backend_setting() == AttentionBackendSetting::cudnn ? "cudnn"
+                                                                                         : "sm90";
   return fmt::format("{} (compiled in; WF_ATTENTION_BACKEND {})", version, setting);
 }
 

@@ -1,18 +1,20 @@
 #pragma once
-// Which bf16 attention runs on a CUDA GPU, per shape: cuDNN's fused attention (cudnn_attention.h)
-// or the project's own flash-attention kernels (attention.cu). Free of CUDA's headers: the CLI
-// includes it for `wallfacer info` without the toolkit's include path.
+// Which bf16 attention runs on a CUDA GPU, per shape: the project's own flash-attention kernels
+// (attention.cu: SIMT and WMMA, every GPU), cuDNN's fused attention (cudnn_attention.h) or, for
+// the forward on Hopper, the sm_90 kernel (sm90/attention_forward.h). Free of CUDA's headers: the
+// CLI includes it for `wallfacer info` without the toolkit's include path.
 //
 // The setting, from the environment variable WF_ATTENTION_BACKEND (read once per process):
-//   auto (default): at the first call of a shape and direction where cuDNN may run it
-//     (cudnn_attention_supported, and no d_lse in a backward), both run on the call's own inputs
-//     into scratch outputs, each timed with CUDA events (one warm-up, then the mean of three runs),
-//     and their outputs are compared: where cuDNN's differ from the own kernel's beyond bf16's
-//     tolerance (max |cudnn - own| > 0.02 * max |own| + 1e-3 over o and lse, 0.05 * ... + 1e-3
-//     over each gradient, on up to 2^20 sampled elements), cuDNN is disabled for that shape with
-//     a warning logged once. The faster verified one is cached and runs every later call; the
-//     first call's results are the own kernel's. The measurement waits on the host once per shape.
-//   own: never cuDNN.  cudnn: cuDNN wherever it takes the shape, unmeasured and unverified.
+//   auto (default): at the first call of a shape and direction that cuDNN or the sm_90 kernel may
+//     run (cudnn_attention_refusal, sm90_attention_refusal; no d_lse in a backward), the own kernel
+//     and each of them run on the call's own inputs into scratch outputs, each timed with CUDA
+//     events (one warm-up, then the mean of three runs), and each one's outputs are compared with
+//     the own kernel's: where they differ beyond bf16's tolerance (max |theirs - own| > 0.02 *
+//     max |own| + 1e-3 over o and lse, 0.05 * ... + 1e-3 over each gradient, on up to 2^20 sampled
+//     elements; a -inf must match exactly), that implementation is disabled for the shape with a
+//     warning logged once. The fastest verified one is cached and runs every later call; the first
+//     call's results are the own kernel's. The measurement waits on the host once per shape.
+//   own: neither.  cudnn, sm90: that one wherever it takes the shape, unmeasured and unverified.
 #include <string>
 #include <vector>
 
@@ -30,20 +32,24 @@ bool attention_backward_by_choice(const Stream& stream, const AttentionShape& sh
                                   const void* v, const float* o, const float* lse, const void* d_o, float* dq,
                                   float* dk, float* dv, bool accumulate, const void* d_lse);
 
-enum class AttentionBackendSetting { automatic, own, cudnn };
+enum class AttentionBackendSetting { automatic, own, cudnn, sm90 };
 // WF_ATTENTION_BACKEND parsed (unset or empty: automatic); wf::Error naming the valid values otherwise.
 AttentionBackendSetting parse_attention_backend(const char* value);
 AttentionBackendSetting attention_backend_setting();
 
-// One cached choice: the shape and direction, what runs it, the two timings (ms; negative where
-// not measured) and why.
+// One cached choice: the shape and direction, what runs it, the timings (ms; negative where not
+// measured) and why.
 struct AttentionChoice {
   std::string shape;
-  std::string which;  // "cudnn" or "own"
-  double own_ms = -1, cudnn_ms = -1;
+  std::string which;  // "own", "cudnn" or "sm90"
+  double own_ms = -1, cudnn_ms = -1, sm90_ms = -1;
   std::string reason;
 };
 std::vector<AttentionChoice> attention_choices();
+// What runs a bf16 call of this shape and direction on `device` under the choices made so far:
+// "own", "cudnn" or "sm90"; "own" too where no other implementation takes the shape (no choice is
+// made then); "" when one may but the shape has not been called yet.
+std::string attention_choice_for(int device, const AttentionShape& shape, bool backward);
 // The same, one line each, for `wallfacer info`.
 std::vector<std::string> attention_choice_lines();
 

@@ -43,6 +43,9 @@
 #include "wallfacer/core/tensor.h"
 #include "wallfacer/ops/attention.h"
 #include "wallfacer/ops/linalg.h"
+#if WF_HAVE_CUDA
+#include "kernels/cuda/attention_choice.h"
+#endif
 
 namespace wf::cli {
 namespace {
@@ -282,6 +285,30 @@ std::string device_description(Device device) {
   return index < devices.size() ? devices[index] : fmt::format("{} (not visible: {})", device.str(), error);
 }
 
+// Which implementation ran a case's bf16 forward and backward on a GPU (attention_choice.h: the own
+// kernel, cuDNN or the sm_90 forward, chosen per shape at its first use); "-" elsewhere.
+struct Implementations {
+  std::string forward = "-", backward = "-";
+};
+Implementations attention_implementations([[maybe_unused]] const AttentionCase& c,
+                                          [[maybe_unused]] Device device) {
+  Implementations used;
+#if WF_HAVE_CUDA
+  if (device.is_cuda()) {
+    kernels::AttentionShape s;
+    s.batch = c.batch;
+    s.q_len = s.kv_len = c.tokens;
+    s.heads = c.heads;
+    s.kv_heads = c.kv_heads;
+    s.head_dim = c.head_dim;
+    s.causal = c.causal;
+    used.forward = kernels::cuda::attention_choice_for(device.index, s, false);
+    used.backward = kernels::cuda::attention_choice_for(device.index, s, true);
+  }
+#endif
+  return used;
+}
+
 int run(const Options& o) {
   const Device device = Device::parse(o.device);
   const std::vector<GemmShape> shapes = gemm_shapes(o);          // bad input refused before anything runs
@@ -308,6 +335,7 @@ int run(const Options& o) {
       const AttentionBench a = bench_attention(o, c, device);
       ok = ok && a.check <= kMaxCheckError && a.nonfinite_grads == 0;
       const char* mask = c.causal ? "causal" : "full";
+      const Implementations by = attention_implementations(c, device);
       if (o.json) {
         emit(Json{{"bench", "attention"}, {"device", device.str()}, {"dtype", "bf16"}, {"causal", c.causal},
                   {"mask", mask}, {"batch", c.batch}, {"tokens", c.tokens}, {"heads", c.heads},
@@ -315,16 +343,17 @@ int run(const Options& o) {
                   {"ms", a.fwd_ms + a.bwd_ms}, {"tflops", a.tflops}, {"fwd_tflops", a.fwd_tflops},
                   {"bwd_tflops", a.bwd_tflops},
                   {"flops", c.causal ? "fwd 2*B*H*N^2*d (causal), bwd 2.5*fwd" : "fwd 4*B*H*N^2*d, bwd 2.5*fwd"},
-                  {"check_error", a.check}, {"nonfinite_grads", a.nonfinite_grads}}
+                  {"check_error", a.check}, {"nonfinite_grads", a.nonfinite_grads}, {"forward_by", by.forward},
+                  {"backward_by", by.backward}}
                  .dump());
       } else {
         emit(fmt::format("attention fwd+bwd bf16 {} B={} N={} H={}{} d={}: {:.3f} ms (fwd {:.3f}, bwd {:.3f}), "
                          "{:.4g} TFLOP/s (fwd {:.4g}, bwd {:.4g}; fwd {}·B·H·N²·d, bwd 2.5× fwd; {}); check {:.1e}, "
-                         "{} non-finite gradients",
+                         "{} non-finite gradients; forward by {}, backward by {}",
                          mask, c.batch, c.tokens, c.heads,
                          c.kv_heads == c.heads ? std::string() : fmt::format(" (kv {})", c.kv_heads), c.head_dim,
                          a.fwd_ms + a.bwd_ms, a.fwd_ms, a.bwd_ms, a.tflops, a.fwd_tflops, a.bwd_tflops,
-                         c.causal ? 2 : 4, timing, a.check, a.nonfinite_grads));
+                         c.causal ? 2 : 4, timing, a.check, a.nonfinite_grads, by.forward, by.backward));
       }
     }
   }

@@ -78,8 +78,8 @@ Json cuda_facts() {
   // cuDNN's fused attention and the per-shape choice against the own kernel (attention_choice.h): the
   // choices this process made so far (a training run logs each one as it is made).
   cuda["cudnn"] = kernels::cuda::cudnn_attention_info();
-  cuda["attention_choice"] = "bf16: cuDNN or the own kernel per shape, measured and compared at first use "
-                             "(WF_ATTENTION_BACKEND=auto|own|cudnn)";
+  cuda["attention_choice"] = "bf16: the own kernel, cuDNN or (forward, Hopper) the sm_90 kernel per shape, "
+                             "measured and compared at first use (WF_ATTENTION_BACKEND=auto|own|cudnn|sm90)";
   cuda["attention_choices"] = kernels::cuda::attention_choice_lines();
 #endif
   std::string error;

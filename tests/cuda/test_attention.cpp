@@ -23,6 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/attention_choice.h"
+#include "kernels/cuda/sm90/attention_forward.h"
+#include "src/core/cuda/cuda_device.h"
 #include "src/ops/document_attention.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -304,6 +307,115 @@ TEST_CASE("cuda attention: bf16 on tensor cores at the tails of its 64-row and 3
   };
   std::uint64_t salt = 1210;
   for (const PackedShape& p : cases) check_attention(p.get(), DType::bf16, ++salt);
+}
+
+namespace {
+
+// ---- the sm_90 forward, called directly (kernels/cuda/sm90/attention_forward.h) -----------------
+// Its launcher takes the shape as the entry hands it on: the scale resolved, the windows in device
+// memory. It runs only on compute capability 9.0 with a build that has it; elsewhere the case says
+// why and checks nothing.
+Forward run_sm90_forward(const AttentionShape& shape, const Inputs& in) {
+  AttentionShape s = shape;
+  s.scale = kernels::attention_scale(shape);
+  Tensor windows;  // the key ranges as i64 pairs on the GPU
+  if (s.windows.ranges != nullptr) {
+    const std::int64_t n = s.windows.lists * s.q_len;
+    Tensor host = Tensor::empty({std::max<std::int64_t>(n, 1), 2}, DType::i64, Device::cpu());
+    std::copy_n(reinterpret_cast<const std::int64_t*>(s.windows.ranges), 2 * n, host.data<std::int64_t>());
+    windows = host.to(gpu());
+    s.windows.ranges = static_cast<const kernels::KeyRange*>(windows.raw_data());
+  }
+  const Tensor q = in.q.to(gpu()), k = in.k.to(gpu()), v = in.v.to(gpu());
+  Forward f{Tensor::full(q_shape(s), 7.0, DType::f32, gpu()), Tensor::full(lse_shape(s), 7.0, DType::f32, gpu())};
+  kernels::cuda::launch_attention_forward_sm90(
+      wf::detail::cuda_stream(gpu_stream()), s,
+      static_cast<const __nv_bfloat16*>(q.raw_data()), static_cast<const __nv_bfloat16*>(k.raw_data()),
+      static_cast<const __nv_bfloat16*>(v.raw_data()), f.o.data<float>(), f.lse.data<float>());
+  gpu_stream().synchronize();
+  return {f.o.to(Device::cpu()), f.lse.to(Device::cpu())};
+}
+
+}  // namespace
+
+TEST_CASE("cuda attention: the sm_90 forward matches the CPU's bf16 kernel: masks, ring blocks, GQA, packed "
+          "documents, tails of its 64-row and 64-key tiles",
+          "[cuda][attention][sm90]") {
+  const Tensor probe = Tensor::zeros({16}, DType::bf16, gpu());
+  const std::string refusal = kernels::cuda::sm90_attention_refusal(gpu().index, shape(1, 64, 64, 1, 1, 64, true),
+                                                                    probe.raw_data(), probe.raw_data(),
+                                                                    probe.raw_data());
+  if (!refusal.empty()) {
+    WARN("the sm_90 forward does not run here, nothing checked: " << refusal);
+    return;
+  }
+  std::vector<PackedShape> packed_cases = {
+      packed(shape(2, 200, 200, 4, 2, 64, true), Packing::random, true, fresh_seed(1500)),    // per-row lists
+      packed(shape(1, 130, 130, 2, 1, 128, true), Packing::tokens, false, fresh_seed(1501)),  // one-token documents
+      packed(shape(2, 65, 97, 6, 2, 128, true, 32, 64), Packing::random, true, fresh_seed(1502)),  // partly future
+      packed(shape(1, 96, 160, 2, 2, 64, false, 64, 0), Packing::random, false, fresh_seed(1503)),  // full ring block
+  };
+  std::vector<AttentionShape> cases = {
+      shape(1, 64, 64, 4, 1, 64, true),              // one tile, GQA 4:1
+      shape(2, 200, 200, 4, 2, 128, false),          // full, tails of both tiles
+      shape(1, 1000, 1000, 2, 1, 64, true),          // long causal
+      shape(1, 64, 200, 4, 2, 64, true, 200, 0),     // ring block from the past
+      shape(1, 200, 200, 2, 2, 128, true, 400, 400),  // ring diagonal block
+      shape(1, 17, 64, 2, 1, 64, true, 0, 10),       // rows 0..9 see nothing: o = 0, lse = -inf
+      shape(1, 17, 0, 2, 2, 128, false),             // no keys
+      shape(2, 33, 257, 4, 2, 128, false),           // q_len != kv_len
+      shape(1, 31, 31, 3, 3, 64, true, 0, 0, 0.3),   // explicit scale
+      shape(2, 65, 129, 6, 2, 128, true, 64, 0),     // one row past a tile, one key past two, GQA 3:1
+  };
+  for (const PackedShape& p : packed_cases) cases.push_back(p.get());
+  std::uint64_t salt = 1510;
+  for (const AttentionShape& s : cases) {
+    const std::string what = describe(s, DType::bf16) + " (sm_90 forward)";
+    INFO(what);
+    const Inputs in = random_inputs(s, DType::bf16, fresh_seed(++salt));
+    const Forward want = run_forward(cpu_kernels(), cpu_stream(), Device::cpu(), s, DType::bf16, in);
+    const Forward got = run_sm90_forward(s, in);
+    require_near(got.o, want.o, forward_tolerance(DType::bf16), what + ": o");
+    require_near(got.lse, want.lse, forward_tolerance(DType::bf16), what + ": lse");
+  }
+}
+
+TEST_CASE("cuda attention: the per-shape choice measures the sm_90 forward on packed documents, which cuDNN "
+          "refuses, and keeps the CPU's results",
+          "[cuda][attention][sm90]") {
+  if (kernels::cuda::attention_backend_setting() != kernels::cuda::AttentionBackendSetting::automatic) {
+    WARN("WF_ATTENTION_BACKEND is not auto: the choice is not measured, nothing checked");
+    return;
+  }
+  // A shape no other case uses, so that its first call here is its first use in the process.
+  const PackedShape p = packed(shape(1, 192, 192, 2, 1, 64, true), Packing::random, false, fresh_seed(1600));
+  const AttentionShape s = p.get();
+  const Inputs in = random_inputs(s, DType::bf16, fresh_seed(1601));
+  const Forward want = run_forward(cpu_kernels(), cpu_stream(), Device::cpu(), s, DType::bf16, in);
+  for (int call = 0; call < 2; ++call) {
+    INFO("call " << call);
+    const Forward got = run_forward(gpu_kernels(), gpu_stream(), gpu(), s, DType::bf16, in);
+    require_near(got.o, want.o, forward_tolerance(DType::bf16), "o");
+    require_near(got.lse, want.lse, forward_tolerance(DType::bf16), "lse");
+  }
+  const Tensor probe = Tensor::zeros({16}, DType::bf16, gpu());
+  const bool sm90_runs = kernels::cuda::sm90_attention_refusal(gpu().index, s, probe.raw_data(), probe.raw_data(),
+                                                               probe.raw_data())
+                             .empty();
+  int entries = 0;
+  for (const auto& choice : kernels::cuda::attention_choices()) {
+    if (choice.shape.find("q_len 192 kv_len 192 heads 2/1 head_dim 64") == std::string::npos) continue;
+    ++entries;
+    INFO(choice.shape << ": " << choice.which << " (" << choice.reason << ")");
+    CHECK(choice.shape.find("key windows") != std::string::npos);
+    CHECK(choice.own_ms > 0);
+    CHECK(choice.cudnn_ms < 0);  // cuDNN takes no key windows
+    CHECK((choice.which == "own" || choice.which == "sm90"));
+    // Measured where it runs; where it mismatched, the reason says so (and the CHECK below fails).
+    if (sm90_runs) CHECK(choice.sm90_ms > 0);
+  }
+  // Without the sm_90 kernel nothing may take the shape: the own kernel runs it and no choice is made.
+  CHECK(entries == (sm90_runs ? 1 : 0));
 }
 
 TEST_CASE("cuda attention: the key windows may be freed as soon as the entry returns",

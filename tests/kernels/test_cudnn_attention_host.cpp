@@ -100,16 +100,17 @@ TEST_CASE("cudnn attention: the plan key holds what the graph depends on", "[ker
                                         "causal top-left");
 }
 
-TEST_CASE("cudnn attention: WF_ATTENTION_BACKEND takes auto, own or cudnn and names them otherwise",
+TEST_CASE("cudnn attention: WF_ATTENTION_BACKEND takes auto, own, cudnn or sm90 and names them otherwise",
           "[kernels][cudnn]") {
   CHECK(parse_attention_backend(nullptr) == AttentionBackendSetting::automatic);
   CHECK(parse_attention_backend("") == AttentionBackendSetting::automatic);
   CHECK(parse_attention_backend("auto") == AttentionBackendSetting::automatic);
   CHECK(parse_attention_backend("own") == AttentionBackendSetting::own);
   CHECK(parse_attention_backend("cudnn") == AttentionBackendSetting::cudnn);
+  CHECK(parse_attention_backend("sm90") == AttentionBackendSetting::sm90);
   CHECK_THROWS_WITH(parse_attention_backend("flash"),
                     Catch::Contains("WF_ATTENTION_BACKEND=flash") && Catch::Contains("auto") &&
-                        Catch::Contains("own or cudnn"));
+                        Catch::Contains("own, cudnn or sm90"));
   // No choice is made without a call on a GPU.
   CHECK(attention_choice_lines().empty());
   CHECK(cudnn_attention_info().find(WF_BUILT_WITH_CUDNN ? "compiled in" : "not compiled in") != std::string::npos);

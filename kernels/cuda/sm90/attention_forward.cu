@@ -1,0 +1,260 @@
+// The attention forward on Hopper's warpgroup MMA (attention_forward.h says what it computes).
+//
+// One block is one warpgroup (4 warps, 128 threads) and owns a tile of kRows = 64 query rows of
+// one head (the last tiles first, as the own kernels order them). Per key tile of kKeys = 64 keys
+// that some row of the tile sees (attention_tiles.cuh: keys outside the rows' windows are never
+// loaded):
+//   1. K [64 keys × d] is copied into shared memory (cp.async) and V transposed there (Vᵀ [d × 64
+//      keys]), both in wgmma's K-major core-matrix layout (wgmma.cuh); Q [64 × d] was copied once
+//      per tile the same way.
+//   2. S = Q·Kᵀ: d/16 wgmma m64n64k16 with both operands in shared memory. The 64 × 64 f32 scores
+//      land in registers: thread t of warp w holds rows r0 = 16w + t/4 and r0 + 8, columns
+//      8j + 2(t%4) + {0, 1} for j = 0..7 (the accumulator layout of the m16n8 MMA fragments).
+//   3. The online softmax in registers: the rows' running max and the rescale of the O
+//      accumulator, each row's max reduced over the 4 threads that share it; P = exp(scale·S − m)
+//      on the visible keys, 0 elsewhere. The row sums stay per thread until the end.
+//   4. O += P·V: 4 wgmma m64n{d}k16 with P from registers (rounded to bf16, as the CPU's bf16
+//      kernel rounds P before its product; the score layout of step 2 is exactly the A fragment
+//      of step 4, so P never touches shared memory) and Vᵀ from shared memory.
+// Finally o = O / l and lse = m + log l per row; a row that saw no key gets o = 0, lse = −inf.
+//
+// What this first version does not do yet (docs/kernels-attention.md): overlap the next tile's
+// copies with this tile's products (a second buffer, or TMA with a producer warp), swizzled
+// layouts, and two warpgroups per block. No GPU has run it: its results are checked against the
+// own kernel at each shape's first use before the per-shape choice may pick it.
+#include "kernels/cuda/sm90/attention_forward.h"
+
+#include <math.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attention_tiles.cuh"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/sm90/wgmma.cuh"
+#include "src/core/cuda/cuda_check.h"
+
+namespace wf::kernels::cuda {
+namespace {
+
+using namespace attention_tiles;
+using Bf16 = __nv_bfloat16;
+
+constexpr int kThreads = 128;  // one warpgroup
+constexpr int kRows = 64;      // query rows per block: wgmma's M
+constexpr int kKeys = 64;      // keys per tile: S's N and P·V's K
+
+// Shared memory: Q [kRows × D], K [kKeys × D], Vᵀ [D × kKeys] (bf16, core-matrix layout), then
+// the rows' key ranges. 128-byte aligned regions.
+template <int D>
+struct Tiles {
+  Bf16 q[kRows * D];
+  Bf16 k[kKeys * D];
+  Bf16 vt[D * kKeys];
+  KeyRange ranges[kRows];
+};
+
+// Rows [0, count) of a [rows × D] bf16 tile (row r at src + r·stride) into shared memory in the
+// K-major core-matrix layout, 16 bytes per copy; rows [count, rows) zero.
+template <int D>
+__device__ void copy_tile_async(Bf16* dst, const Bf16* src, std::int64_t stride, int rows, std::int64_t count) {
+  constexpr int kChunks = D / 8;  // 16-byte pieces per row
+  for (int e = threadIdx.x; e < rows * kChunks; e += kThreads) {
+    const int r = e / kChunks, c = (e % kChunks) * 8;
+    const bool valid = r < count;
+    sm90::copy_16_async(dst + sm90::core_offset(r, c, D), valid ? src + r * stride + c : src, valid);
+  }
+}
+
+// Keys [0, count) of V (key j at src + j·stride) transposed into Vᵀ [D × kKeys] (element (n, j)
+// at core_offset(n, j, kKeys)); keys [count, kKeys) zero, so that P's zeros never meet stale bits.
+template <int D>
+__device__ void copy_v_transposed(Bf16* vt, const Bf16* src, std::int64_t stride, std::int64_t count) {
+  constexpr int kChunks = D / 8;
+  for (int e = threadIdx.x; e < kKeys * kChunks; e += kThreads) {
+    const int j = e / kChunks, n0 = (e % kChunks) * 8;  // neighbouring threads read one row: coalesced
+    uint4 raw = make_uint4(0, 0, 0, 0);
+    if (j < count) raw = *reinterpret_cast<const uint4*>(src + j * stride + n0);
+    const Bf16* values = reinterpret_cast<const Bf16*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) vt[sm90::core_offset(n0 + i, j, kKeys)] = values[i];
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    attention_forward_sm90(AttentionShape s, std::int64_t tasks, const Bf16* q, const Bf16* k, const Bf16* v,
+                           float* o, float* lse) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  Tiles<D>& t = *reinterpret_cast<Tiles<D>*>(smem_bytes);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int quad = lane & 3;                  // the thread's column pair in each 8-column block
+  const int row0 = 16 * warp + (lane >> 2);  // its two rows: row0 and row0 + 8
+  const float scale = float(s.scale);
+  const std::int64_t q_stride = s.heads * D, kv_stride = s.kv_heads * D;
+  constexpr std::uint32_t kQkStride = D * 16;      // bytes between 8-row groups of Q and K
+  constexpr std::uint32_t kVtStride = kKeys * 16;  // ... of Vᵀ
+
+  for (std::int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const auto [i0, rows, b, h, hk] = query_tile(s, kRows, task);
+    __syncthreads();  // the previous task is done with the tiles
+    load_key_ranges(s, b, i0, rows, kRows, t.ranges);
+    copy_tile_async<D>(t.q, q + q_at(s, b, i0, h), q_stride, kRows, rows);
+    sm90::copies_commit();
+    __syncthreads();  // the ranges
+    const KeyRange range[2] = {t.ranges[row0], t.ranges[row0 + 8]};
+
+    float acc[D / 2];  // O [64 × D]: n-block j holds columns 8j + 2·quad + {0, 1} of rows row0, row0 + 8
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
+    float m[2] = {neg_inf<float>(), neg_inf<float>()};
+    float l[2] = {0.0f, 0.0f};  // this thread's share of the row sums
+
+    for_each_seen_key_tile(t.ranges, rows, kKeys, [&](std::int64_t k0, std::int64_t kn) {
+      copy_tile_async<D>(t.k, k + kv_at(s, b, k0, hk), kv_stride, kKeys, kn);
+      sm90::copies_commit();
+      copy_v_transposed<D>(t.vt, v + kv_at(s, b, k0, hk), kv_stride, kn);
+      sm90::copies_wait_all();
+      sm90::fence_shared_for_wgmma();
+      __syncthreads();
+
+      // 2. S = Q·Kᵀ.
+      float sc[32];
+      sm90::warpgroup_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        // A k-step of 16 is two core matrices along K: 256 bytes on in both tiles.
+        sm90::mma_m64n64k16_ss(sc, sm90::descriptor(t.q + kk * 128, kQkStride),
+                               sm90::descriptor(t.k + kk * 128, kQkStride), kk > 0);
+      }
+      sm90::warpgroup_commit();
+      sm90::warpgroup_wait_all();
+      sm90::fence_operands(sc);
+
+      // 3. The online softmax of the thread's two rows (index r: row0 + 8r).
+      float rescale[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float tile_max = neg_inf<float>();
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const std::int64_t key = k0 + 8 * j + 2 * quad + c;
+            float& x = sc[4 * j + 2 * r + c];
+            x = key < k0 + kn && sees(range[r], key) ? scale * x : neg_inf<float>();
+            tile_max = fmaxf(tile_max, x);
+          }
+        }
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+        const float m_new = fmaxf(m[r], tile_max);
+        // A row that has seen nothing yet keeps m = −inf, P = 0 and its accumulator.
+        rescale[r] = m_new == neg_inf<float>() ? 1.0f : dev_exp(m[r] - m_new);
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            float& x = sc[4 * j + 2 * r + c];
+            x = x == neg_inf<float>() ? 0.0f : dev_exp(x - m_new);
+            sum += x;
+          }
+        }
+        l[r] = l[r] * rescale[r] + sum;
+        m[r] = m_new;
+      }
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        acc[4 * j] *= rescale[0];
+        acc[4 * j + 1] *= rescale[0];
+        acc[4 * j + 2] *= rescale[1];
+        acc[4 * j + 3] *= rescale[1];
+      }
+
+      // 4. O += P·V, k-step c over keys 16c .. 16c + 15: the m16n8k16 A fragment of the warp's rows
+      // is (row0, keys 2·quad + {0,1}), (row0 + 8, same), (row0, 8 + 2·quad + {0,1}), (row0 + 8,
+      // same): the score registers of n-blocks 2c and 2c + 1.
+      // Every fragment is packed before the first wgmma, so that no register the warpgroup's MMAs
+      // use changes between them (ptxas would otherwise wait for the MMAs in flight at each).
+      std::uint32_t p[kKeys / 16][4];
+#pragma unroll
+      for (int c = 0; c < kKeys / 16; ++c) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) p[c][i] = sm90::pack_bf16(sc[8 * c + 2 * i], sc[8 * c + 2 * i + 1]);
+      }
+      sm90::fence_operands(acc);
+      sm90::warpgroup_fence();
+#pragma unroll
+      for (int c = 0; c < kKeys / 16; ++c) {
+        const std::uint64_t vt = sm90::descriptor(t.vt + c * 128, kVtStride);
+        if constexpr (D == 64) {
+          sm90::mma_m64n64k16_rs(acc, p[c], vt);
+        } else {
+          sm90::mma_m64n128k16_rs(acc, p[c], vt);
+        }
+      }
+      sm90::warpgroup_commit();
+      sm90::warpgroup_wait_all();
+      sm90::fence_operands(acc);
+    });
+    sm90::copies_wait_all();  // Q's copy, when no key tile was visited
+
+    // o = O / l and lse = m + log l, the row sums first reduced over the row's 4 threads.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      const int row = row0 + 8 * r;
+      if (row >= rows) continue;
+      const bool seen = m[r] != neg_inf<float>();
+      float* out = o + q_at(s, b, i0 + row, h);
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        const float2 pair = seen ? make_float2(acc[4 * j + 2 * r] / l[r], acc[4 * j + 2 * r + 1] / l[r])
+                                 : make_float2(0.0f, 0.0f);
+        *reinterpret_cast<float2*>(out + 8 * j + 2 * quad) = pair;
+      }
+      if (quad == 0) lse[lse_at(s, b, h, i0 + row)] = seen ? m[r] + dev_log(l[r]) : neg_inf<float>();
+    }
+  }
+#endif
+}
+
+template <int D>
+void launch(cudaStream_t stream, const AttentionShape& s, const Bf16* q, const Bf16* k, const Bf16* v, float* o,
+            float* lse) {
+  const std::int64_t tasks = (s.q_len + kRows - 1) / kRows * s.batch * s.heads;
+  if (tasks == 0) return;
+  constexpr std::int64_t kMaxGrid = std::int64_t{1} << 30;
+  constexpr int bytes = static_cast<int>(sizeof(Tiles<D>));
+  WF_CUDA_CHECK(cudaFuncSetAttribute(attention_forward_sm90<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  attention_forward_sm90<D><<<static_cast<int>(tasks < kMaxGrid ? tasks : kMaxGrid), kThreads, bytes, stream>>>(
+      s, tasks, q, k, v, o, lse);
+  WF_CUDA_CHECK_LAUNCH("attention_forward_sm90");
+}
+
+}  // namespace
+
+std::string sm90_attention_refusal(int device, const AttentionShape& shape, const void* q, const void* k,
+                                   const void* v) {
+  if (shape.head_dim != 64 && shape.head_dim != 128) return "head_dim is not 64 or 128";
+  for (const void* p : {q, k, v})
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return "q, k or v is not 16-byte aligned";
+  int major = 0, minor = 0;
+  WF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  WF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major != 9 || minor != 0) return "the GPU is not compute capability 9.0 (the kernel is sm_90a code)";
+  return "";
+}
+
+void launch_attention_forward_sm90(cudaStream_t stream, const AttentionShape& shape, const __nv_bfloat16* q,
+                                   const __nv_bfloat16* k, const __nv_bfloat16* v, float* o, float* lse) {
+  if (shape.head_dim == 64) {
+    launch<64>(stream, shape, q, k, v, o, lse);
+  } else {
+    launch<128>(stream, shape, q, k, v, o, lse);
+  }
+}
+
+}  // namespace wf::kernels::cuda
