@@ -20,7 +20,7 @@
 #include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/elementwise.h"
-#include "kernels/cuda/sm90/attention_forward.h"
+#include "kernels/cuda/sm90/attention.h"
 #include "src/core/cuda/cuda_check.h"
 #include "src/core/cuda/cuda_device.h"
 #include "wallfacer/core/error.h"
@@ -49,22 +49,26 @@ enum class Route { own, cudnn, sm90 };
 const char* route_name(Route r) { return r == Route::own ? "own" : r == Route::cudnn ? "cudnn" : "sm90"; }
 
 // What a cached choice is keyed by: cuDNN's plan key (sizes, direction, the diagonal cuDNN
-// expresses), plus what it does not express: key windows, and a causal diagonal at other offsets.
+// expresses), plus what it does not express: key windows, where a causal mask's diagonal lies
+// (ring blocks at any offsets: each is measured, and verified, on its own), and a backward with a
+// gradient at lse (which cuDNN cannot take, so its candidates differ).
 struct ChoiceKey {
   CudnnPlanKey plan;
-  bool windows = false;
-  std::int64_t diagonal = 0;  // q_offset − kv_offset of a causal shape cuDNN cannot take, else 0
+  bool windows = false, causal = false;
+  std::int64_t diagonal = 0;  // q_offset − kv_offset of a causal shape without windows, else 0
+  bool d_lse = false;
   auto operator<=>(const ChoiceKey&) const = default;
 };
-ChoiceKey choice_key(int device, const AttentionShape& s, bool backward, bool cudnn_takes_it) {
-  const bool other_diagonal = s.causal && !cudnn_takes_it && s.windows.ranges == nullptr;
-  return {cudnn_plan_key(device, s, backward), s.windows.ranges != nullptr,
-          other_diagonal ? s.q_offset - s.kv_offset : 0};
+ChoiceKey choice_key(int device, const AttentionShape& s, bool backward, bool d_lse = false) {
+  const bool windows = s.windows.ranges != nullptr;
+  return {cudnn_plan_key(device, s, backward), windows, s.causal,
+          s.causal && !windows ? s.q_offset - s.kv_offset : 0, d_lse};
 }
 std::string choice_key_text(const ChoiceKey& key) {
   std::string text = cudnn_plan_key_text(key.plan);
   if (key.windows) text += ", key windows";
-  if (key.diagonal != 0) text += fmt::format(", causal at q_offset - kv_offset {}", key.diagonal);
+  if (key.diagonal != 0) text += fmt::format(", diagonal at q_offset - kv_offset {}", key.diagonal);
+  if (key.d_lse) text += ", with d_lse";
   return text;
 }
 
@@ -311,30 +315,45 @@ bool attention_forward_by_choice(const Stream& stream, const AttentionShape& s, 
   };
   const std::vector<Output> outs = {{"o", s.batch * s.q_len * s.heads, s.head_dim, 0.02, o},
                                     {"lse", s.batch * s.heads, s.q_len, 0.02, lse}};
-  return route(choice_key(device, s, false, cudnn.refusal.empty()), outs, false, own, {cudnn, sm90}, stream);
+  return route(choice_key(device, s, false), outs, false, own, {cudnn, sm90}, stream);
 }
 
 bool attention_backward_by_choice(const Stream& stream, const AttentionShape& s, const void* q, const void* k,
                                   const void* v, const float* o, const float* lse, const void* d_o, float* dq,
                                   float* dk, float* dv, bool accumulate, const void* d_lse) {
-  // cuDNN's graph computes D from dO and O alone: a call with a d_lse runs the own kernels.
-  if (d_lse || !cudnn_attention_supported(s, DType::bf16)) return false;
-  const Candidate cudnn{Route::cudnn, "", [&](const std::vector<float*>& out, bool add) {
-                          return cudnn_attention_backward(stream, s, q, k, v, o, lse, d_o, out[0], out[1], out[2],
-                                                          add);
-                        }};
+  const int device = stream.device().index;
   const std::size_t rows = static_cast<std::size_t>(s.batch * s.heads * s.q_len);
+  const auto* d_lse_f32 = static_cast<const float*>(d_lse);
+  // cuDNN's graph computes D from dO and O alone: a call with a d_lse is not cuDNN's.
+  std::string cudnn_refusal = cudnn_attention_refusal(s, DType::bf16);
+  if (cudnn_refusal.empty() && d_lse != nullptr) cudnn_refusal = "a gradient at lse (d_lse)";
+  Candidate cudnn{Route::cudnn, cudnn_refusal, [&](const std::vector<float*>& out, bool add) {
+                    return cudnn_attention_backward(stream, s, q, k, v, o, lse, d_o, out[0], out[1], out[2], add);
+                  }};
+  std::string sm90_refusal = sm90_attention_refusal(device, s, q, k, v);
+  if (sm90_refusal.empty() && reinterpret_cast<std::uintptr_t>(d_o) % 16 != 0) {
+    sm90_refusal = "d_o is not 16-byte aligned";
+  }
+  Candidate sm90{Route::sm90, sm90_refusal, [&](const std::vector<float*>& out, bool add) {
+                   detail::CudaScratch minus_delta(stream, rows * sizeof(float));
+                   launch_attention_backward_sm90(native(stream), s, bf16_in(q), bf16_in(k), bf16_in(v), o, lse,
+                                                  bf16_in(d_o), out[0], out[1], out[2], add, d_lse_f32,
+                                                  minus_delta.as<float>());
+                   return true;
+                 }};
+  if (!cudnn.refusal.empty() && !sm90.refusal.empty()) return false;
   const Runner own = [&](const std::vector<float*>& out, bool add) {
     detail::CudaScratch minus_delta(stream, rows * sizeof(float));
     launch_attention_backward(native(stream), s, bf16_in(q), bf16_in(k), bf16_in(v), o, lse, bf16_in(d_o), out[0],
-                              out[1], out[2], add, nullptr, minus_delta.as<float>());
+                              out[1], out[2], add, d_lse_f32, minus_delta.as<float>());
     return true;
   };
   const std::int64_t d = s.head_dim;
   const std::vector<Output> outs = {{"dq", s.batch * s.q_len * s.heads, d, 0.05, dq},
                                     {"dk", s.batch * s.kv_len * s.kv_heads, d, 0.05, dk},
                                     {"dv", s.batch * s.kv_len * s.kv_heads, d, 0.05, dv}};
-  return route(choice_key(stream.device().index, s, true, true), outs, accumulate, own, {cudnn}, stream);
+  const ChoiceKey key = choice_key(device, s, true, d_lse != nullptr);
+  return route(key, outs, accumulate, own, {cudnn, sm90}, stream);
 }
 
 std::vector<AttentionChoice> attention_choices() {
@@ -348,12 +367,11 @@ std::vector<AttentionChoice> attention_choices() {
 std::string attention_choice_for(int device, const AttentionShape& s, bool backward) {
   const bool cudnn_takes_it = cudnn_attention_supported(s, DType::bf16);
   // The pointers' alignment is the call's: a shape is judged here as if they were aligned.
-  const bool sm90_takes_it =
-      !backward && sm90_attention_refusal(device, s, nullptr, nullptr, nullptr).empty();
+  const bool sm90_takes_it = sm90_attention_refusal(device, s, nullptr, nullptr, nullptr).empty();
   if (!cudnn_takes_it && !sm90_takes_it) return route_name(Route::own);
   Choices& c = choices();
   std::lock_guard<std::mutex> lock(c.mutex);
-  const auto it = c.entries.find(choice_key(device, s, backward, cudnn_takes_it));
+  const auto it = c.entries.find(choice_key(device, s, backward));
   return it == c.entries.end() ? "" : it->second.choice.which;
 }
 

@@ -1,12 +1,12 @@
 #pragma once
 // Which bf16 attention runs on a CUDA GPU, per shape: the project's own flash-attention kernels
-// (attention.cu: SIMT and WMMA, every GPU), cuDNN's fused attention (cudnn_attention.h) or, for
-// the forward on Hopper, the sm_90 kernel (sm90/attention_forward.h). Free of CUDA's headers: the
+// (attention.cu: SIMT and WMMA, every GPU), cuDNN's fused attention (cudnn_attention.h) or, on
+// Hopper, the sm_90 kernels (sm90/attention.h). Free of CUDA's headers: the
 // CLI includes it for `wallfacer info` without the toolkit's include path.
 //
 // The setting, from the environment variable WF_ATTENTION_BACKEND (read once per process):
-//   auto (default): at the first call of a shape and direction that cuDNN or the sm_90 kernel may
-//     run (cudnn_attention_refusal, sm90_attention_refusal; no d_lse in a backward), the own kernel
+//   auto (default): at the first call of a shape and direction that cuDNN or the sm_90 kernels may
+//     run (cudnn_attention_refusal, and no d_lse in a backward; sm90_attention_refusal), the own kernel
 //     and each of them run on the call's own inputs into scratch outputs, each timed with CUDA
 //     events (one warm-up, then the mean of three runs), and each one's outputs are compared with
 //     the own kernel's: where they differ beyond bf16's tolerance (max |theirs - own| > 0.02 *

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention_choice.h"
-#include "kernels/cuda/sm90/attention_forward.h"
+#include "kernels/cuda/sm90/attention.h"
 #include "src/core/cuda/cuda_device.h"
 #include "src/ops/document_attention.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -311,42 +311,70 @@ TEST_CASE("cuda attention: bf16 on tensor cores at the tails of its 64-row and 3
 
 namespace {
 
-// ---- the sm_90 forward, called directly (kernels/cuda/sm90/attention_forward.h) -----------------
-// Its launcher takes the shape as the entry hands it on: the scale resolved, the windows in device
-// memory. It runs only on compute capability 9.0 with a build that has it; elsewhere the case says
-// why and checks nothing.
-Forward run_sm90_forward(const AttentionShape& shape, const Inputs& in) {
-  AttentionShape s = shape;
-  s.scale = kernels::attention_scale(shape);
+// ---- the sm_90 kernels, called directly (kernels/cuda/sm90/attention.h) --------------------------
+// Their launchers take the shape as the entries hand it on: the scale resolved, the windows in
+// device memory (held by the returned object). They run only on compute capability 9.0 with a build
+// that has them; elsewhere the cases say why and check nothing.
+struct Sm90Shape {
+  AttentionShape s;
   Tensor windows;  // the key ranges as i64 pairs on the GPU
-  if (s.windows.ranges != nullptr) {
-    const std::int64_t n = s.windows.lists * s.q_len;
+};
+Sm90Shape sm90_shape(const AttentionShape& shape) {
+  Sm90Shape out{shape, Tensor()};
+  out.s.scale = kernels::attention_scale(shape);
+  if (shape.windows.ranges != nullptr) {
+    const std::int64_t n = shape.windows.lists * shape.q_len;
     Tensor host = Tensor::empty({std::max<std::int64_t>(n, 1), 2}, DType::i64, Device::cpu());
-    std::copy_n(reinterpret_cast<const std::int64_t*>(s.windows.ranges), 2 * n, host.data<std::int64_t>());
-    windows = host.to(gpu());
-    s.windows.ranges = static_cast<const kernels::KeyRange*>(windows.raw_data());
+    std::copy_n(reinterpret_cast<const std::int64_t*>(shape.windows.ranges), 2 * n, host.data<std::int64_t>());
+    out.windows = host.to(gpu());
+    out.s.windows.ranges = static_cast<const kernels::KeyRange*>(out.windows.raw_data());
   }
+  return out;
+}
+const __nv_bfloat16* bf16_on_gpu(const Tensor& t) { return static_cast<const __nv_bfloat16*>(t.raw_data()); }
+
+Forward run_sm90_forward(const AttentionShape& shape, const Inputs& in) {
+  const Sm90Shape shaped = sm90_shape(shape);
+  const AttentionShape& s = shaped.s;
   const Tensor q = in.q.to(gpu()), k = in.k.to(gpu()), v = in.v.to(gpu());
   Forward f{Tensor::full(q_shape(s), 7.0, DType::f32, gpu()), Tensor::full(lse_shape(s), 7.0, DType::f32, gpu())};
-  kernels::cuda::launch_attention_forward_sm90(
-      wf::detail::cuda_stream(gpu_stream()), s,
-      static_cast<const __nv_bfloat16*>(q.raw_data()), static_cast<const __nv_bfloat16*>(k.raw_data()),
-      static_cast<const __nv_bfloat16*>(v.raw_data()), f.o.data<float>(), f.lse.data<float>());
+  kernels::cuda::launch_attention_forward_sm90(wf::detail::cuda_stream(gpu_stream()), s, bf16_on_gpu(q),
+                                               bf16_on_gpu(k), bf16_on_gpu(v), f.o.data<float>(),
+                                               f.lse.data<float>());
   gpu_stream().synchronize();
   return {f.o.to(Device::cpu()), f.lse.to(Device::cpu())};
 }
 
+Gradients run_sm90_backward(const AttentionShape& shape, const Inputs& in, const Forward& f, bool accumulate,
+                            bool with_d_lse, const Gradients& start) {
+  const Sm90Shape shaped = sm90_shape(shape);
+  const AttentionShape& s = shaped.s;
+  const Tensor q = in.q.to(gpu()), k = in.k.to(gpu()), v = in.v.to(gpu()), d_o = in.d_o.to(gpu());
+  const Tensor o = f.o.to(gpu()), lse = f.lse.to(gpu()), d_lse = in.d_lse.to(gpu());
+  Tensor minus_delta = Tensor::empty({std::max<std::int64_t>(s.batch * s.heads * s.q_len, 1)}, DType::f32, gpu());
+  Gradients g{start.dq.clone().to(gpu()), start.dk.clone().to(gpu()), start.dv.clone().to(gpu())};
+  kernels::cuda::launch_attention_backward_sm90(
+      wf::detail::cuda_stream(gpu_stream()), s, bf16_on_gpu(q), bf16_on_gpu(k), bf16_on_gpu(v), o.data<float>(),
+      lse.data<float>(), bf16_on_gpu(d_o), g.dq.data<float>(), g.dk.data<float>(), g.dv.data<float>(), accumulate,
+      with_d_lse ? d_lse.data<float>() : nullptr, minus_delta.data<float>());
+  gpu_stream().synchronize();
+  return {g.dq.to(Device::cpu()), g.dk.to(Device::cpu()), g.dv.to(Device::cpu())};
+}
+
+// Why the sm_90 kernels do not run on this GPU for a plain shape ("" when they do).
+std::string sm90_refusal_here() {
+  const Tensor probe = Tensor::zeros({16}, DType::bf16, gpu());
+  return kernels::cuda::sm90_attention_refusal(gpu().index, shape(1, 64, 64, 1, 1, 64, true), probe.raw_data(),
+                                               probe.raw_data(), probe.raw_data());
+}
+
 }  // namespace
 
-TEST_CASE("cuda attention: the sm_90 forward matches the CPU's bf16 kernel: masks, ring blocks, GQA, packed "
-          "documents, tails of its 64-row and 64-key tiles",
+TEST_CASE("cuda attention: the sm_90 kernels match the CPU's bf16 kernel, forward and backward: masks, ring "
+          "blocks, GQA, packed documents, tails of their 64-row and 64-key tiles",
           "[cuda][attention][sm90]") {
-  const Tensor probe = Tensor::zeros({16}, DType::bf16, gpu());
-  const std::string refusal = kernels::cuda::sm90_attention_refusal(gpu().index, shape(1, 64, 64, 1, 1, 64, true),
-                                                                    probe.raw_data(), probe.raw_data(),
-                                                                    probe.raw_data());
-  if (!refusal.empty()) {
-    WARN("the sm_90 forward does not run here, nothing checked: " << refusal);
+  if (const std::string why = sm90_refusal_here(); !why.empty()) {
+    WARN("the sm_90 kernels do not run here, nothing checked: " << why);
     return;
   }
   std::vector<PackedShape> packed_cases = {
@@ -356,31 +384,51 @@ TEST_CASE("cuda attention: the sm_90 forward matches the CPU's bf16 kernel: mask
       packed(shape(1, 96, 160, 2, 2, 64, false, 64, 0), Packing::random, false, fresh_seed(1503)),  // full ring block
   };
   std::vector<AttentionShape> cases = {
-      shape(1, 64, 64, 4, 1, 64, true),              // one tile, GQA 4:1
-      shape(2, 200, 200, 4, 2, 128, false),          // full, tails of both tiles
-      shape(1, 1000, 1000, 2, 1, 64, true),          // long causal
-      shape(1, 64, 200, 4, 2, 64, true, 200, 0),     // ring block from the past
+      shape(1, 64, 64, 4, 1, 64, true),               // one tile, GQA 4:1
+      shape(2, 200, 200, 4, 2, 128, false),           // full, tails of both tiles
+      shape(1, 1000, 1000, 2, 1, 64, true),           // long causal
+      shape(1, 64, 200, 4, 2, 64, true, 200, 0),      // ring block from the past
       shape(1, 200, 200, 2, 2, 128, true, 400, 400),  // ring diagonal block
-      shape(1, 17, 64, 2, 1, 64, true, 0, 10),       // rows 0..9 see nothing: o = 0, lse = -inf
-      shape(1, 17, 0, 2, 2, 128, false),             // no keys
-      shape(2, 33, 257, 4, 2, 128, false),           // q_len != kv_len
-      shape(1, 31, 31, 3, 3, 64, true, 0, 0, 0.3),   // explicit scale
-      shape(2, 65, 129, 6, 2, 128, true, 64, 0),     // one row past a tile, one key past two, GQA 3:1
+      shape(1, 17, 64, 2, 1, 64, true, 0, 10),        // rows 0..9 see nothing: o = 0, lse = -inf, no gradient
+      shape(1, 17, 0, 2, 2, 128, false),              // no keys
+      shape(1, 0, 17, 2, 2, 64, false),               // no queries: zero dk, dv
+      shape(2, 33, 257, 4, 2, 128, false),            // q_len != kv_len
+      shape(1, 31, 31, 3, 3, 64, true, 0, 0, 0.3),    // explicit scale
+      shape(2, 65, 129, 6, 2, 128, true, 64, 0),      // one row past a tile, one key past two, GQA 3:1
   };
   for (const PackedShape& p : packed_cases) cases.push_back(p.get());
   std::uint64_t salt = 1510;
   for (const AttentionShape& s : cases) {
-    const std::string what = describe(s, DType::bf16) + " (sm_90 forward)";
+    const std::string what = describe(s, DType::bf16) + " (sm_90 kernels)";
     INFO(what);
     const Inputs in = random_inputs(s, DType::bf16, fresh_seed(++salt));
     const Forward want = run_forward(cpu_kernels(), cpu_stream(), Device::cpu(), s, DType::bf16, in);
     const Forward got = run_sm90_forward(s, in);
     require_near(got.o, want.o, forward_tolerance(DType::bf16), what + ": o");
     require_near(got.lse, want.lse, forward_tolerance(DType::bf16), what + ": lse");
+
+    const Gradients random_start{random_normal(q_shape(s), fresh_seed(salt) + 6, DType::f32),
+                                 random_normal(kv_shape(s), fresh_seed(salt) + 7, DType::f32),
+                                 random_normal(kv_shape(s), fresh_seed(salt) + 8, DType::f32)};
+    // Garbage the overwriting launch must not read: large, so that a stray add shows.
+    const Gradients garbage{Tensor::full(q_shape(s), 1e6, DType::f32), Tensor::full(kv_shape(s), 1e6, DType::f32),
+                            Tensor::full(kv_shape(s), 1e6, DType::f32)};
+    for (const bool accumulate : {false, true}) {
+      for (const bool with_d_lse : {false, true}) {
+        const std::string how = what + (accumulate ? ", accumulated" : ", written") + (with_d_lse ? ", d_lse" : "");
+        const Gradients& start = accumulate ? random_start : garbage;
+        const Gradients w = run_backward(cpu_kernels(), cpu_stream(), Device::cpu(), s, DType::bf16, in, want,
+                                         accumulate, with_d_lse, start);
+        const Gradients g = run_sm90_backward(s, in, want, accumulate, with_d_lse, start);
+        require_near(g.dq, w.dq, gradient_tolerance(DType::bf16), how + ": dq");
+        require_near(g.dk, w.dk, gradient_tolerance(DType::bf16), how + ": dk");
+        require_near(g.dv, w.dv, gradient_tolerance(DType::bf16), how + ": dv");
+      }
+    }
   }
 }
 
-TEST_CASE("cuda attention: the per-shape choice measures the sm_90 forward on packed documents, which cuDNN "
+TEST_CASE("cuda attention: the per-shape choice measures the sm_90 kernels on packed documents, which cuDNN "
           "refuses, and keeps the CPU's results",
           "[cuda][attention][sm90]") {
   if (kernels::cuda::attention_backend_setting() != kernels::cuda::AttentionBackendSetting::automatic) {
@@ -392,16 +440,21 @@ TEST_CASE("cuda attention: the per-shape choice measures the sm_90 forward on pa
   const AttentionShape s = p.get();
   const Inputs in = random_inputs(s, DType::bf16, fresh_seed(1601));
   const Forward want = run_forward(cpu_kernels(), cpu_stream(), Device::cpu(), s, DType::bf16, in);
-  for (int call = 0; call < 2; ++call) {
+  const Gradients zeros{Tensor::zeros(q_shape(s), DType::f32), Tensor::zeros(kv_shape(s), DType::f32),
+                        Tensor::zeros(kv_shape(s), DType::f32)};
+  const Gradients want_g =
+      run_backward(cpu_kernels(), cpu_stream(), Device::cpu(), s, DType::bf16, in, want, false, false, zeros);
+  for (int call = 0; call < 2; ++call) {  // the first measures, the second runs the choice
     INFO("call " << call);
     const Forward got = run_forward(gpu_kernels(), gpu_stream(), gpu(), s, DType::bf16, in);
     require_near(got.o, want.o, forward_tolerance(DType::bf16), "o");
     require_near(got.lse, want.lse, forward_tolerance(DType::bf16), "lse");
+    const Gradients g = run_backward(gpu_kernels(), gpu_stream(), gpu(), s, DType::bf16, in, want, false, false, zeros);
+    require_near(g.dq, want_g.dq, gradient_tolerance(DType::bf16), "dq");
+    require_near(g.dk, want_g.dk, gradient_tolerance(DType::bf16), "dk");
+    require_near(g.dv, want_g.dv, gradient_tolerance(DType::bf16), "dv");
   }
-  const Tensor probe = Tensor::zeros({16}, DType::bf16, gpu());
-  const bool sm90_runs = kernels::cuda::sm90_attention_refusal(gpu().index, s, probe.raw_data(), probe.raw_data(),
-                                                               probe.raw_data())
-                             .empty();
+  const bool sm90_runs = sm90_refusal_here().empty();
   int entries = 0;
   for (const auto& choice : kernels::cuda::attention_choices()) {
     if (choice.shape.find("q_len 192 kv_len 192 heads 2/1 head_dim 64") == std::string::npos) continue;
@@ -411,11 +464,11 @@ TEST_CASE("cuda attention: the per-shape choice measures the sm_90 forward on pa
     CHECK(choice.own_ms > 0);
     CHECK(choice.cudnn_ms < 0);  // cuDNN takes no key windows
     CHECK((choice.which == "own" || choice.which == "sm90"));
-    // Measured where it runs; where it mismatched, the reason says so (and the CHECK below fails).
+    // Measured where they run; where they mismatched, the reason says so and this fails.
     if (sm90_runs) CHECK(choice.sm90_ms > 0);
   }
-  // Without the sm_90 kernel nothing may take the shape: the own kernel runs it and no choice is made.
-  CHECK(entries == (sm90_runs ? 1 : 0));
+  // Without the sm_90 kernels nothing else takes the shape: the own kernel runs it, no choice is made.
+  CHECK(entries == (sm90_runs ? 2 : 0));
 }
 
 TEST_CASE("cuda attention: the key windows may be freed as soon as the entry returns",

@@ -1,12 +1,12 @@
-// The attention forward on Hopper's warpgroup MMA (attention_forward.h says what it computes).
+// The attention forward on Hopper's warpgroup MMA (attention.h says what it computes).
 //
 // One block is one warpgroup (4 warps, 128 threads) and owns a tile of kRows = 64 query rows of
 // one head (the last tiles first, as the own kernels order them). Per key tile of kKeys = 64 keys
 // that some row of the tile sees (attention_tiles.cuh: keys outside the rows' windows are never
 // loaded):
 //   1. K [64 keys × d] is copied into shared memory (cp.async) and V transposed there (Vᵀ [d × 64
-//      keys]), both in wgmma's K-major core-matrix layout (wgmma.cuh); Q [64 × d] was copied once
-//      per tile the same way.
+//      keys]), both in wgmma's K-major core-matrix layout (tiles.cuh, wgmma.cuh); Q [64 × d] was
+//      copied once per tile the same way.
 //   2. S = Q·Kᵀ: d/16 wgmma m64n64k16 with both operands in shared memory. The 64 × 64 f32 scores
 //      land in registers: thread t of warp w holds rows r0 = 16w + t/4 and r0 + 8, columns
 //      8j + 2(t%4) + {0, 1} for j = 0..7 (the accumulator layout of the m16n8 MMA fragments).
@@ -18,11 +18,11 @@
 //      of step 4, so P never touches shared memory) and Vᵀ from shared memory.
 // Finally o = O / l and lse = m + log l per row; a row that saw no key gets o = 0, lse = −inf.
 //
-// What this first version does not do yet (docs/kernels-attention.md): overlap the next tile's
-// copies with this tile's products (a second buffer, or TMA with a producer warp), swizzled
-// layouts, and two warpgroups per block. No GPU has run it: its results are checked against the
-// own kernel at each shape's first use before the per-shape choice may pick it.
-#include "kernels/cuda/sm90/attention_forward.h"
+// What this first version does not do yet (docs/kernels-attention.md, "The sm_90 kernels"): overlap
+// the next tile's copies with this tile's products (a second buffer, or TMA with a producer warp),
+// swizzled layouts, two warpgroups per block. No GPU has run it: its results are checked against
+// the own kernel at each shape's first use before the per-shape choice may pick it.
+#include "kernels/cuda/sm90/attention.h"
 
 #include <math.h>
 
@@ -30,6 +30,7 @@
 
 #include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/sm90/tiles.cuh"
 #include "kernels/cuda/sm90/wgmma.cuh"
 #include "src/core/cuda/cuda_check.h"
 
@@ -39,9 +40,9 @@ namespace {
 using namespace attention_tiles;
 using Bf16 = __nv_bfloat16;
 
-constexpr int kThreads = 128;  // one warpgroup
-constexpr int kRows = 64;      // query rows per block: wgmma's M
-constexpr int kKeys = 64;      // keys per tile: S's N and P·V's K
+constexpr int kRows = sm90::kTileRows;  // query rows per block: wgmma's M
+constexpr int kKeys = sm90::kTileRows;  // keys per tile: S's N and P·V's K
+using sm90::kThreads;
 
 // Shared memory: Q [kRows × D], K [kKeys × D], Vᵀ [D × kKeys] (bf16, core-matrix layout), then
 // the rows' key ranges. 128-byte aligned regions.
@@ -52,33 +53,6 @@ struct Tiles {
   Bf16 vt[D * kKeys];
   KeyRange ranges[kRows];
 };
-
-// Rows [0, count) of a [rows × D] bf16 tile (row r at src + r·stride) into shared memory in the
-// K-major core-matrix layout, 16 bytes per copy; rows [count, rows) zero.
-template <int D>
-__device__ void copy_tile_async(Bf16* dst, const Bf16* src, std::int64_t stride, int rows, std::int64_t count) {
-  constexpr int kChunks = D / 8;  // 16-byte pieces per row
-  for (int e = threadIdx.x; e < rows * kChunks; e += kThreads) {
-    const int r = e / kChunks, c = (e % kChunks) * 8;
-    const bool valid = r < count;
-    sm90::copy_16_async(dst + sm90::core_offset(r, c, D), valid ? src + r * stride + c : src, valid);
-  }
-}
-
-// Keys [0, count) of V (key j at src + j·stride) transposed into Vᵀ [D × kKeys] (element (n, j)
-// at core_offset(n, j, kKeys)); keys [count, kKeys) zero, so that P's zeros never meet stale bits.
-template <int D>
-__device__ void copy_v_transposed(Bf16* vt, const Bf16* src, std::int64_t stride, std::int64_t count) {
-  constexpr int kChunks = D / 8;
-  for (int e = threadIdx.x; e < kKeys * kChunks; e += kThreads) {
-    const int j = e / kChunks, n0 = (e % kChunks) * 8;  // neighbouring threads read one row: coalesced
-    uint4 raw = make_uint4(0, 0, 0, 0);
-    if (j < count) raw = *reinterpret_cast<const uint4*>(src + j * stride + n0);
-    const Bf16* values = reinterpret_cast<const Bf16*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) vt[sm90::core_offset(n0 + i, j, kKeys)] = values[i];
-  }
-}
 
 template <int D>
 __global__ void __launch_bounds__(kThreads)
@@ -99,7 +73,7 @@ __global__ void __launch_bounds__(kThreads)
     const auto [i0, rows, b, h, hk] = query_tile(s, kRows, task);
     __syncthreads();  // the previous task is done with the tiles
     load_key_ranges(s, b, i0, rows, kRows, t.ranges);
-    copy_tile_async<D>(t.q, q + q_at(s, b, i0, h), q_stride, kRows, rows);
+    sm90::copy_tile_async<D>(t.q, q + q_at(s, b, i0, h), q_stride, kRows, rows);
     sm90::copies_commit();
     __syncthreads();  // the ranges
     const KeyRange range[2] = {t.ranges[row0], t.ranges[row0 + 8]};
@@ -111,9 +85,9 @@ __global__ void __launch_bounds__(kThreads)
     float l[2] = {0.0f, 0.0f};  // this thread's share of the row sums
 
     for_each_seen_key_tile(t.ranges, rows, kKeys, [&](std::int64_t k0, std::int64_t kn) {
-      copy_tile_async<D>(t.k, k + kv_at(s, b, k0, hk), kv_stride, kKeys, kn);
+      sm90::copy_tile_async<D>(t.k, k + kv_at(s, b, k0, hk), kv_stride, kKeys, kn);
       sm90::copies_commit();
-      copy_v_transposed<D>(t.vt, v + kv_at(s, b, k0, hk), kv_stride, kn);
+      sm90::copy_tile_transposed<D>(t.vt, v + kv_at(s, b, k0, hk), kv_stride, kn);
       sm90::copies_wait_all();
       sm90::fence_shared_for_wgmma();
       __syncthreads();
@@ -178,11 +152,7 @@ __global__ void __launch_bounds__(kThreads)
       // Every fragment is packed before the first wgmma, so that no register the warpgroup's MMAs
       // use changes between them (ptxas would otherwise wait for the MMAs in flight at each).
       std::uint32_t p[kKeys / 16][4];
-#pragma unroll
-      for (int c = 0; c < kKeys / 16; ++c) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) p[c][i] = sm90::pack_bf16(sc[8 * c + 2 * i], sc[8 * c + 2 * i + 1]);
-      }
+      sm90::pack_fragments(sc, p);
       sm90::fence_operands(acc);
       sm90::warpgroup_fence();
 #pragma unroll

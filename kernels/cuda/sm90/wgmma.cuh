@@ -1,15 +1,15 @@
 #pragma once
 // Hopper's warpgroup matrix multiply (wgmma, sm_90a) and the pieces around it, as the sm_90
-// attention kernel uses them. Compiled only into code for sm_90a (kernels/cuda/sm90/CMakeLists:
-// the instructions exist on no other architecture). Written from the PTX ISA's description
+// attention kernels use them. Compiled only into code for sm_90a (the wallfacer_sm90 object
+// library of CMakeLists.txt: the instructions exist on no other architecture). Written from the PTX ISA's description
 // (wgmma.mma_async, "Matrix Descriptor Format", "Shared Memory Matrix Layout"); see
-// docs/kernels-attention.md, "The sm_90 forward", for what has and has not run on a GPU.
+// docs/kernels-attention.md, "The sm_90 kernels", for what has and has not run on a GPU.
 //
 // Operands in shared memory use the K-major layout without swizzling: the matrix is cut into
 // core matrices of 8 rows × 16 bytes (8 bf16 along K), each stored as 128 contiguous bytes, row
 // after row. Core matrices adjacent along K are kLeadingBytes apart; groups of 8 rows (along M
-// or N) are `stride` bytes apart. kernels/cuda/sm90/attention_forward.cu lays its tiles out with
-// core_offset() and names them with descriptor().
+// or N) are `stride` bytes apart. tiles.cuh lays the kernels' tiles out with core_offset(); the
+// kernels name them with descriptor().
 #include <cuda_bf16.h>
 
 #include <cstdint>
