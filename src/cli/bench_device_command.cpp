@@ -295,13 +295,8 @@ Implementations attention_implementations([[maybe_unused]] const AttentionCase& 
   Implementations used;
 #if WF_HAVE_CUDA
   if (device.is_cuda()) {
-    kernels::AttentionShape s;
-    s.batch = c.batch;
-    s.q_len = s.kv_len = c.tokens;
-    s.heads = c.heads;
-    s.kv_heads = c.kv_heads;
-    s.head_dim = c.head_dim;
-    s.causal = c.causal;
+    const kernels::AttentionShape s{.batch = c.batch, .q_len = c.tokens, .kv_len = c.tokens, .heads = c.heads,
+                                    .kv_heads = c.kv_heads, .head_dim = c.head_dim, .causal = c.causal};
     used.forward = kernels::cuda::attention_choice_for(device.index, s, false);
     used.backward = kernels::cuda::attention_choice_for(device.index, s, true);
   }
