@@ -260,13 +260,13 @@ __global__ void __launch_bounds__(kThreads)
       // dS into dp: row row0 + 8r, key column 8j + 2·quad + c.
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
+        const sm90::VisibleColumns visible = sm90::visible_columns(range[r], k0, kn);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            const std::int64_t key = k0 + 8 * j + 2 * quad + c;
             const int i = 4 * j + 2 * r + c;
-            const bool seen = key < k0 + kn && sees(range[r], key) && row_lse[r] != neg_inf<float>();
+            const bool seen = visible.has(8 * j + 2 * quad + c) && row_lse[r] != neg_inf<float>();
             const float p = seen ? dev_exp(scale * sc[i] - row_lse[r]) : 0.0f;
             dp[i] = scale * p * (dp[i] + row_minus_delta[r]);
           }

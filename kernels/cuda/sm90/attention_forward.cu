@@ -109,14 +109,14 @@ __global__ void __launch_bounds__(kThreads)
       float rescale[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
+        const sm90::VisibleColumns visible = sm90::visible_columns(range[r], k0, kn);
         float tile_max = neg_inf<float>();
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            const std::int64_t key = k0 + 8 * j + 2 * quad + c;
             float& x = sc[4 * j + 2 * r + c];
-            x = key < k0 + kn && sees(range[r], key) ? scale * x : neg_inf<float>();
+            x = visible.has(8 * j + 2 * quad + c) ? scale * x : neg_inf<float>();
             tile_max = fmaxf(tile_max, x);
           }
         }

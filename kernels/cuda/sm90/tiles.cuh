@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/sm90/wgmma.cuh"
+#include "kernels/kernel_args.h"
 
 namespace wf::kernels::cuda::sm90 {
 
@@ -44,6 +45,18 @@ __device__ void copy_tile_transposed(__nv_bfloat16* dst, const __nv_bfloat16* sr
 #pragma unroll
     for (int i = 0; i < 8; ++i) dst[core_offset(n0 + i, j, kTileRows)] = values[i];
   }
+}
+
+// The columns [begin, end) of a key tile [k0, k0 + kn) that a row with key range `range` sees, as
+// small ints: the softmax then masks each of the thread's 16 columns with two int compares.
+struct VisibleColumns {
+  int begin, end;
+  __device__ __forceinline__ bool has(int column) const { return column >= begin && column < end; }
+};
+__device__ __forceinline__ VisibleColumns visible_columns(const KeyRange& range, std::int64_t k0, std::int64_t kn) {
+  const std::int64_t begin = range.begin - k0 < 0 ? 0 : range.begin - k0 > kn ? kn : range.begin - k0;
+  const std::int64_t end = range.end - k0 < begin ? begin : range.end - k0 > kn ? kn : range.end - k0;
+  return {static_cast<int>(begin), static_cast<int>(end)};
 }
 
 // The m16n8k16 A fragments (4 registers of bf16 pairs per k-step of 16 columns) of a warpgroup's
