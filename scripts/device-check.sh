@@ -542,7 +542,7 @@ PY
 # iterations). FAIL names the rows over a target: a measured miss, reported as such.
 documents() {
   phase "documents: packed attention time against its work, 4 ranks on CPU cores of their own"
-  local lim rc sizes=(--seq 16384 --documents 8:mixed --iters 7)
+  local lim rc sizes=(--seq 16384 --documents 8:mixed --iters 5)
   [[ $small == 1 ]] && sizes=(--seq 512 --documents 4:mixed --heads 2 --head-dim 16 --iters 2)
   lim=$(limit 300)
   OMP_NUM_THREADS=1 OMPI_MCA_hwloc_base_binding_policy=core timed "$lim" "$work/bin/wallfacer-np4" bench attention \
