@@ -46,6 +46,20 @@ __device__ __forceinline__ void issue_rows_times_rows(float (&acc)[32], const Bf
   }
 }
 
+// x = A·Bᵀ and y = C·Dᵀ (all four [64 × D] K-major tiles in shared memory), issued together and
+// waited for: a tile pair's scores and the gradient at them (S and dP, or Sᵀ and dPᵀ).
+template <int D>
+__device__ __forceinline__ void scores_and_gradient(float (&x)[32], const Bf16* a, const Bf16* b, float (&y)[32],
+                                                    const Bf16* c, const Bf16* d) {
+  sm90::warpgroup_fence();
+  issue_rows_times_rows<D>(x, a, b);
+  issue_rows_times_rows<D>(y, c, d);
+  sm90::warpgroup_commit();
+  sm90::warpgroup_wait_all();
+  sm90::fence_operands(x);
+  sm90::fence_operands(y);
+}
+
 // 4 wgmma k-steps of acc [64 × D] += A·B, A the packed fragments of a 64 × 64 accumulator (64 k),
 // B [64 × D] held transposed in shared memory ([D × 64] K-major).
 template <int D>
@@ -148,14 +162,8 @@ __global__ void __launch_bounds__(kThreads)
         sm90::fence_shared_for_wgmma();
         __syncthreads();
 
-        float st[32], dpt[32];  // Sᵀ and dPᵀ [64 keys × 64 queries]
-        sm90::warpgroup_fence();
-        issue_rows_times_rows<D>(st, t.k, t.q);
-        issue_rows_times_rows<D>(dpt, t.v, t.d_o);
-        sm90::warpgroup_commit();
-        sm90::warpgroup_wait_all();
-        sm90::fence_operands(st);
-        sm90::fence_operands(dpt);
+        float st[32], dpt[32];  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ [64 keys × 64 queries]
+        scores_and_gradient<D>(st, t.k, t.q, dpt, t.v, t.d_o);
 
         // Pᵀ into st, dSᵀ into dpt: key row0 + 8r, query column 8j + 2·quad + c.
 #pragma unroll
@@ -248,14 +256,8 @@ __global__ void __launch_bounds__(kThreads)
       sm90::fence_shared_for_wgmma();
       __syncthreads();
 
-      float sc[32], dp[32];  // S and dP [64 rows × 64 keys]
-      sm90::warpgroup_fence();
-      issue_rows_times_rows<D>(sc, t.q, t.k);
-      issue_rows_times_rows<D>(dp, t.d_o, t.v);
-      sm90::warpgroup_commit();
-      sm90::warpgroup_wait_all();
-      sm90::fence_operands(sc);
-      sm90::fence_operands(dp);
+      float sc[32], dp[32];  // S = Q·Kᵀ and dP = dO·Vᵀ [64 rows × 64 keys]
+      scores_and_gradient<D>(sc, t.q, t.k, dp, t.d_o, t.v);
 
       // dS into dp: row row0 + 8r, key column 8j + 2·quad + c.
 #pragma unroll
