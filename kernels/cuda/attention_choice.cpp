@@ -43,6 +43,19 @@ AttentionBackendSetting attention_backend_setting() {
   return setting;
 }
 
+bool parse_sm90_switch(const char* value) {
+  const std::string_view v = value ? value : "";
+  if (v.empty() || v == "0" || v == "off") return false;
+  if (v == "1" || v == "on") return true;
+  WF_FAIL("WF_ATTENTION_SM90={}: expected 1 or on (the sm_90 kernels are measured at first use), 0 or off", v);
+}
+
+bool sm90_attention_enabled() {
+  static const bool on = parse_sm90_switch(std::getenv("WF_ATTENTION_SM90")) ||
+                         attention_backend_setting() == AttentionBackendSetting::sm90;
+  return on;
+}
+
 namespace {
 
 // What a cached choice is keyed by: cuDNN's plan key (sizes, direction, the diagonal cuDNN
@@ -67,6 +80,12 @@ std::string choice_key_text(const ChoiceKey& key) {
   if (key.diagonal != 0) text += fmt::format(", diagonal at q_offset - kv_offset {}", key.diagonal);
   if (key.d_lse) text += ", with d_lse";
   return text;
+}
+
+// Why the sm_90 kernels do not take this call ("" when they do): switched off, or their refusal.
+std::string sm90_refusal(int device, const AttentionShape& s, const void* q, const void* k, const void* v) {
+  if (!sm90_attention_enabled()) return "off until they have run on a GPU (WF_ATTENTION_SM90=1 turns them on)";
+  return sm90_attention_refusal(device, s, q, k, v);
 }
 
 ChoiceTable<ChoiceKey>& table() {
@@ -162,7 +181,7 @@ bool attention_forward_by_choice(const Stream& stream, const AttentionShape& s, 
                               [&](const std::vector<float*>& out, bool) {
                                 return cudnn_attention_forward(stream, s, q, k, v, out[0], out[1]);
                               }};
-  const ChoiceCandidate sm90{AttentionRoute::sm90, sm90_attention_refusal(device, s, q, k, v),
+  const ChoiceCandidate sm90{AttentionRoute::sm90, sm90_refusal(device, s, q, k, v),
                              [&](const std::vector<float*>& out, bool) {
                                launch_attention_forward_sm90(native(stream), s, bf16_in(q), bf16_in(k), bf16_in(v),
                                                              out[0], out[1]);
@@ -190,11 +209,9 @@ bool attention_backward_by_choice(const Stream& stream, const AttentionShape& s,
   const ChoiceCandidate cudnn{AttentionRoute::cudnn, cudnn_refusal, [&](const std::vector<float*>& out, bool add) {
     return cudnn_attention_backward(stream, s, q, k, v, o, lse, d_o, out[0], out[1], out[2], add);
   }};
-  std::string sm90_refusal = sm90_attention_refusal(device, s, q, k, v);
-  if (sm90_refusal.empty() && reinterpret_cast<std::uintptr_t>(d_o) % 16 != 0) {
-    sm90_refusal = "d_o is not 16-byte aligned";
-  }
-  const ChoiceCandidate sm90{AttentionRoute::sm90, sm90_refusal, [&](const std::vector<float*>& out, bool add) {
+  std::string sm90_why = sm90_refusal(device, s, q, k, v);
+  if (sm90_why.empty() && reinterpret_cast<std::uintptr_t>(d_o) % 16 != 0) sm90_why = "d_o is not 16-byte aligned";
+  const ChoiceCandidate sm90{AttentionRoute::sm90, sm90_why, [&](const std::vector<float*>& out, bool add) {
     detail::CudaScratch minus_delta(stream, rows * sizeof(float));
     launch_attention_backward_sm90(native(stream), s, bf16_in(q), bf16_in(k), bf16_in(v), o, lse, bf16_in(d_o),
                                    out[0], out[1], out[2], add, d_lse_f32, minus_delta.as<float>());
@@ -220,7 +237,7 @@ std::vector<AttentionChoice> attention_choices() { return table().choices(); }
 std::string attention_choice_for(int device, const AttentionShape& s, bool backward) {
   const bool cudnn_takes_it = cudnn_attention_supported(s, DType::bf16);
   // The pointers' alignment is the call's: a shape is judged here as if they were aligned.
-  const bool sm90_takes_it = sm90_attention_refusal(device, s, nullptr, nullptr, nullptr).empty();
+  const bool sm90_takes_it = sm90_refusal(device, s, nullptr, nullptr, nullptr).empty();
   if (!cudnn_takes_it && !sm90_takes_it) return attention_route_name(AttentionRoute::own);
   const std::optional<AttentionChoice> choice = table().find(choice_key(device, s, backward));
   return choice ? choice->which : "";
@@ -243,7 +260,8 @@ std::string cudnn_attention_info() {
                         : attention_backend_setting() == AttentionBackendSetting::own  ? "own"
                         : attention_backend_setting() == AttentionBackendSetting::cudnn ? "cudnn"
                                                                                          : "sm90";
-  return fmt::format("{} (compiled in; WF_ATTENTION_BACKEND {})", version, setting);
+  return fmt::format("{} (compiled in; WF_ATTENTION_BACKEND {}; sm_90 kernels {})", version, setting,
+                     sm90_attention_enabled() ? "on" : "off");
 }
 
 }  // namespace wf::kernels::cuda

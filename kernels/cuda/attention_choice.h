@@ -15,6 +15,9 @@
 //     warning logged once. The fastest verified one is cached and runs every later call; the first
 //     call's results are the own kernel's. The measurement waits on the host once per shape.
 //   own: neither.  cudnn, sm90: that one wherever it takes the shape, unmeasured and unverified.
+// The sm_90 kernels have not run on a GPU yet: under auto they are candidates only when
+// WF_ATTENTION_SM90=1 (a kernel that faults would end the process, not just lose the comparison),
+// until a device check has passed their tests (docs/gpu.md).
 #include <string>
 #include <vector>
 
@@ -36,6 +39,12 @@ enum class AttentionBackendSetting { automatic, own, cudnn, sm90 };
 // WF_ATTENTION_BACKEND parsed (unset or empty: automatic); wf::Error naming the valid values otherwise.
 AttentionBackendSetting parse_attention_backend(const char* value);
 AttentionBackendSetting attention_backend_setting();
+// WF_ATTENTION_SM90 parsed: 1 or on: the sm_90 kernels are candidates under auto; unset, empty, 0 or
+// off: they are not; wf::Error naming the valid values otherwise.
+bool parse_sm90_switch(const char* value);
+// Whether the sm_90 kernels may run: WF_ATTENTION_SM90 (read once per process) or
+// WF_ATTENTION_BACKEND=sm90.
+bool sm90_attention_enabled();
 
 // One cached choice: the shape and direction, what runs it, the timings (ms; negative where not
 // measured) and why.

@@ -79,7 +79,8 @@ Json cuda_facts() {
   // choices this process made so far (a training run logs each one as it is made).
   cuda["cudnn"] = kernels::cuda::cudnn_attention_info();
   cuda["attention_choice"] = "bf16: the own kernel, cuDNN or (forward, Hopper) the sm_90 kernel per shape, "
-                             "measured and compared at first use (WF_ATTENTION_BACKEND=auto|own|cudnn|sm90)";
+                             "measured and compared at first use (WF_ATTENTION_BACKEND=auto|own|cudnn|sm90; the "
+                             "sm_90 kernels only with WF_ATTENTION_SM90=1 until they have run on a GPU)";
   cuda["attention_choices"] = kernels::cuda::attention_choice_lines();
 #endif
   std::string error;

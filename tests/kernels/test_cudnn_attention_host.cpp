@@ -111,6 +111,13 @@ TEST_CASE("cudnn attention: WF_ATTENTION_BACKEND takes auto, own, cudnn or sm90 
   CHECK_THROWS_WITH(parse_attention_backend("flash"),
                     Catch::Contains("WF_ATTENTION_BACKEND=flash") && Catch::Contains("auto") &&
                         Catch::Contains("own, cudnn or sm90"));
+  CHECK_FALSE(parse_sm90_switch(nullptr));
+  CHECK_FALSE(parse_sm90_switch(""));
+  CHECK_FALSE(parse_sm90_switch("0"));
+  CHECK_FALSE(parse_sm90_switch("off"));
+  CHECK(parse_sm90_switch("1"));
+  CHECK(parse_sm90_switch("on"));
+  CHECK_THROWS_WITH(parse_sm90_switch("yes"), Catch::Contains("WF_ATTENTION_SM90=yes") && Catch::Contains("1 or on"));
   // No choice is made without a call on a GPU.
   CHECK(attention_choice_lines().empty());
   CHECK(cudnn_attention_info().find(WF_BUILT_WITH_CUDNN ? "compiled in" : "not compiled in") != std::string::npos);
