@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/log.h"
@@ -69,6 +70,12 @@ ChoiceEntry measure_choice(ChoiceBench& bench, const std::string& shape, const s
     return pointers;
   };
   const std::vector<float*> own_out = scratch();
+  // The own kernel's outputs on the host, sampled at the first comparison and kept for the others.
+  std::vector<std::optional<std::vector<float>>> own_samples(outputs.size());
+  const auto own_sample = [&](std::size_t i) -> const std::vector<float>& {
+    if (!own_samples[i]) own_samples[i] = bench.sample(outputs[i], own_out[i]);
+    return *own_samples[i];
+  };
   const auto run_own = [&] { own(own_out, false); };
   run_own();  // warm-up
   ChoiceEntry e;
@@ -92,8 +99,7 @@ ChoiceEntry measure_choice(ChoiceBench& bench, const std::string& shape, const s
       });
     }
     for (std::size_t i = 0; why.empty() && i < outputs.size(); ++i) {
-      why = choice_mismatch(outputs[i].name, name, bench.sample(outputs[i], own_out[i]),
-                            bench.sample(outputs[i], got[i]), outputs[i].rtol);
+      why = choice_mismatch(outputs[i].name, name, own_sample(i), bench.sample(outputs[i], got[i]), outputs[i].rtol);
       if (!why.empty()) {
         log::warn("attention (cuda): {} disabled for {}: its results differ from the own kernel's ({})", name, shape,
                   why);

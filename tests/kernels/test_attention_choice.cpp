@@ -32,7 +32,8 @@ using Setting = AttentionBackendSetting;
 // (the implementation that ran last names itself through `running`).
 class FakeBench final : public ChoiceBench {
  public:
-  explicit FakeBench(std::map<std::string, double> times) : times_(std::move(times)) {}
+  // sampled: counts the outputs copied to the host (it outlives the bench, which the table drops).
+  FakeBench(std::map<std::string, double> times, int& sampled) : sampled_(sampled), times_(std::move(times)) {}
   float* scratch(std::int64_t floats) override {
     held_.emplace_back(static_cast<std::size_t>(floats), std::nanf(""));  // unwritten reads as NaN
     return held_.back().data();
@@ -43,6 +44,7 @@ class FakeBench final : public ChoiceBench {
     return times_.at(running);
   }
   std::vector<float> sample(const ChoiceOutput& out, const float* data) override {
+    ++sampled_;
     return std::vector<float>(data, data + out.size());
   }
   void copy_out(const float* src, float* dst, std::int64_t n, bool accumulate) override {
@@ -53,6 +55,7 @@ class FakeBench final : public ChoiceBench {
   int timed = 0;
 
  private:
+  int& sampled_;
   std::map<std::string, double> times_;
   std::deque<std::vector<float>> held_;
 };
@@ -86,6 +89,7 @@ struct Call {
   std::map<std::string, double> times = {{"own", 2.0}, {"cudnn", 1.5}, {"sm90", 1.0}};
   FakeBench* bench = nullptr;  // a first use's, while the table measures (the table owns it)
   int measured = 0;            // first uses measured
+  int sampled = 0;             // outputs copied to the host for the comparisons, over every first use
 
   bool run(ChoiceTable<int>& table, Setting setting, int key, bool accumulate = false) {
     const std::vector<ChoiceOutput> outputs = {{"o", 2, 3, 0.02, destination.data()}};
@@ -94,7 +98,7 @@ struct Call {
     const bool written = table.route(
         setting, key, "shape " + std::to_string(key), outputs, accumulate, runner(own, bench), candidates,
         [&] {
-          auto b = std::make_unique<FakeBench>(times);
+          auto b = std::make_unique<FakeBench>(times, sampled);
           bench = b.get();
           ++measured;
           return b;
@@ -114,6 +118,7 @@ TEST_CASE("attention choice: a first use keeps the fastest implementation whose 
   Call call;
   CHECK(call.run(table, Setting::automatic, 1));  // the first use writes the call's outputs itself
   CHECK(call.measured == 1);
+  CHECK(call.sampled == 3);                       // the own kernel's output once, then each candidate's
   CHECK(call.destination == call.own.values);     // the own kernel's
   CHECK(call.own.runs == 2);                      // warm-up, then timed
   CHECK(call.sm90.runs == 2);

@@ -165,21 +165,22 @@ __global__ void __launch_bounds__(kThreads)
         float st[32], dpt[32];  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ [64 keys × 64 queries]
         scores_and_gradient<D>(st, t.k, t.q, dpt, t.v, t.d_o);
 
-        // Pᵀ into st, dSᵀ into dpt: key row0 + 8r, query column 8j + 2·quad + c.
+        // Pᵀ into st, dSᵀ into dpt: key row0 + 8r, query column 8j + 2·quad + c (each column's
+        // range, lse and −D read once for the thread's two keys).
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int key = row0 + 8 * r;
+        for (int j = 0; j < 8; ++j) {
 #pragma unroll
-          for (int j = 0; j < 8; ++j) {
+          for (int c = 0; c < 2; ++c) {
+            const int col = 8 * j + 2 * quad + c;
+            const KeyRange range = t.ranges[col];
+            const float row_lse = t.lse[col], row_minus_delta = t.minus_delta[col];
 #pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              const int col = 8 * j + 2 * quad + c;
-              const int i = 4 * j + 2 * r + c;
-              const float row_lse = t.lse[col];
-              const bool seen = key < kn && sees(t.ranges[col], j0 + key) && row_lse != neg_inf<float>();
+            for (int r = 0; r < 2; ++r) {
+              const int key = row0 + 8 * r, i = 4 * j + 2 * r + c;
+              const bool seen = key < kn && sees(range, j0 + key) && row_lse != neg_inf<float>();
               const float p = seen ? dev_exp(scale * st[i] - row_lse) : 0.0f;
               st[i] = p;
-              dpt[i] = scale * p * (dpt[i] + t.minus_delta[col]);
+              dpt[i] = scale * p * (dpt[i] + row_minus_delta);
             }
           }
         }
