@@ -672,9 +672,9 @@ bench() {
 # ---- speed (issue 31) ----------------------------------------------------------------------------
 # The targets of issue 31, wallfacer beside PyTorch in the same run (docs/gpu.md, "GPU speed (issue 31):
 # how to measure"); the table is device_check_tables.py's speed_table, in $OUT/speed-table.md.
-# WF_SPEED_PARTS (default attention,gpt,dit,tune,longest) picks parts, e.g. a second call for what the
+# WF_SPEED_PARTS (default attention,gpt,dit,tune,graph,longest) picks parts, e.g. a second call for what the
 # first one's budget did not reach; attention includes the GEMMs.
-speed_part() { [[ ",${WF_SPEED_PARTS:-attention,gpt,dit,tune,longest}," == *",$1,"* ]]; }
+speed_part() { [[ ",${WF_SPEED_PARTS:-attention,gpt,dit,tune,graph,longest}," == *",$1,"* ]]; }
 
 # measured_run ROWS WARM ROW_KEYS LIMIT DTYPE NAME TRAIN_ARGS...: `train` NAME on $bench_device, then
 # its step_row (ROW_KEYS: "key=value ..." of the row) appended to ROWS; a result line either way.
@@ -847,6 +847,39 @@ d_model=$D vocab=$V checkpoint=$([[ $ckpt == true ]] && echo attention-outputs |
     else
       result ERROR "speed tune calibrate" "$(why_failed "$rc" "$lim" "$s/calibrate.out")"
     fi
+  fi
+
+  if speed_part graph; then
+    # train.cuda_graph (docs/devices.md, "Graphs"): the same run with and without the graph of its
+    # micro batch, on the GPU (the test device in a dry run, which records graphs too). Its default
+    # turns on where the graph measures faster. gpt2-124m: many small kernels; the 1.3B at 8K: few large ones.
+    local graph_device="$bench_device" graph_specs=("gpt2-124m configs/gpt2-124m.yaml 8 1024"
+                                                      "gpt-1.3b.T${seqs[0]} configs/gpt-1.3b.yaml 1 ${seqs[0]}")
+    [[ $small == 1 ]] && graph_device="$device" graph_specs=("gpt2-124m configs/gpt2-124m.yaml 1 64")
+    local spec gname gconfig gbatch gseq graph
+    for spec in "${graph_specs[@]}"; do
+      read -r gname gconfig gbatch gseq <<<"$spec"
+      for graph in false true; do
+        local run="graph.$gname.$([[ $graph == true ]] && echo captured || echo eager)"
+        lim=$(limit 120)
+        # shellcheck disable=SC2046 # the small model's settings are words
+        train "$run" "$graph_device" bf16 "$lim" "$root/$gconfig" "${one[@]}" $([[ $small == 1 ]] && echo "${small_gpt[@]}") \
+          --set data.source=synthetic --set train.seq_len="$gseq" --set model.max_seq_len="$gseq" \
+          --set train.micro_batch_size="$gbatch" --set train.global_batch_size="$gbatch" \
+          --set train.steps=$((steps_warm + steps_timed)) --set train.warmup_steps=1 --set train.log_every=1 \
+          --set train.eval_every=0 --set checkpoint.every=-1 --set train.cuda_graph="$graph"
+        rc=$?
+        if ((rc == 0)); then
+          step_row "$work/runs/$run/metrics.jsonl" "$steps_warm" bench=graph model="$gname" batch="$gbatch" \
+            seq="$gseq" graph="$([[ $graph == true ]] && echo captured || echo eager)" \
+            failure="$(grep -o 'could not be captured.*' "$work/runs/$run.out" | head -1 | tr -d '"\\' | cut -c1-200)" \
+            >> "$ours"
+          result PASS "speed graph $run" "$(tail -1 "$ours")"
+        else
+          result ERROR "speed graph $run" "$(why_failed "$rc" "$lim" "$work/runs/$run.out")"
+        fi
+      done
+    done
   fi
 
   if speed_part longest; then

@@ -220,6 +220,16 @@ def speed_table(work, dry, commit):
                      "n/a" if per_s["theirs"] is None else f"{per_s['theirs']:.4g}",
                      ratio(w, t, "ms_per_step", False), "(reported)", ""))
 
+    # train.cuda_graph: the same run eager and replaying its micro batch's graph (no PyTorch side).
+    for eager in [r for r in ours if r.get("bench") == "graph" and r.get("graph") == "eager"]:
+        captured = pick(ours, "graph", model=eager["model"], graph="captured")
+        speedup = eager["ms_per_step"] / captured["ms_per_step"] if captured and captured.get("ms_per_step") else None
+        failed = (captured or {}).get("failure")
+        rows.append(("graph", f"train.cuda_graph, {eager['model']}, bf16, B {eager['batch']} x T {eager['seq']}: "
+                     "ms/step eager, with the graph" + (f" (capture failed: {failed})" if failed else ""),
+                     f"{cell(eager, 'ms_per_step', '{:.4g}')}, {cell(captured, 'ms_per_step', '{:.4g}')}", "",
+                     "n/a" if speedup is None else f"{speedup:.3f} (eager / graph)", "> 1.0 turns it on", ""))
+
     calibrated = pick(ours, "calibrate")
     if calibrated:
         rows.append(("5", "`wallfacer tune --calibrate` wrote the cluster file", calibrated.get("file", "n/a"), "",

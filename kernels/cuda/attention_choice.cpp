@@ -24,6 +24,7 @@
 #include "kernels/cuda/sm90/attention.h"
 #include "src/core/cuda/cuda_check.h"
 #include "src/core/cuda/cuda_device.h"
+#include "src/core/graph_capture.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/log.h"
 
@@ -99,7 +100,11 @@ const __nv_bfloat16* bf16_in(const void* p) { return static_cast<const __nv_bflo
 // CUDA events, strided samples copied to the host, the copy into the call's outputs.
 class CudaChoiceBench final : public ChoiceBench {
  public:
-  explicit CudaChoiceBench(const Stream& stream) : stream_(stream), native_(native(stream)) {}
+  // A graph cannot hold the measurement's host waits: a shape first met while capturing fails the
+  // capture (the trainer captures after an eager step, which met every shape already).
+  explicit CudaChoiceBench(const Stream& stream) : stream_(stream), native_(native(stream)) {
+    detail::refuse_host_wait_in_capture("the first use of an attention shape, which times its kernels");
+  }
 
   float* scratch(std::int64_t floats) override {
     held_.emplace_back(stream_, static_cast<std::size_t>(std::max<std::int64_t>(floats, 1)) * sizeof(float));

@@ -218,6 +218,7 @@ std::vector<Field> make_fields() {
       choice(KEY(train, dtype), kDtypes),
       choice(KEY(train, device), kDevices),
       boolean(KEY(train, check_replicas)),
+      boolean(KEY(train, cuda_graph)),
       integer(KEY(train, max_skipped_steps), 1),
 
       choice(KEY(data, source), kSources),

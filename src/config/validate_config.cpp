@@ -365,6 +365,27 @@ std::vector<std::string> unsupported_by_trainer(const RunConfig& c) {
                                      why));
     }
   }
+  // train.cuda_graph: a graph records one process's kernels on one stream; the collectives of a
+  // multi-process step and the host data of packed batches (their documents' boundaries change
+  // every batch) cannot be replayed.
+  if (c.train.cuda_graph) {
+    if (c.train.device.is_cpu()) {
+      problems.push_back("train.cuda_graph is true, but train.device is cpu, which runs no graphs; set train.device: "
+                         "cuda (or auto), or train.cuda_graph: false");
+    }
+    const ParallelSection& p = c.parallel;
+    if (static_cast<std::int64_t>(p.dp) * p.tp * p.pp * p.sp > 1) {
+      problems.push_back(fmt::format(
+          "train.cuda_graph is true, but the run has {} processes (parallel.dp {} x tp {} x pp {} x sp {}): a graph "
+          "captures one process's step, without the collectives of the others; set train.cuda_graph: false, or run "
+          "on one process",
+          static_cast<std::int64_t>(p.dp) * p.tp * p.pp * p.sp, p.dp, p.tp, p.pp, p.sp));
+    }
+    if (c.data.pack) {
+      problems.push_back("train.cuda_graph is true, but data.pack is true: the documents' boundaries change with every "
+                         "batch, and a replayed graph would keep the first batch's; set one of them to false");
+    }
+  }
   // comm.gpu_transport: nccl on a GPU needs this build's NCCL; whether ranks share a GPU is known
   // only when the job runs (CommGrid::use_device then refuses with the same fix).
   if (c.comm.gpu_transport == comm::GpuTransport::nccl && c.train.device.is_cuda() && !comm::nccl_available()) {

@@ -11,6 +11,7 @@
 #include "src/core/cuda/cuda_device.h"
 #endif
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/graph.h"
 
 namespace wf {
 namespace {
@@ -39,6 +40,13 @@ void DeviceBackend::set_cache_limit(std::size_t bytes) {
   WF_CHECK(bytes == 0, "this device's allocator keeps no cache of freed blocks: its cache limit can only be 0, not {}",
            bytes);
 }
+
+void DeviceBackend::begin_capture(const Stream& stream) {
+  throw GraphCaptureError(fmt::format("{} records no graphs (graphs need a cuda or testdev device)",
+                                      stream.device().str()));
+}
+std::shared_ptr<void> DeviceBackend::end_capture(const Stream& stream) { begin_capture(stream); return nullptr; }
+void DeviceBackend::replay(const std::shared_ptr<void>&, const Stream& stream) { begin_capture(stream); }
 
 DeviceBackend* find_device_backend(DeviceType type) {
   return registry().slots[static_cast<int>(type)].load(std::memory_order_acquire);

@@ -2,8 +2,10 @@
 
 #include <array>
 #include <atomic>
+#include <optional>
 
 #include "src/core/cpu_allocator.h"
+#include "src/core/graph_capture.h"
 #include "wallfacer/core/device_backend.h"
 #include "wallfacer/core/error.h"
 
@@ -44,7 +46,11 @@ Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(d
     }
   } else {
     DeviceBackend& backend = device_backend(device);  // wf::Error naming the device when there is none
-    if (nbytes > 0) block = backend.allocate(device, nbytes);
+    if (nbytes > 0) {
+      // While this thread captures a graph on the device, its memory comes from the graph's pool.
+      const std::optional<MemoryBlock> captured = detail::capture_allocate(device, nbytes);
+      block = captured ? *captured : backend.allocate(device, nbytes);
+    }
   }
   data_ = block.data;
   capacity_ = block.size;
@@ -70,7 +76,7 @@ Storage::~Storage() {
   } else if (data_ != nullptr) {
     if (device_.is_cpu()) [[likely]] {
       detail::cpu_release({data_, capacity_});
-    } else {
+    } else if (!detail::capture_release(device_, {data_, capacity_})) {
       find_device_backend(device_.type)->release(device_, {data_, capacity_});
     }
   }

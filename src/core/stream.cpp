@@ -4,6 +4,7 @@
 #include <atomic>
 #include <vector>
 
+#include "src/core/graph_capture.h"
 #include "wallfacer/core/device_backend.h"
 
 namespace wf {
@@ -34,6 +35,7 @@ thread_local int t_staging_depth = 0;
 }  // namespace
 
 void count_host_sync() {
+  refuse_host_wait_in_capture("a synchronize, a copy to the host or item()");
   g_host_syncs.fetch_add(1, std::memory_order_relaxed);
   if (t_staging_depth > 0) g_staging_syncs.fetch_add(1, std::memory_order_relaxed);
 }
@@ -62,6 +64,7 @@ bool Stream::query() const { return device_backend(device_).query(*this); }
 
 void Stream::wait(const Event& event) const {
   if (!event.recorded()) return;
+  detail::refuse_event_in_capture(*this, "waits for an event");
   if (event.device().type == device_.type) {
     device_backend(device_).wait(*this, event.shared_handle());
   } else if (!event.query()) {
@@ -72,6 +75,7 @@ void Stream::wait(const Event& event) const {
 
 // ---- Event --------------------------------------------------------------------------------------
 void Event::record(const Stream& stream) {
+  detail::refuse_event_in_capture(stream, "records an event");
   DeviceBackend& backend = device_backend(stream.device());
   if (!recorded_ || device_ != stream.device()) handle_ = backend.create_event(stream.device());
   device_ = stream.device();

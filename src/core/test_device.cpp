@@ -144,11 +144,20 @@ class TestDeviceBackend final : public HostBackend {
       arena().release(block);
       return;
     }
-    test_stream_run(Stream::default_for(device), [block] { arena().release(block); });
+    // After the work queued so far on the thread's current stream, which may still use the block
+    // (CUDA's backend joins that stream into its main stream before the free in the same way).
+    const Stream user = Stream::current(device), main = Stream::default_for(device);
+    if (!(user == main)) {
+      const std::shared_ptr<void> used = test_event_create();
+      test_event_record(used, user);
+      test_stream_wait_event(main, used);
+    }
+    test_stream_run(main, [block] { arena().release(block); });
   }
 
   void copy_from_host(void* dst, const void* host_src, std::size_t nbytes, const Stream& stream) override {
     // The caller may change the host memory once this returns (as with CUDA's pageable copies).
+    // A capture keeps the bytes as they are now, for every replay (wallfacer/core/graph.h).
     const auto* bytes = static_cast<const unsigned char*>(host_src);
     test_stream_run(stream, [dst, source = std::vector<unsigned char>(bytes, bytes + nbytes)] {
       const TestDeviceAccess access;
@@ -174,6 +183,12 @@ class TestDeviceBackend final : public HostBackend {
       host_fill(dst, dtype, n, value);
     });
   }
+
+  bool supports_graphs() override { return true; }
+  void begin_capture(const Stream& stream) override { test_stream_begin_capture(stream); }
+  std::shared_ptr<void> end_capture(const Stream& stream) override { return test_stream_end_capture(stream); }
+  void abort_capture(const Stream& stream) noexcept override { test_stream_abort_capture(stream); }
+  void replay(const std::shared_ptr<void>& graph, const Stream& stream) override { test_stream_replay(graph, stream); }
 
   void synchronize(const Stream& stream) override { test_stream_synchronize(stream); }
   bool query(const Stream& stream) override { return test_stream_idle(stream); }

@@ -1,5 +1,7 @@
 #include "src/core/test_device_streams.h"
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,6 +15,10 @@
 #include <set>
 #include <thread>
 #include <utility>
+#include <vector>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/graph.h"
 
 namespace wf::detail {
 namespace {
@@ -164,7 +170,72 @@ bool runs_asynchronously(const Stream& stream) { return g_async.load() || queues
 
 void test_stream_make_asynchronous(const Stream& stream) { queues().mark_asynchronous(stream); }
 
+namespace {
+// The captures in progress: the recording of each capturing stream, and the thread capturing it.
+struct Recording {
+  std::thread::id thread;
+  std::shared_ptr<std::vector<std::function<void()>>> tasks;
+};
+std::mutex g_capture_mutex;
+std::map<std::pair<int, std::uint64_t>, Recording> g_recordings;
+std::atomic<int> g_capturing{0};
+
+// True when the task was recorded (not to be run now); throws for another stream of a device
+// the calling thread is capturing on.
+bool recorded(const Stream& stream, std::function<void()>& task) {
+  std::lock_guard lock(g_capture_mutex);
+  const auto it = g_recordings.find({stream.device().index, stream.handle()});
+  if (it != g_recordings.end()) {
+    it->second.tasks->push_back(std::move(task));
+    return true;
+  }
+  if (stream.handle() == 0) return false;
+  for (const auto& [key, recording] : g_recordings) {
+    if (key.first == stream.device().index && recording.thread == std::this_thread::get_id()) {
+      throw GraphCaptureError(fmt::format(
+          "the captured work queued work on {}'s stream {} while capturing stream {}: a graph records one stream's "
+          "work; queue it on the capture stream",
+          stream.device().str(), stream.handle(), key.second));
+    }
+  }
+  return false;
+}
+}  // namespace
+
+void test_stream_begin_capture(const Stream& stream) {
+  test_stream_synchronize(stream);  // what was queued before is not part of the graph
+  std::lock_guard lock(g_capture_mutex);
+  const auto [it, inserted] = g_recordings.emplace(
+      std::pair{stream.device().index, stream.handle()},
+      Recording{std::this_thread::get_id(), std::make_shared<std::vector<std::function<void()>>>()});
+  WF_CHECK(inserted, "testdev: stream {} of {} is capturing already", stream.handle(), stream.device().str());
+  g_capturing.fetch_add(1);
+}
+
+std::shared_ptr<void> test_stream_end_capture(const Stream& stream) {
+  std::lock_guard lock(g_capture_mutex);
+  const auto it = g_recordings.find({stream.device().index, stream.handle()});
+  WF_CHECK(it != g_recordings.end(), "testdev: stream {} of {} is not capturing", stream.handle(), stream.device().str());
+  std::shared_ptr<void> graph = std::move(it->second.tasks);
+  g_recordings.erase(it);
+  g_capturing.fetch_sub(1);
+  return graph;
+}
+
+void test_stream_abort_capture(const Stream& stream) noexcept {
+  std::lock_guard lock(g_capture_mutex);
+  if (g_recordings.erase({stream.device().index, stream.handle()}) > 0) g_capturing.fetch_sub(1);
+}
+
+void test_stream_replay(const std::shared_ptr<void>& graph, const Stream& stream) {
+  WF_CHECK(graph != nullptr, "testdev: replay of an empty graph");
+  for (const std::function<void()>& task : *std::static_pointer_cast<std::vector<std::function<void()>>>(graph)) {
+    test_stream_run(stream, task);  // a copy: the graph keeps its tasks for the next replay
+  }
+}
+
 void test_stream_run(const Stream& stream, std::function<void()> task) {
+  if (g_capturing.load(std::memory_order_relaxed) > 0 && recorded(stream, task)) return;
   if (runs_asynchronously(stream)) {
     queues().of(stream).push(std::move(task));
   } else {

@@ -33,6 +33,16 @@ void test_stream_make_asynchronous(const Stream& stream);
 // not: a missing wait then fails deterministically rather than by chance.
 void test_stream_slow_down(const Stream& stream, int us);
 
+// Graphs (wallfacer/core/graph.h): from begin to end, the tasks queued on `stream` are recorded
+// instead of run; a task queued meanwhile from the capturing thread on another of the device's
+// streams (but its default stream, where frees are ordered) throws GraphCaptureError. A replay
+// queues the recorded tasks again, in order, each a task of its own (delays between them in
+// asynchronous mode).
+void test_stream_begin_capture(const Stream& stream);
+std::shared_ptr<void> test_stream_end_capture(const Stream& stream);
+void test_stream_abort_capture(const Stream& stream) noexcept;
+void test_stream_replay(const std::shared_ptr<void>& graph, const Stream& stream);
+
 std::shared_ptr<void> test_event_create();
 void test_event_record(const std::shared_ptr<void>& event, const Stream& stream);
 void test_stream_wait_event(const Stream& stream, const std::shared_ptr<void>& event);

@@ -14,6 +14,7 @@
 #include "wallfacer/autograd/engine.h"
 #include "wallfacer/autograd/grad_mode.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/graph.h"
 #include "wallfacer/core/log.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/ops/arithmetic.h"
@@ -169,6 +170,15 @@ Trainer::Trainer(const config::RunConfig& config, comm::CommGrid& grid, std::sha
     if (grid_.grid().rank() == 0) log::info("comm: {} tensors travel by {}", device_.str(), transport.reason);
   }
   stager_ = std::make_unique<BatchStager>(device_, config::grad_accum_steps(config_));
+  if (config_.train.cuda_graph) {
+    // check_supported refused the layouts and devices a graph cannot serve; train.device auto may
+    // still have resolved to the CPU.
+    if (graphs_supported(device_)) {
+      graph_ = std::make_unique<MicrobatchGraph>(device_);
+    } else {
+      log::warn("train.cuda_graph: {} runs no graphs; the step runs without one", device_.str());
+    }
+  }
   WF_CHECK(model_ != nullptr && train != nullptr, "Trainer: a model and a training data source are required");
   // Built on the CPU (its weights from the seeds alone), then moved: before the gradient buffers
   // and the optimizer take views of the parameters.
@@ -321,6 +331,22 @@ DeviceLossTotals Trainer::run_microbatches() {
         {.before = [&](bool last) { grads_->begin_backward(last); }, .after = [&] { grads_->end_backward(); }});
   }
   DeviceLossTotals local(device());
+  if (graph_) {
+    // One process (check_supported): the reducer's brackets do no communication, and are kept
+    // outside the graph so that they run for every micro batch, replayed or not.
+    for (std::int64_t micro = 0; micro < accum; ++micro) {
+      const models::Batch b = batch(*train_batches_, step_, micro);
+      grads_->begin_backward(/*last_microbatch=*/micro + 1 == accum);
+      const models::LossSum loss = graph_->run(b, [&](const models::Batch& inputs) {
+        models::LossSum sum = model_->loss_sum(inputs);
+        autograd::backward({sum.sum});
+        return models::LossSum(sum.sum.detach(), sum.count);  // not keeping the autograd graph alive
+      });
+      grads_->end_backward();
+      local.add(loss.sum, loss.count);
+    }
+    return local;
+  }
   for (std::int64_t micro = 0; micro < accum; ++micro) {
     const models::LossSum loss = model_->loss_sum(batch(*train_batches_, step_, micro));
     local.add(loss.sum, loss.count);  // on the device: no host read per microbatch

@@ -104,6 +104,11 @@ struct TrainConfig {
   // Debug: after every optimizer step, compare the tp ranks' copies of each replicated parameter
   // and fail naming any that drifted apart (parallel/replica_check.h). Two all-reduces per step.
   bool check_replicas = false;
+  // Capture each micro batch's forward and backward as a device graph once, then replay it
+  // (train::MicrobatchGraph, docs/devices.md "Graphs"): one launch per micro batch instead of one
+  // per kernel. cuda or testdev, one process, unpacked batches; a step that cannot be captured
+  // (dropout draws, a host read) warns and runs without a graph.
+  bool cuda_graph = false;
   // A step whose gradient norm is not finite skips its update; this many such steps in a row end
   // the run with an error (the weights or the data have diverged) instead of skipping forever.
   std::int64_t max_skipped_steps = 10;

@@ -69,6 +69,22 @@ class DeviceBackend {
   virtual void wait(const Stream& stream, const std::shared_ptr<void>& event) = 0;
   virtual void synchronize_event(void* event) = 0;
   virtual bool query_event(void* event) = 0;
+
+  // ---- graphs (wallfacer/core/graph.h); a backend without them keeps these defaults ------------
+  virtual bool supports_graphs() { return false; }
+  // From here on, what is queued on `stream` is recorded, not run (the default refuses).
+  virtual void begin_capture(const Stream& stream);
+  // Ends the capture and returns the executable graph: a handle replay() takes.
+  virtual std::shared_ptr<void> end_capture(const Stream& stream);
+  // Ends a capture that failed, keeping nothing of it.
+  virtual void abort_capture(const Stream&) noexcept {}
+  // Queues the graph's work on `stream`.
+  virtual void replay(const std::shared_ptr<void>& graph, const Stream& stream);
+  // Memory for a graph's pool (graph.cpp): outside the allocator's stream-ordered cache, since a
+  // graph's replays use it on their own stream for as long as the graph lives. Allocation must
+  // not be recorded by a capture in progress. release_graph_memory runs once no replay is queued.
+  virtual MemoryBlock allocate_graph_memory(Device device, std::size_t nbytes) { return allocate(device, nbytes); }
+  virtual void release_graph_memory(Device device, MemoryBlock block) { release(device, block); }
 };
 
 // The backend of device.type: wf::Error naming the device when this build has none.

@@ -37,6 +37,7 @@
 #include "wallfacer/train/loss_totals.h"
 #include "wallfacer/train/lr_schedule.h"
 #include "wallfacer/train/metrics.h"
+#include "wallfacer/train/microbatch_graph.h"
 #include "wallfacer/train/optimizer.h"
 #include "wallfacer/train/peak_flops.h"
 #include "wallfacer/train/sharded_tensor.h"
@@ -154,6 +155,8 @@ class Trainer {
   // With pp > 1: what runs this rank's part of each step's schedule (its measured timeline and
   // bubble); null without a pipeline.
   const PipelineRunner* pipeline() const { return pipeline_.get(); }
+  // With train.cuda_graph: what captures and replays the micro batches; null without one.
+  const MicrobatchGraph* microbatch_graph() const { return graph_.get(); }
 
  private:
   // The config constructor's second step: `model` with the run's own sources.
@@ -213,6 +216,7 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   CosineSchedule schedule_;
   std::unique_ptr<BatchStager> stager_;
+  std::unique_ptr<MicrobatchGraph> graph_;  // train.cuda_graph on a device that records graphs
   std::unique_ptr<models::BatchSource> train_batches_;
   std::unique_ptr<models::BatchSource> val_batches_;
   std::unique_ptr<CheckpointStore> checkpoints_;

@@ -11,6 +11,7 @@
 #include "src/core/cuda/cuda_devices.h"
 #include "src/core/cuda/cuda_memory.h"
 #include "src/core/cuda/device_error.h"
+#include "src/core/graph_capture.h"
 #include "wallfacer/core/device_backend.h"
 #include "wallfacer/core/error.h"
 
@@ -57,9 +58,16 @@ class CudaBackend final : public DeviceBackend {
   // may reuse host_src at once (as docs/devices.md promises of every backend). From a pinned
   // block the stream reads it when it runs the copy: the pinned cache keeps the block from being
   // reused (or freed) before then, whenever its owner releases it.
+  // While a graph is captured on the stream, the bytes are kept in pinned memory the graph owns,
+  // which every replay copies from (wallfacer/core/graph.h: host data is baked in).
   void copy_from_host(void* dst, const void* host_src, std::size_t nbytes, const Stream& stream) override {
     if (nbytes == 0) return;
     const cudaStream_t native = cuda_stream(stream);
+    if (capturing_stream(stream.device()) != nullptr) {
+      WF_CUDA_CHECK(cudaMemcpyAsync(dst, capture_keep_host_bytes(stream.device(), host_src, nbytes), nbytes,
+                                    cudaMemcpyHostToDevice, native));
+      return;
+    }
     WF_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, native));
     cuda_pinned_used_by(host_src, nbytes, stream, native);
   }
@@ -95,6 +103,61 @@ class CudaBackend final : public DeviceBackend {
       return;
     }
     launch_fill(dst, static_cast<int>(element), bits, n, native);
+  }
+
+  // ---- graphs -----------------------------------------------------------------------------------
+  // Relaxed mode: the capturing thread may still call what CUDA deems unsafe during a capture
+  // (cudaMalloc for the graph's pool); the host waits a graph cannot hold are refused by core
+  // before they reach CUDA (src/core/graph_capture.h).
+  bool supports_graphs() override { return true; }
+  void begin_capture(const Stream& stream) override {
+    WF_CUDA_CHECK(cudaStreamBeginCapture(cuda_stream(stream), cudaStreamCaptureModeRelaxed));
+  }
+  std::shared_ptr<void> end_capture(const Stream& stream) override {
+    cudaGraph_t graph = nullptr;
+    WF_CUDA_CHECK(cudaStreamEndCapture(cuda_stream(stream), &graph));
+    cudaGraphExec_t executable = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&executable, graph, 0);
+    cudaGraphDestroy(graph);  // the executable graph is a copy
+    check_cuda(status, "cudaGraphInstantiate", __FILE__, __LINE__);
+    return std::shared_ptr<void>(executable, [](void* p) {
+      if (cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(p)) != cudaSuccess) cudaGetLastError();  // at exit
+    });
+  }
+  void abort_capture(const Stream& stream) noexcept override {
+    try {
+      cudaGraph_t graph = nullptr;
+      // A capture that an illegal call invalidated ends with an error and no graph: both cleared.
+      if (cudaStreamEndCapture(cuda_stream(stream), &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
+      cudaGetLastError();
+    } catch (...) {
+    }
+  }
+  void replay(const std::shared_ptr<void>& graph, const Stream& stream) override {
+    WF_CHECK(graph != nullptr, "cuda: replay of an empty graph");
+    WF_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.get()), cuda_stream(stream)));
+  }
+  // cudaMalloc, not the stream-ordered pool: the graph's replays run on their own stream for as
+  // long as the graph lives, and cudaFree waits for them.
+  MemoryBlock allocate_graph_memory(Device device, std::size_t nbytes) override {
+    cuda_set_device(device);
+    const std::size_t size = (nbytes + 255) / 256 * 256;
+    void* data = nullptr;
+    if (const cudaError_t status = cudaMalloc(&data, size); status != cudaSuccess) {
+      cudaGetLastError();
+      WF_FAIL("cuda:{}: out of memory allocating {} bytes for a captured graph's pool ({}); turn train.cuda_graph "
+              "off, or need less memory (a smaller train.micro_batch_size, model.checkpoint_attention: true)",
+              device.index, nbytes, cudaGetErrorString(status));
+    }
+    return {data, size};
+  }
+  void release_graph_memory(Device device, MemoryBlock block) override {
+    try {
+      cuda_set_device(device);
+    } catch (...) {
+      return;  // at exit: the runtime may be gone, with its memory
+    }
+    if (cudaFree(block.data) != cudaSuccess) cudaGetLastError();
   }
 
   // ---- streams and events ------------------------------------------------------------------------

@@ -66,6 +66,7 @@ class CudaScratch {
   void* data_ = nullptr;
   std::size_t nbytes_ = 0;
   std::size_t capacity_ = 0;
+  bool from_graph_ = false;  // from a graph's pool: allocated while capturing (wallfacer/core/graph.h)
 };
 
 }  // namespace wf::detail
