@@ -35,6 +35,19 @@ inline __device__ bool tile_sees_keys(const KeyRange* ranges, std::int64_t rows,
   return __syncthreads_or(seen) != 0;
 }
 
+// The first key tile [k0', k0' + tile) with k0' = k0 + n·tile (n >= 0) that some row sees, as
+// for_each_seen_key_tile walks them; the rows' window end (ranges[rows − 1].end) when none is left.
+// Every thread calls it alike (tile_sees_keys is a barrier; none is made when no tile is left).
+// For kernels that start the next tile's copies before this tile's products.
+inline __device__ std::int64_t next_seen_key_tile(const KeyRange* ranges, std::int64_t rows, int tile,
+                                                  std::int64_t k0) {
+  const std::int64_t key_end = ranges[rows - 1].end;
+  for (; k0 < key_end; k0 += tile) {
+    if (tile_sees_keys(ranges, rows, k0, k0 + min64(tile, key_end - k0))) return k0;
+  }
+  return key_end;
+}
+
 // Calls body(k0, kn) for each key tile [k0, k0 + kn) of `tile` keys, in order, that some row of a
 // query tile sees (ranges as for tile_sees_keys, visible to every thread): the tiles of the rows'
 // window [begin of the first, end of the last) but those no row sees (between the documents of a

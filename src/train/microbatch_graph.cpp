@@ -1,6 +1,7 @@
 #include "wallfacer/train/microbatch_graph.h"
 
 #include "wallfacer/core/log.h"
+#include "wallfacer/core/storage.h"
 
 namespace wf::train {
 
@@ -34,6 +35,9 @@ models::LossSum MicrobatchGraph::run(const models::Batch& batch, const Step& ste
     if (eager_runs_ == 0 || !failure_.empty()) {
       loss = run_eagerly(batch, step);
     } else if (graph_.empty()) {
+      // The eager micro batch's blocks, cached by the allocator, go back to the device first: the
+      // graph's pool takes memory of its own (once: a host wait on the allocator's stream).
+      empty_cache(device_);
       try {
         inputs_ = batch;  // the graph reads these tensors at every replay: kept as long as it is
         graph_ = DeviceGraph::capture(stream_, [&] { outputs_ = step(inputs_); });

@@ -4,24 +4,17 @@
 // one refusal only the test device can see (a GPU runs work queued on another stream eagerly).
 #include <catch2/catch.hpp>
 
-#include "src/core/test_device_streams.h"
+#include "support/async_streams.h"
 #include "support/graph_cases.h"
 #include "wallfacer/core/graph.h"
 #include "wallfacer/ops/arithmetic.h"
 
 using wf::Device;
 
-namespace {
-struct AsyncStreams {
-  explicit AsyncStreams(bool on) { wf::detail::set_test_device_async(on, 30); }
-  ~AsyncStreams() { wf::detail::set_test_device_async(false); }
-};
-}  // namespace
-
 TEST_CASE("a captured graph runs nothing until replayed, and each replay reads its inputs anew", "[core][graph]") {
   const bool async = GENERATE(false, true);
   CAPTURE(async);
-  const AsyncStreams streams(async);
+  const wf::parity::AsyncStreams streams(async, 30);
   wf::parity::check_capture_and_replay(Device::test());
   wf::parity::check_graph_memory_isolated(Device::test());
 }

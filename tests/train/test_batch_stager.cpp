@@ -3,7 +3,7 @@
 // was copied when asked for; only the events between the compute and copy streams keep it so.
 #include <catch2/catch.hpp>
 
-#include "src/core/test_device_streams.h"
+#include "support/async_streams.h"
 #include "wallfacer/core/tensor.h"
 #include "wallfacer/config/run_config.h"
 #include "wallfacer/core/cuda_info.h"
@@ -46,17 +46,12 @@ void require_batch(const wf::models::Batch& got, const CountingSource& source, s
   REQUIRE(got.documents() == want.documents());  // host data, beside the copied tensors
 }
 
-struct AsyncStreams {
-  explicit AsyncStreams(bool on) { wf::detail::set_test_device_async(on, 100); }
-  ~AsyncStreams() { wf::detail::set_test_device_async(false); }
-};
-
 }  // namespace
 
 TEST_CASE("BatchStager: staged batches hold the source's values, prefetched or not", "[train][batch_stager]") {
   const bool async = GENERATE(false, true);
   CAPTURE(async);
-  const AsyncStreams streams(async);
+  const wf::parity::AsyncStreams streams(async, 100);
   CountingSource source;
   wf::train::BatchStager stager(Device::test(), /*microbatches=*/2);
   for (std::int64_t step = 0; step < 3; ++step) {

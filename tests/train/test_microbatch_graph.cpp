@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "src/core/test_device_streams.h"
+#include "support/async_streams.h"
 #include "support/graph_cases.h"
 #include "wallfacer/config/run_config.h"
 
@@ -43,11 +43,6 @@ void require_same(const GraphRun& graph, const GraphRun& eager) {
   }
 }
 
-struct AsyncStreams {
-  explicit AsyncStreams(bool on) { wf::detail::set_test_device_async(on, 30); }
-  ~AsyncStreams() { wf::detail::set_test_device_async(false); }
-};
-
 }  // namespace
 
 TEST_CASE("a step captured once and replayed trains bit for bit as the eager step", "[train][graph][testdev]") {
@@ -55,7 +50,7 @@ TEST_CASE("a step captured once and replayed trains bit for bit as the eager ste
   const bool async = GENERATE(false, true);
   const wf::DType dtype = GENERATE(wf::DType::f32, wf::DType::bf16);  // bf16: weights cast at each use, in the graph
   CAPTURE(model, async, wf::dtype_name(dtype));
-  const AsyncStreams streams(async);
+  const wf::parity::AsyncStreams streams(async, 30);
   const GraphRun eager = train(model, false, 0.0, dtype);
   const GraphRun graph = train(model, true, 0.0, dtype);
   CHECK(graph.failure.empty());

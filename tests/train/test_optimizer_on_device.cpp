@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "src/core/test_device_streams.h"
+#include "support/async_streams.h"
 #include "support/optimizer_cases.h"
 #include "wallfacer/autograd/node.h"
 #include "wallfacer/core/stream.h"
@@ -31,18 +31,12 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 using wf::parity::make_params;
 using wf::parity::set_grads;
 
-// Asynchronous test-device streams for the scope: kernels run later, on worker threads.
-struct AsyncStreams {
-  explicit AsyncStreams(bool on) { wf::detail::set_test_device_async(on, 50); }
-  ~AsyncStreams() { wf::detail::set_test_device_async(false); }
-};
-
 }  // namespace
 
 TEST_CASE("AdamW with EMA and clipping on the test device matches the CPU bit for bit", "[train][optimizer][testdev]") {
   const bool async = GENERATE(false, true);
   CAPTURE(async);
-  const AsyncStreams streams(async);
+  const wf::parity::AsyncStreams streams(async, 50);
   std::vector<Tensor> cpu = make_params(Device::cpu()), dev = make_params(Device::test());
   const wf::train::AdamWOptions options = wf::parity::adamw_options();
   wf::train::AdamW cpu_opt(cpu, options), dev_opt(dev, options);
@@ -85,7 +79,7 @@ TEST_CASE("a non-finite gradient norm skips AdamW's update on the device, its st
           "[train][optimizer][testdev]") {
   const bool async = GENERATE(false, true);
   CAPTURE(async);
-  const AsyncStreams streams(async);
+  const wf::parity::AsyncStreams streams(async, 50);
   const std::vector<double> scales = wf::parity::skip_scales();
   const wf::train::AdamWOptions options = wf::parity::adamw_options();
   // The host-decided path (the norm read, step() only when it is finite) against the device's.

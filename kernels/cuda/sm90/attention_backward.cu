@@ -15,7 +15,10 @@
 //
 // Each output element has one writer summing in a fixed order: deterministic, no atomics. P and
 // dS are f32 until they are rounded to bf16 for their products, as the CPU's bf16 kernel does.
-// Register layouts, descriptors and what has not run: attention_forward.cu and wgmma.cuh.
+// Copies overlap products as in the forward: the transposed tiles (Qᵀ, dOᵀ; Kᵀ) are written while
+// the scores and their gradient are multiplied, and dQ's blocks copy the next key tile's K and V
+// (cp.async, a second buffer) while this one computes. Register layouts, descriptors and what has
+// not run: attention_forward.cu and wgmma.cuh.
 #include <math.h>
 
 #include <cstdint>
@@ -46,15 +49,21 @@ __device__ __forceinline__ void issue_rows_times_rows(float (&acc)[32], const Bf
   }
 }
 
-// x = A·Bᵀ and y = C·Dᵀ (all four [64 × D] K-major tiles in shared memory), issued together and
-// waited for: a tile pair's scores and the gradient at them (S and dP, or Sᵀ and dPᵀ).
+// x = A·Bᵀ and y = C·Dᵀ (all four [64 × D] K-major tiles in shared memory), issued together:
+// a tile pair's scores and the gradient at them (S and dP, or Sᵀ and dPᵀ). They run while the
+// warpgroup goes on (copying the operands of its next products); wait_for_products waits for them.
 template <int D>
-__device__ __forceinline__ void scores_and_gradient(float (&x)[32], const Bf16* a, const Bf16* b, float (&y)[32],
-                                                    const Bf16* c, const Bf16* d) {
+__device__ __forceinline__ void issue_scores_and_gradient(float (&x)[32], const Bf16* a, const Bf16* b, float (&y)[32],
+                                                          const Bf16* c, const Bf16* d) {
   sm90::warpgroup_fence();
   issue_rows_times_rows<D>(x, a, b);
   issue_rows_times_rows<D>(y, c, d);
   sm90::warpgroup_commit();
+}
+// Waits for issue_scores_and_gradient's products: x and y hold them after it. (A template, as
+// every device function here: the host pass, where the kernels' bodies are empty, uses none.)
+template <int D>
+__device__ __forceinline__ void wait_for_products(float (&x)[32], float (&y)[32]) {
   sm90::warpgroup_wait_all();
   sm90::fence_operands(x);
   sm90::fence_operands(y);
@@ -156,14 +165,18 @@ __global__ void __launch_bounds__(kThreads)
         sm90::copy_tile_async<D>(t.q, q_rows, q_stride, kTile, rows);
         sm90::copy_tile_async<D>(t.d_o, d_o_rows, q_stride, kTile, rows);
         sm90::copies_commit();
-        sm90::copy_tile_transposed<D>(t.qt, q_rows, q_stride, rows);
-        sm90::copy_tile_transposed<D>(t.d_ot, d_o_rows, q_stride, rows);
         sm90::copies_wait_all();
         sm90::fence_shared_for_wgmma();
         __syncthreads();
 
+        // Qᵀ and dOᵀ, which only the products at the end read, are copied while Sᵀ and dPᵀ are
+        // multiplied.
         float st[32], dpt[32];  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ [64 keys × 64 queries]
-        scores_and_gradient<D>(st, t.k, t.q, dpt, t.v, t.d_o);
+        issue_scores_and_gradient<D>(st, t.k, t.q, dpt, t.v, t.d_o);
+        sm90::copy_tile_transposed<D>(t.qt, q_rows, q_stride, rows);
+        sm90::copy_tile_transposed<D>(t.d_ot, d_o_rows, q_stride, rows);
+        sm90::fence_shared_for_wgmma();
+        wait_for_products<D>(st, dpt);
 
         // Pᵀ into st, dSᵀ into dpt: key row0 + 8r, query column 8j + 2·quad + c (each column's
         // range, lse and −D read once for the thread's two keys).
@@ -187,6 +200,7 @@ __global__ void __launch_bounds__(kThreads)
         std::uint32_t pt[4][4], dst[4][4];
         sm90::pack_fragments(st, pt);
         sm90::pack_fragments(dpt, dst);
+        __syncthreads();  // every thread's Qᵀ and dOᵀ stores, before the products read them
         sm90::fence_operands(dv_acc);
         sm90::fence_operands(dk_acc);
         sm90::warpgroup_fence();
@@ -206,11 +220,12 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- dQ -------------------------------------------------------------------------------------------
+// 113 KiB at d 128.
 template <int D>
 struct QueryTiles {
-  Bf16 q[kTile * D], d_o[kTile * D];  // the block's rows: the A operands of S and dP
-  Bf16 k[kTile * D], v[kTile * D];    // a key tile: the B operands of S and dP
-  Bf16 kt[D * kTile];                 // K transposed: the B operand of dQ
+  Bf16 q[kTile * D], d_o[kTile * D];    // the block's rows: the A operands of S and dP
+  Bf16 k[2][kTile * D], v[2][kTile * D];  // this key tile's and the next one's: the B operands of S and dP
+  Bf16 kt[D * kTile];                   // K transposed: the B operand of dQ
   KeyRange ranges[kTile];
 };
 
@@ -247,18 +262,31 @@ __global__ void __launch_bounds__(kThreads)
     float dq_acc[D / 2];
     zero(dq_acc);
 
-    for_each_seen_key_tile(t.ranges, rows, kTile, [&](std::int64_t k0, std::int64_t kn) {
-      const Bf16* k_rows = k + kv_at(s, b, k0, hk);
-      sm90::copy_tile_async<D>(t.k, k_rows, kv_stride, kTile, kn);
-      sm90::copy_tile_async<D>(t.v, v + kv_at(s, b, k0, hk), kv_stride, kTile, kn);
-      sm90::copies_commit();
-      sm90::copy_tile_transposed<D>(t.kt, k_rows, kv_stride, kn);
-      sm90::copies_wait_all();
+    // As the forward pipelines its tiles (attention_forward.cu): K and V of the next key tile
+    // are copied while this one computes, Kᵀ while S and dP are multiplied.
+    const std::int64_t key_end = t.ranges[rows - 1].end;
+    std::int64_t k0 = next_seen_key_tile(t.ranges, rows, kTile, t.ranges[0].begin);
+    const auto copy_keys = [&](int buf, std::int64_t first) {
+      const std::int64_t count = min64(kTile, key_end - first);
+      sm90::copy_tile_async<D>(t.k[buf], k + kv_at(s, b, first, hk), kv_stride, kTile, count);
+      sm90::copy_tile_async<D>(t.v[buf], v + kv_at(s, b, first, hk), kv_stride, kTile, count);
+    };
+    if (k0 < key_end) copy_keys(0, k0);
+    sm90::copies_commit();
+    for (int buf = 0; k0 < key_end; buf ^= 1) {
+      const std::int64_t kn = min64(kTile, key_end - k0);
+      sm90::copies_wait_all();  // this tile's K and V (and Q and dO, at the first tile)
       sm90::fence_shared_for_wgmma();
-      __syncthreads();
+      __syncthreads();  // every thread's copies visible; every warp past the previous tile's products
+      const std::int64_t next = next_seen_key_tile(t.ranges, rows, kTile, k0 + kTile);
+      if (next < key_end) copy_keys(buf ^ 1, next);
+      sm90::copies_commit();
 
       float sc[32], dp[32];  // S = Q·Kᵀ and dP = dO·Vᵀ [64 rows × 64 keys]
-      scores_and_gradient<D>(sc, t.q, t.k, dp, t.d_o, t.v);
+      issue_scores_and_gradient<D>(sc, t.q, t.k[buf], dp, t.d_o, t.v[buf]);
+      sm90::copy_tile_transposed<D>(t.kt, k + kv_at(s, b, k0, hk), kv_stride, kn);
+      sm90::fence_shared_for_wgmma();
+      wait_for_products<D>(sc, dp);
 
       // dS into dp: row row0 + 8r, key column 8j + 2·quad + c.
 #pragma unroll
@@ -277,13 +305,15 @@ __global__ void __launch_bounds__(kThreads)
       }
       std::uint32_t ds[4][4];
       sm90::pack_fragments(dp, ds);
+      __syncthreads();  // every thread's Kᵀ stores, before the product reads them
       sm90::fence_operands(dq_acc);
       sm90::warpgroup_fence();
       issue_fragments_times_tile<D>(dq_acc, ds, t.kt);  // dQ += dS·K
       sm90::warpgroup_commit();
       sm90::warpgroup_wait_all();
       sm90::fence_operands(dq_acc);
-    });
+      k0 = next;
+    }
     sm90::copies_wait_all();  // Q's and dO's copies, when no key tile was visited
     store_rows<D>(dq_acc, dq + q_at(s, b, i0, h), q_stride, rows, row0, quad, accumulate);
   }

@@ -4,12 +4,15 @@
 // one head (the last tiles first, as the own kernels order them). Per key tile of kKeys = 64 keys
 // that some row of the tile sees (attention_tiles.cuh: keys outside the rows' windows are never
 // loaded):
-//   1. K [64 keys × d] is copied into shared memory (cp.async) and V transposed there (Vᵀ [d × 64
-//      keys]), both in wgmma's K-major core-matrix layout (tiles.cuh, wgmma.cuh); Q [64 × d] was
-//      copied once per tile the same way.
-//   2. S = Q·Kᵀ: d/16 wgmma m64n64k16 with both operands in shared memory. The 64 × 64 f32 scores
-//      land in registers: thread t of warp w holds rows r0 = 16w + t/4 and r0 + 8, columns
-//      8j + 2(t%4) + {0, 1} for j = 0..7 (the accumulator layout of the m16n8 MMA fragments).
+//   1. K [64 keys × d] is in shared memory already, copied (cp.async) while the previous tile
+//      computed, in wgmma's K-major core-matrix layout (tiles.cuh, wgmma.cuh), into one of two
+//      buffers; the copy of the next tile's K into the other starts now. Q [64 × d] was copied
+//      once per query tile the same way.
+//   2. S = Q·Kᵀ: d/16 wgmma m64n64k16 with both operands in shared memory, asynchronous: while
+//      they run, the warpgroup copies V transposed into shared memory (Vᵀ [d × 64 keys], through
+//      registers). The 64 × 64 f32 scores land in registers: thread t of warp w holds rows
+//      r0 = 16w + t/4 and r0 + 8, columns 8j + 2(t%4) + {0, 1} for j = 0..7 (the accumulator
+//      layout of the m16n8 MMA fragments).
 //   3. The online softmax in registers: the rows' running max and the rescale of the O
 //      accumulator, each row's max reduced over the 4 threads that share it; P = exp(scale·S − m)
 //      on the visible keys, 0 elsewhere. The row sums stay per thread until the end.
@@ -17,11 +20,14 @@
 //      kernel rounds P before its product; the score layout of step 2 is exactly the A fragment
 //      of step 4, so P never touches shared memory) and Vᵀ from shared memory.
 // Finally o = O / l and lse = m + log l per row; a row that saw no key gets o = 0, lse = −inf.
+// So the copies of K overlap a whole tile's products and those of V the scores' products: the
+// pipeline FlashAttention-3 builds with TMA and a producer warp, here with cp.async and one
+// warpgroup.
 //
-// What this first version does not do yet (docs/kernels-attention.md, "The sm_90 kernels"): overlap
-// the next tile's copies with this tile's products (a second buffer, or TMA with a producer warp),
-// swizzled layouts, two warpgroups per block. No GPU has run it: its results are checked against
-// the own kernel at each shape's first use before the per-shape choice may pick it.
+// What this version does not do yet (docs/kernels-attention.md, "The sm_90 kernels"): TMA and a
+// producer warpgroup (warp specialisation), V without its transpose (wgmma's MN-major B),
+// swizzled layouts, two consumer warpgroups per block. No GPU has run it: its results are checked
+// against the own kernel at each shape's first use before the per-shape choice may pick it.
 #include "kernels/cuda/sm90/attention.h"
 
 #include <math.h>
@@ -44,18 +50,21 @@ constexpr int kRows = sm90::kTileRows;  // query rows per block: wgmma's M
 constexpr int kKeys = sm90::kTileRows;  // keys per tile: S's N and P·V's K
 using sm90::kThreads;
 
-// Shared memory: Q [kRows × D], K [kKeys × D], Vᵀ [D × kKeys] (bf16, core-matrix layout), then
-// the rows' key ranges. 128-byte aligned regions.
+// Shared memory: Q [kRows × D], two buffers of K [kKeys × D] (this tile's and the next one's),
+// Vᵀ [D × kKeys] (bf16, core-matrix layout), then the rows' key ranges. 128-byte aligned regions;
+// 81 KiB at d 128.
 template <int D>
 struct Tiles {
   Bf16 q[kRows * D];
-  Bf16 k[kKeys * D];
+  Bf16 k[2][kKeys * D];
   Bf16 vt[D * kKeys];
   KeyRange ranges[kRows];
 };
 
+// At most 168 registers a thread, so that 3 blocks fit an SM's register file beside their shared
+// memory (3 × 65 KiB at d 128).
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     attention_forward_sm90(AttentionShape s, std::int64_t tasks, const Bf16* q, const Bf16* k, const Bf16* v,
                            float* o, float* lse) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -84,24 +93,40 @@ __global__ void __launch_bounds__(kThreads)
     float m[2] = {neg_inf<float>(), neg_inf<float>()};
     float l[2] = {0.0f, 0.0f};  // this thread's share of the row sums
 
-    for_each_seen_key_tile(t.ranges, rows, kKeys, [&](std::int64_t k0, std::int64_t kn) {
-      sm90::copy_tile_async<D>(t.k, k + kv_at(s, b, k0, hk), kv_stride, kKeys, kn);
-      sm90::copies_commit();
-      sm90::copy_tile_transposed<D>(t.vt, v + kv_at(s, b, k0, hk), kv_stride, kn);
-      sm90::copies_wait_all();
+    const std::int64_t key_end = t.ranges[rows - 1].end;
+    std::int64_t k0 = next_seen_key_tile(t.ranges, rows, kKeys, t.ranges[0].begin);
+    if (k0 < key_end) {
+      sm90::copy_tile_async<D>(t.k[0], k + kv_at(s, b, k0, hk), kv_stride, kKeys, min64(kKeys, key_end - k0));
+    }
+    sm90::copies_commit();
+    for (int buf = 0; k0 < key_end; buf ^= 1) {
+      const std::int64_t kn = min64(kKeys, key_end - k0);
+      sm90::copies_wait_all();  // this tile's K (and Q, at the first tile): nothing else is in flight
       sm90::fence_shared_for_wgmma();
+      // Every thread's copies are visible after it, and every warp is past the previous tile's
+      // products: its K buffer and Vᵀ may be overwritten.
       __syncthreads();
 
-      // 2. S = Q·Kᵀ.
+      // 1. The next tile's K, into the other buffer, while this one computes.
+      const std::int64_t next = next_seen_key_tile(t.ranges, rows, kKeys, k0 + kKeys);
+      if (next < key_end) {
+        sm90::copy_tile_async<D>(t.k[buf ^ 1], k + kv_at(s, b, next, hk), kv_stride, kKeys,
+                                 min64(kKeys, key_end - next));
+      }
+      sm90::copies_commit();
+
+      // 2. S = Q·Kᵀ, and Vᵀ copied while it runs.
       float sc[32];
       sm90::warpgroup_fence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         // A k-step of 16 is two core matrices along K: 256 bytes on in both tiles.
         sm90::mma_m64n64k16_ss(sc, sm90::descriptor(t.q + kk * 128, kQkStride),
-                               sm90::descriptor(t.k + kk * 128, kQkStride), kk > 0);
+                               sm90::descriptor(t.k[buf] + kk * 128, kQkStride), kk > 0);
       }
       sm90::warpgroup_commit();
+      sm90::copy_tile_transposed<D>(t.vt, v + kv_at(s, b, k0, hk), kv_stride, kn);
+      sm90::fence_shared_for_wgmma();
       sm90::warpgroup_wait_all();
       sm90::fence_operands(sc);
 
@@ -146,6 +171,8 @@ __global__ void __launch_bounds__(kThreads)
         acc[4 * j + 3] *= rescale[1];
       }
 
+      __syncthreads();  // every thread's Vᵀ stores, before the products read them
+
       // 4. O += P·V, k-step c over keys 16c .. 16c + 15: the m16n8k16 A fragment of the warp's rows
       // is (row0, keys 2·quad + {0,1}), (row0 + 8, same), (row0, 8 + 2·quad + {0,1}), (row0 + 8,
       // same): the score registers of n-blocks 2c and 2c + 1.
@@ -167,7 +194,8 @@ __global__ void __launch_bounds__(kThreads)
       sm90::warpgroup_commit();
       sm90::warpgroup_wait_all();
       sm90::fence_operands(acc);
-    });
+      k0 = next;
+    }
     sm90::copies_wait_all();  // Q's copy, when no key tile was visited
 
     // o = O / l and lse = m + log l, the row sums first reduced over the row's 4 threads.
