@@ -856,11 +856,13 @@ d_model=$D vocab=$V checkpoint=$([[ $ckpt == true ]] && echo attention-outputs |
     local graph_device="$bench_device" graph_specs=("gpt2-124m configs/gpt2-124m.yaml 8 1024"
                                                       "gpt-1.3b.T${seqs[0]} configs/gpt-1.3b.yaml 1 ${seqs[0]}")
     [[ $small == 1 ]] && graph_device="$device" graph_specs=("gpt2-124m configs/gpt2-124m.yaml 1 64")
-    local spec gname gconfig gbatch gseq graph
+    local spec gname gconfig gbatch gseq graph mode run
     for spec in "${graph_specs[@]}"; do
       read -r gname gconfig gbatch gseq <<<"$spec"
       for graph in false true; do
-        local run="graph.$gname.$([[ $graph == true ]] && echo captured || echo eager)"
+        mode=eager
+        [[ $graph == true ]] && mode=captured
+        run="graph.$gname.$mode"
         lim=$(limit 120)
         # shellcheck disable=SC2046 # the small model's settings are words
         train "$run" "$graph_device" bf16 "$lim" "$root/$gconfig" "${one[@]}" $([[ $small == 1 ]] && echo "${small_gpt[@]}") \
@@ -871,8 +873,8 @@ d_model=$D vocab=$V checkpoint=$([[ $ckpt == true ]] && echo attention-outputs |
         rc=$?
         if ((rc == 0)); then
           step_row "$work/runs/$run/metrics.jsonl" "$steps_warm" bench=graph model="$gname" batch="$gbatch" \
-            seq="$gseq" graph="$([[ $graph == true ]] && echo captured || echo eager)" \
-            failure="$(grep -o 'could not be captured.*' "$work/runs/$run.out" | head -1 | tr -d '"\\' | cut -c1-200)" \
+            seq="$gseq" graph="$mode" \
+            failure="$(grep -o 'could not be captured.*' "$work/runs/$run.out" | head -1 | cut -c1-200)" \
             >> "$ours"
           result PASS "speed graph $run" "$(tail -1 "$ours")"
         else
