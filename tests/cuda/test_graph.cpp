@@ -24,7 +24,7 @@ TEST_CASE("cuda: what a graph cannot hold fails the capture with its reason", "[
 }
 
 TEST_CASE("cuda: train.cuda_graph trains as the eager step", "[cuda][graph][train]") {
-  const std::string model = GENERATE(as<std::string>{}, "gpt", "llama");
+  const std::string model = GENERATE(as<std::string>{}, "gpt", "llama", "dit");
   CAPTURE(model);
   const wf::parity::GraphRun eager = wf::parity::train_tiny(wf::parity::tiny_graph_run(model, gpu(), false, 0.0));
   const wf::parity::GraphRun graph = wf::parity::train_tiny(wf::parity::tiny_graph_run(model, gpu(), true, 0.0));

@@ -123,13 +123,25 @@ config::RunConfig tiny_graph_run(const std::string& model, Device device, bool g
   c.model.set_name(model);
   c.model.set("n_layer", 2);
   c.model.set("n_head", 4);
-  c.model.set("n_kv_head", model == "llama" ? 2 : 4);
   c.model.set("d_model", 32);
-  c.model.set("d_ff", 64);
-  c.model.set("vocab_size", 256);
-  c.model.set("max_seq_len", 32);
-  if (dropout > 0) c.model.set("dropout", dropout);
-  c.train.seq_len = 32;
+  if (model == "dit") {
+    // 8 x 8 images in 2 x 2 patches: 16 tokens. Its noise, timesteps and class dropout are drawn
+    // by its batch source, on the host: batch tensors, copied into the graph's inputs.
+    c.model.set("image_size", 8);
+    c.model.set("patch_size", 2);
+    c.model.set("num_classes", 10);
+    c.model.set("class_dropout", 0.1);
+    c.model.set("learn_sigma", true);
+    c.model.set("diffusion", std::string_view("ddpm"));
+    c.train.seq_len = 16;
+  } else {
+    c.model.set("n_kv_head", model == "llama" ? 2 : 4);
+    c.model.set("d_ff", 64);
+    c.model.set("vocab_size", 256);
+    c.model.set("max_seq_len", 32);
+    if (dropout > 0) c.model.set("dropout", dropout);
+    c.train.seq_len = 32;
+  }
   c.train.micro_batch_size = 2;
   c.train.global_batch_size = 6;  // 3 micro batches a step: the second is captured, the rest replayed
   c.train.steps = 3;

@@ -21,8 +21,9 @@ void check_graph_memory_isolated(Device device);
 // they were; the CPU and default streams are refused.
 void check_capture_refusals(Device device);
 
-// A tiny GPT or LLaMA ("gpt", "llama") on synthetic tokens on `device`: 3 steps of 3 micro batches
-// of 2 x 32 tokens, with or without train.cuda_graph, dropout and train.dtype as given.
+// A tiny GPT, LLaMA or DiT ("gpt", "llama", "dit") on synthetic data on `device`: 3 steps of 3
+// micro batches of 2 sequences (32 tokens; the DiT's 8 x 8 images, 16 patches), with or without
+// train.cuda_graph, dropout (the decoders') and train.dtype as given.
 config::RunConfig tiny_graph_run(const std::string& model, Device device, bool graph, double dropout,
                                  DType dtype = DType::f32);
 

@@ -1,7 +1,7 @@
 // train.cuda_graph on the test device, whose graphs record each stream's queued kernels and
 // replay them (src/core/test_device_streams.h): a run that captures its micro batches once and
 // replays them trains exactly as one that runs them eagerly, bit for bit (losses, weights, AdamW's
-// moments), for GPT and LLaMA in f32 and bf16, with gradient accumulation and with asynchronous
+// moments), for GPT, LLaMA and DiT in f32 and bf16, with gradient accumulation and with asynchronous
 // streams. A model whose step draws random numbers (dropout) cannot be replayed: the capture
 // fails, says why, and the run continues without a graph, still bit for bit the eager run.
 #include <catch2/catch.hpp>
@@ -46,7 +46,7 @@ void require_same(const GraphRun& graph, const GraphRun& eager) {
 }  // namespace
 
 TEST_CASE("a step captured once and replayed trains bit for bit as the eager step", "[train][graph][testdev]") {
-  const std::string model = GENERATE(as<std::string>{}, "gpt", "llama");
+  const std::string model = GENERATE(as<std::string>{}, "gpt", "llama", "dit");
   const bool async = GENERATE(false, true);
   const wf::DType dtype = GENERATE(wf::DType::f32, wf::DType::bf16);  // bf16: weights cast at each use, in the graph
   CAPTURE(model, async, wf::dtype_name(dtype));
