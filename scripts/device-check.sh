@@ -33,8 +33,9 @@
 #             8192³ and the 1.3B GPT's GEMMs; attention fwd+bwd at 4K-32K tokens, d 64 and 128, causal
 #             and full, 16 query heads with 16 or 4 kv heads (every SDPA backend, the fastest kept);
 #             configs/gpt-1.3b.yaml trained at 8K and 32K (tokens/s, MFU, peak memory); DiT-XL/2 at 16K
-#             patches; `wallfacer tune --calibrate` and its predicted steps; the longest sequence
-#             that trains (WF_SPEED_PARTS picks parts) -> $OUT/speed-table.md with PASS / MISS per target
+#             patches; `wallfacer tune --calibrate` and its predicted steps; train.cuda_graph's step
+#             beside the eager one (gpt2-124m, the 1.3B at 8K); the longest sequence that trains
+#             (WF_SPEED_PARTS picks parts) -> $OUT/speed-table.md with PASS / MISS per target
 #   documents (not in the default list either) issue 30's time target where each rank has a core of
 #             its own, which the 2-core development machines lack: `wallfacer bench attention
 #             --documents 8:mixed` at 16K tokens, 4 processes on the CPU, one thread each, bound to
