@@ -41,12 +41,16 @@ void DeviceBackend::set_cache_limit(std::size_t bytes) {
            bytes);
 }
 
-void DeviceBackend::begin_capture(const Stream& stream) {
+namespace {
+[[noreturn]] void refuse_graphs(const Stream& stream) {
   throw GraphCaptureError(fmt::format("{} records no graphs (graphs need a cuda or testdev device)",
                                       stream.device().str()));
 }
-std::shared_ptr<void> DeviceBackend::end_capture(const Stream& stream) { begin_capture(stream); return nullptr; }
-void DeviceBackend::replay(const std::shared_ptr<void>&, const Stream& stream) { begin_capture(stream); }
+}  // namespace
+
+void DeviceBackend::begin_capture(const Stream& stream) { refuse_graphs(stream); }
+std::shared_ptr<void> DeviceBackend::end_capture(const Stream& stream) { refuse_graphs(stream); }
+void DeviceBackend::replay(const std::shared_ptr<void>&, const Stream& stream) { refuse_graphs(stream); }
 
 DeviceBackend* find_device_backend(DeviceType type) {
   return registry().slots[static_cast<int>(type)].load(std::memory_order_acquire);
