@@ -160,7 +160,9 @@ GraphRun train_tiny(const config::RunConfig& config) {
   comm::CommGrid grid(comm::ProcessGrid(config.parallel.grid(), runtime.world_size(), runtime.rank()));
   train::Trainer trainer(config, grid);
   GraphRun run;
+  const std::int64_t syncs = host_sync_count();
   for (int step = 0; step < config.train.steps; ++step) run.losses.push_back(trainer.train_step().loss);
+  run.host_syncs = host_sync_count() - syncs;
   for (const Tensor& p : trainer.model().parameters()) run.weights.push_back(p.to(Device::cpu()));
   for (const auto& [key, value] : trainer.optimizer().state_dict()) run.moments.push_back(value.to(Device::cpu()));
   if (const train::MicrobatchGraph* graph = trainer.microbatch_graph()) {

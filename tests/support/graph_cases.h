@@ -33,6 +33,7 @@ struct GraphRun {
   std::vector<Tensor> moments;  // AdamW's state, on the host
   std::string failure;          // the capture's, when it failed
   std::int64_t replays = 0;
+  std::int64_t host_syncs = 0;  // host waits during the steps (wallfacer/core/stream.h)
 };
 GraphRun train_tiny(const config::RunConfig& config);
 

@@ -66,6 +66,7 @@ TEST_CASE("a step captured once and replayed trains bit for bit as the eager ste
   CHECK(graph.failure.empty());
   // 3 steps x 3 micro batches: the first ran eagerly, every later one replayed the graph.
   CHECK(graph.replays == 8);
+  CHECK(graph.host_syncs == eager.host_syncs);  // capturing and replaying wait for nothing more
   require_same(graph, eager);
 }
 
