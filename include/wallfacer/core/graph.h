@@ -5,7 +5,9 @@
 //
 // What a replay repeats is exactly what capture recorded: the same kernels with the same
 // arguments over the same memory. So, while capturing:
-//   - nothing runs: the work runs at the first replay;
+//   - nothing runs: the work runs at the first replay. So a tensor the work makes and keeps beyond
+//     it (a cache filled on first use) holds nothing until then, and nothing ever if the capture
+//     fails: run the work once without a graph first, as train::MicrobatchGraph does;
 //   - every allocation on the stream's device comes from a pool of the graph's own, whose blocks
 //     stay reserved as long as the graph (or a tensor allocated in it) lives, so replays never
 //     write memory that has been handed to someone else; a block freed during capture is reused
