@@ -341,12 +341,16 @@ tests() {
     return 0
   fi
   local lim rc summary
-  # The sm_90 kernels (never run on a GPU before) in a process of their own, with their switch on,
-  # so that a kernel that faults (a sticky CUDA error ends its process) costs only their own line.
+  # The sm_90 kernels and the CUDA graphs (never run on a GPU before) in processes of their own,
+  # the kernels with their switch on, so that a fault (a sticky CUDA error ends its process) costs
+  # only their own line.
   local name filter sm90
-  for name in test_cuda test_cuda_sm90; do
-    filter="[sm90]" sm90=1 lim=$(limit 40)
-    [[ $name == test_cuda ]] && filter="~[sm90]" sm90=0 lim=$(limit 95)
+  for name in test_cuda test_cuda_sm90 test_cuda_graph; do
+    case $name in
+      test_cuda) filter="~[sm90]~[graph]" sm90=0 lim=$(limit 90) ;;
+      test_cuda_sm90) filter="[sm90]" sm90=1 lim=$(limit 40) ;;
+      *) filter="[graph]" sm90=0 lim=$(limit 30) ;;
+    esac
     # On the cores the CPU runs of the parity phase leave.
     WF_ATTENTION_SM90=$sm90 OMP_NUM_THREADS=$(($(nproc) - cpu_threads)) timed "$lim" "${wf[@]}" "$bin/test_cuda" \
       --use-colour no --durations yes "$filter" 2>&1 | tee "$work/$name.log" | grep -vE "^[0-9.]+ s: "
