@@ -39,6 +39,11 @@ models::LossSum MicrobatchGraph::run(const models::Batch& batch, const Step& ste
       // graph's pool takes memory of its own (once: a host wait on the allocator's stream).
       empty_cache(device_);
       try {
+        if (!batch.documents().empty()) {
+          // (validate refuses data.pack; a batch source of a model's own may still pack.)
+          throw GraphCaptureError("the batches carry packed documents, whose boundaries are host data that "
+                                  "change with every batch: a replay would keep the first batch's");
+        }
         inputs_ = batch;  // the graph reads these tensors at every replay: kept as long as it is
         graph_ = DeviceGraph::capture(stream_, [&] { outputs_ = step(inputs_); });
         log::info("train.cuda_graph: captured a micro batch's forward and backward on {} ({:.1f} MiB of graph memory); "

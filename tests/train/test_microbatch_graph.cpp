@@ -8,9 +8,13 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "support/async_streams.h"
 #include "support/graph_cases.h"
+#include "wallfacer/ops/arithmetic.h"
+#include "wallfacer/ops/reduction.h"
+#include "wallfacer/train/microbatch_graph.h"
 #include "wallfacer/config/run_config.h"
 
 namespace {
@@ -96,4 +100,39 @@ TEST_CASE("validate refuses train.cuda_graph where a graph cannot serve the run"
   c = tiny_graph_run("gpt", Device::test(), true, 0.0);
   c.data.pack = true;
   CHECK_THAT(problems_of(c), Catch::Contains("data.pack is true"));
+}
+
+TEST_CASE("MicrobatchGraph: the first micro batch runs eagerly, the second is captured, later ones replay; batches "
+          "of other shapes or with packed documents run eagerly",
+          "[train][graph][testdev]") {
+  // A micro batch's "step": the loss sum of 2·x, its count the element count.
+  const auto step = [](const wf::models::Batch& batch) {
+    const Tensor& x = batch.at("x");
+    return wf::models::LossSum(wf::sum(wf::scale(x, 2.0)), Tensor::full({}, double(x.numel()), wf::DType::i64, x.device()));
+  };
+  const auto batch_of = [](std::vector<float> values) {
+    wf::models::Batch b;
+    const auto n = static_cast<std::int64_t>(values.size());
+    b.set("x", Tensor::from_vector(values, {n}).to(Device::test()));
+    return b;
+  };
+  const auto loss_of = [](const wf::models::LossSum& loss) { return loss.sum.to(Device::cpu()).item(); };
+  wf::train::MicrobatchGraph graph(Device::test());
+  CHECK(loss_of(graph.run(batch_of({1, 2}), step)) == 6.0);  // eager
+  CHECK_FALSE(graph.replaying());
+  CHECK(loss_of(graph.run(batch_of({3, 4}), step)) == 14.0);  // captured, then replayed
+  CHECK(graph.replaying());
+  CHECK(loss_of(graph.run(batch_of({5, 6}), step)) == 22.0);  // replayed on new inputs
+  CHECK(graph.replays() == 2);
+  CHECK(loss_of(graph.run(batch_of({1, 1, 1}), step)) == 6.0);  // another shape: eagerly
+  CHECK(graph.eager_runs() == 2);
+  CHECK(graph.replays() == 2);
+
+  wf::train::MicrobatchGraph packed(Device::test());
+  wf::models::Batch documents = batch_of({1, 2});
+  documents.set_documents({{0, 1, 2}});
+  (void)packed.run(documents, step);
+  CHECK(loss_of(packed.run(documents, step)) == 6.0);
+  CHECK_FALSE(packed.replaying());
+  CHECK_THAT(packed.failure(), Catch::Contains("packed documents"));
 }
