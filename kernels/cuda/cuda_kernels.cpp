@@ -29,7 +29,7 @@ std::vector<std::string> cuda_kernel_inventory() {
   return {
       "gemm: cuBLASLt (" + cuda_gemm_description() + "), bias epilogue for linear",
       "attention: flash-attention forward and backward with lse, causal/full, key windows, GQA (f32, f64 SIMT; "
-      "bf16 on tensor cores through WMMA; on sm_90 a bf16 forward through wgmma, and cuDNN's fused attention, "
+      "bf16 on tensor cores through WMMA; on sm_90 bf16 forward and backward through wgmma, and cuDNN's fused attention, "
       "where the per-shape choice picks them), the lse merge and the sp pieces",
       "elementwise: broadcasting binary ops, GELU/SiLU/exp/ln/tanh and their backwards, dropout (Philox, the CPU's "
       "masks), bias and residual adds, scaling",

@@ -78,10 +78,12 @@ Json cuda_facts() {
   // cuDNN's fused attention and the per-shape choice against the own kernel (attention_choice.h): the
   // choices this process made so far (a training run logs each one as it is made).
   cuda["cudnn"] = kernels::cuda::cudnn_attention_info();
-  cuda["attention_choice"] = "bf16: the own kernel, cuDNN or (forward, Hopper) the sm_90 kernel per shape, "
+  cuda["attention_choice"] = "bf16: the own kernel, cuDNN or (Hopper) the sm_90 kernels per shape and direction, "
                              "measured and compared at first use (WF_ATTENTION_BACKEND=auto|own|cudnn|sm90; the "
                              "sm_90 kernels only with WF_ATTENTION_SM90=1 until they have run on a GPU)";
   cuda["attention_choices"] = kernels::cuda::attention_choice_lines();
+  cuda["graphs"] = "a micro batch's forward and backward captured once and replayed (train.cuda_graph: true; one "
+                   "process, unpacked batches; docs/devices.md, Graphs)";
 #endif
   std::string error;
   cuda["devices"] = cuda_devices(&error);
