@@ -19,9 +19,10 @@ namespace detail {
 namespace {
 
 // A graph's memory: blocks from the backend's graph memory, handed out during its capture (a
-// block freed meanwhile goes to the smallest later allocation it fits, unless it is over twice
-// as large) and kept until the graph and every tensor allocated in it are gone. Once the capture ends
-// (sealed) nothing more is handed out: its replays write every block it ever handed out.
+// block freed meanwhile goes to a later allocation it fits, the smallest such block, unless it is
+// larger than twice the request plus 128 KiB) and kept until the graph and every tensor allocated
+// in it are gone. Only its capture allocates from it: once that ends nothing more is handed out,
+// since its replays write every block it ever handed out.
 struct GraphPool {
   GraphPool(Device d, DeviceBackend& b) : device(d), backend(&b) {}
   ~GraphPool() {
@@ -35,7 +36,8 @@ struct GraphPool {
   MemoryBlock take(std::size_t nbytes) {
     const auto it = free.lower_bound(nbytes);
     // A small tensor does not take a large freed block: the next large one would need new memory.
-    if (it != free.end() && it->first / 2 <= nbytes + 65536) {
+    constexpr std::size_t kSlack = std::size_t{128} << 10;
+    if (it != free.end() && it->first <= 2 * nbytes + kSlack) {
       const MemoryBlock block = it->second;
       free.erase(it);
       return block;
