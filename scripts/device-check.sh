@@ -682,16 +682,19 @@ bench() {
 speed_part() { [[ ",${WF_SPEED_PARTS:-attention,gpt,dit,tune,graph,longest}," == *",$1,"* ]]; }
 
 # measured_run ROWS WARM ROW_KEYS LIMIT DTYPE NAME TRAIN_ARGS...: `train` NAME on $bench_device, then
-# its step_row (ROW_KEYS: "key=value ..." of the row) appended to ROWS; a result line either way.
+# its step_row (ROW_KEYS: "key=value ..." of the row, and `failure` when the run's train.cuda_graph
+# capture failed) appended to ROWS; a result line either way.
 # The speed runs save no checkpoint (checkpoint.every -1): the 1.3B's would be 16 GB to write each.
 measured_run() {
-  local rows="$1" warm="$2" keys="$3" lim="$4" dtype="$5" name="$6" rc
+  local rows="$1" warm="$2" keys="$3" lim="$4" dtype="$5" name="$6" rc failure
   shift 6
   train "$name" "$bench_device" "$dtype" "$lim" "$@"
   rc=$?
   if ((rc == 0)); then
+    # A run with train.cuda_graph whose capture failed trained without the graph: its row says why.
+    failure="$(grep -o 'could not be captured.*' "$work/runs/$name.out" | head -1 | cut -c1-200)"
     # shellcheck disable=SC2086 # the keys are words
-    step_row "$work/runs/$name/metrics.jsonl" "$warm" $keys >> "$rows"
+    step_row "$work/runs/$name/metrics.jsonl" "$warm" $keys ${failure:+"failure=$failure"} >> "$rows"
     result PASS "speed wallfacer $name" "$(tail -1 "$rows")"
   else
     result ERROR "speed wallfacer $name" "$(why_failed "$rc" "$lim" "$work/runs/$name.out")"
@@ -861,30 +864,20 @@ d_model=$D vocab=$V checkpoint=$([[ $ckpt == true ]] && echo attention-outputs |
     local graph_device="$bench_device" graph_specs=("gpt2-124m configs/gpt2-124m.yaml 8 1024"
                                                       "gpt-1.3b.T${seqs[0]} configs/gpt-1.3b.yaml 1 ${seqs[0]}")
     [[ $small == 1 ]] && graph_device="$device" graph_specs=("gpt2-124m configs/gpt2-124m.yaml 1 64")
-    local spec gname gconfig gbatch gseq graph mode run
+    local spec gname gconfig gbatch gseq graph mode
     for spec in "${graph_specs[@]}"; do
       read -r gname gconfig gbatch gseq <<<"$spec"
       for graph in false true; do
         mode=eager
         [[ $graph == true ]] && mode=captured
-        run="graph.$gname.$mode"
-        lim=$(limit 120)
         # shellcheck disable=SC2046 # the small model's settings are words
-        train "$run" "$graph_device" bf16 "$lim" "$root/$gconfig" "${one[@]}" $([[ $small == 1 ]] && echo "${small_gpt[@]}") \
-          --set data.source=synthetic --set train.seq_len="$gseq" --set model.max_seq_len="$gseq" \
-          --set train.micro_batch_size="$gbatch" --set train.global_batch_size="$gbatch" \
-          --set train.steps=$((steps_warm + steps_timed)) --set train.warmup_steps=1 --set train.log_every=1 \
-          --set train.eval_every=0 --set checkpoint.every=-1 --set train.cuda_graph="$graph"
-        rc=$?
-        if ((rc == 0)); then
-          step_row "$work/runs/$run/metrics.jsonl" "$steps_warm" bench=graph model="$gname" batch="$gbatch" \
-            seq="$gseq" graph="$mode" \
-            failure="$(grep -o 'could not be captured.*' "$work/runs/$run.out" | head -1 | cut -c1-200)" \
-            >> "$ours"
-          result PASS "speed graph $run" "$(tail -1 "$ours")"
-        else
-          result ERROR "speed graph $run" "$(why_failed "$rc" "$lim" "$work/runs/$run.out")"
-        fi
+        bench_device="$graph_device" measured_run "$ours" "$steps_warm" \
+          "bench=graph model=$gname batch=$gbatch seq=$gseq graph=$mode" "$(limit 120)" bf16 "graph.$gname.$mode" \
+          "$root/$gconfig" "${one[@]}" $([[ $small == 1 ]] && echo "${small_gpt[@]}") --set data.source=synthetic \
+          --set train.seq_len="$gseq" --set model.max_seq_len="$gseq" --set train.micro_batch_size="$gbatch" \
+          --set train.global_batch_size="$gbatch" --set train.steps=$((steps_warm + steps_timed)) \
+          --set train.warmup_steps=1 --set train.log_every=1 --set train.eval_every=0 --set checkpoint.every=-1 \
+          --set train.cuda_graph="$graph"
       done
     done
   fi
