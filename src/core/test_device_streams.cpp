@@ -203,7 +203,8 @@ bool recorded(const Stream& stream, std::function<void()>& task) {
 }  // namespace
 
 void test_stream_begin_capture(const Stream& stream) {
-  test_stream_synchronize(stream);  // what was queued before is not part of the graph
+  // What was queued before stays in the stream's queue, ahead of every replay: like CUDA, the
+  // capture does not wait for it.
   std::lock_guard lock(g_capture_mutex);
   const auto [it, inserted] = g_recordings.emplace(
       std::pair{stream.device().index, stream.handle()},
