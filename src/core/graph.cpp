@@ -109,9 +109,6 @@ struct RngStates {
   }
 };
 
-}  // namespace
-
-namespace {
 // A block of the allocator freed while this thread captures on its device: work recorded before
 // the free may read it at every replay (an input the caller dropped, a cache replaced), so the
 // graph keeps it. Freeing it in the allocator's stream order would also order the allocator's
@@ -121,11 +118,10 @@ bool adopt(Device device, MemoryBlock block) {
   t_capture->pool->adopted.push_back(block);
   return true;
 }
+
 }  // namespace
 
-const Stream* capturing_stream(Device device) {
-  return t_capture != nullptr && t_capture->stream.device() == device ? &t_capture->stream : nullptr;
-}
+bool capturing(Device device) { return t_capture != nullptr && t_capture->stream.device() == device; }
 
 std::optional<MemoryBlock> capture_allocate(Device device, std::size_t nbytes) {
   if (t_capture == nullptr || t_capture->stream.device() != device) [[likely]] return std::nullopt;
@@ -198,8 +194,8 @@ struct DeviceGraph::State {
 };
 
 bool graphs_supported(Device device) {
-  const DeviceBackend* backend = find_device_backend(device.type);
-  return backend != nullptr && const_cast<DeviceBackend*>(backend)->supports_graphs();
+  DeviceBackend* backend = find_device_backend(device.type);
+  return backend != nullptr && backend->supports_graphs();
 }
 
 DeviceGraph DeviceGraph::capture(const Stream& stream, const std::function<void()>& work) {
@@ -208,10 +204,7 @@ DeviceGraph DeviceGraph::capture(const Stream& stream, const std::function<void(
            "DeviceGraph::capture: {}'s default stream cannot be captured (its allocator orders frees on it); capture "
            "on a stream of Stream::create",
            device.str());
-  DeviceBackend& backend = device_backend(device);
-  if (!backend.supports_graphs()) {
-    throw GraphCaptureError(fmt::format("{} records no graphs (graphs need a cuda or testdev device)", device.str()));
-  }
+  DeviceBackend& backend = device_backend(device);  // begin_capture refuses where it records no graphs
   detail::Capture capture{stream, std::make_shared<detail::GraphPool>(device, backend)};
   const detail::RngStates rng_before = detail::RngStates::now();
   std::shared_ptr<void> executable;
@@ -221,20 +214,18 @@ DeviceGraph DeviceGraph::capture(const Stream& stream, const std::function<void(
     backend.begin_capture(stream);
     try {
       work();
-    } catch (const GraphCaptureError&) {
-      backend.abort_capture(stream);
-      rng_before.restore();
-      throw;
-    } catch (const Error& e) {
-      // A device library's call that a graph cannot record fails inside the capture, not as a
-      // capture error of ours: the same error without a graph shows whether it is the graph's.
-      backend.abort_capture(stream);
-      rng_before.restore();
-      throw GraphCaptureError(fmt::format("capturing on {} failed: {}", device.str(), e.what()));
     } catch (...) {
       backend.abort_capture(stream);
       rng_before.restore();
-      throw;
+      try {
+        throw;
+      } catch (const GraphCaptureError&) {
+        throw;
+      } catch (const Error& e) {
+        // A device library's call that a graph cannot record fails inside the capture, not as a
+        // capture error of ours: the same error without a graph shows whether it is the graph's.
+        throw GraphCaptureError(fmt::format("capturing on {} failed: {}", device.str(), e.what()));
+      }
     }
     executable = backend.end_capture(stream);
   }
@@ -256,11 +247,6 @@ void DeviceGraph::replay() const {
   WF_CHECK(state_ != nullptr, "DeviceGraph::replay: the graph is empty (capture one first)");
   device_backend(state_->stream.device()).replay(state_->executable, state_->stream);
   state_->replays += 1;
-}
-
-const Stream& DeviceGraph::stream() const {
-  WF_CHECK(state_ != nullptr, "DeviceGraph::stream: the graph is empty");
-  return state_->stream;
 }
 
 std::size_t DeviceGraph::pool_bytes() const { return state_ == nullptr ? 0 : state_->pool->reserved; }

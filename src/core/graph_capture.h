@@ -9,8 +9,8 @@
 
 namespace wf::detail {
 
-// The stream this thread is capturing on `device`; nullptr when it is capturing nothing there.
-const Stream* capturing_stream(Device device);
+// Whether this thread is capturing a graph on `device`.
+bool capturing(Device device);
 // A block from the capture's pool when this thread is capturing on `device`; nullopt otherwise
 // (the caller allocates as usual).
 std::optional<MemoryBlock> capture_allocate(Device device, std::size_t nbytes);

@@ -53,7 +53,6 @@ class DeviceGraph {
   void replay() const;
 
   bool empty() const { return state_ == nullptr; }
-  const Stream& stream() const;
   // Bytes of device memory the graph's pool holds (its reservation, live tensors included).
   std::size_t pool_bytes() const;
   // Replays so far.

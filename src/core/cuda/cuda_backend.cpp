@@ -63,7 +63,7 @@ class CudaBackend final : public DeviceBackend {
   void copy_from_host(void* dst, const void* host_src, std::size_t nbytes, const Stream& stream) override {
     if (nbytes == 0) return;
     const cudaStream_t native = cuda_stream(stream);
-    if (capturing_stream(stream.device()) != nullptr) {
+    if (capturing(stream.device())) {
       WF_CUDA_CHECK(cudaMemcpyAsync(dst, capture_keep_host_bytes(stream.device(), host_src, nbytes), nbytes,
                                     cudaMemcpyHostToDevice, native));
       return;
