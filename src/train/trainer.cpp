@@ -330,30 +330,22 @@ DeviceLossTotals Trainer::run_microbatches() {
         [&](int micro) { return batch(*train_batches_, step_, micro); },
         {.before = [&](bool last) { grads_->begin_backward(last); }, .after = [&] { grads_->end_backward(); }});
   }
-  DeviceLossTotals local(device());
-  if (graph_) {
-    // One process (check_supported): the reducer's brackets do no communication, and are kept
-    // outside the graph so that they run for every micro batch, replayed or not.
-    for (std::int64_t micro = 0; micro < accum; ++micro) {
-      const models::Batch b = batch(*train_batches_, step_, micro);
-      grads_->begin_backward(/*last_microbatch=*/micro + 1 == accum);
-      const models::LossSum loss = graph_->run(b, [&](const models::Batch& inputs) {
-        models::LossSum sum = model_->loss_sum(inputs);
-        autograd::backward({sum.sum});
-        return models::LossSum(sum.sum.detach(), sum.count);  // not keeping the autograd graph alive
-      });
-      grads_->end_backward();
-      local.add(loss.sum, loss.count);
-    }
-    return local;
-  }
-  for (std::int64_t micro = 0; micro < accum; ++micro) {
-    const models::LossSum loss = model_->loss_sum(batch(*train_batches_, step_, micro));
-    local.add(loss.sum, loss.count);  // on the device: no host read per microbatch
-    grads_->begin_backward(/*last_microbatch=*/micro + 1 == accum);
-    // The gradient of the loss SUM: normalised below, once, by the global count.
+  // One micro batch's forward and backward: the gradient of its loss SUM (normalised below, once,
+  // by the global count). Replayed as a graph with train.cuda_graph.
+  const auto forward_backward = [&](const models::Batch& inputs) {
+    const models::LossSum loss = model_->loss_sum(inputs);
     autograd::backward({loss.sum});
+    return models::LossSum(loss.sum.detach(), loss.count);  // not keeping the autograd graph alive
+  };
+  DeviceLossTotals local(device());
+  for (std::int64_t micro = 0; micro < accum; ++micro) {
+    const models::Batch b = batch(*train_batches_, step_, micro);
+    // The reducer's brackets stay outside the graph, so that they run for every micro batch,
+    // replayed or not (with a graph there is one process: they communicate nothing).
+    grads_->begin_backward(/*last_microbatch=*/micro + 1 == accum);
+    const models::LossSum loss = graph_ ? graph_->run(b, forward_backward) : forward_backward(b);
     grads_->end_backward();
+    local.add(loss.sum, loss.count);  // on the device: no host read per microbatch
   }
   return local;
 }
