@@ -9,8 +9,8 @@
 // graph's inputs, then replayed; each later one is copied into those inputs and replayed. The
 // gradients accumulate into the trainer's persistent gradient buffers, which the graph writes in
 // place. A capture that fails (dropout's draws, a host read, a shape the first micro batch did not
-// meet) is logged once with its reason, and every micro batch then runs eagerly; so does a batch
-// whose tensors differ in shape from the graph's inputs.
+// meet, batches that carry packed documents) is logged once with its reason, and every micro batch
+// then runs eagerly; so does a batch whose tensors differ in shape from the graph's inputs.
 #include <cstdint>
 #include <functional>
 #include <string>
