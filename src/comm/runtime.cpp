@@ -11,6 +11,7 @@
 
 #include "kernels/backend.h"
 #include "src/comm/mpi_backend.h"
+#include "src/core/address_sanitizer.h"
 #include "src/comm/watchdog.h"
 #include "wallfacer/core/cuda_info.h"
 #include "wallfacer/core/error.h"
@@ -100,7 +101,10 @@ Runtime& Runtime::init(int* argc, char*** argv) {
     // Only a default: a value the user set in the environment wins.
     setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
     int provided = MPI_THREAD_SINGLE;
-    check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    {
+      const detail::IgnoreLeaksHere open_mpi_keeps_these;  // until exit, by design
+      check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    }
     runtime->owns_mpi_ = true;
     if (provided < MPI_THREAD_MULTIPLE) {
       log::warn("the MPI library provides thread level {} instead of MPI_THREAD_MULTIPLE: keep communication on one "
@@ -199,7 +203,10 @@ void Runtime::finalize() {
   if (finalized_) return;
   finalized_ = true;
   world_.reset();
-  if (owns_mpi_ && mpi_running()) MPI_Finalize();
+  if (owns_mpi_ && mpi_running()) {
+    const detail::IgnoreLeaksHere open_mpi_keeps_these;
+    MPI_Finalize();
+  }
 }
 
 int run_main(int argc, char** argv, const std::function<int()>& body) {
