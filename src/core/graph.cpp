@@ -74,6 +74,11 @@ struct Capture {
 };
 thread_local Capture* t_capture = nullptr;
 
+// The capture this thread makes on `device`; null when it captures nothing there.
+Capture* capture_on(Device device) {
+  return t_capture != nullptr && t_capture->stream.device() == device ? t_capture : nullptr;
+}
+
 // While it lives, this thread captures on `capture.stream`.
 class CaptureScope {
  public:
@@ -97,16 +102,7 @@ struct RngStates {
     default_generator().set_state(replicated);
     generator_tracker().set_states(named);
   }
-  friend bool operator==(const RngStates& a, const RngStates& b) {
-    const auto same = [](const Generator::State& x, const Generator::State& y) {
-      return x.seed == y.seed && x.offset == y.offset;
-    };
-    if (!same(a.replicated, b.replicated) || a.named.size() != b.named.size()) return false;
-    for (auto x = a.named.begin(), y = b.named.begin(); x != a.named.end(); ++x, ++y) {
-      if (x->first != y->first || !same(x->second, y->second)) return false;
-    }
-    return true;
-  }
+  friend bool operator==(const RngStates&, const RngStates&) = default;
 };
 
 // A block of the allocator freed while this thread captures on its device: work recorded before
@@ -114,21 +110,23 @@ struct RngStates {
 // graph keeps it. Freeing it in the allocator's stream order would also order the allocator's
 // stream after the capture stream, which CUDA would pull into the capture.
 bool adopt(Device device, MemoryBlock block) {
-  if (t_capture == nullptr || t_capture->stream.device() != device) [[likely]] return false;
-  t_capture->pool->adopted.push_back(block);
+  Capture* capture = capture_on(device);
+  if (capture == nullptr) [[likely]] return false;
+  capture->pool->adopted.push_back(block);
   return true;
 }
 
 }  // namespace
 
-bool capturing(Device device) { return t_capture != nullptr && t_capture->stream.device() == device; }
+bool capturing(Device device) { return capture_on(device) != nullptr; }
 
 std::optional<MemoryBlock> capture_allocate(Device device, std::size_t nbytes) {
-  if (t_capture == nullptr || t_capture->stream.device() != device) [[likely]] return std::nullopt;
-  const MemoryBlock block = t_capture->pool->take(nbytes);
+  Capture* capture = capture_on(device);
+  if (capture == nullptr) [[likely]] return std::nullopt;
+  const MemoryBlock block = capture->pool->take(nbytes);
   InUse& blocks = in_use();
   std::lock_guard lock(blocks.mutex);
-  blocks.blocks.emplace(block.data, t_capture->pool);
+  blocks.blocks.emplace(block.data, capture->pool);
   blocks.count.fetch_add(1, std::memory_order_relaxed);
   return block;
 }
@@ -150,9 +148,9 @@ bool capture_release(Device device, MemoryBlock block) {
 }
 
 const void* capture_keep_host_bytes(Device device, const void* host_src, std::size_t nbytes) {
-  WF_CHECK(t_capture != nullptr && t_capture->stream.device() == device,
-           "capture_keep_host_bytes: this thread is not capturing on {}", device.str());
-  GraphPool& pool = *t_capture->pool;
+  Capture* capture = capture_on(device);
+  WF_CHECK(capture != nullptr, "capture_keep_host_bytes: this thread is not capturing on {}", device.str());
+  GraphPool& pool = *capture->pool;
   const MemoryBlock block = pool.backend->allocate_pinned(nbytes);
   pool.host.push_back(block);
   std::memcpy(block.data, host_src, nbytes);
@@ -229,7 +227,7 @@ DeviceGraph DeviceGraph::capture(const Stream& stream, const std::function<void(
     }
     executable = backend.end_capture(stream);
   }
-  if (!(detail::RngStates::now() == rng_before)) {
+  if (detail::RngStates::now() != rng_before) {
     rng_before.restore();
     throw GraphCaptureError(
         "the captured work draws random numbers (dropout, or noise drawn on the device): every replay would repeat "

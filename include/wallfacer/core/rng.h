@@ -25,6 +25,7 @@ class Generator {
   struct State {
     std::uint64_t seed = 0;
     std::uint64_t offset = 0;
+    friend bool operator==(const State&, const State&) = default;
   };
 
   explicit Generator(std::uint64_t seed = 0) : state_{seed, 0} {}
