@@ -67,8 +67,8 @@ models::LossSum MicrobatchGraph::run(const models::Batch& batch, const Step& ste
       loss = outputs_;
     } else {
       if (!warned_shape_) {
-        log::warn("train.cuda_graph: a micro batch differs in its tensors' shapes from the captured one's; such "
-                  "batches run without the graph");
+        log::warn("train.cuda_graph: a micro batch differs from the captured one (its tensors' shapes, or packed "
+                  "documents); such batches run without the graph");
         warned_shape_ = true;
       }
       loss = run_eagerly(batch, step);
